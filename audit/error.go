@@ -1,0 +1,52 @@
+package audit
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Error codes. The web package maps each to an HTTP status in one place.
+const (
+	EINVALID      = "invalid"      // the request is malformed; the message names the field
+	ENOTFOUND     = "not_found"    // the named thing does not exist
+	EUNAUTHORIZED = "unauthorized" // missing or wrong credentials
+	ETOOLARGE     = "too_large"    // the request body is over its limit
+	EUNAVAILABLE  = "unavailable"  // the service cannot take the request now (shutting down, disk full)
+	EINTERNAL     = "internal"
+)
+
+// Error is leasewatch's domain error: a code and a message safe to show users.
+type Error struct {
+	Code    string
+	Message string
+}
+
+func (e *Error) Error() string { return e.Message }
+
+// Errorf returns an *Error with the given code and formatted message.
+func Errorf(code, format string, args ...any) *Error {
+	return &Error{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// ErrorCode returns err's code: the Code of the first *Error in its chain, or
+// EINTERNAL for any other non-nil error.
+func ErrorCode(err error) string {
+	if err == nil {
+		return ""
+	}
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Code
+	}
+	return EINTERNAL
+}
+
+// ErrorMessage returns the user-facing message of err: the *Error's message, or
+// a generic one for internal errors so infrastructure details never leak.
+func ErrorMessage(err error) string {
+	var e *Error
+	if errors.As(err, &e) {
+		return e.Message
+	}
+	return "internal error"
+}

@@ -1,0 +1,123 @@
+package audit
+
+import "time"
+
+// EventKind is the kind of a recorded event (contract).
+type EventKind string
+
+// Event kinds.
+const (
+	EventObserved      EventKind = "observed" // already held when the collector started
+	EventGrant         EventKind = "grant"
+	EventRenew         EventKind = "renew"
+	EventRelease       EventKind = "release"
+	EventExpire        EventKind = "expire"
+	EventWriteAccepted EventKind = "write_accepted"
+	EventWriteRejected EventKind = "write_rejected"
+	EventBlind         EventKind = "blind" // detail.from .. detail.to: the collector could not see the backend
+)
+
+// EventKinds lists every event kind in a stable order.
+var EventKinds = []EventKind{
+	EventObserved, EventGrant, EventRenew, EventRelease, EventExpire,
+	EventWriteAccepted, EventWriteRejected, EventBlind,
+}
+
+// Valid reports whether k is a known event kind.
+func (k EventKind) Valid() bool {
+	for _, v := range EventKinds {
+		if k == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Event is one recorded fact about a lock.
+type Event struct {
+	ID        int64
+	LockID    int64 // set by the store on reads
+	Lock      LockKey
+	Kind      EventKind
+	At        time.Time // collector clock for backend events, resource clock for writes
+	Holder    string
+	Token     *int64
+	TTL       time.Duration // lease duration where known
+	Position  string        // etcd revision, Kubernetes resourceVersion; empty when unknown
+	Inferred  bool          // deduced by the collector or tracker rather than seen
+	Resource  string        // for write events
+	RequestID string        // for write events: the reporter's idempotency key
+	Detail    map[string]any
+}
+
+// Observation is what a collector saw of one lock, in backend-neutral terms.
+// Collectors produce observations; the Tracker turns them into events, tenures
+// and findings.
+type Observation struct {
+	Lock  LockKey
+	Kind  EventKind // EventObserved, EventGrant, EventRenew, EventRelease or EventExpire
+	At    time.Time // collector clock
+	Class Class     // empty means ClassLock
+
+	Holder        string
+	Token         *int64        // nil: the grant carries no fencing token
+	LeaseDuration time.Duration // zero when unknown
+	// RenewedAt is when the holder renewed, where the backend tells it (a
+	// Kubernetes renewTime, an etcd TTL read back); zero means At.
+	RenewedAt time.Time
+	Position  string
+	Inferred  bool
+	Detail    map[string]any
+}
+
+// Blind is an interval over which a collector could not see its backend:
+// a disconnect, an etcd compaction, a Kubernetes 410, a Redis reconnect.
+type Blind struct {
+	From, To time.Time
+	Reason   string
+}
+
+// Input is one step of a collector: observations in backend order, an optional
+// blind window that precedes them, and the resume cursor that covers them. The
+// cursor is stored in the same transaction as the events it covers.
+type Input struct {
+	Source       string
+	Kind         SourceKind
+	Blind        *Blind
+	Observations []Observation
+	Cursor       string // empty: leave the stored cursor as it is
+	// ExpireByClock marks backends that never report expiry themselves
+	// (Kubernetes, Redis before its expired event): the tracker ends their
+	// tenures at last renewal + lease duration.
+	ExpireByClock bool
+	// SequentialTokens marks backends whose tokens are counters that rise by one
+	// per grant (Kubernetes leaseTransitions, a Redis INCR counter), so a jump
+	// means grants the collector never saw.
+	SequentialTokens bool
+}
+
+// WriteOutcome is what a protected resource did with a fenced write.
+type WriteOutcome string
+
+// Write outcomes (contract).
+const (
+	WriteAccepted WriteOutcome = "accepted"
+	WriteRejected WriteOutcome = "rejected"
+)
+
+// WriteReport is one write a protected resource accepted or rejected because of
+// its fencing token (POST /api/v1/writes).
+type WriteReport struct {
+	Source       string
+	Lock         string
+	Resource     string
+	Token        *int64
+	Outcome      WriteOutcome
+	HighestToken *int64 // the highest token the resource had accepted, if it says
+	Holder       string
+	At           time.Time
+	RequestID    string
+}
+
+// Key returns the report's lock key.
+func (w WriteReport) Key() LockKey { return LockKey{Source: w.Source, Name: w.Lock} }

@@ -1,0 +1,80 @@
+package audit
+
+import "time"
+
+// FindingKind names a fencing gap or lease anomaly (contract).
+type FindingKind string
+
+// Finding kinds.
+const (
+	FindingTokenRegression FindingKind = "token_regression"
+	FindingTokenReuse      FindingKind = "token_reuse"
+	FindingTokenSkip       FindingKind = "token_skip"
+	FindingOverlap         FindingKind = "overlap"
+	FindingExposure        FindingKind = "exposure"
+	FindingUnfencedWrite   FindingKind = "unfenced_write"
+	FindingStaleWrite      FindingKind = "stale_write"
+	FindingLateRenewal     FindingKind = "late_renewal"
+	FindingLeaseExpired    FindingKind = "lease_expired"
+	FindingUnfencedLock    FindingKind = "unfenced_lock"
+	FindingBlindWindow     FindingKind = "blind_window"
+)
+
+// FindingKinds lists every finding kind in a stable order.
+var FindingKinds = []FindingKind{
+	FindingTokenRegression, FindingTokenReuse, FindingTokenSkip, FindingOverlap,
+	FindingExposure, FindingUnfencedWrite, FindingStaleWrite, FindingLateRenewal,
+	FindingLeaseExpired, FindingUnfencedLock, FindingBlindWindow,
+}
+
+// Severity ranks findings (contract).
+type Severity string
+
+// Severities.
+const (
+	SeverityCritical Severity = "critical"
+	SeverityWarning  Severity = "warning"
+	SeverityInfo     Severity = "info"
+)
+
+// Valid reports whether s is a known severity.
+func (s Severity) Valid() bool {
+	return s == SeverityCritical || s == SeverityWarning || s == SeverityInfo
+}
+
+// Severity returns the severity every finding of kind k carries.
+func (k FindingKind) Severity() Severity {
+	switch k {
+	case FindingTokenRegression, FindingTokenReuse, FindingOverlap, FindingUnfencedWrite:
+		return SeverityCritical
+	case FindingStaleWrite, FindingExposure:
+		return SeverityInfo
+	default:
+		return SeverityWarning
+	}
+}
+
+// Valid reports whether k is a known finding kind.
+func (k FindingKind) Valid() bool {
+	for _, v := range FindingKinds {
+		if k == v {
+			return true
+		}
+	}
+	return false
+}
+
+// Finding is one fencing gap or lease anomaly on a lock.
+type Finding struct {
+	ID       int64
+	LockID   int64 // set by the store on reads
+	Lock     LockKey
+	Kind     FindingKind
+	Severity Severity
+	At       time.Time
+	Until    time.Time // zero for an instant
+	Summary  string
+	Tokens   []int64
+	Holders  []string
+	Resource string
+}

@@ -1,0 +1,139 @@
+package audit
+
+import (
+	"context"
+	"time"
+)
+
+// Store is the read side of the audit log, used by the web server and reports.
+// List methods return items in time order; where a filter has a Limit and more
+// items match, they return the newest Limit items (still in time order).
+type Store interface {
+	// Locks returns the locks that match f, ordered by source then name.
+	Locks(ctx context.Context, f LockFilter) ([]Lock, error)
+	// Lock returns one lock. Returns ENOTFOUND if it does not exist.
+	Lock(ctx context.Context, id int64) (Lock, error)
+	// LockByKey returns one lock by source and name. Returns ENOTFOUND if it does not exist.
+	LockByKey(ctx context.Context, key LockKey) (Lock, error)
+	// Events returns the lock's events in time order within f's window.
+	// Returns ENOTFOUND if the lock does not exist.
+	Events(ctx context.Context, lockID int64, f EventFilter) ([]Event, error)
+	// Tenures returns the lock's tenures that overlap f's window, in grant order.
+	// Returns ENOTFOUND if the lock does not exist.
+	Tenures(ctx context.Context, lockID int64, f TimeFilter) ([]Tenure, error)
+	// Findings returns the findings that match f, in time order.
+	Findings(ctx context.Context, f FindingFilter) ([]Finding, error)
+	// LastEventAt returns, per source name, the time of its newest event.
+	LastEventAt(ctx context.Context) (map[string]time.Time, error)
+}
+
+// TimeFilter selects by time. Zero From/To leave that side open; Limit <= 0
+// means the store's default.
+type TimeFilter struct {
+	From, To time.Time
+	Limit    int
+}
+
+// LockFilter selects locks. Empty fields match everything; Name is an exact
+// match, Q a case-insensitive substring of the name or holder.
+type LockFilter struct {
+	Source string
+	Name   string
+	Q      string
+	Class  Class
+	State  LockState
+	Limit  int
+	Offset int
+}
+
+// EventFilter selects a lock's events.
+type EventFilter struct {
+	TimeFilter
+	Kind EventKind
+}
+
+// FindingFilter selects findings. LockID 0 means every lock.
+type FindingFilter struct {
+	TimeFilter
+	LockID   int64
+	Kind     FindingKind
+	Severity Severity
+	Resource string
+}
+
+// Batch is everything one group commit writes: the tracker's changes from one
+// or more inputs and the cursors that cover them. A Journal applies a batch in
+// one transaction, so a crash keeps all of it or none of it.
+type Batch struct {
+	Locks    []TrackState // insert or replace by lock key: the lock row and the tracker's memory of it
+	Tenures  []Tenure     // insert or replace by (lock key, Seq)
+	Events   []Event
+	Findings []Finding
+	Cursors  []Cursor
+}
+
+// Empty reports whether the batch writes nothing.
+func (b *Batch) Empty() bool {
+	return len(b.Locks) == 0 && len(b.Tenures) == 0 && len(b.Events) == 0 &&
+		len(b.Findings) == 0 && len(b.Cursors) == 0
+}
+
+// Append adds o's contents to b.
+func (b *Batch) Append(o Batch) {
+	b.Locks = append(b.Locks, o.Locks...)
+	b.Tenures = append(b.Tenures, o.Tenures...)
+	b.Events = append(b.Events, o.Events...)
+	b.Findings = append(b.Findings, o.Findings...)
+	b.Cursors = append(b.Cursors, o.Cursors...)
+}
+
+// Cursor is a collector's resume position in its backend (etcd revision,
+// Kubernetes resourceVersion) and the collector-clock time it was reached.
+type Cursor struct {
+	Source   string
+	Position string
+	At       time.Time
+}
+
+// Journal is the write side of the audit log, owned by the Recorder.
+type Journal interface {
+	// Apply writes b in one transaction. Later entries for the same lock,
+	// tenure or cursor replace earlier ones.
+	Apply(ctx context.Context, b Batch) error
+	// Restore returns the tracker's saved memory of every lock and every
+	// source's cursor, as of the last applied batch.
+	Restore(ctx context.Context) ([]TrackState, []Cursor, error)
+	// KnownRequests returns the subset of ids already stored as write-report
+	// request IDs.
+	KnownRequests(ctx context.Context, ids []string) (map[string]bool, error)
+}
+
+// TrackState is everything the tracker remembers about one lock. The store
+// persists it with every change to the lock, so a restart resumes exactly where
+// the last committed batch left off.
+type TrackState struct {
+	Lock             Lock                      `json:"-"`
+	Recent           []Tenure                  `json:"recent,omitempty"` // newest last; the last is current while held
+	NextSeq          int64                     `json:"next_seq"`
+	LastGrantToken   *int64                    `json:"last_grant_token,omitempty"`
+	ExpireByClock    bool                      `json:"expire_by_clock,omitempty"`
+	SequentialTokens bool                      `json:"sequential_tokens,omitempty"`
+	UnfencedReported bool                      `json:"unfenced_reported,omitempty"`
+	Resources        map[string]*ResourceState `json:"resources,omitempty"`
+}
+
+// ResourceState is what the tracker knows of one protected resource's view of
+// a lock.
+type ResourceState struct {
+	Highest *int64 `json:"highest,omitempty"` // highest token the resource accepted
+	// Pending are grants the resource has not yet seen a write for: each opens
+	// an exposure window until the first write with a token >= it.
+	Pending []PendingGrant `json:"pending,omitempty"`
+}
+
+// PendingGrant is a grant whose exposure window at a resource is still open.
+type PendingGrant struct {
+	Token     int64     `json:"token"`
+	GrantedAt time.Time `json:"granted_at"`
+	Holder    string    `json:"holder"`
+}

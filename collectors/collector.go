@@ -1,0 +1,33 @@
+// Package collectors defines what a backend collector is and runs collectors:
+// restart with backoff, health, and metrics. Each backend lives in its own
+// subpackage (collectors/etcd, ...); none of them knows SQL, HTTP or HTML.
+package collectors
+
+import (
+	"context"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// Sink receives a collector's inputs. *audit.Recorder implements it.
+type Sink interface {
+	// Observe records one input and returns once it is durable. An input's
+	// cursor is stored in the same transaction as the events it covers.
+	Observe(ctx context.Context, in audit.Input) error
+	// Cursor returns the source's stored resume cursor ("" if none) and the
+	// collector-clock time it was reached.
+	Cursor(source string) (position string, at time.Time)
+}
+
+// Collector watches one source and feeds its observations to a Sink.
+type Collector interface {
+	// Name is the source's configured name.
+	Name() string
+	// Kind is the source's backend kind.
+	Kind() audit.SourceKind
+	// Run watches the backend until ctx ends (returning nil) or the backend
+	// fails (returning the error; the Runner restarts it with backoff). It
+	// calls ready once it sees the backend, after its first snapshot is durable.
+	Run(ctx context.Context, sink Sink, ready func()) error
+}
