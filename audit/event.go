@@ -86,6 +86,10 @@ type Input struct {
 	Blind        *Blind
 	Observations []Observation
 	Cursor       string // empty: leave the stored cursor as it is
+	// Snapshot says Observations list every lock currently held in the
+	// source (after a start or a blind window): a lock the tracker holds that
+	// is missing from them has ended while the collector was not looking.
+	Snapshot bool
 	// ExpireByClock marks backends that never report expiry themselves
 	// (Kubernetes, Redis before its expired event): the tracker ends their
 	// tenures at last renewal + lease duration.
