@@ -83,6 +83,7 @@ type Blind struct {
 type Input struct {
 	Source       string
 	Kind         SourceKind
+	At           time.Time // collector clock when the input was made; zero: the latest observation's
 	Blind        *Blind
 	Observations []Observation
 	Cursor       string // empty: leave the stored cursor as it is

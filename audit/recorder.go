@@ -1,0 +1,276 @@
+package audit
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+)
+
+// Recorder owns the Tracker and the Journal's write side. Collectors, write
+// reports and the clock reach the tracker through one goroutine, which group
+// commits: it takes every request waiting, runs them through the tracker, and
+// writes all their changes in one Journal transaction before answering any of
+// them. So an acknowledged input or write report is durable, and a cursor is
+// always stored with the events it covers.
+type Recorder struct {
+	journal  Journal
+	tracker  *Tracker
+	log      *slog.Logger
+	now      func() time.Time
+	tick     time.Duration
+	maxGroup int
+
+	reqs    chan *request
+	stop    chan struct{}
+	stopped chan struct{}
+
+	mu      sync.Mutex
+	cursors map[string]Cursor
+	err     error // last commit error; nil when healthy
+	closed  bool
+}
+
+type request struct {
+	input  *Input
+	writes []WriteReport
+	done   chan error
+}
+
+// RecorderOption configures a Recorder.
+type RecorderOption func(*Recorder)
+
+// WithClock injects the clock that drives expiry ticks.
+func WithClock(now func() time.Time) RecorderOption { return func(r *Recorder) { r.now = now } }
+
+// WithTickInterval sets how often the tracker's clock expiry runs (default 250ms).
+func WithTickInterval(d time.Duration) RecorderOption { return func(r *Recorder) { r.tick = d } }
+
+// NewRecorder returns a Recorder writing to j. Call Start before use.
+func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...RecorderOption) *Recorder {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	r := &Recorder{
+		journal:  j,
+		tracker:  NewTracker(cfg),
+		log:      logger,
+		now:      time.Now,
+		tick:     250 * time.Millisecond,
+		maxGroup: 512,
+		reqs:     make(chan *request, 1024),
+		stop:     make(chan struct{}),
+		stopped:  make(chan struct{}),
+		cursors:  make(map[string]Cursor),
+	}
+	for _, opt := range opts {
+		opt(r)
+	}
+	return r
+}
+
+// Start restores the tracker's memory and the cursors from the journal and
+// starts the recording goroutine.
+func (r *Recorder) Start(ctx context.Context) error {
+	if err := r.restore(ctx); err != nil {
+		return err
+	}
+	go r.loop()
+	return nil
+}
+
+func (r *Recorder) restore(ctx context.Context) error {
+	states, cursors, err := r.journal.Restore(ctx)
+	if err != nil {
+		return fmt.Errorf("restore tracker state: %w", err)
+	}
+	r.tracker.Restore(states)
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.cursors = make(map[string]Cursor, len(cursors))
+	for _, c := range cursors {
+		r.cursors[c.Source] = c
+	}
+	return nil
+}
+
+// Close stops the recorder after the requests already queued are answered.
+func (r *Recorder) Close() {
+	r.mu.Lock()
+	if r.closed {
+		r.mu.Unlock()
+		return
+	}
+	r.closed = true
+	r.mu.Unlock()
+	close(r.stop)
+	<-r.stopped
+}
+
+// Cursor returns the source's stored resume cursor and when it was reached.
+func (r *Recorder) Cursor(source string) (string, time.Time) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := r.cursors[source]
+	return c.Position, c.At
+}
+
+// Ready returns nil while the recorder is running and its last commit worked.
+func (r *Recorder) Ready(context.Context) error {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.closed {
+		return Errorf(EUNAVAILABLE, "recorder is shut down")
+	}
+	if r.err != nil {
+		return Errorf(EUNAVAILABLE, "last commit failed: %v", r.err)
+	}
+	return nil
+}
+
+// Observe records one collector input and returns once it is durable.
+func (r *Recorder) Observe(ctx context.Context, in Input) error {
+	return r.do(ctx, &request{input: &in})
+}
+
+// ReportWrites records write reports and returns once they are durable. A
+// report whose RequestID is already stored is acknowledged without being
+// stored again.
+func (r *Recorder) ReportWrites(ctx context.Context, reports []WriteReport) error {
+	return r.do(ctx, &request{writes: reports})
+}
+
+func (r *Recorder) do(ctx context.Context, req *request) error {
+	req.done = make(chan error, 1)
+	select {
+	case r.reqs <- req:
+	case <-r.stop:
+		return Errorf(EUNAVAILABLE, "recorder is shut down")
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	select {
+	case err := <-req.done:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (r *Recorder) loop() {
+	defer close(r.stopped)
+	ticker := time.NewTicker(r.tick)
+	defer ticker.Stop()
+	for {
+		select {
+		case req := <-r.reqs:
+			group := []*request{req}
+		drain:
+			for len(group) < r.maxGroup {
+				select {
+				case req := <-r.reqs:
+					group = append(group, req)
+				default:
+					break drain
+				}
+			}
+			r.commit(group, false)
+		case <-ticker.C:
+			r.commit(nil, true)
+		case <-r.stop:
+			for {
+				select {
+				case req := <-r.reqs:
+					r.commit([]*request{req}, false)
+				default:
+					return
+				}
+			}
+		}
+	}
+}
+
+// commit runs a group of requests (and a clock tick) through the tracker and
+// writes their changes in one transaction. If the write fails the tracker is
+// reset to the journal's state, so memory never runs ahead of the database.
+func (r *Recorder) commit(group []*request, tick bool) {
+	ctx := context.Background()
+	var b Batch
+	if tick {
+		b.Append(r.tracker.Tick(r.now()))
+	}
+	known, err := r.knownRequests(ctx, group)
+	if err != nil {
+		r.finish(group, b, err)
+		return
+	}
+	for _, req := range group {
+		if req.input != nil {
+			b.Append(r.tracker.Observe(*req.input))
+		}
+		for _, w := range req.writes {
+			if w.RequestID != "" {
+				if known[w.RequestID] {
+					continue
+				}
+				known[w.RequestID] = true // a duplicate later in this group is a retry too
+			}
+			b.Append(r.tracker.ReportWrite(w))
+		}
+	}
+	r.finish(group, b, nil)
+}
+
+func (r *Recorder) knownRequests(ctx context.Context, group []*request) (map[string]bool, error) {
+	var ids []string
+	for _, req := range group {
+		for _, w := range req.writes {
+			if w.RequestID != "" {
+				ids = append(ids, w.RequestID)
+			}
+		}
+	}
+	known := make(map[string]bool)
+	if len(ids) == 0 {
+		return known, nil
+	}
+	stored, err := r.journal.KnownRequests(ctx, ids)
+	if err != nil {
+		return nil, fmt.Errorf("look up request ids: %w", err)
+	}
+	for id, ok := range stored {
+		known[id] = ok
+	}
+	return known, nil
+}
+
+func (r *Recorder) finish(group []*request, b Batch, err error) {
+	if err == nil && !b.Empty() {
+		err = r.journal.Apply(context.Background(), b)
+		if err != nil {
+			r.log.Error("commit failed; reloading tracker state", "err", err)
+			if rerr := r.restore(context.Background()); rerr != nil {
+				r.log.Error("reload tracker state", "err", rerr)
+			}
+		}
+	}
+	r.mu.Lock()
+	r.err = err
+	if err == nil {
+		for _, c := range b.Cursors {
+			r.cursors[c.Source] = c
+		}
+	}
+	r.mu.Unlock()
+	if err != nil {
+		var ae *Error
+		if !errors.As(err, &ae) {
+			err = &Error{Code: EUNAVAILABLE, Message: "could not store the change: " + err.Error()}
+		}
+	}
+	for _, req := range group {
+		req.done <- err
+	}
+}

@@ -1,0 +1,603 @@
+package audit
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+)
+
+// TrackerConfig tunes the tracker.
+type TrackerConfig struct {
+	// RenewMarginRatio: a renewal that arrives with less than this fraction of
+	// the lease left is late (alerts.renew_margin_ratio). Default 0.25.
+	RenewMarginRatio float64
+	// RecentTenures is how many past tenures per lock the tracker keeps to join
+	// write reports to; older tokens are still judged by comparison with the
+	// newest grant. Default 16.
+	RecentTenures int
+	// SourceKinds names the kind of each configured source, for locks that a
+	// write report mentions before any collector has seen them.
+	SourceKinds map[string]SourceKind
+}
+
+const maxPendingGrants = 8
+
+// Tracker is a pure, deterministic per-lock state machine. It turns collector
+// inputs, write reports and clock ticks into events, tenures and findings.
+// Time comes only from its inputs (the injected clock is the caller's), so the
+// same inputs always give the same output. It is not safe for concurrent use;
+// the Recorder owns one.
+type Tracker struct {
+	cfg   TrackerConfig
+	locks map[LockKey]*TrackState
+	now   time.Time // the latest time the tracker has been told of
+}
+
+// NewTracker returns an empty tracker.
+func NewTracker(cfg TrackerConfig) *Tracker {
+	if cfg.RenewMarginRatio <= 0 {
+		cfg.RenewMarginRatio = 0.25
+	}
+	if cfg.RecentTenures <= 0 {
+		cfg.RecentTenures = 16
+	}
+	return &Tracker{cfg: cfg, locks: make(map[LockKey]*TrackState)}
+}
+
+// Restore replaces the tracker's memory with states saved by a Journal.
+func (t *Tracker) Restore(states []TrackState) {
+	t.locks = make(map[LockKey]*TrackState, len(states))
+	for i := range states {
+		st := states[i].clone()
+		t.locks[st.Lock.Key()] = &st
+		if st.Lock.ChangedAt.After(t.now) {
+			t.now = st.Lock.ChangedAt
+		}
+	}
+}
+
+// State returns a copy of what the tracker knows of one lock.
+func (t *Tracker) State(key LockKey) (TrackState, bool) {
+	st, ok := t.locks[key]
+	if !ok {
+		return TrackState{}, false
+	}
+	return st.clone(), true
+}
+
+// Observe applies one collector input.
+func (t *Tracker) Observe(in Input) Batch {
+	at := in.At
+	for _, ob := range in.Observations {
+		if ob.At.After(at) {
+			at = ob.At
+		}
+	}
+	if at.IsZero() && in.Blind != nil {
+		at = in.Blind.To
+	}
+	if at.IsZero() {
+		at = t.now
+	}
+	t.advance(at)
+
+	o := newOutput()
+	if in.Blind != nil {
+		t.blind(o, in.Source, *in.Blind)
+	}
+	var seen map[LockKey]bool
+	if in.Snapshot {
+		seen = make(map[LockKey]bool, len(in.Observations))
+	}
+	for _, ob := range in.Observations {
+		st := t.lock(ob.Lock, in.Kind)
+		st.ExpireByClock = in.ExpireByClock
+		st.SequentialTokens = in.SequentialTokens
+		if ob.Class != "" {
+			st.Lock.Class = ob.Class
+		}
+		t.observe(o, st, ob)
+		if seen != nil {
+			seen[ob.Lock] = true
+		}
+	}
+	if in.Snapshot {
+		// Held locks missing from a full snapshot ended while the collector
+		// could not see them; how, it can only guess from the lease.
+		for _, key := range t.sourceLocks(in.Source) {
+			st := t.locks[key]
+			if cur := st.current(); cur != nil && !seen[key] {
+				t.endInferred(o, st, cur, at, "missing from snapshot")
+			}
+		}
+	}
+	if in.Cursor != "" {
+		o.b.Cursors = append(o.b.Cursors, Cursor{Source: in.Source, Position: in.Cursor, At: at})
+	}
+	return o.batch()
+}
+
+// Tick ends the tenures of locks whose backends never report expiry
+// (ExpireByClock) once last renewal + lease duration has passed by now.
+func (t *Tracker) Tick(now time.Time) Batch {
+	t.advance(now)
+	o := newOutput()
+	for _, key := range t.sortedKeys() {
+		st := t.locks[key]
+		cur := st.current()
+		if !st.ExpireByClock || cur == nil || cur.ExpiresAt.IsZero() || now.Before(cur.ExpiresAt) {
+			continue
+		}
+		t.end(o, st, cur, EndExpired, cur.ExpiresAt, true, map[string]any{"reason": "no renewal within the lease duration"})
+	}
+	return o.batch()
+}
+
+// ReportWrite joins a protected resource's write report to the tenure its
+// token belongs to and derives stale_write, unfenced_write and exposure.
+func (t *Tracker) ReportWrite(w WriteReport) Batch {
+	t.advance(w.At)
+	o := newOutput()
+	st := t.lock(w.Key(), t.cfg.SourceKinds[w.Source])
+	kind := EventWriteAccepted
+	if w.Outcome == WriteRejected {
+		kind = EventWriteRejected
+	}
+	var detail map[string]any
+	if w.HighestToken != nil {
+		detail = map[string]any{"highest_token": *w.HighestToken}
+	}
+	o.event(st, Event{Kind: kind, At: w.At, Holder: w.Holder, Token: w.Token, Resource: w.Resource, RequestID: w.RequestID, Detail: detail})
+
+	res := st.Resources[w.Resource]
+	if res == nil {
+		res = &ResourceState{}
+		if st.Resources == nil {
+			st.Resources = make(map[string]*ResourceState)
+		}
+		st.Resources[w.Resource] = res
+	}
+	if w.Token == nil {
+		return o.batch()
+	}
+	token := *w.Token
+	ten := st.tenureWithToken(token)
+	newest := st.LastGrantToken
+	switch w.Outcome {
+	case WriteAccepted:
+		switch {
+		case newest != nil && token < *newest:
+			o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token, *newest}, Holders: holders(w.Holder, st.holderOf(*newest)), Resource: w.Resource,
+				Summary: fmt.Sprintf("%s accepted a write with token %d although token %d had already been granted to %s: fencing did not protect it", w.Resource, token, *newest, orUnknown(st.holderOf(*newest)))})
+		case ten != nil && !ten.Held() && w.At.After(ten.EndedAt):
+			o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.Holder, w.Holder), Resource: w.Resource,
+				Summary: fmt.Sprintf("%s accepted a write with token %d from %s %s after its tenure ended (%s)", w.Resource, token, orUnknown(ten.Holder), w.At.Sub(ten.EndedAt).Round(time.Millisecond), ten.End)})
+		}
+		kept := res.Pending[:0]
+		for _, p := range res.Pending {
+			if p.Token > token {
+				kept = append(kept, p)
+				continue
+			}
+			o.finding(st, Finding{Kind: FindingExposure, At: p.GrantedAt, Until: w.At, Tokens: []int64{p.Token}, Holders: holders(p.Holder), Resource: w.Resource,
+				Summary: fmt.Sprintf("%s learned token %d %s after it was granted to %s; until then it still accepted older tokens", w.Resource, p.Token, w.At.Sub(p.GrantedAt).Round(time.Millisecond), orUnknown(p.Holder))})
+		}
+		res.Pending = kept
+		if res.Highest == nil || token > *res.Highest {
+			res.Highest = Int64(token)
+		}
+	case WriteRejected:
+		switch {
+		case ten != nil && !ten.Held() && !w.At.Before(ten.EndedAt):
+			delay := w.At.Sub(ten.EndedAt)
+			o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.Holder, w.Holder), Resource: w.Resource,
+				Summary: fmt.Sprintf("%s rejected a write with token %d from %s %s after its tenure ended (%s): fencing stopped a zombie holder", w.Resource, token, orUnknown(ten.Holder), delay.Round(time.Millisecond), ten.End)})
+		case newest != nil && token < *newest:
+			o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token, *newest}, Holders: holders(w.Holder), Resource: w.Resource,
+				Summary: fmt.Sprintf("%s rejected a write with token %d, older than the newest grant %d: fencing stopped a stale holder", w.Resource, token, *newest)})
+		}
+	}
+	return o.batch()
+}
+
+// observe applies one observation to one lock.
+func (t *Tracker) observe(o *output, st *TrackState, ob Observation) {
+	cur := st.current()
+	same := cur != nil && cur.Holder == ob.Holder && tokenEqual(cur.Token, ob.Token)
+	switch ob.Kind {
+	case EventObserved, EventGrant:
+		if same {
+			// The same tenure seen again (a snapshot, a relist): a renewal
+			// only if the backend says the holder renewed since.
+			if !ob.RenewedAt.IsZero() {
+				t.renew(o, st, cur, ob)
+			}
+			return
+		}
+		t.grant(o, st, cur, ob)
+	case EventRenew:
+		if !same {
+			// The grant happened where the collector could not see it.
+			ob.Kind, ob.Inferred = EventGrant, true
+			t.grant(o, st, cur, ob)
+			return
+		}
+		t.renew(o, st, cur, ob)
+	case EventRelease, EventExpire:
+		if cur == nil || (ob.Holder != "" && cur.Holder != ob.Holder) {
+			return // already ended, e.g. by the tracker's clock before the backend confirmed
+		}
+		reason := EndReleased
+		if ob.Kind == EventExpire {
+			reason = EndExpired
+		}
+		t.end(o, st, cur, reason, ob.At, ob.Inferred, ob.Detail)
+	}
+}
+
+func (t *Tracker) grant(o *output, st *TrackState, prev *Tenure, ob Observation) {
+	detail := copyDetail(ob.Detail)
+	if prev != nil {
+		if ob.Inferred {
+			t.endInferred(o, st, prev, ob.At, "a new holder appeared while the collector was blind")
+		} else {
+			if !prev.ExpiresAt.IsZero() && ob.At.Before(prev.ExpiresAt) {
+				o.finding(st, Finding{Kind: FindingOverlap, At: ob.At, Until: prev.ExpiresAt, Tokens: tokens(prev.Token, ob.Token), Holders: holders(prev.Holder, ob.Holder),
+					Summary: fmt.Sprintf("%s was granted the lock while %s's lease was valid for %s more: both may believe they hold it", orUnknown(ob.Holder), orUnknown(prev.Holder), prev.ExpiresAt.Sub(ob.At).Round(time.Millisecond))})
+			}
+			detail = withDetail(detail, "superseded", prev.Holder)
+			t.end(o, st, prev, EndSuperseded, ob.At, false, nil)
+		}
+	}
+
+	if ob.Token != nil {
+		tok := *ob.Token
+		if last := st.LastGrantToken; last != nil {
+			switch {
+			case tok < *last:
+				o.finding(st, Finding{Kind: FindingTokenRegression, At: ob.At, Tokens: []int64{*last, tok}, Holders: holders(st.holderOf(*last), ob.Holder),
+					Summary: fmt.Sprintf("token went backwards: %s was granted token %d after token %d", orUnknown(ob.Holder), tok, *last)})
+			case tok == *last:
+				o.finding(st, Finding{Kind: FindingTokenReuse, At: ob.At, Tokens: []int64{tok}, Holders: holders(st.holderOf(tok), ob.Holder),
+					Summary: fmt.Sprintf("token %d was granted again, to %s: a resource cannot tell the two tenures apart", tok, orUnknown(ob.Holder))})
+			case st.SequentialTokens && tok > *last+1:
+				o.finding(st, Finding{Kind: FindingTokenSkip, At: ob.At, Tokens: []int64{*last, tok},
+					Summary: fmt.Sprintf("token jumped from %d to %d: %d grant(s) happened that the collector never saw", *last, tok, tok-*last-1)})
+			}
+		}
+		st.LastGrantToken = Int64(tok)
+		for _, res := range st.Resources {
+			res.Pending = append(res.Pending, PendingGrant{Token: tok, GrantedAt: ob.At, Holder: ob.Holder})
+			if n := len(res.Pending); n > maxPendingGrants {
+				res.Pending = append(res.Pending[:0], res.Pending[n-maxPendingGrants:]...)
+			}
+		}
+	} else if !st.UnfencedReported {
+		st.UnfencedReported = true
+		o.finding(st, Finding{Kind: FindingUnfencedLock, At: ob.At, Holders: holders(ob.Holder),
+			Summary: "grants of this lock carry no fencing token: a resource cannot reject a paused holder's late writes"})
+	}
+
+	st.NextSeq++
+	renewed := renewedAt(ob)
+	ten := Tenure{
+		Lock: st.Lock.Key(), Seq: st.NextSeq, Holder: ob.Holder, Token: ob.Token,
+		GrantedAt: ob.At, Observed: ob.Kind == EventObserved, Position: ob.Position,
+		LastRenewedAt: renewed, LeaseDuration: ob.LeaseDuration,
+	}
+	if ob.LeaseDuration > 0 {
+		ten.ExpiresAt = renewed.Add(ob.LeaseDuration)
+	}
+	st.Recent = append(st.Recent, ten)
+	if n := len(st.Recent); n > t.cfg.RecentTenures {
+		st.Recent = append(st.Recent[:0], st.Recent[n-t.cfg.RecentTenures:]...)
+	}
+	o.tenure(st, &st.Recent[len(st.Recent)-1])
+
+	l := &st.Lock
+	l.State, l.Holder, l.Token = StateHeld, ob.Holder, ob.Token
+	l.AcquiredAt = ob.At
+	if ten.Observed {
+		l.AcquiredAt = time.Time{}
+	}
+	l.RenewedAt, l.ExpiresAt, l.LeaseDuration, l.ChangedAt = renewed, ten.ExpiresAt, ob.LeaseDuration, ob.At
+	o.event(st, Event{Kind: ob.Kind, At: ob.At, Holder: ob.Holder, Token: ob.Token, TTL: ob.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
+}
+
+func (t *Tracker) renew(o *output, st *TrackState, cur *Tenure, ob Observation) {
+	at := renewedAt(ob)
+	if !at.After(cur.LastRenewedAt) {
+		return // nothing new: a snapshot seeing the same tenure, or a replayed renewal
+	}
+	duration := cur.LeaseDuration
+	if ob.LeaseDuration > 0 {
+		duration = ob.LeaseDuration
+	}
+	detail := copyDetail(ob.Detail)
+	if !cur.ExpiresAt.IsZero() && cur.LeaseDuration > 0 {
+		left := cur.ExpiresAt.Sub(at)
+		ratio := float64(left) / float64(cur.LeaseDuration)
+		detail = withDetail(detail, "margin_ratio", round3(ratio))
+		if ratio < t.cfg.RenewMarginRatio {
+			o.finding(st, Finding{Kind: FindingLateRenewal, At: at, Tokens: tokens(cur.Token), Holders: holders(cur.Holder),
+				Summary: fmt.Sprintf("%s renewed with %.0f%% of the lease left (%s of %s)", orUnknown(cur.Holder), 100*ratio, left.Round(time.Millisecond), cur.LeaseDuration)})
+		}
+	}
+	if !ob.RenewedAt.IsZero() {
+		detail = withDetail(detail, "renewed_at", ob.RenewedAt.UTC().Format(time.RFC3339Nano))
+	}
+	cur.Renewals++
+	cur.LastRenewedAt, cur.LeaseDuration = at, duration
+	if duration > 0 {
+		cur.ExpiresAt = at.Add(duration)
+	}
+	o.tenure(st, cur)
+	l := &st.Lock
+	l.RenewedAt, l.ExpiresAt, l.LeaseDuration, l.ChangedAt = at, cur.ExpiresAt, duration, ob.At
+	o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.Holder, Token: cur.Token, TTL: duration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
+}
+
+// end closes cur. Superseded tenures get no event of their own: the grant
+// that superseded them records it.
+func (t *Tracker) end(o *output, st *TrackState, cur *Tenure, reason EndReason, at time.Time, inferred bool, detail map[string]any) {
+	cur.EndedAt, cur.End = at, reason
+	o.tenure(st, cur)
+	l := &st.Lock
+	l.ChangedAt = at
+	switch reason {
+	case EndReleased:
+		l.State, l.Holder, l.Token = StateFree, "", nil
+		l.AcquiredAt, l.RenewedAt, l.ExpiresAt = time.Time{}, time.Time{}, time.Time{}
+		o.event(st, Event{Kind: EventRelease, At: at, Holder: cur.Holder, Token: cur.Token, TTL: cur.LeaseDuration, Inferred: inferred, Detail: copyDetail(detail)})
+	case EndExpired:
+		l.State = StateExpired
+		o.event(st, Event{Kind: EventExpire, At: at, Holder: cur.Holder, Token: cur.Token, TTL: cur.LeaseDuration, Inferred: inferred, Detail: copyDetail(detail)})
+		how := "stopped renewing"
+		if inferred {
+			how = "stopped renewing (inferred)"
+		}
+		o.finding(st, Finding{Kind: FindingLeaseExpired, At: at, Tokens: tokens(cur.Token), Holders: holders(cur.Holder),
+			Summary: fmt.Sprintf("%s %s: its lease expired instead of being released, %s after the last renewal", orUnknown(cur.Holder), how, at.Sub(cur.LastRenewedAt).Round(time.Millisecond))})
+	}
+}
+
+// endInferred closes a tenure that ended out of the collector's sight: expired
+// if its lease had run out by then, released otherwise.
+func (t *Tracker) endInferred(o *output, st *TrackState, cur *Tenure, at time.Time, why string) {
+	reason := EndReleased
+	if !cur.ExpiresAt.IsZero() && !at.Before(cur.ExpiresAt) {
+		reason = EndExpired
+	}
+	t.end(o, st, cur, reason, at, true, map[string]any{"reason": why})
+}
+
+func (t *Tracker) blind(o *output, source string, b Blind) {
+	for _, key := range t.sourceLocks(source) {
+		st := t.locks[key]
+		detail := map[string]any{"from": b.From.UTC().Format(time.RFC3339Nano), "to": b.To.UTC().Format(time.RFC3339Nano)}
+		if b.Reason != "" {
+			detail["reason"] = b.Reason
+		}
+		o.event(st, Event{Kind: EventBlind, At: b.To, Detail: detail})
+		o.finding(st, Finding{Kind: FindingBlindWindow, At: b.From, Until: b.To,
+			Summary: fmt.Sprintf("the collector could not see %s for %s (%s): transitions in between are inferred", source, b.To.Sub(b.From).Round(time.Millisecond), orUnknown(b.Reason))})
+	}
+}
+
+// lock returns the lock's state, creating it on first sight.
+func (t *Tracker) lock(key LockKey, kind SourceKind) *TrackState {
+	st, ok := t.locks[key]
+	if !ok {
+		st = &TrackState{Lock: Lock{Source: key.Source, Name: key.Name, Kind: kind, Class: ClassLock, State: StateFree}}
+		t.locks[key] = st
+	}
+	if st.Lock.Kind == "" {
+		st.Lock.Kind = kind
+	}
+	return st
+}
+
+func (t *Tracker) advance(at time.Time) {
+	if at.After(t.now) {
+		t.now = at
+	}
+}
+
+func (t *Tracker) sourceLocks(source string) []LockKey {
+	var keys []LockKey
+	for k := range t.locks {
+		if k.Source == source {
+			keys = append(keys, k)
+		}
+	}
+	sortKeys(keys)
+	return keys
+}
+
+func (t *Tracker) sortedKeys() []LockKey {
+	keys := make([]LockKey, 0, len(t.locks))
+	for k := range t.locks {
+		keys = append(keys, k)
+	}
+	sortKeys(keys)
+	return keys
+}
+
+func sortKeys(keys []LockKey) {
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].Source != keys[j].Source {
+			return keys[i].Source < keys[j].Source
+		}
+		return keys[i].Name < keys[j].Name
+	})
+}
+
+// current returns the held tenure, or nil when the lock is not held.
+func (st *TrackState) current() *Tenure {
+	if n := len(st.Recent); n > 0 && st.Recent[n-1].Held() {
+		return &st.Recent[n-1]
+	}
+	return nil
+}
+
+// tenureWithToken returns the newest remembered tenure granted token.
+func (st *TrackState) tenureWithToken(token int64) *Tenure {
+	for i := len(st.Recent) - 1; i >= 0; i-- {
+		if tk := st.Recent[i].Token; tk != nil && *tk == token {
+			return &st.Recent[i]
+		}
+	}
+	return nil
+}
+
+func (st *TrackState) holderOf(token int64) string {
+	if ten := st.tenureWithToken(token); ten != nil {
+		return ten.Holder
+	}
+	return ""
+}
+
+func (st *TrackState) clone() TrackState {
+	c := *st
+	c.Recent = append([]Tenure(nil), st.Recent...)
+	if st.LastGrantToken != nil {
+		c.LastGrantToken = Int64(*st.LastGrantToken)
+	}
+	if st.Resources != nil {
+		c.Resources = make(map[string]*ResourceState, len(st.Resources))
+		for name, r := range st.Resources {
+			rc := &ResourceState{Pending: append([]PendingGrant(nil), r.Pending...)}
+			if r.Highest != nil {
+				rc.Highest = Int64(*r.Highest)
+			}
+			c.Resources[name] = rc
+		}
+	}
+	return c
+}
+
+// output gathers one step's changes. Each touched lock's state and each
+// touched tenure is written once, as it stands at the end of the step.
+type output struct {
+	b       Batch
+	locks   []*TrackState
+	touched map[*TrackState]bool
+	tenures map[tenureKey]int
+}
+
+type tenureKey struct {
+	lock LockKey
+	seq  int64
+}
+
+func newOutput() *output {
+	return &output{touched: make(map[*TrackState]bool), tenures: make(map[tenureKey]int)}
+}
+
+func (o *output) touch(st *TrackState) {
+	if !o.touched[st] {
+		o.touched[st] = true
+		o.locks = append(o.locks, st)
+	}
+}
+
+func (o *output) event(st *TrackState, e Event) {
+	o.touch(st)
+	e.Lock = st.Lock.Key()
+	o.b.Events = append(o.b.Events, e)
+}
+
+func (o *output) finding(st *TrackState, f Finding) {
+	o.touch(st)
+	f.Lock = st.Lock.Key()
+	f.Severity = f.Kind.Severity()
+	o.b.Findings = append(o.b.Findings, f)
+}
+
+func (o *output) tenure(st *TrackState, ten *Tenure) {
+	o.touch(st)
+	k := tenureKey{st.Lock.Key(), ten.Seq}
+	if i, ok := o.tenures[k]; ok {
+		o.b.Tenures[i] = *ten
+		return
+	}
+	o.tenures[k] = len(o.b.Tenures)
+	o.b.Tenures = append(o.b.Tenures, *ten)
+}
+
+func (o *output) batch() Batch {
+	for _, st := range o.locks {
+		o.b.Locks = append(o.b.Locks, st.clone())
+	}
+	return o.b
+}
+
+func renewedAt(ob Observation) time.Time {
+	if !ob.RenewedAt.IsZero() {
+		return ob.RenewedAt
+	}
+	return ob.At
+}
+
+func tokenEqual(a, b *int64) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+func tokens(ts ...*int64) []int64 {
+	var out []int64
+	for _, t := range ts {
+		if t != nil {
+			out = append(out, *t)
+		}
+	}
+	return out
+}
+
+func holders(hs ...string) []string {
+	var out []string
+	for _, h := range hs {
+		if h == "" {
+			continue
+		}
+		dup := false
+		for _, o := range out {
+			dup = dup || o == h
+		}
+		if !dup {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+func orUnknown(s string) string {
+	if s == "" {
+		return "an unknown holder"
+	}
+	return s
+}
+
+func copyDetail(d map[string]any) map[string]any {
+	if d == nil {
+		return nil
+	}
+	c := make(map[string]any, len(d))
+	for k, v := range d {
+		c[k] = v
+	}
+	return c
+}
+
+func withDetail(d map[string]any, k string, v any) map[string]any {
+	if d == nil {
+		d = make(map[string]any, 1)
+	}
+	d[k] = v
+	return d
+}
+
+func round3(f float64) float64 { return math.Round(f*1000) / 1000 }

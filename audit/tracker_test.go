@@ -1,0 +1,486 @@
+package audit_test
+
+import (
+	"reflect"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
+
+func at(d time.Duration) time.Time { return t0.Add(d) }
+
+// story drives a tracker the way a collector and a protected resource would,
+// and keeps everything it produced.
+type story struct {
+	t      *testing.T
+	tr     *audit.Tracker
+	source string
+	kind   audit.SourceKind
+	clock  bool // expire by clock, like Kubernetes and Redis
+	seq    bool // sequential tokens, like leaseTransitions
+	out    audit.Batch
+}
+
+func newStory(t *testing.T, kind audit.SourceKind) *story {
+	s := &story{t: t, tr: audit.NewTracker(audit.TrackerConfig{RenewMarginRatio: 0.25}), source: "src", kind: kind}
+	s.clock = kind != audit.KindEtcd
+	s.seq = kind == audit.KindKubernetes
+	return s
+}
+
+func (s *story) key() audit.LockKey { return audit.LockKey{Source: s.source, Name: "orders"} }
+
+func (s *story) observe(obs ...audit.Observation) {
+	for i := range obs {
+		obs[i].Lock = s.key()
+	}
+	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Observations: obs, ExpireByClock: s.clock, SequentialTokens: s.seq}))
+}
+
+func (s *story) grant(holder string, token int64, when time.Time, lease time.Duration) {
+	s.observe(audit.Observation{Kind: audit.EventGrant, At: when, Holder: holder, Token: audit.Int64(token), LeaseDuration: lease})
+}
+
+func (s *story) grantUnfenced(holder string, when time.Time, lease time.Duration) {
+	s.observe(audit.Observation{Kind: audit.EventGrant, At: when, Holder: holder, LeaseDuration: lease})
+}
+
+func (s *story) renew(holder string, token int64, when time.Time) {
+	s.observe(audit.Observation{Kind: audit.EventRenew, At: when, Holder: holder, Token: audit.Int64(token)})
+}
+
+func (s *story) release(holder string, when time.Time) {
+	s.observe(audit.Observation{Kind: audit.EventRelease, At: when, Holder: holder})
+}
+
+func (s *story) expire(holder string, when time.Time) {
+	s.observe(audit.Observation{Kind: audit.EventExpire, At: when, Holder: holder})
+}
+
+func (s *story) tick(when time.Time) { s.out.Append(s.tr.Tick(when)) }
+
+func (s *story) write(resource string, token int64, outcome audit.WriteOutcome, when time.Time) {
+	s.out.Append(s.tr.ReportWrite(audit.WriteReport{Source: s.source, Lock: "orders", Resource: resource, Token: audit.Int64(token), Outcome: outcome, At: when}))
+}
+
+func (s *story) blind(from, to time.Time) {
+	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Blind: &audit.Blind{From: from, To: to, Reason: "compaction"}}))
+}
+
+func (s *story) findings() []audit.FindingKind {
+	var kinds []audit.FindingKind
+	for _, f := range s.out.Findings {
+		kinds = append(kinds, f.Kind)
+	}
+	return kinds
+}
+
+func (s *story) events() []audit.EventKind {
+	var kinds []audit.EventKind
+	for _, e := range s.out.Events {
+		kinds = append(kinds, e.Kind)
+	}
+	return kinds
+}
+
+func (s *story) finding(kind audit.FindingKind) audit.Finding {
+	s.t.Helper()
+	for _, f := range s.out.Findings {
+		if f.Kind == kind {
+			return f
+		}
+	}
+	s.t.Fatalf("no %s finding; findings = %v", kind, s.findings())
+	return audit.Finding{}
+}
+
+func TestTrackerFindings(t *testing.T) {
+	const lease = 10 * time.Second
+	tests := []struct {
+		name  string
+		kind  audit.SourceKind
+		story func(s *story)
+		want  []audit.FindingKind
+		check func(t *testing.T, s *story)
+	}{
+		{
+			name: "CleanHandoverHasNoFindings",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 41, at(0), lease)
+				s.renew("A", 41, at(3*time.Second))
+				s.release("A", at(5*time.Second))
+				s.grant("B", 42, at(5*time.Second), lease)
+			},
+			want: nil,
+		},
+		{
+			// A restored backup handed out an old revision again.
+			name: "TokenRegression",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 42, at(0), lease)
+				s.release("A", at(time.Second))
+				s.grant("B", 41, at(2*time.Second), lease)
+			},
+			want: []audit.FindingKind{audit.FindingTokenRegression},
+			check: func(t *testing.T, s *story) {
+				f := s.finding(audit.FindingTokenRegression)
+				if f.Severity != audit.SeverityCritical || !reflect.DeepEqual(f.Tokens, []int64{42, 41}) || !reflect.DeepEqual(f.Holders, []string{"A", "B"}) {
+					t.Fatalf("finding = %+v, want critical, tokens [42 41], holders [A B]", f)
+				}
+			},
+		},
+		{
+			// A Kubernetes holder restarts under its old identity after its lease
+			// expired; client-go keeps leaseTransitions, so the token repeats.
+			name: "TokenReuseAfterSameIdentityReacquires",
+			kind: audit.KindKubernetes,
+			story: func(s *story) {
+				s.grant("pod-a", 3, at(0), lease)
+				s.tick(at(11 * time.Second))
+				s.grant("pod-a", 3, at(20*time.Second), lease)
+			},
+			want: []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingTokenReuse},
+			check: func(t *testing.T, s *story) {
+				if f := s.finding(audit.FindingTokenReuse); f.Severity != audit.SeverityCritical {
+					t.Fatalf("severity = %s, want critical", f.Severity)
+				}
+				st, _ := s.tr.State(s.key())
+				if len(st.Recent) != 2 || st.Recent[0].End != audit.EndExpired || !st.Recent[1].Held() {
+					t.Fatalf("tenures = %+v, want an expired tenure then a held one", st.Recent)
+				}
+			},
+		},
+		{
+			name: "TokenSkipOnSequentialTokens",
+			kind: audit.KindKubernetes,
+			story: func(s *story) {
+				s.grant("A", 3, at(0), lease)
+				s.grant("B", 5, at(30*time.Second), lease) // after A expired: no overlap
+			},
+			want: []audit.FindingKind{audit.FindingTokenSkip},
+			check: func(t *testing.T, s *story) {
+				if f := s.finding(audit.FindingTokenSkip); f.Severity != audit.SeverityWarning || !reflect.DeepEqual(f.Tokens, []int64{3, 5}) {
+					t.Fatalf("finding = %+v, want warning with tokens [3 5]", f)
+				}
+			},
+		},
+		{
+			name: "EtcdRevisionsSkipWithoutFinding",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 10, at(0), lease)
+				s.release("A", at(time.Second))
+				s.grant("B", 17, at(time.Second), lease)
+			},
+			want: nil,
+		},
+		{
+			// B takes over while A's lease still had 6 s to run: both may act.
+			name: "OverlapWhilePreviousLeaseValid",
+			kind: audit.KindKubernetes,
+			story: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.grant("B", 2, at(4*time.Second), lease)
+			},
+			want: []audit.FindingKind{audit.FindingOverlap},
+			check: func(t *testing.T, s *story) {
+				f := s.finding(audit.FindingOverlap)
+				if !f.At.Equal(at(4*time.Second)) || !f.Until.Equal(at(10*time.Second)) {
+					t.Fatalf("overlap = %s..%s, want %s..%s", f.At, f.Until, at(4*time.Second), at(10*time.Second))
+				}
+				st, _ := s.tr.State(s.key())
+				if st.Recent[0].End != audit.EndSuperseded {
+					t.Fatalf("A's end = %q, want superseded", st.Recent[0].End)
+				}
+			},
+		},
+		{
+			name: "NoOverlapAfterPreviousLeaseRanOut",
+			kind: audit.KindKubernetes,
+			story: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.grant("B", 2, at(10*time.Second), lease)
+			},
+			want: nil,
+		},
+		{
+			// A pauses, its lease passes to B, and A's late write lands because
+			// the resource never checked: the protection failed.
+			name: "UnfencedWriteOfOldTokenAfterNewGrant",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 41, at(0), lease)
+				s.write("ledger", 41, audit.WriteAccepted, at(time.Second))
+				s.expire("A", at(10*time.Second))
+				s.grant("B", 42, at(10*time.Second), lease)
+				s.write("ledger", 42, audit.WriteAccepted, at(11*time.Second))
+				s.write("ledger", 41, audit.WriteAccepted, at(12*time.Second))
+			},
+			want: []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingExposure, audit.FindingUnfencedWrite},
+			check: func(t *testing.T, s *story) {
+				f := s.finding(audit.FindingUnfencedWrite)
+				if f.Severity != audit.SeverityCritical || f.Resource != "ledger" || !reflect.DeepEqual(f.Tokens, []int64{41, 42}) {
+					t.Fatalf("finding = %+v, want critical on ledger with tokens [41 42]", f)
+				}
+			},
+		},
+		{
+			name: "UnfencedWriteAfterTenureEndedWithoutNewGrant",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 41, at(0), lease)
+				s.expire("A", at(10*time.Second))
+				s.write("ledger", 41, audit.WriteAccepted, at(13*time.Second))
+			},
+			want: []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingUnfencedWrite},
+		},
+		{
+			// Grant 41 to A, A pauses, grant 42 to B, A's write with 41 is
+			// rejected: fencing worked and shows a zombie holder.
+			name: "PausedHolderWriteRejected",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 41, at(0), lease)
+				s.expire("A", at(10*time.Second))
+				s.grant("B", 42, at(10*time.Second), lease)
+				s.write("ledger", 42, audit.WriteAccepted, at(10500*time.Millisecond))
+				s.write("ledger", 41, audit.WriteRejected, at(12*time.Second))
+			},
+			want: []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingStaleWrite},
+			check: func(t *testing.T, s *story) {
+				f := s.finding(audit.FindingStaleWrite)
+				if f.Severity != audit.SeverityInfo || !reflect.DeepEqual(f.Holders, []string{"A"}) {
+					t.Fatalf("finding = %+v, want info naming A", f)
+				}
+			},
+		},
+		{
+			// The resource keeps taking token 41 for 3 s after 42 was granted.
+			name: "ExposureUntilResourceLearnsNewToken",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 41, at(0), lease)
+				s.write("ledger", 41, audit.WriteAccepted, at(time.Second))
+				s.release("A", at(2*time.Second))
+				s.grant("B", 42, at(2*time.Second), lease)
+				s.write("ledger", 42, audit.WriteAccepted, at(5*time.Second))
+				s.write("ledger", 42, audit.WriteAccepted, at(6*time.Second))
+			},
+			want: []audit.FindingKind{audit.FindingExposure},
+			check: func(t *testing.T, s *story) {
+				f := s.finding(audit.FindingExposure)
+				if !f.At.Equal(at(2*time.Second)) || !f.Until.Equal(at(5*time.Second)) || f.Resource != "ledger" || f.Severity != audit.SeverityInfo {
+					t.Fatalf("exposure = %+v, want ledger %s..%s info", f, at(2*time.Second), at(5*time.Second))
+				}
+			},
+		},
+		{
+			name: "LateRenewal",
+			kind: audit.KindKubernetes,
+			story: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.renew("A", 1, at(5*time.Second))  // 50% left: fine
+				s.renew("A", 1, at(13*time.Second)) // 2 s of 10 s left: late
+			},
+			want: []audit.FindingKind{audit.FindingLateRenewal},
+			check: func(t *testing.T, s *story) {
+				st, _ := s.tr.State(s.key())
+				if cur := st.Recent[0]; cur.Renewals != 2 || !cur.ExpiresAt.Equal(at(23*time.Second)) {
+					t.Fatalf("tenure = %+v, want 2 renewals, expiring at %s", cur, at(23*time.Second))
+				}
+			},
+		},
+		{
+			name: "LeaseExpiredByBackend",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 7, at(0), lease)
+				s.expire("A", at(10*time.Second))
+			},
+			want: []audit.FindingKind{audit.FindingLeaseExpired},
+		},
+		{
+			// Kubernetes never says a lease expired: the tracker's clock does.
+			name: "LeaseExpiredByTrackerClock",
+			kind: audit.KindKubernetes,
+			story: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.tick(at(9 * time.Second))
+				s.tick(at(10 * time.Second))
+			},
+			want: []audit.FindingKind{audit.FindingLeaseExpired},
+			check: func(t *testing.T, s *story) {
+				e := s.out.Events[len(s.out.Events)-1]
+				if e.Kind != audit.EventExpire || !e.Inferred || !e.At.Equal(at(10*time.Second)) {
+					t.Fatalf("last event = %+v, want an inferred expire at %s", e, at(10*time.Second))
+				}
+			},
+		},
+		{
+			name: "EtcdLeaseIsNotExpiredByTrackerClock",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.tick(at(time.Minute))
+			},
+			want: nil,
+		},
+		{
+			name: "UnfencedLockReportedOnce",
+			kind: audit.KindRedis,
+			story: func(s *story) {
+				s.grantUnfenced("A", at(0), lease)
+				s.release("A", at(time.Second))
+				s.grantUnfenced("B", at(2*time.Second), lease)
+			},
+			want: []audit.FindingKind{audit.FindingUnfencedLock},
+		},
+		{
+			name: "BlindWindowOnEveryLockOfTheSource",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.blind(at(time.Second), at(time.Minute))
+			},
+			want: []audit.FindingKind{audit.FindingBlindWindow},
+			check: func(t *testing.T, s *story) {
+				f := s.finding(audit.FindingBlindWindow)
+				if !f.At.Equal(at(time.Second)) || !f.Until.Equal(at(time.Minute)) {
+					t.Fatalf("blind window = %s..%s, want %s..%s", f.At, f.Until, at(time.Second), at(time.Minute))
+				}
+				if got := s.events(); got[len(got)-1] != audit.EventBlind {
+					t.Fatalf("events = %v, want a blind event last", got)
+				}
+			},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStory(t, tt.kind)
+			tt.story(s)
+			if got := s.findings(); !slices.Equal(got, tt.want) {
+				t.Fatalf("findings = %v, want %v", got, tt.want)
+			}
+			for _, f := range s.out.Findings {
+				if f.Severity != f.Kind.Severity() || f.Summary == "" {
+					t.Fatalf("finding %+v: want severity %s and a summary", f, f.Kind.Severity())
+				}
+			}
+			if tt.check != nil {
+				tt.check(t, s)
+			}
+		})
+	}
+}
+
+func TestTrackerEvents(t *testing.T) {
+	const lease = 10 * time.Second
+	t.Run("ObservedAtStartHasNoGrantTime", func(t *testing.T) {
+		s := newStory(t, audit.KindEtcd)
+		s.observe(audit.Observation{Kind: audit.EventObserved, At: at(0), Holder: "A", Token: audit.Int64(5), LeaseDuration: lease})
+		st, _ := s.tr.State(s.key())
+		if got := s.events(); !slices.Equal(got, []audit.EventKind{audit.EventObserved}) {
+			t.Fatalf("events = %v, want [observed]", got)
+		}
+		if !st.Lock.AcquiredAt.IsZero() || !st.Recent[0].Observed || st.Lock.State != audit.StateHeld {
+			t.Fatalf("lock = %+v tenure = %+v, want held, unknown acquired_at, observed tenure", st.Lock, st.Recent[0])
+		}
+	})
+	t.Run("SnapshotRepeatingTheHolderChangesNothing", func(t *testing.T) {
+		s := newStory(t, audit.KindEtcd)
+		s.grant("A", 5, at(0), lease)
+		before := len(s.out.Events)
+		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Snapshot: true, Observations: []audit.Observation{
+			{Lock: s.key(), Kind: audit.EventGrant, At: at(time.Second), Holder: "A", Token: audit.Int64(5), LeaseDuration: lease, Inferred: true},
+		}}))
+		if len(s.out.Events) != before {
+			t.Fatalf("events = %v, want no new event", s.events()[before:])
+		}
+	})
+	t.Run("SnapshotEndsLocksThatVanishedWhileBlind", func(t *testing.T) {
+		s := newStory(t, audit.KindEtcd)
+		s.grant("A", 5, at(0), lease)
+		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Snapshot: true, At: at(time.Minute),
+			Blind: &audit.Blind{From: at(time.Second), To: at(time.Minute)}}))
+		last := s.out.Events[len(s.out.Events)-1]
+		if last.Kind != audit.EventExpire || !last.Inferred {
+			t.Fatalf("last event = %+v, want an inferred expire (the lease had run out)", last)
+		}
+	})
+	t.Run("InferredGrantAfterBlindDoesNotClaimOverlap", func(t *testing.T) {
+		s := newStory(t, audit.KindEtcd)
+		s.grant("A", 5, at(0), lease)
+		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Snapshot: true, Blind: &audit.Blind{From: at(time.Second), To: at(2 * time.Second)},
+			Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(2 * time.Second), Holder: "B", Token: audit.Int64(9), LeaseDuration: lease, Inferred: true}}}))
+		if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingBlindWindow}) {
+			t.Fatalf("findings = %v, want only the blind window", got)
+		}
+		if got := s.events(); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventBlind, audit.EventRelease, audit.EventGrant}) {
+			t.Fatalf("events = %v", got)
+		}
+	})
+	t.Run("RenewWithoutGrantIsAnInferredGrant", func(t *testing.T) {
+		s := newStory(t, audit.KindKubernetes)
+		s.renew("A", 1, at(0))
+		if e := s.out.Events[0]; e.Kind != audit.EventGrant || !e.Inferred {
+			t.Fatalf("event = %+v, want inferred grant", e)
+		}
+	})
+	t.Run("ReleaseClearsHolder", func(t *testing.T) {
+		s := newStory(t, audit.KindEtcd)
+		s.grant("A", 5, at(0), lease)
+		s.release("A", at(time.Second))
+		st, _ := s.tr.State(s.key())
+		if st.Lock.State != audit.StateFree || st.Lock.Holder != "" || st.Recent[0].End != audit.EndReleased {
+			t.Fatalf("lock = %+v, want free with no holder", st.Lock)
+		}
+	})
+	t.Run("ClockExpiryThenBackendConfirmationIsOneExpiry", func(t *testing.T) {
+		s := newStory(t, audit.KindRedis)
+		s.grant("A", 5, at(0), lease)
+		s.tick(at(11 * time.Second))
+		s.expire("A", at(11500*time.Millisecond))
+		if got := s.events(); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventExpire}) {
+			t.Fatalf("events = %v, want one grant and one expire", got)
+		}
+	})
+}
+
+func TestTrackerRestoreResumes(t *testing.T) {
+	const lease = 10 * time.Second
+	s := newStory(t, audit.KindEtcd)
+	s.grant("A", 41, at(0), lease)
+	s.write("ledger", 41, audit.WriteAccepted, at(time.Second))
+
+	// Restore a fresh tracker from the last saved state of each lock, as the
+	// recorder does after a restart.
+	last := map[audit.LockKey]audit.TrackState{}
+	for _, st := range s.out.Locks {
+		last[st.Lock.Key()] = st
+	}
+	var states []audit.TrackState
+	for _, st := range last {
+		states = append(states, st)
+	}
+	s.tr = audit.NewTracker(audit.TrackerConfig{})
+	s.tr.Restore(states)
+	s.out = audit.Batch{}
+
+	s.expire("A", at(10*time.Second))
+	s.grant("B", 42, at(10*time.Second), lease)
+	s.write("ledger", 41, audit.WriteRejected, at(11*time.Second))
+	s.write("ledger", 42, audit.WriteAccepted, at(12*time.Second))
+	want := []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingStaleWrite, audit.FindingExposure}
+	if got := s.findings(); !slices.Equal(got, want) {
+		t.Fatalf("findings after restore = %v, want %v", got, want)
+	}
+	if got := s.out.Tenures[len(s.out.Tenures)-1].Seq; got != 2 {
+		t.Fatalf("B's tenure seq = %d, want 2", got)
+	}
+}
