@@ -1,0 +1,246 @@
+package main
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"regexp"
+	"strconv"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// Config is the configuration file (DESIGN.md, "Configuration file").
+type Config struct {
+	Listen       string         `yaml:"listen"`
+	Database     string         `yaml:"database"`
+	IngestTokens []string       `yaml:"ingest_tokens"`
+	Alerts       AlertsConfig   `yaml:"alerts"`
+	Sources      []SourceConfig `yaml:"sources"`
+}
+
+// AlertsConfig holds alerting thresholds.
+type AlertsConfig struct {
+	RenewMarginRatio float64 `yaml:"renew_margin_ratio"`
+}
+
+// SourceConfig is one backend endpoint. Which fields apply depends on Kind.
+type SourceConfig struct {
+	Name string `yaml:"name"`
+	Kind string `yaml:"kind"`
+
+	// etcd
+	Endpoints []string `yaml:"endpoints"`
+	Prefixes  []string `yaml:"prefixes"`
+	Username  string   `yaml:"username"`
+	Password  string   `yaml:"password"`
+
+	// kubernetes
+	Kubeconfig          string   `yaml:"kubeconfig"`
+	Context             string   `yaml:"context"`
+	Namespaces          []string `yaml:"namespaces"`
+	HeartbeatNamespaces []string `yaml:"heartbeat_namespaces"`
+
+	// redis
+	Addr     string          `yaml:"addr"`
+	Addrs    []string        `yaml:"addrs"`
+	Patterns []string        `yaml:"patterns"`
+	Token    *RedisTokenRule `yaml:"token"`
+}
+
+// RedisTokenRule says where a Redis lock's fencing token comes from.
+type RedisTokenRule struct {
+	CounterKey   string `yaml:"counter_key"`
+	ValuePattern string `yaml:"value_pattern"`
+}
+
+// Defaults for an omitted field.
+const (
+	defaultListen           = "127.0.0.1:8080"
+	defaultDatabase         = "leasewatch.db"
+	defaultRenewMarginRatio = 0.25
+)
+
+// supportedKinds are the source kinds this build has collectors for.
+var supportedKinds = map[audit.SourceKind]bool{audit.KindEtcd: true}
+
+// LoadConfig reads and validates the configuration file at path.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	cfg, err := ParseConfig(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// ParseConfig decodes a configuration file, fills defaults and validates it.
+// Errors name the offending field, e.g. `sources[1].endpoints: ...`.
+func ParseConfig(data []byte) (*Config, error) {
+	var root yaml.Node
+	if err := yaml.Unmarshal(data, &root); err != nil {
+		return nil, fmt.Errorf("config is not valid YAML: %w", err)
+	}
+	cfg := &Config{}
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
+		return nil, nameFields(err, &root)
+	}
+	if cfg.Listen == "" {
+		cfg.Listen = defaultListen
+	}
+	if cfg.Database == "" {
+		cfg.Database = defaultDatabase
+	}
+	if cfg.Alerts.RenewMarginRatio == 0 {
+		cfg.Alerts.RenewMarginRatio = defaultRenewMarginRatio
+	}
+	return cfg, cfg.Validate()
+}
+
+// Validate checks every field and returns the first problem, naming it.
+func (c *Config) Validate() error {
+	if _, _, err := splitHostPort(c.Listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
+	}
+	for i, tok := range c.IngestTokens {
+		if strings.TrimSpace(tok) == "" {
+			return fmt.Errorf("ingest_tokens[%d]: must not be empty", i)
+		}
+	}
+	if r := c.Alerts.RenewMarginRatio; r <= 0 || r >= 1 {
+		return fmt.Errorf("alerts.renew_margin_ratio: %v is outside (0, 1)", r)
+	}
+	names := make(map[string]int)
+	for i, s := range c.Sources {
+		field := fmt.Sprintf("sources[%d]", i)
+		if err := s.validate(); err != nil {
+			return fmt.Errorf("%s.%w", field, err)
+		}
+		if j, dup := names[s.Name]; dup {
+			return fmt.Errorf("%s.name: %q is already the name of sources[%d]", field, s.Name, j)
+		}
+		names[s.Name] = i
+	}
+	return nil
+}
+
+func (s *SourceConfig) validate() error {
+	switch {
+	case s.Name == "":
+		return errors.New("name: required")
+	case strings.ContainsAny(s.Name, "/ \t\n"):
+		return fmt.Errorf("name: %q must not contain '/' or white space (locks are named SOURCE/NAME)", s.Name)
+	}
+	kind := audit.SourceKind(s.Kind)
+	if !kind.Valid() {
+		return fmt.Errorf("kind: %q is not one of etcd, kubernetes, redis", s.Kind)
+	}
+	if !supportedKinds[kind] {
+		return fmt.Errorf("kind: %q sources are not supported by this version yet (supported: etcd)", s.Kind)
+	}
+	switch kind {
+	case audit.KindEtcd:
+		if len(s.Endpoints) == 0 {
+			return errors.New("endpoints: at least one etcd endpoint is required")
+		}
+		for i, e := range s.Endpoints {
+			if strings.TrimSpace(e) == "" {
+				return fmt.Errorf("endpoints[%d]: must not be empty", i)
+			}
+		}
+		if len(s.Prefixes) == 0 {
+			return errors.New("prefixes: at least one key prefix is required")
+		}
+		for i, p := range s.Prefixes {
+			if strings.TrimSpace(p) == "" {
+				return fmt.Errorf("prefixes[%d]: must not be empty", i)
+			}
+		}
+	}
+	return nil
+}
+
+// SourceKinds maps each configured source to its kind.
+func (c *Config) SourceKinds() map[string]audit.SourceKind {
+	m := make(map[string]audit.SourceKind, len(c.Sources))
+	for _, s := range c.Sources {
+		m[s.Name] = audit.SourceKind(s.Kind)
+	}
+	return m
+}
+
+func splitHostPort(addr string) (string, int, error) {
+	i := strings.LastIndex(addr, ":")
+	if i < 0 {
+		return "", 0, fmt.Errorf("%q: want HOST:PORT", addr)
+	}
+	port, err := strconv.Atoi(addr[i+1:])
+	if err != nil || port < 0 || port > 65535 {
+		return "", 0, fmt.Errorf("%q: port must be a number from 0 to 65535", addr)
+	}
+	return addr[:i], port, nil
+}
+
+var lineRE = regexp.MustCompile(`line (\d+): `)
+
+// nameFields rewrites yaml's "line N: ..." messages to name the field at that
+// line, e.g. "sources[0].endpoints (line 7): cannot unmarshal ...".
+func nameFields(err error, root *yaml.Node) error {
+	paths := make(map[int]string)
+	walkPaths(root, "", paths)
+	var te *yaml.TypeError
+	msgs := []string{err.Error()}
+	if errors.As(err, &te) {
+		msgs = te.Errors
+	}
+	for i, m := range msgs {
+		msgs[i] = lineRE.ReplaceAllStringFunc(m, func(s string) string {
+			n, _ := strconv.Atoi(lineRE.FindStringSubmatch(s)[1])
+			if p, ok := paths[n]; ok {
+				return fmt.Sprintf("%s (line %d): ", p, n)
+			}
+			return s
+		})
+		msgs[i] = strings.TrimPrefix(msgs[i], "yaml: unmarshal errors:\n  ")
+	}
+	return errors.New(strings.Join(msgs, "; "))
+}
+
+func walkPaths(n *yaml.Node, path string, out map[int]string) {
+	switch n.Kind {
+	case yaml.DocumentNode:
+		for _, c := range n.Content {
+			walkPaths(c, path, out)
+		}
+	case yaml.MappingNode:
+		for i := 0; i+1 < len(n.Content); i += 2 {
+			k, v := n.Content[i], n.Content[i+1]
+			p := k.Value
+			if path != "" {
+				p = path + "." + k.Value
+			}
+			if _, ok := out[k.Line]; !ok || v.Kind == yaml.ScalarNode {
+				out[k.Line] = p
+			}
+			walkPaths(v, p, out)
+		}
+	case yaml.SequenceNode:
+		for i, c := range n.Content {
+			p := fmt.Sprintf("%s[%d]", path, i)
+			if _, ok := out[c.Line]; !ok {
+				out[c.Line] = p
+			}
+			walkPaths(c, p, out)
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package main
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseConfigContractExample(t *testing.T) {
+	cfg, err := ParseConfig([]byte(`
+listen: 127.0.0.1:9090
+database: /var/lib/leasewatch/lw.db
+ingest_tokens: ["change-me"]
+alerts:
+  renew_margin_ratio: 0.3
+sources:
+  - name: prod-etcd
+    kind: etcd
+    endpoints: ["127.0.0.1:2379"]
+    prefixes: ["/locks/", "/election/"]
+`))
+	if err != nil {
+		t.Fatalf("ParseConfig: %v", err)
+	}
+	if cfg.Listen != "127.0.0.1:9090" || cfg.Database != "/var/lib/leasewatch/lw.db" || cfg.Alerts.RenewMarginRatio != 0.3 {
+		t.Fatalf("config = %+v", cfg)
+	}
+	if s := cfg.Sources[0]; s.Name != "prod-etcd" || len(s.Prefixes) != 2 || s.Endpoints[0] != "127.0.0.1:2379" {
+		t.Fatalf("source = %+v", s)
+	}
+}
+
+func TestParseConfigDefaults(t *testing.T) {
+	cfg, err := ParseConfig(nil)
+	if err != nil {
+		t.Fatalf("ParseConfig(empty): %v", err)
+	}
+	if cfg.Listen != defaultListen || cfg.Database != defaultDatabase || cfg.Alerts.RenewMarginRatio != defaultRenewMarginRatio {
+		t.Fatalf("defaults = %+v", cfg)
+	}
+}
+
+func TestParseConfigErrorsNameTheField(t *testing.T) {
+	etcd := "  - name: e\n    kind: etcd\n    endpoints: [\"127.0.0.1:2379\"]\n    prefixes: [\"/locks/\"]\n"
+	tests := []struct {
+		name, yaml, want string
+	}{
+		{"UnknownTopLevelField", "listne: 1.2.3.4:80\n", "listne"},
+		{"UnknownSourceField", "sources:\n  - name: e\n    kind: etcd\n    endpoint: x\n", "sources[0].endpoint"},
+		{"WrongType", "alerts:\n  renew_margin_ratio: lots\n", "alerts.renew_margin_ratio"},
+		{"RatioOutOfRange", "alerts:\n  renew_margin_ratio: 1.5\n", "alerts.renew_margin_ratio"},
+		{"BadListen", "listen: localhost\n", "listen"},
+		{"EmptyIngestToken", "ingest_tokens: [\"ok\", \"\"]\n", "ingest_tokens[1]"},
+		{"MissingName", "sources:\n  - kind: etcd\n", "sources[0].name"},
+		{"SlashInName", "sources:\n  - name: a/b\n    kind: etcd\n", "sources[0].name"},
+		{"UnknownKind", "sources:\n  - name: x\n    kind: zookeeper\n", "sources[0].kind"},
+		{"KindNotYetSupported", "sources:\n  - name: x\n    kind: redis\n    addr: 127.0.0.1:6379\n", "sources[0].kind"},
+		{"NoEndpoints", "sources:\n  - name: x\n    kind: etcd\n    prefixes: [\"/l/\"]\n", "sources[0].endpoints"},
+		{"NoPrefixes", "sources:\n  - name: x\n    kind: etcd\n    endpoints: [\"h:1\"]\n", "sources[0].prefixes"},
+		{"DuplicateName", "sources:\n" + etcd + etcd, "sources[1].name"},
+		{"NotYAML", "listen: [\n", "not valid YAML"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseConfig([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("ParseConfig accepted %q", tt.yaml)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %q, want it to name %q", err, tt.want)
+			}
+		})
+	}
+}
