@@ -1,0 +1,40 @@
+# leasewatch — build, test and checks. `make test` is what CI runs.
+GO       ?= go
+PKGS     := ./...
+# The race detector slows embedded etcd a lot; tests are sized for 2 cores.
+TESTFLAGS ?= -race -count=1 -timeout 20m
+
+.PHONY: all build test check generate deps demo clean
+
+all: build
+
+build:
+	$(GO) build -o bin/leasewatch ./cmd/leasewatch
+
+## deps: install or build what the tests need on a fresh Debian machine.
+## Today that is only the Go toolchain and modules: etcd runs in-process.
+deps:
+	@command -v $(GO) >/dev/null || { echo "Go is required: https://go.dev/doc/install" >&2; exit 1; }
+	$(GO) mod download
+
+## test: every test, with the race detector.
+test: deps
+	$(GO) vet $(PKGS)
+	$(GO) test $(TESTFLAGS) $(PKGS)
+
+## generate: regenerate templ views (generated files are committed).
+generate:
+	$(GO) tool templ generate
+
+## check: formatting, tidy modules and generated files are up to date.
+check:
+	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
+	$(GO) mod tidy -diff
+	$(GO) tool templ generate
+	@git diff --exit-code -- '*_templ.go' || { echo "templ output is stale: run make generate and commit" >&2; exit 1; }
+
+demo:
+	$(GO) run ./cmd/leasewatch demo
+
+clean:
+	rm -rf bin
