@@ -1,0 +1,371 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// Apply writes b in one transaction: lock rows and the tracker's memory of
+// them, tenures, events, findings and cursors. Later entries for the same
+// lock, tenure or cursor replace earlier ones. Locks are matched by key
+// (TrackState.Lock.ID is ignored); a lock referenced only by a tenure, event or
+// finding gets a bare row (class lock, state free). An empty Finding.Severity
+// is filled from its kind. Concurrent calls are serialized.
+func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
+	if b.Empty() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	tx, err := s.writer.BeginTx(ctx, nil)
+	if err != nil {
+		return fmt.Errorf("apply batch: begin: %w", err)
+	}
+	defer tx.Rollback()
+	w := &batchWriter{tx: tx, committed: s.ids, added: make(map[audit.LockKey]int64)}
+	if err := w.write(ctx, b); err != nil {
+		return fmt.Errorf("apply batch: %w", err)
+	}
+	if err := tx.Commit(); err != nil {
+		return fmt.Errorf("apply batch: commit: %w", err)
+	}
+	// Only now are the new rows' ids real; had the transaction rolled back,
+	// they could be handed out again to other locks.
+	for k, id := range w.added {
+		s.ids[k] = id
+	}
+	return nil
+}
+
+// batchWriter writes one batch inside one transaction.
+type batchWriter struct {
+	tx        *sql.Tx
+	committed map[audit.LockKey]int64 // read only: ids of committed lock rows
+	added     map[audit.LockKey]int64 // ids resolved or created in this transaction
+}
+
+func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
+	locks := lastBy(b.Locks, func(st audit.TrackState) audit.LockKey { return st.Lock.Key() })
+	if err := w.putLocks(ctx, locks); err != nil {
+		return err
+	}
+	type tenureKey struct {
+		lock audit.LockKey
+		seq  int64
+	}
+	tenures := lastBy(b.Tenures, func(t audit.Tenure) tenureKey { return tenureKey{t.Lock, t.Seq} })
+	if err := w.putTenures(ctx, tenures); err != nil {
+		return err
+	}
+	if err := w.putEvents(ctx, b.Events); err != nil {
+		return err
+	}
+	if err := w.putFindings(ctx, b.Findings); err != nil {
+		return err
+	}
+	cursors := lastBy(b.Cursors, func(c audit.Cursor) string { return c.Source })
+	for _, c := range cursors {
+		if _, err := w.tx.ExecContext(ctx, `INSERT INTO cursors (source, position, at) VALUES (?, ?, ?)
+			ON CONFLICT (source) DO UPDATE SET position = excluded.position, at = excluded.at`,
+			c.Source, c.Position, nanos(c.At)); err != nil {
+			return fmt.Errorf("cursor of %s: %w", c.Source, err)
+		}
+	}
+	return nil
+}
+
+// lastBy returns the last of the items sharing each key, in the order of those
+// last occurrences.
+func lastBy[T any, K comparable](items []T, key func(T) K) []T {
+	if len(items) < 2 {
+		return items
+	}
+	seen := make(map[K]bool, len(items))
+	out := make([]T, 0, len(items))
+	for i := len(items) - 1; i >= 0; i-- {
+		k := key(items[i])
+		if seen[k] {
+			continue
+		}
+		seen[k] = true
+		out = append(out, items[i])
+	}
+	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+		out[i], out[j] = out[j], out[i]
+	}
+	return out
+}
+
+func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) error {
+	if len(states) == 0 {
+		return nil
+	}
+	stmt, err := w.tx.PrepareContext(ctx, `INSERT INTO locks (source, name, kind, class, state, holder, token,
+			acquired_at, renewed_at, expires_at, lease_duration_ms, changed_at, track_state)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (source, name) DO UPDATE SET
+			kind = excluded.kind, class = excluded.class, state = excluded.state,
+			holder = excluded.holder, token = excluded.token, acquired_at = excluded.acquired_at,
+			renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
+			lease_duration_ms = excluded.lease_duration_ms, changed_at = excluded.changed_at,
+			track_state = excluded.track_state
+		RETURNING id`)
+	if err != nil {
+		return fmt.Errorf("prepare lock upsert: %w", err)
+	}
+	defer stmt.Close()
+	for _, st := range states {
+		l := st.Lock
+		state, err := json.Marshal(st)
+		if err != nil {
+			return fmt.Errorf("lock %s: encode track state: %w", l.Key(), err)
+		}
+		class := l.Class
+		if class == "" {
+			class = audit.ClassLock
+		}
+		var id int64
+		if err := stmt.QueryRowContext(ctx, l.Source, l.Name, string(l.Kind), string(class), string(l.State),
+			l.Holder, nullToken(l.Token), nanos(l.AcquiredAt), nanos(l.RenewedAt), nanos(l.ExpiresAt),
+			ms(l.LeaseDuration), nanos(l.ChangedAt), string(state)).Scan(&id); err != nil {
+			return fmt.Errorf("lock %s: %w", l.Key(), err)
+		}
+		w.added[l.Key()] = id
+	}
+	return nil
+}
+
+// lockID resolves a lock key, inserting a bare lock row if there is none.
+func (w *batchWriter) lockID(ctx context.Context, key audit.LockKey) (int64, error) {
+	if id, ok := w.added[key]; ok {
+		return id, nil
+	}
+	if id, ok := w.committed[key]; ok {
+		return id, nil
+	}
+	var id int64
+	err := w.tx.QueryRowContext(ctx, `SELECT id FROM locks WHERE source = ? AND name = ?`, key.Source, key.Name).Scan(&id)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = w.tx.QueryRowContext(ctx, `INSERT INTO locks (source, name) VALUES (?, ?) RETURNING id`,
+			key.Source, key.Name).Scan(&id)
+	}
+	if err != nil {
+		return 0, fmt.Errorf("resolve lock %s: %w", key, err)
+	}
+	w.added[key] = id
+	return id, nil
+}
+
+func (w *batchWriter) putTenures(ctx context.Context, tenures []audit.Tenure) error {
+	if len(tenures) == 0 {
+		return nil
+	}
+	stmt, err := w.tx.PrepareContext(ctx, `INSERT INTO tenures (lock_id, seq, holder, token, granted_at,
+			observed, position, renewals, last_renewed_at, lease_duration_ms, expires_at, ended_at, end_reason)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT (lock_id, seq) DO UPDATE SET
+			holder = excluded.holder, token = excluded.token, granted_at = excluded.granted_at,
+			observed = excluded.observed, position = excluded.position, renewals = excluded.renewals,
+			last_renewed_at = excluded.last_renewed_at, lease_duration_ms = excluded.lease_duration_ms,
+			expires_at = excluded.expires_at, ended_at = excluded.ended_at, end_reason = excluded.end_reason`)
+	if err != nil {
+		return fmt.Errorf("prepare tenure insert: %w", err)
+	}
+	defer stmt.Close()
+	for _, t := range tenures {
+		id, err := w.lockID(ctx, t.Lock)
+		if err != nil {
+			return err
+		}
+		if _, err := stmt.ExecContext(ctx, id, t.Seq, t.Holder, nullToken(t.Token), nanos(t.GrantedAt),
+			t.Observed, t.Position, t.Renewals, nanos(t.LastRenewedAt), ms(t.LeaseDuration),
+			nanos(t.ExpiresAt), nullNanos(t.EndedAt), nullString(string(t.End))); err != nil {
+			return fmt.Errorf("tenure %d of lock %s: %w", t.Seq, t.Lock, err)
+		}
+	}
+	return nil
+}
+
+func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	stmt, err := w.tx.PrepareContext(ctx, `INSERT INTO events (lock_id, kind, at, holder, token, ttl_ms,
+			position, inferred, resource, request_id, detail)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("prepare event insert: %w", err)
+	}
+	defer stmt.Close()
+	for _, e := range events {
+		id, err := w.lockID(ctx, e.Lock)
+		if err != nil {
+			return err
+		}
+		var detail any
+		if e.Detail != nil {
+			b, err := json.Marshal(e.Detail)
+			if err != nil {
+				return fmt.Errorf("%s event of lock %s: encode detail: %w", e.Kind, e.Lock, err)
+			}
+			detail = string(b)
+		}
+		if _, err := stmt.ExecContext(ctx, id, string(e.Kind), nanos(e.At), e.Holder, nullToken(e.Token),
+			ms(e.TTL), e.Position, e.Inferred, e.Resource, nullString(e.RequestID), detail); err != nil {
+			return fmt.Errorf("%s event of lock %s: %w", e.Kind, e.Lock, err)
+		}
+	}
+	return nil
+}
+
+func (w *batchWriter) putFindings(ctx context.Context, findings []audit.Finding) error {
+	if len(findings) == 0 {
+		return nil
+	}
+	stmt, err := w.tx.PrepareContext(ctx, `INSERT INTO findings (lock_id, kind, severity, at, until,
+			summary, tokens, holders, resource)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	if err != nil {
+		return fmt.Errorf("prepare finding insert: %w", err)
+	}
+	defer stmt.Close()
+	for _, f := range findings {
+		id, err := w.lockID(ctx, f.Lock)
+		if err != nil {
+			return err
+		}
+		sev := f.Severity
+		if sev == "" {
+			sev = f.Kind.Severity()
+		}
+		tokens, err := jsonArray(f.Tokens)
+		if err != nil {
+			return fmt.Errorf("%s finding of lock %s: %w", f.Kind, f.Lock, err)
+		}
+		holders, err := jsonArray(f.Holders)
+		if err != nil {
+			return fmt.Errorf("%s finding of lock %s: %w", f.Kind, f.Lock, err)
+		}
+		if _, err := stmt.ExecContext(ctx, id, string(f.Kind), string(sev), nanos(f.At), nullNanos(f.Until),
+			f.Summary, tokens, holders, f.Resource); err != nil {
+			return fmt.Errorf("%s finding of lock %s: %w", f.Kind, f.Lock, err)
+		}
+	}
+	return nil
+}
+
+// jsonArray encodes a slice as a JSON array, nil as [].
+func jsonArray[T any](v []T) (string, error) {
+	if len(v) == 0 {
+		return "[]", nil
+	}
+	b, err := json.Marshal(v)
+	return string(b), err
+}
+
+// Restore returns the tracker's saved memory of every lock, with Lock filled
+// from the lock row, and every cursor, read in one snapshot.
+func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor, error) {
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore: %w", err)
+	}
+	defer tx.Rollback()
+
+	rows, err := tx.QueryContext(ctx, `SELECT `+lockColumns+`, l.track_state,
+			(SELECT max(seq) FROM tenures t WHERE t.lock_id = l.id)
+		FROM locks l ORDER BY l.id`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore locks: %w", err)
+	}
+	defer rows.Close()
+	var states []audit.TrackState
+	for rows.Next() {
+		var (
+			st      audit.TrackState
+			raw     sql.NullString
+			lastSeq sql.NullInt64
+		)
+		dest := append(lockDest(&st.Lock), &raw, &lastSeq)
+		if err := rows.Scan(dest...); err != nil {
+			return nil, nil, fmt.Errorf("restore locks: %w", err)
+		}
+		if raw.Valid {
+			lock := st.Lock
+			if err := json.Unmarshal([]byte(raw.String), &st); err != nil {
+				return nil, nil, fmt.Errorf("restore lock %s: decode track state: %w", lock.Key(), err)
+			}
+			st.Lock = lock
+		} else {
+			// A lock the tracker never saved: only its tenure numbering
+			// must carry on.
+			st.NextSeq = lastSeq.Int64
+		}
+		states = append(states, st)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("restore locks: %w", err)
+	}
+	rows.Close()
+
+	rows, err = tx.QueryContext(ctx, `SELECT source, position, at FROM cursors ORDER BY source`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore cursors: %w", err)
+	}
+	defer rows.Close()
+	var cursors []audit.Cursor
+	for rows.Next() {
+		var c audit.Cursor
+		if err := rows.Scan(&c.Source, &c.Position, timeDest{&c.At}); err != nil {
+			return nil, nil, fmt.Errorf("restore cursors: %w", err)
+		}
+		cursors = append(cursors, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("restore cursors: %w", err)
+	}
+	return states, cursors, nil
+}
+
+// maxVars bounds the bound parameters of one statement, well under SQLite's
+// SQLITE_MAX_VARIABLE_NUMBER (999 in old builds).
+const maxVars = 500
+
+// KnownRequests returns the subset of ids already stored as write-report
+// request IDs; the map holds only those, each true.
+func (s *Store) KnownRequests(ctx context.Context, ids []string) (map[string]bool, error) {
+	known := make(map[string]bool)
+	for start := 0; start < len(ids); start += maxVars {
+		chunk := ids[start:min(start+maxVars, len(ids))]
+		args := make([]any, len(chunk))
+		for i, id := range chunk {
+			args[i] = id
+		}
+		q := `SELECT request_id FROM events WHERE request_id IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
+		rows, err := s.reader.QueryContext(ctx, q, args...)
+		if err != nil {
+			return nil, fmt.Errorf("known requests: %w", err)
+		}
+		for rows.Next() {
+			var id string
+			if err := rows.Scan(&id); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("known requests: %w", err)
+			}
+			known[id] = true
+		}
+		err = rows.Err()
+		rows.Close()
+		if err != nil {
+			return nil, fmt.Errorf("known requests: %w", err)
+		}
+	}
+	return known, nil
+}

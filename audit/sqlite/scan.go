@@ -1,0 +1,174 @@
+package sqlite
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// Scan destinations that convert the schema's encodings back to domain types.
+
+// timeDest scans unix nanoseconds; NULL and 0 are the zero time.
+type timeDest struct{ t *time.Time }
+
+func (d timeDest) Scan(v any) error {
+	switch v := v.(type) {
+	case nil:
+		*d.t = time.Time{}
+	case int64:
+		if v == 0 {
+			*d.t = time.Time{}
+		} else {
+			*d.t = time.Unix(0, v).UTC()
+		}
+	default:
+		return fmt.Errorf("time: unexpected %T", v)
+	}
+	return nil
+}
+
+// msDest scans milliseconds into a duration.
+type msDest struct{ d *time.Duration }
+
+func (d msDest) Scan(v any) error {
+	switch v := v.(type) {
+	case nil:
+		*d.d = 0
+	case int64:
+		*d.d = time.Duration(v) * time.Millisecond
+	default:
+		return fmt.Errorf("duration: unexpected %T", v)
+	}
+	return nil
+}
+
+// tokenDest scans a nullable integer: NULL is a nil token.
+type tokenDest struct{ p **int64 }
+
+func (d tokenDest) Scan(v any) error {
+	switch v := v.(type) {
+	case nil:
+		*d.p = nil
+	case int64:
+		*d.p = audit.Int64(v)
+	default:
+		return fmt.Errorf("token: unexpected %T", v)
+	}
+	return nil
+}
+
+// textDest scans nullable text: NULL is "". T is string or a string type.
+type textDest[T ~string] struct{ s *T }
+
+func (d textDest[T]) Scan(v any) error {
+	switch v := v.(type) {
+	case nil:
+		*d.s = ""
+	case string:
+		*d.s = T(v)
+	case []byte:
+		*d.s = T(v)
+	default:
+		return fmt.Errorf("text: unexpected %T", v)
+	}
+	return nil
+}
+
+// detailDest scans a JSON object; NULL is a nil map. Numbers decode as
+// json.Number so revisions and tokens keep every digit.
+type detailDest struct{ m *map[string]any }
+
+func (d detailDest) Scan(v any) error {
+	var raw []byte
+	switch v := v.(type) {
+	case nil:
+		*d.m = nil
+		return nil
+	case string:
+		raw = []byte(v)
+	case []byte:
+		raw = v
+	default:
+		return fmt.Errorf("detail: unexpected %T", v)
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return fmt.Errorf("detail: %w", err)
+	}
+	*d.m = m
+	return nil
+}
+
+// arrayDest scans a JSON array; an empty array is a nil slice.
+type arrayDest[T any] struct{ s *[]T }
+
+func (d arrayDest[T]) Scan(v any) error {
+	var raw []byte
+	switch v := v.(type) {
+	case nil:
+		*d.s = nil
+		return nil
+	case string:
+		raw = []byte(v)
+	case []byte:
+		raw = v
+	default:
+		return fmt.Errorf("array: unexpected %T", v)
+	}
+	var s []T
+	if err := json.Unmarshal(raw, &s); err != nil {
+		return fmt.Errorf("array: %w", err)
+	}
+	if len(s) == 0 {
+		s = nil
+	}
+	*d.s = s
+	return nil
+}
+
+// lockColumns are the columns lockDest scans, from locks aliased l.
+const lockColumns = `l.id, l.source, l.kind, l.name, l.class, l.state, l.holder, l.token,
+	l.acquired_at, l.renewed_at, l.expires_at, l.lease_duration_ms, l.changed_at`
+
+func lockDest(l *audit.Lock) []any {
+	return []any{&l.ID, &l.Source, textDest[audit.SourceKind]{&l.Kind}, &l.Name,
+		textDest[audit.Class]{&l.Class}, textDest[audit.LockState]{&l.State}, &l.Holder, tokenDest{&l.Token},
+		timeDest{&l.AcquiredAt}, timeDest{&l.RenewedAt}, timeDest{&l.ExpiresAt}, msDest{&l.LeaseDuration},
+		timeDest{&l.ChangedAt}}
+}
+
+// eventColumns are the columns eventDest scans, from events aliased e.
+const eventColumns = `e.id, e.lock_id, e.kind, e.at, e.holder, e.token, e.ttl_ms, e.position,
+	e.inferred, e.resource, e.request_id, e.detail`
+
+func eventDest(e *audit.Event) []any {
+	return []any{&e.ID, &e.LockID, textDest[audit.EventKind]{&e.Kind}, timeDest{&e.At}, &e.Holder,
+		tokenDest{&e.Token}, msDest{&e.TTL}, &e.Position, &e.Inferred, &e.Resource,
+		textDest[string]{&e.RequestID}, detailDest{&e.Detail}}
+}
+
+// tenureColumns are the columns tenureDest scans, from tenures aliased t.
+const tenureColumns = `t.lock_id, t.seq, t.holder, t.token, t.granted_at, t.observed, t.position,
+	t.renewals, t.last_renewed_at, t.lease_duration_ms, t.expires_at, t.ended_at, t.end_reason`
+
+func tenureDest(t *audit.Tenure) []any {
+	return []any{&t.LockID, &t.Seq, &t.Holder, tokenDest{&t.Token}, timeDest{&t.GrantedAt}, &t.Observed,
+		&t.Position, &t.Renewals, timeDest{&t.LastRenewedAt}, msDest{&t.LeaseDuration},
+		timeDest{&t.ExpiresAt}, timeDest{&t.EndedAt}, textDest[audit.EndReason]{&t.End}}
+}
+
+// findingColumns are the columns findingDest scans, from findings aliased f
+// joined with locks aliased l.
+const findingColumns = `f.id, f.lock_id, l.source, l.name, f.kind, f.severity, f.at, f.until,
+	f.summary, f.tokens, f.holders, f.resource`
+
+func findingDest(f *audit.Finding) []any {
+	return []any{&f.ID, &f.LockID, &f.Lock.Source, &f.Lock.Name, textDest[audit.FindingKind]{&f.Kind},
+		textDest[audit.Severity]{&f.Severity}, timeDest{&f.At}, timeDest{&f.Until}, &f.Summary,
+		arrayDest[int64]{&f.Tokens}, arrayDest[string]{&f.Holders}, &f.Resource}
+}

@@ -1,0 +1,78 @@
+package migrations
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+// landed pins the SHA-256 of every migration that has shipped. A migration is
+// never edited after it lands: add the next number instead, and its hash here.
+var landed = map[string]string{
+	"0001_init.sql": "542aeee7059700075fa72ae08afc3b7706f91d8c45c952d62af02d2b0d8249f4",
+}
+
+func TestLandedMigrationsAreUnchanged(t *testing.T) {
+	for name, want := range landed {
+		b, err := fs.ReadFile(FS, name)
+		if err != nil {
+			t.Errorf("landed migration %s is missing: %v", name, err)
+			continue
+		}
+		sum := sha256.Sum256(b)
+		if got := hex.EncodeToString(sum[:]); got != want {
+			t.Errorf("%s sha256 = %s, want %s: landed migrations are append-only; add a new file instead", name, got, want)
+		}
+	}
+}
+
+func TestEmbeddedMigrationsAreNumberedFromOneWithoutGaps(t *testing.T) {
+	ms, err := Load(FS)
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if len(ms) == 0 {
+		t.Fatal("no migrations embedded")
+	}
+	for i, m := range ms {
+		if m.Version != i+1 {
+			t.Errorf("migration %d is %s (version %d), want version %d", i, m.Name, m.Version, i+1)
+		}
+		if strings.TrimSpace(m.SQL) == "" {
+			t.Errorf("migration %s is empty", m.Name)
+		}
+	}
+}
+
+func TestLoadOrdersByVersion(t *testing.T) {
+	ms, err := Load(fstest.MapFS{
+		"0010_later.sql":  {Data: []byte("SELECT 10;")},
+		"0002_second.sql": {Data: []byte("SELECT 2;")},
+		"README.md":       {Data: []byte("not a migration")},
+	})
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if len(ms) != 2 || ms[0].Version != 2 || ms[1].Version != 10 || ms[1].SQL != "SELECT 10;" {
+		t.Errorf("Load = %+v, want versions 2 then 10 with their SQL", ms)
+	}
+}
+
+func TestLoadRejectsBadNames(t *testing.T) {
+	for name, files := range map[string]fstest.MapFS{
+		"NoNumber":        {"init.sql": {}},
+		"ShortNumber":     {"1_init.sql": {}},
+		"UpperCase":       {"0001_Init.sql": {}},
+		"VersionZero":     {"0000_init.sql": {}},
+		"DuplicateNumber": {"0001_a.sql": {}, "0001_b.sql": {}},
+	} {
+		t.Run(name, func(t *testing.T) {
+			if ms, err := Load(files); err == nil {
+				t.Errorf("Load = %+v, want an error", ms)
+			}
+		})
+	}
+}
