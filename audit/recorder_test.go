@@ -1,0 +1,206 @@
+package audit_test
+
+import (
+	"context"
+	"errors"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/sqlite"
+)
+
+func openStore(t *testing.T, path string) *sqlite.Store {
+	t.Helper()
+	st, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	return st
+}
+
+func startRecorder(t *testing.T, j audit.Journal, opts ...audit.RecorderOption) *audit.Recorder {
+	t.Helper()
+	rec := audit.NewRecorder(j, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{"src": audit.KindEtcd}}, nil, opts...)
+	if err := rec.Start(context.Background()); err != nil {
+		t.Fatalf("start recorder: %v", err)
+	}
+	t.Cleanup(rec.Close)
+	return rec
+}
+
+func grantInput(holder string, token int64, when time.Time, cursor string) audit.Input {
+	return audit.Input{Source: "src", Kind: audit.KindEtcd, Cursor: cursor, Observations: []audit.Observation{{
+		Lock: audit.LockKey{Source: "src", Name: "orders"}, Kind: audit.EventGrant, At: when,
+		Holder: holder, Token: audit.Int64(token), LeaseDuration: 10 * time.Second,
+	}}}
+}
+
+func eventKinds(t *testing.T, st *sqlite.Store) []audit.EventKind {
+	t.Helper()
+	ctx := context.Background()
+	l, err := st.LockByKey(ctx, audit.LockKey{Source: "src", Name: "orders"})
+	if err != nil {
+		t.Fatalf("lock: %v", err)
+	}
+	evs, err := st.Events(ctx, l.ID, audit.EventFilter{})
+	if err != nil {
+		t.Fatalf("events: %v", err)
+	}
+	var kinds []audit.EventKind
+	for _, e := range evs {
+		kinds = append(kinds, e.Kind)
+	}
+	return kinds
+}
+
+func TestRecorderObserveIsDurableAndResumes(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lw.db")
+	st := openStore(t, path)
+	rec := audit.NewRecorder(st, audit.TrackerConfig{}, nil)
+	if err := rec.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.Observe(context.Background(), grantInput("A", 41, at(0), "100")); err != nil {
+		t.Fatalf("observe: %v", err)
+	}
+	if got := eventKinds(t, st); len(got) != 1 || got[0] != audit.EventGrant {
+		t.Fatalf("events right after Observe = %v, want [grant]", got)
+	}
+	rec.Close()
+	st.Close()
+
+	// A new process on the same database resumes from the stored cursor and
+	// the tracker's saved memory: B's grant supersedes A's tenure.
+	st = openStore(t, path)
+	rec = startRecorder(t, st)
+	if pos, _ := rec.Cursor("src"); pos != "100" {
+		t.Fatalf("cursor after restart = %q, want 100", pos)
+	}
+	if err := rec.Observe(context.Background(), grantInput("B", 42, at(20*time.Second), "101")); err != nil {
+		t.Fatal(err)
+	}
+	l, _ := st.LockByKey(context.Background(), audit.LockKey{Source: "src", Name: "orders"})
+	tenures, err := st.Tenures(context.Background(), l.ID, audit.TimeFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(tenures) != 2 || tenures[0].End != audit.EndSuperseded || tenures[1].Seq != 2 || *tenures[1].Token != 42 {
+		t.Fatalf("tenures = %+v, want A superseded then B as seq 2", tenures)
+	}
+}
+
+func TestRecorderWriteReportsAreIdempotent(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
+	rec := startRecorder(t, st)
+	ctx := context.Background()
+	if err := rec.Observe(ctx, grantInput("A", 41, at(0), "")); err != nil {
+		t.Fatal(err)
+	}
+	w := audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(41), Outcome: audit.WriteAccepted, At: at(time.Second), RequestID: "r-1"}
+	// The same request twice in one call, then retried in another.
+	if err := rec.ReportWrites(ctx, []audit.WriteReport{w, w}); err != nil {
+		t.Fatal(err)
+	}
+	if err := rec.ReportWrites(ctx, []audit.WriteReport{w}); err != nil {
+		t.Fatal(err)
+	}
+	// Concurrent retries race through one group commit.
+	w.RequestID = "r-2"
+	var wg sync.WaitGroup
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if err := rec.ReportWrites(ctx, []audit.WriteReport{w}); err != nil {
+				t.Error(err)
+			}
+		}()
+	}
+	wg.Wait()
+	writes := 0
+	for _, k := range eventKinds(t, st) {
+		if k == audit.EventWriteAccepted {
+			writes++
+		}
+	}
+	if writes != 2 {
+		t.Fatalf("stored %d write events, want 2 (r-1 and r-2 once each)", writes)
+	}
+}
+
+// failingJournal fails chosen Apply calls of a real store, like a full disk.
+type failingJournal struct {
+	*sqlite.Store
+	fail atomic.Bool
+}
+
+func (f *failingJournal) Apply(ctx context.Context, b audit.Batch) error {
+	if f.fail.Load() {
+		return errors.New("disk full")
+	}
+	return f.Store.Apply(ctx, b)
+}
+
+func TestRecorderFailedCommitLosesNothingAcknowledged(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
+	j := &failingJournal{Store: st}
+	rec := startRecorder(t, j)
+	ctx := context.Background()
+	if err := rec.Observe(ctx, grantInput("A", 41, at(0), "10")); err != nil {
+		t.Fatal(err)
+	}
+
+	j.fail.Store(true)
+	err := rec.Observe(ctx, grantInput("B", 42, at(time.Second), "11"))
+	if audit.ErrorCode(err) != audit.EUNAVAILABLE {
+		t.Fatalf("observe during failure: %v, want an unavailable error", err)
+	}
+	if rec.Ready(ctx) == nil {
+		t.Fatal("Ready = nil after a failed commit, want an error")
+	}
+	if pos, _ := rec.Cursor("src"); pos != "10" {
+		t.Fatalf("cursor = %q after a failed commit, want 10", pos)
+	}
+
+	// The collector retries from its cursor: B's grant is recorded once, as
+	// if the failed attempt never happened.
+	j.fail.Store(false)
+	if err := rec.Observe(ctx, grantInput("B", 42, at(time.Second), "11")); err != nil {
+		t.Fatal(err)
+	}
+	if got := eventKinds(t, st); len(got) != 2 || got[1] != audit.EventGrant {
+		t.Fatalf("events = %v, want [grant grant]", got)
+	}
+	if err := rec.Ready(ctx); err != nil {
+		t.Fatalf("Ready after recovery: %v", err)
+	}
+}
+
+func TestRecorderExpiresByClock(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
+	var now atomic.Int64
+	now.Store(at(0).UnixNano())
+	rec := startRecorder(t, st, audit.WithClock(func() time.Time { return time.Unix(0, now.Load()) }), audit.WithTickInterval(5*time.Millisecond))
+	in := grantInput("A", 1, at(0), "")
+	in.ExpireByClock = true
+	if err := rec.Observe(context.Background(), in); err != nil {
+		t.Fatal(err)
+	}
+	now.Store(at(11 * time.Second).UnixNano())
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		kinds := eventKinds(t, st)
+		if len(kinds) == 2 && kinds[1] == audit.EventExpire {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("events = %v, want the clock to expire the lease", kinds)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
