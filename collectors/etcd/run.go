@@ -1,0 +1,544 @@
+package etcd
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"go.etcd.io/etcd/api/v3/mvccpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
+)
+
+const (
+	// stallRetry is how soon a progress request is repeated while one
+	// prefix's events wait for the other prefixes' watches to catch up (etcd
+	// ignores the request while any watch on the stream is still syncing).
+	stallRetry = 100 * time.Millisecond
+	// pollParallel bounds concurrent LeaseTimeToLive calls in one poll round.
+	pollParallel = 8
+)
+
+// run is one Run of the collector: its picture of the locks lives exactly as
+// long as the connection that built it, so a restart rebuilds it from the
+// stored cursor.
+type run struct {
+	c    *Collector
+	cli  *clientv3.Client
+	sink collectors.Sink
+	log  *slog.Logger
+	now  func() time.Time
+
+	st     *locks
+	leases map[int64]leaseInfo // the owners' leases
+	rev    int64               // the revision the last durable input covers
+	revAt  time.Time           // when the collector reached rev
+
+	progressBusy atomic.Bool // a progress request is in flight
+}
+
+func newRun(c *Collector, cli *clientv3.Client, sink collectors.Sink) *run {
+	return &run{
+		c: c, cli: cli, sink: sink, log: c.log, now: c.now,
+		st:     newLocks(c.prefixes),
+		leases: make(map[int64]leaseInfo),
+	}
+}
+
+// compactedError reports that a watch's start revision was compacted away.
+type compactedError struct {
+	prefix     string
+	compactRev int64
+}
+
+func (e *compactedError) Error() string {
+	return fmt.Sprintf("watch %q: history before revision %d was compacted", e.prefix, e.compactRev)
+}
+
+func (r *run) run(ctx context.Context, ready func()) error {
+	if err := r.start(ctx); err != nil {
+		return err
+	}
+	ready()
+	for {
+		err := r.watch(ctx)
+		var ce *compactedError
+		if !errors.As(err, &ce) || ctx.Err() != nil {
+			return err
+		}
+		r.log.Warn("watch history compacted; taking a new snapshot", "from_rev", r.rev+1, "compact_rev", ce.compactRev)
+		blind := &audit.Blind{From: r.revAt, Reason: fmt.Sprintf("etcd compaction: revisions %d to %d are gone", r.rev+1, ce.compactRev-1)}
+		if err := r.snapshot(ctx, blind); err != nil {
+			return err
+		}
+	}
+}
+
+// start takes the first snapshot, or resumes from the stored cursor by
+// rebuilding the picture as of that revision. The tracker already knows that
+// state, so a resume records nothing until the watch brings something new.
+func (r *run) start(ctx context.Context) error {
+	pos, at := r.sink.Cursor(r.c.cfg.Name)
+	if pos == "" {
+		return r.snapshot(ctx, nil)
+	}
+	cur, err := strconv.ParseInt(pos, 10, 64)
+	if err != nil || cur <= 0 {
+		return r.snapshot(ctx, &audit.Blind{From: at, Reason: fmt.Sprintf("stored cursor %q is not an etcd revision", pos)})
+	}
+	kvs, _, err := r.read(ctx, cur)
+	switch {
+	case errors.Is(err, rpctypes.ErrCompacted):
+		r.log.Warn("stored cursor was compacted away; taking a new snapshot", "cursor", cur)
+		return r.snapshot(ctx, &audit.Blind{From: at, Reason: fmt.Sprintf("etcd compaction: the history after revision %d is gone", cur)})
+	case errors.Is(err, rpctypes.ErrFutureRev):
+		r.log.Warn("stored cursor is ahead of etcd; taking a new snapshot", "cursor", cur)
+		return r.snapshot(ctx, &audit.Blind{From: at, Reason: fmt.Sprintf("stored cursor %d is ahead of etcd's revision: was the cluster restored or replaced?", cur)})
+	case err != nil:
+		return err
+	}
+	r.st.reload(kvs)
+	r.grantTimeHolders(ctx)
+	if _, err := r.readTTLs(ctx, r.st.ownerLeases(), true); err != nil {
+		return err
+	}
+	r.rev, r.revAt = cur, at
+	r.log.Info("resumed", "revision", cur, "held", len(r.st.held))
+	return nil
+}
+
+// grantTimeHolders restores, after a resume, the holder strings as they were
+// at grant: an election leader may have proclaimed a new value since, but the
+// tenure the tracker knows carries the old one. The value at the key's
+// creation is the best record of it; where that history is compacted the
+// current value stays.
+func (r *run) grantTimeHolders(ctx context.Context) {
+	for _, h := range r.st.holdings() {
+		e, ok := r.st.entry(h.key)
+		if !ok || e.version <= 1 {
+			continue
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.c.cfg.DialTimeout)
+		resp, err := r.cli.Get(cctx, h.key, clientv3.WithRev(h.createRev))
+		cancel()
+		if err != nil || len(resp.Kvs) == 0 {
+			continue
+		}
+		r.st.setHolder(h.lock, holderOf(h.lease, string(resp.Kvs[0].Value)))
+	}
+}
+
+// snapshot reads every prefix at the head revision and records every held
+// lock in one Snapshot input: as observed on a first start, or, after a blind
+// window, as an inferred grant (the tracker keeps a tenure whose holder and
+// token did not change, and ends the ones that are gone).
+func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
+	kvs, rev, err := r.read(ctx, 0)
+	if err != nil {
+		return err
+	}
+	held := r.st.reload(kvs)
+	r.pruneLeases()
+	leases := r.st.ownerLeases()
+	for _, id := range leases {
+		delete(r.leases, id) // a fresh baseline: the gap hides any renewals
+	}
+	if _, err := r.readTTLs(ctx, leases, true); err != nil {
+		return err
+	}
+	now := r.now()
+	kind, inferred := audit.EventObserved, false
+	if blind != nil {
+		kind, inferred = audit.EventGrant, true
+		blind.To = now
+	}
+	pos := strconv.FormatInt(rev, 10)
+	obs := make([]audit.Observation, 0, len(held))
+	for _, h := range held {
+		ob := r.observation(h, kind, now, pos)
+		ob.Inferred = inferred
+		obs = append(obs, ob)
+	}
+	in := audit.Input{
+		Source: r.c.cfg.Name, Kind: audit.KindEtcd, At: now, Blind: blind,
+		Observations: obs, Cursor: pos, Snapshot: true,
+	}
+	if err := r.sink.Observe(ctx, in); err != nil {
+		return fmt.Errorf("record snapshot at revision %d: %w", rev, err)
+	}
+	r.rev, r.revAt = rev, now
+	r.log.Info("snapshot recorded", "revision", rev, "held", len(held), "blind", blind != nil)
+	return nil
+}
+
+// read returns every key under the prefixes at revision rev (0: the head,
+// which it returns), reading each prefix at the same revision.
+func (r *run) read(ctx context.Context, rev int64) ([]*mvccpb.KeyValue, int64, error) {
+	var kvs []*mvccpb.KeyValue
+	for _, p := range r.c.prefixes {
+		opts := []clientv3.OpOption{clientv3.WithPrefix()}
+		if rev > 0 {
+			opts = append(opts, clientv3.WithRev(rev))
+		}
+		cctx, cancel := context.WithTimeout(ctx, r.c.cfg.DialTimeout)
+		resp, err := r.cli.Get(cctx, p, opts...)
+		cancel()
+		if err != nil {
+			return nil, 0, fmt.Errorf("read %q at revision %d: %w", p, rev, err)
+		}
+		if rev == 0 {
+			rev = resp.Header.Revision
+		}
+		kvs = append(kvs, resp.Kvs...)
+	}
+	return kvs, rev, nil
+}
+
+// watch follows every prefix from the revision after r.rev until ctx ends or
+// a watch fails. Each prefix has its own watch, and etcd orders events only
+// within one watch, so a merger holds events back until every watch has
+// reached their revision; one cursor then covers them all.
+func (r *run) watch(ctx context.Context) error {
+	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	defer cancel()
+
+	type message struct {
+		i      int
+		wr     clientv3.WatchResponse
+		closed bool
+	}
+	in := make(chan message)
+	prefixes := r.c.prefixes
+	for i, p := range prefixes {
+		wch := r.cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(r.rev+1),
+			clientv3.WithPrevKV(), clientv3.WithProgressNotify())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for wr := range wch {
+				select {
+				case in <- message{i: i, wr: wr}:
+				case <-wctx.Done():
+					return
+				}
+			}
+			select {
+			case in <- message{i: i, closed: true}:
+			case <-wctx.Done():
+			}
+		}()
+	}
+
+	// The client retries a broken connection forever and a watch just goes
+	// quiet, so silence is the sign that etcd is out of reach: progress
+	// requests are answered every progressEvery while it is there.
+	silence := max(4*r.c.progressEvery, 2*r.c.cfg.DialTimeout)
+	heard := time.Now()
+
+	m := newMerger(len(prefixes), r.rev)
+	poll := time.NewTicker(r.c.cfg.PollInterval)
+	defer poll.Stop()
+	progress := time.NewTicker(r.c.progressEvery)
+	defer progress.Stop()
+	var retry <-chan time.Time
+	polled := make(chan map[int64]ttlReading)
+	polling := false
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case msg := <-in:
+			heard = time.Now()
+			if msg.closed {
+				return fmt.Errorf("watch %q closed", prefixes[msg.i])
+			}
+			if err := msg.wr.Err(); err != nil {
+				if errors.Is(err, rpctypes.ErrCompacted) {
+					return &compactedError{prefix: prefixes[msg.i], compactRev: msg.wr.CompactRevision}
+				}
+				return fmt.Errorf("watch %q: %w", prefixes[msg.i], err)
+			}
+			m.add(msg.i, msg.wr)
+			if err := r.drain(ctx, m); err != nil {
+				return err
+			}
+			heard = time.Now() // a long drain is no silence
+			if m.stalled() && retry == nil {
+				r.requestProgress(wctx, &wg)
+				retry = time.After(stallRetry)
+			}
+		case <-retry:
+			retry = nil
+			if m.stalled() {
+				r.requestProgress(wctx, &wg)
+				retry = time.After(stallRetry)
+			}
+		case <-progress.C:
+			if quiet := time.Since(heard); quiet > silence {
+				return fmt.Errorf("no word from etcd for %s", quiet.Round(time.Second))
+			}
+			r.requestProgress(wctx, &wg)
+		case <-poll.C:
+			// Reading TTLs must not hold up the watch, least of all while
+			// etcd is unreachable, so a poll round runs on its own and its
+			// answers are folded in here, between revisions.
+			if polling || len(r.st.ownerLeases()) == 0 {
+				continue
+			}
+			polling = true
+			leases := r.st.ownerLeases()
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				readings, _ := r.readTTLs(wctx, leases, false)
+				select {
+				case polled <- readings:
+				case <-wctx.Done():
+				}
+			}()
+		case readings := <-polled:
+			polling = false
+			if len(readings) > 0 {
+				heard = time.Now()
+			}
+			if err := r.recordRenewals(ctx, readings); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// requestProgress asks etcd to tell every watch on the stream how far it is,
+// so a quiet prefix still advances the cursor. The request waits while the
+// client reconnects, so it runs on its own, bounded by one progress interval.
+// It must derive from the watches' context: the client picks the gRPC stream
+// by the context's metadata.
+func (r *run) requestProgress(wctx context.Context, wg *sync.WaitGroup) {
+	if !r.progressBusy.CompareAndSwap(false, true) {
+		return // one request at a time
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		defer r.progressBusy.Store(false)
+		ctx, cancel := context.WithTimeout(wctx, r.c.progressEvery)
+		defer cancel()
+		if err := r.cli.RequestProgress(ctx); err != nil && wctx.Err() == nil {
+			r.log.Debug("watch progress request failed", "err", err)
+		}
+	}()
+}
+
+// drain applies every revision all watches have reached and records them in
+// one input whose cursor is that revision.
+func (r *run) drain(ctx context.Context, m *merger) error {
+	steps, horizon := m.take(r.rev)
+	if horizon <= r.rev {
+		return nil
+	}
+	var obs []audit.Observation
+	for _, s := range steps {
+		o, err := r.observeChanges(ctx, r.st.apply(s.events), s.rev)
+		if err != nil {
+			return err
+		}
+		obs = append(obs, o...)
+	}
+	r.pruneLeases()
+	now := r.now()
+	in := audit.Input{
+		Source: r.c.cfg.Name, Kind: audit.KindEtcd, At: now,
+		Observations: obs, Cursor: strconv.FormatInt(horizon, 10),
+	}
+	if err := r.sink.Observe(ctx, in); err != nil {
+		return fmt.Errorf("record revision %d: %w", horizon, err)
+	}
+	r.rev, r.revAt = horizon, now
+	return nil
+}
+
+// observeChanges turns one revision's changes into observations. An end is
+// classified by reading its lease right away (once per lease: a revoke or
+// expiry deletes every key of the lease at one revision); a grant reads the
+// new owner's lease for its duration.
+func (r *run) observeChanges(ctx context.Context, changes []change, rev int64) ([]audit.Observation, error) {
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	pos := strconv.FormatInt(rev, 10)
+	now := r.now()
+	verdicts := make(map[int64]endVerdict)
+	obs := make([]audit.Observation, 0, len(changes))
+	for _, ch := range changes {
+		h := ch.h
+		switch ch.kind {
+		case changeEnd:
+			v, ok := verdicts[h.lease]
+			if !ok {
+				ttl, at := int64(-1), now
+				if h.lease != 0 {
+					rd, err := r.ttl(ctx, h.lease)
+					if err != nil {
+						return nil, err
+					}
+					ttl, at = rd.ttl, rd.at
+				}
+				v = classifyEnd(h.lease, r.leases[h.lease], ttl, at)
+				verdicts[h.lease] = v
+			}
+			ob := r.observation(h, v.kind, now, pos)
+			ob.RenewedAt = time.Time{}
+			ob.Inferred = v.inferred
+			for k, val := range v.detail {
+				ob.Detail[k] = val
+			}
+			obs = append(obs, ob)
+		case changeGrant:
+			if _, known := r.leases[h.lease]; !known && h.lease != 0 {
+				rd, err := r.ttl(ctx, h.lease)
+				if err != nil {
+					return nil, err
+				}
+				r.leases[h.lease], _, _ = leaseInfo{}.fold(rd)
+			}
+			obs = append(obs, r.observation(h, audit.EventGrant, now, pos))
+		}
+	}
+	return obs, nil
+}
+
+// observation describes holding h; LeaseDuration and RenewedAt come from the
+// lease's last poll.
+func (r *run) observation(h holding, kind audit.EventKind, at time.Time, pos string) audit.Observation {
+	ob := audit.Observation{
+		Lock:     audit.LockKey{Source: r.c.cfg.Name, Name: h.lock},
+		Kind:     kind,
+		At:       at,
+		Holder:   h.holder,
+		Token:    audit.Int64(h.createRev),
+		Position: pos,
+		Detail:   map[string]any{"key": h.key, "lease": leaseHex(h.lease)},
+	}
+	if li := r.leases[h.lease]; li.known() {
+		ob.LeaseDuration = li.duration()
+		if rn := li.lastRenewal(); !rn.After(at) {
+			ob.RenewedAt = rn
+		}
+	}
+	return ob
+}
+
+// recordRenewals folds a poll round's readings into what the collector
+// knows of the owners' leases and records the renewals they show. Leases that
+// stopped owning a lock while the round ran are skipped, and a reading older
+// than one taken at a grant is ignored.
+func (r *run) recordRenewals(ctx context.Context, readings map[int64]ttlReading) error {
+	var obs []audit.Observation
+	holdings := r.st.holdings()
+	for _, id := range r.st.ownerLeases() {
+		rd, ok := readings[id]
+		if !ok {
+			continue
+		}
+		next, at, renewed := r.leases[id].fold(rd)
+		r.leases[id] = next
+		if !renewed {
+			continue
+		}
+		for _, h := range holdings {
+			if h.lease != id {
+				continue
+			}
+			ob := r.observation(h, audit.EventRenew, rd.at, "")
+			ob.RenewedAt = at
+			ob.Detail["ttl_s"] = rd.ttl
+			obs = append(obs, ob)
+		}
+	}
+	if len(obs) == 0 {
+		return nil
+	}
+	in := audit.Input{Source: r.c.cfg.Name, Kind: audit.KindEtcd, At: r.now(), Observations: obs}
+	if err := r.sink.Observe(ctx, in); err != nil {
+		return fmt.Errorf("record renewals: %w", err)
+	}
+	return nil
+}
+
+// readTTLs reads the leases concurrently. As a baseline it folds the readings
+// into r.leases without reporting renewals and fails on the first error;
+// otherwise it returns the readings it got and leaves folding to the caller.
+func (r *run) readTTLs(ctx context.Context, leases []int64, baseline bool) (map[int64]ttlReading, error) {
+	var (
+		mu       sync.Mutex
+		wg       sync.WaitGroup
+		firstErr error
+		out      = make(map[int64]ttlReading, len(leases))
+		sem      = make(chan struct{}, pollParallel)
+	)
+	for _, id := range leases {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			rd, err := r.ttl(ctx, id)
+			mu.Lock()
+			defer mu.Unlock()
+			if err != nil {
+				if firstErr == nil {
+					firstErr = err
+				}
+				if ctx.Err() == nil {
+					r.log.Debug("lease poll failed", "lease", leaseHex(id), "err", err)
+				}
+				return
+			}
+			out[id] = rd
+		}()
+	}
+	wg.Wait()
+	if !baseline {
+		return out, nil
+	}
+	if firstErr != nil {
+		return nil, firstErr
+	}
+	for id, rd := range out {
+		r.leases[id], _, _ = r.leases[id].fold(rd)
+	}
+	return out, nil
+}
+
+func (r *run) ttl(ctx context.Context, lease int64) (ttlReading, error) {
+	cctx, cancel := context.WithTimeout(ctx, r.c.cfg.DialTimeout)
+	defer cancel()
+	resp, err := r.cli.TimeToLive(cctx, clientv3.LeaseID(lease))
+	if err != nil {
+		return ttlReading{}, fmt.Errorf("read lease %x: %w", lease, err)
+	}
+	return ttlReading{ttl: resp.TTL, granted: resp.GrantedTTL, term: resp.ResponseHeader.GetRaftTerm(), at: r.now()}, nil
+}
+
+// pruneLeases forgets leases that no longer own a lock.
+func (r *run) pruneLeases() {
+	owners := make(map[int64]bool)
+	for _, id := range r.st.ownerLeases() {
+		owners[id] = true
+	}
+	for id := range r.leases {
+		if !owners[id] {
+			delete(r.leases, id)
+		}
+	}
+}
