@@ -204,7 +204,7 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 // observe applies one observation to one lock.
 func (t *Tracker) observe(o *output, st *TrackState, ob Observation) {
 	cur := st.current()
-	same := cur != nil && cur.Holder == ob.Holder && tokenEqual(cur.Token, ob.Token)
+	same := cur != nil && st.sameTenure(cur, ob.Holder, ob.Token)
 	switch ob.Kind {
 	case EventObserved, EventGrant:
 		if same {
@@ -225,7 +225,7 @@ func (t *Tracker) observe(o *output, st *TrackState, ob Observation) {
 		}
 		t.renew(o, st, cur, ob)
 	case EventRelease, EventExpire:
-		if cur == nil || (ob.Holder != "" && cur.Holder != ob.Holder) {
+		if cur == nil || ((ob.Holder != "" || ob.Token != nil) && !st.sameTenure(cur, ob.Holder, ob.Token)) {
 			return // already ended, e.g. by the tracker's clock before the backend confirmed
 		}
 		reason := EndReleased
@@ -439,6 +439,21 @@ func (st *TrackState) current() *Tenure {
 		return &st.Recent[n-1]
 	}
 	return nil
+}
+
+// sameTenure reports whether holder and token name the tenure cur. An etcd
+// token (the owner key's CreateRevision) names exactly one key, so it alone
+// decides: an election's Proclaim changes the value in the holder string but
+// not the tenure. Elsewhere a token can repeat across holders (Kubernetes
+// leaseTransitions), so the holder must match too.
+func (st *TrackState) sameTenure(cur *Tenure, holder string, token *int64) bool {
+	switch {
+	case token == nil && holder != "" && cur.Token != nil:
+		return cur.Holder == holder // an end that names only the holder
+	case st.Lock.Kind == KindEtcd && token != nil:
+		return tokenEqual(cur.Token, token)
+	}
+	return cur.Holder == holder && tokenEqual(cur.Token, token)
 }
 
 // tenureWithToken returns the newest remembered tenure granted token.

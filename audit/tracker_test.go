@@ -484,3 +484,20 @@ func TestTrackerRestoreResumes(t *testing.T) {
 		t.Fatalf("B's tenure seq = %d, want 2", got)
 	}
 }
+
+func TestTrackerEtcdTenureIsNamedByToken(t *testing.T) {
+	const lease = 10 * time.Second
+	// After a blind window the snapshot shows the leader's proclaimed value:
+	// same key (same CreateRevision), so the same tenure, not a new grant.
+	s := newStory(t, audit.KindEtcd)
+	s.grant("694d leader-a", 7, at(0), lease)
+	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Snapshot: true, Blind: &audit.Blind{From: at(time.Second), To: at(2 * time.Second)},
+		Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(2 * time.Second), Holder: "694d leader-a (draining)", Token: audit.Int64(7), LeaseDuration: lease, Inferred: true}}}))
+	s.release("694d leader-a", at(3*time.Second))
+	if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingBlindWindow}) {
+		t.Fatalf("findings = %v, want only the blind window", got)
+	}
+	if got := s.events(); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventBlind, audit.EventRelease}) {
+		t.Fatalf("events = %v, want grant, blind, release", got)
+	}
+}

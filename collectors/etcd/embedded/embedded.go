@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // Server is a running embedded etcd.
@@ -25,8 +26,9 @@ type Options struct {
 	// ProgressNotifyInterval is how often idle watches get progress
 	// notifications (etcd's default is 10 minutes).
 	ProgressNotifyInterval time.Duration
-	// LogLevel is etcd's log level; default "error".
-	LogLevel string
+	// Logger receives etcd's own logs; nil discards them (a stopping server
+	// logs its closed listeners as errors).
+	Logger *zap.Logger
 }
 
 // Start runs an etcd server with its data in dir and waits until it serves.
@@ -59,10 +61,11 @@ func start(ctx context.Context, dir string, opts Options) (*Server, error) {
 	cfg := embed.NewConfig()
 	cfg.Name = "leasewatch"
 	cfg.Dir = dir
-	cfg.LogLevel = "error"
-	if opts.LogLevel != "" {
-		cfg.LogLevel = opts.LogLevel
+	logger := opts.Logger
+	if logger == nil {
+		logger = zap.NewNop()
 	}
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(logger)
 	cfg.ListenClientUrls = []url.URL{*clientURL}
 	cfg.AdvertiseClientUrls = []url.URL{*clientURL}
 	cfg.ListenPeerUrls = []url.URL{*peerURL}
