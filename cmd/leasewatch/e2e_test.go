@@ -1,0 +1,401 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/leasewatch/leasewatch/audit/fence"
+	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
+)
+
+// These tests run the whole chain: real embedded etcd, real lock clients,
+// the etcd collector, the recorder, SQLite, and the HTTP API.
+
+const testIngestToken = "test-token"
+
+func startEtcd(t *testing.T) (*embedded.Server, *clientv3.Client) {
+	t.Helper()
+	srv, err := embedded.Start(context.Background(), t.TempDir(), embedded.Options{ProgressNotifyInterval: 200 * time.Millisecond})
+	if err != nil {
+		t.Fatalf("start etcd: %v", err)
+	}
+	t.Cleanup(srv.Close)
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("etcd client: %v", err)
+	}
+	t.Cleanup(func() { cli.Close() })
+	return srv, cli
+}
+
+type runningService struct {
+	svc  *service
+	stop func()
+}
+
+// startTestService runs leasewatch serve against etcd with its database at
+// dbPath, and waits until the collector is up.
+func startTestService(t *testing.T, endpoint, dbPath string) *runningService {
+	t.Helper()
+	cfg := &Config{
+		Listen: "127.0.0.1:0", Database: dbPath, IngestTokens: []string{testIngestToken},
+		Alerts:  AlertsConfig{RenewMarginRatio: defaultRenewMarginRatio},
+		Sources: []SourceConfig{{Name: "e2e", Kind: "etcd", Endpoints: []string{endpoint}, Prefixes: []string{"/locks/"}}},
+	}
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	svc, err := startService(ctx, cfg, nil, slog.New(slog.DiscardHandler))
+	if err != nil {
+		cancel()
+		t.Fatalf("start service: %v", err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- svc.serve(ctx) }()
+	upCtx, upCancel := context.WithTimeout(ctx, 30*time.Second)
+	defer upCancel()
+	if err := svc.waitUp(upCtx); err != nil {
+		cancel()
+		t.Fatalf("collector never came up: %v", err)
+	}
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				t.Errorf("serve: %v", err)
+			}
+		})
+	}
+	t.Cleanup(stop)
+	return &runningService{svc: svc, stop: stop}
+}
+
+func getJSON(t *testing.T, base, path string, v any) {
+	t.Helper()
+	resp, err := http.Get(base + path)
+	if err != nil {
+		t.Fatalf("GET %s: %v", path, err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+	}
+	if err := json.Unmarshal(body, v); err != nil {
+		t.Fatalf("GET %s: decode %s: %v", path, body, err)
+	}
+}
+
+type apiLock struct {
+	ID     int64  `json:"id"`
+	Name   string `json:"name"`
+	State  string `json:"state"`
+	Holder string `json:"holder"`
+	Token  *int64 `json:"token"`
+}
+
+type apiFinding struct {
+	Kind     string  `json:"kind"`
+	Severity string  `json:"severity"`
+	Tokens   []int64 `json:"tokens"`
+	Resource string  `json:"resource"`
+	Summary  string  `json:"summary"`
+}
+
+type apiTenure struct {
+	Holder string  `json:"holder"`
+	Token  *int64  `json:"token"`
+	End    *string `json:"end"`
+}
+
+type apiEvent struct {
+	Kind  string `json:"kind"`
+	Token *int64 `json:"token"`
+}
+
+func lockID(t *testing.T, base, name string) (int64, bool) {
+	t.Helper()
+	var resp struct{ Locks []apiLock }
+	getJSON(t, base, "/api/v1/locks?name="+url.QueryEscape(name), &resp)
+	if len(resp.Locks) == 0 {
+		return 0, false
+	}
+	return resp.Locks[0].ID, true
+}
+
+// eventually polls cond until it holds or the deadline passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func lockToken(t *testing.T, cli *clientv3.Client, m *concurrency.Mutex) int64 {
+	t.Helper()
+	resp, err := cli.Get(context.Background(), m.Key())
+	if err != nil || len(resp.Kvs) == 0 {
+		t.Fatalf("read lock key %s: %v", m.Key(), err)
+	}
+	return resp.Kvs[0].CreateRevision
+}
+
+// A holder pauses past its lease; the next holder takes over; the paused
+// holder's late write is rejected by a fenced resource (stale_write) and
+// accepted by an unfenced one (unfenced_write).
+func TestEndToEndPausedHolderWrites(t *testing.T) {
+	srv, cli := startEtcd(t)
+	rs := startTestService(t, srv.Endpoint, filepath.Join(t.TempDir(), "lw.db"))
+	base := rs.svc.URL()
+	const lock = "/locks/accounts"
+
+	reporter := func(resource string) *fence.Reporter {
+		r, err := fence.NewReporter(fence.Config{URL: base, Token: testIngestToken, Source: "e2e", Resource: resource, FlushInterval: 20 * time.Millisecond})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { r.Close(context.Background()) })
+		return r
+	}
+	ledger, cache := reporter("ledger"), reporter("cache")
+	var guard fence.Guard
+	fencedWrite := func(holder string, token int64) fence.Outcome {
+		outcome, highest := guard.Check(lock, token)
+		ledger.Report(fence.Write{Lock: lock, Token: &token, Outcome: outcome, HighestToken: &highest, Holder: holder})
+		return outcome
+	}
+
+	ctx := context.Background()
+	sa, err := concurrency.NewSession(cli, concurrency.WithTTL(2))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ma := concurrency.NewMutex(sa, lock)
+	if err := ma.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	tokA := lockToken(t, cli, ma)
+	holderA := fmt.Sprintf("%x", sa.Lease())
+	if got := fencedWrite(holderA, tokA); got != fence.Accepted {
+		t.Fatalf("A's first write: %s, want accepted", got)
+	}
+
+	sb, err := concurrency.NewSession(cli, concurrency.WithTTL(5))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sb.Close()
+	mb := concurrency.NewMutex(sb, lock)
+	acquired := make(chan error, 1)
+	go func() { acquired <- mb.Lock(ctx) }()
+
+	sa.Orphan() // A stalls: no more keepalives
+	select {
+	case err := <-acquired:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("B never acquired the lock after A's lease ran out")
+	}
+	tokB := lockToken(t, cli, mb)
+	holderB := fmt.Sprintf("%x", sb.Lease())
+	if got := fencedWrite(holderB, tokB); got != fence.Accepted {
+		t.Fatalf("B's write: %s, want accepted", got)
+	}
+
+	// A wakes up and writes with its old token.
+	if got := fencedWrite(holderA, tokA); got != fence.Rejected {
+		t.Fatalf("A's late fenced write: %s, want rejected", got)
+	}
+	cache.Report(fence.Write{Lock: lock, Token: &tokA, Outcome: fence.Accepted, Holder: holderA})
+	for _, r := range []*fence.Reporter{ledger, cache} {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		if err := r.Flush(fctx); err != nil {
+			t.Fatalf("flush reports: %v", err)
+		}
+		cancel()
+	}
+
+	id, ok := lockID(t, base, lock)
+	if !ok {
+		t.Fatalf("lock %s not recorded", lock)
+	}
+	var findings struct{ Findings []apiFinding }
+	eventually(t, 10*time.Second, "stale_write, unfenced_write and lease_expired findings", func() bool {
+		getJSON(t, base, fmt.Sprintf("/api/v1/findings?lock=%d", id), &findings)
+		kinds := map[string]bool{}
+		for _, f := range findings.Findings {
+			kinds[f.Kind] = true
+		}
+		return kinds["stale_write"] && kinds["unfenced_write"] && kinds["lease_expired"]
+	})
+	for _, f := range findings.Findings {
+		switch f.Kind {
+		case "stale_write":
+			if f.Severity != "info" || f.Resource != "ledger" || !slices.Contains(f.Tokens, tokA) {
+				t.Errorf("stale_write = %+v, want info on ledger with token %d", f, tokA)
+			}
+		case "unfenced_write":
+			if f.Severity != "critical" || f.Resource != "cache" || !slices.Contains(f.Tokens, tokA) {
+				t.Errorf("unfenced_write = %+v, want critical on cache with token %d", f, tokA)
+			}
+		}
+	}
+
+	var tenures struct{ Tenures []apiTenure }
+	getJSON(t, base, fmt.Sprintf("/api/v1/locks/%d/tenures", id), &tenures)
+	if len(tenures.Tenures) != 2 {
+		t.Fatalf("tenures = %+v, want A's then B's", tenures.Tenures)
+	}
+	a, b := tenures.Tenures[0], tenures.Tenures[1]
+	if a.Holder != holderA || *a.Token != tokA || a.End == nil || *a.End != "expired" {
+		t.Errorf("A's tenure = %+v, want holder %s token %d ended by expiry", a, holderA, tokA)
+	}
+	if b.Holder != holderB || *b.Token != tokB || b.End != nil {
+		t.Errorf("B's tenure = %+v, want holder %s token %d still held", b, holderB, tokB)
+	}
+}
+
+// Stopping leasewatch while locks keep changing hands and starting it again
+// on the same database records every grant exactly once.
+func TestEndToEndRestartRecordsEveryGrantOnce(t *testing.T) {
+	srv, cli := startEtcd(t)
+	dbPath := filepath.Join(t.TempDir(), "lw.db")
+	const lock = "/locks/restart"
+	var tokens []int64
+	cycle := func(n int) {
+		t.Helper()
+		for i := 0; i < n; i++ {
+			s, err := concurrency.NewSession(cli, concurrency.WithTTL(10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			m := concurrency.NewMutex(s, lock)
+			if err := m.Lock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			tokens = append(tokens, lockToken(t, cli, m))
+			if err := m.Unlock(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			s.Close()
+		}
+	}
+
+	first := startTestService(t, srv.Endpoint, dbPath)
+	cycle(5)
+	base := first.svc.URL()
+	eventually(t, 10*time.Second, "the first five grants", func() bool {
+		return len(grantTokens(t, base, lock)) == 5
+	})
+	first.stop()
+
+	cycle(5) // while leasewatch is down
+
+	second := startTestService(t, srv.Endpoint, dbPath)
+	cycle(3)
+	base = second.svc.URL()
+	eventually(t, 15*time.Second, "all 13 grants", func() bool {
+		return len(grantTokens(t, base, lock)) >= len(tokens)
+	})
+	if got := grantTokens(t, base, lock); !slices.Equal(got, tokens) {
+		t.Fatalf("grant tokens = %v, want each of %v exactly once", got, tokens)
+	}
+}
+
+func grantTokens(t *testing.T, base, lock string) []int64 {
+	t.Helper()
+	id, ok := lockID(t, base, lock)
+	if !ok {
+		return nil
+	}
+	var events struct{ Events []apiEvent }
+	getJSON(t, base, fmt.Sprintf("/api/v1/locks/%d/events?kind=grant", id), &events)
+	var got []int64
+	for _, e := range events.Events {
+		got = append(got, *e.Token)
+	}
+	return got
+}
+
+// syncBuffer is an io.Writer safe to read while the demo writes to it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// A new user running the demo sees held locks, a handover and a
+// stale_write within 20 seconds.
+func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	var stdout, stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0"}, &stdout, &stderr) }()
+	defer func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("demo exited %d: %s", code, stderr.String())
+		}
+	}()
+
+	var base string
+	eventually(t, 30*time.Second, "the demo's banner", func() bool {
+		out := stdout.String()
+		if i := strings.Index(out, "open http://"); i >= 0 {
+			base = strings.Fields(out[i+len("open "):])[0]
+			return true
+		}
+		return false
+	})
+	start := time.Now()
+	var held, handover, stale bool
+	eventually(t, 20*time.Second, "held locks, a handover and a stale_write", func() bool {
+		var locks struct{ Locks []apiLock }
+		getJSON(t, base, "/api/v1/locks", &locks)
+		for _, l := range locks.Locks {
+			held = held || l.State == "held"
+			var tenures struct{ Tenures []apiTenure }
+			getJSON(t, base, fmt.Sprintf("/api/v1/locks/%d/tenures", l.ID), &tenures)
+			handover = handover || len(tenures.Tenures) >= 2
+		}
+		var findings struct{ Findings []apiFinding }
+		getJSON(t, base, "/api/v1/findings?kind=stale_write", &findings)
+		stale = len(findings.Findings) > 0
+		return held && handover && stale
+	})
+	t.Logf("demo story complete %s after the banner", time.Since(start).Round(time.Millisecond))
+}

@@ -1,0 +1,118 @@
+// Command leasewatch records distributed-lock lease history and fencing
+// outcomes, and serves the dashboard and API.
+//
+//	leasewatch serve [--config leasewatch.yaml]
+//	leasewatch demo [--listen 127.0.0.1:8080]
+//	leasewatch version
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"syscall"
+)
+
+// version is set at build time with -ldflags "-X main.version=v1.2.3".
+var version = "dev"
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	os.Exit(run(ctx, os.Args[1:], os.Stdout, os.Stderr))
+}
+
+const usage = `leasewatch: an audit service and dashboard for distributed-lock leases.
+
+Usage:
+  leasewatch serve [--config leasewatch.yaml]   run collectors, store and dashboard
+  leasewatch demo [--listen 127.0.0.1:8080]     run against an in-process etcd with a demo workload
+  leasewatch version                            print the version
+`
+
+// run executes one subcommand and returns the process exit code.
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 {
+		fmt.Fprint(stderr, usage)
+		return 2
+	}
+	logger := slog.New(slog.NewTextHandler(stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	var err error
+	switch args[0] {
+	case "serve":
+		err = cmdServe(ctx, args[1:], logger, stderr)
+	case "demo":
+		err = cmdDemo(ctx, args[1:], logger, stdout, stderr)
+	case "version", "--version":
+		fmt.Fprintln(stdout, "leasewatch", versionString())
+		return 0
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0
+	default:
+		fmt.Fprintf(stderr, "leasewatch: unknown command %q\n\n%s", args[0], usage)
+		return 2
+	}
+	switch {
+	case err == nil:
+		return 0
+	case errors.Is(err, flag.ErrHelp):
+		return 0
+	case errors.As(err, new(usageError)):
+		fmt.Fprintf(stderr, "leasewatch %s: %v\n", args[0], err)
+		return 2
+	default:
+		fmt.Fprintf(stderr, "leasewatch %s: %v\n", args[0], err)
+		return 1
+	}
+}
+
+// usageError marks a bad command line.
+type usageError struct{ error }
+
+func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
+	fs.SetOutput(stderr)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return err
+		}
+		return usageError{err}
+	}
+	if fs.NArg() > 0 {
+		return usageError{fmt.Errorf("unexpected argument %q", fs.Arg(0))}
+	}
+	return nil
+}
+
+func cmdServe(ctx context.Context, args []string, logger *slog.Logger, stderr io.Writer) error {
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	path := fs.String("config", "leasewatch.yaml", "configuration file")
+	if err := parseFlags(fs, args, stderr); err != nil {
+		return err
+	}
+	cfg, err := LoadConfig(*path)
+	if err != nil {
+		return err
+	}
+	svc, err := startService(ctx, cfg, nil, logger)
+	if err != nil {
+		return err
+	}
+	return svc.serve(ctx)
+}
+
+func versionString() string {
+	if version != "dev" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return version
+}

@@ -1,0 +1,159 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	promcollectors "github.com/prometheus/client_golang/prometheus/collectors"
+	clientv3 "go.etcd.io/etcd/client/v3"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/sqlite"
+	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/etcd"
+	"github.com/leasewatch/leasewatch/web"
+)
+
+// service is leasewatch wired together: store, recorder, collectors and web.
+// It is the only place that knows every concrete type.
+type service struct {
+	cfg      *Config
+	store    *sqlite.Store
+	recorder *audit.Recorder
+	runner   *collectors.Runner
+	web      *web.Server
+	ln       net.Listener
+	log      *slog.Logger
+}
+
+// startService opens the database, restores the tracker, builds the
+// collectors and binds the listener. clients supplies ready etcd clients by
+// source name (the demo's in-process etcd); other sources dial their
+// configured endpoints.
+func startService(ctx context.Context, cfg *Config, clients map[string]*clientv3.Client, logger *slog.Logger) (*service, error) {
+	store, err := sqlite.Open(ctx, cfg.Database)
+	if err != nil {
+		return nil, fmt.Errorf("open database %s: %w", cfg.Database, err)
+	}
+	rec := audit.NewRecorder(store, audit.TrackerConfig{
+		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
+		SourceKinds:      cfg.SourceKinds(),
+	}, logger.With("component", "recorder"))
+	if err := rec.Start(ctx); err != nil {
+		store.Close()
+		return nil, err
+	}
+	svc := &service{cfg: cfg, store: store, recorder: rec, log: logger}
+
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(promcollectors.NewGoCollector(), promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}))
+
+	var cs []collectors.Collector
+	for i, sc := range cfg.Sources {
+		c, err := newCollector(sc, clients[sc.Name], logger.With("source", sc.Name))
+		if err != nil {
+			svc.close()
+			return nil, fmt.Errorf("sources[%d]: %w", i, err)
+		}
+		cs = append(cs, c)
+	}
+	svc.runner, err = collectors.NewRunner(rec, cs, collectors.RunnerConfig{Logger: logger.With("component", "collectors"), Registerer: reg})
+	if err != nil {
+		svc.close()
+		return nil, err
+	}
+
+	svc.web, err = web.New(web.Config{
+		Store:            store,
+		Writes:           rec,
+		Sources:          svc.runner.Sources,
+		KnownSources:     cfg.SourceKinds(),
+		IngestTokens:     cfg.IngestTokens,
+		Registry:         reg,
+		Logger:           logger.With("component", "web"),
+		Ready:            rec.Ready,
+		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
+	})
+	if err != nil {
+		svc.close()
+		return nil, err
+	}
+	svc.ln, err = net.Listen("tcp", cfg.Listen)
+	if err != nil {
+		svc.close()
+		return nil, fmt.Errorf("listen: %w", err)
+	}
+	return svc, nil
+}
+
+func newCollector(sc SourceConfig, cli *clientv3.Client, logger *slog.Logger) (collectors.Collector, error) {
+	switch audit.SourceKind(sc.Kind) {
+	case audit.KindEtcd:
+		ec := etcd.Config{Name: sc.Name, Endpoints: sc.Endpoints, Prefixes: sc.Prefixes, Username: sc.Username, Password: sc.Password}
+		if cli != nil {
+			return etcd.NewWithClient(ec, cli, logger)
+		}
+		return etcd.New(ec, logger)
+	}
+	return nil, fmt.Errorf("kind: %q sources are not supported by this version yet", sc.Kind)
+}
+
+// URL is the base URL the service listens on.
+func (s *service) URL() string { return "http://" + s.ln.Addr().String() }
+
+// serve runs collectors and the web server until ctx ends, then shuts down
+// in order: stop taking requests, stop collectors, drain the recorder, close
+// the database.
+func (s *service) serve(ctx context.Context) error {
+	s.log.Info("leasewatch listening", "url", s.URL(), "database", s.cfg.Database, "sources", len(s.cfg.Sources))
+	var wg sync.WaitGroup
+	collectCtx, stopCollectors := context.WithCancel(context.Background())
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		s.runner.Run(collectCtx)
+	}()
+	err := s.web.Serve(ctx, s.ln)
+	stopCollectors()
+	wg.Wait()
+	s.close()
+	if errors.Is(err, context.Canceled) {
+		err = nil
+	}
+	return err
+}
+
+// waitUp waits until every collector has reported its first snapshot.
+func (s *service) waitUp(ctx context.Context) error {
+	for {
+		up := true
+		for _, src := range s.runner.Sources() {
+			up = up && src.State == audit.SourceUp
+		}
+		if up {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+}
+
+func (s *service) close() {
+	if s.recorder != nil {
+		s.recorder.Close()
+	}
+	if s.store != nil {
+		if err := s.store.Close(); err != nil {
+			s.log.Error("close database", "err", err)
+		}
+	}
+}
