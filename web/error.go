@@ -1,0 +1,95 @@
+package web
+
+import (
+	"bytes"
+	"errors"
+	"net/http"
+	"strings"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/views"
+)
+
+// httpStatus is the one map from audit error codes to HTTP statuses.
+func httpStatus(code string) int {
+	switch code {
+	case audit.EINVALID:
+		return http.StatusBadRequest
+	case audit.EUNAUTHORIZED:
+		return http.StatusUnauthorized
+	case audit.ENOTFOUND:
+		return http.StatusNotFound
+	case audit.ETOOLARGE:
+		return http.StatusRequestEntityTooLarge
+	case audit.EUNAVAILABLE:
+		return http.StatusServiceUnavailable
+	default:
+		return http.StatusInternalServerError
+	}
+}
+
+// errorResponse returns the status and the user-facing message for err.
+// Internal errors get a generic message: their text may name files, SQL or
+// hosts.
+func errorResponse(err error) (int, string) {
+	var he *echo.HTTPError
+	if errors.As(err, &he) {
+		// Raised by echo itself: unknown route, wrong method, missing static file.
+		msg := strings.ToLower(http.StatusText(he.Code))
+		if he.Code >= http.StatusInternalServerError || msg == "" {
+			msg = "internal error"
+		}
+		return he.Code, msg
+	}
+	var mbe *http.MaxBytesError
+	if errors.As(err, &mbe) {
+		return http.StatusRequestEntityTooLarge, "request body too large"
+	}
+	return httpStatus(audit.ErrorCode(err)), audit.ErrorMessage(err)
+}
+
+// handleError is echo's HTTPErrorHandler: it answers every failed request,
+// as {"error": "..."} under /api/ and as a small page elsewhere.
+func (s *Server) handleError(err error, c echo.Context) {
+	req := c.Request()
+	if c.Response().Committed {
+		s.logger.Error("request failed after the response started",
+			"method", req.Method, "route", c.Path(), "err", err)
+		return
+	}
+	status, msg := errorResponse(err)
+	if status >= http.StatusInternalServerError {
+		s.logger.Error("request failed",
+			"method", req.Method, "route", c.Path(), "path", req.URL.Path, "status", status, "err", err)
+	}
+	if status == http.StatusUnauthorized {
+		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="leasewatch"`)
+	}
+
+	var werr error
+	switch {
+	case req.Method == http.MethodHead:
+		werr = c.NoContent(status)
+	case isAPI(req):
+		werr = c.JSON(status, map[string]string{"error": msg})
+	default:
+		var buf bytes.Buffer
+		page := views.ErrorPage{Status: status, Title: http.StatusText(status), Message: msg}
+		if rerr := views.Error(page).Render(req.Context(), &buf); rerr != nil {
+			s.logger.Error("render error page", "err", rerr)
+			werr = c.String(status, msg+"\n")
+		} else {
+			werr = c.HTMLBlob(status, buf.Bytes())
+		}
+	}
+	if werr != nil {
+		s.logger.Debug("write error response", "err", werr)
+	}
+}
+
+// isAPI reports whether req is for the JSON API.
+func isAPI(req *http.Request) bool {
+	return req.URL.Path == "/api" || strings.HasPrefix(req.URL.Path, "/api/")
+}

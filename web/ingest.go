@@ -1,0 +1,321 @@
+package web
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// Ingest limits.
+const (
+	maxIngestBody   = 1 << 20 // bytes of one POST /api/v1/writes body
+	maxIngestString = 1024    // characters of any string field
+	maxRequestID    = 200     // characters of request_id
+)
+
+// hashToken fixes every token's length, so comparing one does not reveal how
+// long the configured tokens are.
+func hashToken(t string) [32]byte { return sha256.Sum256([]byte(t)) }
+
+// authorized reports whether the Authorization header carries one of the
+// ingest tokens. It compares against every token in constant time.
+func (s *Server) authorized(header string) bool {
+	scheme, tok, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return false
+	}
+	tok = strings.TrimSpace(tok)
+	if tok == "" {
+		return false
+	}
+	h := hashToken(tok)
+	match := 0
+	for _, want := range s.tokens {
+		match |= subtle.ConstantTimeCompare(h[:], want[:])
+	}
+	return match == 1
+}
+
+// handleIngest takes write reports from protected resources. It validates the
+// whole request before recording any of it, and answers 202 only once the
+// reports are durable.
+func (s *Server) handleIngest(c echo.Context) error {
+	req := c.Request()
+	if !s.authorized(req.Header.Get(echo.HeaderAuthorization)) {
+		return audit.Errorf(audit.EUNAUTHORIZED, "missing or invalid bearer token")
+	}
+	if s.writes == nil {
+		return audit.Errorf(audit.EUNAVAILABLE, "ingest is not available")
+	}
+	if req.ContentLength > maxIngestBody {
+		return audit.Errorf(audit.ETOOLARGE, "request body too large: over %d bytes", maxIngestBody)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response().Writer, req.Body, maxIngestBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return audit.Errorf(audit.ETOOLARGE, "request body too large: over %d bytes", maxIngestBody)
+		}
+		return audit.Errorf(audit.EINVALID, "body: could not be read")
+	}
+	reports, err := decodeWrites(body, s.known, s.now().UTC())
+	if err != nil {
+		return err
+	}
+	if err := s.writes.ReportWrites(req.Context(), reports); err != nil {
+		return err
+	}
+	for _, r := range reports {
+		s.metrics.writes.WithLabelValues(string(r.Outcome)).Inc()
+	}
+	return c.JSON(http.StatusAccepted, map[string]int{"accepted": len(reports)})
+}
+
+// decodeWrites decodes a body of one write report or an array of them. It
+// fails with EINVALID naming the first bad field, "outcome: ..." for a single
+// object and "writes[2].outcome: ..." in an array. at defaults to now.
+func decodeWrites(body []byte, known map[string]audit.SourceKind, now time.Time) ([]audit.WriteReport, error) {
+	body = bytes.TrimSpace(body)
+	if len(body) == 0 {
+		return nil, audit.Errorf(audit.EINVALID, "body: empty; want a write report object or an array of them")
+	}
+	if !json.Valid(body) {
+		return nil, audit.Errorf(audit.EINVALID, "body: invalid JSON%s", syntaxOffset(body))
+	}
+	switch body[0] {
+	case '{':
+		r, err := decodeWrite(body, "", known, now)
+		if err != nil {
+			return nil, err
+		}
+		return []audit.WriteReport{r}, nil
+	case '[':
+		var raws []json.RawMessage
+		if err := json.Unmarshal(body, &raws); err != nil {
+			return nil, audit.Errorf(audit.EINVALID, "body: invalid JSON")
+		}
+		if len(raws) == 0 {
+			return nil, audit.Errorf(audit.EINVALID, "writes: empty array; want at least one write report")
+		}
+		reports := make([]audit.WriteReport, 0, len(raws))
+		for i, raw := range raws {
+			r, err := decodeWrite(raw, fmt.Sprintf("writes[%d]", i), known, now)
+			if err != nil {
+				return nil, err
+			}
+			reports = append(reports, r)
+		}
+		return reports, nil
+	default:
+		return nil, audit.Errorf(audit.EINVALID, "body: want a write report object or an array of them")
+	}
+}
+
+// syntaxOffset says where body stops being JSON, to help the sender.
+func syntaxOffset(body []byte) string {
+	var v any
+	var se *json.SyntaxError
+	if err := json.Unmarshal(body, &v); errors.As(err, &se) {
+		return fmt.Sprintf(" at byte %d", se.Offset)
+	}
+	return ""
+}
+
+// decodeWrite decodes one report object, checking its fields in document
+// order: unknown and duplicate fields, JSON types, then values. at names the
+// object in messages ("" for a lone object).
+func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now time.Time) (audit.WriteReport, error) {
+	fieldName := func(key string) string {
+		if at == "" {
+			return key
+		}
+		return at + "." + key
+	}
+	bad := func(key, format string, args ...any) error {
+		return audit.Errorf(audit.EINVALID, "%s: %s", fieldName(key), fmt.Sprintf(format, args...))
+	}
+
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	tok, err := dec.Token()
+	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
+		name := at
+		if name == "" {
+			name = "body"
+		}
+		return audit.WriteReport{}, audit.Errorf(audit.EINVALID, "%s: must be a write report object", name)
+	}
+
+	var w audit.WriteReport
+	seen := make(map[string]bool)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return w, audit.Errorf(audit.EINVALID, "body: invalid JSON")
+		}
+		key, _ := tok.(string)
+		var val json.RawMessage
+		if err := dec.Decode(&val); err != nil {
+			return w, audit.Errorf(audit.EINVALID, "body: invalid JSON")
+		}
+		name := displayKey(key)
+		if seen[key] {
+			return w, bad(name, "duplicate field")
+		}
+		seen[key] = true
+
+		switch key {
+		case "source":
+			v, err := jsonString(val, maxIngestString)
+			if err != nil {
+				return w, bad(name, "%v", err)
+			}
+			if v != "" {
+				if _, ok := known[v]; !ok {
+					return w, bad(name, "unknown source %q", truncate(v, 64))
+				}
+			}
+			w.Source = v
+		case "lock":
+			if w.Lock, err = jsonString(val, maxIngestString); err != nil {
+				return w, bad(name, "%v", err)
+			}
+		case "resource":
+			if w.Resource, err = jsonString(val, maxIngestString); err != nil {
+				return w, bad(name, "%v", err)
+			}
+		case "holder":
+			if w.Holder, err = jsonString(val, maxIngestString); err != nil {
+				return w, bad(name, "%v", err)
+			}
+		case "request_id":
+			if w.RequestID, err = jsonString(val, maxRequestID); err != nil {
+				return w, bad(name, "%v", err)
+			}
+		case "outcome":
+			v, err := jsonString(val, maxIngestString)
+			if err != nil {
+				return w, bad(name, "%v", err)
+			}
+			switch o := audit.WriteOutcome(v); o {
+			case audit.WriteAccepted, audit.WriteRejected:
+				w.Outcome = o
+			case "":
+			default:
+				return w, bad(name, `must be "accepted" or "rejected"`)
+			}
+		case "token":
+			if w.Token, err = jsonToken(val); err != nil {
+				return w, bad(name, "%v", err)
+			}
+		case "highest_token":
+			if w.HighestToken, err = jsonToken(val); err != nil {
+				return w, bad(name, "%v", err)
+			}
+		case "at":
+			v, err := jsonString(val, maxIngestString)
+			if err != nil {
+				return w, bad(name, "%v", err)
+			}
+			if v != "" {
+				t, err := time.Parse(time.RFC3339Nano, v)
+				if err != nil {
+					return w, bad(name, "must be an RFC 3339 time such as 2006-01-02T15:04:05.5Z")
+				}
+				w.At = t.UTC()
+			}
+		default:
+			return w, bad(name, "unknown field")
+		}
+	}
+
+	switch {
+	case w.Source == "":
+		return w, bad("source", "required")
+	case w.Lock == "":
+		return w, bad("lock", "required")
+	case w.Resource == "":
+		return w, bad("resource", "required")
+	case w.Outcome == "":
+		return w, bad("outcome", `required: "accepted" or "rejected"`)
+	}
+	if w.At.IsZero() {
+		w.At = now
+	}
+	return w, nil
+}
+
+// displayKey makes an unknown key safe and short enough to echo in a message.
+func displayKey(key string) string {
+	if len(key) <= 64 && utf8.ValidString(key) && !strings.ContainsFunc(key, unicode.IsControl) && key != "" {
+		return key
+	}
+	return strconv.Quote(truncate(strings.ToValidUTF8(key, "\uFFFD"), 64))
+}
+
+// jsonString decodes an optional string: null or absent is "". It must be valid
+// UTF-8 without control characters and at most max characters long.
+func jsonString(val json.RawMessage, max int) (string, error) {
+	if string(val) == "null" {
+		return "", nil
+	}
+	if len(val) == 0 || val[0] != '"' {
+		return "", errors.New("must be a string")
+	}
+	// encoding/json quietly turns invalid UTF-8 and lone surrogate escapes
+	// into U+FFFD, so check the raw bytes, and look for U+FFFD the sender
+	// did not write.
+	if !utf8.Valid(val) {
+		return "", errors.New("must be valid UTF-8")
+	}
+	var s string
+	if err := json.Unmarshal(val, &s); err != nil {
+		return "", errors.New("must be a string")
+	}
+	if strings.ContainsRune(s, utf8.RuneError) && !bytes.ContainsRune(val, utf8.RuneError) &&
+		!bytes.Contains(bytes.ToLower(val), []byte(`\ufffd`)) {
+		return "", errors.New("must be valid UTF-8")
+	}
+	if strings.ContainsFunc(s, unicode.IsControl) {
+		return "", errors.New("must not contain control characters")
+	}
+	if utf8.RuneCountInString(s) > max {
+		return "", fmt.Errorf("must be at most %d characters", max)
+	}
+	return s, nil
+}
+
+// jsonToken decodes a fencing token: a non-negative integer or null.
+func jsonToken(val json.RawMessage) (*int64, error) {
+	s := string(val)
+	if s == "null" {
+		return nil, nil
+	}
+	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
+		return nil, errors.New("must be an integer or null")
+	}
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		if strings.ContainsAny(s, ".eE") {
+			return nil, errors.New("must be an integer or null")
+		}
+		return nil, errors.New("must fit in a signed 64-bit integer")
+	}
+	if n < 0 {
+		return nil, errors.New("must not be negative")
+	}
+	return &n, nil
+}

@@ -1,0 +1,256 @@
+// Package web serves leasewatch over HTTP: the server-rendered dashboard, the
+// JSON API (DESIGN.md, "HTTP API"), write-report ingest, health probes and
+// Prometheus metrics.
+//
+// Handlers are thin: they parse the request, call the audit.Store or the
+// WriteReporter, and render. Errors travel back to one HTTP error handler,
+// which maps audit error codes to statuses (error.go).
+//
+// JSON conventions: times are RFC 3339 with nanoseconds in UTC and null when
+// unknown; tokens and durations (fields ending in _ms, integer milliseconds) are
+// null when unknown; detail is an object or null; strings are never null (an
+// unknown holder, position or resource is "").
+package web
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/static"
+)
+
+// WriteReporter records write reports from protected resources.
+// *audit.Recorder implements it.
+type WriteReporter interface {
+	// ReportWrites records reports and returns once they are durable. It
+	// returns an *audit.Error with EUNAVAILABLE when it cannot take writes.
+	ReportWrites(ctx context.Context, reports []audit.WriteReport) error
+}
+
+// Config is what a Server needs. Only Store is required.
+type Config struct {
+	// Store answers every read.
+	Store audit.Store
+	// Writes takes POST /api/v1/writes reports. Nil answers 503.
+	Writes WriteReporter
+	// Sources returns the configured sources with their collectors' health.
+	// LastEventAt is completed from Store.LastEventAt. Nil lists KnownSources
+	// as down: no collector runs for them.
+	Sources func() []audit.Source
+	// KnownSources are the configured sources by name; ingest accepts reports
+	// only for these.
+	KnownSources map[string]audit.SourceKind
+	// IngestTokens are the bearer tokens POST /api/v1/writes accepts. With none,
+	// every report is refused.
+	IngestTokens []string
+	// Registry receives the server's metrics and is served at /metrics. Nil
+	// uses a new registry.
+	Registry *prometheus.Registry
+	// Logger defaults to discarding.
+	Logger *slog.Logger
+	// Ready answers /readyz: nil means ready. Nil Ready is always ready.
+	Ready func(ctx context.Context) error
+	// Now is the clock for receipt times and "expires in"; default time.Now.
+	Now func() time.Time
+	// RenewMarginRatio marks a held lock "near expiry" on pages when less than
+	// this fraction of its lease is left (alerts.renew_margin_ratio). Zero
+	// disables the hint.
+	RenewMarginRatio float64
+}
+
+// Timeouts of the HTTP server. Writes cover the slowest page or /metrics
+// scrape; reads cover a 1 MiB ingest body from a slow client.
+const (
+	readHeaderTimeout = 10 * time.Second
+	readTimeout       = time.Minute
+	writeTimeout      = time.Minute
+	idleTimeout       = 2 * time.Minute
+	shutdownTimeout   = 15 * time.Second
+	maxHeaderBytes    = 64 << 10
+)
+
+// Server is leasewatch's HTTP server.
+type Server struct {
+	store   audit.Store
+	writes  WriteReporter
+	sources func() []audit.Source
+	known   map[string]audit.SourceKind
+	tokens  [][32]byte // SHA-256 of each ingest token
+	ready   func(ctx context.Context) error
+	now     func() time.Time
+	margin  float64
+	logger  *slog.Logger
+	metrics *metrics
+	echo    *echo.Echo
+}
+
+// New returns a Server for cfg with its routes and metrics registered.
+func New(cfg Config) (*Server, error) {
+	if cfg.Store == nil {
+		return nil, errors.New("web: Config.Store is required")
+	}
+	if cfg.RenewMarginRatio < 0 || cfg.RenewMarginRatio >= 1 {
+		return nil, fmt.Errorf("web: RenewMarginRatio %v: want 0 <= ratio < 1", cfg.RenewMarginRatio)
+	}
+	s := &Server{
+		store:   cfg.Store,
+		writes:  cfg.Writes,
+		sources: cfg.Sources,
+		known:   cfg.KnownSources,
+		ready:   cfg.Ready,
+		now:     cfg.Now,
+		margin:  cfg.RenewMarginRatio,
+		logger:  cfg.Logger,
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if s.logger == nil {
+		s.logger = slog.New(slog.DiscardHandler)
+	}
+	for _, t := range cfg.IngestTokens {
+		if t != "" { // an empty token would let an empty Authorization through
+			s.tokens = append(s.tokens, hashToken(t))
+		}
+	}
+	reg := cfg.Registry
+	if reg == nil {
+		reg = prometheus.NewRegistry()
+	}
+	m, err := newMetrics(reg)
+	if err != nil {
+		return nil, err
+	}
+	s.metrics = m
+
+	e := echo.New()
+	e.HideBanner = true
+	e.HidePort = true
+	e.HTTPErrorHandler = s.handleError
+	e.Use(s.instrument, s.recoverPanic, secureHeaders)
+
+	e.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/locks") })
+	e.GET("/locks", s.handleLocksPage)
+	e.GET("/locks/:id", s.handleLockPage)
+	e.GET("/findings", s.handleFindingsPage)
+	e.GET("/sources", s.handleSourcesPage)
+	e.StaticFS("/static/", static.FS)
+
+	e.GET("/healthz", s.handleHealthz)
+	e.GET("/readyz", s.handleReadyz)
+	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
+	})))
+
+	api := e.Group("/api/v1")
+	api.GET("/sources", s.handleAPISources)
+	api.GET("/locks", s.handleAPILocks)
+	api.GET("/locks/:id", s.handleAPILock)
+	api.GET("/locks/:id/events", s.handleAPIEvents)
+	api.GET("/locks/:id/tenures", s.handleAPITenures)
+	api.GET("/findings", s.handleAPIFindings)
+	api.POST("/writes", s.handleIngest)
+
+	s.echo = e
+	return s, nil
+}
+
+// Handler returns the server's HTTP handler, for tests and embedding.
+func (s *Server) Handler() http.Handler { return s.echo }
+
+// ListenAndServe listens on addr and serves until ctx ends, then shuts down
+// gracefully.
+func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", addr, err)
+	}
+	return s.Serve(ctx, ln)
+}
+
+// Serve serves on ln until ctx ends, then stops accepting connections and waits
+// up to shutdownTimeout for requests in flight. It returns nil after a
+// graceful shutdown. Serve closes ln.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	srv := &http.Server{
+		Handler:           s.echo,
+		ReadHeaderTimeout: readHeaderTimeout,
+		ReadTimeout:       readTimeout,
+		WriteTimeout:      writeTimeout,
+		IdleTimeout:       idleTimeout,
+		MaxHeaderBytes:    maxHeaderBytes,
+		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	s.logger.Info("http server listening", "addr", ln.Addr().String())
+	errc := make(chan error, 1)
+	go func() { errc <- srv.Serve(ln) }()
+
+	select {
+	case err := <-errc:
+		return fmt.Errorf("http server: %w", err)
+	case <-ctx.Done():
+	}
+	sctx, cancel := context.WithTimeout(context.Background(), shutdownTimeout)
+	defer cancel()
+	if err := srv.Shutdown(sctx); err != nil {
+		srv.Close()
+		<-errc
+		return fmt.Errorf("shut down http server: %w", err)
+	}
+	if err := <-errc; !errors.Is(err, http.ErrServerClosed) {
+		return fmt.Errorf("http server: %w", err)
+	}
+	return nil
+}
+
+func (s *Server) handleHealthz(c echo.Context) error {
+	return c.String(http.StatusOK, "ok\n")
+}
+
+func (s *Server) handleReadyz(c echo.Context) error {
+	if s.ready != nil {
+		if err := s.ready(c.Request().Context()); err != nil {
+			return c.String(http.StatusServiceUnavailable, "not ready: "+err.Error()+"\n")
+		}
+	}
+	return c.String(http.StatusOK, "ready\n")
+}
+
+// secureHeaders keeps the browser from running anything the pages did not
+// ship: they have no scripts, and load styles only from /static/.
+func secureHeaders(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		h := c.Response().Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Content-Security-Policy",
+			"default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+		h.Set("Referrer-Policy", "same-origin")
+		return next(c)
+	}
+}
+
+// recoverPanic turns a handler panic into a 500 so one bad request does not
+// take the process down.
+func (s *Server) recoverPanic(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) (err error) {
+		defer func() {
+			if r := recover(); r != nil {
+				if r == http.ErrAbortHandler {
+					panic(r)
+				}
+				err = fmt.Errorf("panic serving %s %s: %v", c.Request().Method, c.Path(), r)
+			}
+		}()
+		return next(c)
+	}
+}
