@@ -154,6 +154,15 @@ func (r *Recorder) do(ctx context.Context, req *request) error {
 	select {
 	case err := <-req.done:
 		return err
+	case <-r.stopped:
+		// The loop answered what it drained before stopping; a request that
+		// arrived after that was never recorded.
+		select {
+		case err := <-req.done:
+			return err
+		default:
+			return Errorf(EUNAVAILABLE, "recorder is shut down")
+		}
 	case <-ctx.Done():
 		return ctx.Err()
 	}

@@ -204,3 +204,18 @@ func TestRecorderExpiresByClock(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+func TestRecorderAfterCloseAnswersUnavailable(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
+	rec := startRecorder(t, st)
+	rec.Close()
+	for i := 0; i < 100; i++ { // some of these reach the channel before seeing stop
+		err := rec.ReportWrites(context.Background(), []audit.WriteReport{{Source: "src", Lock: "orders", Resource: "db", Outcome: audit.WriteAccepted, At: at(0)}})
+		if audit.ErrorCode(err) != audit.EUNAVAILABLE {
+			t.Fatalf("ReportWrites after Close = %v, want unavailable", err)
+		}
+	}
+	if rec.Ready(context.Background()) == nil {
+		t.Fatal("Ready after Close = nil, want an error")
+	}
+}

@@ -180,6 +180,9 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 				kept = append(kept, p)
 				continue
 			}
+			if !w.At.After(p.GrantedAt) {
+				continue // the resource had the new token before the collector saw the grant: no window
+			}
 			o.finding(st, Finding{Kind: FindingExposure, At: p.GrantedAt, Until: w.At, Tokens: []int64{p.Token}, Holders: holders(p.Holder), Resource: w.Resource,
 				Summary: fmt.Sprintf("%s learned token %d %s after it was granted to %s; until then it still accepted older tokens", w.Resource, p.Token, w.At.Sub(p.GrantedAt).Round(time.Millisecond), orUnknown(p.Holder))})
 		}

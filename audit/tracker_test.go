@@ -501,3 +501,21 @@ func TestTrackerEtcdTenureIsNamedByToken(t *testing.T) {
 		t.Fatalf("events = %v, want grant, blind, release", got)
 	}
 }
+
+func TestTrackerNoExposureWhenResourceIsAhead(t *testing.T) {
+	// The resource's clock put its first write with token 42 a few
+	// milliseconds before the collector saw the grant: there was no window.
+	s := newStory(t, audit.KindEtcd)
+	s.grant("A", 41, at(0), 10*time.Second)
+	s.write("ledger", 41, audit.WriteAccepted, at(time.Second))
+	s.release("A", at(2*time.Second))
+	s.grant("B", 42, at(2*time.Second), 10*time.Second)
+	s.write("ledger", 42, audit.WriteAccepted, at(2*time.Second-8*time.Millisecond))
+	if got := s.findings(); len(got) != 0 {
+		t.Fatalf("findings = %v, want none", got)
+	}
+	st, _ := s.tr.State(s.key())
+	if p := st.Resources["ledger"].Pending; len(p) != 0 {
+		t.Fatalf("pending grants = %+v, want the window closed", p)
+	}
+}
