@@ -67,7 +67,10 @@ type Observation struct {
 	RenewedAt time.Time
 	Position  string
 	Inferred  bool
-	Detail    map[string]any
+	// Deleted says the lock object itself was deleted (a Kubernetes Lease
+	// removed while held): the tenure ends with a lock_deleted finding.
+	Deleted bool
+	Detail  map[string]any
 }
 
 // Blind is an interval over which a collector could not see its backend:

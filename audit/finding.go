@@ -18,13 +18,17 @@ const (
 	FindingLeaseExpired    FindingKind = "lease_expired"
 	FindingUnfencedLock    FindingKind = "unfenced_lock"
 	FindingBlindWindow     FindingKind = "blind_window"
+	// FindingLockDeleted: the lock object was deleted while held (a
+	// Kubernetes Lease removed by hand or by garbage collection), so its
+	// holder may still act on a lease nobody else can see.
+	FindingLockDeleted FindingKind = "lock_deleted"
 )
 
 // FindingKinds lists every finding kind in a stable order.
 var FindingKinds = []FindingKind{
 	FindingTokenRegression, FindingTokenReuse, FindingTokenSkip, FindingOverlap,
 	FindingExposure, FindingUnfencedWrite, FindingStaleWrite, FindingLateRenewal,
-	FindingLeaseExpired, FindingUnfencedLock, FindingBlindWindow,
+	FindingLeaseExpired, FindingUnfencedLock, FindingBlindWindow, FindingLockDeleted,
 }
 
 // Severity ranks findings (contract).

@@ -236,6 +236,10 @@ func (t *Tracker) observe(o *output, st *TrackState, ob Observation) {
 			reason = EndExpired
 		}
 		t.end(o, st, cur, reason, ob.At, ob.Inferred, ob.Detail)
+		if ob.Deleted {
+			o.finding(st, Finding{Kind: FindingLockDeleted, At: ob.At, Tokens: tokens(cur.Token), Holders: holders(cur.Holder),
+				Summary: fmt.Sprintf("the lock object was deleted while %s held it: the holder may go on acting on a lease nobody else can see", orUnknown(cur.Holder))})
+		}
 	}
 }
 
@@ -276,7 +280,8 @@ func (t *Tracker) grant(o *output, st *TrackState, prev *Tenure, ob Observation)
 				res.Pending = append(res.Pending[:0], res.Pending[n-maxPendingGrants:]...)
 			}
 		}
-	} else if !st.UnfencedReported {
+	} else if !st.UnfencedReported && st.Lock.Class != ClassHeartbeat {
+		// Heartbeats never carry tokens and guard nothing: not a finding.
 		st.UnfencedReported = true
 		o.finding(st, Finding{Kind: FindingUnfencedLock, At: ob.At, Holders: holders(ob.Holder),
 			Summary: "grants of this lock carry no fencing token: a resource cannot reject a paused holder's late writes"})

@@ -519,3 +519,23 @@ func TestTrackerNoExposureWhenResourceIsAhead(t *testing.T) {
 		t.Fatalf("pending grants = %+v, want the window closed", p)
 	}
 }
+
+func TestTrackerLockDeletedWhileHeld(t *testing.T) {
+	s := newStory(t, audit.KindKubernetes)
+	s.grant("pod-a", 1, at(0), 15*time.Second)
+	s.observe(audit.Observation{Kind: audit.EventRelease, At: at(3 * time.Second), Holder: "pod-a", Token: audit.Int64(1), Deleted: true})
+	if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingLockDeleted}) {
+		t.Fatalf("findings = %v, want [lock_deleted]", got)
+	}
+	if f := s.finding(audit.FindingLockDeleted); f.Severity != audit.SeverityWarning {
+		t.Fatalf("severity = %s, want warning", f.Severity)
+	}
+}
+
+func TestTrackerHeartbeatsAreNotUnfencedLocks(t *testing.T) {
+	s := newStory(t, audit.KindKubernetes)
+	s.observe(audit.Observation{Kind: audit.EventGrant, At: at(0), Holder: "node-1", LeaseDuration: 40 * time.Second, Class: audit.ClassHeartbeat})
+	if got := s.findings(); len(got) != 0 {
+		t.Fatalf("findings = %v, want none for a heartbeat", got)
+	}
+}

@@ -1,0 +1,20 @@
+// Command buildapiserver builds the test kube-apiserver into the cache if it
+// is missing, so `make test` pays for the build once, before the tests.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
+)
+
+func main() {
+	bin, err := kubetest.Binary(context.Background(), os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(bin)
+}
