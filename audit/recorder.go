@@ -22,6 +22,7 @@ type Recorder struct {
 	now      func() time.Time
 	tick     time.Duration
 	maxGroup int
+	onCommit func(Commit)
 
 	reqs    chan *request
 	stop    chan struct{}
@@ -44,6 +45,18 @@ type RecorderOption func(*Recorder)
 
 // WithClock injects the clock that drives expiry ticks.
 func WithClock(now func() time.Time) RecorderOption { return func(r *Recorder) { r.now = now } }
+
+// Commit describes one successful group commit, for metrics.
+type Commit struct {
+	At     time.Time // when it became durable, by the recorder's clock
+	Inputs []*Input  // the collector inputs it covers
+	Writes int       // the write reports it covers, duplicates included
+	Batch  *Batch    // what it wrote
+}
+
+// WithCommitHook calls fn after every successful commit, on the recording
+// goroutine: fn must be quick and must not modify the commit.
+func WithCommitHook(fn func(Commit)) RecorderOption { return func(r *Recorder) { r.onCommit = fn } }
 
 // WithTickInterval sets how often the tracker's clock expiry runs (default 250ms).
 func WithTickInterval(d time.Duration) RecorderOption { return func(r *Recorder) { r.tick = d } }
@@ -264,6 +277,16 @@ func (r *Recorder) finish(group []*request, b Batch, err error) {
 				r.log.Error("reload tracker state", "err", rerr)
 			}
 		}
+	}
+	if err == nil && r.onCommit != nil {
+		c := Commit{At: r.now(), Batch: &b}
+		for _, req := range group {
+			if req.input != nil {
+				c.Inputs = append(c.Inputs, req.input)
+			}
+			c.Writes += len(req.writes)
+		}
+		r.onCommit(c)
 	}
 	r.mu.Lock()
 	r.err = err

@@ -67,7 +67,7 @@ const (
 )
 
 // supportedKinds are the source kinds this build has collectors for.
-var supportedKinds = map[audit.SourceKind]bool{audit.KindEtcd: true}
+var supportedKinds = map[audit.SourceKind]bool{audit.KindEtcd: true, audit.KindKubernetes: true}
 
 // LoadConfig reads and validates the configuration file at path.
 func LoadConfig(path string) (*Config, error) {
@@ -146,7 +146,7 @@ func (s *SourceConfig) validate() error {
 		return fmt.Errorf("kind: %q is not one of etcd, kubernetes, redis", s.Kind)
 	}
 	if !supportedKinds[kind] {
-		return fmt.Errorf("kind: %q sources are not supported by this version yet (supported: etcd)", s.Kind)
+		return fmt.Errorf("kind: %q sources are not supported by this version yet (supported: etcd, kubernetes)", s.Kind)
 	}
 	switch kind {
 	case audit.KindEtcd:
@@ -166,9 +166,20 @@ func (s *SourceConfig) validate() error {
 				return fmt.Errorf("prefixes[%d]: must not be empty", i)
 			}
 		}
+	case audit.KindKubernetes:
+		for field, names := range map[string][]string{"namespaces": s.Namespaces, "heartbeat_namespaces": s.HeartbeatNamespaces} {
+			for i, ns := range names {
+				if !dnsLabel.MatchString(ns) {
+					return fmt.Errorf("%s[%d]: %q is not a valid namespace name", field, i, ns)
+				}
+			}
+		}
 	}
 	return nil
 }
+
+// dnsLabel is what Kubernetes accepts as a namespace name (RFC 1123 label).
+var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
 // SourceKinds maps each configured source to its kind.
 func (c *Config) SourceKinds() map[string]audit.SourceKind {

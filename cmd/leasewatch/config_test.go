@@ -54,6 +54,8 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"SlashInName", "sources:\n  - name: a/b\n    kind: etcd\n", "sources[0].name"},
 		{"UnknownKind", "sources:\n  - name: x\n    kind: zookeeper\n", "sources[0].kind"},
 		{"KindNotYetSupported", "sources:\n  - name: x\n    kind: redis\n    addr: 127.0.0.1:6379\n", "sources[0].kind"},
+		{"BadNamespace", "sources:\n  - name: k\n    kind: kubernetes\n    namespaces: [\"Kube_System\"]\n", "sources[0].namespaces[0]"},
+		{"BadHeartbeatNamespace", "sources:\n  - name: k\n    kind: kubernetes\n    heartbeat_namespaces: [\"\"]\n", "sources[0].heartbeat_namespaces[0]"},
 		{"NoEndpoints", "sources:\n  - name: x\n    kind: etcd\n    prefixes: [\"/l/\"]\n", "sources[0].endpoints"},
 		{"NoPrefixes", "sources:\n  - name: x\n    kind: etcd\n    endpoints: [\"h:1\"]\n", "sources[0].prefixes"},
 		{"DuplicateName", "sources:\n" + etcd + etcd, "sources[1].name"},

@@ -276,6 +276,22 @@ func TestEndToEndPausedHolderWrites(t *testing.T) {
 	if b.Holder != holderB || *b.Token != tokB || b.End != nil {
 		t.Errorf("B's tenure = %+v, want holder %s token %d still held", b, holderB, tokB)
 	}
+
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	metrics, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`leasewatch_events_recorded_total{kind="grant",source="e2e"} 2`,
+		`leasewatch_events_recorded_total{kind="write_rejected",source="e2e"} 1`,
+		`leasewatch_observation_lag_seconds_count{source="e2e"}`,
+	} {
+		if !strings.Contains(string(metrics), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
 }
 
 // Stopping leasewatch while locks keep changing hands and starting it again

@@ -41,18 +41,17 @@ func startService(ctx context.Context, cfg *Config, clients map[string]*clientv3
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", cfg.Database, err)
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(promcollectors.NewGoCollector(), promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}))
 	rec := audit.NewRecorder(store, audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		SourceKinds:      cfg.SourceKinds(),
-	}, logger.With("component", "recorder"))
+	}, logger.With("component", "recorder"), audit.WithCommitHook(newRecorderMetrics(reg).observe))
 	if err := rec.Start(ctx); err != nil {
 		store.Close()
 		return nil, err
 	}
 	svc := &service{cfg: cfg, store: store, recorder: rec, log: logger}
-
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(promcollectors.NewGoCollector(), promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}))
 
 	var cs []collectors.Collector
 	for i, sc := range cfg.Sources {
