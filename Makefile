@@ -4,18 +4,25 @@ PKGS     := ./...
 # The race detector slows embedded etcd a lot; tests are sized for 2 cores.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 
-.PHONY: all build test check generate deps demo clean
+.PHONY: all build test check generate deps demo clean load-kubernetes
 
 all: build
 
 build:
 	$(GO) build -o bin/leasewatch ./cmd/leasewatch
 
-## deps: install or build what the tests need on a fresh Debian machine.
-## Today that is only the Go toolchain and modules: etcd runs in-process.
+## deps: install or build what the tests need on a fresh Debian machine:
+## Go modules (etcd runs in-process) and a real kube-apiserver, built from the
+## Kubernetes Go module into .cache/ (several minutes the first time, then
+## reused until its wrapper module changes).
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go is required: https://go.dev/doc/install" >&2; exit 1; }
 	$(GO) mod download
+	$(GO) run ./collectors/kubernetes/kubetest/buildapiserver
+
+## load-kubernetes: the Kubernetes scale run (2,000 heartbeat + 50 election Leases).
+load-kubernetes:
+	$(GO) run ./cmd/leasewatch-load kubernetes
 
 ## test: every test, with the race detector.
 test: deps

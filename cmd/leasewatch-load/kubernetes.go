@@ -1,0 +1,316 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
+
+	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
+)
+
+// kubeLoad is the Kubernetes scenario: node heartbeat Leases renewed like
+// kubelets do, and leader-election Leases renewed like client-go electors.
+type kubeLoad struct {
+	heartbeats     int
+	heartbeatEvery time.Duration
+	elections      int
+	electionEvery  time.Duration
+	warmup         time.Duration
+	duration       time.Duration
+	kubeconfig     string
+	leasewatch     string
+}
+
+const (
+	loadSource      = "load"
+	loadElectionsNS = "leasewatch-load"
+	heartbeatNS     = "kube-node-lease"
+)
+
+// lease is one Lease the load renews, with the object last written.
+type lease struct {
+	mu  sync.Mutex
+	obj *coordinationv1.Lease
+}
+
+func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
+	dir, err := os.MkdirTemp("", "leasewatch-load-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+
+	kubeconfig, restCfg := k.kubeconfig, (*rest.Config)(nil)
+	if kubeconfig == "" {
+		fmt.Fprintln(log, "starting a test kube-apiserver on an embedded etcd")
+		api, err := kubetest.Start(ctx, dir, io.Discard)
+		if err != nil {
+			return err
+		}
+		defer api.Stop()
+		kubeconfig, restCfg = api.Kubeconfig, api.Config
+	} else if restCfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return err
+	}
+	restCfg.QPS, restCfg.Burst = 5000, 5000
+	cs, err := kubernetes.NewForConfig(restCfg)
+	if err != nil {
+		return err
+	}
+
+	fmt.Fprintf(log, "creating %d heartbeat and %d election Leases\n", k.heartbeats, k.elections)
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: loadElectionsNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	heartbeats, err := createLeases(ctx, cs, heartbeatNS, "node-", k.heartbeats, 40)
+	if err != nil {
+		return err
+	}
+	elections, err := createLeases(ctx, cs, loadElectionsNS, "controller-", k.elections, 15)
+	if err != nil {
+		return err
+	}
+
+	bin := k.leasewatch
+	if bin == "" {
+		if bin, err = buildLeasewatch(ctx, dir, log); err != nil {
+			return err
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	lw, err := startLeasewatch(ctx, bin, dir, fmt.Sprintf(`listen: 127.0.0.1:%d
+database: %s/leasewatch.db
+sources:
+  - name: %s
+    kind: kubernetes
+    kubeconfig: %s
+    heartbeat_namespaces: [%s]
+`, port, dir, loadSource, kubeconfig, heartbeatNS), log)
+	if err != nil {
+		return err
+	}
+	defer lw.stop()
+	if err := waitFor(ctx, 60*time.Second, "leasewatch to record the first snapshot", func() bool {
+		mfs, err := scrape(ctx, url)
+		return err == nil && counterSum(mfs, "leasewatch_events_recorded_total", map[string]string{"source": loadSource}) >= float64(k.heartbeats+k.elections)
+	}); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(log, "renewing for %s of warm-up and %s measured\n", k.warmup, k.duration)
+	var updates, conflicts atomic.Int64
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, set := range []struct {
+		leases []*lease
+		every  time.Duration
+	}{{heartbeats, k.heartbeatEvery}, {elections, k.electionEvery}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			renewLoop(loadCtx, cs, set.leases, set.every, &updates, &conflicts)
+		}()
+	}
+
+	if err := sleep(ctx, k.warmup); err != nil {
+		stopLoad()
+		return err
+	}
+	before, err := scrape(ctx, url)
+	if err != nil {
+		stopLoad()
+		return err
+	}
+	procBefore, err := readProcStats(lw.cmd.Process.Pid)
+	if err != nil {
+		stopLoad()
+		return err
+	}
+	if err := sleep(ctx, k.duration); err != nil {
+		stopLoad()
+		return err
+	}
+	after, err := scrape(ctx, url)
+	if err != nil {
+		stopLoad()
+		return err
+	}
+	procAfter, err := readProcStats(lw.cmd.Process.Pid)
+	stopLoad()
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+
+	// Drain: every renewal the load made must be recorded exactly once.
+	renewals := func() float64 {
+		mfs, err := scrape(ctx, url)
+		if err != nil {
+			return -1
+		}
+		return counterSum(mfs, "leasewatch_events_recorded_total", map[string]string{"source": loadSource, "kind": "renew"})
+	}
+	_ = waitFor(ctx, 30*time.Second, "leasewatch to record every renewal", func() bool { return renewals() >= float64(updates.Load()) })
+	recorded := renewals()
+
+	src := map[string]string{"source": loadSource}
+	wall := procAfter.at.Sub(procBefore.at)
+	events := counterSum(after, "leasewatch_events_recorded_total", src) - counterSum(before, "leasewatch_events_recorded_total", src)
+	lag := histogramBetween(before, after, "leasewatch_observation_lag_seconds", src)
+	offered := float64(k.heartbeats)/k.heartbeatEvery.Seconds() + float64(k.elections)/k.electionEvery.Seconds()
+
+	fmt.Fprintf(out, "\nleasewatch-load kubernetes: %d heartbeat Leases every %s + %d election Leases every %s (%.0f renewals/s offered), %s measured after %s warm-up; %d CPUs, %s\n\n",
+		k.heartbeats, k.heartbeatEvery, k.elections, k.electionEvery, offered, k.duration, k.warmup, runtime.NumCPU(), runtime.Version())
+	fmt.Fprintf(out, "| measure | value |\n|---|---|\n")
+	fmt.Fprintf(out, "| events recorded | %.0f/s |\n", events/wall.Seconds())
+	fmt.Fprintf(out, "| observation lag p50 (renewTime → stored) | %s |\n", seconds(lag.quantile(0.50)))
+	fmt.Fprintf(out, "| observation lag p99 | %s |\n", seconds(lag.quantile(0.99)))
+	fmt.Fprintf(out, "| lag samples | %.0f |\n", lag.count())
+	fmt.Fprintf(out, "| leasewatch CPU | %.1f%% of one core |\n", 100*procAfter.cpu.Seconds()/wall.Seconds()-100*procBefore.cpu.Seconds()/wall.Seconds())
+	fmt.Fprintf(out, "| leasewatch RSS (end / peak) | %.1f MiB / %.1f MiB |\n", mib(procAfter.rss), mib(procAfter.hwm))
+	fmt.Fprintf(out, "| renewals written / recorded | %d / %.0f (missed %.0f, update conflicts %d) |\n", updates.Load(), recorded, float64(updates.Load())-recorded, conflicts.Load())
+	if recorded != float64(updates.Load()) {
+		return fmt.Errorf("leasewatch recorded %.0f renewals of the %d made", recorded, updates.Load())
+	}
+	return nil
+}
+
+func createLeases(ctx context.Context, cs kubernetes.Interface, ns, prefix string, n int, durationSeconds int32) ([]*lease, error) {
+	out := make([]*lease, n)
+	errs := make(chan error, n)
+	sem := make(chan struct{}, 32)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Add(1)
+		sem <- struct{}{}
+		go func() {
+			defer func() { <-sem; wg.Done() }()
+			now := metav1.NewMicroTime(time.Now())
+			obj := &coordinationv1.Lease{
+				ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s%d", prefix, i), Namespace: ns},
+				Spec: coordinationv1.LeaseSpec{
+					HolderIdentity: ptr.To(fmt.Sprintf("%s%d_holder", prefix, i)), LeaseDurationSeconds: ptr.To(durationSeconds),
+					AcquireTime: &now, RenewTime: &now, LeaseTransitions: ptr.To[int32](0),
+				},
+			}
+			created, err := cs.CoordinationV1().Leases(ns).Create(ctx, obj, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) {
+				created, err = cs.CoordinationV1().Leases(ns).Get(ctx, obj.Name, metav1.GetOptions{})
+			}
+			if err != nil {
+				errs <- err
+				return
+			}
+			out[i] = &lease{obj: created}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return nil, fmt.Errorf("create leases in %s: %w", ns, err)
+	}
+	return out, nil
+}
+
+// renewLoop renews every lease once per period, spread evenly over it.
+func renewLoop(ctx context.Context, cs kubernetes.Interface, leases []*lease, every time.Duration, updates, conflicts *atomic.Int64) {
+	if len(leases) == 0 {
+		return
+	}
+	work := make(chan *lease, len(leases))
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for l := range work {
+				if renew(ctx, cs, l, conflicts) {
+					updates.Add(1)
+				}
+			}
+		}()
+	}
+	tick := time.NewTicker(every / time.Duration(len(leases)))
+	defer func() {
+		tick.Stop()
+		close(work)
+		wg.Wait()
+	}()
+	for i := 0; ; i = (i + 1) % len(leases) {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			select {
+			case work <- leases[i]:
+			default: // the apiserver is behind: skip rather than queue without bound
+			}
+		}
+	}
+}
+
+// renew writes a new renewTime as the holder would; a conflict re-reads.
+func renew(ctx context.Context, cs kubernetes.Interface, l *lease, conflicts *atomic.Int64) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	for attempt := 0; attempt < 3; attempt++ {
+		obj := l.obj.DeepCopy()
+		obj.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
+		updated, err := cs.CoordinationV1().Leases(obj.Namespace).Update(ctx, obj, metav1.UpdateOptions{})
+		if err == nil {
+			l.obj = updated
+			return true
+		}
+		if !apierrors.IsConflict(err) {
+			return false
+		}
+		conflicts.Add(1)
+		if fresh, err := cs.CoordinationV1().Leases(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{}); err == nil {
+			l.obj = fresh
+		}
+	}
+	return false
+}
+
+func sleep(ctx context.Context, d time.Duration) error {
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(d):
+		return nil
+	}
+}
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func seconds(s float64) string { return (time.Duration(s * float64(time.Second))).Round(100 * time.Microsecond).String() }
+
+func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+

@@ -1,0 +1,209 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+)
+
+// leasewatchProc is a leasewatch serve process under measurement.
+type leasewatchProc struct {
+	cmd  *exec.Cmd
+	url  string
+	done chan error
+}
+
+// startLeasewatch runs `leasewatch serve` with config written to dir and
+// waits until it is ready.
+func startLeasewatch(ctx context.Context, bin, dir, config string, log io.Writer) (*leasewatchProc, error) {
+	path := filepath.Join(dir, "leasewatch.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		return nil, err
+	}
+	p := &leasewatchProc{done: make(chan error, 1)}
+	p.cmd = exec.Command(bin, "serve", "--config", path)
+	p.cmd.Stdout, p.cmd.Stderr = log, log
+	if err := p.cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start leasewatch: %w", err)
+	}
+	go func() { p.done <- p.cmd.Wait() }()
+	return p, nil
+}
+
+func (p *leasewatchProc) stop() {
+	_ = p.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-p.done:
+	case <-time.After(15 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// procStats are a process's CPU time and memory from /proc.
+type procStats struct {
+	at       time.Time
+	cpu      time.Duration // user + system
+	rss, hwm int64         // bytes: resident now, and its peak
+}
+
+// clockTick is Linux's USER_HZ, the unit of utime and stime in /proc/PID/stat.
+const clockTick = 100
+
+func readProcStats(pid int) (procStats, error) {
+	st := procStats{at: time.Now()}
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return st, err
+	}
+	// Fields after the command name, which is in parentheses and may hold spaces.
+	fields := strings.Fields(string(stat[bytes.LastIndexByte(stat, ')')+1:]))
+	utime, _ := strconv.ParseInt(fields[11], 10, 64)
+	stime, _ := strconv.ParseInt(fields[12], 10, 64)
+	st.cpu = time.Duration(utime+stime) * time.Second / clockTick
+	status, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return st, err
+	}
+	defer status.Close()
+	sc := bufio.NewScanner(status)
+	for sc.Scan() {
+		name, val, ok := strings.Cut(sc.Text(), ":")
+		if !ok {
+			continue
+		}
+		kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(val), " kB"), 10, 64)
+		switch name {
+		case "VmRSS":
+			st.rss = kb << 10
+		case "VmHWM":
+			st.hwm = kb << 10
+		}
+	}
+	return st, sc.Err()
+}
+
+// scrape reads leasewatch's /metrics.
+func scrape(ctx context.Context, url string) (map[string]*dto.MetricFamily, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url+"/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	return parser.TextToMetricFamilies(resp.Body)
+}
+
+// labelled returns the metrics of family name whose labels include want.
+func labelled(mfs map[string]*dto.MetricFamily, name string, want map[string]string) []*dto.Metric {
+	mf := mfs[name]
+	if mf == nil {
+		return nil
+	}
+	var out []*dto.Metric
+next:
+	for _, m := range mf.GetMetric() {
+		for k, v := range want {
+			found := false
+			for _, lp := range m.GetLabel() {
+				found = found || (lp.GetName() == k && lp.GetValue() == v)
+			}
+			if !found {
+				continue next
+			}
+		}
+		out = append(out, m)
+	}
+	return out
+}
+
+// counterSum adds the counters of name whose labels include want.
+func counterSum(mfs map[string]*dto.MetricFamily, name string, want map[string]string) float64 {
+	var sum float64
+	for _, m := range labelled(mfs, name, want) {
+		sum += m.GetCounter().GetValue()
+	}
+	return sum
+}
+
+// histogramDelta is a histogram's cumulative bucket counts between two scrapes.
+type histogramDelta struct {
+	bounds []float64 // upper bounds, ascending, +Inf last
+	counts []float64 // cumulative
+}
+
+func histogramBetween(before, after map[string]*dto.MetricFamily, name string, want map[string]string) histogramDelta {
+	buckets := func(mfs map[string]*dto.MetricFamily) map[float64]float64 {
+		out := map[float64]float64{}
+		for _, m := range labelled(mfs, name, want) {
+			for _, b := range m.GetHistogram().GetBucket() {
+				out[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+			}
+			out[math.Inf(1)] += float64(m.GetHistogram().GetSampleCount())
+		}
+		return out
+	}
+	b, a := buckets(before), buckets(after)
+	var h histogramDelta
+	for bound := range a {
+		h.bounds = append(h.bounds, bound)
+	}
+	sort.Float64s(h.bounds)
+	for _, bound := range h.bounds {
+		h.counts = append(h.counts, a[bound]-b[bound])
+	}
+	return h
+}
+
+// quantile estimates the q-quantile as Prometheus's histogram_quantile does:
+// linear interpolation inside the bucket that holds it.
+func (h histogramDelta) quantile(q float64) float64 {
+	if len(h.counts) == 0 || h.counts[len(h.counts)-1] == 0 {
+		return math.NaN()
+	}
+	rank := q * h.counts[len(h.counts)-1]
+	lower, prev := 0.0, 0.0
+	for i, c := range h.counts {
+		if c >= rank {
+			upper := h.bounds[i]
+			if math.IsInf(upper, 1) {
+				return lower // beyond the last finite bucket: report its bound
+			}
+			if c == prev {
+				return upper
+			}
+			return lower + (upper-lower)*(rank-prev)/(c-prev)
+		}
+		lower, prev = h.bounds[i], c
+	}
+	return lower
+}
+
+func (h histogramDelta) count() float64 {
+	if len(h.counts) == 0 {
+		return 0
+	}
+	return h.counts[len(h.counts)-1]
+}
