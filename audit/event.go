@@ -70,6 +70,10 @@ type Observation struct {
 	// Deleted says the lock object itself was deleted (a Kubernetes Lease
 	// removed while held): the tenure ends with a lock_deleted finding.
 	Deleted bool
+	// Evicted says the backend dropped the lock under memory pressure before
+	// its lease ran out (a Redis maxmemory eviction): the tenure ends with a
+	// lock_evicted finding.
+	Evicted bool
 	Detail  map[string]any
 }
 

@@ -22,6 +22,9 @@ const (
 	// Kubernetes Lease removed by hand or by garbage collection), so its
 	// holder may still act on a lease nobody else can see.
 	FindingLockDeleted FindingKind = "lock_deleted"
+	// FindingLockEvicted: the backend evicted the lock under memory pressure
+	// while its holder still believed it held it.
+	FindingLockEvicted FindingKind = "lock_evicted"
 )
 
 // FindingKinds lists every finding kind in a stable order.
@@ -29,6 +32,7 @@ var FindingKinds = []FindingKind{
 	FindingTokenRegression, FindingTokenReuse, FindingTokenSkip, FindingOverlap,
 	FindingExposure, FindingUnfencedWrite, FindingStaleWrite, FindingLateRenewal,
 	FindingLeaseExpired, FindingUnfencedLock, FindingBlindWindow, FindingLockDeleted,
+	FindingLockEvicted,
 }
 
 // Severity ranks findings (contract).

@@ -236,9 +236,13 @@ func (t *Tracker) observe(o *output, st *TrackState, ob Observation) {
 			reason = EndExpired
 		}
 		t.end(o, st, cur, reason, ob.At, ob.Inferred, ob.Detail)
-		if ob.Deleted {
+		switch {
+		case ob.Deleted:
 			o.finding(st, Finding{Kind: FindingLockDeleted, At: ob.At, Tokens: tokens(cur.Token), Holders: holders(cur.Holder),
 				Summary: fmt.Sprintf("the lock object was deleted while %s held it: the holder may go on acting on a lease nobody else can see", orUnknown(cur.Holder))})
+		case ob.Evicted:
+			o.finding(st, Finding{Kind: FindingLockEvicted, At: ob.At, Tokens: tokens(cur.Token), Holders: holders(cur.Holder),
+				Summary: fmt.Sprintf("the backend evicted the lock under memory pressure while %s held it, before its lease ran out", orUnknown(cur.Holder))})
 		}
 	}
 }

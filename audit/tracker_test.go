@@ -539,3 +539,12 @@ func TestTrackerHeartbeatsAreNotUnfencedLocks(t *testing.T) {
 		t.Fatalf("findings = %v, want none for a heartbeat", got)
 	}
 }
+
+func TestTrackerLockEvictedUnderMemoryPressure(t *testing.T) {
+	s := newStory(t, audit.KindRedis)
+	s.grant("client-a", 9, at(0), 30*time.Second)
+	s.observe(audit.Observation{Kind: audit.EventExpire, At: at(2 * time.Second), Holder: "client-a", Token: audit.Int64(9), Evicted: true})
+	if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingLockEvicted}) {
+		t.Fatalf("findings = %v, want [lease_expired lock_evicted]", got)
+	}
+}
