@@ -3,8 +3,9 @@ GO       ?= go
 PKGS     := ./...
 # The race detector slows embedded etcd a lot; tests are sized for 2 cores.
 TESTFLAGS ?= -race -count=1 -timeout 20m
+SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all build test check generate deps demo clean load-kubernetes
+.PHONY: all build test check generate deps demo clean load-kubernetes install-redis
 
 all: build
 
@@ -12,13 +13,19 @@ build:
 	$(GO) build -o bin/leasewatch ./cmd/leasewatch
 
 ## deps: install or build what the tests need on a fresh Debian machine:
-## Go modules (etcd runs in-process) and a real kube-apiserver, built from the
+## Go modules (etcd runs in-process), redis-server from Debian, and a real kube-apiserver, built from the
 ## Kubernetes Go module into .cache/ (several minutes the first time, then
 ## reused until its wrapper module changes).
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go is required: https://go.dev/doc/install" >&2; exit 1; }
+	@command -v redis-server >/dev/null || $(MAKE) install-redis
 	$(GO) mod download
 	$(GO) run ./collectors/kubernetes/kubetest/buildapiserver
+
+## install-redis: Debian's redis-server, for the Redis collector's tests.
+install-redis:
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server
 
 ## load-kubernetes: the Kubernetes scale run (2,000 heartbeat + 50 election Leases).
 load-kubernetes:
