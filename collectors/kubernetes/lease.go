@@ -1,0 +1,98 @@
+package kubernetes
+
+import (
+	"strings"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// Marks of the kube-apiserver identity Leases: one per apiserver in
+// kube-system, renewed every 10s (k8s.io/apiserver's apiserverleasegc and
+// controlplane/apiserver identity lease controller).
+const (
+	apiserverIdentityLabel  = "apiserver.kubernetes.io/identity"
+	apiserverIdentityPrefix = "apiserver-"
+	namespaceKubeSystem     = "kube-system"
+)
+
+// decodeLease describes one Lease as an observation of lock namespace/name
+// and reports whether the Lease is held. A held Lease is a grant (the tracker
+// sees a repeat of the current tenure as a renewal); a Lease whose
+// holderIdentity is unset or empty, as client-go's ReleaseOnCancel leaves it,
+// is a release that names no holder or token. At and Lock.Source are the
+// caller's to fill.
+//
+// Token is leaseTransitions (nil when unset, as in node heartbeats);
+// RenewedAt is renewTime, or acquireTime when a writer sets only that, both
+// on the holder's clock; Position is the write's resourceVersion.
+func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Observation, bool) {
+	ob := audit.Observation{
+		Lock:     audit.LockKey{Name: l.Namespace + "/" + l.Name},
+		Class:    classOf(l, heartbeatNS),
+		Position: l.ResourceVersion,
+	}
+	spec := &l.Spec
+	detail := make(map[string]any)
+	if l.UID != "" {
+		detail["uid"] = string(l.UID)
+	}
+	if spec.LeaseTransitions != nil {
+		detail["lease_transitions"] = int64(*spec.LeaseTransitions)
+	}
+	if spec.AcquireTime != nil {
+		detail["acquire_time"] = spec.AcquireTime.UTC().Format(time.RFC3339Nano)
+	}
+	if spec.PreferredHolder != nil && *spec.PreferredHolder != "" {
+		detail["preferred_holder"] = *spec.PreferredHolder
+	}
+	if spec.Strategy != nil && *spec.Strategy != "" {
+		detail["strategy"] = string(*spec.Strategy)
+	}
+	if len(detail) > 0 {
+		ob.Detail = detail
+	}
+
+	if spec.HolderIdentity == nil || *spec.HolderIdentity == "" {
+		ob.Kind = audit.EventRelease
+		return ob, false
+	}
+	ob.Kind = audit.EventGrant
+	ob.Holder = *spec.HolderIdentity
+	if spec.LeaseTransitions != nil {
+		ob.Token = audit.Int64(int64(*spec.LeaseTransitions))
+	}
+	if spec.LeaseDurationSeconds != nil && *spec.LeaseDurationSeconds > 0 {
+		ob.LeaseDuration = time.Duration(*spec.LeaseDurationSeconds) * time.Second
+	}
+	switch {
+	case spec.RenewTime != nil && !spec.RenewTime.IsZero():
+		ob.RenewedAt = spec.RenewTime.Time
+	case spec.AcquireTime != nil && !spec.AcquireTime.IsZero():
+		ob.RenewedAt = spec.AcquireTime.Time
+	}
+	return ob, true
+}
+
+// classOf tells heartbeats from locks: Leases in a heartbeat namespace (node
+// leases) and kube-apiserver identity Leases only say that their holder is
+// alive, and their holder never changes.
+func classOf(l *coordinationv1.Lease, heartbeatNS map[string]bool) audit.Class {
+	if heartbeatNS[l.Namespace] {
+		return audit.ClassHeartbeat
+	}
+	if l.Namespace == namespaceKubeSystem {
+		if _, ok := l.Labels[apiserverIdentityLabel]; ok || strings.HasPrefix(l.Name, apiserverIdentityPrefix) {
+			return audit.ClassHeartbeat
+		}
+	}
+	return audit.ClassLock
+}
+
+// expired reports whether a held Lease's holder let it run out by now, by
+// the same rule the tracker applies: renewal plus lease duration.
+func expired(ob audit.Observation, now time.Time) bool {
+	return ob.LeaseDuration > 0 && !ob.RenewedAt.IsZero() && !now.Before(ob.RenewedAt.Add(ob.LeaseDuration))
+}

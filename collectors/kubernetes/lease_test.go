@@ -1,0 +1,224 @@
+package kubernetes
+
+import (
+	"reflect"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+var (
+	t0 = time.Date(2026, 3, 1, 12, 0, 0, 123456000, time.UTC)
+	t1 = t0.Add(7 * time.Second)
+)
+
+func lease(ns, name string, spec coordinationv1.LeaseSpec) *coordinationv1.Lease {
+	return &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, ResourceVersion: "4711", UID: "uid-1"},
+		Spec:       spec,
+	}
+}
+
+func TestDecodeLease(t *testing.T) {
+	heartbeat := map[string]bool{"kube-node-lease": true}
+	tests := []struct {
+		name  string
+		lease *coordinationv1.Lease
+		held  bool
+		want  audit.Observation
+	}{{
+		name: "LeaderElectionHolder",
+		lease: lease("default", "controller", coordinationv1.LeaseSpec{
+			HolderIdentity: ptr("node-a_7c1f"), LeaseDurationSeconds: ptr[int32](15),
+			AcquireTime: &metav1.MicroTime{Time: t0}, RenewTime: &metav1.MicroTime{Time: t1}, LeaseTransitions: ptr[int32](3),
+		}),
+		held: true,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "default/controller"}, Kind: audit.EventGrant, Class: audit.ClassLock,
+			Holder: "node-a_7c1f", Token: audit.Int64(3), LeaseDuration: 15 * time.Second, RenewedAt: t1, Position: "4711",
+			Detail: map[string]any{"uid": "uid-1", "lease_transitions": int64(3), "acquire_time": "2026-03-01T12:00:00.123456Z"},
+		},
+	}, {
+		name: "FirstGrantHasTransitionsZero",
+		lease: lease("default", "controller", coordinationv1.LeaseSpec{
+			HolderIdentity: ptr("a"), LeaseDurationSeconds: ptr[int32](3),
+			AcquireTime: &metav1.MicroTime{Time: t0}, RenewTime: &metav1.MicroTime{Time: t0}, LeaseTransitions: ptr[int32](0),
+		}),
+		held: true,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "default/controller"}, Kind: audit.EventGrant, Class: audit.ClassLock,
+			Holder: "a", Token: audit.Int64(0), LeaseDuration: 3 * time.Second, RenewedAt: t0, Position: "4711",
+			Detail: map[string]any{"uid": "uid-1", "lease_transitions": int64(0), "acquire_time": "2026-03-01T12:00:00.123456Z"},
+		},
+	}, {
+		// client-go's ReleaseOnCancel: holder "", duration 1s, transitions kept.
+		name: "ReleasedByClientGo",
+		lease: lease("default", "controller", coordinationv1.LeaseSpec{
+			HolderIdentity: ptr(""), LeaseDurationSeconds: ptr[int32](1),
+			AcquireTime: &metav1.MicroTime{Time: t1}, RenewTime: &metav1.MicroTime{Time: t1}, LeaseTransitions: ptr[int32](3),
+		}),
+		held: false,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "default/controller"}, Kind: audit.EventRelease, Class: audit.ClassLock, Position: "4711",
+			Detail: map[string]any{"uid": "uid-1", "lease_transitions": int64(3), "acquire_time": "2026-03-01T12:00:07.123456Z"},
+		},
+	}, {
+		name:  "NeverHeld",
+		lease: lease("default", "empty", coordinationv1.LeaseSpec{}),
+		held:  false,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "default/empty"}, Kind: audit.EventRelease, Class: audit.ClassLock, Position: "4711",
+			Detail: map[string]any{"uid": "uid-1"},
+		},
+	}, {
+		// A writer that sets only acquireTime: it stands for the renewal.
+		name: "AcquireTimeOnly",
+		lease: lease("apps", "job", coordinationv1.LeaseSpec{
+			HolderIdentity: ptr("w1"), LeaseDurationSeconds: ptr[int32](10), AcquireTime: &metav1.MicroTime{Time: t0},
+		}),
+		held: true,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "apps/job"}, Kind: audit.EventGrant, Class: audit.ClassLock,
+			Holder: "w1", LeaseDuration: 10 * time.Second, RenewedAt: t0, Position: "4711",
+			Detail: map[string]any{"uid": "uid-1", "acquire_time": "2026-03-01T12:00:00.123456Z"},
+		},
+	}, {
+		// kubelet's node lease: no acquireTime, no leaseTransitions.
+		name: "NodeHeartbeat",
+		lease: lease("kube-node-lease", "node-1", coordinationv1.LeaseSpec{
+			HolderIdentity: ptr("node-1"), LeaseDurationSeconds: ptr[int32](40), RenewTime: &metav1.MicroTime{Time: t1},
+		}),
+		held: true,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "kube-node-lease/node-1"}, Kind: audit.EventGrant, Class: audit.ClassHeartbeat,
+			Holder: "node-1", LeaseDuration: 40 * time.Second, RenewedAt: t1, Position: "4711",
+			Detail: map[string]any{"uid": "uid-1"},
+		},
+	}, {
+		name: "ApiserverIdentityByLabel",
+		lease: func() *coordinationv1.Lease {
+			l := lease("kube-system", "kube-apiserver-x7", coordinationv1.LeaseSpec{HolderIdentity: ptr("apiserver-x7_1"), LeaseDurationSeconds: ptr[int32](3600), RenewTime: &metav1.MicroTime{Time: t1}})
+			l.Labels = map[string]string{"apiserver.kubernetes.io/identity": "kube-apiserver"}
+			return l
+		}(),
+		held: true,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "kube-system/kube-apiserver-x7"}, Kind: audit.EventGrant, Class: audit.ClassHeartbeat,
+			Holder: "apiserver-x7_1", LeaseDuration: time.Hour, RenewedAt: t1, Position: "4711",
+			Detail: map[string]any{"uid": "uid-1"},
+		},
+	}, {
+		name:  "ApiserverIdentityByName",
+		lease: lease("kube-system", "apiserver-qz4", coordinationv1.LeaseSpec{HolderIdentity: ptr("apiserver-qz4_2"), RenewTime: &metav1.MicroTime{Time: t1}}),
+		held:  true,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "kube-system/apiserver-qz4"}, Kind: audit.EventGrant, Class: audit.ClassHeartbeat,
+			Holder: "apiserver-qz4_2", RenewedAt: t1, Position: "4711", Detail: map[string]any{"uid": "uid-1"},
+		},
+	}, {
+		// kube-system also holds the controller manager's and scheduler's
+		// leader election Leases: locks.
+		name:  "KubeSystemLeaderElection",
+		lease: lease("kube-system", "kube-scheduler", coordinationv1.LeaseSpec{HolderIdentity: ptr("cp-1_9e"), LeaseTransitions: ptr[int32](1)}),
+		held:  true,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "kube-system/kube-scheduler"}, Kind: audit.EventGrant, Class: audit.ClassLock,
+			Holder: "cp-1_9e", Token: audit.Int64(1), Position: "4711",
+			Detail: map[string]any{"uid": "uid-1", "lease_transitions": int64(1)},
+		},
+	}, {
+		// Coordinated leader election: the apiserver writes the holder with
+		// no acquireTime and asks it to step down through preferredHolder.
+		name: "CoordinatedHandoffRequested",
+		lease: lease("kube-system", "kube-controller-manager", coordinationv1.LeaseSpec{
+			HolderIdentity: ptr("cp-1"), LeaseDurationSeconds: ptr[int32](15), RenewTime: &metav1.MicroTime{Time: t1},
+			LeaseTransitions: ptr[int32](0), Strategy: ptr(coordinationv1.OldestEmulationVersion), PreferredHolder: ptr("cp-2"),
+		}),
+		held: true,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "kube-system/kube-controller-manager"}, Kind: audit.EventGrant, Class: audit.ClassLock,
+			Holder: "cp-1", Token: audit.Int64(0), LeaseDuration: 15 * time.Second, RenewedAt: t1, Position: "4711",
+			Detail: map[string]any{"uid": "uid-1", "lease_transitions": int64(0), "strategy": "OldestEmulationVersion", "preferred_holder": "cp-2"},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, held := decodeLease(tt.lease, heartbeat)
+			if held != tt.held {
+				t.Errorf("held = %v, want %v", held, tt.held)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("observation:\n got %+v\nwant %+v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestDecodeLeaseHeartbeatNamespacesConfigurable(t *testing.T) {
+	l := lease("kube-node-lease", "node-1", coordinationv1.LeaseSpec{HolderIdentity: ptr("node-1")})
+	if ob, _ := decodeLease(l, nil); ob.Class != audit.ClassLock {
+		t.Errorf("class without heartbeat namespaces = %s, want lock", ob.Class)
+	}
+	l = lease("liveness", "worker-3", coordinationv1.LeaseSpec{HolderIdentity: ptr("worker-3")})
+	if ob, _ := decodeLease(l, map[string]bool{"liveness": true}); ob.Class != audit.ClassHeartbeat {
+		t.Errorf("class in a configured heartbeat namespace = %s, want heartbeat", ob.Class)
+	}
+}
+
+func TestExpired(t *testing.T) {
+	ob := audit.Observation{LeaseDuration: 10 * time.Second, RenewedAt: t0}
+	for _, tt := range []struct {
+		now  time.Time
+		want bool
+	}{{t0.Add(9 * time.Second), false}, {t0.Add(10 * time.Second), true}, {t0.Add(time.Hour), true}} {
+		if got := expired(ob, tt.now); got != tt.want {
+			t.Errorf("expired at renewal+%s = %v, want %v", tt.now.Sub(t0), got, tt.want)
+		}
+	}
+	if expired(audit.Observation{RenewedAt: t0}, t0.Add(time.Hour)) {
+		t.Error("a Lease without a duration expired")
+	}
+}
+
+func TestCursor(t *testing.T) {
+	all := []string{""}
+	if got := encodeCursor(map[string]string{"": "123"}); got != "123" {
+		t.Errorf("all-namespaces cursor = %q, want the bare resourceVersion", got)
+	}
+	rvs, err := decodeCursor("123", all)
+	if err != nil || !reflect.DeepEqual(rvs, map[string]string{"": "123"}) {
+		t.Errorf("decode bare cursor = %v, %v", rvs, err)
+	}
+
+	scoped := []string{"team-b", "team-a"}
+	pos := encodeCursor(map[string]string{"team-a": "90", "team-b": "100"})
+	if pos != "team-a=90&team-b=100" {
+		t.Errorf("per-namespace cursor = %q, want team-a=90&team-b=100", pos)
+	}
+	rvs, err = decodeCursor(pos, scoped)
+	if err != nil || !reflect.DeepEqual(rvs, map[string]string{"team-a": "90", "team-b": "100"}) {
+		t.Errorf("decode %q = %v, %v", pos, rvs, err)
+	}
+
+	// A cursor that does not fit the configured namespaces cannot be resumed.
+	for _, tt := range []struct {
+		pos    string
+		scopes []string
+	}{
+		{"team-a=90", all},
+		{"123", scoped},
+		{"team-a=90", scoped},
+		{"team-a=90&team-b=100&team-c=7", scoped},
+		{"team-a=&team-b=100", scoped},
+	} {
+		if rvs, err := decodeCursor(tt.pos, tt.scopes); err == nil {
+			t.Errorf("decode %q for %q = %v, want an error", tt.pos, tt.scopes, rvs)
+		}
+	}
+}

@@ -1,0 +1,451 @@
+package kubernetes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+	"math/rand/v2"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
+)
+
+const (
+	// maxBatch bounds how many watch events one input carries. Events that
+	// arrive while an input is being stored are recorded together, so a
+	// burst of heartbeats costs few commits.
+	maxBatch = 256
+	// listPageSize is the page size of the Lease lists.
+	listPageSize = 500
+	// listTimeout bounds one page of a list.
+	listTimeout = time.Minute
+	// minWatchLife: a watch the apiserver closes sooner than this is not
+	// reopened on the spot; Run fails and the Runner retries with backoff.
+	minWatchLife = time.Second
+)
+
+// run is one Run of the collector: what it remembers of the Leases lives
+// exactly as long as its watches, so a restart rebuilds it from the stored
+// cursor.
+type run struct {
+	c    *Collector
+	sink collectors.Sink
+	log  *slog.Logger
+	now  func() time.Time
+
+	rv     map[string]string // per scope: the resourceVersion the last durable input covers
+	rvAt   time.Time         // when the collector reached rv (collector clock)
+	leases map[string]seen   // by lock name: each Lease as this run last saw it
+}
+
+// seen is the tenure a Lease showed when the collector last saw it.
+type seen struct {
+	holder    string
+	token     *int64
+	renewedAt time.Time
+	duration  time.Duration
+}
+
+func seenOf(ob audit.Observation) seen {
+	return seen{holder: ob.Holder, token: ob.Token, renewedAt: ob.RenewedAt, duration: ob.LeaseDuration}
+}
+
+// continuedBy reports whether ob, a held Lease, continues the tenure s: the
+// same holder and token, written before s's lease ran out. After that the
+// holder is taking the Lease anew, and client-go keeps leaseTransitions when
+// the holder's identity is unchanged (reference/backends.md B.2).
+func (s seen) continuedBy(ob audit.Observation, now time.Time) bool {
+	return s.holder == ob.Holder && tokenEqual(s.token, ob.Token) &&
+		!expired(audit.Observation{LeaseDuration: s.duration, RenewedAt: s.renewedAt}, now)
+}
+
+func newRun(c *Collector, sink collectors.Sink) *run {
+	return &run{c: c, sink: sink, log: c.log, now: c.now, leases: make(map[string]seen)}
+}
+
+// goneError says the apiserver no longer has the history after the
+// resourceVersion a watch asked for, or never had it.
+type goneError struct {
+	scope  string
+	reason string
+}
+
+func (e *goneError) Error() string {
+	return fmt.Sprintf("watch of Leases %s: %s", scopeName(e.scope), e.reason)
+}
+
+func scopeName(ns string) string {
+	if ns == "" {
+		return "in all namespaces"
+	}
+	return "in namespace " + ns
+}
+
+func (r *run) run(ctx context.Context, ready func()) error {
+	if err := r.start(ctx); err != nil {
+		return err
+	}
+	for {
+		err := r.watch(ctx, ready)
+		var ge *goneError
+		if !errors.As(err, &ge) || ctx.Err() != nil {
+			return err
+		}
+		r.log.Warn("watch history is gone; listing the Leases again", "err", err, "cursor", encodeCursor(r.rv))
+		if err := r.snapshot(ctx, &audit.Blind{From: r.rvAt, Reason: ge.reason}); err != nil {
+			return err
+		}
+	}
+}
+
+// start takes the first snapshot, or resumes from the stored cursor. The
+// tracker already knows the state as of the cursor, so a resume records
+// nothing until the watch brings something new.
+func (r *run) start(ctx context.Context) error {
+	pos, at := r.sink.Cursor(r.c.cfg.Name)
+	if pos == "" {
+		return r.snapshot(ctx, nil)
+	}
+	rvs, err := decodeCursor(pos, r.c.scopes)
+	if err != nil {
+		r.log.Warn("cannot resume from the stored cursor; listing the Leases", "err", err)
+		return r.snapshot(ctx, &audit.Blind{From: at, Reason: err.Error()})
+	}
+	r.rv, r.rvAt = rvs, at
+	r.log.Info("resuming", "cursor", pos)
+	return nil
+}
+
+// snapshot lists the Leases and records every held one in one Snapshot input
+// whose cursor is the list's resourceVersion: as observed on a first start,
+// or, after a blind window, as an inferred grant (the tracker keeps a tenure
+// whose holder and token did not change, and ends the ones that are gone).
+// A Lease whose holder let it run out by the collector's clock is not held.
+func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
+	rvs := make(map[string]string, len(r.c.scopes))
+	var leases []coordinationv1.Lease
+	for _, ns := range r.c.scopes {
+		items, rv, err := r.list(ctx, ns)
+		if err != nil {
+			return err
+		}
+		leases = append(leases, items...)
+		rvs[ns] = rv
+	}
+	now := r.now()
+	kind, inferred := audit.EventObserved, false
+	if blind != nil {
+		kind, inferred = audit.EventGrant, true
+		blind.To = now
+	}
+	r.leases = make(map[string]seen, len(leases))
+	var obs []audit.Observation
+	for i := range leases {
+		ob, held := decodeLease(&leases[i], r.c.heartbeatNS)
+		r.leases[ob.Lock.Name] = seenOf(ob)
+		if !held || expired(ob, now) {
+			continue
+		}
+		ob.Lock.Source, ob.Kind, ob.Inferred, ob.At = r.c.cfg.Name, kind, inferred, now
+		obs = append(obs, ob)
+	}
+	sort.Slice(obs, func(i, j int) bool { return obs[i].Lock.Name < obs[j].Lock.Name })
+	in := r.input(now, obs, rvs)
+	in.Blind, in.Snapshot = blind, true
+	if err := r.sink.Observe(ctx, in); err != nil {
+		return fmt.Errorf("record snapshot at resourceVersion %s: %w", in.Cursor, err)
+	}
+	r.rv, r.rvAt = rvs, now
+	r.log.Info("snapshot recorded", "cursor", in.Cursor, "leases", len(leases), "held", len(obs), "blind", blind != nil)
+	return nil
+}
+
+// list reads every Lease of one scope, page by page, and returns them with
+// the list's resourceVersion. A continue token that expired midway (the
+// pages are served from one snapshot, which compaction can remove) starts
+// the list over.
+func (r *run) list(ctx context.Context, ns string) ([]coordinationv1.Lease, string, error) {
+	for attempt := 0; ; attempt++ {
+		items, rv, err := r.listOnce(ctx, ns)
+		if err != nil && apierrors.IsResourceExpired(err) && attempt < 3 {
+			r.log.Info("list continuation expired; listing again", "scope", scopeName(ns), "err", err)
+			continue
+		}
+		return items, rv, err
+	}
+}
+
+func (r *run) listOnce(ctx context.Context, ns string) ([]coordinationv1.Lease, string, error) {
+	var items []coordinationv1.Lease
+	opts := metav1.ListOptions{Limit: listPageSize}
+	for {
+		lctx, cancel := context.WithTimeout(ctx, listTimeout)
+		page, err := r.c.client.CoordinationV1().Leases(ns).List(lctx, opts)
+		cancel()
+		if err != nil {
+			return nil, "", fmt.Errorf("list Leases %s: %w", scopeName(ns), err)
+		}
+		items = append(items, page.Items...)
+		if page.Continue == "" {
+			return items, page.ResourceVersion, nil
+		}
+		opts.Continue = page.Continue
+	}
+}
+
+// message is one thing a watch delivered: an event, or the end of its
+// stream.
+type message struct {
+	scope  string
+	ev     watch.Event
+	closed bool
+}
+
+// watches are the open watches of one watch round: one per scope, all
+// feeding one channel.
+type watches struct {
+	r      *run
+	ctx    context.Context
+	wg     sync.WaitGroup
+	msgs   chan message
+	opened map[string]time.Time
+}
+
+// watch follows every scope from its cursor until ctx ends or a watch fails.
+// A watch the apiserver ends normally (its timeout) is reopened from the
+// resourceVersion recorded last, so nothing in between is lost.
+func (r *run) watch(ctx context.Context, ready func()) error {
+	wctx, cancel := context.WithCancel(ctx)
+	ws := &watches{r: r, ctx: wctx, msgs: make(chan message, maxBatch), opened: make(map[string]time.Time)}
+	defer ws.wg.Wait()
+	defer cancel()
+	for _, ns := range r.c.scopes {
+		if err := ws.open(ns); err != nil {
+			return err
+		}
+	}
+	ready()
+	for {
+		var batch []message
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case m := <-ws.msgs:
+			batch = append(batch, m)
+		}
+	more:
+		for len(batch) < maxBatch {
+			select {
+			case m := <-ws.msgs:
+				batch = append(batch, m)
+			default:
+				break more
+			}
+		}
+		if err := r.apply(ctx, ws, batch); err != nil {
+			return err
+		}
+	}
+}
+
+// open starts the watch of one scope from its cursor.
+func (ws *watches) open(ns string) error {
+	r := ws.r
+	rv := r.rv[ns]
+	timeout := int64((r.c.watchTimeout + rand.N(r.c.watchTimeout)).Seconds())
+	w, err := r.c.client.CoordinationV1().Leases(ns).Watch(ws.ctx, metav1.ListOptions{
+		ResourceVersion:     rv,
+		AllowWatchBookmarks: true,
+		TimeoutSeconds:      &timeout,
+	})
+	if err != nil {
+		if ge := asGone(ns, err); ge != nil {
+			return ge
+		}
+		return fmt.Errorf("watch Leases %s from resourceVersion %s: %w", scopeName(ns), rv, err)
+	}
+	ws.opened[ns] = time.Now()
+	ws.wg.Add(1)
+	go func() {
+		defer ws.wg.Done()
+		defer w.Stop()
+		for {
+			select {
+			case ev, ok := <-w.ResultChan():
+				m := message{scope: ns, ev: ev, closed: !ok}
+				select {
+				case ws.msgs <- m:
+				case <-ws.ctx.Done():
+					return
+				}
+				if !ok {
+					return
+				}
+			case <-ws.ctx.Done():
+				return
+			}
+		}
+	}()
+	return nil
+}
+
+// apply turns a batch of watch messages into inputs: one for the events
+// up to the end of the batch, or to a stream's end or error, whichever comes
+// first. Each input's cursor covers exactly the events in it.
+func (r *run) apply(ctx context.Context, ws *watches, batch []message) error {
+	now := r.now()
+	next := maps.Clone(r.rv)
+	var obs []audit.Observation
+	flush := func() error {
+		if len(obs) == 0 && maps.Equal(next, r.rv) {
+			return nil
+		}
+		in := r.input(now, obs, next)
+		if err := r.sink.Observe(ctx, in); err != nil {
+			return fmt.Errorf("record resourceVersion %s: %w", in.Cursor, err)
+		}
+		r.rv, r.rvAt = next, now
+		next, obs = maps.Clone(next), nil
+		return nil
+	}
+	for _, m := range batch {
+		if m.closed {
+			if err := flush(); err != nil {
+				return err
+			}
+			if life := time.Since(ws.opened[m.scope]); life < minWatchLife {
+				return fmt.Errorf("watch of Leases %s closed %s after it opened", scopeName(m.scope), life.Round(time.Millisecond))
+			}
+			if err := ws.open(m.scope); err != nil {
+				return err
+			}
+			continue
+		}
+		switch m.ev.Type {
+		case watch.Error:
+			if err := flush(); err != nil {
+				return err
+			}
+			err := apierrors.FromObject(m.ev.Object)
+			if ge := asGone(m.scope, err); ge != nil {
+				return ge
+			}
+			return fmt.Errorf("watch of Leases %s: %w", scopeName(m.scope), err)
+		case watch.Bookmark:
+			if l, ok := m.ev.Object.(*coordinationv1.Lease); ok && l.ResourceVersion != "" {
+				next[m.scope] = l.ResourceVersion
+			}
+		case watch.Added, watch.Modified, watch.Deleted:
+			l, ok := m.ev.Object.(*coordinationv1.Lease)
+			if !ok {
+				return fmt.Errorf("watch of Leases %s: unexpected %s object %T", scopeName(m.scope), m.ev.Type, m.ev.Object)
+			}
+			if ob, ok := r.observe(m.ev.Type, l, now); ok {
+				obs = append(obs, ob)
+			}
+			next[m.scope] = l.ResourceVersion
+		}
+	}
+	return flush()
+}
+
+// observe turns one Lease write into an observation, using what this run saw
+// of the Lease before: the same holder and token again, before the lease ran
+// out, is a renewal; anything else held is a grant; a cleared holder ends the
+// tenure it last showed. Without that memory (the first write after a
+// resume) a held Lease is a grant, which the tracker takes as a renewal when
+// it repeats the current tenure, and a release ends whatever tenure the
+// tracker holds.
+func (r *run) observe(typ watch.EventType, l *coordinationv1.Lease, now time.Time) (audit.Observation, bool) {
+	ob, held := decodeLease(l, r.c.heartbeatNS)
+	ob.Lock.Source, ob.At = r.c.cfg.Name, now
+	key := ob.Lock.Name
+	prev, known := r.leases[key]
+	if typ == watch.Deleted {
+		delete(r.leases, key)
+		if !held {
+			return ob, false
+		}
+		ob.Kind, ob.Deleted = audit.EventRelease, true
+		ob.RenewedAt, ob.LeaseDuration = time.Time{}, 0
+		ob.Detail = withDetail(ob.Detail, "deleted", true)
+		return ob, true
+	}
+	r.leases[key] = seenOf(ob)
+	if !held {
+		if known && prev.holder == "" {
+			return ob, false // still free: a write that changed nothing of interest
+		}
+		if known {
+			// client-go's release keeps leaseTransitions: the token of the
+			// tenure it ends.
+			ob.Holder, ob.Token = prev.holder, prev.token
+		}
+		return ob, true
+	}
+	if known && prev.continuedBy(ob, now) {
+		ob.Kind = audit.EventRenew
+		ob.Detail = renewDetail(ob.Detail)
+	}
+	return ob, true
+}
+
+// renewDetail keeps, of a renewal's detail, what can change within a tenure:
+// preferredHolder, by which coordinated leader election asks the holder to
+// step down. The rest was recorded with the grant.
+func renewDetail(d map[string]any) map[string]any {
+	if p, ok := d["preferred_holder"]; ok {
+		return map[string]any{"preferred_holder": p}
+	}
+	return nil
+}
+
+func (r *run) input(now time.Time, obs []audit.Observation, rvs map[string]string) audit.Input {
+	return audit.Input{
+		Source: r.c.cfg.Name, Kind: audit.KindKubernetes, At: now,
+		Observations: obs, Cursor: encodeCursor(rvs),
+		ExpireByClock: true, SequentialTokens: true,
+	}
+}
+
+// asGone returns a goneError when err says the watch cannot start from the
+// requested resourceVersion: 410 Gone (history compacted, or older than the
+// apiserver's watch cache), or a resourceVersion newer than the apiserver has
+// (etcd restored from a backup or replaced).
+func asGone(ns string, err error) *goneError {
+	switch {
+	case err == nil:
+		return nil
+	case apierrors.IsResourceExpired(err) || apierrors.IsGone(err):
+		return &goneError{scope: ns, reason: "kubernetes 410 Gone: " + strings.TrimSpace(err.Error())}
+	case apierrors.IsTimeout(err) && apierrors.HasStatusCause(err, metav1.CauseTypeResourceVersionTooLarge):
+		return &goneError{scope: ns, reason: "stored resourceVersion is ahead of the apiserver (was etcd restored or replaced?): " + err.Error()}
+	}
+	return nil
+}
+
+func tokenEqual(a, b *int64) bool {
+	if a == nil || b == nil {
+		return a == nil && b == nil
+	}
+	return *a == *b
+}
+
+func withDetail(d map[string]any, k string, v any) map[string]any {
+	if d == nil {
+		d = make(map[string]any, 1)
+	}
+	d[k] = v
+	return d
+}
