@@ -1,0 +1,46 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestCommandLine(t *testing.T) {
+	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	if err := os.WriteFile(bad, []byte("sources:\n  - name: x\n    kind: etcd\n    prefixes: [\"/l/\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name       string
+		args       []string
+		code       int
+		wantOut    string
+		wantStderr string
+	}{
+		{"Version", []string{"version"}, 0, "leasewatch ", ""},
+		{"Help", []string{"help"}, 0, "leasewatch serve", ""},
+		{"NoCommand", nil, 2, "", "Usage:"},
+		{"UnknownCommand", []string{"frobnicate"}, 2, "", `unknown command "frobnicate"`},
+		{"ServeMissingConfig", []string{"serve", "--config", filepath.Join(t.TempDir(), "none.yaml")}, 1, "", "read config"},
+		{"ServeBadConfigNamesTheField", []string{"serve", "--config", bad}, 1, "", "sources[0].endpoints"},
+		{"ServeUnknownFlag", []string{"serve", "--confg", "x"}, 2, "", "flag provided but not defined"},
+		{"DemoBadListen", []string{"demo", "--listen", "nowhere"}, 2, "", "--listen"},
+		{"DemoStrayArgument", []string{"demo", "extra"}, 2, "", `unexpected argument "extra"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			code := run(context.Background(), tt.args, &stdout, &stderr)
+			if code != tt.code {
+				t.Fatalf("exit code = %d, want %d; stderr: %s", code, tt.code, stderr.String())
+			}
+			if !strings.Contains(stdout.String(), tt.wantOut) || !strings.Contains(stderr.String(), tt.wantStderr) {
+				t.Fatalf("stdout = %q, stderr = %q; want %q and %q in them", stdout.String(), stderr.String(), tt.wantOut, tt.wantStderr)
+			}
+		})
+	}
+}
