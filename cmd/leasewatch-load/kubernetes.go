@@ -103,8 +103,9 @@ sources:
   - name: %s
     kind: kubernetes
     kubeconfig: %s
+    namespaces: [%s, %s]
     heartbeat_namespaces: [%s]
-`, port, dir, loadSource, kubeconfig, heartbeatNS), log)
+`, port, dir, loadSource, kubeconfig, heartbeatNS, loadElectionsNS, heartbeatNS), log)
 	if err != nil {
 		return err
 	}
@@ -309,8 +310,8 @@ func freePort() (int, error) {
 	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
-func seconds(s float64) string { return (time.Duration(s * float64(time.Second))).Round(100 * time.Microsecond).String() }
+func seconds(s float64) string {
+	return (time.Duration(s * float64(time.Second))).Round(100 * time.Microsecond).String()
+}
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
-
-

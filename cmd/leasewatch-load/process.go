@@ -159,7 +159,9 @@ func histogramBetween(before, after map[string]*dto.MetricFamily, name string, w
 		out := map[float64]float64{}
 		for _, m := range labelled(mfs, name, want) {
 			for _, b := range m.GetHistogram().GetBucket() {
-				out[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+				if !math.IsInf(b.GetUpperBound(), 1) { // the text format lists +Inf; SampleCount is the same
+					out[b.GetUpperBound()] += float64(b.GetCumulativeCount())
+				}
 			}
 			out[math.Inf(1)] += float64(m.GetHistogram().GetSampleCount())
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit/sqlite"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd"
+	"github.com/leasewatch/leasewatch/collectors/kubernetes"
 	"github.com/leasewatch/leasewatch/web"
 )
 
@@ -99,6 +100,11 @@ func newCollector(sc SourceConfig, cli *clientv3.Client, logger *slog.Logger) (c
 			return etcd.NewWithClient(ec, cli, logger)
 		}
 		return etcd.New(ec, logger)
+	case audit.KindKubernetes:
+		return kubernetes.New(kubernetes.Config{
+			Name: sc.Name, Kubeconfig: sc.Kubeconfig, Context: sc.Context,
+			Namespaces: sc.Namespaces, HeartbeatNamespaces: sc.HeartbeatNamespaces,
+		}, logger)
 	}
 	return nil, fmt.Errorf("kind: %q sources are not supported by this version yet", sc.Kind)
 }
