@@ -17,6 +17,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasewatch/leasewatch/audit/fence"
+	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
 )
 
@@ -28,12 +29,12 @@ const demoSource = "demo-etcd"
 // service against it all.
 func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	listen := fs.String("listen", defaultListen, "address for the dashboard and API")
+	listen := fs.String("listen", config.DefaultListen, "address for the dashboard and API")
 	keep := fs.Bool("keep", false, "keep the demo's data directory when it exits")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
-	if _, _, err := splitHostPort(*listen); err != nil {
+	if _, _, err := config.SplitHostPort(*listen); err != nil {
 		return usageError{fmt.Errorf("--listen: %w", err)}
 	}
 
@@ -59,12 +60,12 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 	defer cli.Close()
 
 	token := randomToken()
-	cfg := &Config{
+	cfg := &config.Config{
 		Listen:       *listen,
 		Database:     filepath.Join(dir, "leasewatch.db"),
 		IngestTokens: []string{token},
-		Alerts:       AlertsConfig{RenewMarginRatio: defaultRenewMarginRatio},
-		Sources: []SourceConfig{{
+		Alerts:       config.AlertsConfig{RenewMarginRatio: config.DefaultRenewMarginRatio},
+		Sources: []config.SourceConfig{{
 			Name: demoSource, Kind: "etcd", Endpoints: []string{server.Endpoint},
 			Prefixes: []string{"/locks/", "/election/"},
 		}},

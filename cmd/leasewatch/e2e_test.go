@@ -20,6 +20,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasewatch/leasewatch/audit/fence"
+	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
 )
 
@@ -52,10 +53,10 @@ type runningService struct {
 // dbPath, and waits until the collector is up.
 func startTestService(t *testing.T, endpoint, dbPath string) *runningService {
 	t.Helper()
-	cfg := &Config{
+	cfg := &config.Config{
 		Listen: "127.0.0.1:0", Database: dbPath, IngestTokens: []string{testIngestToken},
-		Alerts:  AlertsConfig{RenewMarginRatio: defaultRenewMarginRatio},
-		Sources: []SourceConfig{{Name: "e2e", Kind: "etcd", Endpoints: []string{endpoint}, Prefixes: []string{"/locks/"}}},
+		Alerts:  config.AlertsConfig{RenewMarginRatio: config.DefaultRenewMarginRatio},
+		Sources: []config.SourceConfig{{Name: "e2e", Kind: "etcd", Endpoints: []string{endpoint}, Prefixes: []string{"/locks/"}}},
 	}
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)

@@ -17,6 +17,8 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"syscall"
+
+	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 )
 
 // version is set at build time with -ldflags "-X main.version=v1.2.3".
@@ -96,7 +98,7 @@ func cmdServe(ctx context.Context, args []string, logger *slog.Logger, stderr io
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
-	cfg, err := LoadConfig(*path)
+	cfg, err := config.Load(*path)
 	if err != nil {
 		return err
 	}

@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
+	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes"
@@ -24,7 +25,7 @@ import (
 // service is leasewatch wired together: store, recorder, collectors and web.
 // It is the only place that knows every concrete type.
 type service struct {
-	cfg      *Config
+	cfg      *config.Config
 	store    *sqlite.Store
 	recorder *audit.Recorder
 	runner   *collectors.Runner
@@ -37,7 +38,7 @@ type service struct {
 // collectors and binds the listener. clients supplies ready etcd clients by
 // source name (the demo's in-process etcd); other sources dial their
 // configured endpoints.
-func startService(ctx context.Context, cfg *Config, clients map[string]*clientv3.Client, logger *slog.Logger) (*service, error) {
+func startService(ctx context.Context, cfg *config.Config, clients map[string]*clientv3.Client, logger *slog.Logger) (*service, error) {
 	store, err := sqlite.Open(ctx, cfg.Database)
 	if err != nil {
 		return nil, fmt.Errorf("open database %s: %w", cfg.Database, err)
@@ -92,7 +93,7 @@ func startService(ctx context.Context, cfg *Config, clients map[string]*clientv3
 	return svc, nil
 }
 
-func newCollector(sc SourceConfig, cli *clientv3.Client, logger *slog.Logger) (collectors.Collector, error) {
+func newCollector(sc config.SourceConfig, cli *clientv3.Client, logger *slog.Logger) (collectors.Collector, error) {
 	switch audit.SourceKind(sc.Kind) {
 	case audit.KindEtcd:
 		ec := etcd.Config{Name: sc.Name, Endpoints: sc.Endpoints, Prefixes: sc.Prefixes, Username: sc.Username, Password: sc.Password}

@@ -47,24 +47,28 @@ import (
 	"k8s.io/client-go/restmapper"
 	sigsyaml "sigs.k8s.io/yaml"
 
+	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
 )
 
 // What the manifests must agree on.
 const (
-	namespace   = "leasewatch"
-	appName     = "leasewatch"
-	image       = "ghcr.io/leasewatch/leasewatch:latest"
-	configDir   = "/etc/leasewatch"
-	configKey   = "leasewatch.yaml"
-	dataDir     = "/var/lib/leasewatch"
-	httpPort    = 8080
-	nonRootID   = int64(65532)
-	ingestName  = "leasewatch-ingest"
-	nameLabel   = "app.kubernetes.io/name"
-	fieldOwner  = "leasewatch-manifests-test"
-	apiTimeout  = 2 * time.Minute
-	startBudget = 20 * time.Minute // a cold build of the apiserver takes several minutes
+	namespace  = "leasewatch"
+	appName    = "leasewatch"
+	image      = "ghcr.io/leasewatch/leasewatch:latest"
+	configDir  = "/etc/leasewatch"
+	configKey  = "leasewatch.yaml"
+	dataDir    = "/var/lib/leasewatch"
+	httpPort   = 8080
+	nonRootID  = int64(65532)
+	ingestName = "leasewatch-ingest"
+	// The Secret's key "tokens" appears as a file of that name here.
+	ingestMountPath = "/var/run/secrets/leasewatch/ingest"
+	ingestKey       = "tokens"
+	nameLabel       = "app.kubernetes.io/name"
+	fieldOwner      = "leasewatch-manifests-test"
+	apiTimeout      = 2 * time.Minute
+	startBudget     = 20 * time.Minute // a cold build of the apiserver takes several minutes
 )
 
 // The apiserver shared by every test of the package (TestMain).
@@ -502,24 +506,28 @@ func TestDeployment(t *testing.T) {
 		t.Error("/tmp is not an emptyDir (the root file system is read-only)")
 	}
 
-	// The ingest tokens come from the Secret, never from the ConfigMap or a
-	// literal in the manifest.
-	refersToSecret := false
+	// The ingest tokens come from the Secret, mounted where the ConfigMap's
+	// ingest_tokens_file points; never from a literal in the manifest.
+	secretVolume := ""
 	for _, v := range pod.Volumes {
 		if v.Secret != nil && v.Secret.SecretName == ingestName {
-			refersToSecret = true
+			secretVolume = v.Name
+			if v.Secret.Optional != nil && *v.Secret.Optional {
+				t.Errorf("the Secret %q is optional: leasewatch refuses to start without its ingest_tokens_file", ingestName)
+			}
 		}
 	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || (m.Name == secretVolume && m.MountPath == ingestMountPath && m.ReadOnly)
+	}
+	if secretVolume == "" || !mounted {
+		t.Errorf("the Secret %q is not mounted read-only at %s", ingestName, ingestMountPath)
+	}
 	for _, e := range c.Env {
-		if e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil && e.ValueFrom.SecretKeyRef.Name == ingestName {
-			refersToSecret = true
-		}
 		if strings.Contains(strings.ToLower(e.Name), "token") && e.Value != "" {
 			t.Errorf("env %s carries a literal token", e.Name)
 		}
-	}
-	if !refersToSecret {
-		t.Errorf("the Deployment does not refer to the Secret %q", ingestName)
 	}
 }
 
@@ -551,33 +559,6 @@ func TestPersistentVolumeClaim(t *testing.T) {
 	}
 }
 
-// leasewatchConfig mirrors the configuration file contract (DESIGN.md,
-// "Configuration file"); decoding with KnownFields catches a misspelt key.
-type leasewatchConfig struct {
-	Listen       string   `yaml:"listen"`
-	Database     string   `yaml:"database"`
-	IngestTokens []string `yaml:"ingest_tokens"`
-	Alerts       struct {
-		RenewMarginRatio float64 `yaml:"renew_margin_ratio"`
-	} `yaml:"alerts"`
-	Sources []struct {
-		Name                string         `yaml:"name"`
-		Kind                string         `yaml:"kind"`
-		Endpoints           []string       `yaml:"endpoints"`
-		Prefixes            []string       `yaml:"prefixes"`
-		Username            string         `yaml:"username"`
-		Password            string         `yaml:"password"`
-		Kubeconfig          *string        `yaml:"kubeconfig"`
-		Context             string         `yaml:"context"`
-		Namespaces          []string       `yaml:"namespaces"`
-		HeartbeatNamespaces []string       `yaml:"heartbeat_namespaces"`
-		Addr                string         `yaml:"addr"`
-		Addrs               []string       `yaml:"addrs"`
-		Patterns            []string       `yaml:"patterns"`
-		Token               map[string]any `yaml:"token"`
-	} `yaml:"sources"`
-}
-
 func TestConfigMap(t *testing.T) {
 	cm := one[*corev1.ConfigMap](t)
 	text, ok := cm.Data[configKey]
@@ -591,11 +572,13 @@ func TestConfigMap(t *testing.T) {
 	if _, ok := raw["ingest_tokens"]; ok {
 		t.Errorf("%s sets ingest_tokens: tokens belong in the Secret %q", configKey, ingestName)
 	}
-	var cfg leasewatchConfig
-	dec := yaml.NewDecoder(strings.NewReader(text))
-	dec.KnownFields(true)
-	if err := dec.Decode(&cfg); err != nil {
-		t.Fatalf("%s does not match the configuration contract: %v", configKey, err)
+	// leasewatch's own parser: unknown or misspelt keys and bad values fail.
+	cfg, err := config.Parse([]byte(text))
+	if err != nil {
+		t.Fatalf("%s is not a valid leasewatch configuration: %v", configKey, err)
+	}
+	if cfg.IngestTokensFile != ingestMountPath+"/"+ingestKey {
+		t.Errorf("ingest_tokens_file %q, want the Secret's mounted file %s/%s", cfg.IngestTokensFile, ingestMountPath, ingestKey)
 	}
 	if cfg.Listen != fmt.Sprintf("0.0.0.0:%d", httpPort) {
 		t.Errorf("listen %q, want 0.0.0.0:%d (the pod IP, for the Service and the probes)", cfg.Listen, httpPort)
@@ -612,8 +595,8 @@ func TestConfigMap(t *testing.T) {
 		if s.Name != "cluster" {
 			t.Errorf("sources[%d].name %q, want cluster", i, s.Name)
 		}
-		if s.Kubeconfig == nil || *s.Kubeconfig != "" || s.Context != "" {
-			t.Errorf("sources[%d]: kubeconfig %v context %q, want an empty kubeconfig (in-cluster)", i, s.Kubeconfig, s.Context)
+		if s.Kubeconfig != "" || s.Context != "" {
+			t.Errorf("sources[%d]: kubeconfig %q context %q, want an empty kubeconfig (in-cluster)", i, s.Kubeconfig, s.Context)
 		}
 		if !slices.Contains(s.HeartbeatNamespaces, "kube-node-lease") {
 			t.Errorf("sources[%d].heartbeat_namespaces %q lacks kube-node-lease", i, s.HeartbeatNamespaces)

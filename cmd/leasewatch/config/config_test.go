@@ -1,12 +1,15 @@
-package main
+package config
 
 import (
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 )
 
 func TestParseConfigContractExample(t *testing.T) {
-	cfg, err := ParseConfig([]byte(`
+	cfg, err := Parse([]byte(`
 listen: 127.0.0.1:9090
 database: /var/lib/leasewatch/lw.db
 ingest_tokens: ["change-me"]
@@ -30,11 +33,11 @@ sources:
 }
 
 func TestParseConfigDefaults(t *testing.T) {
-	cfg, err := ParseConfig(nil)
+	cfg, err := Parse(nil)
 	if err != nil {
-		t.Fatalf("ParseConfig(empty): %v", err)
+		t.Fatalf("Parse(empty): %v", err)
 	}
-	if cfg.Listen != defaultListen || cfg.Database != defaultDatabase || cfg.Alerts.RenewMarginRatio != defaultRenewMarginRatio {
+	if cfg.Listen != DefaultListen || cfg.Database != DefaultDatabase || cfg.Alerts.RenewMarginRatio != DefaultRenewMarginRatio {
 		t.Fatalf("defaults = %+v", cfg)
 	}
 }
@@ -63,12 +66,48 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseConfig([]byte(tt.yaml))
+			_, err := Parse([]byte(tt.yaml))
 			if err == nil {
 				t.Fatalf("ParseConfig accepted %q", tt.yaml)
 			}
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("error = %q, want it to name %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfigIngestTokensFile(t *testing.T) {
+	dir := t.TempDir()
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# rotated 2026-11\nnew-token\n\n  old-token  \n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	write := func(body string) string {
+		p := filepath.Join(dir, "lw.yaml")
+		if err := os.WriteFile(p, []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	cfg, err := Load(write("ingest_tokens: [a]\ningest_tokens_file: " + tokens + "\n"))
+	if err != nil {
+		t.Fatalf("LoadConfig: %v", err)
+	}
+	if want := []string{"a", "new-token", "old-token"}; !slices.Equal(cfg.IngestTokens, want) {
+		t.Fatalf("tokens = %q, want %q", cfg.IngestTokens, want)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("# no tokens yet\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for name, body := range map[string]string{
+		"Missing": "ingest_tokens_file: " + filepath.Join(dir, "nope") + "\n",
+		"Empty":   "ingest_tokens_file: " + empty + "\n",
+	} {
+		t.Run(name, func(t *testing.T) {
+			if _, err := Load(write(body)); err == nil || !strings.Contains(err.Error(), "ingest_tokens_file") {
+				t.Fatalf("err = %v, want one naming ingest_tokens_file", err)
 			}
 		})
 	}

@@ -1,4 +1,6 @@
-package main
+// Package config reads and validates leasewatch's configuration file
+// (DESIGN.md, "Configuration file").
+package config
 
 import (
 	"bytes"
@@ -15,13 +17,17 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 )
 
-// Config is the configuration file (DESIGN.md, "Configuration file").
+// Config is the configuration file.
 type Config struct {
-	Listen       string         `yaml:"listen"`
-	Database     string         `yaml:"database"`
-	IngestTokens []string       `yaml:"ingest_tokens"`
-	Alerts       AlertsConfig   `yaml:"alerts"`
-	Sources      []SourceConfig `yaml:"sources"`
+	Listen       string   `yaml:"listen"`
+	Database     string   `yaml:"database"`
+	IngestTokens []string `yaml:"ingest_tokens"`
+	// IngestTokensFile names a file of further ingest tokens, one a line
+	// (blank lines and # comments skipped): a mounted Kubernetes Secret, say,
+	// so tokens stay out of the configuration file.
+	IngestTokensFile string         `yaml:"ingest_tokens_file"`
+	Alerts           AlertsConfig   `yaml:"alerts"`
+	Sources          []SourceConfig `yaml:"sources"`
 }
 
 // AlertsConfig holds alerting thresholds.
@@ -61,30 +67,55 @@ type RedisTokenRule struct {
 
 // Defaults for an omitted field.
 const (
-	defaultListen           = "127.0.0.1:8080"
-	defaultDatabase         = "leasewatch.db"
-	defaultRenewMarginRatio = 0.25
+	DefaultListen           = "127.0.0.1:8080"
+	DefaultDatabase         = "leasewatch.db"
+	DefaultRenewMarginRatio = 0.25
 )
 
 // supportedKinds are the source kinds this build has collectors for.
 var supportedKinds = map[audit.SourceKind]bool{audit.KindEtcd: true, audit.KindKubernetes: true}
 
-// LoadConfig reads and validates the configuration file at path.
-func LoadConfig(path string) (*Config, error) {
+// Load reads and validates the configuration file at path.
+func Load(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	cfg, err := ParseConfig(data)
+	cfg, err := Parse(data)
 	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	if err := cfg.readTokensFile(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return cfg, nil
 }
 
-// ParseConfig decodes a configuration file, fills defaults and validates it.
+// readTokensFile adds the tokens of ingest_tokens_file to IngestTokens.
+func (c *Config) readTokensFile() error {
+	if c.IngestTokensFile == "" {
+		return nil
+	}
+	data, err := os.ReadFile(c.IngestTokensFile)
+	if err != nil {
+		return fmt.Errorf("ingest_tokens_file: %w", err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(data), "\n") {
+		if tok := strings.TrimSpace(line); tok != "" && !strings.HasPrefix(tok, "#") {
+			c.IngestTokens = append(c.IngestTokens, tok)
+			n++
+		}
+	}
+	if n == 0 {
+		return fmt.Errorf("ingest_tokens_file: %s holds no token", c.IngestTokensFile)
+	}
+	return nil
+}
+
+// Parse decodes a configuration file, fills defaults and validates it.
 // Errors name the offending field, e.g. `sources[1].endpoints: ...`.
-func ParseConfig(data []byte) (*Config, error) {
+func Parse(data []byte) (*Config, error) {
 	var root yaml.Node
 	if err := yaml.Unmarshal(data, &root); err != nil {
 		return nil, fmt.Errorf("config is not valid YAML: %w", err)
@@ -96,20 +127,20 @@ func ParseConfig(data []byte) (*Config, error) {
 		return nil, nameFields(err, &root)
 	}
 	if cfg.Listen == "" {
-		cfg.Listen = defaultListen
+		cfg.Listen = DefaultListen
 	}
 	if cfg.Database == "" {
-		cfg.Database = defaultDatabase
+		cfg.Database = DefaultDatabase
 	}
 	if cfg.Alerts.RenewMarginRatio == 0 {
-		cfg.Alerts.RenewMarginRatio = defaultRenewMarginRatio
+		cfg.Alerts.RenewMarginRatio = DefaultRenewMarginRatio
 	}
 	return cfg, cfg.Validate()
 }
 
 // Validate checks every field and returns the first problem, naming it.
 func (c *Config) Validate() error {
-	if _, _, err := splitHostPort(c.Listen); err != nil {
+	if _, _, err := SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
 	}
 	for i, tok := range c.IngestTokens {
@@ -190,7 +221,8 @@ func (c *Config) SourceKinds() map[string]audit.SourceKind {
 	return m
 }
 
-func splitHostPort(addr string) (string, int, error) {
+// SplitHostPort checks that addr is HOST:PORT with a valid port.
+func SplitHostPort(addr string) (string, int, error) {
 	i := strings.LastIndex(addr, ":")
 	if i < 0 {
 		return "", 0, fmt.Errorf("%q: want HOST:PORT", addr)
