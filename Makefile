@@ -5,7 +5,7 @@ PKGS     := ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all build test check generate deps demo clean load-kubernetes install-redis
+.PHONY: all build test check generate deps demo clean load-kubernetes install-redis install-chromium
 
 all: build
 
@@ -13,12 +13,13 @@ build:
 	$(GO) build -o bin/leasewatch ./cmd/leasewatch
 
 ## deps: install or build what the tests need on a fresh Debian machine:
-## Go modules (etcd runs in-process), redis-server from Debian, and a real kube-apiserver, built from the
+## Go modules (etcd runs in-process), redis-server and chromium from Debian, and a real kube-apiserver, built from the
 ## Kubernetes Go module into .cache/ (several minutes the first time, then
 ## reused until its wrapper module changes).
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go is required: https://go.dev/doc/install" >&2; exit 1; }
 	@command -v redis-server >/dev/null || $(MAKE) install-redis
+	@test -x /usr/bin/chromium || $(MAKE) install-chromium
 	$(GO) mod download
 	$(GO) run ./collectors/kubernetes/kubetest/buildapiserver
 
@@ -26,6 +27,11 @@ deps:
 install-redis:
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server
+
+## install-chromium: Debian's Chromium, for the dashboard's browser tests.
+install-chromium:
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends chromium
 
 ## load-kubernetes: the Kubernetes scale run (2,000 heartbeat + 50 election Leases).
 load-kubernetes:
