@@ -1,0 +1,483 @@
+package kubernetes
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// fencingFindings are the findings that say a lock's tokens cannot be
+// trusted.
+var fencingFindings = []audit.FindingKind{audit.FindingTokenRegression, audit.FindingTokenReuse, audit.FindingTokenSkip, audit.FindingOverlap}
+
+// TestAcquireRenewRelease follows one client-go elector from acquisition
+// through its renewals to its release, and checks every write to the Lease
+// became exactly one observation.
+func TestAcquireRenewRelease(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	lock := ns + "/leader"
+	s := newSink(t)
+	// Watches that the apiserver ends every 2-3s: the collector must reopen
+	// them from the last recorded resourceVersion without a gap.
+	runCollector(t, s, Config{Namespaces: []string{ns}}, WithWatchTimeout(2*time.Second))
+
+	first := s.allInputs()[0]
+	if !first.Snapshot || first.Cursor == "" || !first.ExpireByClock || !first.SequentialTokens || first.Kind != audit.KindKubernetes || len(first.Observations) != 0 {
+		t.Fatalf("first input = %+v, want an empty snapshot of kind kubernetes with a cursor, clock expiry and sequential tokens", first)
+	}
+
+	// The test's own watch sees every write to the Lease, to check the
+	// collector recorded each one.
+	writes := watchLease(t, ns, "leader", first.Cursor[strings.Index(first.Cursor, "=")+1:])
+
+	var log electionLog
+	a := startElector(t, ns, "leader", "node-a_7c1f", electorConfig{Release: true, Log: &log})
+	a.waitLeading(t, 10*time.Second)
+	g := s.waitEvents(t, 10*time.Second, lock, 1, audit.EventGrant)[0]
+	acq := log.all()[0]
+	if g.Holder != "node-a_7c1f" || tokenOf(g.Token) != acq.token || acq.token != 0 || g.TTL != leaseDuration || g.Inferred || g.Position == "" {
+		t.Fatalf("grant = %+v, want node-a_7c1f with token %d (the elector read 0), a 2s lease and a position", g, acq.token)
+	}
+	if l, _ := s.lock(t, lock); l.Class != audit.ClassLock || l.Kind != audit.KindKubernetes || l.State != audit.StateHeld {
+		t.Fatalf("lock = %+v, want a held lock of kind kubernetes", l)
+	}
+
+	// client-go renews every RetryPeriod: each renewal is a write, and
+	// renewTime moves by at least RetryPeriod. 20 of them span several
+	// watch requests.
+	renews := s.waitEvents(t, 20*time.Second, lock, 20, audit.EventRenew)
+	var prev time.Time
+	var gaps []time.Duration
+	for i, r := range renews {
+		if r.Holder != g.Holder || tokenOf(r.Token) != 0 || r.Inferred || r.TTL != leaseDuration {
+			t.Fatalf("renew %d = %+v, want %s token 0 with a 2s lease", i, r, g.Holder)
+		}
+		at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(r.Detail["renewed_at"]))
+		if err != nil {
+			t.Fatalf("renew %d: renewed_at %v: %v", i, r.Detail["renewed_at"], err)
+		}
+		if i > 0 {
+			gaps = append(gaps, at.Sub(prev))
+		}
+		prev = at
+	}
+	slices.Sort(gaps)
+	if gaps[0] < retryPeriod*9/10 || gaps[len(gaps)/2] > 2*retryPeriod || gaps[len(gaps)-1] >= renewDeadline {
+		t.Errorf("renewal intervals %v, want each about the elector's RetryPeriod %s", gaps, retryPeriod)
+	}
+	t.Logf("renewal intervals (sorted): %v", gaps)
+
+	a.stop() // ReleaseOnCancel: holderIdentity "", leaseTransitions kept
+	rel := s.waitEvents(t, 10*time.Second, lock, 1, audit.EventRelease)[0]
+	if rel.Holder != g.Holder || tokenOf(rel.Token) != 0 || rel.Inferred {
+		t.Fatalf("release = %+v, want %s's token 0, seen rather than inferred", rel, g.Holder)
+	}
+	if l, _ := s.lock(t, lock); l.State != audit.StateFree {
+		t.Fatalf("lock state after release = %s, want free", l.State)
+	}
+	ts := s.tenures(t, lock)
+	if len(ts) != 1 || ts[0].End != audit.EndReleased || ts[0].Renewals != int64(len(s.events(t, lock, audit.EventRenew))) {
+		t.Fatalf("tenures = %+v, want one, released, counting every renewal event", ts)
+	}
+	s.noFindings(t, lock, audit.FindingLeaseExpired, audit.FindingLateRenewal, audit.FindingUnfencedLock)
+
+	// Every write to the Lease became exactly one observation, in order.
+	want := writes.until(t, func(l *coordinationv1.Lease) bool { return deref(l.Spec.HolderIdentity) == "" })
+	var got []string
+	for _, ob := range s.obs(lock) {
+		got = append(got, ob.Position)
+	}
+	if !slices.Equal(got, want) {
+		t.Fatalf("observation positions %v, want the Lease's write resourceVersions %v", got, want)
+	}
+}
+
+// leaseWrites follows one Lease with a plain watch and keeps the
+// resourceVersion of every write.
+type leaseWrites struct {
+	mu   sync.Mutex
+	rvs  []string
+	last *coordinationv1.Lease
+}
+
+func watchLease(t *testing.T, ns, name, fromRV string) *leaseWrites {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	w, err := admin(t).CoordinationV1().Leases(ns).Watch(ctx, metav1.ListOptions{ResourceVersion: fromRV, FieldSelector: "metadata.name=" + name})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lw := &leaseWrites{}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for ev := range w.ResultChan() {
+			if l, ok := ev.Object.(*coordinationv1.Lease); ok && ev.Type != watch.Bookmark && ev.Type != watch.Error {
+				lw.mu.Lock()
+				lw.rvs = append(lw.rvs, l.ResourceVersion)
+				lw.last = l
+				lw.mu.Unlock()
+			}
+		}
+	}()
+	t.Cleanup(func() {
+		cancel()
+		w.Stop()
+		<-done
+	})
+	return lw
+}
+
+// until waits for a write satisfying done and returns the resourceVersions
+// of every write up to it.
+func (lw *leaseWrites) until(t *testing.T, done func(*coordinationv1.Lease) bool) []string {
+	t.Helper()
+	var out []string
+	eventually(t, 10*time.Second, "the test's watch to see the Lease's last write", func() bool {
+		lw.mu.Lock()
+		defer lw.mu.Unlock()
+		out = slices.Clone(lw.rvs)
+		return lw.last != nil && done(lw.last)
+	})
+	return out
+}
+
+func TestStoppedWithoutReleaseExpires(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	lock := ns + "/leader"
+	s := newSink(t)
+	runCollector(t, s, Config{Namespaces: []string{ns}})
+
+	a := startElector(t, ns, "leader", "node-a", electorConfig{})
+	a.waitLeading(t, 10*time.Second)
+	s.waitEvents(t, 10*time.Second, lock, 2, audit.EventRenew)
+	a.stop() // no ReleaseOnCancel: it just stops renewing; nobody writes the expiry
+
+	exp := s.waitEvents(t, 10*time.Second, lock, 1, audit.EventExpire)[0]
+	l := getLease(t, ns, "leader")
+	if deref(l.Spec.HolderIdentity) != "node-a" {
+		t.Fatalf("Lease holder = %q, want node-a still: the expiry is only inferred", deref(l.Spec.HolderIdentity))
+	}
+	wantAt := l.Spec.RenewTime.Add(leaseDuration)
+	if !exp.Inferred || exp.Holder != "node-a" || tokenOf(exp.Token) != 0 || !exp.At.Equal(wantAt) {
+		t.Fatalf("expire = %+v, want inferred, node-a token 0, at the last renewTime + 2s = %s", exp, wantAt)
+	}
+	f := s.findings(t, lock, audit.FindingLeaseExpired)
+	if len(f) != 1 || !slices.Equal(f[0].Holders, []string{"node-a"}) {
+		t.Fatalf("lease_expired findings = %+v, want one for node-a", f)
+	}
+	if lk, _ := s.lock(t, lock); lk.State != audit.StateExpired {
+		t.Fatalf("lock state = %s, want expired", lk.State)
+	}
+	if n := len(s.obs(lock, audit.EventRelease, audit.EventExpire)); n != 0 {
+		t.Fatalf("%d end observations, want none: the collector saw no end, the tracker inferred it", n)
+	}
+}
+
+// TestFailoverTokensIncrease hands the Lease from elector to elector, once by
+// release and once by expiry, and checks the grants follow the electors' own
+// view, with leaseTransitions rising by one each time.
+func TestFailoverTokensIncrease(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	lock := ns + "/leader"
+	s := newSink(t)
+	runCollector(t, s, Config{Namespaces: []string{ns}})
+
+	var log electionLog
+	a := startElector(t, ns, "leader", "a", electorConfig{Release: true, Log: &log})
+	a.waitLeading(t, 10*time.Second)
+	b := startElector(t, ns, "leader", "b", electorConfig{Release: true, Log: &log})
+	c := startElector(t, ns, "leader", "c", electorConfig{Log: &log})
+
+	a.stop() // released: b or c takes over at its next retry
+	eventually(t, 10*time.Second, "a second leader", func() bool { return len(log.all()) == 2 })
+	second, third := b, c
+	if log.all()[1].identity == "c" {
+		second, third = c, b
+	}
+	second.stop() // c stops without release (b takes over after expiry), b releases (c at once)
+	third.waitLeading(t, 10*time.Second)
+
+	grants := s.waitEvents(t, 10*time.Second, lock, 3, audit.EventGrant)
+	acqs := log.all()
+	if len(grants) != 3 || len(acqs) != 3 {
+		t.Fatalf("%d grants, %d acquisitions, want 3 of each", len(grants), len(acqs))
+	}
+	for i, g := range grants {
+		if g.Holder != acqs[i].identity || acqs[i].holder != acqs[i].identity || tokenOf(g.Token) != acqs[i].token || acqs[i].token != int64(i) {
+			t.Errorf("grant %d = %s token %d, want %s with the token it read, %d (= %d)", i, g.Holder, tokenOf(g.Token), acqs[i].identity, acqs[i].token, i)
+		}
+		if g.Inferred {
+			t.Errorf("grant %d inferred, want seen", i)
+		}
+	}
+	ts := s.tenures(t, lock)
+	if len(ts) != 3 || ts[0].End != audit.EndReleased || ts[1].Held() || !ts[2].Held() {
+		t.Fatalf("tenures = %+v, want a released, %s ended, %s holding", ts, second.identity, third.identity)
+	}
+	s.noFindings(t, lock, fencingFindings...)
+}
+
+// TestSharedIdentityTokenReuse: two processes with one identity. The second
+// takes the Lease over as its own, and client-go keeps leaseTransitions, so
+// two tenures share a token.
+func TestSharedIdentityTokenReuse(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	lock := ns + "/leader"
+	s := newSink(t)
+	runCollector(t, s, Config{Namespaces: []string{ns}})
+
+	first := startElector(t, ns, "leader", "app-0", electorConfig{})
+	first.waitLeading(t, 10*time.Second)
+	s.waitEvents(t, 10*time.Second, lock, 1, audit.EventGrant)
+	first.stop()
+	s.waitEvents(t, 10*time.Second, lock, 1, audit.EventExpire)
+
+	second := startElector(t, ns, "leader", "app-0", electorConfig{})
+	second.waitLeading(t, 10*time.Second)
+	grants := s.waitEvents(t, 10*time.Second, lock, 2, audit.EventGrant)
+	if g := grants[1]; g.Holder != "app-0" || tokenOf(g.Token) != 0 || g.Inferred {
+		t.Fatalf("second grant = %+v, want app-0 again with token 0, seen", g)
+	}
+	f := s.waitFindings(t, 5*time.Second, lock, audit.FindingTokenReuse)
+	if len(f) != 1 || !slices.Equal(f[0].Tokens, []int64{0}) || f[0].Severity != audit.SeverityCritical {
+		t.Fatalf("token_reuse findings = %+v, want one critical for token 0", f)
+	}
+	if l := getLease(t, ns, "leader"); deref(l.Spec.LeaseTransitions) != 0 {
+		t.Fatalf("leaseTransitions = %d, want 0: client-go does not count a re-acquire by the same identity", deref(l.Spec.LeaseTransitions))
+	}
+	ts := s.tenures(t, lock)
+	if len(ts) != 2 || ts[0].End != audit.EndExpired || !ts[1].Held() {
+		t.Fatalf("tenures = %+v, want the first expired and the second held", ts)
+	}
+}
+
+func TestTokenRegressionByHand(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	lock := ns + "/leader"
+	s := newSink(t)
+	runCollector(t, s, Config{Namespaces: []string{ns}})
+
+	for _, id := range []string{"a", "b"} {
+		e := startElector(t, ns, "leader", id, electorConfig{Release: true})
+		e.waitLeading(t, 10*time.Second)
+		e.stop()
+	}
+	s.waitEvents(t, 10*time.Second, lock, 2, audit.EventRelease)
+
+	// Nothing on the server keeps leaseTransitions from going backwards.
+	updateLease(t, ns, "leader", func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr("intruder"), ptr[int32](0)
+		l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = now(), now(), ptr[int32](10)
+	})
+	f := s.waitFindings(t, 10*time.Second, lock, audit.FindingTokenRegression)
+	if len(f) != 1 || !slices.Equal(f[0].Tokens, []int64{1, 0}) || !slices.Equal(f[0].Holders, []string{"b", "intruder"}) {
+		t.Fatalf("token_regression findings = %+v, want tokens [1 0], holders [b intruder]", f)
+	}
+	grants := s.events(t, lock, audit.EventGrant)
+	if g := grants[len(grants)-1]; g.Holder != "intruder" || tokenOf(g.Token) != 0 {
+		t.Fatalf("last grant = %+v, want intruder with token 0", g)
+	}
+	s.noFindings(t, lock, audit.FindingOverlap)
+}
+
+func TestLeaseDeletedWhileHeld(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	lock := ns + "/leader"
+	s := newSink(t)
+	runCollector(t, s, Config{Namespaces: []string{ns}})
+
+	a := startElector(t, ns, "leader", "a", electorConfig{})
+	a.waitLeading(t, 10*time.Second)
+	s.waitEvents(t, 10*time.Second, lock, 1, audit.EventGrant)
+	if err := admin(t).CoordinationV1().Leases(ns).Delete(context.Background(), "leader", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	rel := s.waitEvents(t, 10*time.Second, lock, 1, audit.EventRelease)[0]
+	if rel.Holder != "a" || tokenOf(rel.Token) != 0 || rel.Detail["deleted"] != true {
+		t.Fatalf("release = %+v, want a's token 0 with deleted=true", rel)
+	}
+	f := s.waitFindings(t, 5*time.Second, lock, audit.FindingLockDeleted)
+	if len(f) != 1 || !slices.Equal(f[0].Holders, []string{"a"}) {
+		t.Fatalf("lock_deleted findings = %+v, want one naming a", f)
+	}
+	if ob := s.obs(lock, audit.EventRelease); len(ob) != 1 || !ob[0].Deleted {
+		t.Fatalf("release observations = %+v, want one with Deleted", ob)
+	}
+
+	// The elector still believes it leads: its next renewal finds the Lease
+	// gone and creates it again, and leaseTransitions starts over at 0.
+	grants := s.waitEvents(t, 10*time.Second, lock, 2, audit.EventGrant)
+	if g := grants[1]; g.Holder != "a" || tokenOf(g.Token) != 0 {
+		t.Fatalf("grant after the re-create = %+v, want a with token 0", g)
+	}
+	s.waitFindings(t, 5*time.Second, lock, audit.FindingTokenReuse)
+}
+
+// TestRestartResumesNothingLostOrRepeated stops and restarts the collector
+// while electors in two namespaces keep handing Leases over, with watches
+// that the apiserver ends every few seconds, and checks every acquisition
+// the electors made was recorded as exactly one grant and one release.
+func TestRestartResumesNothingLostOrRepeated(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	nsA, nsB, other := newNamespace(t), newNamespace(t), newNamespace(t)
+	s := newSink(t)
+	cfg := Config{Namespaces: []string{nsA, nsB}}
+	opts := []Option{WithWatchTimeout(2 * time.Second)}
+	cr := runCollector(t, s, cfg, opts...)
+	if c := s.allInputs()[0].Cursor; !strings.Contains(c, nsA+"=") || !strings.Contains(c, nsB+"=") {
+		t.Fatalf("cursor %q, want a resourceVersion for each of %s and %s", c, nsA, nsB)
+	}
+
+	// Leases long enough that the tracker's clock never expires one while
+	// the collector is stopped: every handover here is a release.
+	var log electionLog
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	worker := func(id int, ns, name string) {
+		defer wg.Done()
+		for n := 0; ; n++ {
+			e := startElector(t, ns, name, fmt.Sprintf("w%d-%d", id, n), electorConfig{Release: true, LeaseDuration: 10 * time.Second, Log: &log})
+			select {
+			case <-e.leading:
+				time.Sleep(time.Duration(50+rand.IntN(100)) * time.Millisecond)
+				e.stop()
+			case <-stop:
+				e.stop()
+				return
+			}
+		}
+	}
+	for i, l := range []struct{ ns, name string }{{nsA, "a"}, {nsA, "a"}, {nsB, "b"}, {nsB, "b"}, {other, "o"}} {
+		wg.Add(1)
+		go worker(i, l.ns, l.name)
+	}
+	count := func() int { return len(log.all()) }
+	for round := 1; round <= 3; round++ {
+		n := count()
+		eventually(t, 20*time.Second, "electors to make progress", func() bool { return count() >= n+8 })
+		cr.stop(t)
+		n = count()
+		eventually(t, 20*time.Second, "electors to make progress while the collector is stopped", func() bool { return count() >= n+6 })
+		cr = runCollector(t, s, cfg, opts...)
+	}
+	n := count()
+	eventually(t, 20*time.Second, "electors to make progress", func() bool { return count() >= n+8 })
+	close(stop)
+	wg.Wait()
+
+	acqs := log.all()
+	want := map[string][]acquisition{}
+	for _, a := range acqs {
+		want[a.lease] = append(want[a.lease], a)
+	}
+	for _, lock := range []string{nsA + "/a", nsB + "/b"} {
+		s.waitEvents(t, 10*time.Second, lock, len(want[lock]), audit.EventRelease)
+		grants := s.events(t, lock, audit.EventGrant)
+		if len(grants) != len(want[lock]) {
+			t.Errorf("%s: %d grants, want one per acquisition: %d", lock, len(grants), len(want[lock]))
+		}
+		for i := range min(len(grants), len(want[lock])) {
+			g, a := grants[i], want[lock][i]
+			if g.Holder != a.identity || tokenOf(g.Token) != a.token || a.token != int64(i) || g.Inferred {
+				t.Errorf("%s grant %d = %s token %d (inferred %v), want %s token %d as its elector read it", lock, i, g.Holder, tokenOf(g.Token), g.Inferred, a.identity, a.token)
+			}
+		}
+		if ends := s.events(t, lock, audit.EventRelease, audit.EventExpire); len(ends) != len(want[lock]) || slices.ContainsFunc(ends, func(e audit.Event) bool { return e.Kind != audit.EventRelease }) {
+			t.Errorf("%s: %d ends, want %d releases", lock, len(ends), len(want[lock]))
+		}
+		s.noFindings(t, lock, fencingFindings...)
+		s.noFindings(t, lock, audit.FindingBlindWindow, audit.FindingLeaseExpired)
+	}
+	if _, ok := s.lock(t, other+"/o"); ok {
+		t.Errorf("lock %s/o recorded: namespace %s is not configured", other, other)
+	}
+	for i, in := range s.allInputs()[1:] {
+		if in.Snapshot || in.Blind != nil {
+			t.Fatalf("input %d after the first = %+v, want plain watch inputs: nothing was lost", i+1, in)
+		}
+	}
+	t.Logf("%d acquisitions across 3 restarts", len(acqs))
+}
+
+func TestHeartbeatClassification(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	node := fmt.Sprintf("node-%05d", rand.IntN(100000))
+	heartbeat := func() coordinationv1.LeaseSpec {
+		return coordinationv1.LeaseSpec{HolderIdentity: ptr(node), LeaseDurationSeconds: ptr[int32](40), RenewTime: now()}
+	}
+	// A node lease that exists before the collector starts, as kubelet's
+	// would, and the kube-apiserver's identity lease.
+	createLease(t, NamespaceNodeLease, node, heartbeat())
+	var identity string
+	eventually(t, 30*time.Second, "the kube-apiserver's identity lease", func() bool {
+		ids, err := admin(t).CoordinationV1().Leases("kube-system").List(context.Background(), metav1.ListOptions{LabelSelector: apiserverIdentityLabel})
+		if err != nil || len(ids.Items) == 0 {
+			return false
+		}
+		identity = "kube-system/" + ids.Items[0].Name
+		return true
+	})
+
+	s := newSink(t)
+	runCollector(t, s, Config{}) // every namespace, one watch
+	first := s.allInputs()[0]
+	if strings.Contains(first.Cursor, "=") {
+		t.Errorf("cursor %q, want a bare resourceVersion for an all-namespaces watch", first.Cursor)
+	}
+	classes := map[string]audit.Class{}
+	for _, ob := range first.Observations {
+		classes[ob.Lock.Name] = ob.Class
+	}
+	if classes[NamespaceNodeLease+"/"+node] != audit.ClassHeartbeat || classes[identity] != audit.ClassHeartbeat {
+		t.Fatalf("snapshot classes %v, want heartbeat for %s and %s", classes, node, identity)
+	}
+
+	// A node renewing, and a lock without leaseTransitions next to it.
+	nodeLock := NamespaceNodeLease + "/" + node
+	updateLease(t, NamespaceNodeLease, node, func(l *coordinationv1.Lease) { l.Spec.RenewTime = now() })
+	s.waitEvents(t, 10*time.Second, nodeLock, 1, audit.EventRenew)
+	createLease(t, ns, "plain", coordinationv1.LeaseSpec{HolderIdentity: ptr("worker"), LeaseDurationSeconds: ptr[int32](10), RenewTime: now()})
+	s.waitFindings(t, 10*time.Second, ns+"/plain", audit.FindingUnfencedLock)
+
+	for _, name := range []string{nodeLock, identity} {
+		l, ok := s.lock(t, name)
+		if !ok || l.Class != audit.ClassHeartbeat {
+			t.Errorf("lock %s = %+v, want class heartbeat", name, l)
+		}
+		s.noFindings(t, name, audit.FindingUnfencedLock)
+	}
+	if l, _ := s.lock(t, ns+"/plain"); l.Class != audit.ClassLock {
+		t.Errorf("lock %s/plain class %s, want lock", ns, l.Class)
+	}
+	if evs := s.events(t, nodeLock); len(evs) != 2 || evs[0].Kind != audit.EventObserved || evs[1].Kind != audit.EventRenew || evs[1].Token != nil {
+		t.Errorf("events of %s = %+v, want observed then renew, without a token", nodeLock, evs)
+	}
+}
