@@ -1,0 +1,628 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+const (
+	// readChunk bounds the keys read in one MULTI.
+	readChunk = 256
+	// maxBatch bounds the notifications folded into one round of reads.
+	maxBatch = 1024
+	scanCount = 1000
+)
+
+// msgKind says what an instance reports to the run.
+type msgKind int
+
+const (
+	msgScan   msgKind = iota // every matching key, read after (re)connecting, periodically, or as a poll
+	msgEvents                // notifications and the reads that followed them
+	msgDown                  // the connection was lost or could not be made
+)
+
+// instMsg is what an instance's goroutine reports to the run, which owns all
+// lock state.
+type instMsg struct {
+	inst int
+	kind msgKind
+	at   time.Time
+
+	scan  []reading    // msgScan: every lock key present
+	blind *audit.Blind // msgScan: what the instance could not see before it
+	first bool         // msgScan: the first scan of a connection
+	poll  bool         // msgScan: a poll, worth recording only if something changed
+
+	batch []keyEvents // msgEvents
+
+	err  error     // msgDown
+	from time.Time // msgDown: the last moment the instance was seen
+}
+
+// keyEvents is the notifications received for one key and the read that
+// followed them.
+type keyEvents struct {
+	key    string
+	events []event
+	rd     reading
+}
+
+// instance observes one Redis instance: it only moves data, from the
+// notifications and reads to the run.
+type instance struct {
+	c      *Collector
+	idx    int
+	addr   string
+	client *goredis.Client
+	log    *slog.Logger
+	out    chan<- instMsg
+	prefix string // the keyspace channel prefix, __keyspace@<db>__:
+
+	// What the next connection's first scan must report as blind: from when,
+	// and why.
+	blindFrom   time.Time
+	blindReason string
+	runID       string // the server's run_id as last seen
+	lastSeen    time.Time
+}
+
+func (in *instance) now() time.Time { return in.c.now() }
+
+// loop connects and observes until ctx ends, reconnecting with backoff.
+func (in *instance) loop(ctx context.Context) {
+	delay := in.c.reconnectMin
+	for {
+		up, err := in.session(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if up {
+			delay = in.c.reconnectMin
+		}
+		from := in.lastSeen
+		if in.blindFrom.IsZero() {
+			// Never seen in this process: blind from now on, until it is.
+			in.blindFrom, in.blindReason = in.now(), fmt.Sprintf("redis at %s was unreachable: %v", in.addr, err)
+			from = in.blindFrom
+		}
+		in.log.Warn("redis connection lost; reconnecting", "err", err, "retry_in", delay)
+		if !in.send(ctx, instMsg{kind: msgDown, at: in.now(), err: err, from: from}) {
+			return
+		}
+		t := time.NewTimer(delay)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return
+		case <-t.C:
+		}
+		delay = min(2*delay, in.c.reconnectMax)
+	}
+}
+
+func (in *instance) send(ctx context.Context, m instMsg) bool {
+	m.inst = in.idx
+	select {
+	case in.out <- m:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// lost records that the connection, last seen at from, failed with err, and
+// returns err.
+func (in *instance) lost(from time.Time, err error) error {
+	if in.blindFrom.IsZero() {
+		in.blindFrom = from
+		in.blindReason = fmt.Sprintf("lost the connection to redis at %s: %v", in.addr, err)
+	}
+	return err
+}
+
+// takeBlind returns the blind window a (re)connection ends at to, naming a
+// server restart if the run_id changed.
+func (in *instance) takeBlind(to time.Time, runID string) *audit.Blind {
+	var b *audit.Blind
+	restarted := in.runID != "" && runID != in.runID
+	if !in.blindFrom.IsZero() || restarted {
+		from, reason := in.blindFrom, in.blindReason
+		if from.IsZero() {
+			from = in.lastSeen
+		}
+		if restarted {
+			reason = fmt.Sprintf("redis at %s restarted (run_id %s, was %s): keys may have vanished unseen", in.addr, short(runID), short(in.runID))
+		}
+		b = &audit.Blind{From: from, To: to, Reason: reason}
+	}
+	in.blindFrom, in.blindReason = time.Time{}, ""
+	in.runID = runID
+	in.c.mu.Lock()
+	in.c.runIDs[in.idx] = runID
+	in.c.mu.Unlock()
+	return b
+}
+
+func short(id string) string {
+	if len(id) > 8 {
+		return id[:8]
+	}
+	return id
+}
+
+// session runs one connection: check the notification settings, subscribe,
+// scan, then follow notifications (or poll) until the connection fails.
+// up reports whether it got as far as its first scan.
+func (in *instance) session(ctx context.Context) (up bool, err error) {
+	sctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+
+	runID, err := in.serverRunID(sctx)
+	if err != nil {
+		return false, in.lost(in.lastSeen, err)
+	}
+	polling, err := in.ensureNotifications(sctx)
+	if err != nil {
+		return false, in.lost(in.lastSeen, err)
+	}
+	if polling != "" {
+		in.c.setMode(in.idx, polling)
+		return in.poll(sctx, runID)
+	}
+	in.c.setMode(in.idx, "")
+
+	ps := in.client.PSubscribe(sctx)
+	var wg sync.WaitGroup
+	defer func() {
+		ps.Close()
+		cancel()
+		wg.Wait()
+	}()
+	if err := in.subscribe(sctx, ps); err != nil {
+		return false, in.lost(in.lastSeen, err)
+	}
+	// Subscribed: from here on every change reaches the stream, so a scan
+	// now leaves no change unseen.
+	var heard atomic.Int64
+	heard.Store(in.now().UnixNano())
+	recv := make(chan received, maxBatch)
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		in.receive(sctx, ps, recv, &heard)
+	}()
+
+	if err := in.scanAndSend(sctx, runID, true, false); err != nil {
+		return false, err
+	}
+	in.c.setReach(in.idx, "")
+	flagsOK := in.now()
+
+	ping := time.NewTicker(pingInterval)
+	defer ping.Stop()
+	reconcile := time.NewTicker(in.c.cfg.ReconcileInterval)
+	defer reconcile.Stop()
+	for {
+		select {
+		case <-sctx.Done():
+			return true, nil
+		case r := <-recv:
+			batch := []received{r}
+		drain:
+			for len(batch) < maxBatch && r.err == nil {
+				select {
+				case r = <-recv:
+					batch = append(batch, r)
+				default:
+					break drain
+				}
+			}
+			if err := in.handle(sctx, batch); err != nil {
+				return true, in.lost(time.Unix(0, heard.Load()), err)
+			}
+			in.lastSeen = time.Unix(0, heard.Load())
+		case <-ping.C:
+			seen := time.Unix(0, heard.Load())
+			if quiet := in.now().Sub(seen); quiet > 3*pingInterval {
+				return true, in.lost(seen, fmt.Errorf("no word on the pub/sub connection for %s", quiet.Round(time.Millisecond)))
+			}
+			if err := ps.Ping(sctx); err != nil {
+				return true, in.lost(seen, fmt.Errorf("ping the pub/sub connection: %w", err))
+			}
+		case <-reconcile.C:
+			seen := time.Unix(0, heard.Load())
+			id, err := in.serverRunID(sctx)
+			if err != nil {
+				return true, in.lost(seen, err)
+			}
+			current, err := in.flags(sctx)
+			if err == nil && missingFlags(current) != "" {
+				// Someone switched notifications off: whatever changed
+				// since they were last seen on went unreported.
+				if in.blindFrom.IsZero() {
+					in.blindFrom, in.blindReason = flagsOK, fmt.Sprintf("keyspace notifications were switched off on redis at %s", in.addr)
+				}
+				if _, err := in.ensureNotifications(sctx); err != nil {
+					return true, in.lost(seen, err)
+				}
+			}
+			flagsOK = in.now()
+			if err := in.scanAndSend(sctx, id, false, false); err != nil {
+				return true, err
+			}
+		}
+	}
+}
+
+// poll is a session without notifications: every PollInterval it reads
+// every matching key.
+func (in *instance) poll(ctx context.Context, runID string) (bool, error) {
+	if err := in.scanAndSend(ctx, runID, true, false); err != nil {
+		return false, err
+	}
+	in.c.setReach(in.idx, "")
+	t := time.NewTicker(in.c.cfg.PollInterval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return true, nil
+		case <-t.C:
+			id, err := in.serverRunID(ctx)
+			if err != nil {
+				return true, in.lost(in.lastSeen, err)
+			}
+			if err := in.scanAndSend(ctx, id, false, true); err != nil {
+				return true, err
+			}
+		}
+	}
+}
+
+// scanAndSend reads every matching key and reports it, with the blind window
+// that ends here, if any.
+func (in *instance) scanAndSend(ctx context.Context, runID string, first, poll bool) error {
+	started := in.now()
+	rds, err := in.scan(ctx)
+	if err != nil {
+		return in.lost(in.lastSeen, err)
+	}
+	at := in.now()
+	blind := in.takeBlind(started, runID)
+	in.lastSeen = at
+	if !in.send(ctx, instMsg{kind: msgScan, at: at, scan: rds, blind: blind, first: first, poll: poll && blind == nil}) {
+		return ctx.Err()
+	}
+	return nil
+}
+
+// received is one item from the pub/sub connection.
+type received struct {
+	msg any // *goredis.Message, *goredis.Pong, *goredis.Subscription
+	err error
+	at  time.Time
+}
+
+// receive reads the pub/sub connection until it fails. go-redis would
+// reconnect and resubscribe on its own and hide the gap; the session closes
+// the connection on the first error instead, and scans after reconnecting.
+func (in *instance) receive(ctx context.Context, ps *goredis.PubSub, out chan<- received, heard *atomic.Int64) {
+	for {
+		msg, err := ps.Receive(ctx)
+		at := in.now()
+		if err == nil {
+			heard.Store(at.UnixNano())
+		}
+		select {
+		case out <- received{msg: msg, err: err, at: at}:
+		case <-ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// handle reads the keys a batch of notifications names and reports them.
+func (in *instance) handle(ctx context.Context, batch []received) error {
+	var order []string
+	byKey := make(map[string]*keyEvents)
+	var failed error
+	for _, r := range batch {
+		if r.err != nil {
+			failed = r.err
+			break
+		}
+		m, ok := r.msg.(*goredis.Message)
+		if !ok {
+			continue // a pong or a subscription confirmation
+		}
+		key, ok := strings.CutPrefix(m.Channel, in.prefix)
+		if !ok || in.c.rule.isCounterKey(key) {
+			continue
+		}
+		ke := byKey[key]
+		if ke == nil {
+			ke = &keyEvents{key: key}
+			byKey[key] = ke
+			order = append(order, key)
+		}
+		ke.events = append(ke.events, event{Name: m.Payload, At: r.at})
+	}
+	if len(order) > 0 {
+		rds, err := in.read(ctx, order)
+		if err != nil {
+			return err
+		}
+		out := make([]keyEvents, 0, len(order))
+		for i, key := range order {
+			ke := byKey[key]
+			ke.rd = rds[i]
+			out = append(out, *ke)
+		}
+		if !in.send(ctx, instMsg{kind: msgEvents, at: in.now(), batch: out}) {
+			return ctx.Err()
+		}
+	}
+	return failed
+}
+
+// subscribe subscribes to the keyspace channels of every pattern and waits
+// until the server confirms each.
+func (in *instance) subscribe(ctx context.Context, ps *goredis.PubSub) error {
+	channels := make([]string, 0, len(in.c.cfg.Patterns))
+	want := make(map[string]bool)
+	for _, p := range in.c.cfg.Patterns {
+		ch := in.prefix + p
+		if !want[ch] {
+			want[ch] = true
+			channels = append(channels, ch)
+		}
+	}
+	if err := ps.PSubscribe(ctx, channels...); err != nil {
+		return fmt.Errorf("psubscribe %v: %w", channels, err)
+	}
+	deadline := in.now().Add(in.c.cfg.DialTimeout)
+	for len(want) > 0 {
+		left := deadline.Sub(in.now())
+		if left <= 0 {
+			return fmt.Errorf("psubscribe %v: no confirmation within %s", channels, in.c.cfg.DialTimeout)
+		}
+		msg, err := ps.ReceiveTimeout(ctx, left)
+		if err != nil {
+			return fmt.Errorf("psubscribe %v: %w", channels, err)
+		}
+		if s, ok := msg.(*goredis.Subscription); ok && s.Kind == "psubscribe" {
+			delete(want, s.Channel)
+		}
+	}
+	return nil
+}
+
+// serverRunID returns the server's run_id (INFO server), which changes when
+// it restarts.
+func (in *instance) serverRunID(ctx context.Context) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, in.c.cfg.DialTimeout)
+	defer cancel()
+	info, err := in.client.Info(cctx, "server").Result()
+	if err != nil {
+		return "", fmt.Errorf("redis at %s: INFO server: %w", in.addr, err)
+	}
+	for _, line := range strings.Split(info, "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), "run_id:"); ok {
+			return v, nil
+		}
+	}
+	return "", nil
+}
+
+// flags returns the server's notify-keyspace-events.
+func (in *instance) flags(ctx context.Context) (string, error) {
+	cctx, cancel := context.WithTimeout(ctx, in.c.cfg.DialTimeout)
+	defer cancel()
+	m, err := in.client.ConfigGet(cctx, "notify-keyspace-events").Result()
+	if err != nil {
+		return "", err
+	}
+	v, ok := m["notify-keyspace-events"]
+	if !ok {
+		return "", errors.New("CONFIG GET notify-keyspace-events returned nothing")
+	}
+	return v, nil
+}
+
+// ensureNotifications makes sure the server publishes the keyspace
+// notifications the collector needs, adding the missing flags to the
+// server's own. Where CONFIG is not permitted (renamed, or denied by ACL)
+// it returns why, and the instance is polled instead; err is for a failed
+// connection.
+func (in *instance) ensureNotifications(ctx context.Context) (polling string, err error) {
+	current, err := in.flags(ctx)
+	if err != nil {
+		if isConnErr(err) {
+			return "", fmt.Errorf("redis at %s: CONFIG GET: %w", in.addr, err)
+		}
+		return in.pollReason("CONFIG GET notify-keyspace-events", err), nil
+	}
+	missing := missingFlags(current)
+	if missing == "" {
+		return "", nil
+	}
+	next := withFlags(current, missing)
+	cctx, cancel := context.WithTimeout(ctx, in.c.cfg.DialTimeout)
+	defer cancel()
+	if err := in.client.ConfigSet(cctx, "notify-keyspace-events", next).Err(); err != nil {
+		if isConnErr(err) {
+			return "", fmt.Errorf("redis at %s: CONFIG SET: %w", in.addr, err)
+		}
+		return in.pollReason("CONFIG SET notify-keyspace-events", err), nil
+	}
+	in.log.Info("enabled keyspace notifications", "notify_keyspace_events", next, "was", current, "added", missing)
+	return "", nil
+}
+
+func (in *instance) pollReason(what string, err error) string {
+	reason := fmt.Sprintf("redis at %s: keyspace notifications cannot be enabled (%s: %v): polling every %s", in.addr, what, err, in.c.cfg.PollInterval)
+	in.log.Warn("keyspace notifications unavailable; polling instead", "err", err, "poll_interval", in.c.cfg.PollInterval)
+	return reason
+}
+
+// isConnErr tells a failed exchange from an error reply: a command the
+// server refused (unknown, renamed, or denied by ACL).
+func isConnErr(err error) bool {
+	var rerr goredis.Error
+	return !errors.As(err, &rerr)
+}
+
+// scan reads every key that matches a pattern, except counter keys.
+func (in *instance) scan(ctx context.Context) ([]reading, error) {
+	seen := make(map[string]bool)
+	var keys []string
+	for _, p := range in.c.cfg.Patterns {
+		var cursor uint64
+		for {
+			cctx, cancel := context.WithTimeout(ctx, in.c.cfg.DialTimeout)
+			page, next, err := in.client.Scan(cctx, cursor, p, scanCount).Result()
+			cancel()
+			if err != nil {
+				return nil, fmt.Errorf("redis at %s: SCAN %q: %w", in.addr, p, err)
+			}
+			for _, k := range page {
+				if !seen[k] && !in.c.rule.isCounterKey(k) {
+					seen[k] = true
+					keys = append(keys, k)
+				}
+			}
+			if cursor = next; cursor == 0 {
+				break
+			}
+		}
+	}
+	rds, err := in.read(ctx, keys)
+	if err != nil {
+		return nil, err
+	}
+	present := rds[:0]
+	for _, rd := range rds {
+		if rd.Type != "none" {
+			present = append(present, rd)
+		}
+	}
+	return present, nil
+}
+
+// read reads keys, each atomically with its counter key: a MULTI per chunk
+// of keys, so the server runs each chunk's reads as one.
+func (in *instance) read(ctx context.Context, keys []string) ([]reading, error) {
+	out := make([]reading, 0, len(keys))
+	for start := 0; start < len(keys); start += readChunk {
+		chunk := keys[start:min(start+readChunk, len(keys))]
+		rds, err := in.readChunk(ctx, chunk)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, rds...)
+	}
+	return out, nil
+}
+
+type keyCmds struct {
+	typ, get, hgetall, pttl, counter *goredis.Cmd
+}
+
+func (in *instance) readChunk(ctx context.Context, keys []string) ([]reading, error) {
+	cctx, cancel := context.WithTimeout(ctx, in.c.cfg.DialTimeout)
+	defer cancel()
+	cmds := make([]keyCmds, len(keys))
+	sent := in.now()
+	_, err := in.client.TxPipelined(cctx, func(p goredis.Pipeliner) error {
+		for i, k := range keys {
+			// GET fails on a hash and HGETALL on a string (WRONGTYPE); the
+			// one that fits answers, in the same transaction.
+			cmds[i].typ = p.Do(cctx, "type", k)
+			cmds[i].get = p.Do(cctx, "get", k)
+			cmds[i].hgetall = p.Do(cctx, "hgetall", k)
+			cmds[i].pttl = p.Do(cctx, "pttl", k)
+			if ck := in.c.rule.counterKey(k); ck != "" {
+				cmds[i].counter = p.Do(cctx, "get", ck)
+			}
+		}
+		return nil
+	})
+	at := in.now()
+	if err != nil && !isReplyErr(err) {
+		return nil, fmt.Errorf("redis at %s: read %d key(s): %w", in.addr, len(keys), err)
+	}
+	out := make([]reading, len(keys))
+	for i, k := range keys {
+		rd, err := decodeReading(k, cmds[i])
+		if err != nil {
+			return nil, fmt.Errorf("redis at %s: read %q: %w", in.addr, k, err)
+		}
+		rd.Sent, rd.At = sent, at
+		out[i] = rd
+	}
+	return out, nil
+}
+
+// isReplyErr reports an error reply for a command in the transaction (the
+// expected WRONGTYPE, or a missing key), as opposed to a failed exchange.
+func isReplyErr(err error) bool {
+	if errors.Is(err, goredis.Nil) {
+		return true
+	}
+	var rerr goredis.Error
+	return errors.As(err, &rerr) && strings.HasPrefix(err.Error(), "WRONGTYPE")
+}
+
+func decodeReading(key string, c keyCmds) (reading, error) {
+	rd := reading{Key: key, PTTL: -2}
+	typ, err := c.typ.Text()
+	if err != nil {
+		return rd, fmt.Errorf("TYPE: %w", err)
+	}
+	rd.Type = typ
+	switch typ {
+	case "string":
+		v, err := c.get.Text()
+		if err != nil && !errors.Is(err, goredis.Nil) {
+			return rd, fmt.Errorf("GET: %w", err)
+		}
+		rd.Value = v
+	case "hash":
+		vals, err := c.hgetall.Slice()
+		if err != nil {
+			return rd, fmt.Errorf("HGETALL: %w", err)
+		}
+		rd.Fields = make(map[string]string, len(vals)/2)
+		for j := 0; j+1 < len(vals); j += 2 {
+			rd.Fields[fmt.Sprint(vals[j])] = fmt.Sprint(vals[j+1])
+		}
+	}
+	pttl, err := c.pttl.Int64()
+	if err != nil {
+		return rd, fmt.Errorf("PTTL: %w", err)
+	}
+	rd.PTTL = pttl
+	if c.counter != nil {
+		if s, err := c.counter.Text(); err == nil {
+			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+				rd.Counter = &n
+			}
+		}
+	}
+	return rd, nil
+}

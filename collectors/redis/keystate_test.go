@@ -1,0 +1,179 @@
+package redis
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// hold is a hold of value id read at ms, with a TTL of ttl ms, read in 2ms.
+func hold(id string, ms, ttl int) holding {
+	return holding{ID: id, Holder: id, At: at(ms), TTL: time.Duration(ttl) * time.Millisecond, Lo: at(ms - 2 + ttl), Hi: at(ms + ttl)}
+}
+
+func evs(ms int, names ...string) []event {
+	out := make([]event, len(names))
+	for i, n := range names {
+		out[i] = event{Name: n, At: at(ms)}
+	}
+	return out
+}
+
+// step is one round: events for lock:a, then a read (present h, or gone).
+type step struct {
+	events  []event
+	present bool
+	h       holding
+	want    string // the changes, rendered by describe
+}
+
+func describe(chs []change) string {
+	var parts []string
+	for _, ch := range chs {
+		who := ch.H.Holder
+		if ch.H.Vanished {
+			who = "?"
+		}
+		s := ""
+		switch ch.Kind {
+		case changeGrant:
+			s = "grant " + who
+		case changeRenew:
+			s = "renew " + who
+		case changeEnd:
+			s = ch.Reason.String() + " " + who
+		}
+		if ch.H.Token != nil {
+			s += fmt.Sprintf(" #%d", *ch.H.Token)
+		}
+		if ch.Inferred {
+			s += " (inferred)"
+		}
+		s += fmt.Sprintf(" @%d", ch.At.Sub(t0).Milliseconds())
+		parts = append(parts, s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+func TestInstanceStateStories(t *testing.T) {
+	withToken := func(h holding, tok int64) holding { h.Token = int64p(tok); return h }
+	withCount := func(h holding, n int64) holding { h.Count = n; return h }
+	gone := func(ms int) holding { return holding{At: at(ms)} }
+	tests := []struct {
+		name  string
+		steps []step
+	}{
+		{"RedsyncAcquireExtendUnlock", []step{
+			// SET NX PX emits set and expire; both may arrive before the read.
+			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
+			// The expire of the same SET, read again: the same deadline.
+			{evs(1, "expire"), true, hold("A", 3, 7998), ""},
+			{evs(300, "expire"), true, hold("A", 301, 8000), "renew A @301"},
+			{evs(500, "del"), false, gone(501), "released A @500"},
+		}},
+		{"ExpiredAndEvicted", []step{
+			{evs(0, "set", "expire"), true, hold("A", 1, 100), "grant A @1"},
+			{evs(110, "expired"), false, gone(111), "expired A @110"},
+			{evs(200, "set"), true, hold("B", 201, 5000), "grant B @201"},
+			{evs(300, "evicted"), false, gone(301), "evicted B @300"},
+		}},
+		{"ReadAheadOfTheDelEvent", []step{
+			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
+			// A renewal's event, but by the read A had already unlocked.
+			{evs(50, "expire"), false, gone(51), ""},
+			{evs(52, "del"), false, gone(53), "released A @51"},
+		}},
+		{"LockedAndUnlockedBeforeTheRead", []step{
+			{evs(0, "set", "expire"), false, gone(1), "grant ? (inferred) @0"},
+			{evs(2, "del"), false, gone(3), "released ? @1"},
+		}},
+		{"VanishedWithinOneBatch", []step{
+			{append(evs(0, "set", "expire"), evs(1, "del")...), false, gone(1), "grant ? (inferred) @0, released ? @1"},
+		}},
+		{"DelThenNewHolderBeforeTheRead", []step{
+			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
+			{evs(100, "del"), true, hold("B", 101, 8000), "released A @100, grant B @101"},
+			// B's own set and expire arrive afterwards: nothing new.
+			{evs(102, "set", "expire"), true, hold("B", 103, 7998), ""},
+		}},
+		{"GoneWithoutEndEventThenRegranted", []step{
+			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
+			{evs(10, "expire"), false, gone(11), ""},
+			// The next batch starts with a write: A's end never had an event.
+			{evs(20, "set", "expire"), true, hold("B", 21, 8000), "released A (inferred) @11, grant B @21"},
+		}},
+		{"OverwriteWithoutNX", []step{
+			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
+			{evs(100, "set", "expire"), true, hold("B", 101, 8000), "grant B @101"},
+		}},
+		{"RedissonReentry", []step{
+			{evs(0, "hset", "expire"), true, withCount(hold("u:1", 1, 30000), 1), "grant u:1 @1"},
+			// Re-entry: count 2 and the watchdog lease set again. Not a grant.
+			{evs(100, "hincrby", "expire"), true, withCount(hold("u:1", 101, 30000), 2), "renew u:1 @101"},
+			// Re-entrant unlock: count 1, still held.
+			{evs(200, "hincrby", "expire"), true, withCount(hold("u:1", 201, 30000), 1), "renew u:1 @201"},
+			{evs(300, "hincrby", "del"), false, gone(301), "released u:1 @300"},
+		}},
+		{"FencedReentryKeepsTheGrantToken", []step{
+			{evs(0, "set", "expire"), true, withToken(hold("A", 1, 8000), 5), "grant A #5 @1"},
+			{evs(300, "expire"), true, withToken(hold("A", 301, 8000), 6), "renew A #5 @301"},
+		}},
+		{"ExpiryShortened", []step{
+			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
+			{evs(100, "expire"), true, hold("A", 101, 1000), "renew A @101"},
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newInstanceState()
+			for i, st := range tt.steps {
+				van := holding{Vanished: true}
+				got := describe(s.applyEvents("lock:a", st.events, st.present, st.h, van))
+				if got != st.want {
+					t.Fatalf("step %d: changes = %q, want %q", i, got, st.want)
+				}
+			}
+		})
+	}
+}
+
+func TestResolvePending(t *testing.T) {
+	s := newInstanceState()
+	s.applyEvents("lock:a", evs(0, "set", "expire"), true, hold("A", 1, 500), holding{})
+	s.applyEvents("lock:b", evs(0, "set", "expire"), true, hold("B", 1, 8000), holding{})
+	// Both found gone, no end event yet.
+	s.applyEvents("lock:a", evs(599, "expire"), false, holding{At: at(600)}, holding{})
+	s.applyEvents("lock:b", evs(599, "expire"), false, holding{At: at(600)}, holding{})
+	if got := describe(s.resolvePending(at(1000), time.Second)); got != "" {
+		t.Fatalf("resolved before the grace period: %q", got)
+	}
+	// a's deadline had passed when it was found gone: expired; b's had not.
+	if got, want := describe(s.resolvePending(at(1600), time.Second)), "expired A (inferred) @600, released B (inferred) @600"; got != want {
+		t.Fatalf("resolvePending = %q, want %q", got, want)
+	}
+	if len(s.keys) != 0 {
+		t.Fatalf("keys left after every hold ended: %v", s.keys)
+	}
+}
+
+func TestReplaceKeepsGrantTokenAndWindow(t *testing.T) {
+	s := newInstanceState()
+	a := hold("A", 1, 8000)
+	a.Token = int64p(3)
+	s.applyEvents("lock:a", evs(0, "set"), true, a, holding{})
+	s.applyEvents("lock:b", evs(0, "expire"), false, holding{}, holding{}) // nothing known: no pending
+	scanA := hold("A", 1001, 7000)
+	scanA.Token = int64p(9)
+	s.replace(map[string]holding{"lock:a": scanA, "lock:c": hold("C", 1001, 100)})
+	h, ok := s.current("lock:a")
+	if !ok || h.Token == nil || *h.Token != 3 {
+		t.Fatalf("lock:a after replace = %+v, want the grant token 3", h)
+	}
+	if !h.Hi.Equal(a.Hi) && !h.Hi.Before(a.Hi) {
+		t.Fatalf("window not narrowed: %v", h.Hi)
+	}
+	if _, ok := s.current("lock:c"); !ok {
+		t.Fatal("lock:c from the scan is missing")
+	}
+}

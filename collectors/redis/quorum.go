@@ -1,0 +1,318 @@
+package redis
+
+import (
+	"fmt"
+	"sort"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// combiner derives a source's locks from its instances' holds. A lock is
+// held by the hold (value) that at least quorum instances hold: with one
+// instance that is every hold; with Redlock a grant counts once the
+// quorum-th instance holds the value, an attempt that reached only a
+// minority and was rolled back is no grant, and the lock ends when fewer
+// than quorum instances still hold it. It is pure: time comes only from its
+// arguments.
+type combiner struct {
+	source string
+	n      int
+	quorum int
+	views  map[string][]*holding // by key, per instance
+	told   map[string]*holding   // the hold the tracker was last told of, by key
+	// lastToken is the newest token told per key, to tell whether a
+	// vanished hold's counter reading is its own token.
+	lastToken map[string]int64
+}
+
+func newCombiner(source string, n, quorum int) *combiner {
+	return &combiner{
+		source: source, n: n, quorum: quorum,
+		views:     make(map[string][]*holding),
+		told:      make(map[string]*holding),
+		lastToken: make(map[string]int64),
+	}
+}
+
+func (c *combiner) view(key string) []*holding {
+	v := c.views[key]
+	if v == nil {
+		v = make([]*holding, c.n)
+		c.views[key] = v
+	}
+	return v
+}
+
+func (c *combiner) prune(key string) {
+	for _, h := range c.views[key] {
+		if h != nil {
+			return
+		}
+	}
+	delete(c.views, key)
+}
+
+// quorumOf returns the hold at least quorum instances hold of key, with its
+// deadline window narrowed to when the quorum-th instance lets go, and how
+// many instances hold it. A vanished hold (value unknown) counts only where
+// one instance is a quorum.
+func (c *combiner) quorumOf(key string, prefer *holding) (holding, int, bool) {
+	counts := make(map[string]int)
+	for _, h := range c.views[key] {
+		if h == nil || (h.Vanished && c.quorum > 1) {
+			continue
+		}
+		counts[h.ID]++
+	}
+	for id, n := range counts {
+		if n < c.quorum {
+			continue
+		}
+		var members []holding
+		for _, h := range c.views[key] {
+			if h != nil && h.ID == id && (!h.Vanished || c.quorum == 1) {
+				members = append(members, *h)
+			}
+		}
+		q := members[0]
+		for _, m := range members {
+			if m.At.After(q.At) {
+				q = m
+			}
+		}
+		if prefer != nil && prefer.ID == id && prefer.Vanished == q.Vanished {
+			q = *prefer
+		}
+		if q.expires() && c.quorum > 1 {
+			// Until the quorum-th latest deadline, quorum instances hold it.
+			los, his := make([]time.Time, 0, len(members)), make([]time.Time, 0, len(members))
+			for _, m := range members {
+				los, his = append(los, m.Lo), append(his, m.Hi)
+			}
+			sort.Slice(los, func(i, j int) bool { return los[i].After(los[j]) })
+			sort.Slice(his, func(i, j int) bool { return his[i].After(his[j]) })
+			q.Lo, q.Hi = los[c.quorum-1], his[c.quorum-1]
+			if q.Lo.IsZero() || q.Hi.IsZero() {
+				q.Lo, q.Hi = time.Time{}, time.Time{} // some member has no expiry
+			}
+		}
+		return q, n, true
+	}
+	return holding{}, 0, false
+}
+
+// apply folds one instance's changes in and returns what they change about
+// the source's locks, in order.
+func (c *combiner) apply(inst int, changes []change) []audit.Observation {
+	var out []audit.Observation
+	for _, ch := range changes {
+		key := ch.Key
+		v := c.view(key)
+		h := ch.H
+		if h.Vanished && c.quorum == 1 {
+			h.Token = c.vanishedToken(key, h.Token)
+		}
+		if ch.Kind == changeEnd {
+			v[inst] = nil
+		} else {
+			v[inst] = &h
+		}
+		prev := c.told[key]
+		prefer := &h
+		if ch.Kind == changeEnd {
+			prefer = nil
+		}
+		q, count, ok := c.quorumOf(key, prefer)
+		c.prune(key)
+		switch {
+		case ok && (prev == nil || prev.ID != q.ID || prev.Vanished != q.Vanished):
+			// Over a different previous hold, the tracker decides whether
+			// it was superseded early (an overlap) or had lapsed.
+			ob := c.observation(key, audit.EventGrant, q, ch.At, count)
+			ob.Inferred = ch.Inferred
+			addWhy(&ob, ch.Why)
+			out = append(out, ob)
+			c.tell(key, q)
+		case ok:
+			q.Token = prev.Token
+			later, earlier := deadlineMoved(*prev, q)
+			if !later && !earlier {
+				n := narrow(*prev, q)
+				n.Count = q.Count
+				c.told[key] = &n
+				continue
+			}
+			if ch.Kind != changeRenew {
+				// Another instance joining the quorum moves when the
+				// quorum-th lets go, but nobody renewed.
+				c.told[key] = &q
+				continue
+			}
+			ob := c.observation(key, audit.EventRenew, q, ch.At, count)
+			ob.RenewedAt = renewedAt(q, ch.At)
+			if earlier {
+				ob.Detail["shortened"] = true
+			}
+			out = append(out, ob)
+			c.told[key] = &q
+		case prev != nil:
+			ob := c.observation(key, audit.EventRelease, *prev, ch.At, count)
+			switch {
+			case ch.Kind == changeEnd && ch.H.ID == prev.ID && ch.H.Vanished == prev.Vanished:
+				if ch.Reason != endReleased {
+					ob.Kind = audit.EventExpire
+				}
+				ob.Evicted = ch.Reason == endEvicted
+				ob.Inferred = ch.Inferred
+				addWhy(&ob, ch.Why)
+			default:
+				ob.Inferred = true
+				addWhy(&ob, fmt.Sprintf("fewer than %d of %d instances hold it", c.quorum, c.n))
+			}
+			if ob.Evicted {
+				addWhy(&ob, "evicted under maxmemory")
+			}
+			out = append(out, ob)
+			delete(c.told, key)
+		}
+	}
+	return out
+}
+
+// vanishedToken returns a vanished hold's token: its counter reading, if
+// that is newer than every token told for the lock (the counter moved, so
+// the vanished grant took it); nil otherwise.
+func (c *combiner) vanishedToken(key string, counter *int64) *int64 {
+	if counter == nil {
+		return nil
+	}
+	if last, ok := c.lastToken[key]; ok && *counter <= last {
+		return nil
+	}
+	return counter
+}
+
+func (c *combiner) tell(key string, q holding) {
+	c.told[key] = &q
+	if q.Token != nil {
+		c.lastToken[key] = *q.Token
+	}
+}
+
+// replace makes scan (from the instance's state after a full scan) instance
+// inst's holds.
+func (c *combiner) replace(inst int, scan map[string]holding) {
+	for key, v := range c.views {
+		if _, ok := scan[key]; !ok {
+			v[inst] = nil
+			c.prune(key)
+		}
+	}
+	for key, h := range scan {
+		h := h
+		c.view(key)[inst] = &h
+	}
+}
+
+// resync lists every lock the quorum holds, for a Snapshot input: kind
+// observed on a first start, an inferred grant otherwise (the tracker keeps
+// a tenure whose holder and token did not change, and ends the ones missing).
+// A hold whose deadline moved since the tracker was told of it carries
+// RenewedAt, so the tracker records the renewal it missed. changed reports
+// whether the snapshot differs from what the tracker was told.
+func (c *combiner) resync(at time.Time, kind audit.EventKind, inferred bool) (obs []audit.Observation, changed bool) {
+	keys := make(map[string]bool, len(c.views)+len(c.told))
+	for k := range c.views {
+		keys[k] = true
+	}
+	for k := range c.told {
+		keys[k] = true
+	}
+	for _, key := range sortedKeys(keys) {
+		prev := c.told[key]
+		q, count, ok := c.quorumOf(key, nil)
+		if !ok {
+			if prev != nil {
+				delete(c.told, key) // the snapshot leaves it out: the tracker ends it
+				changed = true
+			}
+			continue
+		}
+		if prev != nil && prev.ID == q.ID && prev.Vanished == q.Vanished {
+			q.Token = prev.Token
+			ob := c.observation(key, kind, q, at, count)
+			ob.Inferred = inferred
+			if later, earlier := deadlineMoved(*prev, q); later || earlier {
+				ob.RenewedAt = renewedAt(q, at)
+				c.told[key] = &q
+				changed = true
+			} else {
+				n := narrow(*prev, q)
+				n.Count = q.Count
+				c.told[key] = &n
+			}
+			obs = append(obs, ob)
+			continue
+		}
+		ob := c.observation(key, kind, q, at, count)
+		ob.Inferred = inferred
+		obs = append(obs, ob)
+		c.tell(key, q)
+		changed = true
+	}
+	return obs, changed
+}
+
+// observation describes hold h of key.
+func (c *combiner) observation(key string, kind audit.EventKind, h holding, at time.Time, count int) audit.Observation {
+	ob := audit.Observation{
+		Lock:          audit.LockKey{Source: c.source, Name: key},
+		Kind:          kind,
+		At:            at,
+		Holder:        h.Holder,
+		Token:         h.Token,
+		LeaseDuration: h.TTL,
+		Detail:        map[string]any{},
+	}
+	if h.ID != h.Holder {
+		ob.Detail["value"] = h.ID
+	}
+	if h.Count > 0 {
+		ob.Detail["count"] = h.Count
+	}
+	if c.n > 1 {
+		ob.Detail["instances"] = fmt.Sprintf("%d/%d", count, c.n)
+	}
+	if h.Unmatched {
+		ob.Detail["token_rule"] = "the value does not match value_pattern"
+	}
+	if h.Vanished {
+		ob.Detail["holder"] = "unknown"
+	}
+	return ob
+}
+
+// renewedAt is when the holder last set the TTL, as far as the read tells:
+// the deadline less the TTL read, which puts the tracker's expiry at the
+// latest the server's deadline can be.
+func renewedAt(h holding, at time.Time) time.Time {
+	if !h.expires() {
+		return at
+	}
+	rn := h.Hi.Add(-h.TTL)
+	if rn.After(at) {
+		return at
+	}
+	return rn
+}
+
+func addWhy(ob *audit.Observation, why string) {
+	if why == "" {
+		return
+	}
+	if prev, ok := ob.Detail["reason"].(string); ok && prev != "" {
+		why = prev + "; " + why
+	}
+	ob.Detail["reason"] = why
+}

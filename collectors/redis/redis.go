@@ -1,0 +1,398 @@
+// Package redis collects lock history from Redis: string locks taken with
+// SET key value NX PX (redsync, bsm/redislock, the pattern in the Redis
+// docs), Redisson's hash locks (field = holder, value = re-entry count), and
+// Redlock over several independent instances.
+//
+// Redis keeps no history and sends keyspace notifications fire-and-forget,
+// so the collector shows what it saw, what it inferred and when it was blind.
+// Per instance it holds a pub/sub connection subscribed to
+// __keyspace@<db>__:<pattern> and, only once the subscription is confirmed,
+// reads every matching key (SCAN) as its starting picture; after that each
+// notification makes it read the key again, atomically (MULTI: TYPE, GET,
+// HGETALL, PTTL and the token counter), and diff the hold against what it
+// knew. Lost connections, server restarts (run_id) and pub/sub output-buffer
+// kills become blind windows followed by a fresh SCAN; a periodic SCAN
+// catches what sends no notification at all (FLUSHALL, FLUSHDB).
+//
+// Redis never reports a lease's expiry until it reclaims the key, which can
+// lag: the collector reports each hold's deadline (read time + PTTL) and the
+// tracker expires it by that clock; the expired event then confirms it.
+//
+// See reference/backends.md, section C, for the Redis behaviour relied on.
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+	"github.com/redis/go-redis/v9/maintnotifications"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
+)
+
+// AcquireScript is the recommended way to take a fenced Redis lock: a
+// single Lua call that, only if the lock is free, increments the lock's
+// counter key and sets the lock to "<token>:<holder id>" with a TTL, so the
+// fencing token is taken atomically with the lock and every grant gets a
+// token one higher than the last.
+//
+//	KEYS[1] the lock key                   ARGV[1] the holder's random id
+//	KEYS[2] the counter key                ARGV[2] the lease (TTL) in milliseconds
+//
+// It returns the token, or nil when the lock is held. Release with a
+// compare-and-delete on the whole value, and present the token to the
+// protected resource with every write. leasewatch reads the token with either
+// token rule: counter_key "{key}:fence" (the counter is KEYS[1] plus
+// ":fence") or value_pattern '^(?P<token>\d+):(?P<holder>.+)$'. In Redis
+// Cluster both keys must share a hash slot: put the lock's name in a hash tag
+// (lock:{orders} and lock:{orders}:fence).
+const AcquireScript = `if redis.call('EXISTS', KEYS[1]) == 0 then
+  local token = redis.call('INCR', KEYS[2])
+  redis.call('SET', KEYS[1], token .. ':' .. ARGV[1], 'PX', ARGV[2])
+  return token
+end
+return false`
+
+// Defaults for Config's zero values.
+const (
+	DefaultReconcileInterval = 30 * time.Second
+	DefaultPollInterval      = 250 * time.Millisecond
+	DefaultDialTimeout       = 5 * time.Second
+)
+
+// Defaults for the options.
+const (
+	defaultReconnectMin = 100 * time.Millisecond
+	defaultReconnectMax = 2 * time.Second
+	defaultGiveUpAfter  = 10 * time.Second
+	// pendingGrace is how long a hold found gone waits for its end event
+	// before the collector guesses how it ended.
+	pendingGrace = time.Second
+	// pingInterval is how often the pub/sub connection is pinged; three
+	// intervals without a word mean it is dead.
+	pingInterval = time.Second
+)
+
+// Config configures one Redis source.
+type Config struct {
+	Name string // the source's name
+	// Addrs are the Redis instances: one for a single instance (addr:), several
+	// for Redlock (addrs:), whose lock state is the value that at least Quorum
+	// of them hold. An address is host:port, or the path of a Unix socket
+	// (/path/redis.sock or unix:/path/redis.sock).
+	Addrs []string
+	// Quorum is how many instances must hold a value for the lock to be
+	// held. Default len(Addrs)/2+1; it must be more than half of Addrs.
+	Quorum             int
+	DB                 int
+	Username, Password string
+	// Patterns are glob-style key patterns (as for SCAN MATCH and PSUBSCRIBE):
+	// every matching key is a lock, except the token rule's counter keys.
+	Patterns []string
+	// Token says where a lock's fencing token is. Without a rule grants carry
+	// no token and the lock is reported unfenced.
+	Token TokenRule
+	// ReconcileInterval is how often every matching key is read again, to
+	// catch what keyspace notifications never report (FLUSHALL, FLUSHDB).
+	// Default 30s.
+	ReconcileInterval time.Duration
+	// PollInterval is how often the keys are read where keyspace
+	// notifications cannot be enabled (CONFIG is renamed or denied). Default
+	// 250ms.
+	PollInterval time.Duration
+	DialTimeout  time.Duration // default 5s
+}
+
+// TokenRule says where a Redis lock's fencing token is. At most one field
+// may be set.
+type TokenRule struct {
+	// CounterKey is the key of a counter incremented at each acquisition
+	// (see AcquireScript), read atomically with the lock; {key} stands for the
+	// lock's key, e.g. "{key}:fence". Its tokens rise by one per grant, so a
+	// jump means grants the collector never saw.
+	CounterKey string
+	// ValuePattern is a regular expression with the named groups token and
+	// holder, matched against the lock's value (a hash lock's field), e.g.
+	// `^(?P<token>\d+):(?P<holder>.+)$`.
+	ValuePattern string
+}
+
+// Option adjusts a Collector.
+type Option func(*Collector)
+
+// WithClock replaces time.Now as the collector's clock.
+func WithClock(now func() time.Time) Option { return func(c *Collector) { c.now = now } }
+
+// WithReconnectBackoff sets the delay before reconnecting to an instance
+// after its connection is lost: min at first, doubling up to max. Default
+// 100ms to 2s.
+func WithReconnectBackoff(min, max time.Duration) Option {
+	return func(c *Collector) { c.reconnectMin, c.reconnectMax = min, max }
+}
+
+// WithGiveUpAfter sets how long Run keeps reconnecting while fewer than a
+// quorum of instances are reachable before it returns an error (and the
+// Runner marks the source down). Default 10s.
+func WithGiveUpAfter(d time.Duration) Option { return func(c *Collector) { c.giveUpAfter = d } }
+
+// Collector watches one Redis source. It implements collectors.Collector.
+type Collector struct {
+	cfg          Config
+	rule         rule
+	log          *slog.Logger
+	now          func() time.Time
+	reconnectMin time.Duration
+	reconnectMax time.Duration
+	giveUpAfter  time.Duration
+
+	mu sync.Mutex
+	// degraded holds, per instance, why it is not fully observed: polling
+	// instead of notifications, or unreachable.
+	mode, reach []string
+	// Carried from one Run to the next, so a restarted Run reports the gap
+	// since the last one saw its instances and keeps their picture.
+	lastGood time.Time
+	lastErr  string
+	runIDs   []string
+	states   []*instanceState
+	comb     *combiner
+}
+
+var _ collectors.Collector = (*Collector)(nil)
+
+// New validates cfg and returns a collector for it. Errors name the offending
+// field; the caller adds which source. logger should already carry the
+// source's name (logger.With("source", name)).
+func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
+	c := &Collector{
+		cfg: cfg, now: time.Now,
+		reconnectMin: defaultReconnectMin, reconnectMax: defaultReconnectMax,
+		giveUpAfter: defaultGiveUpAfter,
+	}
+	for _, opt := range opts {
+		opt(c)
+	}
+	if err := validate(&c.cfg); err != nil {
+		return nil, err
+	}
+	r, err := newRule(cfg.Token)
+	if err != nil {
+		return nil, err
+	}
+	c.rule = r
+	if c.reconnectMin <= 0 {
+		c.reconnectMin = defaultReconnectMin
+	}
+	if c.reconnectMax < c.reconnectMin {
+		c.reconnectMax = c.reconnectMin
+	}
+	if c.giveUpAfter <= 0 {
+		c.giveUpAfter = defaultGiveUpAfter
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	c.log = logger
+	n := len(c.cfg.Addrs)
+	c.mode, c.reach, c.runIDs = make([]string, n), make([]string, n), make([]string, n)
+	c.states = make([]*instanceState, n)
+	for i := range c.states {
+		c.states[i] = newInstanceState()
+	}
+	c.comb = newCombiner(c.cfg.Name, n, c.cfg.Quorum)
+	return c, nil
+}
+
+func errorf(format string, args ...any) error { return audit.Errorf(audit.EINVALID, format, args...) }
+
+func validate(cfg *Config) error {
+	if strings.TrimSpace(cfg.Name) == "" {
+		return errorf("name: required")
+	}
+	if len(cfg.Addrs) == 0 {
+		return errorf("addrs: at least one required")
+	}
+	seen := make(map[string]bool, len(cfg.Addrs))
+	for i, a := range cfg.Addrs {
+		if strings.TrimSpace(a) == "" {
+			return errorf("addrs[%d]: empty", i)
+		}
+		if seen[a] {
+			return errorf("addrs[%d]: %s is listed twice", i, a)
+		}
+		seen[a] = true
+	}
+	n := len(cfg.Addrs)
+	if cfg.Quorum == 0 {
+		cfg.Quorum = n/2 + 1
+	}
+	if cfg.Quorum <= n/2 || cfg.Quorum > n {
+		return errorf("quorum: must be more than half of the %d addrs and at most %d", n, n)
+	}
+	if cfg.DB < 0 {
+		return errorf("db: must not be negative")
+	}
+	if len(cfg.Patterns) == 0 {
+		return errorf("patterns: at least one required")
+	}
+	for i, p := range cfg.Patterns {
+		if p == "" {
+			return errorf("patterns[%d]: empty", i)
+		}
+	}
+	if cfg.Token.CounterKey != "" && cfg.Token.ValuePattern != "" {
+		return errorf("token: counter_key and value_pattern exclude each other")
+	}
+	if cfg.ReconcileInterval < 0 {
+		return errorf("reconcile_interval: must not be negative")
+	}
+	if cfg.PollInterval < 0 {
+		return errorf("poll_interval: must not be negative")
+	}
+	if cfg.DialTimeout < 0 {
+		return errorf("dial_timeout: must not be negative")
+	}
+	if cfg.ReconcileInterval == 0 {
+		cfg.ReconcileInterval = DefaultReconcileInterval
+	}
+	if cfg.PollInterval == 0 {
+		cfg.PollInterval = DefaultPollInterval
+	}
+	if cfg.DialTimeout == 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	return nil
+}
+
+// Name is the source's configured name.
+func (c *Collector) Name() string { return c.cfg.Name }
+
+// Kind is audit.KindRedis.
+func (c *Collector) Kind() audit.SourceKind { return audit.KindRedis }
+
+// Degraded says why the source is observed less well than it could be, or
+// returns "" when it is not: an instance where keyspace notifications cannot
+// be enabled (CONFIG renamed or denied by ACL) is polled instead, which sees
+// holds only as often as it polls; a Redlock instance that is unreachable
+// leaves the quorum to the others.
+func (c *Collector) Degraded() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var reasons []string
+	for i := range c.mode {
+		for _, r := range []string{c.mode[i], c.reach[i]} {
+			if r != "" {
+				reasons = append(reasons, r)
+			}
+		}
+	}
+	return strings.Join(reasons, "; ")
+}
+
+func (c *Collector) setMode(i int, reason string) {
+	c.mu.Lock()
+	c.mode[i] = reason
+	c.mu.Unlock()
+}
+
+func (c *Collector) setReach(i int, reason string) {
+	c.mu.Lock()
+	c.reach[i] = reason
+	c.mu.Unlock()
+}
+
+// Run watches the source until ctx ends (returning nil) or fewer than a
+// quorum of its instances stay reachable for longer than the give-up time
+// (returning the error, for the Runner to restart it). It calls ready once
+// its first snapshot is durable.
+func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func()) error {
+	r := newRun(c, sink)
+	defer r.close()
+	err := r.run(ctx, ready)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if ctx.Err() != nil {
+		c.lastGood, c.lastErr = c.now(), "the collector was stopped"
+		return nil
+	}
+	if err == nil {
+		err = errors.New("collector stopped")
+	}
+	if !r.goodUntil.IsZero() {
+		c.lastGood = r.goodUntil
+	}
+	c.lastErr = err.Error()
+	return err
+}
+
+// client returns a go-redis client for one address.
+func (c *Collector) client(addr string) *goredis.Client {
+	network, address := "tcp", addr
+	switch {
+	case strings.HasPrefix(addr, "unix://"):
+		network, address = "unix", strings.TrimPrefix(addr, "unix://")
+	case strings.HasPrefix(addr, "unix:"):
+		network, address = "unix", strings.TrimPrefix(addr, "unix:")
+	case strings.HasPrefix(addr, "/"):
+		network = "unix"
+	}
+	return goredis.NewClient(&goredis.Options{
+		Network:  network,
+		Addr:     address,
+		Username: c.cfg.Username,
+		Password: c.cfg.Password,
+		DB:       c.cfg.DB,
+		// RESP2: pub/sub messages as plain replies, and no maintenance
+		// notifications (they need RESP3).
+		Protocol:                 2,
+		DisableIdentity:          true,
+		DialTimeout:              c.cfg.DialTimeout,
+		ReadTimeout:              c.cfg.DialTimeout,
+		WriteTimeout:             c.cfg.DialTimeout,
+		MaxRetries:               1,
+		PoolSize:                 4,
+		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
+	})
+}
+
+// joinBlinds merges blind windows into one covering them all.
+func joinBlinds(bs []*audit.Blind) *audit.Blind {
+	var out *audit.Blind
+	var reasons []string
+	for _, b := range bs {
+		if b == nil {
+			continue
+		}
+		if out == nil {
+			c := *b
+			out = &c
+		}
+		if b.From.Before(out.From) {
+			out.From = b.From
+		}
+		if b.To.After(out.To) {
+			out.To = b.To
+		}
+		reasons = append(reasons, b.Reason)
+	}
+	if out != nil {
+		sort.Strings(reasons)
+		out.Reason = strings.Join(reasons, "; ")
+	}
+	return out
+}
+
+func errText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return fmt.Sprint(err)
+}

@@ -1,0 +1,284 @@
+package redis
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
+)
+
+// run is one Run of the collector. Its instances only move data; the run
+// owns the lock state (kept on the Collector across runs) and records it.
+type run struct {
+	c       *Collector
+	sink    collectors.Sink
+	log     *slog.Logger
+	insts   []*instance
+	clients []*goredis.Client
+	msgs    chan instMsg
+
+	up         []bool
+	belowSince time.Time // when fewer than a quorum became reachable; zero while enough are
+	// goodUntil is the last moment the run knew it saw the source; a
+	// restarted run is blind from there.
+	goodUntil time.Time
+}
+
+func newRun(c *Collector, sink collectors.Sink) *run {
+	r := &run{c: c, sink: sink, log: c.log, msgs: make(chan instMsg), up: make([]bool, len(c.cfg.Addrs))}
+	c.mu.Lock()
+	lastGood, lastErr := c.lastGood, c.lastErr
+	runIDs := append([]string(nil), c.runIDs...)
+	c.mu.Unlock()
+	for i, addr := range c.cfg.Addrs {
+		cli := c.client(addr)
+		in := &instance{
+			c: c, idx: i, addr: addr, client: cli, out: r.msgs,
+			log:    c.log.With("addr", addr),
+			prefix: fmt.Sprintf("__keyspace@%d__:", c.cfg.DB),
+			runID:  runIDs[i],
+		}
+		if !lastGood.IsZero() {
+			in.blindFrom, in.blindReason = lastGood, "the collector restarted after: "+lastErr
+			in.lastSeen = lastGood
+		}
+		r.clients = append(r.clients, cli)
+		r.insts = append(r.insts, in)
+	}
+	return r
+}
+
+func (r *run) close() {
+	for _, cli := range r.clients {
+		cli.Close()
+	}
+}
+
+func (r *run) run(ctx context.Context, ready func()) error {
+	ictx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	defer func() {
+		cancel()
+		wg.Wait()
+	}()
+	for _, in := range r.insts {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			in.loop(ictx)
+		}()
+	}
+
+	queued, err := r.start(ctx)
+	if err != nil {
+		return err
+	}
+	ready()
+	for _, m := range queued {
+		if err := r.handle(ctx, m); err != nil {
+			return err
+		}
+	}
+
+	tick := time.NewTicker(pendingGrace / 4)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case m := <-r.msgs:
+			if err := r.handle(ctx, m); err != nil {
+				return err
+			}
+		case <-tick.C:
+			now := r.c.now()
+			if !r.belowSince.IsZero() && now.Sub(r.belowSince) > r.c.giveUpAfter {
+				return fmt.Errorf("fewer than %d of %d redis instances reachable for %s", r.c.cfg.Quorum, len(r.insts), now.Sub(r.belowSince).Round(time.Second))
+			}
+			var obs []audit.Observation
+			for i, st := range r.c.states {
+				obs = append(obs, r.c.comb.apply(i, st.resolvePending(now, pendingGrace))...)
+			}
+			if err := r.record(ctx, audit.Input{Observations: obs}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// start waits until every instance has connected and scanned or failed
+// once, then records the first snapshot from those that are up. Messages
+// that arrive meanwhile are returned, to handle after it.
+func (r *run) start(ctx context.Context) ([]instMsg, error) {
+	n := len(r.insts)
+	answered := make([]bool, n)
+	var (
+		queued []instMsg
+		scans  []instMsg
+		errs   []error
+	)
+	for left := n; left > 0; {
+		var m instMsg
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case m = <-r.msgs:
+		}
+		if answered[m.inst] {
+			queued = append(queued, m)
+			continue
+		}
+		switch m.kind {
+		case msgScan:
+			answered[m.inst] = true
+			left--
+			scans = append(scans, m)
+		case msgDown:
+			answered[m.inst] = true
+			left--
+			errs = append(errs, m.err)
+			r.down(m)
+		default:
+			queued = append(queued, m)
+		}
+	}
+	if len(scans) < r.c.cfg.Quorum {
+		err := errors.Join(errs...)
+		if n == 1 {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%d of %d redis instances reachable, %d needed: %w", len(scans), n, r.c.cfg.Quorum, err)
+	}
+
+	var blinds []*audit.Blind
+	at := r.c.now()
+	for _, m := range scans {
+		r.replace(m)
+		blinds = append(blinds, m.blind)
+		if m.at.After(at) {
+			at = m.at
+		}
+	}
+	blind := joinBlinds(blinds)
+	kind, inferred := audit.EventObserved, false
+	if blind != nil {
+		// After a gap the holds found are grants the collector did not see.
+		kind, inferred = audit.EventGrant, true
+	}
+	obs, _ := r.c.comb.resync(at, kind, inferred)
+	in := audit.Input{At: at, Blind: blind, Observations: obs, Snapshot: true}
+	if err := r.record(ctx, in); err != nil {
+		return nil, err
+	}
+	r.log.Info("snapshot recorded", "held", len(obs), "instances", fmt.Sprintf("%d/%d", len(scans), n), "blind", blind != nil)
+	return queued, nil
+}
+
+// handle applies one instance's report.
+func (r *run) handle(ctx context.Context, m instMsg) error {
+	switch m.kind {
+	case msgDown:
+		r.down(m)
+		return nil
+	case msgScan:
+		r.replace(m)
+		obs, changed := r.c.comb.resync(m.at, audit.EventGrant, true)
+		if m.poll && !changed {
+			r.goodUntil = m.at
+			return nil
+		}
+		if m.blind != nil {
+			r.log.Warn("blind window", "from", m.blind.From, "to", m.blind.To, "reason", m.blind.Reason)
+		}
+		return r.record(ctx, audit.Input{At: m.at, Blind: m.blind, Observations: obs, Snapshot: true})
+	case msgEvents:
+		st := r.c.states[m.inst]
+		var obs []audit.Observation
+		for _, ke := range m.batch {
+			h, present := r.c.rule.decode(ke.rd)
+			changes := st.applyEvents(ke.key, ke.events, present, h, r.c.rule.vanished(ke.rd))
+			obs = append(obs, r.c.comb.apply(m.inst, changes)...)
+		}
+		if len(obs) == 0 {
+			r.goodUntil = m.at
+			return nil
+		}
+		return r.record(ctx, audit.Input{At: m.at, Observations: obs})
+	}
+	return nil
+}
+
+// replace makes a scan the instance's state and marks it reachable.
+func (r *run) replace(m instMsg) {
+	holds := make(map[string]holding, len(m.scan))
+	for _, rd := range m.scan {
+		if h, ok := r.c.rule.decode(rd); ok {
+			holds[rd.Key] = h
+		}
+	}
+	st := r.c.states[m.inst]
+	st.replace(holds)
+	cur := make(map[string]holding, len(st.keys))
+	for key := range st.keys {
+		if h, ok := st.current(key); ok {
+			cur[key] = h
+		}
+	}
+	r.c.comb.replace(m.inst, cur)
+	r.up[m.inst] = true
+	if r.reachable() >= r.c.cfg.Quorum {
+		r.belowSince = time.Time{}
+	}
+	r.c.setReach(m.inst, "")
+}
+
+// down marks an instance unreachable.
+func (r *run) down(m instMsg) {
+	r.up[m.inst] = false
+	if len(r.insts) > 1 {
+		r.c.setReach(m.inst, fmt.Sprintf("redis at %s unreachable: %v", r.insts[m.inst].addr, m.err))
+	}
+	if r.reachable() < r.c.cfg.Quorum && r.belowSince.IsZero() {
+		r.belowSince = m.from
+		if r.belowSince.IsZero() {
+			r.belowSince = m.at
+		}
+		r.goodUntil = r.belowSince
+	}
+}
+
+func (r *run) reachable() int {
+	n := 0
+	for _, up := range r.up {
+		if up {
+			n++
+		}
+	}
+	return n
+}
+
+// record hands one input to the sink, and returns once it is durable.
+func (r *run) record(ctx context.Context, in audit.Input) error {
+	if len(in.Observations) == 0 && in.Blind == nil && !in.Snapshot {
+		return nil
+	}
+	in.Source, in.Kind, in.ExpireByClock = r.c.cfg.Name, audit.KindRedis, true
+	in.SequentialTokens = r.c.rule.sequential()
+	if in.At.IsZero() {
+		in.At = r.c.now()
+	}
+	if err := r.sink.Observe(ctx, in); err != nil {
+		return fmt.Errorf("record %d observation(s): %w", len(in.Observations), err)
+	}
+	if r.belowSince.IsZero() {
+		r.goodUntil = in.At
+	}
+	return nil
+}
