@@ -428,15 +428,6 @@ func (e *elector) waitLeading(t *testing.T, timeout time.Duration) {
 	}
 }
 
-func (e *elector) isLeading() bool {
-	select {
-	case <-e.leading:
-		return true
-	default:
-		return false
-	}
-}
-
 // stop cancels the elector and waits until it has returned (and, with
 // ReleaseOnCancel, released the Lease).
 func (e *elector) stop() {
