@@ -1,0 +1,267 @@
+package review
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// Query selects what a report covers.
+type Query struct {
+	Window Window
+	// Sources restricts the report to these sources' locks. Empty: every source.
+	Sources []string
+	// Locks names the locks to report on, each as an id or SOURCE/NAME. Named
+	// locks are reported whatever Sources says, heartbeats included. Empty:
+	// every lock (not heartbeat) of Sources that changed in the window.
+	Locks []string
+	// MaxLocks caps the locks in one report. Default DefaultMaxLocks.
+	MaxLocks int
+	Options
+}
+
+// DefaultMaxLocks is how many locks one report covers at most, unless the
+// query says otherwise: enough for an incident, few enough for one page.
+const DefaultMaxLocks = 50
+
+// storeLimit is the most items one audit.Store list call returns.
+const storeLimit = 10000
+
+// lockPage is how many locks Load lists per call when it scans a source.
+const lockPage = 1000
+
+// TooManyLocksError says a query matched more locks than one report covers.
+// Its code is audit.EINVALID.
+type TooManyLocksError struct {
+	Max int
+}
+
+func (e *TooManyLocksError) Error() string {
+	return fmt.Sprintf("more than %d locks changed in this window: a report covers at most %d; pick a source or name the locks", e.Max, e.Max)
+}
+
+// Unwrap lets audit.ErrorCode see the error as invalid input.
+func (e *TooManyLocksError) Unwrap() error { return audit.Errorf(audit.EINVALID, "%s", e.Error()) }
+
+// Validate checks the query's window and caps.
+func (q Query) Validate() error {
+	switch {
+	case q.Window.From.IsZero():
+		return audit.Errorf(audit.EINVALID, "from: a start time is required")
+	case q.Window.To.IsZero():
+		return audit.Errorf(audit.EINVALID, "to: an end time is required")
+	case q.Window.To.Before(q.Window.From):
+		return audit.Errorf(audit.EINVALID, "to: must not be before from")
+	}
+	if max := q.maxLocks(); len(q.Locks) > max {
+		return audit.Errorf(audit.EINVALID, "lock: %d locks named; a report covers at most %d", len(q.Locks), max)
+	}
+	return nil
+}
+
+func (q Query) maxLocks() int {
+	if q.MaxLocks > 0 {
+		return q.MaxLocks
+	}
+	return DefaultMaxLocks
+}
+
+// ResolveLock finds a lock named by id or SOURCE/NAME. A missing lock is
+// ENOTFOUND; a malformed reference is EINVALID.
+func ResolveLock(ctx context.Context, st audit.Store, ref string) (audit.Lock, error) {
+	ref = strings.TrimSpace(ref)
+	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
+		if id <= 0 {
+			return audit.Lock{}, audit.Errorf(audit.EINVALID, "lock %q: an id is a positive integer", ref)
+		}
+		return st.Lock(ctx, id)
+	}
+	key, err := audit.ParseLockKey(ref)
+	if err != nil {
+		return audit.Lock{}, audit.Errorf(audit.EINVALID, "lock %q: want an id or SOURCE/NAME", ref)
+	}
+	return st.LockByKey(ctx, key)
+}
+
+// Load reads what the query covers from st and builds its report.
+func Load(ctx context.Context, st audit.Store, q Query) (Report, error) {
+	if err := q.Validate(); err != nil {
+		return Report{}, err
+	}
+	opts := q.Options.withDefaults()
+	locks, err := selectLocks(ctx, st, q)
+	if err != nil {
+		return Report{}, err
+	}
+	var (
+		data  []LockData
+		notes []string
+	)
+	for _, l := range locks {
+		ld, n, err := loadLock(ctx, st, l, q.Window, opts)
+		if err != nil {
+			return Report{}, err
+		}
+		data = append(data, ld)
+		notes = append(notes, n...)
+	}
+	r := Build(q.Window, data, opts)
+	r.Sources = slices.Clone(q.Sources)
+	r.Notes = append(r.Notes, notes...)
+	return r, nil
+}
+
+// selectLocks returns the named locks, or else every lock of the sources that
+// changed in the window: a lock whose last change came before the window has
+// no grant in it.
+func selectLocks(ctx context.Context, st audit.Store, q Query) ([]audit.Lock, error) {
+	max := q.maxLocks()
+	var out []audit.Lock
+	if len(q.Locks) > 0 {
+		seen := make(map[int64]bool)
+		for _, ref := range q.Locks {
+			l, err := ResolveLock(ctx, st, ref)
+			if err != nil {
+				return nil, err
+			}
+			if !seen[l.ID] {
+				seen[l.ID] = true
+				out = append(out, l)
+			}
+		}
+		return out, nil
+	}
+	sources := q.Sources
+	if len(sources) == 0 {
+		sources = []string{""}
+	}
+	for _, src := range slices.Compact(slices.Sorted(slices.Values(sources))) {
+		for offset := 0; ; offset += lockPage {
+			page, err := st.Locks(ctx, audit.LockFilter{Source: src, Class: audit.ClassLock, Limit: lockPage, Offset: offset})
+			if err != nil {
+				return nil, err
+			}
+			for _, l := range page {
+				if l.ChangedAt.Before(q.Window.From) {
+					continue
+				}
+				if len(out) == max {
+					return nil, &TooManyLocksError{Max: max}
+				}
+				out = append(out, l)
+			}
+			if len(page) < lockPage {
+				break
+			}
+		}
+	}
+	return out, nil
+}
+
+// loadLock reads one lock's tenures, and the events and findings around the
+// handovers in the window.
+func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts Options) (LockData, []string, error) {
+	ld := LockData{Lock: l}
+	var notes []string
+	name := l.Key().String()
+
+	// The tenures that overlap the window, newest first if there are too many,
+	// and the one before the first: it is the previous side of the first
+	// handover.
+	limit := opts.MaxHandovers + 1
+	tenures, err := st.Tenures(ctx, l.ID, audit.TimeFilter{From: w.From, To: w.To, Limit: limit})
+	if err != nil {
+		return ld, nil, err
+	}
+	if len(tenures) == limit && w.Contains(tenures[0].GrantedAt) {
+		ld.Omitted = -1 // the store kept the newest: earlier grants in the window are missing
+	}
+	if len(tenures) > 0 && tenures[0].Seq > 1 && ld.Omitted == 0 {
+		before, err := st.Tenures(ctx, l.ID, audit.TimeFilter{To: tenures[0].GrantedAt, Limit: 2})
+		if err != nil {
+			return ld, nil, err
+		}
+		for _, t := range before {
+			if t.Seq == tenures[0].Seq-1 {
+				tenures = append([]audit.Tenure{t}, tenures...)
+			}
+		}
+	}
+	ld.Tenures = tenures
+
+	// The span the handovers' writes, ends and blind windows can fall in.
+	var span Interval
+	for i := 1; i < len(tenures); i++ {
+		prev, next := tenures[i-1], tenures[i]
+		if !w.Contains(next.GrantedAt) {
+			continue
+		}
+		from := prev.EndedAt
+		if from.IsZero() || from.After(next.GrantedAt) {
+			from = next.GrantedAt
+		}
+		if !prev.LastRenewedAt.IsZero() && prev.LastRenewedAt.Before(from) {
+			from = prev.LastRenewedAt
+		}
+		from = from.Add(-opts.Lead)
+		if span.From.IsZero() || from.Before(span.From) {
+			span.From = from
+		}
+	}
+	if span.From.IsZero() {
+		return ld, nil, nil // no handover in the window
+	}
+	// Late writes with an old token belong to their handover however late they
+	// come; the report looks for them until Trail after the window.
+	span.To = w.To.Add(opts.Trail)
+
+	for _, kind := range []audit.EventKind{
+		audit.EventGrant, audit.EventRelease, audit.EventExpire,
+		audit.EventWriteAccepted, audit.EventWriteRejected,
+	} {
+		evs, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: audit.TimeFilter{From: span.From, To: span.To, Limit: storeLimit}, Kind: kind})
+		if err != nil {
+			return ld, nil, err
+		}
+		if len(evs) == storeLimit {
+			notes = append(notes, fmt.Sprintf("%s: only the newest %d %s events were read; narrow the window", name, storeLimit, kind))
+		}
+		ld.Events = append(ld.Events, evs...)
+	}
+	// A blind event is recorded at the end of its window, which may reach
+	// past the span.
+	blind, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: audit.TimeFilter{From: span.From, Limit: storeLimit}, Kind: audit.EventBlind})
+	if err != nil {
+		return ld, nil, err
+	}
+	ld.Events = append(ld.Events, blind...)
+
+	findings, err := st.Findings(ctx, audit.FindingFilter{LockID: l.ID, TimeFilter: audit.TimeFilter{From: span.From, To: span.To, Limit: storeLimit}})
+	if err != nil {
+		return ld, nil, err
+	}
+	if len(findings) == storeLimit {
+		notes = append(notes, fmt.Sprintf("%s: only the newest %d findings were read; narrow the window", name, storeLimit))
+	}
+	ld.Findings = findings
+	return ld, notes, nil
+}
+
+// DefaultWindow is the window a report covers when none is given: the hour
+// before now.
+func DefaultWindow(now time.Time) Window {
+	now = now.UTC()
+	return Window{From: now.Add(-time.Hour), To: now}
+}
+
+// IsTooManyLocks reports whether err says a query matched too many locks.
+func IsTooManyLocks(err error) bool {
+	var e *TooManyLocksError
+	return errors.As(err, &e)
+}
