@@ -124,6 +124,10 @@ type Source struct {
 	LastEventAt time.Time
 	BlindSince  time.Time // zero unless the collector cannot see its backend now
 	Error       string    // last collector error, if any
+	// Degraded says why the collector sees its backend less well than it
+	// could (polling instead of notifications, a Redlock member unreachable);
+	// empty when it is not degraded.
+	Degraded string
 }
 
 // Source collector states (contract).

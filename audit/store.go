@@ -25,6 +25,64 @@ type Store interface {
 	Findings(ctx context.Context, f FindingFilter) ([]Finding, error)
 	// LastEventAt returns, per source name, the time of its newest event.
 	LastEventAt(ctx context.Context) (map[string]time.Time, error)
+
+	// CountLocks returns how many locks match f, ignoring its sort, cursor,
+	// limit and offset.
+	CountLocks(ctx context.Context, f LockFilter) (int, error)
+	// LockCounts returns how many locks there are per source, class and state.
+	LockCounts(ctx context.Context) ([]LockCount, error)
+	// FindingCounts returns how many findings started within f's window, per
+	// severity. Only f's time bounds are used.
+	FindingCounts(ctx context.Context, f TimeFilter) (map[Severity]int, error)
+	// EventTimes returns the times of the lock's events of one kind within f's
+	// window, in time order; if more than f.Limit match, the newest f.Limit.
+	// It is the cheap way to draw many renewals. Returns ENOTFOUND if the lock
+	// does not exist.
+	EventTimes(ctx context.Context, lockID int64, kind EventKind, f TimeFilter) ([]time.Time, error)
+	// BlindWindows returns the intervals over which sources' collectors were
+	// blind that overlap f's window, in time order; if more than f.Limit
+	// match, the newest f.Limit.
+	BlindWindows(ctx context.Context, f BlindFilter) ([]BlindWindow, error)
+	// Cursors returns every source's stored resume cursor, by source name.
+	Cursors(ctx context.Context) ([]Cursor, error)
+}
+
+// LockSort orders a locks list.
+type LockSort string
+
+// Lock orders. The zero value is SortName.
+const (
+	SortName    LockSort = "name"    // by source, then name
+	SortChanged LockSort = "changed" // most recently changed first
+	SortExpiry  LockSort = "expiry"  // least lease left first (expires_at ascending)
+)
+
+// Valid reports whether s is a known order ("" is SortName).
+func (s LockSort) Valid() bool {
+	return s == "" || s == SortName || s == SortChanged || s == SortExpiry
+}
+
+// LockCount is the number of locks of one source, class and state.
+type LockCount struct {
+	Source string
+	Class  Class
+	State  LockState
+	N      int
+}
+
+// BlindFilter selects blind windows. Empty Source matches every source.
+type BlindFilter struct {
+	TimeFilter
+	Source string
+}
+
+// BlindWindow is one interval over which a source's collector could not see
+// its backend, and how many of its locks it covered.
+type BlindWindow struct {
+	Source   string
+	From, To time.Time
+	Reason   string
+	Locks    int
 }
 
 // TimeFilter selects by time. Zero From/To leave that side open; Limit <= 0
@@ -34,31 +92,63 @@ type TimeFilter struct {
 	Limit    int
 }
 
-// LockFilter selects locks. Empty fields match everything; Name is an exact
-// match, Q a case-insensitive substring of the name or holder.
+// LockFilter selects locks. Empty fields match everything; Name and Holder are
+// exact matches, Q a case-insensitive substring of the name or holder.
+//
+// After and Before page through a sorted list by keyset: the id of the last
+// (first) lock of the previous page; the store continues after (before) that
+// lock's position in Sort's order. They are faster than Offset on deep pages.
 type LockFilter struct {
 	Source string
+	Kind   SourceKind
 	Name   string
+	Holder string
 	Q      string
 	Class  Class
 	State  LockState
-	Limit  int
-	Offset int
+	// ExpiringBy, with ExpiringAt, keeps held locks with less than this
+	// fraction of their lease left at ExpiringAt (or already past expiry).
+	ExpiringBy float64
+	ExpiringAt time.Time
+	Sort       LockSort
+	After      int64
+	Before     int64
+	Limit      int
+	Offset     int
 }
 
 // EventFilter selects a lock's events.
 type EventFilter struct {
 	TimeFilter
 	Kind EventKind
+	// Before, when not zero, keeps events strictly older than this position
+	// in (at, id) order: keyset paging towards the past.
+	Before EventCursor
 }
+
+// EventCursor is a position in a lock's (at, id) event order.
+type EventCursor struct {
+	At time.Time
+	ID int64
+}
+
+// IsZero reports whether the cursor is unset.
+func (c EventCursor) IsZero() bool { return c.ID == 0 && c.At.IsZero() }
 
 // FindingFilter selects findings. LockID 0 means every lock.
 type FindingFilter struct {
 	TimeFilter
 	LockID   int64
+	Source   string
 	Kind     FindingKind
 	Severity Severity
 	Resource string
+	// Overlapping selects findings whose [at, until] interval overlaps the
+	// window, instead of those that start within it.
+	Overlapping bool
+	// Before, when not zero, keeps findings strictly older than this position
+	// in (at, id) order: keyset paging towards the past.
+	Before EventCursor
 }
 
 // Batch is everything one group commit writes: the tracker's changes from one

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
 )
@@ -193,36 +194,117 @@ func (w *batchWriter) putTenures(ctx context.Context, tenures []audit.Tenure) er
 	return nil
 }
 
+// eventsPerInsert is how many events one INSERT statement carries: far fewer
+// statement executions on big batches, within maxVars parameters.
+const eventsPerInsert = 32
+
+const eventInsert = `INSERT INTO events (lock_id, kind, at, holder, token, ttl_ms,
+			position, inferred, resource, request_id, detail) VALUES `
+
+const eventRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
 func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	stmt, err := w.tx.PrepareContext(ctx, `INSERT INTO events (lock_id, kind, at, holder, token, ttl_ms,
-			position, inferred, resource, request_id, detail)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	one, err := w.tx.PrepareContext(ctx, eventInsert+eventRow)
 	if err != nil {
 		return fmt.Errorf("prepare event insert: %w", err)
 	}
-	defer stmt.Close()
-	for _, e := range events {
-		id, err := w.lockID(ctx, e.Lock)
+	defer one.Close()
+	var many *sql.Stmt
+	if len(events) >= eventsPerInsert {
+		many, err = w.tx.PrepareContext(ctx, eventInsert+eventRow+strings.Repeat(", "+eventRow, eventsPerInsert-1))
 		if err != nil {
-			return err
+			return fmt.Errorf("prepare event insert: %w", err)
 		}
-		var detail any
-		if e.Detail != nil {
-			b, err := json.Marshal(e.Detail)
-			if err != nil {
-				return fmt.Errorf("%s event of lock %s: encode detail: %w", e.Kind, e.Lock, err)
+		defer many.Close()
+	}
+	last := make(map[string]int64) // newest event per source in this batch
+	args := make([]any, 0, 11*eventsPerInsert)
+	for start := 0; start < len(events); start += eventsPerInsert {
+		chunk := events[start:min(start+eventsPerInsert, len(events))]
+		args = args[:0]
+		for _, e := range chunk {
+			if at := nanos(e.At); at > last[e.Lock.Source] {
+				last[e.Lock.Source] = at
 			}
-			detail = string(b)
+			if e.Kind == audit.EventBlind {
+				if err := w.putBlindReason(ctx, e); err != nil {
+					return err
+				}
+			}
+			row, err := w.eventArgs(ctx, e)
+			if err != nil {
+				return err
+			}
+			args = append(args, row...)
 		}
-		if _, err := stmt.ExecContext(ctx, id, string(e.Kind), nanos(e.At), e.Holder, nullToken(e.Token),
-			ms(e.TTL), e.Position, e.Inferred, e.Resource, nullString(e.RequestID), detail); err != nil {
-			return fmt.Errorf("%s event of lock %s: %w", e.Kind, e.Lock, err)
+		if len(chunk) == eventsPerInsert {
+			// A failed statement changes nothing, so on error the rows are
+			// retried one by one to name the event that failed.
+			if _, err := many.ExecContext(ctx, args...); err == nil {
+				continue
+			}
+		}
+		for i, e := range chunk {
+			if _, err := one.ExecContext(ctx, args[11*i:11*i+11]...); err != nil {
+				return fmt.Errorf("%s event of lock %s: %w", e.Kind, e.Lock, err)
+			}
+		}
+	}
+	for src, at := range last {
+		if _, err := w.tx.ExecContext(ctx, `INSERT INTO source_events (source, last_event_at) VALUES (?, ?)
+			ON CONFLICT (source) DO UPDATE SET last_event_at = max(last_event_at, excluded.last_event_at)`,
+			src, at); err != nil {
+			return fmt.Errorf("last event of source %s: %w", src, err)
 		}
 	}
 	return nil
+}
+
+// eventArgs returns the 11 column values of one event row.
+func (w *batchWriter) eventArgs(ctx context.Context, e audit.Event) ([]any, error) {
+	id, err := w.lockID(ctx, e.Lock)
+	if err != nil {
+		return nil, err
+	}
+	var detail any
+	if e.Detail != nil {
+		b, err := json.Marshal(e.Detail)
+		if err != nil {
+			return nil, fmt.Errorf("%s event of lock %s: encode detail: %w", e.Kind, e.Lock, err)
+		}
+		detail = string(b)
+	}
+	return []any{id, string(e.Kind), nanos(e.At), e.Holder, nullToken(e.Token),
+		ms(e.TTL), e.Position, e.Inferred, e.Resource, nullString(e.RequestID), detail}, nil
+}
+
+// putBlindReason records a blind event's interval and reason once per source:
+// the tracker writes one event per lock, the sources page wants one row.
+func (w *batchWriter) putBlindReason(ctx context.Context, e audit.Event) error {
+	from, err1 := detailTime(e.Detail, "from")
+	to, err2 := detailTime(e.Detail, "to")
+	if err1 != nil || err2 != nil {
+		return nil // not a tracker-made blind event; its finding still counts
+	}
+	reason, _ := e.Detail["reason"].(string)
+	if _, err := w.tx.ExecContext(ctx, `INSERT INTO source_blinds (source, from_at, to_at, reason) VALUES (?, ?, ?, ?)
+		ON CONFLICT (source, from_at, to_at) DO UPDATE SET reason = excluded.reason`,
+		e.Lock.Source, nanos(from), nanos(to), reason); err != nil {
+		return fmt.Errorf("blind window of source %s: %w", e.Lock.Source, err)
+	}
+	return nil
+}
+
+// detailTime reads an RFC 3339 time from an event detail.
+func detailTime(d map[string]any, key string) (time.Time, error) {
+	s, ok := d[key].(string)
+	if !ok {
+		return time.Time{}, fmt.Errorf("detail %s: not a string", key)
+	}
+	return time.Parse(time.RFC3339Nano, s)
 }
 
 func (w *batchWriter) putFindings(ctx context.Context, findings []audit.Finding) error {
@@ -256,6 +338,17 @@ func (w *batchWriter) putFindings(ctx context.Context, findings []audit.Finding)
 		if _, err := stmt.ExecContext(ctx, id, string(f.Kind), string(sev), nanos(f.At), nullNanos(f.Until),
 			f.Summary, tokens, holders, f.Resource); err != nil {
 			return fmt.Errorf("%s finding of lock %s: %w", f.Kind, f.Lock, err)
+		}
+		if f.Kind == audit.FindingBlindWindow {
+			until := f.Until
+			if until.IsZero() {
+				until = f.At
+			}
+			if _, err := w.tx.ExecContext(ctx, `INSERT INTO source_blinds (source, from_at, to_at, locks) VALUES (?, ?, ?, 1)
+				ON CONFLICT (source, from_at, to_at) DO UPDATE SET locks = locks + 1`,
+				f.Lock.Source, nanos(f.At), nanos(until)); err != nil {
+				return fmt.Errorf("blind window of source %s: %w", f.Lock.Source, err)
+			}
 		}
 	}
 	return nil

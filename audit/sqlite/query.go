@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -59,11 +60,92 @@ func (w *where) String() string {
 // likeEscaper makes a string match itself literally in LIKE ... ESCAPE '\'.
 var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
 
-// Locks returns the locks that match f, ordered by source then name. Q matches
-// a substring of the name or holder, ignoring case (ASCII letters only, as
-// SQLite's LIKE does).
+// Locks returns the locks that match f in f.Sort's order. Q matches a
+// substring of the name or holder, ignoring case (ASCII letters only, as
+// SQLite's LIKE does). After and Before continue from a lock's position in
+// that order; a cursor lock that does not exist is EINVALID.
 func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, error) {
+	if !f.Sort.Valid() {
+		return nil, audit.Errorf(audit.EINVALID, "sort: unknown order %q", f.Sort)
+	}
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("list locks: %w", err)
+	}
+	defer tx.Rollback()
+
+	w := lockWhere(f)
+	// Each order is a unique key, so a keyset cursor never skips or repeats
+	// a lock with the same sort value.
+	var keyCols, fwdOrder, backOrder string
+	switch f.Sort {
+	case audit.SortChanged:
+		keyCols, fwdOrder, backOrder = "l.changed_at, l.id", "l.changed_at DESC, l.id DESC", "l.changed_at, l.id"
+	case audit.SortExpiry:
+		keyCols, fwdOrder, backOrder = "l.expires_at, l.id", "l.expires_at, l.id", "l.expires_at DESC, l.id DESC"
+	default:
+		keyCols, fwdOrder, backOrder = "l.source, l.name", "l.source, l.name", "l.source DESC, l.name DESC"
+	}
+	// "Forward" is the list's own order; changed sorts newest first, so its
+	// forward comparison is "less than".
+	fwd, back := ">", "<"
+	if f.Sort == audit.SortChanged {
+		fwd, back = "<", ">"
+	}
+	order, reverse := fwdOrder, false
+	for _, c := range []struct {
+		id  int64
+		op  string
+		rev bool
+	}{{f.After, fwd, false}, {f.Before, back, true}} {
+		if c.id == 0 {
+			continue
+		}
+		var src, name string
+		var changed, expires int64
+		err := tx.QueryRowContext(ctx, `SELECT source, name, changed_at, expires_at FROM locks WHERE id = ?`, c.id).
+			Scan(&src, &name, &changed, &expires)
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, audit.Errorf(audit.EINVALID, "cursor: lock %d does not exist", c.id)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("list locks: cursor: %w", err)
+		}
+		switch f.Sort {
+		case audit.SortChanged:
+			w.add("("+keyCols+") "+c.op+" (?, ?)", changed, c.id)
+		case audit.SortExpiry:
+			w.add("("+keyCols+") "+c.op+" (?, ?)", expires, c.id)
+		default:
+			w.add("("+keyCols+") "+c.op+" (?, ?)", src, name)
+		}
+		if c.rev {
+			order, reverse = backOrder, true
+		}
+	}
+	args := append(w.args, limit(f.Limit, defaultLockLimit, maxLockLimit), max(f.Offset, 0))
+	rows, err := tx.QueryContext(ctx, `SELECT `+lockColumns+` FROM locks l`+w.String()+
+		` ORDER BY `+order+` LIMIT ? OFFSET ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list locks: %w", err)
+	}
+	locks, err := collect(rows, lockDest)
+	if err != nil {
+		return nil, fmt.Errorf("list locks: %w", err)
+	}
+	if reverse {
+		slices.Reverse(locks)
+	}
+	return locks, nil
+}
+
+// lockWhere turns a lock filter's selection (not its order or page) into
+// conditions.
+func lockWhere(f audit.LockFilter) where {
 	var w where
+	if f.Class != "" {
+		w.add("l.class = ?", string(f.Class))
+	}
 	if f.Source != "" {
 		w.add("l.source = ?", f.Source)
 	}
@@ -74,23 +156,31 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 		pat := "%" + likeEscaper.Replace(f.Q) + "%"
 		w.add(`(l.name LIKE ? ESCAPE '\' OR l.holder LIKE ? ESCAPE '\')`, pat, pat)
 	}
-	if f.Class != "" {
-		w.add("l.class = ?", string(f.Class))
+	if f.Kind != "" {
+		w.add("l.kind = ?", string(f.Kind))
+	}
+	if f.Holder != "" {
+		w.add("l.holder = ?", f.Holder)
 	}
 	if f.State != "" {
 		w.add("l.state = ?", string(f.State))
 	}
-	args := append(w.args, limit(f.Limit, defaultLockLimit, maxLockLimit), max(f.Offset, 0))
-	rows, err := s.reader.QueryContext(ctx, `SELECT `+lockColumns+` FROM locks l`+w.String()+
-		` ORDER BY l.source, l.name LIMIT ? OFFSET ?`, args...)
-	if err != nil {
-		return nil, fmt.Errorf("list locks: %w", err)
+	if f.ExpiringBy > 0 {
+		// expires_at - at < ratio * lease, in nanoseconds.
+		w.add("l.state = 'held' AND l.expires_at > 0 AND l.lease_duration_ms > 0 AND l.expires_at - ? < l.lease_duration_ms * ?",
+			nanos(f.ExpiringAt), f.ExpiringBy*float64(time.Millisecond))
 	}
-	locks, err := collect(rows, lockDest)
-	if err != nil {
-		return nil, fmt.Errorf("list locks: %w", err)
+	return w
+}
+
+// CountLocks returns how many locks match f's selection.
+func (s *Store) CountLocks(ctx context.Context, f audit.LockFilter) (int, error) {
+	w := lockWhere(f)
+	var n int
+	if err := s.reader.QueryRowContext(ctx, `SELECT count(*) FROM locks l`+w.String(), w.args...).Scan(&n); err != nil {
+		return 0, fmt.Errorf("count locks: %w", err)
 	}
-	return locks, nil
+	return n, nil
 }
 
 // Lock returns one lock. Returns ENOTFOUND if it does not exist.
@@ -140,6 +230,11 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 		w.add("e.kind = ?", string(f.Kind))
 	}
 	w.window("e.at", f.TimeFilter)
+	if !f.Before.IsZero() {
+		// The plain bound lets the index range stop at the cursor.
+		b := f.Before.At.UnixNano()
+		w.add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
+	}
 	args := append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
 	rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events e`+w.String()+
 		` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
@@ -170,17 +265,36 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 	if err != nil {
 		return nil, err
 	}
-	var w where
-	w.add("t.lock_id = ?", lockID)
-	if !f.To.IsZero() {
-		w.add("t.granted_at <= ?", f.To.UnixNano())
+	lim := limit(f.Limit, defaultListLimit, maxListLimit)
+	var rows *sql.Rows
+	if f.From.IsZero() {
+		var w where
+		w.add("t.lock_id = ?", lockID)
+		if !f.To.IsZero() {
+			w.add("t.granted_at <= ?", f.To.UnixNano())
+		}
+		rows, err = tx.QueryContext(ctx, `SELECT `+tenureColumns+` FROM tenures t`+w.String()+
+			` ORDER BY t.seq DESC LIMIT ?`, append(w.args, lim)...)
+	} else {
+		to := int64(math.MaxInt64)
+		if !f.To.IsZero() {
+			to = f.To.UnixNano()
+		}
+		// A lock's tenures follow one another, so those overlapping a window
+		// are the ones that ended inside it, plus the few granted last before
+		// its end that were still running at its end (or are still held).
+		// Each part is one index range, however long the lock's history.
+		rows, err = tx.QueryContext(ctx, `SELECT `+tenureColumns+` FROM tenures t
+			WHERE t.lock_id = ?1 AND t.seq IN (
+				SELECT seq FROM tenures WHERE lock_id = ?1 AND ended_at BETWEEN ?2 AND ?3 AND granted_at <= ?3
+				UNION
+				SELECT seq FROM (SELECT seq, ended_at FROM tenures WHERE lock_id = ?1 AND granted_at <= ?3
+					ORDER BY granted_at DESC LIMIT 64)
+				WHERE ended_at IS NULL OR ended_at = 0 OR ended_at > ?3
+				UNION
+				SELECT seq FROM tenures WHERE lock_id = ?1 AND (ended_at IS NULL OR ended_at = 0) AND granted_at <= ?3)
+			ORDER BY t.seq DESC LIMIT ?4`, lockID, f.From.UnixNano(), to, lim)
 	}
-	if !f.From.IsZero() {
-		w.add("(t.ended_at IS NULL OR t.ended_at = 0 OR t.ended_at >= ?)", f.From.UnixNano())
-	}
-	args := append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
-	rows, err := tx.QueryContext(ctx, `SELECT `+tenureColumns+` FROM tenures t`+w.String()+
-		` ORDER BY t.seq DESC LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list tenures of lock %d: %w", lockID, err)
 	}
@@ -212,7 +326,23 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 	if f.Resource != "" {
 		w.add("f.resource = ?", f.Resource)
 	}
-	w.window("f.at", f.TimeFilter)
+	if f.Source != "" {
+		w.add("l.source = ?", f.Source)
+	}
+	if f.Overlapping {
+		if !f.To.IsZero() {
+			w.add("f.at <= ?", f.To.UnixNano())
+		}
+		if !f.From.IsZero() {
+			w.add("coalesce(f.until, f.at) >= ?", f.From.UnixNano())
+		}
+	} else {
+		w.window("f.at", f.TimeFilter)
+	}
+	if !f.Before.IsZero() {
+		b := f.Before.At.UnixNano()
+		w.add("f.at <= ? AND (f.at < ? OR f.id < ?)", b, b, f.Before.ID)
+	}
 	args := append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
 	rows, err := s.reader.QueryContext(ctx, `SELECT `+findingColumns+` FROM findings f JOIN locks l ON l.id = f.lock_id`+
 		w.String()+` ORDER BY f.at DESC, f.id DESC LIMIT ?`, args...)
@@ -228,12 +358,10 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 }
 
 // LastEventAt returns, per source name, the time of its newest event. Sources
-// without events are absent.
+// without events are absent. Apply keeps the per-source maximum up to date, so
+// this reads one small table.
 func (s *Store) LastEventAt(ctx context.Context) (map[string]time.Time, error) {
-	// The correlated max per lock is one seek on events_lock_at, so this
-	// costs one index probe per lock instead of a scan of every event.
-	rows, err := s.reader.QueryContext(ctx, `SELECT l.source, max((SELECT max(e.at) FROM events e WHERE e.lock_id = l.id))
-		FROM locks l GROUP BY l.source`)
+	rows, err := s.reader.QueryContext(ctx, `SELECT source, last_event_at FROM source_events`)
 	if err != nil {
 		return nil, fmt.Errorf("last event per source: %w", err)
 	}
@@ -242,14 +370,12 @@ func (s *Store) LastEventAt(ctx context.Context) (map[string]time.Time, error) {
 	for rows.Next() {
 		var (
 			source string
-			at     sql.NullInt64
+			at     int64
 		)
 		if err := rows.Scan(&source, &at); err != nil {
 			return nil, fmt.Errorf("last event per source: %w", err)
 		}
-		if at.Valid { // NULL: no events
-			last[source] = time.Unix(0, at.Int64).UTC()
-		}
+		last[source] = time.Unix(0, at).UTC()
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("last event per source: %w", err)

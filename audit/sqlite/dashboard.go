@@ -1,0 +1,143 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// LockCounts returns how many locks there are per source, class and state,
+// read from the
+// locks_class_state_expires index rather than the lock rows.
+func (s *Store) LockCounts(ctx context.Context) ([]audit.LockCount, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT source, class, state, count(*) FROM locks
+		GROUP BY source, class, state ORDER BY source, class, state`)
+	if err != nil {
+		return nil, fmt.Errorf("count locks: %w", err)
+	}
+	counts, err := collect(rows, func(c *audit.LockCount) []any {
+		return []any{&c.Source, textDest[audit.Class]{&c.Class}, textDest[audit.LockState]{&c.State}, &c.N}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("count locks: %w", err)
+	}
+	return counts, nil
+}
+
+// FindingCounts returns how many findings started within f's window, per
+// severity; severities without findings are absent.
+func (s *Store) FindingCounts(ctx context.Context, f audit.TimeFilter) (map[audit.Severity]int, error) {
+	from, to := int64(0), int64(1<<63-1)
+	if !f.From.IsZero() {
+		from = f.From.UnixNano()
+	}
+	if !f.To.IsZero() {
+		to = f.To.UnixNano()
+	}
+	// One range of findings_severity_at per severity, counted in the index.
+	var q string
+	var args []any
+	for i, sev := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning, audit.SeverityInfo} {
+		if i > 0 {
+			q += " UNION ALL "
+		}
+		q += `SELECT ?, count(*) FROM findings WHERE severity = ? AND at BETWEEN ? AND ?`
+		args = append(args, string(sev), string(sev), from, to)
+	}
+	rows, err := s.reader.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, fmt.Errorf("count findings: %w", err)
+	}
+	defer rows.Close()
+	counts := make(map[audit.Severity]int)
+	for rows.Next() {
+		var (
+			sev string
+			n   int
+		)
+		if err := rows.Scan(&sev, &n); err != nil {
+			return nil, fmt.Errorf("count findings: %w", err)
+		}
+		if n > 0 {
+			counts[audit.Severity(sev)] = n
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("count findings: %w", err)
+	}
+	return counts, nil
+}
+
+// EventTimes returns the times of the lock's events of one kind within f's
+// window, in time order; if more than f.Limit match, the newest f.Limit. The
+// query reads only the (lock, kind, at) index.
+func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKind, f audit.TimeFilter) ([]time.Time, error) {
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return nil, fmt.Errorf("event times: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := lockKey(ctx, tx, lockID); err != nil {
+		return nil, err
+	}
+	var w where
+	w.add("lock_id = ?", lockID)
+	w.add("kind = ?", string(kind))
+	w.window("at", f)
+	rows, err := tx.QueryContext(ctx, `SELECT at FROM events`+w.String()+` ORDER BY at DESC LIMIT ?`,
+		append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))...)
+	if err != nil {
+		return nil, fmt.Errorf("event times of lock %d: %w", lockID, err)
+	}
+	times, err := collect(rows, func(t *time.Time) []any { return []any{timeDest{t}} })
+	if err != nil {
+		return nil, fmt.Errorf("event times of lock %d: %w", lockID, err)
+	}
+	slices.Reverse(times)
+	return times, nil
+}
+
+// BlindWindows returns the blind intervals that overlap f's window, in time
+// order of their end; if more than f.Limit match, the newest f.Limit.
+func (s *Store) BlindWindows(ctx context.Context, f audit.BlindFilter) ([]audit.BlindWindow, error) {
+	var w where
+	if f.Source != "" {
+		w.add("source = ?", f.Source)
+	}
+	if !f.From.IsZero() {
+		w.add("to_at >= ?", f.From.UnixNano())
+	}
+	if !f.To.IsZero() {
+		w.add("from_at <= ?", f.To.UnixNano())
+	}
+	rows, err := s.reader.QueryContext(ctx, `SELECT source, from_at, to_at, reason, locks FROM source_blinds`+
+		w.String()+` ORDER BY to_at DESC, source DESC LIMIT ?`, append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))...)
+	if err != nil {
+		return nil, fmt.Errorf("blind windows: %w", err)
+	}
+	out, err := collect(rows, func(b *audit.BlindWindow) []any {
+		return []any{&b.Source, timeDest{&b.From}, timeDest{&b.To}, &b.Reason, &b.Locks}
+	})
+	if err != nil {
+		return nil, fmt.Errorf("blind windows: %w", err)
+	}
+	slices.Reverse(out)
+	return out, nil
+}
+
+// Cursors returns every source's stored resume cursor, ordered by source.
+func (s *Store) Cursors(ctx context.Context) ([]audit.Cursor, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT source, position, at FROM cursors ORDER BY source`)
+	if err != nil {
+		return nil, fmt.Errorf("cursors: %w", err)
+	}
+	out, err := collect(rows, func(c *audit.Cursor) []any { return []any{&c.Source, &c.Position, timeDest{&c.At}} })
+	if err != nil {
+		return nil, fmt.Errorf("cursors: %w", err)
+	}
+	return out, nil
+}

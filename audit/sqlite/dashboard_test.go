@@ -1,0 +1,253 @@
+package sqlite
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+func lockKeys(ls []audit.Lock) []string {
+	var out []string
+	for _, l := range ls {
+		out = append(out, l.Name)
+	}
+	return out
+}
+
+// sortedLocks stores locks n0..n5 whose change times run backwards and whose
+// expiries are shuffled, plus a heartbeat.
+func sortedLocks(t *testing.T, s *Store) map[string]int64 {
+	t.Helper()
+	var states []audit.TrackState
+	expiries := []int{50, 20, 40, 10, 60, 30}
+	for i, exp := range expiries {
+		st := heldLock("src", fmt.Sprintf("n%d", i), fmt.Sprintf("h%d", i%2), int64(i), 0)
+		st.Lock.ChangedAt = at(100 - i)
+		st.Lock.ExpiresAt = at(exp)
+		if i == 5 {
+			st.Lock.Kind = audit.KindRedis
+			st.Lock.State = audit.StateFree
+		}
+		states = append(states, st)
+	}
+	hb := heldLock("src", "hb", "node", 1, 0)
+	hb.Lock.Class = audit.ClassHeartbeat
+	states = append(states, hb)
+	apply(t, s, audit.Batch{Locks: states})
+	ids := map[string]int64{}
+	for _, st := range states {
+		ids[st.Lock.Name] = lockByKey(t, s, st.Lock.Key()).ID
+	}
+	return ids
+}
+
+func TestLocksSortsAndKeysetPages(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	ids := sortedLocks(t, s)
+	lock := audit.ClassLock
+	for _, tc := range []struct {
+		name string
+		f    audit.LockFilter
+		want []string
+	}{
+		{"Name", audit.LockFilter{Class: lock, Limit: 3}, []string{"n0", "n1", "n2"}},
+		{"NameAfter", audit.LockFilter{Class: lock, Limit: 3, After: ids["n2"]}, []string{"n3", "n4", "n5"}},
+		{"NameBefore", audit.LockFilter{Class: lock, Limit: 2, Before: ids["n3"]}, []string{"n1", "n2"}},
+		{"Changed", audit.LockFilter{Class: lock, Sort: audit.SortChanged, Limit: 2}, []string{"n0", "n1"}},
+		{"ChangedAfter", audit.LockFilter{Class: lock, Sort: audit.SortChanged, Limit: 2, After: ids["n1"]}, []string{"n2", "n3"}},
+		{"ChangedBefore", audit.LockFilter{Class: lock, Sort: audit.SortChanged, Limit: 2, Before: ids["n4"]}, []string{"n2", "n3"}},
+		{"Expiry", audit.LockFilter{Class: lock, Sort: audit.SortExpiry, Limit: 3}, []string{"n3", "n1", "n5"}},
+		{"ExpiryAfter", audit.LockFilter{Class: lock, Sort: audit.SortExpiry, After: ids["n5"]}, []string{"n2", "n0", "n4"}},
+		{"ExpiryBefore", audit.LockFilter{Class: lock, Sort: audit.SortExpiry, Before: ids["n2"], Limit: 1}, []string{"n5"}},
+		{"Kind", audit.LockFilter{Kind: audit.KindRedis}, []string{"n5"}},
+		{"Holder", audit.LockFilter{Holder: "h1"}, []string{"n1", "n3", "n5"}},
+		{"HolderIsExact", audit.LockFilter{Holder: "h"}, nil},
+		// At 15s, 25% of a 10s lease left means expiring before 17.5s; n3
+		// (10s) is past expiry, n1 (20s) has half its lease left, n5 is free.
+		{"ExpiringBy", audit.LockFilter{Class: lock, ExpiringBy: 0.25, ExpiringAt: at(15)}, []string{"n3"}},
+		{"ExpiringByWide", audit.LockFilter{Class: lock, ExpiringBy: 0.6, ExpiringAt: at(15), Sort: audit.SortExpiry}, []string{"n3", "n1"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.Locks(ctx, tc.f)
+			if err != nil {
+				t.Fatalf("Locks(%+v): %v", tc.f, err)
+			}
+			equal(t, "locks", lockKeys(got), tc.want)
+			n, err := s.CountLocks(ctx, tc.f)
+			if err != nil {
+				t.Fatalf("CountLocks: %v", err)
+			}
+			f := tc.f
+			f.After, f.Before, f.Limit = 0, 0, 10
+			all, _ := s.Locks(ctx, f)
+			if n != len(all) {
+				t.Errorf("CountLocks = %d, want %d (the filter's matches without a page)", n, len(all))
+			}
+		})
+	}
+	t.Run("MissingCursor", func(t *testing.T) {
+		_, err := s.Locks(ctx, audit.LockFilter{After: 9999})
+		if audit.ErrorCode(err) != audit.EINVALID {
+			t.Errorf("Locks(After missing) err = %v, want EINVALID", err)
+		}
+	})
+	t.Run("BadSort", func(t *testing.T) {
+		_, err := s.Locks(ctx, audit.LockFilter{Sort: "size"})
+		if audit.ErrorCode(err) != audit.EINVALID {
+			t.Errorf("Locks(Sort size) err = %v, want EINVALID", err)
+		}
+	})
+}
+
+func TestLockCounts(t *testing.T) {
+	s, _ := openStore(t)
+	sortedLocks(t, s)
+	got, err := s.LockCounts(context.Background())
+	if err != nil {
+		t.Fatalf("LockCounts: %v", err)
+	}
+	equal(t, "counts", got, []audit.LockCount{
+		{Source: "src", Class: audit.ClassHeartbeat, State: audit.StateHeld, N: 1},
+		{Source: "src", Class: audit.ClassLock, State: audit.StateFree, N: 1},
+		{Source: "src", Class: audit.ClassLock, State: audit.StateHeld, N: 5},
+	})
+}
+
+func TestEventsBeforeCursorPagesBack(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	var b audit.Batch
+	for i := range 6 {
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventRenew, At: at(i / 2), Holder: fmt.Sprint(i)})
+	}
+	apply(t, s, b)
+	id := lockByKey(t, s, key).ID
+	page, err := s.Events(ctx, id, audit.EventFilter{TimeFilter: audit.TimeFilter{Limit: 2}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for len(page) > 0 {
+		for i := len(page) - 1; i >= 0; i-- {
+			got = append(got, page[i].Holder)
+		}
+		first := page[0]
+		page, err = s.Events(ctx, id, audit.EventFilter{TimeFilter: audit.TimeFilter{Limit: 2},
+			Before: audit.EventCursor{At: first.At, ID: first.ID}})
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Events at the same instant page by id, so none is skipped or repeated.
+	equal(t, "newest-first pages", got, []string{"5", "4", "3", "2", "1", "0"})
+}
+
+func TestEventTimes(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	var b audit.Batch
+	for i := range 10 {
+		kind := audit.EventRenew
+		if i%3 == 0 {
+			kind = audit.EventGrant
+		}
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: kind, At: at(i)})
+	}
+	apply(t, s, b)
+	id := lockByKey(t, s, key).ID
+	got, err := s.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{From: at(2), To: at(8), Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "renew times", got, []time.Time{at(5), at(7), at(8)})
+	if _, err := s.EventTimes(ctx, 999, audit.EventRenew, audit.TimeFilter{}); audit.ErrorCode(err) != audit.ENOTFOUND {
+		t.Errorf("EventTimes(missing lock) err = %v, want ENOTFOUND", err)
+	}
+}
+
+func TestFindingsBySourceOverlapAndCursor(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	a := audit.LockKey{Source: "etcd", Name: "a"}
+	k := audit.LockKey{Source: "k8s", Name: "ns/b"}
+	apply(t, s, audit.Batch{Findings: []audit.Finding{
+		{Lock: a, Kind: audit.FindingOverlap, At: at(10), Until: at(30), Summary: "long"},
+		{Lock: a, Kind: audit.FindingStaleWrite, At: at(20), Summary: "instant"},
+		{Lock: k, Kind: audit.FindingLateRenewal, At: at(20), Summary: "k8s"},
+		{Lock: a, Kind: audit.FindingLeaseExpired, At: at(40), Summary: "late"},
+	}})
+	sums := func(f audit.FindingFilter) []string {
+		t.Helper()
+		got, err := s.Findings(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range got {
+			out = append(out, f.Summary)
+		}
+		return out
+	}
+	equal(t, "source", sums(audit.FindingFilter{Source: "k8s"}), []string{"k8s"})
+	window := audit.TimeFilter{From: at(25), To: at(35)}
+	equal(t, "starting in window", sums(audit.FindingFilter{TimeFilter: window}), []string(nil))
+	equal(t, "overlapping window", sums(audit.FindingFilter{TimeFilter: window, Overlapping: true}), []string{"long"})
+
+	all, _ := s.Findings(ctx, audit.FindingFilter{})
+	third := all[2] // k8s at 20, after "instant" at 20
+	equal(t, "before cursor", sums(audit.FindingFilter{Before: audit.EventCursor{At: third.At, ID: third.ID}}), []string{"long", "instant"})
+
+	counts, err := s.FindingCounts(ctx, audit.TimeFilter{From: at(15)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "counts since 15s", counts, map[audit.Severity]int{audit.SeverityInfo: 1, audit.SeverityWarning: 2})
+}
+
+func TestBlindWindowsOnePerSourceInterval(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	detail := map[string]any{"from": at(10).Format(time.RFC3339Nano), "to": at(70).Format(time.RFC3339Nano), "reason": "etcd compaction"}
+	var b audit.Batch
+	for _, name := range []string{"a", "b", "c"} {
+		key := audit.LockKey{Source: "etcd", Name: name}
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventBlind, At: at(70), Detail: detail})
+		b.Findings = append(b.Findings, audit.Finding{Lock: key, Kind: audit.FindingBlindWindow, At: at(10), Until: at(70)})
+	}
+	apply(t, s, b)
+	apply(t, s, audit.Batch{Findings: []audit.Finding{
+		{Lock: audit.LockKey{Source: "k8s", Name: "x"}, Kind: audit.FindingBlindWindow, At: at(100), Until: at(110)},
+	}})
+	got, err := s.BlindWindows(ctx, audit.BlindFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "blind windows", got, []audit.BlindWindow{
+		{Source: "etcd", From: at(10), To: at(70), Reason: "etcd compaction", Locks: 3},
+		{Source: "k8s", From: at(100), To: at(110), Locks: 1},
+	})
+	got, _ = s.BlindWindows(ctx, audit.BlindFilter{Source: "etcd", TimeFilter: audit.TimeFilter{From: at(80)}})
+	equal(t, "etcd after 80s", got, []audit.BlindWindow(nil))
+
+	last, err := s.LastEventAt(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "last event", last, map[string]time.Time{"etcd": at(70)})
+}
+
+func TestCursors(t *testing.T) {
+	s, _ := openStore(t)
+	apply(t, s, audit.Batch{Cursors: []audit.Cursor{{Source: "b", Position: "9", At: at(3)}, {Source: "a", Position: "7", At: at(1)}}})
+	got, err := s.Cursors(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "cursors", got, []audit.Cursor{{Source: "a", Position: "7", At: at(1)}, {Source: "b", Position: "9", At: at(3)}})
+}

@@ -1,0 +1,136 @@
+package synth
+
+import (
+	"context"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/sqlite"
+)
+
+// The generator writes what it says, in the shapes the dashboard relies on.
+func TestGenerateSmall(t *testing.T) {
+	ctx := context.Background()
+	spec := Small()
+	dir := t.TempDir()
+	path, sum, err := Cached(ctx, dir, spec)
+	if err != nil {
+		t.Fatalf("Cached: %v", err)
+	}
+	if sum.Locks != spec.Locks {
+		t.Errorf("locks = %d, want %d", sum.Locks, spec.Locks)
+	}
+	if sum.Events < spec.Events/2 || sum.Events > spec.Events*2 {
+		t.Errorf("events = %d, want about %d", sum.Events, spec.Events)
+	}
+	if sum.BusiestRenewals < int(float64(spec.Events)*spec.BusyShare/4) {
+		t.Errorf("busiest lock %s has %d renewals, want a busy lock", sum.Busiest, sum.BusiestRenewals)
+	}
+
+	again, sum2, err := Cached(ctx, dir, spec)
+	if err != nil || again != path || sum2.Events != sum.Events {
+		t.Fatalf("second Cached = %s, %+v, %v; want the cached %s", again, sum2, err, path)
+	}
+
+	store, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open: %v", err)
+	}
+	defer store.Close()
+
+	counts, err := store.LockCounts(ctx)
+	if err != nil {
+		t.Fatalf("LockCounts: %v", err)
+	}
+	byClass := map[audit.Class]int{}
+	held := 0
+	total := 0
+	for _, c := range counts {
+		byClass[c.Class] += c.N
+		total += c.N
+		if c.State == audit.StateHeld {
+			held += c.N
+		}
+	}
+	if total != spec.Locks || byClass[audit.ClassHeartbeat] == 0 || byClass[audit.ClassLock] == 0 || held == 0 {
+		t.Errorf("lock counts %+v: want %d locks, both classes, some held", counts, spec.Locks)
+	}
+
+	busy, err := store.LockByKey(ctx, sum.Busiest)
+	if err != nil {
+		t.Fatalf("LockByKey(%s): %v", sum.Busiest, err)
+	}
+	if busy.State != audit.StateHeld || busy.ExpiresAt.Before(spec.End) {
+		t.Errorf("busiest lock %+v: want held past the end", busy)
+	}
+	renewals, err := store.EventTimes(ctx, busy.ID, audit.EventRenew, audit.TimeFilter{From: spec.End.Add(-time.Hour), To: spec.End, Limit: 10_000})
+	if err != nil {
+		t.Fatalf("EventTimes: %v", err)
+	}
+	perHour := sum.BusiestRenewals / (spec.Days * 24)
+	if len(renewals) < perHour/2 {
+		t.Errorf("busiest lock renewed %d times in its last hour, want about %d", len(renewals), perHour)
+	}
+	tenures, err := store.Tenures(ctx, busy.ID, audit.TimeFilter{From: spec.End.Add(-6 * time.Hour), To: spec.End})
+	if err != nil {
+		t.Fatalf("Tenures: %v", err)
+	}
+	if len(tenures) < 10 || !tenures[len(tenures)-1].Held() {
+		t.Errorf("busiest lock has %d tenures in 6h, the last %+v; want many, the last held", len(tenures), tenures[len(tenures)-1])
+	}
+
+	sev, err := store.FindingCounts(ctx, audit.TimeFilter{})
+	if err != nil {
+		t.Fatalf("FindingCounts: %v", err)
+	}
+	if sev[audit.SeverityWarning] == 0 || sev[audit.SeverityInfo] == 0 {
+		t.Errorf("finding counts %v: want warnings and infos", sev)
+	}
+	for _, kind := range []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingStaleWrite, audit.FindingExposure, audit.FindingBlindWindow} {
+		fs, err := store.Findings(ctx, audit.FindingFilter{Kind: kind, TimeFilter: audit.TimeFilter{Limit: 1}})
+		if err != nil || len(fs) == 0 {
+			t.Errorf("no %s finding (%v)", kind, err)
+		}
+	}
+	bw, err := store.BlindWindows(ctx, audit.BlindFilter{})
+	if err != nil {
+		t.Fatalf("BlindWindows: %v", err)
+	}
+	if len(bw) != len(sources)*len(blinds) {
+		t.Errorf("blind windows = %d, want %d (one per source and interval)", len(bw), len(sources)*len(blinds))
+	}
+	for _, b := range bw {
+		if b.Locks == 0 || b.Reason == "" {
+			t.Errorf("blind window %+v: want its lock count and reason", b)
+		}
+	}
+	last, err := store.LastEventAt(ctx)
+	if err != nil {
+		t.Fatalf("LastEventAt: %v", err)
+	}
+	for _, s := range sum.Sources {
+		if last[s].IsZero() || last[s].After(spec.End.Add(time.Minute)) {
+			t.Errorf("last event of %s = %v, want by %v", s, last[s], spec.End)
+		}
+	}
+}
+
+func TestCachedKeysBySpec(t *testing.T) {
+	a := Small()
+	b := Small()
+	b.Seed = 2
+	dir := t.TempDir()
+	pa, _, err := Cached(context.Background(), dir, a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, _, err := Cached(context.Background(), dir, b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pa == pb || filepath.Dir(pa) != dir {
+		t.Errorf("Cached paths %s and %s: want one per spec under %s", pa, pb, dir)
+	}
+}
