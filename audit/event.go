@@ -100,8 +100,13 @@ type Input struct {
 	Snapshot bool
 	// ExpireByClock marks backends that never report expiry themselves
 	// (Kubernetes, Redis before its expired event): the tracker ends their
-	// tenures at last renewal + lease duration.
+	// tenures at last renewal + lease duration, but only up to the time the
+	// collector last vouched for with Live, so a collector that is down or
+	// still replaying history never makes leases look expired.
 	ExpireByClock bool
+	// Live says the collector has delivered every change of its source up to
+	// At: the tracker's clock may expire the source's leases up to then.
+	Live bool
 	// SequentialTokens marks backends whose tokens are counters that rise by one
 	// per grant (Kubernetes leaseTransitions, a Redis INCR counter), so a jump
 	// means grants the collector never saw.

@@ -32,6 +32,9 @@ type Tracker struct {
 	cfg   TrackerConfig
 	locks map[LockKey]*TrackState
 	now   time.Time // the latest time the tracker has been told of
+	// live is, per source, the time up to which its collector has delivered
+	// every change (Input.Live): clock expiry never runs past it.
+	live map[string]time.Time
 }
 
 // NewTracker returns an empty tracker.
@@ -42,7 +45,7 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 	if cfg.RecentTenures <= 0 {
 		cfg.RecentTenures = 16
 	}
-	return &Tracker{cfg: cfg, locks: make(map[LockKey]*TrackState)}
+	return &Tracker{cfg: cfg, locks: make(map[LockKey]*TrackState), live: make(map[string]time.Time)}
 }
 
 // Restore replaces the tracker's memory with states saved by a Journal.
@@ -83,6 +86,9 @@ func (t *Tracker) Observe(in Input) Batch {
 	t.advance(at)
 
 	o := newOutput()
+	if in.Live && at.After(t.live[in.Source]) {
+		t.live[in.Source] = at
+	}
 	if in.Blind != nil {
 		t.blind(o, in.Source, *in.Blind)
 	}
@@ -119,14 +125,23 @@ func (t *Tracker) Observe(in Input) Batch {
 }
 
 // Tick ends the tenures of locks whose backends never report expiry
-// (ExpireByClock) once last renewal + lease duration has passed by now.
+// (ExpireByClock) once last renewal + lease duration has passed, by now and
+// by the time up to which their collector is live: while a collector is down
+// or replaying, a renewal may yet arrive, so nothing expires.
 func (t *Tracker) Tick(now time.Time) Batch {
 	t.advance(now)
 	o := newOutput()
 	for _, key := range t.sortedKeys() {
 		st := t.locks[key]
 		cur := st.current()
-		if !st.ExpireByClock || cur == nil || cur.ExpiresAt.IsZero() || now.Before(cur.ExpiresAt) {
+		if !st.ExpireByClock || cur == nil || cur.ExpiresAt.IsZero() {
+			continue
+		}
+		limit := t.live[key.Source]
+		if now.Before(limit) {
+			limit = now
+		}
+		if limit.Before(cur.ExpiresAt) {
 			continue
 		}
 		t.end(o, st, cur, EndExpired, cur.ExpiresAt, true, map[string]any{"reason": "no renewal within the lease duration"})

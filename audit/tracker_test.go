@@ -61,7 +61,16 @@ func (s *story) expire(holder string, when time.Time) {
 	s.observe(audit.Observation{Kind: audit.EventExpire, At: when, Holder: holder})
 }
 
-func (s *story) tick(when time.Time) { s.out.Append(s.tr.Tick(when)) }
+// tick moves the clock; the collector vouches that it has seen everything up
+// to then.
+func (s *story) tick(when time.Time) {
+	s.live(when)
+	s.out.Append(s.tr.Tick(when))
+}
+
+func (s *story) live(when time.Time) {
+	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: when, Live: true, ExpireByClock: s.clock, SequentialTokens: s.seq}))
+}
 
 func (s *story) write(resource string, token int64, outcome audit.WriteOutcome, when time.Time) {
 	s.out.Append(s.tr.ReportWrite(audit.WriteReport{Source: s.source, Lock: "orders", Resource: resource, Token: audit.Int64(token), Outcome: outcome, At: when}))
@@ -546,5 +555,30 @@ func TestTrackerLockEvictedUnderMemoryPressure(t *testing.T) {
 	s.observe(audit.Observation{Kind: audit.EventExpire, At: at(2 * time.Second), Holder: "client-a", Token: audit.Int64(9), Evicted: true})
 	if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingLockEvicted}) {
 		t.Fatalf("findings = %v, want [lease_expired lock_evicted]", got)
+	}
+}
+
+func TestTrackerClockExpiryWaitsForTheCollector(t *testing.T) {
+	// The collector stops at 5 s (a restart, an outage). Past the lease the
+	// tracker must not call the lease expired: the renewals made meanwhile
+	// are still to be replayed.
+	s := newStory(t, audit.KindKubernetes)
+	s.grant("pod-a", 1, at(0), 10*time.Second)
+	s.live(at(5 * time.Second))
+	s.out.Append(s.tr.Tick(at(time.Minute)))
+	if got := s.events(); !slices.Equal(got, []audit.EventKind{audit.EventGrant}) {
+		t.Fatalf("events while the collector is away = %v, want only the grant", got)
+	}
+	// The replay brings the renewals; then the collector is live again.
+	for renewed := 7 * time.Second; renewed <= 56*time.Second; renewed += 7 * time.Second {
+		s.observe(audit.Observation{Kind: audit.EventRenew, At: at(61 * time.Second), RenewedAt: at(renewed), Holder: "pod-a", Token: audit.Int64(1)})
+	}
+	s.tick(at(62 * time.Second))
+	if got := s.findings(); len(got) != 0 {
+		t.Fatalf("findings = %v, want none: the holder never stopped renewing", got)
+	}
+	s.tick(at(66 * time.Second))
+	if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingLeaseExpired}) {
+		t.Fatalf("findings = %v, want lease_expired once the collector vouches past 65 s", got)
 	}
 }

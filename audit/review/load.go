@@ -142,14 +142,18 @@ func selectLocks(ctx context.Context, st audit.Store, q Query) ([]audit.Lock, er
 		sources = []string{""}
 	}
 	for _, src := range slices.Compact(slices.Sorted(slices.Values(sources))) {
-		for offset := 0; ; offset += lockPage {
-			page, err := st.Locks(ctx, audit.LockFilter{Source: src, Class: audit.ClassLock, Limit: lockPage, Offset: offset})
+		// Most recently changed first, so the scan stops at the first lock
+		// that last changed before the window.
+		f := audit.LockFilter{Source: src, Class: audit.ClassLock, Sort: audit.SortChanged, Limit: lockPage}
+	scan:
+		for {
+			page, err := st.Locks(ctx, f)
 			if err != nil {
 				return nil, err
 			}
 			for _, l := range page {
 				if l.ChangedAt.Before(q.Window.From) {
-					continue
+					break scan
 				}
 				if len(out) == max {
 					return nil, &TooManyLocksError{Max: max}
@@ -159,6 +163,7 @@ func selectLocks(ctx context.Context, st audit.Store, q Query) ([]audit.Lock, er
 			if len(page) < lockPage {
 				break
 			}
+			f.After = page[len(page)-1].ID
 		}
 	}
 	return out, nil

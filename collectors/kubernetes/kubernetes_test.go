@@ -481,3 +481,34 @@ func TestHeartbeatClassification(t *testing.T) {
 		t.Errorf("events of %s = %+v, want observed then renew, without a token", nodeLock, evs)
 	}
 }
+
+// A collector outage longer than the lease, while the holder keeps renewing,
+// is not an expiry: the tracker's clock waits until the resumed collector has
+// replayed the renewals and says it is caught up.
+func TestOutageLongerThanLeaseIsNotAnExpiry(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	lock := ns + "/leader"
+	s := newSink(t)
+	cfg := Config{Namespaces: []string{ns}}
+	cr := runCollector(t, s, cfg)
+	e := startElector(t, ns, "leader", "holder-1", electorConfig{Release: true, LeaseDuration: 2 * time.Second})
+	e.waitLeading(t, 20*time.Second)
+	s.waitEvents(t, 10*time.Second, lock, 2, audit.EventRenew)
+
+	cr.stop(t)
+	stopped := time.Now()
+	eventually(t, 20*time.Second, "the elector to renew for more than two leases while the collector is stopped", func() bool {
+		rt := getLease(t, ns, "leader").Spec.RenewTime
+		return rt != nil && rt.Time.Sub(stopped) > 5*time.Second
+	})
+	before := len(s.events(t, lock, audit.EventRenew))
+	runCollector(t, s, cfg)
+	s.waitEvents(t, 20*time.Second, lock, before+10, audit.EventRenew)
+
+	s.noFindings(t, lock, audit.FindingLeaseExpired, audit.FindingTokenReuse, audit.FindingOverlap)
+	if ts := s.tenures(t, lock); len(ts) != 1 || !ts[0].Held() {
+		t.Fatalf("tenures = %+v, want the one tenure, still held", ts)
+	}
+}

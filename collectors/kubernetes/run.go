@@ -33,6 +33,14 @@ const (
 	// minWatchLife: a watch the apiserver closes sooner than this is not
 	// reopened on the spot; Run fails and the Runner retries with backoff.
 	minWatchLife = time.Second
+	// liveEvery is how often, at most, the collector tells the tracker it is
+	// caught up (audit.Input.Live), which bounds how late a clock expiry is
+	// recorded.
+	liveEvery = 250 * time.Millisecond
+	// replayGrace: a watch opened from an older resourceVersion replays what
+	// happened since; until it has been open this long the collector does
+	// not claim to be caught up.
+	replayGrace = time.Second
 )
 
 // run is one Run of the collector: what it remembers of the Leases lives
@@ -47,6 +55,8 @@ type run struct {
 	rv     map[string]string // per scope: the resourceVersion the last durable input covers
 	rvAt   time.Time         // when the collector reached rv (collector clock)
 	leases map[string]seen   // by lock name: each Lease as this run last saw it
+
+	lastLive time.Time // when the collector last told the tracker it was caught up
 }
 
 // seen is the tenure a Lease showed when the collector last saw it.
@@ -162,7 +172,7 @@ func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 	}
 	sort.Slice(obs, func(i, j int) bool { return obs[i].Lock.Name < obs[j].Lock.Name })
 	in := r.input(now, obs, rvs)
-	in.Blind, in.Snapshot = blind, true
+	in.Blind, in.Snapshot, in.Live = blind, true, true // a list is current as of now
 	if err := r.sink.Observe(ctx, in); err != nil {
 		return fmt.Errorf("record snapshot at resourceVersion %s: %w", in.Cursor, err)
 	}
@@ -236,11 +246,18 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 		}
 	}
 	ready()
+	idle := time.NewTicker(liveEvery)
+	defer idle.Stop()
 	for {
 		var batch []message
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-idle.C:
+			if err := r.live(ctx, ws); err != nil {
+				return err
+			}
+			continue
 		case m := <-ws.msgs:
 			batch = append(batch, m)
 		}
@@ -256,7 +273,30 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 		if err := r.apply(ctx, ws, batch); err != nil {
 			return err
 		}
+		if len(ws.msgs) == 0 && time.Since(r.lastLive) >= liveEvery {
+			if err := r.live(ctx, ws); err != nil {
+				return err
+			}
+		}
 	}
+}
+
+// live tells the tracker that every change up to now has been delivered, so
+// its clock may expire leases up to now: nothing is waiting in the watch
+// channel and every watch has been open long enough to have replayed what it
+// resumed from. Without it, a collector that is down or still replaying
+// never makes a lease look expired.
+func (r *run) live(ctx context.Context, ws *watches) error {
+	now := r.now()
+	for _, opened := range ws.opened {
+		if now.Sub(opened) < replayGrace {
+			return nil
+		}
+	}
+	r.lastLive = now
+	in := r.input(now, nil, nil)
+	in.Cursor, in.Live = "", true
+	return r.sink.Observe(ctx, in)
 }
 
 // open starts the watch of one scope from its cursor.
