@@ -89,7 +89,6 @@ func Binary(ctx context.Context, log io.Writer) (string, error) {
 	start := time.Now()
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", tmp, ".")
 	cmd.Dir = wrapper
-	cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		os.Remove(tmp)
