@@ -20,7 +20,7 @@ const (
 	// readChunk bounds the keys read in one MULTI.
 	readChunk = 256
 	// maxBatch bounds the notifications folded into one round of reads.
-	maxBatch = 1024
+	maxBatch  = 1024
 	scanCount = 1000
 )
 

@@ -37,13 +37,24 @@ func endEvent(ev string) (endReason, bool) {
 	return 0, false
 }
 
-// writeEvent reports whether a keyspace event can create or replace a
-// lock's value. EXPIRE, PERSIST and HDEL cannot: they only change a hold the
-// collector already knows of.
+// writeEvent reports whether a keyspace event can create a lock key.
+// EXPIRE, PERSIST and HDEL cannot. "new" is left out: when enabled it always
+// comes just before the write that creates the key.
 func writeEvent(ev string) bool {
 	switch ev {
-	case "set", "new", "hset", "hincrby", "hincrbyfloat", "rename_to", "move_to",
+	case "set", "hset", "hincrby", "hincrbyfloat", "rename_to", "move_to",
 		"restore", "copy_to", "setrange", "append", "incrby", "incrbyfloat":
+		return true
+	}
+	return false
+}
+
+// replacingWrite reports whether a write replaces a string lock's whole
+// value, and so may hand the key to another holder without an end event (SET
+// without NX over a held lock). Hash writes change a holder's count.
+func replacingWrite(ev string) bool {
+	switch ev {
+	case "set", "rename_to", "restore", "copy_to":
 		return true
 	}
 	return false
@@ -75,16 +86,54 @@ type change struct {
 	// event never came, a hold it never managed to read).
 	Inferred bool
 	Why      string // for inferred changes
+	// waiting marks an end found by a read before its end event arrived:
+	// it and every change queued after it wait for that event, which says
+	// how the hold ended.
+	waiting bool
 }
 
 // keyState is what the collector knows of one key on one instance.
 type keyState struct {
 	cur *holding // the key's hold as last read; nil when gone
-	// pending is a hold found gone by a read before its end event
-	// (del/expired/evicted) arrived: the end waits for that event, to know
-	// how the hold ended.
-	pending   *holding
-	pendingAt time.Time
+	// queue holds changes not yet reported, in order: each waiting end
+	// blocks the changes after it until its end event arrives.
+	queue []change
+	// expectWrite: cur was read before the event of the write that created
+	// it arrived; that write is still to come and is not an overwrite.
+	expectWrite bool
+}
+
+func (ks *keyState) waiting() bool {
+	for _, ch := range ks.queue {
+		if ch.waiting {
+			return true
+		}
+	}
+	return false
+}
+
+// resolve gives the first waiting end its reason.
+func (ks *keyState) resolve(r endReason) {
+	for i := range ks.queue {
+		if ks.queue[i].waiting {
+			ks.queue[i].waiting, ks.queue[i].Reason = false, r
+			return
+		}
+	}
+}
+
+// flush returns the queued changes up to the first waiting end.
+func (ks *keyState) flush() []change {
+	n := 0
+	for n < len(ks.queue) && !ks.queue[n].waiting {
+		n++
+	}
+	out := append([]change(nil), ks.queue[:n]...)
+	ks.queue = ks.queue[n:]
+	if len(ks.queue) == 0 {
+		ks.queue = nil
+	}
+	return out
 }
 
 // instanceState is one instance's keys. It turns keyspace events followed
@@ -100,115 +149,126 @@ func newInstanceState() *instanceState {
 
 // applyEvents interprets the events received for key, in order, followed by
 // a read of it (h, present) that ran after all of them on the server. h.At
-// is the read's time even when the key is gone.
+// is the read's time even when the key is gone; vanished stands for a hold
+// the collector never read.
 //
-// The read may run after further changes whose events have not arrived yet,
-// so a hold found gone with no end event among events waits (pending) for its
-// end event, or for resolvePending. A key written and gone again between two
-// reads is a hold the collector never saw: a vanished grant and its end.
+// Reads tell who holds the key; events tell how holds ended. A read may run
+// after changes whose events have not arrived yet: a hold it finds gone (or
+// replaced, with no write in between) waits for its end event, which is the
+// next end event to arrive, and the changes found after it wait behind it.
+// A key written and gone again between two reads is a hold the collector
+// never saw: a vanished grant and its end.
 func (s *instanceState) applyEvents(key string, events []event, present bool, h holding, vanished holding) []change {
 	ks := s.keys[key]
 	if ks == nil {
 		ks = &keyState{}
 		s.keys[key] = ks
 	}
-	var out []change
-	i := 0
-	if ks.pending != nil {
-		// The key was gone when last read, so the first event that follows
-		// is the pending hold's end event, unless that end had no event.
-		if j := firstEnd(events); j >= 0 {
-			r, _ := endEvent(events[j].Name)
-			out = append(out, endChange(key, *ks.pending, ks.pendingAt, r, false, ""))
-			i = j + 1
-		} else {
-			out = append(out, inferredEnd(key, *ks.pending, ks.pendingAt, "no end event for a key found gone"))
-		}
-		ks.pending = nil
-	}
 
-	// Walk the rest: state is what the key holds after each event as far
-	// as the events tell; the read tells the rest.
 	const (
 		stNone    = iota // no hold
-		stPrev           // ks.cur, possibly rewritten
+		stCur            // ks.cur
 		stUnknown        // written after none: a value the collector has not read
 	)
 	state := stNone
 	if ks.cur != nil {
-		state = stPrev
+		state = stCur
 	}
 	var wroteAt time.Time
-	for _, ev := range events[i:] {
+	overwritten := false // a replacing write landed on ks.cur
+	for _, ev := range events {
 		if r, ok := endEvent(ev.Name); ok {
-			switch state {
-			case stPrev:
-				out = append(out, endChange(key, *ks.cur, ev.At, r, false, ""))
-				ks.cur = nil
-			case stUnknown:
-				out = append(out, vanishedGrant(key, vanished, wroteAt), endChange(key, vanished, ev.At, r, false, ""))
+			if ks.waiting() {
+				ks.resolve(r)
+				continue
 			}
-			state = stNone
+			switch state {
+			case stCur:
+				ks.queue = append(ks.queue, endChange(key, *ks.cur, ev.At, r, false, ""))
+				ks.cur, ks.expectWrite = nil, false
+			case stUnknown:
+				ks.queue = append(ks.queue, vanishedGrant(key, vanished, wroteAt), endChange(key, vanished, ev.At, r, false, ""))
+			}
+			state, overwritten = stNone, false
 			continue
 		}
-		if writeEvent(ev.Name) && state == stNone {
+		if !writeEvent(ev.Name) || ks.waiting() {
+			// Until a waiting end's event arrives, writes are changes
+			// to the hold that ended.
+			continue
+		}
+		switch {
+		case state == stNone:
 			state, wroteAt = stUnknown, ev.At
+		case state == stCur && ks.expectWrite:
+			ks.expectWrite = false // the write that created ks.cur
+		case state == stCur && replacingWrite(ev.Name):
+			overwritten = true
 		}
 	}
 
 	switch {
-	case present && state == stPrev && ks.cur.ID == h.ID:
+	case present && state == stCur && ks.cur.ID == h.ID:
 		prev := *ks.cur
-		h.Token = prev.Token // the token is the grant's: a re-entrant counter may have moved since
-		later, earlier := deadlineMoved(prev, h)
-		if later || earlier {
-			out = append(out, change{Kind: changeRenew, Key: key, H: h, At: h.At})
+		h.Token = prev.Token // the grant's: a re-entrant counter may have moved since
+		if later, earlier := deadlineMoved(prev, h); later || earlier {
+			ks.queue = append(ks.queue, change{Kind: changeRenew, Key: key, H: h, At: h.At})
 			ks.cur = &h
 		} else {
 			n := narrow(prev, h)
-			n.Count, n.TTL = h.Count, prev.TTL
+			n.Count = h.Count
 			ks.cur = &n
 		}
-	case present:
-		// New, or a different value over the previous one (SET without NX,
-		// or an end whose event arrives later): the tracker decides
-		// whether that supersedes or overlaps.
-		out = append(out, change{Kind: changeGrant, Key: key, H: h, At: h.At})
+	case present && state == stCur && overwritten:
+		// SET over a held lock: the tracker decides whether that
+		// superseded a valid lease (an overlap) or a lapsed one.
+		ks.queue = append(ks.queue, change{Kind: changeGrant, Key: key, H: h, At: h.At})
 		ks.cur = &h
-	case state == stPrev:
-		ks.pending, ks.pendingAt, ks.cur = ks.cur, h.At, nil
+	case present && state == stCur:
+		// The read ran ahead: the previous hold ended and this one began
+		// after the events seen so far.
+		ks.queue = append(ks.queue, waitingEnd(key, *ks.cur, h.At), change{Kind: changeGrant, Key: key, H: h, At: h.At})
+		ks.cur, ks.expectWrite = &h, true
+	case present:
+		ks.queue = append(ks.queue, change{Kind: changeGrant, Key: key, H: h, At: h.At})
+		ks.cur, ks.expectWrite = &h, state != stUnknown
+	case state == stCur:
+		ks.queue = append(ks.queue, waitingEnd(key, *ks.cur, h.At))
+		ks.cur, ks.expectWrite = nil, false
 	case state == stUnknown:
-		out = append(out, vanishedGrant(key, vanished, wroteAt))
-		ks.pending, ks.pendingAt = &vanished, h.At
+		ks.queue = append(ks.queue, vanishedGrant(key, vanished, wroteAt), waitingEnd(key, vanished, h.At))
 	}
-	if ks.cur == nil && ks.pending == nil {
-		delete(s.keys, key)
-	}
+	out := ks.flush()
+	s.prune(key)
 	return out
 }
 
-// resolvePending ends the pending holds found gone before grace ago whose end
-// event never came, guessing the reason from their deadline.
+// resolvePending gives up waiting for end events that have not come within
+// grace of a read finding their hold gone, guessing how each hold ended from
+// its deadline, and returns the changes that were waiting.
 func (s *instanceState) resolvePending(now time.Time, grace time.Duration) []change {
 	var out []change
 	for _, key := range sortedKeys(s.keys) {
 		ks := s.keys[key]
-		if ks.pending == nil || now.Sub(ks.pendingAt) < grace {
-			continue
+		for len(ks.queue) > 0 && ks.queue[0].waiting && now.Sub(ks.queue[0].At) >= grace {
+			ks.queue[0] = inferredEnd(key, ks.queue[0].H, ks.queue[0].At, "no end event for a key found gone")
+			out = append(out, ks.flush()...)
 		}
-		out = append(out, inferredEnd(key, *ks.pending, ks.pendingAt, "no end event for a key found gone"))
-		ks.pending = nil
-		if ks.cur == nil {
-			delete(s.keys, key)
-		}
+		s.prune(key)
 	}
 	return out
 }
 
+func (s *instanceState) prune(key string) {
+	if ks := s.keys[key]; ks != nil && ks.cur == nil && len(ks.queue) == 0 {
+		delete(s.keys, key)
+	}
+}
+
 // replace makes a full scan the instance's state. A hold that kept its ID
 // keeps its grant's token and its narrowed deadline window unless the scan
-// shows the deadline moved. Pending ends are dropped: the source snapshot
-// this scan feeds ends what is gone.
+// shows the deadline moved. Queued changes are dropped: the source snapshot
+// this scan feeds settles what they were about.
 func (s *instanceState) replace(scan map[string]holding) {
 	keys := make(map[string]*keyState, len(scan))
 	for key, h := range scan {
@@ -225,23 +285,23 @@ func (s *instanceState) replace(scan map[string]holding) {
 	s.keys = keys
 }
 
-// current returns key's hold on this instance as the changes so far tell
-// it: a pending hold still counts until its end is known.
-func (s *instanceState) current(key string) (holding, bool) {
-	ks := s.keys[key]
-	switch {
-	case ks == nil:
-		return holding{}, false
-	case ks.cur != nil:
-		return *ks.cur, true
-	case ks.pending != nil:
-		return *ks.pending, true
+// holds returns every key's current hold.
+func (s *instanceState) holds() map[string]holding {
+	out := make(map[string]holding, len(s.keys))
+	for key, ks := range s.keys {
+		if ks.cur != nil {
+			out[key] = *ks.cur
+		}
 	}
-	return holding{}, false
+	return out
 }
 
 func endChange(key string, h holding, at time.Time, r endReason, inferred bool, why string) change {
 	return change{Kind: changeEnd, Key: key, H: h, At: at, Reason: r, Inferred: inferred, Why: why}
+}
+
+func waitingEnd(key string, h holding, at time.Time) change {
+	return change{Kind: changeEnd, Key: key, H: h, At: at, waiting: true}
 }
 
 // inferredEnd ends h at at without knowing how: expired if its deadline had
@@ -256,20 +316,6 @@ func inferredEnd(key string, h holding, at time.Time, why string) change {
 
 func vanishedGrant(key string, h holding, at time.Time) change {
 	return change{Kind: changeGrant, Key: key, H: h, At: at, Inferred: true, Why: "the key was written and gone again before the collector could read it"}
-}
-
-// firstEnd returns the index of the first end event in events if no write
-// comes before it, or -1.
-func firstEnd(events []event) int {
-	for i, ev := range events {
-		if _, ok := endEvent(ev.Name); ok {
-			return i
-		}
-		if writeEvent(ev.Name) {
-			return -1
-		}
-	}
-	return -1
 }
 
 func sortedKeys[V any](m map[string]V) []string {

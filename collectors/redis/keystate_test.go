@@ -97,11 +97,21 @@ func TestInstanceStateStories(t *testing.T) {
 			// B's own set and expire arrive afterwards: nothing new.
 			{evs(102, "set", "expire"), true, hold("B", 103, 7998), ""},
 		}},
-		{"GoneWithoutEndEventThenRegranted", []step{
+		{"ReleasedAndRetakenAheadOfTheEvents", []step{
 			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
-			{evs(10, "expire"), false, gone(11), ""},
-			// The next batch starts with a write: A's end never had an event.
-			{evs(20, "set", "expire"), true, hold("B", 21, 8000), "released A (inferred) @11, grant B @21"},
+			// A renewal's event, read after A unlocked and B locked.
+			{evs(10, "expire"), true, hold("B", 11, 8000), ""},
+			// A's del arrives: A's end, then B's grant; B's own set is no overwrite.
+			{evs(12, "del", "set", "expire"), true, hold("B", 13, 7998), "released A @11, grant B @11"},
+			{evs(20, "del"), false, gone(21), "released B @20"},
+		}},
+		{"RedissonUnlockAndNextAcquireAheadOfTheEvents", []step{
+			{evs(0, "hincrby", "expire"), true, withCount(hold("a:1", 1, 30000), 1), "grant a:1 @1"},
+			// Re-entrant unlock's events, read after the last unlock and
+			// b's acquire: hincrby is no new holder.
+			{evs(10, "hincrby", "expire"), true, withCount(hold("b:7", 11, 30000), 1), ""},
+			{evs(12, "hincrby", "del"), true, withCount(hold("b:7", 13, 30000), 1), "released a:1 @11, grant b:7 @11"},
+			{evs(14, "hincrby", "expire"), true, withCount(hold("b:7", 15, 29998), 1), ""},
 		}},
 		{"OverwriteWithoutNX", []step{
 			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
@@ -138,6 +148,25 @@ func TestInstanceStateStories(t *testing.T) {
 	}
 }
 
+func TestEndEventThatNeverComes(t *testing.T) {
+	s := newInstanceState()
+	s.applyEvents("lock:a", evs(0, "set", "expire"), true, hold("A", 1, 8000), holding{})
+	// Found gone, then B, but A's end event never arrives (say, FLUSHALL
+	// and a new SET): both wait, until the grace period gives up on it.
+	if got := describe(s.applyEvents("lock:a", evs(10, "expire"), false, holding{At: at(11)}, holding{})); got != "" {
+		t.Fatalf("changes = %q, want none yet", got)
+	}
+	if got := describe(s.applyEvents("lock:a", evs(20, "set", "expire"), true, hold("B", 21, 8000), holding{})); got != "" {
+		t.Fatalf("changes = %q, want none yet", got)
+	}
+	if got, want := describe(s.resolvePending(at(1100), time.Second)), "released A (inferred) @11, grant B @21"; got != want {
+		t.Fatalf("resolvePending = %q, want %q", got, want)
+	}
+	if got := describe(s.applyEvents("lock:a", evs(30, "del"), false, holding{At: at(31)}, holding{})); got != "released B @30" {
+		t.Fatalf("B's release = %q", got)
+	}
+}
+
 func TestResolvePending(t *testing.T) {
 	s := newInstanceState()
 	s.applyEvents("lock:a", evs(0, "set", "expire"), true, hold("A", 1, 500), holding{})
@@ -166,14 +195,14 @@ func TestReplaceKeepsGrantTokenAndWindow(t *testing.T) {
 	scanA := hold("A", 1001, 7000)
 	scanA.Token = int64p(9)
 	s.replace(map[string]holding{"lock:a": scanA, "lock:c": hold("C", 1001, 100)})
-	h, ok := s.current("lock:a")
+	h, ok := s.holds()["lock:a"]
 	if !ok || h.Token == nil || *h.Token != 3 {
 		t.Fatalf("lock:a after replace = %+v, want the grant token 3", h)
 	}
 	if !h.Hi.Equal(a.Hi) && !h.Hi.Before(a.Hi) {
 		t.Fatalf("window not narrowed: %v", h.Hi)
 	}
-	if _, ok := s.current("lock:c"); !ok {
+	if _, ok := s.holds()["lock:c"]; !ok {
 		t.Fatal("lock:c from the scan is missing")
 	}
 }

@@ -180,14 +180,14 @@ func (c *combiner) apply(inst int, changes []change) []audit.Observation {
 	return out
 }
 
-// vanishedToken returns a vanished hold's token: its counter reading, if
-// that is newer than every token told for the lock (the counter moved, so
-// the vanished grant took it); nil otherwise.
+// vanishedToken returns a vanished hold's token: the counter read with the
+// key, when it is exactly one past the last token told for the lock (the
+// vanished grant took it); nil when other grants may have moved it since.
 func (c *combiner) vanishedToken(key string, counter *int64) *int64 {
 	if counter == nil {
 		return nil
 	}
-	if last, ok := c.lastToken[key]; ok && *counter <= last {
+	if last, ok := c.lastToken[key]; ok && *counter != last+1 {
 		return nil
 	}
 	return counter

@@ -40,8 +40,12 @@ type qstep struct {
 	want string
 }
 
-func grantOn(key string, h holding) change { return change{Kind: changeGrant, Key: key, H: h, At: h.At} }
-func renewOn(key string, h holding) change { return change{Kind: changeRenew, Key: key, H: h, At: h.At} }
+func grantOn(key string, h holding) change {
+	return change{Kind: changeGrant, Key: key, H: h, At: h.At}
+}
+func renewOn(key string, h holding) change {
+	return change{Kind: changeRenew, Key: key, H: h, At: h.At}
+}
 func endOn(key string, h holding, ms int, r endReason) change {
 	return change{Kind: changeEnd, Key: key, H: h, At: at(ms), Reason: r}
 }

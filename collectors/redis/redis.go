@@ -24,7 +24,6 @@ package redis
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -388,11 +387,4 @@ func joinBlinds(bs []*audit.Blind) *audit.Blind {
 		out.Reason = strings.Join(reasons, "; ")
 	}
 	return out
-}
-
-func errText(err error) string {
-	if err == nil {
-		return ""
-	}
-	return fmt.Sprint(err)
 }

@@ -225,13 +225,7 @@ func (r *run) replace(m instMsg) {
 	}
 	st := r.c.states[m.inst]
 	st.replace(holds)
-	cur := make(map[string]holding, len(st.keys))
-	for key := range st.keys {
-		if h, ok := st.current(key); ok {
-			cur[key] = h
-		}
-	}
-	r.c.comb.replace(m.inst, cur)
+	r.c.comb.replace(m.inst, st.holds())
 	r.up[m.inst] = true
 	if r.reachable() >= r.c.cfg.Quorum {
 		r.belowSince = time.Time{}
