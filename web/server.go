@@ -144,6 +144,9 @@ func New(cfg Config) (*Server, error) {
 	e.GET("/locks/:id", s.handleLockPage)
 	e.GET("/findings", s.handleFindingsPage)
 	e.GET("/sources", s.handleSourcesPage)
+	e.GET("/review", s.handleReviewPage)
+	e.GET("/review.md", s.handleReviewMarkdown)
+	e.GET("/review.json", s.handleReviewJSON)
 	e.StaticFS("/static/", static.FS)
 
 	e.GET("/healthz", s.handleHealthz)

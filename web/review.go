@@ -1,0 +1,315 @@
+package web
+
+import (
+	"bytes"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/a-h/templ"
+	"github.com/labstack/echo/v4"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/review"
+	"github.com/leasewatch/leasewatch/views"
+)
+
+// The incident review: GET /review (the page), /review.md and /review.json
+// (its exports). All three take the same query string:
+//
+//	from, to   RFC 3339; default the hour before now (to alone: the hour before it)
+//	source     a source name; repeat for several
+//	lock       a lock id or SOURCE/NAME; repeat for several (overrides source)
+
+// Caps of one review from the dashboard.
+const (
+	reviewMaxLocks     = review.DefaultMaxLocks
+	reviewMaxHandovers = 200 // per lock on the page and in its exports
+)
+
+// reviewQuery reads a review request's query string. It resolves the default
+// window, so export links carry the exact window the page showed.
+func (s *Server) reviewQuery(q url.Values) (review.Query, error) {
+	from, err := parseTime(q, "from")
+	if err != nil {
+		return review.Query{}, err
+	}
+	to, err := parseTime(q, "to")
+	if err != nil {
+		return review.Query{}, err
+	}
+	if to.IsZero() {
+		to = s.now().UTC()
+		if !from.IsZero() && from.After(to) {
+			to = from.Add(time.Hour)
+		}
+	}
+	if from.IsZero() {
+		from = to.Add(-time.Hour)
+	}
+	rq := review.Query{
+		Window:   review.Window{From: from, To: to},
+		Sources:  nonEmpty(q["source"]),
+		Locks:    nonEmpty(q["lock"]),
+		MaxLocks: reviewMaxLocks,
+		Options:  review.Options{MaxHandovers: reviewMaxHandovers},
+	}
+	if err := rq.Validate(); err != nil {
+		return review.Query{}, err
+	}
+	return rq, nil
+}
+
+func nonEmpty(vs []string) []string {
+	var out []string
+	for _, v := range vs {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
+}
+
+// reviewValues is the query string of rq, with its window spelled out.
+func reviewValues(rq review.Query) url.Values {
+	v := url.Values{}
+	v.Set("from", rq.Window.From.UTC().Format(time.RFC3339Nano))
+	v.Set("to", rq.Window.To.UTC().Format(time.RFC3339Nano))
+	for _, src := range rq.Sources {
+		v.Add("source", src)
+	}
+	for _, l := range rq.Locks {
+		v.Add("lock", l)
+	}
+	return v
+}
+
+func reviewURL(path string, v url.Values) templ.SafeURL {
+	return templ.SafeURL((&url.URL{Path: path, RawQuery: v.Encode()}).String())
+}
+
+// timelineURL is a lock's page over a window.
+func timelineURL(id int64, from, to time.Time) templ.SafeURL {
+	v := url.Values{}
+	v.Set("from", from.UTC().Format(time.RFC3339Nano))
+	v.Set("to", to.UTC().Format(time.RFC3339Nano))
+	return reviewURL("/locks/"+strconv.FormatInt(id, 10), v)
+}
+
+func (s *Server) handleReviewPage(c echo.Context) error {
+	rq, err := s.reviewQuery(c.QueryParams())
+	if err != nil {
+		return err
+	}
+	r, err := review.Load(c.Request().Context(), s.store, rq)
+	page := reviewPage(rq, r, s.now())
+	if review.IsTooManyLocks(err) {
+		// Not a failure: show the page with the message and the form to narrow it.
+		page.Message = err.Error()
+		return render(c, http.StatusOK, views.Review(page))
+	}
+	if err != nil {
+		return err
+	}
+	return render(c, http.StatusOK, views.Review(page))
+}
+
+func (s *Server) handleReviewMarkdown(c echo.Context) error {
+	return s.exportReview(c, "md", "text/markdown; charset=utf-8", review.WriteMarkdown)
+}
+
+func (s *Server) handleReviewJSON(c echo.Context) error {
+	return s.exportReview(c, "json", echo.MIMEApplicationJSON, review.WriteJSON)
+}
+
+// exportReview answers a review export as a download. Its errors are written
+// in the export's own format: JSON for .json, text for .md.
+func (s *Server) exportReview(c echo.Context, ext, contentType string, write func(w io.Writer, r review.Report) error) error {
+	fail := func(err error) error {
+		status, msg := errorResponse(err)
+		if status >= http.StatusInternalServerError {
+			return err // the central handler logs it
+		}
+		if ext == "json" {
+			return c.JSON(status, map[string]string{"error": msg})
+		}
+		return c.String(status, msg+"\n")
+	}
+	rq, err := s.reviewQuery(c.QueryParams())
+	if err != nil {
+		return fail(err)
+	}
+	r, err := review.Load(c.Request().Context(), s.store, rq)
+	if err != nil {
+		return fail(err)
+	}
+	var buf bytes.Buffer
+	if err := write(&buf, r); err != nil {
+		return fmt.Errorf("write review: %w", err)
+	}
+	name := fmt.Sprintf("leasewatch-review-%s.%s", rq.Window.From.UTC().Format("20060102T150405Z"), ext)
+	h := c.Response().Header()
+	h.Set(echo.HeaderContentDisposition, fmt.Sprintf("attachment; filename=%q", name))
+	return c.Blob(http.StatusOK, contentType, buf.Bytes())
+}
+
+// reviewPage builds the page's view model.
+func reviewPage(rq review.Query, r review.Report, now time.Time) views.ReviewPage {
+	v := reviewValues(rq)
+	p := views.ReviewPage{
+		Filter: views.ReviewFilter{
+			From: rq.Window.From.UTC().Format(time.RFC3339Nano),
+			To:   rq.Window.To.UTC().Format(time.RFC3339Nano),
+		},
+		Window:      windowText(rq.Window),
+		MarkdownURL: reviewURL("/review.md", v),
+		JSONURL:     reviewURL("/review.json", v),
+		Notes:       r.Notes,
+		Quiet:       r.Quiet,
+		Handovers:   r.Handovers(),
+	}
+	for i, src := range rq.Sources {
+		if i == 0 {
+			p.Filter.Source = src
+		} else {
+			p.Filter.Extra = append(p.Filter.Extra, views.ReviewParam{Name: "source", Value: src})
+		}
+	}
+	for i, l := range rq.Locks {
+		if i == 0 {
+			p.Filter.Lock = l
+		} else {
+			p.Filter.Extra = append(p.Filter.Extra, views.ReviewParam{Name: "lock", Value: l})
+		}
+	}
+	now = now.UTC()
+	for _, preset := range []struct {
+		label string
+		d     time.Duration
+	}{{"last 15 min", 15 * time.Minute}, {"last hour", time.Hour}, {"last 6 h", 6 * time.Hour}, {"last 24 h", 24 * time.Hour}} {
+		pv := reviewValues(rq)
+		pv.Set("from", now.Add(-preset.d).Format(time.RFC3339))
+		pv.Set("to", now.Format(time.RFC3339))
+		p.Presets = append(p.Presets, views.ReviewLink{Label: preset.label, URL: reviewURL("/review", pv)})
+	}
+
+	for _, l := range r.Locks {
+		vl := views.ReviewLock{
+			ID:          l.Lock.ID,
+			Source:      l.Lock.Source,
+			Name:        l.Lock.Name,
+			Kind:        string(l.Lock.Kind),
+			TimelineURL: timelineURL(l.Lock.ID, rq.Window.From, rq.Window.To),
+		}
+		switch {
+		case l.Omitted > 0:
+			vl.Omitted = fmt.Sprintf("%d earlier handovers in this window are not shown (at most %d per lock): narrow the window to see them.", l.Omitted, reviewMaxHandovers)
+		case l.Omitted < 0:
+			vl.Omitted = fmt.Sprintf("Earlier handovers in this window are not shown (at most %d per lock): narrow the window to see them.", reviewMaxHandovers)
+		}
+		for i, h := range l.Handovers {
+			vl.Handovers = append(vl.Handovers, handoverView(l.Lock.ID, i, h))
+		}
+		p.Locks = append(p.Locks, vl)
+	}
+	return p
+}
+
+func handoverView(lockID int64, i int, h review.Handover) views.ReviewHandover {
+	prev, next := h.Previous, h.Next
+	// The timeline around the handover: from a minute before the previous
+	// holder's end to a minute after the grant.
+	from := prev.EndedAt
+	if from.IsZero() || from.After(next.GrantedAt) {
+		from = next.GrantedAt
+	}
+	v := views.ReviewHandover{
+		Anchor:       fmt.Sprintf("handover-%d-%d", lockID, i+1),
+		At:           reviewStamp(h.At()),
+		TimelineURL:  timelineURL(lockID, from.Add(-time.Minute), next.GrantedAt.Add(time.Minute)),
+		PrevHolder:   prev.Holder,
+		PrevToken:    reviewToken(prev.Token),
+		PrevGranted:  reviewStamp(prev.GrantedAt),
+		PrevRenewed:  reviewStamp(prev.LastRenewedAt),
+		PrevRenewals: strconv.FormatInt(prev.Renewals, 10),
+		PrevLease:    reviewDuration(prev.LeaseDuration),
+		PrevExpires:  reviewStamp(prev.ExpiresAt),
+		PrevEnded:    reviewStamp(prev.EndedAt),
+		End:          string(prev.End),
+		EndInferred:  h.EndInferred,
+		NextHolder:   next.Holder,
+		NextToken:    reviewToken(next.Token),
+		NextInferred: h.GrantInferred,
+		Gap:          gapWords(h),
+		Narrative:    h.Narrative,
+	}
+	if h.Overlap != nil {
+		v.Overlap = review.Human(h.Overlap.Duration())
+	}
+	for _, e := range h.Exposures {
+		v.Exposures = append(v.Exposures, views.ReviewExposure{Resource: e.Resource, Duration: review.Human(e.Duration()), From: reviewStamp(e.From), To: reviewStamp(e.To)})
+	}
+	for _, b := range h.Blind {
+		text := fmt.Sprintf("%s to %s", reviewStamp(b.From).Text, reviewStamp(b.To).Text)
+		if b.Reason != "" {
+			text += " (" + b.Reason + ")"
+		}
+		v.Blind = append(v.Blind, text)
+	}
+	for _, f := range h.Findings {
+		v.Findings = append(v.Findings, views.ReviewNote{Kind: string(f.Kind), Severity: string(f.Severity), Summary: f.Summary})
+	}
+	for _, w := range h.Writes {
+		v.Writes = append(v.Writes, views.ReviewWrite{
+			At: reviewStamp(w.At), Resource: w.Resource, Holder: w.Holder, Token: reviewToken(w.Token),
+			Outcome: string(w.Outcome), Verdict: string(w.Verdict),
+		})
+		v.Unfenced = v.Unfenced || w.Verdict == review.VerdictUnfenced
+		v.Stale = v.Stale || w.Verdict == review.VerdictStale
+	}
+	return v
+}
+
+func gapWords(h review.Handover) string {
+	switch {
+	case h.Previous.End == audit.EndSuperseded && h.Previous.ExpiresAt.IsZero():
+		return "unknown"
+	case h.Gap <= -time.Millisecond:
+		return "−" + review.Human(-h.Gap) + " (overlap)"
+	case h.Gap < time.Millisecond:
+		return "none"
+	}
+	return review.Human(h.Gap)
+}
+
+func reviewDuration(d time.Duration) string {
+	if d <= 0 {
+		return ""
+	}
+	return review.Human(d)
+}
+
+// windowText says the window in words.
+func windowText(w review.Window) string {
+	return fmt.Sprintf("%s to %s (%s)", reviewStamp(w.From).Text, reviewStamp(w.To).Text, review.Human(w.To.Sub(w.From)))
+}
+
+// reviewStamp formats t for the review page, in UTC to millisecond precision.
+func reviewStamp(t time.Time) views.Stamp {
+	if t.IsZero() {
+		return views.Stamp{}
+	}
+	t = t.UTC()
+	return views.Stamp{Text: t.Format("2006-01-02 15:04:05.000Z"), ISO: t.Format(time.RFC3339Nano)}
+}
+
+func reviewToken(t *int64) string {
+	if t == nil {
+		return ""
+	}
+	return strconv.FormatInt(*t, 10)
+}
