@@ -3,6 +3,7 @@
 //
 //	leasewatch serve [--config leasewatch.yaml]
 //	leasewatch demo [--listen 127.0.0.1:8080]
+//	leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
 //	leasewatch version
 package main
 
@@ -35,6 +36,9 @@ const usage = `leasewatch: an audit service and dashboard for distributed-lock l
 Usage:
   leasewatch serve [--config leasewatch.yaml]   run collectors, store and dashboard
   leasewatch demo [--listen 127.0.0.1:8080]     run against an in-process etcd with a demo workload
+  leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
+                    [--config leasewatch.yaml | --database FILE]
+                                                the incident review of locks' handovers in a window
   leasewatch version                            print the version
 `
 
@@ -49,6 +53,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	switch args[0] {
 	case "serve":
 		err = cmdServe(ctx, args[1:], logger, stderr)
+	case "report":
+		err = cmdReport(ctx, args[1:], stdout, stderr)
 	case "demo":
 		err = cmdDemo(ctx, args[1:], logger, stdout, stderr)
 	case "version", "--version":

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/review"
+	"github.com/leasewatch/leasewatch/audit/sqlite"
+	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
+)
+
+// stringList is a flag that may be given more than once.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
+}
+
+// cmdReport prints the incident review of locks over a window, from the
+// database: the same report as the dashboard's /review page and its exports.
+func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	flags := flag.NewFlagSet("report", flag.ContinueOnError)
+	var locks stringList
+	flags.Var(&locks, "lock", "the lock, as SOURCE/NAME or an id; repeat for several (required)")
+	fromFlag := flags.String("from", "", "start of the window: RFC 3339 (2006-01-02T15:04:05Z) or a duration before now (-2h) (required)")
+	toFlag := flags.String("to", "", "end of the window: RFC 3339, a duration before now, or now (default now)")
+	format := flags.String("format", "md", "output format: md (Markdown) or json")
+	configPath := flags.String("config", "", "configuration file naming the database (default leasewatch.yaml)")
+	database := flags.String("database", "", "SQLite database file (instead of --config)")
+	maxHandovers := flags.Int("max-handovers", review.DefaultMaxHandovers, "most handovers per lock; the newest are kept")
+	if err := parseFlags(flags, args, stderr); err != nil {
+		return err
+	}
+
+	now := time.Now().UTC()
+	if len(locks) == 0 {
+		return usageError{errors.New("--lock: a lock is required, as SOURCE/NAME")}
+	}
+	for _, l := range locks {
+		if strings.TrimSpace(l) == "" {
+			return usageError{errors.New("--lock: must not be empty")}
+		}
+	}
+	if *fromFlag == "" {
+		return usageError{errors.New("--from: a start time is required, e.g. 2006-01-02T15:04:05Z or -1h")}
+	}
+	from, err := parseReportTime(*fromFlag, now)
+	if err != nil {
+		return usageError{fmt.Errorf("--from: %w", err)}
+	}
+	to := now
+	if *toFlag != "" {
+		if to, err = parseReportTime(*toFlag, now); err != nil {
+			return usageError{fmt.Errorf("--to: %w", err)}
+		}
+	}
+	if to.Before(from) {
+		return usageError{fmt.Errorf("--to: %s is before --from %s", to.Format(time.RFC3339Nano), from.Format(time.RFC3339Nano))}
+	}
+	write := review.WriteMarkdown
+	switch *format {
+	case "md", "markdown":
+	case "json":
+		write = review.WriteJSON
+	default:
+		return usageError{fmt.Errorf("--format: %q: want md or json", *format)}
+	}
+	if *maxHandovers <= 0 {
+		return usageError{errors.New("--max-handovers: must be a positive number")}
+	}
+
+	path, err := reportDatabase(*configPath, *database)
+	if err != nil {
+		return err
+	}
+	store, err := sqlite.Open(ctx, path)
+	if err != nil {
+		return fmt.Errorf("open database %s: %w", path, err)
+	}
+	defer store.Close()
+
+	r, err := review.Load(ctx, store, review.Query{
+		Window:   review.Window{From: from, To: to},
+		Locks:    locks,
+		MaxLocks: max(len(locks), review.DefaultMaxLocks),
+		Options:  review.Options{MaxHandovers: *maxHandovers},
+	})
+	if err != nil {
+		if code := audit.ErrorCode(err); code == audit.ENOTFOUND || code == audit.EINVALID {
+			return fmt.Errorf("--lock: %s", audit.ErrorMessage(err))
+		}
+		return err
+	}
+	return write(stdout, r)
+}
+
+// reportDatabase returns the database file the report reads: --database, or
+// the database of the configuration file. The file must exist: a report never
+// creates an empty database.
+func reportDatabase(configPath, database string) (string, error) {
+	if configPath != "" && database != "" {
+		return "", usageError{errors.New("--database: give --config or --database, not both")}
+	}
+	flagName := "--database"
+	if database == "" {
+		flagName = "--config"
+		if configPath == "" {
+			configPath = "leasewatch.yaml"
+		}
+		cfg, err := config.Load(configPath)
+		if err != nil {
+			return "", fmt.Errorf("--config: %w", err)
+		}
+		database = cfg.Database
+	}
+	info, err := os.Stat(database)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return "", fmt.Errorf("%s: database %s does not exist", flagName, database)
+	case err != nil:
+		return "", fmt.Errorf("%s: %w", flagName, err)
+	case !info.Mode().IsRegular():
+		return "", fmt.Errorf("%s: database %s is not a file", flagName, database)
+	}
+	return database, nil
+}
+
+// parseReportTime reads an RFC 3339 time, "now", or a duration before now
+// such as -90m (a leading minus is optional).
+func parseReportTime(s string, now time.Time) (time.Time, error) {
+	if s == "now" {
+		return now, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UTC(), nil
+	}
+	if d, err := time.ParseDuration(strings.TrimPrefix(s, "-")); err == nil && d >= 0 {
+		return now.Add(-d), nil
+	}
+	return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time such as 2006-01-02T15:04:05Z, now, or a duration before now such as -1h", s)
+}

@@ -1,0 +1,193 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/review"
+	"github.com/leasewatch/leasewatch/audit/sqlite"
+)
+
+var reportT0 = time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
+
+// reportDB records, through the real recorder into a SQLite file, a paused
+// holder whose lease expires, the next grant, and the paused holder's late
+// write that the fenced ledger rejects.
+func reportDB(t *testing.T) string {
+	t.Helper()
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "lw.db")
+	store, err := sqlite.Open(ctx, path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	rec := audit.NewRecorder(store, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{"prod-etcd": audit.KindEtcd}}, nil)
+	if err := rec.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	defer rec.Close()
+	key := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
+	at := func(ms int) time.Time { return reportT0.Add(time.Duration(ms) * time.Millisecond) }
+	observe := func(kind audit.EventKind, ms int, holder string, token int64) {
+		t.Helper()
+		in := audit.Input{Source: "prod-etcd", Kind: audit.KindEtcd, Observations: []audit.Observation{{
+			Lock: key, Kind: kind, At: at(ms), Holder: holder, Token: audit.Int64(token), LeaseDuration: 2 * time.Second}}}
+		if err := rec.Observe(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write := func(ms int, holder string, token int64, outcome audit.WriteOutcome) {
+		t.Helper()
+		w := audit.WriteReport{Source: "prod-etcd", Lock: key.Name, Resource: "ledger", Token: audit.Int64(token), Outcome: outcome, Holder: holder, At: at(ms)}
+		if err := rec.ReportWrites(ctx, []audit.WriteReport{w}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	observe(audit.EventGrant, 0, "worker-1", 41)
+	write(100, "worker-1", 41, audit.WriteAccepted)
+	observe(audit.EventExpire, 2000, "worker-1", 41)
+	observe(audit.EventGrant, 3400, "worker-2", 42)
+	write(3580, "worker-2", 42, audit.WriteAccepted)
+	write(5100, "worker-1", 41, audit.WriteRejected)
+	return path
+}
+
+func runReport(t *testing.T, args ...string) (int, string, string) {
+	t.Helper()
+	var stdout, stderr bytes.Buffer
+	code := run(context.Background(), append([]string{"report"}, args...), &stdout, &stderr)
+	return code, stdout.String(), stderr.String()
+}
+
+func TestReportCommand(t *testing.T) {
+	db := reportDB(t)
+	window := []string{"--from", "2026-03-14T10:00:00Z", "--to", "2026-03-14T10:05:00Z"}
+
+	t.Run("MarkdownIsTheSameReportAsTheDashboards", func(t *testing.T) {
+		code, out, stderr := runReport(t, append([]string{"--lock", "prod-etcd//locks/orders", "--database", db}, window...)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		store, err := sqlite.Open(context.Background(), db)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer store.Close()
+		r, err := review.Load(context.Background(), store, review.Query{
+			Window: review.Window{From: reportT0, To: reportT0.Add(5 * time.Minute)}, Locks: []string{"prod-etcd//locks/orders"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want bytes.Buffer
+		if err := review.WriteMarkdown(&want, r); err != nil {
+			t.Fatal(err)
+		}
+		if out != want.String() {
+			t.Errorf("report output differs from review.WriteMarkdown:\n%s\n--- want\n%s", out, want.String())
+		}
+		for _, s := range []string{
+			"# Incident review",
+			"## prod-etcd//locks/orders",
+			"At 10:00:02.000Z worker-1 (token 41) stopped renewing; its lease expired 2.0 s after the last renewal. 1.4 s later worker-2 took the lock with token 42.",
+			"The ledger learned token 42 180 ms after the grant; a write with token 41 arrived 3.1 s after the expiry and was rejected by the ledger: fencing held.",
+		} {
+			if !strings.Contains(out, s) {
+				t.Errorf("report lacks %q:\n%s", s, out)
+			}
+		}
+	})
+	t.Run("JSONFromTheConfigsDatabase", func(t *testing.T) {
+		cfg := filepath.Join(t.TempDir(), "leasewatch.yaml")
+		yaml := "database: " + db + "\nsources:\n  - name: prod-etcd\n    kind: etcd\n    endpoints: [\"127.0.0.1:2379\"]\n    prefixes: [\"/locks/\"]\n"
+		if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		code, out, stderr := runReport(t, append([]string{"--lock", "prod-etcd//locks/orders", "--config", cfg, "--format", "json"}, window...)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var doc struct {
+			Handovers int `json:"handovers"`
+			Locks     []struct {
+				Handovers []struct {
+					Previous struct{ Token *int64 } `json:"previous"`
+					Next     struct{ Token *int64 } `json:"next"`
+					GapMS    int64                  `json:"gap_ms"`
+				} `json:"handovers"`
+			} `json:"locks"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("output is not JSON: %v\n%s", err, out)
+		}
+		h := doc.Locks[0].Handovers[0]
+		if doc.Handovers != 1 || *h.Previous.Token != 41 || *h.Next.Token != 42 || h.GapMS != 1400 {
+			t.Errorf("report = %s, want one handover 41 → 42 after 1400 ms", out)
+		}
+	})
+
+	missing := filepath.Join(t.TempDir(), "none.db")
+	tests := []struct {
+		name   string
+		args   []string
+		code   int
+		stderr string
+	}{
+		{"MissingLockFlag", append([]string{"--database", db}, window...), 2, "--lock: a lock is required"},
+		{"MissingFrom", []string{"--lock", "prod-etcd//locks/orders", "--database", db}, 2, "--from: a start time is required"},
+		{"BadFrom", []string{"--lock", "a/b", "--database", db, "--from", "yesterday"}, 2, `--from: "yesterday": want an RFC 3339 time`},
+		{"BadTo", []string{"--lock", "a/b", "--database", db, "--from", "-1h", "--to", "soon"}, 2, `--to: "soon"`},
+		{"Backwards", []string{"--lock", "a/b", "--database", db, "--from", "2026-03-14T10:00:00Z", "--to", "2026-03-14T09:00:00Z"}, 2, "--to: 2026-03-14T09:00:00Z is before --from"},
+		{"BadFormat", append([]string{"--lock", "a/b", "--database", db, "--format", "pdf"}, window...), 2, `--format: "pdf": want md or json`},
+		{"ConfigAndDatabase", append([]string{"--lock", "a/b", "--database", db, "--config", "x.yaml"}, window...), 2, "--database: give --config or --database, not both"},
+		{"MissingDatabase", append([]string{"--lock", "a/b", "--database", missing}, window...), 1, "--database: database " + missing + " does not exist"},
+		{"MissingConfig", append([]string{"--lock", "a/b", "--config", filepath.Join(t.TempDir(), "none.yaml")}, window...), 1, "--config: read config"},
+		{"MissingLock", append([]string{"--lock", "prod-etcd//locks/none", "--database", db}, window...), 1, "--lock: lock prod-etcd//locks/none not found"},
+		{"MalformedLock", append([]string{"--lock", "orders", "--database", db}, window...), 1, "--lock: lock \"orders\": want an id or SOURCE/NAME"},
+		{"StrayArgument", append([]string{"--lock", "a/b", "--database", db, "extra"}, window...), 2, `unexpected argument "extra"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			code, out, stderr := runReport(t, tt.args...)
+			if code != tt.code || !strings.Contains(stderr, tt.stderr) {
+				t.Fatalf("exit %d, stderr %q; want exit %d and %q", code, stderr, tt.code, tt.stderr)
+			}
+			if out != "" {
+				t.Errorf("stdout = %q, want nothing on error", out)
+			}
+		})
+	}
+	if _, err := os.Stat(missing); err == nil {
+		t.Errorf("a report created the missing database %s", missing)
+	}
+}
+
+func TestParseReportTime(t *testing.T) {
+	now := time.Date(2026, 3, 14, 12, 0, 0, 0, time.UTC)
+	tests := []struct {
+		in   string
+		want time.Time
+	}{
+		{"2026-03-14T10:00:00Z", time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)},
+		{"2026-03-14T11:00:00.5+01:00", time.Date(2026, 3, 14, 10, 0, 0, 5e8, time.UTC)},
+		{"now", now},
+		{"-90m", now.Add(-90 * time.Minute)},
+		{"2h", now.Add(-2 * time.Hour)},
+	}
+	for _, tt := range tests {
+		got, err := parseReportTime(tt.in, now)
+		if err != nil || !got.Equal(tt.want) {
+			t.Errorf("parseReportTime(%q) = %v, %v; want %v", tt.in, got, err, tt.want)
+		}
+	}
+	if _, err := parseReportTime("--1h", now); err == nil {
+		t.Errorf("parseReportTime(--1h) accepted")
+	}
+}
