@@ -46,6 +46,9 @@ type instMsg struct {
 	poll  bool         // msgScan: a poll, worth recording only if something changed
 
 	batch []keyEvents // msgEvents
+	// live (msgScan, msgEvents): every change on the instance up to then
+	// has been read and reported, with this message or before it.
+	live time.Time
 
 	err  error     // msgDown
 	from time.Time // msgDown: the last moment the instance was seen
@@ -212,6 +215,7 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 
 	ping := time.NewTicker(pingInterval)
 	defer ping.Stop()
+	var pings []time.Time // when each PING not yet answered was sent, oldest first
 	reconcile := time.NewTicker(in.c.cfg.ReconcileInterval)
 	defer reconcile.Stop()
 	for {
@@ -229,15 +233,19 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 					break drain
 				}
 			}
-			if err := in.handle(sctx, batch); err != nil {
+			if err := in.handle(sctx, batch, &pings); err != nil {
 				return true, in.lost(time.Unix(0, heard.Load()), err)
 			}
 			in.lastSeen = time.Unix(0, heard.Load())
 		case <-ping.C:
 			seen := time.Unix(0, heard.Load())
-			if quiet := in.now().Sub(seen); quiet > 3*pingInterval {
+			if quiet := in.now().Sub(seen); quiet > deadAfter {
 				return true, in.lost(seen, fmt.Errorf("no word on the pub/sub connection for %s", quiet.Round(time.Millisecond)))
 			}
+			if len(pings) > int(deadAfter/pingInterval) {
+				continue // unanswered: the quiet check above ends it
+			}
+			pings = append(pings, in.now())
 			if err := ps.Ping(sctx); err != nil {
 				return true, in.lost(seen, fmt.Errorf("ping the pub/sub connection: %w", err))
 			}
@@ -292,7 +300,7 @@ func (in *instance) poll(ctx context.Context, runID string) (bool, error) {
 }
 
 // scanAndSend reads every matching key and reports it, with the blind window
-// that ends here, if any.
+// that ends here, if any. The scan shows every change up to its start.
 func (in *instance) scanAndSend(ctx context.Context, runID string, first, poll bool) error {
 	started := in.now()
 	rds, err := in.scan(ctx)
@@ -302,7 +310,7 @@ func (in *instance) scanAndSend(ctx context.Context, runID string, first, poll b
 	at := in.now()
 	blind := in.takeBlind(started, runID)
 	in.lastSeen = at
-	if !in.send(ctx, instMsg{kind: msgScan, at: at, scan: rds, blind: blind, first: first, poll: poll && blind == nil}) {
+	if !in.send(ctx, instMsg{kind: msgScan, at: at, scan: rds, blind: blind, first: first, poll: poll && blind == nil, live: started}) {
 		return ctx.Err()
 	}
 	return nil
@@ -337,18 +345,25 @@ func (in *instance) receive(ctx context.Context, ps *goredis.PubSub, out chan<- 
 }
 
 // handle reads the keys a batch of notifications names and reports them.
-func (in *instance) handle(ctx context.Context, batch []received) error {
+// A PONG in the batch answers the oldest of pings: everything published
+// before that PING was sent is in the batch or before it.
+func (in *instance) handle(ctx context.Context, batch []received, pings *[]time.Time) error {
 	var order []string
 	byKey := make(map[string]*keyEvents)
 	var failed error
+	var live time.Time
 	for _, r := range batch {
 		if r.err != nil {
 			failed = r.err
 			break
 		}
+		if _, ok := r.msg.(*goredis.Pong); ok && len(*pings) > 0 {
+			live, *pings = (*pings)[0], (*pings)[1:]
+			continue
+		}
 		m, ok := r.msg.(*goredis.Message)
 		if !ok {
-			continue // a pong or a subscription confirmation
+			continue // a subscription confirmation
 		}
 		key, ok := strings.CutPrefix(m.Channel, in.prefix)
 		if !ok || in.c.rule.isCounterKey(key) {
@@ -362,20 +377,21 @@ func (in *instance) handle(ctx context.Context, batch []received) error {
 		}
 		ke.events = append(ke.events, event{Name: m.Payload, At: r.at})
 	}
-	if len(order) > 0 {
-		rds, err := in.read(ctx, order)
-		if err != nil {
-			return err
-		}
-		out := make([]keyEvents, 0, len(order))
-		for i, key := range order {
-			ke := byKey[key]
-			ke.rd = rds[i]
-			out = append(out, *ke)
-		}
-		if !in.send(ctx, instMsg{kind: msgEvents, at: in.now(), batch: out}) {
-			return ctx.Err()
-		}
+	if len(order) == 0 && live.IsZero() {
+		return failed
+	}
+	rds, err := in.read(ctx, order)
+	if err != nil {
+		return err
+	}
+	out := make([]keyEvents, 0, len(order))
+	for i, key := range order {
+		ke := byKey[key]
+		ke.rd = rds[i]
+		out = append(out, *ke)
+	}
+	if !in.send(ctx, instMsg{kind: msgEvents, at: in.now(), batch: out, live: live}) {
+		return ctx.Err()
 	}
 	return failed
 }

@@ -259,6 +259,20 @@ func (s *instanceState) resolvePending(now time.Time, grace time.Duration) []cha
 	return out
 }
 
+// oldestWaiting returns when the oldest hold still waiting for its end
+// event was found gone; zero if none is.
+func (s *instanceState) oldestWaiting() time.Time {
+	var oldest time.Time
+	for _, ks := range s.keys {
+		for _, ch := range ks.queue {
+			if ch.waiting && (oldest.IsZero() || ch.At.Before(oldest)) {
+				oldest = ch.At
+			}
+		}
+	}
+	return oldest
+}
+
 func (s *instanceState) prune(key string) {
 	if ks := s.keys[key]; ks != nil && ks.cur == nil && len(ks.queue) == 0 {
 		delete(s.keys, key)

@@ -75,9 +75,17 @@ const (
 	// pendingGrace is how long a hold found gone waits for its end event
 	// before the collector guesses how it ended.
 	pendingGrace = time.Second
-	// pingInterval is how often the pub/sub connection is pinged; three
-	// intervals without a word mean it is dead.
-	pingInterval = time.Second
+	// pingInterval is how often the pub/sub connection is pinged. A PONG
+	// comes after every notification published before the server read the
+	// PING, so each one lets the collector vouch it has seen everything up to
+	// then (audit.Input.Live), which bounds how late a clock expiry is
+	// recorded.
+	pingInterval = 250 * time.Millisecond
+	// deadAfter: a pub/sub connection that says nothing, not even PONG,
+	// for this long is dead.
+	deadAfter = 3 * time.Second
+	// liveEvery is how often, at most, the collector vouches.
+	liveEvery = 250 * time.Millisecond
 )
 
 // Config configures one Redis source.

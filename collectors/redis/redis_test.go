@@ -712,3 +712,125 @@ func TestConfigDeniedPolls(t *testing.T) {
 		})
 	}
 }
+
+func TestClockExpiresBeforeLazyExpiredEvent(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t, "enable-debug-command local")
+	cli := srv.client(t)
+	ctx := context.Background()
+	// No active expiry: Redis reclaims a key, and sends expired, only when
+	// something touches it.
+	if err := cli.Do(ctx, "debug", "set-active-expire", "0").Err(); err != nil {
+		t.Fatal(err)
+	}
+	sk := newSink(t)
+	runCollector(t, testConfig(srv), sk)
+
+	setStart := time.Now()
+	if err := cli.SetNX(ctx, "lock:lazy", "A", 300*time.Millisecond).Err(); err != nil {
+		t.Fatal(err)
+	}
+	setDone := time.Now()
+	sk.waitEvents(t, 5*time.Second, "lock:lazy", 1, audit.EventGrant)
+	exp := sk.waitEvents(t, 5*time.Second, "lock:lazy", 1, audit.EventExpire)[0]
+	if !exp.Inferred || exp.Holder != "A" {
+		t.Fatalf("expire = %+v, want A's, by the tracker's clock", exp)
+	}
+	// The deadline is the read's reply time plus PTTL: never before the
+	// server's, and not much after.
+	if early := setStart.Add(300 * time.Millisecond).Sub(exp.At); early > 0 {
+		t.Fatalf("expired %s before the server's deadline", early)
+	}
+	if late := exp.At.Sub(setDone.Add(300 * time.Millisecond)); late > 100*time.Millisecond {
+		t.Fatalf("expired %s after the server's deadline", late)
+	}
+	live := false
+	for _, in := range sk.allInputs() {
+		live = live || (in.Live && !in.At.Before(exp.At))
+	}
+	if !live {
+		t.Fatal("no Live input vouched for the time of the expiry")
+	}
+	// Touching the key makes Redis reclaim it and send expired: the tracker
+	// already ended the tenure, so nothing more is recorded.
+	if n, err := cli.Exists(ctx, "lock:lazy").Result(); err != nil || n != 0 {
+		t.Fatalf("EXISTS = %d, %v", n, err)
+	}
+	if err := cli.SetNX(ctx, "lock:lazy", "B", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sk.waitHeld(t, 5*time.Second, "lock:lazy", "B")
+	if got := kinds(sk.events(t, "lock:lazy")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventExpire, audit.EventGrant}) {
+		t.Fatalf("events = %v, want grant, expire, grant", got)
+	}
+}
+
+func TestRunGivesUpAndRestartsBlind(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	cli := srv.client(t)
+	ctx := context.Background()
+	sk := newSink(t)
+	c, err := New(testConfig(srv), testLogger(t), WithGiveUpAfter(300*time.Millisecond), WithReconnectBackoff(50*time.Millisecond, 100*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	runOnce := func() (chan error, context.CancelFunc) {
+		rctx, cancel := context.WithCancel(ctx)
+		done, ready := make(chan error, 1), make(chan struct{}, 1)
+		go func() {
+			done <- c.Run(rctx, sk, func() { ready <- struct{}{} })
+		}()
+		select {
+		case <-ready:
+		case err := <-done:
+			cancel()
+			t.Fatalf("Run stopped before ready: %v", err)
+		case <-time.After(10 * time.Second):
+			cancel()
+			t.Fatal("Run not ready after 10s")
+		}
+		return done, cancel
+	}
+
+	done, cancel := runOnce()
+	defer cancel()
+	if err := cli.SetNX(ctx, "lock:x", "A", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sk.waitHeld(t, 5*time.Second, "lock:x", "A")
+	srv.stop()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("Run returned nil with redis gone")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("Run still running 10s after redis went away")
+	}
+	before := len(sk.allInputs())
+
+	// What the Runner does: run the same collector again.
+	srv.start()
+	if err := cli.SetNX(ctx, "lock:x", "B", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	done, cancel2 := runOnce()
+	defer func() {
+		cancel2()
+		if err := <-done; err != nil {
+			t.Errorf("Run after cancel = %v", err)
+		}
+	}()
+	first := sk.allInputs()[before]
+	if !first.Snapshot || first.Blind == nil || !strings.Contains(first.Blind.Reason, "restarted") {
+		t.Fatalf("first input of the new run = %+v, want a snapshot after a blind window naming the restart", first)
+	}
+	if len(first.Observations) != 1 || first.Observations[0].Kind != audit.EventGrant || !first.Observations[0].Inferred || first.Observations[0].Holder != "B" {
+		t.Fatalf("snapshot = %+v, want B's grant, inferred", first.Observations)
+	}
+	sk.waitHeld(t, 5*time.Second, "lock:x", "B")
+	if got := kinds(sk.events(t, "lock:x")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventBlind, audit.EventRelease, audit.EventGrant}) {
+		t.Fatalf("events = %v, want grant, blind, release (inferred), grant (inferred)", got)
+	}
+}

@@ -25,14 +25,17 @@ type run struct {
 	msgs    chan instMsg
 
 	up         []bool
-	belowSince time.Time // when fewer than a quorum became reachable; zero while enough are
+	live       []time.Time // per instance: every change up to then is reported
+	lastLive   time.Time   // the last time vouched for to the tracker
+	belowSince time.Time   // when fewer than a quorum became reachable; zero while enough are
 	// goodUntil is the last moment the run knew it saw the source; a
 	// restarted run is blind from there.
 	goodUntil time.Time
 }
 
 func newRun(c *Collector, sink collectors.Sink) *run {
-	r := &run{c: c, sink: sink, log: c.log, msgs: make(chan instMsg), up: make([]bool, len(c.cfg.Addrs))}
+	n := len(c.cfg.Addrs)
+	r := &run{c: c, sink: sink, log: c.log, msgs: make(chan instMsg), up: make([]bool, n), live: make([]time.Time, n)}
 	c.mu.Lock()
 	lastGood, lastErr := c.lastGood, c.lastErr
 	runIDs := append([]string(nil), c.runIDs...)
@@ -109,6 +112,9 @@ func (r *run) run(ctx context.Context, ready func()) error {
 			if err := r.record(ctx, audit.Input{Observations: obs}); err != nil {
 				return err
 			}
+			if err := r.vouch(ctx); err != nil {
+				return err
+			}
 		}
 	}
 }
@@ -177,12 +183,59 @@ func (r *run) start(ctx context.Context) ([]instMsg, error) {
 	if err := r.record(ctx, in); err != nil {
 		return nil, err
 	}
+	if err := r.vouch(ctx); err != nil {
+		return nil, err
+	}
 	r.log.Info("snapshot recorded", "held", len(obs), "instances", fmt.Sprintf("%d/%d", len(scans), n), "blind", blind != nil)
 	return queued, nil
 }
 
-// handle applies one instance's report.
+// handle applies one instance's report, and vouches for what the instances
+// have reported.
 func (r *run) handle(ctx context.Context, m instMsg) error {
+	if err := r.apply(ctx, m); err != nil {
+		return err
+	}
+	if m.live.After(r.live[m.inst]) {
+		r.live[m.inst] = m.live
+	}
+	if r.c.now().Sub(r.lastLive) < liveEvery {
+		return nil
+	}
+	return r.vouch(ctx)
+}
+
+// vouch tells the tracker up to when every change of the reachable
+// instances is recorded (audit.Input.Live), so its clock may expire leases up
+// to then: not past a hold found gone whose end event has not come, nor
+// while fewer than a quorum of instances are reachable.
+func (r *run) vouch(ctx context.Context) error {
+	if r.reachable() < r.c.cfg.Quorum {
+		return nil
+	}
+	var live time.Time
+	for i, up := range r.up {
+		if up && (live.IsZero() || r.live[i].Before(live)) {
+			live = r.live[i]
+		}
+	}
+	for _, st := range r.c.states {
+		if w := st.oldestWaiting(); !w.IsZero() && w.Before(live) {
+			live = w
+		}
+	}
+	if live.IsZero() || !live.After(r.lastLive) {
+		return nil
+	}
+	if err := r.record(ctx, audit.Input{At: live, Live: true}); err != nil {
+		return err
+	}
+	r.lastLive = live
+	return nil
+}
+
+// apply applies one instance's report.
+func (r *run) apply(ctx context.Context, m instMsg) error {
 	switch m.kind {
 	case msgDown:
 		r.down(m)
@@ -260,7 +313,7 @@ func (r *run) reachable() int {
 
 // record hands one input to the sink, and returns once it is durable.
 func (r *run) record(ctx context.Context, in audit.Input) error {
-	if len(in.Observations) == 0 && in.Blind == nil && !in.Snapshot {
+	if len(in.Observations) == 0 && in.Blind == nil && !in.Snapshot && !in.Live {
 		return nil
 	}
 	in.Source, in.Kind, in.ExpireByClock = r.c.cfg.Name, audit.KindRedis, true
