@@ -26,8 +26,9 @@ type Store interface {
 	// LastEventAt returns, per source name, the time of its newest event.
 	LastEventAt(ctx context.Context) (map[string]time.Time, error)
 
-	// CountLocks returns how many locks match f, ignoring its sort, cursor,
-	// limit and offset.
+	// CountLocks returns how many locks match f, ignoring its sort, cursor and
+	// offset. A positive f.Limit caps the count: a result equal to it means
+	// at least that many.
 	CountLocks(ctx context.Context, f LockFilter) (int, error)
 	// LockCounts returns how many locks there are per source, class and state.
 	LockCounts(ctx context.Context) ([]LockCount, error)

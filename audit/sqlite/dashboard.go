@@ -11,11 +11,10 @@ import (
 )
 
 // LockCounts returns how many locks there are per source, class and state,
-// read from the
-// locks_class_state_expires index rather than the lock rows.
+// from the lock_counts table that triggers on locks keep up to date.
 func (s *Store) LockCounts(ctx context.Context) ([]audit.LockCount, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT source, class, state, count(*) FROM locks
-		GROUP BY source, class, state ORDER BY source, class, state`)
+	rows, err := s.reader.QueryContext(ctx, `SELECT source, class, state, n FROM lock_counts
+		WHERE n > 0 ORDER BY source, class, state`)
 	if err != nil {
 		return nil, fmt.Errorf("count locks: %w", err)
 	}

@@ -77,7 +77,9 @@ func TestLocksSortsAndKeysetPages(t *testing.T) {
 				t.Fatalf("Locks(%+v): %v", tc.f, err)
 			}
 			equal(t, "locks", lockKeys(got), tc.want)
-			n, err := s.CountLocks(ctx, tc.f)
+			cf := tc.f
+			cf.Limit = 0
+			n, err := s.CountLocks(ctx, cf)
 			if err != nil {
 				t.Fatalf("CountLocks: %v", err)
 			}
@@ -114,6 +116,21 @@ func TestLockCounts(t *testing.T) {
 		{Source: "src", Class: audit.ClassHeartbeat, State: audit.StateHeld, N: 1},
 		{Source: "src", Class: audit.ClassLock, State: audit.StateFree, N: 1},
 		{Source: "src", Class: audit.ClassLock, State: audit.StateHeld, N: 5},
+	})
+
+	// The counts follow state changes (kept by triggers, not recomputed).
+	st := heldLock("src", "n0", "h0", 0, 0)
+	st.Lock.State = audit.StateExpired
+	apply(t, s, audit.Batch{Locks: []audit.TrackState{st}})
+	got, err = s.LockCounts(context.Background())
+	if err != nil {
+		t.Fatalf("LockCounts: %v", err)
+	}
+	equal(t, "counts after n0 expired", got, []audit.LockCount{
+		{Source: "src", Class: audit.ClassHeartbeat, State: audit.StateHeld, N: 1},
+		{Source: "src", Class: audit.ClassLock, State: audit.StateExpired, N: 1},
+		{Source: "src", Class: audit.ClassLock, State: audit.StateFree, N: 1},
+		{Source: "src", Class: audit.ClassLock, State: audit.StateHeld, N: 4},
 	})
 }
 

@@ -124,8 +124,12 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 		}
 	}
 	args := append(w.args, limit(f.Limit, defaultLockLimit, maxLockLimit), max(f.Offset, 0))
-	rows, err := tx.QueryContext(ctx, `SELECT `+lockColumns+` FROM locks l`+w.String()+
-		` ORDER BY `+order+` LIMIT ? OFFSET ?`, args...)
+	// The page's ids come from an index alone (every filter and order has a
+	// covering one); only the page's rows are then read, so filters never
+	// drag whole lock rows, tracker state included, through the scan.
+	rows, err := tx.QueryContext(ctx, `SELECT `+lockColumns+` FROM locks l WHERE l.id IN (
+		SELECT l.id FROM locks l`+w.String()+` ORDER BY `+order+` LIMIT ? OFFSET ?)
+		ORDER BY `+order, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list locks: %w", err)
 	}
@@ -173,11 +177,18 @@ func lockWhere(f audit.LockFilter) where {
 	return w
 }
 
-// CountLocks returns how many locks match f's selection.
+// CountLocks returns how many locks match f's selection. With a Limit it
+// stops counting there: a result equal to Limit means at least that many.
 func (s *Store) CountLocks(ctx context.Context, f audit.LockFilter) (int, error) {
 	w := lockWhere(f)
+	q := `SELECT count(*) FROM locks l` + w.String()
+	args := w.args
+	if f.Limit > 0 {
+		q = `SELECT count(*) FROM (SELECT 1 FROM locks l` + w.String() + ` LIMIT ?)`
+		args = append(args, f.Limit)
+	}
 	var n int
-	if err := s.reader.QueryRowContext(ctx, `SELECT count(*) FROM locks l`+w.String(), w.args...).Scan(&n); err != nil {
+	if err := s.reader.QueryRowContext(ctx, q, args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count locks: %w", err)
 	}
 	return n, nil
@@ -236,7 +247,14 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 		w.add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
 	}
 	args := append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
-	rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+` FROM events e`+w.String()+
+	from := ` FROM events e`
+	if f.Kind != "" {
+		// Without statistics the planner may walk the lock's whole timeline
+		// for the order and test each row's kind; a rare kind among millions
+		// of renewals must be one index range.
+		from = ` FROM events e INDEXED BY events_lock_kind_at`
+	}
+	rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+from+w.String()+
 		` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list events of lock %d: %w", lockID, err)
@@ -285,14 +303,16 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 		// its end that were still running at its end (or are still held).
 		// Each part is one index range, however long the lock's history.
 		rows, err = tx.QueryContext(ctx, `SELECT `+tenureColumns+` FROM tenures t
-			WHERE t.lock_id = ?1 AND t.seq IN (
-				SELECT seq FROM tenures WHERE lock_id = ?1 AND ended_at BETWEEN ?2 AND ?3 AND granted_at <= ?3
+			WHERE t.lock_id = ?1 AND t.granted_at <= ?3 AND t.seq IN (
+				SELECT seq FROM tenures WHERE lock_id = ?1 AND ended_at BETWEEN ?2 AND ?3
 				UNION
 				SELECT seq FROM (SELECT seq, ended_at FROM tenures WHERE lock_id = ?1 AND granted_at <= ?3
 					ORDER BY granted_at DESC LIMIT 64)
 				WHERE ended_at IS NULL OR ended_at = 0 OR ended_at > ?3
 				UNION
-				SELECT seq FROM tenures WHERE lock_id = ?1 AND (ended_at IS NULL OR ended_at = 0) AND granted_at <= ?3)
+				SELECT seq FROM tenures WHERE lock_id = ?1 AND ended_at IS NULL
+				UNION
+				SELECT seq FROM tenures WHERE lock_id = ?1 AND ended_at = 0)
 			ORDER BY t.seq DESC LIMIT ?4`, lockID, f.From.UnixNano(), to, lim)
 	}
 	if err != nil {
@@ -330,11 +350,25 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 		w.add("l.source = ?", f.Source)
 	}
 	if f.Overlapping {
-		if !f.To.IsZero() {
-			w.add("f.at <= ?", f.To.UnixNano())
-		}
-		if !f.From.IsZero() {
-			w.add("coalesce(f.until, f.at) >= ?", f.From.UnixNano())
+		switch {
+		case f.LockID != 0 && !f.From.IsZero():
+			// Those that start in the window, and those that started
+			// before it and last into it: two index ranges, however many
+			// findings the lock has.
+			to := int64(math.MaxInt64)
+			if !f.To.IsZero() {
+				to = f.To.UnixNano()
+			}
+			w.add(`f.id IN (SELECT id FROM findings WHERE lock_id = ? AND at BETWEEN ? AND ?
+				UNION SELECT id FROM findings WHERE lock_id = ? AND until >= ? AND at < ?)`,
+				f.LockID, f.From.UnixNano(), to, f.LockID, f.From.UnixNano(), f.From.UnixNano())
+		default:
+			if !f.To.IsZero() {
+				w.add("f.at <= ?", f.To.UnixNano())
+			}
+			if !f.From.IsZero() {
+				w.add("coalesce(f.until, f.at) >= ?", f.From.UnixNano())
+			}
 		}
 	} else {
 		w.window("f.at", f.TimeFilter)
