@@ -31,3 +31,10 @@ type Collector interface {
 	// calls ready once it sees the backend, after its first snapshot is durable.
 	Run(ctx context.Context, sink Sink, ready func()) error
 }
+
+// Degrader is implemented by collectors that can fall back to seeing their
+// backend less well (Redis polling where keyspace notifications cannot be
+// enabled). Degraded returns why, or "" while the collector sees everything.
+type Degrader interface {
+	Degraded() string
+}

@@ -125,13 +125,18 @@ func (r *Runner) Run(ctx context.Context) {
 // Sources returns every collector's health, in the order the collectors were
 // given: State is up from the run's ready call until the run ends;
 // BlindSince is when it last went down (zero while up); Error is the last
-// failure's message, kept after a recovery so the cause stays visible.
+// failure's message, kept after a recovery so the cause stays visible;
+// Degraded comes from collectors that implement Degrader.
 func (r *Runner) Sources() []audit.Source {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	out := make([]audit.Source, 0, len(r.collectors))
 	for _, c := range r.collectors {
-		out = append(out, *r.states[c.Name()])
+		src := *r.states[c.Name()]
+		if d, ok := c.(Degrader); ok {
+			src.Degraded = d.Degraded()
+		}
+		out = append(out, src)
 	}
 	return out
 }

@@ -477,3 +477,30 @@ func TestNewRunnerRejects(t *testing.T) {
 		t.Fatal("registering the metrics twice succeeded, want an error")
 	}
 }
+
+// degrading is a collector that reports seeing its backend less well.
+type degrading struct {
+	scripted
+	reason string
+}
+
+func (d *degrading) Degraded() string { return d.reason }
+
+func TestRunnerReportsDegradedCollectors(t *testing.T) {
+	plain := &scripted{name: "plain", steps: []func(context.Context, func()) error{stayUp}}
+	polled := &degrading{scripted: scripted{name: "polled", steps: []func(context.Context, func()) error{stayUp}}, reason: "CONFIG is not permitted: polling"}
+	r, err := NewRunner(nopSink{}, []Collector{plain, polled}, RunnerConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, r)
+	eventually(t, 5*time.Second, "both collectors up", func() bool {
+		return source(t, r, "plain").State == audit.SourceUp && source(t, r, "polled").State == audit.SourceUp
+	})
+	if got := source(t, r, "polled").Degraded; got != polled.reason {
+		t.Fatalf("polled.Degraded = %q, want %q", got, polled.reason)
+	}
+	if got := source(t, r, "plain").Degraded; got != "" {
+		t.Fatalf("plain.Degraded = %q, want empty", got)
+	}
+}
