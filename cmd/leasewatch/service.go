@@ -19,6 +19,7 @@ import (
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes"
+	"github.com/leasewatch/leasewatch/collectors/redis"
 	"github.com/leasewatch/leasewatch/web"
 )
 
@@ -101,6 +102,18 @@ func newCollector(sc config.SourceConfig, cli *clientv3.Client, logger *slog.Log
 			return etcd.NewWithClient(ec, cli, logger)
 		}
 		return etcd.New(ec, logger)
+	case audit.KindRedis:
+		rc := redis.Config{
+			Name: sc.Name, Addrs: sc.Addrs, Quorum: sc.Quorum, DB: sc.DB,
+			Username: sc.Username, Password: sc.Password, Patterns: sc.Patterns,
+		}
+		if sc.Addr != "" {
+			rc.Addrs = []string{sc.Addr}
+		}
+		if sc.Token != nil {
+			rc.Token = redis.TokenRule{CounterKey: sc.Token.CounterKey, ValuePattern: sc.Token.ValuePattern}
+		}
+		return redis.New(rc, logger)
 	case audit.KindKubernetes:
 		return kubernetes.New(kubernetes.Config{
 			Name: sc.Name, Kubeconfig: sc.Kubeconfig, Context: sc.Context,

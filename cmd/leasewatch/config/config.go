@@ -40,11 +40,13 @@ type SourceConfig struct {
 	Name string `yaml:"name"`
 	Kind string `yaml:"kind"`
 
+	// etcd and redis credentials
+	Username string `yaml:"username"`
+	Password string `yaml:"password"`
+
 	// etcd
 	Endpoints []string `yaml:"endpoints"`
 	Prefixes  []string `yaml:"prefixes"`
-	Username  string   `yaml:"username"`
-	Password  string   `yaml:"password"`
 
 	// kubernetes
 	Kubeconfig          string   `yaml:"kubeconfig"`
@@ -54,7 +56,9 @@ type SourceConfig struct {
 
 	// redis
 	Addr     string          `yaml:"addr"`
-	Addrs    []string        `yaml:"addrs"`
+	Addrs    []string        `yaml:"addrs"`  // several instances: Redlock
+	Quorum   int             `yaml:"quorum"` // Redlock quorum; default len(addrs)/2+1
+	DB       int             `yaml:"db"`
 	Patterns []string        `yaml:"patterns"`
 	Token    *RedisTokenRule `yaml:"token"`
 }
@@ -73,7 +77,7 @@ const (
 )
 
 // supportedKinds are the source kinds this build has collectors for.
-var supportedKinds = map[audit.SourceKind]bool{audit.KindEtcd: true, audit.KindKubernetes: true}
+var supportedKinds = map[audit.SourceKind]bool{audit.KindEtcd: true, audit.KindKubernetes: true, audit.KindRedis: true}
 
 // Load reads and validates the configuration file at path.
 func Load(path string) (*Config, error) {
@@ -177,7 +181,7 @@ func (s *SourceConfig) validate() error {
 		return fmt.Errorf("kind: %q is not one of etcd, kubernetes, redis", s.Kind)
 	}
 	if !supportedKinds[kind] {
-		return fmt.Errorf("kind: %q sources are not supported by this version yet (supported: etcd, kubernetes)", s.Kind)
+		return fmt.Errorf("kind: %q sources are not supported by this version yet (supported: etcd, kubernetes, redis)", s.Kind)
 	}
 	switch kind {
 	case audit.KindEtcd:
@@ -195,6 +199,28 @@ func (s *SourceConfig) validate() error {
 		for i, p := range s.Prefixes {
 			if strings.TrimSpace(p) == "" {
 				return fmt.Errorf("prefixes[%d]: must not be empty", i)
+			}
+		}
+	case audit.KindRedis:
+		switch {
+		case s.Addr == "" && len(s.Addrs) == 0:
+			return errors.New("addr: required (or addrs, for Redlock over several instances)")
+		case s.Addr != "" && len(s.Addrs) > 0:
+			return errors.New("addrs: give addr or addrs, not both")
+		case s.Quorum != 0 && len(s.Addrs) == 0:
+			return errors.New("quorum: applies only to addrs (Redlock)")
+		case s.Quorum != 0 && (s.Quorum <= len(s.Addrs)/2 || s.Quorum > len(s.Addrs)):
+			return fmt.Errorf("quorum: %d must be more than half of the %d addrs and at most all of them", s.Quorum, len(s.Addrs))
+		case s.DB < 0:
+			return fmt.Errorf("db: %d is negative", s.DB)
+		case len(s.Patterns) == 0:
+			return errors.New(`patterns: at least one key pattern is required, e.g. ["lock:*"]`)
+		case s.Token != nil && s.Token.CounterKey != "" && s.Token.ValuePattern != "":
+			return errors.New("token: give counter_key or value_pattern, not both")
+		}
+		for i, p := range s.Patterns {
+			if strings.TrimSpace(p) == "" {
+				return fmt.Errorf("patterns[%d]: must not be empty", i)
 			}
 		}
 	case audit.KindKubernetes:

@@ -20,6 +20,21 @@ sources:
     kind: etcd
     endpoints: ["127.0.0.1:2379"]
     prefixes: ["/locks/", "/election/"]
+  - name: cluster-a
+    kind: kubernetes
+    kubeconfig: ~/.kube/config
+    namespaces: []
+    heartbeat_namespaces: [kube-node-lease]
+  - name: cache
+    kind: redis
+    addr: 127.0.0.1:6379
+    patterns: ["lock:*"]
+    token: {counter_key: "{key}:fence"}
+  - name: cache-redlock
+    kind: redis
+    addrs: ["127.0.0.1:6379", "127.0.0.1:6380", "127.0.0.1:6381"]
+    patterns: ["lock:*"]
+    token: {value_pattern: '^(?P<token>\d+):(?P<holder>.+)$'}
 `))
 	if err != nil {
 		t.Fatalf("ParseConfig: %v", err)
@@ -29,6 +44,15 @@ sources:
 	}
 	if s := cfg.Sources[0]; s.Name != "prod-etcd" || len(s.Prefixes) != 2 || s.Endpoints[0] != "127.0.0.1:2379" {
 		t.Fatalf("source = %+v", s)
+	}
+	if s := cfg.Sources[1]; s.Kubeconfig != "~/.kube/config" || s.Namespaces == nil || len(s.Namespaces) != 0 || s.HeartbeatNamespaces[0] != "kube-node-lease" {
+		t.Fatalf("kubernetes source = %+v", s)
+	}
+	if s := cfg.Sources[2]; s.Addr != "127.0.0.1:6379" || s.Token.CounterKey != "{key}:fence" {
+		t.Fatalf("redis source = %+v", s)
+	}
+	if s := cfg.Sources[3]; len(s.Addrs) != 3 || s.Token.ValuePattern != `^(?P<token>\d+):(?P<holder>.+)$` {
+		t.Fatalf("redlock source = %+v", s)
 	}
 }
 
@@ -56,7 +80,12 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"MissingName", "sources:\n  - kind: etcd\n", "sources[0].name"},
 		{"SlashInName", "sources:\n  - name: a/b\n    kind: etcd\n", "sources[0].name"},
 		{"UnknownKind", "sources:\n  - name: x\n    kind: zookeeper\n", "sources[0].kind"},
-		{"KindNotYetSupported", "sources:\n  - name: x\n    kind: redis\n    addr: 127.0.0.1:6379\n", "sources[0].kind"},
+		{"UnknownTokenRuleField", "sources:\n  - name: r\n    kind: redis\n    addr: a:1\n    patterns: [\"l:*\"]\n    token: {counter: \"{key}:f\"}\n", "sources[0].token.counter"},
+		{"RedisNoAddr", "sources:\n  - name: r\n    kind: redis\n    patterns: [\"lock:*\"]\n", "sources[0].addr"},
+		{"RedisAddrAndAddrs", "sources:\n  - name: r\n    kind: redis\n    addr: a:1\n    addrs: [\"b:1\"]\n    patterns: [\"l:*\"]\n", "sources[0].addrs"},
+		{"RedisNoPatterns", "sources:\n  - name: r\n    kind: redis\n    addr: a:1\n", "sources[0].patterns"},
+		{"RedisQuorumTooSmall", "sources:\n  - name: r\n    kind: redis\n    addrs: [\"a:1\", \"b:1\", \"c:1\"]\n    quorum: 1\n    patterns: [\"l:*\"]\n", "sources[0].quorum"},
+		{"RedisTwoTokenRules", "sources:\n  - name: r\n    kind: redis\n    addr: a:1\n    patterns: [\"l:*\"]\n    token: {counter_key: \"{key}:f\", value_pattern: \"x\"}\n", "sources[0].token"},
 		{"BadNamespace", "sources:\n  - name: k\n    kind: kubernetes\n    namespaces: [\"Kube_System\"]\n", "sources[0].namespaces[0]"},
 		{"BadHeartbeatNamespace", "sources:\n  - name: k\n    kind: kubernetes\n    heartbeat_namespaces: [\"\"]\n", "sources[0].heartbeat_namespaces[0]"},
 		{"NoEndpoints", "sources:\n  - name: x\n    kind: etcd\n    prefixes: [\"/l/\"]\n", "sources[0].endpoints"},
