@@ -134,6 +134,24 @@ func TestLockCounts(t *testing.T) {
 	})
 }
 
+// Lock rows made bare (by an event) and by tracker state, one batch after
+// another, all count.
+func TestLockCountsAcrossBatches(t *testing.T) {
+	s, _ := openStore(t)
+	for i := range 3 {
+		apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "src", Name: fmt.Sprint("bare", i)}, Kind: audit.EventGrant, At: at(i)}}})
+		apply(t, s, audit.Batch{Locks: []audit.TrackState{heldLock("src", fmt.Sprint("held", i), "h", 1, i)}})
+	}
+	got, err := s.LockCounts(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "counts", got, []audit.LockCount{
+		{Source: "src", Class: audit.ClassLock, State: audit.StateFree, N: 3},
+		{Source: "src", Class: audit.ClassLock, State: audit.StateHeld, N: 3},
+	})
+}
+
 func TestEventsBeforeCursorPagesBack(t *testing.T) {
 	s, _ := openStore(t)
 	ctx := context.Background()
