@@ -134,13 +134,15 @@ func TestLockCounts(t *testing.T) {
 	})
 }
 
-// Lock rows made bare (by an event) and by tracker state, one batch after
-// another, all count.
+// Lock rows made bare (by an event), then given state by the tracker, one
+// batch after another, all count: the update moves a lock between counts
+// that already exist.
 func TestLockCountsAcrossBatches(t *testing.T) {
 	s, _ := openStore(t)
 	for i := range 3 {
 		apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "src", Name: fmt.Sprint("bare", i)}, Kind: audit.EventGrant, At: at(i)}}})
-		apply(t, s, audit.Batch{Locks: []audit.TrackState{heldLock("src", fmt.Sprint("held", i), "h", 1, i)}})
+		apply(t, s, audit.Batch{Locks: []audit.TrackState{heldLock("src", fmt.Sprint("bare", i), "h", 1, i)}})
+		apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "src", Name: fmt.Sprint("free", i)}, Kind: audit.EventGrant, At: at(i)}}})
 	}
 	got, err := s.LockCounts(context.Background())
 	if err != nil {
