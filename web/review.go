@@ -28,7 +28,7 @@ import (
 // Caps of one review from the dashboard.
 const (
 	reviewMaxLocks     = review.DefaultMaxLocks
-	reviewMaxHandovers = 200 // per lock on the page and in its exports
+	reviewMaxHandovers = 100 // per lock on the page and in its exports; the newest are kept
 )
 
 // reviewQuery reads a review request's query string. It resolves the default
