@@ -3,12 +3,13 @@
 // Components receive plain view models that the web package builds: every
 // value is already formatted, so views hold no logic beyond layout. Backend
 // data (lock names, holders, resources, event details) is untrusted and is only
-// ever written through templ's escaping.
+// ever written through templ's escaping, in HTML and in SVG alike.
 package views
 
 import (
 	"fmt"
 	"net/url"
+	"strconv"
 
 	"github.com/a-h/templ"
 )
@@ -18,8 +19,10 @@ type Nav string
 
 // Sections of the navigation bar.
 const (
+	NavOverview Nav = "overview"
 	NavLocks    Nav = "locks"
 	NavFindings Nav = "findings"
+	NavReview   Nav = "review"
 	NavSources  Nav = "sources"
 )
 
@@ -28,27 +31,86 @@ const (
 type Stamp struct {
 	Text string
 	ISO  string
+	Ago  string // "3m ago", for pages that show recency; may be empty
+}
+
+// Link is a labelled URL; Current marks the choice in effect.
+type Link struct {
+	Label   string
+	URL     string
+	Current bool
+}
+
+// Live makes a region refresh itself with htmx: the page's own URL is fetched
+// every Every seconds and the region with the same id swapped in. Without
+// JavaScript the region shows a plain refresh link instead.
+type Live struct {
+	ID    string
+	URL   string
+	Every int // seconds; 0 disables polling
+}
+
+// OverviewPage is the landing page: what is held now, what is about to
+// expire, the last day's findings and the sources' health.
+type OverviewPage struct {
+	Live        Live
+	Now         Stamp
+	Counts      OverviewCounts
+	Held        []LockRow // most recently acquired first
+	NearExpiry  []LockRow // least lease left first
+	Margin      string    // the renew margin, e.g. "25%"
+	Severities  []SeverityCount
+	Findings    []FindingRow // the last day's newest findings, newest first
+	Sources     []SourceRow
+	HeldURL     string
+	NearURL     string
+	FindingsURL string
+}
+
+// OverviewCounts are the headline numbers.
+type OverviewCounts struct {
+	Locks, Held, Free, Expired, NearExpiry, Heartbeats int
+	Findings24h                                        int
+	SourcesDown                                        int
+}
+
+// SeverityCount is the number of findings of one severity, linked to them.
+type SeverityCount struct {
+	Severity string
+	N        int
+	URL      string
 }
 
 // LocksPage is the locks table with its filter form.
 type LocksPage struct {
-	Filter    LockFilter
-	Sources   []string // choices for the source filter
-	Locks     []LockRow
-	Truncated bool // more locks matched than the page shows
-	Limit     int
-	Now       Stamp
+	Filter  LockFilter
+	Sources []string // choices for the source filter
+	Kinds   []string
+	Locks   []LockRow
+	Total   int // locks matching the filter
+	// TotalAtLeast says Total is a lower bound (searches count so far only).
+	TotalAtLeast bool
+	Truncated    bool // more locks follow this page
+	Limit        int
+	Now          Stamp
+	Sorts        []Link // column orders, the current one marked
+	First        string // URL of the first page; empty on it
+	Prev         string // URL of the previous page; empty when none
+	Next         string // URL of the next page; empty when none
 }
 
 // LockFilter is the locks page's filter form as submitted.
 type LockFilter struct {
 	Source string
+	Kind   string
 	Q      string
 	Class  string // "" (locks only), "lock", "heartbeat" or "all"
 	State  string
+	Holder string
+	Sort   string
 }
 
-// LockRow is one row of the locks table.
+// LockRow is one row of a locks table.
 type LockRow struct {
 	ID         int64
 	Source     string
@@ -56,24 +118,51 @@ type LockRow struct {
 	Class      string
 	State      string
 	Holder     string
+	HolderURL  string // the locks list filtered to this holder
 	Token      string
 	Acquired   Stamp
 	Renewed    Stamp
+	Changed    Stamp
 	ExpiresIn  string
+	LeftPct    int  // lease left in percent, 0..100, for the margin bar; -1 unknown
 	NearExpiry bool // held, with less than the renew margin of its lease left
 }
 
-// LockPage is one lock: its current state, tenures, findings and recent events.
+// LockPage is one lock: its current state, holder timeline, tenures,
+// findings and events within the chosen window.
 type LockPage struct {
 	Lock            LockSummary
+	Live            Live // empty for a fixed (custom) window
+	Window          WindowNav
+	Timeline        Timeline
 	Tenures         []TenureRow // newest first
 	TenuresTrimmed  bool
 	Findings        []FindingRow // newest first
 	FindingsTrimmed bool
+	FindingsURL     string
 	Events          []EventRow // newest first
-	EventsTrimmed   bool
 	EventFilter     EventFilter
 	EventKinds      []string
+	EventsNewer     string // URL of the newest events page; empty on it
+	EventsOlder     string // URL of the next (older) events page; empty when none
+	ReviewURL       string // the incident review of this lock in this window; empty if none
+}
+
+// WindowNav is the time window control of the lock page.
+type WindowNav struct {
+	From, To   Stamp
+	FromInput  string // for the custom form, in the page's zone
+	ToInput    string
+	Zone       string // "UTC" or a zone name
+	Presets    []Link // 15m, 1h, ...
+	Earlier    string
+	Later      string
+	ZoomIn     string
+	ZoomOut    string
+	Zones      []Link  // UTC and local
+	Hidden     []Field // query parameters the custom form keeps
+	Custom     bool
+	Refreshing bool // the window ends now and follows it
 }
 
 // EventFilter is the lock page's event filter as submitted.
@@ -98,6 +187,7 @@ type LockSummary struct {
 	Renewed       Stamp
 	Expires       Stamp
 	ExpiresIn     string
+	LeftPct       int
 	NearExpiry    bool
 	Changed       Stamp
 }
@@ -115,6 +205,7 @@ type TenureRow struct {
 	Expires       Stamp
 	Ended         Stamp
 	End           string // "held" while held
+	ZoomURL       string // the timeline window around this tenure
 }
 
 // EventRow is one recorded event of a lock.
@@ -142,38 +233,50 @@ type FindingsPage struct {
 	Filter     FindingFilter
 	Kinds      []string
 	Severities []string
+	Sources    []string
 	Findings   []FindingRow // newest first
 	Truncated  bool
 	Limit      int
+	First      string // URL of the newest page; empty on it
+	Older      string // URL of the next (older) page; empty when none
 }
 
 // FindingFilter is the findings page's filter form as submitted.
 type FindingFilter struct {
 	Kind     string
 	Severity string
-	Lock     string // lock id, kept so a link from a lock page stays scoped
+	Source   string
+	Lock     string // lock id or SOURCE/NAME, kept so a link from a lock page stays scoped
 	Resource string
+	From     string
+	To       string
 }
 
 // FindingRow is one finding.
 type FindingRow struct {
-	ID       int64
-	LockID   int64
-	Lock     string // SOURCE/NAME
-	Kind     string
-	Severity string
-	At       Stamp
-	Until    Stamp
-	Duration string
-	Summary  string
-	Tokens   string
-	Holders  string
-	Resource string
+	ID          int64
+	LockID      int64
+	Lock        string // SOURCE/NAME
+	Kind        string
+	Severity    string
+	At          Stamp
+	Until       Stamp
+	Duration    string
+	Summary     string
+	Tokens      string
+	Holders     string
+	Resource    string
+	TimelineURL string // the lock's timeline centred on the finding
 }
 
-// SourcesPage lists configured sources and their collectors' health.
+// SourcesPage lists configured sources, their collectors' health and their
+// blind windows.
 type SourcesPage struct {
+	Live    Live
+	Now     Stamp
 	Sources []SourceRow
+	Blinds  []BlindRow // newest first
+	Since   Stamp      // blind windows are listed from here on
 }
 
 // SourceRow is one source's health.
@@ -182,8 +285,26 @@ type SourceRow struct {
 	Kind       string
 	State      string
 	LastEvent  Stamp
+	Lag        string // time since the last event
+	Cursor     string // the collector's resume position
+	CursorAt   Stamp
 	BlindSince Stamp
+	Blinds     int // blind windows in the listed period
+	Degraded   string
 	Error      string
+	Locks      int
+	LocksURL   string
+	BlindsURL  string
+}
+
+// BlindRow is one interval over which a source's collector was blind.
+type BlindRow struct {
+	Source      string
+	From, To    Stamp
+	Duration    string
+	Reason      string
+	Locks       int
+	FindingsURL string
 }
 
 // ErrorPage is shown when an HTML request fails.
@@ -203,10 +324,32 @@ func lockFindingsURL(id int64) templ.SafeURL {
 	return templ.SafeURL("/findings?" + url.Values{"lock": {fmt.Sprint(id)}}.Encode())
 }
 
+// safe marks a URL the web package built from its own route and encoded
+// query values as safe to use in href. Only relative URLs are accepted; any
+// other value becomes "#".
+func safe(u string) templ.SafeURL {
+	if u == "" || (u[0] != '/' && u[0] != '?' && u[0] != '#') || (len(u) > 1 && u[0] == '/' && u[1] == '/') {
+		return "#"
+	}
+	return templ.SafeURL(u)
+}
+
 // dash stands in for an empty value.
 func dash(s string) string {
 	if s == "" {
 		return "—"
 	}
 	return s
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }
+
+func i64(n int64) string { return strconv.FormatInt(n, 10) }
+
+// plural returns "1 lock" or "3 locks".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
 }

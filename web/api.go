@@ -22,6 +22,7 @@ type sourceJSON struct {
 	LastEventAt *string          `json:"last_event_at"`
 	BlindSince  *string          `json:"blind_since"`
 	Error       string           `json:"error"`
+	Degraded    string           `json:"degraded"` // why the collector sees less than it could; "" when it does not
 }
 
 type lockJSON struct {
@@ -203,6 +204,7 @@ func (s *Server) handleAPISources(c echo.Context) error {
 			LastEventAt: jsonTime(src.LastEventAt),
 			BlindSince:  jsonTime(src.BlindSince),
 			Error:       src.Error,
+			Degraded:    src.Degraded,
 		})
 	}
 	return c.JSON(http.StatusOK, map[string]any{"sources": out})

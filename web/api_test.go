@@ -19,7 +19,7 @@ func TestAPISources(t *testing.T) {
 	}
 	// Ordered by name: cluster-a, prod-etcd.
 	a, p := sources[0], sources[1]
-	wantKeys(t, "source", a, "name", "kind", "state", "last_event_at", "blind_since", "error")
+	wantKeys(t, "source", a, "name", "kind", "state", "last_event_at", "blind_since", "error", "degraded")
 	if a["name"] != "cluster-a" || a["kind"] != "kubernetes" || a["state"] != "down" || a["error"] != "connection refused" {
 		t.Errorf("cluster-a = %v", a)
 	}

@@ -2,10 +2,12 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -18,13 +20,23 @@ import (
 	"github.com/leasewatch/leasewatch/views"
 )
 
-// How much each page shows at most. Lists beyond these say so and point at
-// filters.
+// How much each page shows at most. Longer lists page by keyset.
 const (
-	pageLocks    = 1000
-	pageEvents   = 200
-	pageTenures  = 100
-	pageFindings = 500
+	pageLocks         = 100
+	pageEvents        = 50
+	pageTenures       = 100
+	pageFindings      = 100
+	lockPageFindings  = 200
+	timelineTenures   = 2000
+	timelineRenewals  = 3000
+	timelineWrites    = 400
+	overviewList      = 10
+	overviewFindings  = 10
+	searchCountCap    = 1000
+	sourcesBlindLimit = 200
+	// Live regions poll this often (seconds).
+	refreshOverview = 5
+	refreshLock     = 10
 )
 
 // render writes a templ component as an HTML response. It renders into a
@@ -36,6 +48,119 @@ func render(c echo.Context, status int, comp templ.Component) error {
 		return fmt.Errorf("render %s: %w", c.Path(), err)
 	}
 	return c.HTMLBlob(status, buf.Bytes())
+}
+
+// withQuery returns path with q's parameters, changed by set (an empty
+// value removes the parameter).
+func withQuery(path string, q url.Values, set ...string) string {
+	v := url.Values{}
+	for k, vs := range q {
+		v[k] = slices.Clone(vs)
+	}
+	for i := 0; i+1 < len(set); i += 2 {
+		if set[i+1] == "" {
+			v.Del(set[i])
+		} else {
+			v.Set(set[i], set[i+1])
+		}
+	}
+	if len(v) == 0 {
+		return path
+	}
+	return path + "?" + v.Encode()
+}
+
+func (s *Server) handleOverview(c echo.Context) error {
+	ctx := c.Request().Context()
+	now := s.now()
+	loc, err := parseZone(c.QueryParams())
+	if err != nil {
+		return err
+	}
+	counts, err := s.store.LockCounts(ctx)
+	if err != nil {
+		return err
+	}
+	p := views.OverviewPage{
+		Live:        views.Live{ID: "overview", URL: c.Request().URL.RequestURI(), Every: refreshOverview},
+		Now:         stampIn(now, loc),
+		Margin:      strconv.Itoa(int(s.margin*100+0.5)) + "%",
+		HeldURL:     "/locks?state=held&sort=changed",
+		NearURL:     "/locks?state=held&sort=margin",
+		FindingsURL: "/findings?" + url.Values{"from": {now.Add(-24 * time.Hour).UTC().Format(time.RFC3339)}}.Encode(),
+	}
+	perSource := map[string]int{}
+	for _, n := range counts {
+		if n.Class == audit.ClassHeartbeat {
+			p.Counts.Heartbeats += n.N
+			perSource[n.Source] += n.N
+			continue
+		}
+		perSource[n.Source] += n.N
+		p.Counts.Locks += n.N
+		switch n.State {
+		case audit.StateHeld:
+			p.Counts.Held += n.N
+		case audit.StateExpired:
+			p.Counts.Expired += n.N
+		default:
+			p.Counts.Free += n.N
+		}
+	}
+
+	held, err := s.store.Locks(ctx, audit.LockFilter{Class: audit.ClassLock, State: audit.StateHeld, Sort: audit.SortChanged, Limit: overviewList})
+	if err != nil {
+		return err
+	}
+	for _, l := range held {
+		p.Held = append(p.Held, s.lockRow(l, now, loc))
+	}
+	if s.margin > 0 {
+		nf := audit.LockFilter{Class: audit.ClassLock, ExpiringBy: s.margin, ExpiringAt: now, Sort: audit.SortExpiry, Limit: overviewList}
+		near, err := s.store.Locks(ctx, nf)
+		if err != nil {
+			return err
+		}
+		for _, l := range near {
+			p.NearExpiry = append(p.NearExpiry, s.lockRow(l, now, loc))
+		}
+		if p.Counts.NearExpiry = len(near); len(near) == overviewList {
+			nf.Limit = 0
+			if p.Counts.NearExpiry, err = s.store.CountLocks(ctx, nf); err != nil {
+				return err
+			}
+		}
+	}
+
+	day := audit.TimeFilter{From: now.Add(-24 * time.Hour), To: now}
+	sev, err := s.store.FindingCounts(ctx, day)
+	if err != nil {
+		return err
+	}
+	for _, v := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning, audit.SeverityInfo} {
+		p.Counts.Findings24h += sev[v]
+		p.Severities = append(p.Severities, views.SeverityCount{Severity: string(v), N: sev[v],
+			URL: "/findings?" + url.Values{"severity": {string(v)}, "from": {day.From.UTC().Format(time.RFC3339)}}.Encode()})
+	}
+	findings, err := s.store.Findings(ctx, audit.FindingFilter{TimeFilter: audit.TimeFilter{From: day.From, Limit: overviewFindings}})
+	if err != nil {
+		return err
+	}
+	for _, f := range slices.Backward(findings) {
+		p.Findings = append(p.Findings, findingRow(f, loc))
+	}
+
+	rows, err := s.sourceRows(ctx, now, loc, day.From, perSource)
+	if err != nil {
+		return err
+	}
+	p.Sources = rows
+	for _, r := range rows {
+		if r.State != audit.SourceUp {
+			p.Counts.SourcesDown++
+		}
+	}
+	return render(c, http.StatusOK, views.Overview(p))
 }
 
 func (s *Server) handleLocksPage(c echo.Context) error {
@@ -56,61 +181,182 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 	default:
 		return audit.Errorf(audit.EINVALID, `class: must be "lock", "heartbeat" or "all"`)
 	}
+	if k := audit.SourceKind(q.Get("kind")); k != "" {
+		if !k.Valid() {
+			return audit.Errorf(audit.EINVALID, `kind: must be "etcd", "kubernetes" or "redis"`)
+		}
+		lq.Kind = k
+	}
+	lq.Holder = q.Get("holder")
+	sortName := q.Get("sort")
+	switch sortName {
+	case "", "name":
+		lq.Sort = audit.SortName
+	case "changed":
+		lq.Sort = audit.SortChanged
+	case "margin":
+		// Lease left only means something for held locks.
+		lq.Sort = audit.SortExpiry
+		if lq.State == "" {
+			lq.State = audit.StateHeld
+		}
+	default:
+		return audit.Errorf(audit.EINVALID, `sort: must be "name", "changed" or "margin"`)
+	}
+	if lq.After, err = parseOptionalID(q, "after"); err != nil {
+		return err
+	}
+	if lq.Before, err = parseOptionalID(q, "before"); err != nil {
+		return err
+	}
+	loc, err := parseZone(q)
+	if err != nil {
+		return err
+	}
 	limit := lq.Limit
 	if limit == 0 {
 		limit = pageLocks
 	}
+	limit = min(limit, 1000)
 	lq.Limit = limit + 1
 
 	ctx := c.Request().Context()
-	locks, err := s.locks(ctx, lq)
-	if err != nil {
-		return err
+	var (
+		locks            []audit.Lock
+		hasPrev, hasNext bool
+		total            int
+		atLeast          bool
+	)
+	windowed := !lq.Window.From.IsZero() || !lq.Window.To.IsZero()
+	if windowed {
+		// Selecting by last change is not indexed: one bounded page.
+		lq.After, lq.Before = 0, 0
+		if locks, err = s.locks(ctx, lq); err != nil {
+			return err
+		}
+		total = len(locks)
+	} else {
+		if locks, err = s.store.Locks(ctx, lq.LockFilter); err != nil {
+			return err
+		}
+		if lq.After == 0 && lq.Before == 0 && len(locks) <= limit {
+			total = len(locks) // the whole list fits this page
+		} else {
+			cf := lq.LockFilter
+			cf.Limit = 0
+			if cf.Q != "" {
+				// A substring is tested on every index entry: count
+				// only so far.
+				cf.Limit = searchCountCap
+			}
+			if total, err = s.store.CountLocks(ctx, cf); err != nil {
+				return err
+			}
+			atLeast = cf.Limit > 0 && total == cf.Limit
+		}
 	}
-	truncated := len(locks) > limit
-	if truncated {
-		locks = locks[:limit]
+	if len(locks) > limit {
+		if lq.Before != 0 {
+			locks, hasPrev = locks[1:], true
+		} else {
+			locks, hasNext = locks[:limit], true
+		}
 	}
-	sources, err := s.sourceHealth(ctx)
-	if err != nil {
-		return err
+	if lq.Before != 0 {
+		hasNext = true
+	}
+	if lq.After != 0 {
+		hasPrev = true
 	}
 
 	now := s.now()
 	p := views.LocksPage{
 		Filter: views.LockFilter{
 			Source: lq.Source,
+			Kind:   string(lq.Kind),
 			Q:      lq.Q,
 			Class:  class,
 			State:  string(lq.State),
+			Holder: lq.Holder,
+			Sort:   sortName,
 		},
-		Truncated: truncated,
-		Limit:     limit,
-		Now:       stamp(now),
+		Total:        total,
+		TotalAtLeast: atLeast,
+		Truncated:    hasNext,
+		Limit:        limit,
+		Now:          stampIn(now, loc),
+		Kinds:        []string{string(audit.KindEtcd), string(audit.KindKubernetes), string(audit.KindRedis)},
 	}
-	for _, src := range sources {
-		p.Sources = append(p.Sources, src.Name)
+	for _, o := range []struct{ key, label string }{{"name", "Name"}, {"changed", "Last change"}, {"margin", "Lease left"}} {
+		cur := sortName == o.key || (sortName == "" && o.key == "name")
+		p.Sorts = append(p.Sorts, views.Link{Label: o.label, Current: cur,
+			URL: withQuery("/locks", q, "sort", o.key, "after", "", "before", "")})
 	}
+	if len(locks) > 0 {
+		if hasNext {
+			p.Next = withQuery("/locks", q, "after", strconv.FormatInt(locks[len(locks)-1].ID, 10), "before", "")
+		}
+		if hasPrev {
+			p.Prev = withQuery("/locks", q, "before", strconv.FormatInt(locks[0].ID, 10), "after", "")
+		}
+	}
+	if lq.After != 0 || lq.Before != 0 {
+		p.First = withQuery("/locks", q, "after", "", "before", "")
+	}
+	p.Sources = s.sourceNames()
 	if lq.Source != "" && !slices.Contains(p.Sources, lq.Source) {
 		// Keep a filter from a shared URL visible even if that source is gone.
 		p.Sources = append(p.Sources, lq.Source)
 	}
 	for _, l := range locks {
-		p.Locks = append(p.Locks, views.LockRow{
-			ID:         l.ID,
-			Source:     l.Source,
-			Name:       l.Name,
-			Class:      string(l.Class),
-			State:      string(l.State),
-			Holder:     l.Holder,
-			Token:      token(l.Token),
-			Acquired:   stamp(l.AcquiredAt),
-			Renewed:    stamp(l.RenewedAt),
-			ExpiresIn:  expiresIn(l, now),
-			NearExpiry: s.nearExpiry(l, now),
-		})
+		p.Locks = append(p.Locks, s.lockRow(l, now, loc))
 	}
 	return render(c, http.StatusOK, views.Locks(p))
+}
+
+// sourceNames lists the configured sources' names in order.
+func (s *Server) sourceNames() []string {
+	var names []string
+	if s.sources != nil {
+		for _, src := range s.sources() {
+			names = append(names, src.Name)
+		}
+	} else {
+		names = slices.Collect(maps.Keys(s.known))
+	}
+	slices.Sort(names)
+	return slices.Compact(names)
+}
+
+func (s *Server) lockRow(l audit.Lock, now time.Time, loc *time.Location) views.LockRow {
+	row := views.LockRow{
+		ID:         l.ID,
+		Source:     printable(l.Source),
+		Name:       printable(l.Name),
+		Class:      string(l.Class),
+		State:      string(l.State),
+		Holder:     printable(l.Holder),
+		Token:      token(l.Token),
+		Acquired:   stampIn(l.AcquiredAt, loc),
+		Renewed:    stampAgo(l.RenewedAt, loc, now),
+		Changed:    stampAgo(l.ChangedAt, loc, now),
+		ExpiresIn:  expiresIn(l, now),
+		LeftPct:    leftPct(l, now),
+		NearExpiry: s.nearExpiry(l, now),
+	}
+	if l.Holder != "" {
+		row.HolderURL = "/locks?" + url.Values{"holder": {l.Holder}, "class": {"all"}}.Encode()
+	}
+	return row
+}
+
+// leftPct is the share of a held lock's lease left, 0..100, or -1.
+func leftPct(l audit.Lock, now time.Time) int {
+	if l.State != audit.StateHeld || l.ExpiresAt.IsZero() || l.LeaseDuration <= 0 {
+		return -1
+	}
+	f := float64(l.ExpiresAt.Sub(now)) / float64(l.LeaseDuration)
+	return int(min(1, max(0, f))*100 + 0.5)
 }
 
 func (s *Server) handleLockPage(c echo.Context) error {
@@ -118,8 +364,21 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ef, err := parseEventFilter(c.QueryParams())
+	q := c.QueryParams()
+	loc, err := parseZone(q)
 	if err != nil {
+		return err
+	}
+	now := s.now()
+	w, err := parseWindow(q, now, loc)
+	if err != nil {
+		return err
+	}
+	ef, err := parseEventFilter(url.Values{"kind": q["kind"], "limit": q["limit"]})
+	if err != nil {
+		return err
+	}
+	if ef.Before, err = parseCursor(q, "before"); err != nil {
 		return err
 	}
 	ctx := c.Request().Context()
@@ -127,102 +386,213 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	idle := false
+	if w.Preset != "" && q.Get("window") == "" && !l.ChangedAt.IsZero() && l.ChangedAt.Before(w.From) && l.State != audit.StateHeld {
+		// Nothing happened lately: show the default window around the last
+		// change instead of an empty one.
+		span := w.span()
+		w = window{From: l.ChangedAt.Add(-span * 3 / 4), To: l.ChangedAt.Add(span / 4)}
+		idle = true
+	}
+
+	tenures, err := s.store.Tenures(ctx, id, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineTenures})
+	if err != nil {
+		return err
+	}
+	renewals, err := s.store.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineRenewals})
+	if err != nil {
+		return err
+	}
+	var renewalsFrom time.Time
+	if len(renewals) == timelineRenewals {
+		renewalsFrom = renewals[0]
+	}
+	var writes []audit.Event
+	for _, k := range []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected} {
+		ws, err := s.store.Events(ctx, id, audit.EventFilter{Kind: k, TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: timelineWrites}})
+		if err != nil {
+			return err
+		}
+		writes = append(writes, ws...)
+	}
+	slices.SortStableFunc(writes, func(a, b audit.Event) int { return a.At.Compare(b.At) })
+	findings, err := s.store.Findings(ctx, audit.FindingFilter{LockID: id, Overlapping: true,
+		TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: lockPageFindings + 1}})
+	if err != nil {
+		return err
+	}
+	findings, findingsTrimmed := newest(findings, lockPageFindings)
 
 	eventLimit := ef.Limit
 	if eventLimit == 0 {
 		eventLimit = pageEvents
 	}
-	ef.Limit = eventLimit + 1
+	eventLimit = min(eventLimit, 1000)
+	ef.TimeFilter = audit.TimeFilter{From: w.From, To: w.To, Limit: eventLimit + 1}
 	events, err := s.store.Events(ctx, id, ef)
 	if err != nil {
 		return err
 	}
-	events, eventsTrimmed := newest(events, eventLimit)
+	events, eventsOlder := newest(events, eventLimit)
 
-	tenures, err := s.store.Tenures(ctx, id, audit.TimeFilter{Limit: pageTenures + 1})
-	if err != nil {
-		return err
+	base := fmt.Sprintf("/locks/%d", id)
+	keep := url.Values{}
+	for _, k := range []string{"tz", "kind"} {
+		if v := q.Get(k); v != "" {
+			keep.Set(k, v)
+		}
 	}
-	tenures, tenuresTrimmed := newest(tenures, pageTenures)
-
-	findings, err := s.store.Findings(ctx, audit.FindingFilter{
-		TimeFilter: audit.TimeFilter{Limit: pageFindings + 1},
-		LockID:     id,
-	})
-	if err != nil {
-		return err
+	windowURL := func(from, to time.Time) string {
+		return withQuery(base, keep, "from", from.UTC().Format(time.RFC3339Nano), "to", to.UTC().Format(time.RFC3339Nano))
 	}
-	findings, findingsTrimmed := newest(findings, pageFindings)
-
-	now := s.now()
-	q := c.QueryParams()
+	sortFindingsForTimeline(findings)
 	p := views.LockPage{
 		Lock: views.LockSummary{
 			ID:            l.ID,
-			Source:        l.Source,
+			Source:        printable(l.Source),
 			Kind:          string(l.Kind),
-			Name:          l.Name,
+			Name:          printable(l.Name),
 			Class:         string(l.Class),
 			State:         string(l.State),
-			Holder:        l.Holder,
+			Holder:        printable(l.Holder),
 			Token:         token(l.Token),
 			LeaseDuration: duration(l.LeaseDuration),
-			Acquired:      stamp(l.AcquiredAt),
-			Renewed:       stamp(l.RenewedAt),
-			Expires:       stamp(l.ExpiresAt),
+			Acquired:      stampIn(l.AcquiredAt, loc),
+			Renewed:       stampAgo(l.RenewedAt, loc, now),
+			Expires:       stampIn(l.ExpiresAt, loc),
 			ExpiresIn:     expiresIn(l, now),
+			LeftPct:       leftPct(l, now),
 			NearExpiry:    s.nearExpiry(l, now),
-			Changed:       stamp(l.ChangedAt),
+			Changed:       stampAgo(l.ChangedAt, loc, now),
 		},
-		TenuresTrimmed:  tenuresTrimmed,
+		Timeline: buildTimeline(timelineInput{
+			Lock: l.Key().String(), From: w.From, To: w.To, Now: now, Loc: loc,
+			Tenures: tenures, Renewals: renewals, RenewalsFrom: renewalsFrom,
+			Writes: writes, Findings: findings,
+			Zoom: windowURL,
+			FindingHref: func(f audit.Finding) string {
+				return "#finding-" + strconv.FormatInt(f.ID, 10)
+			},
+		}),
 		FindingsTrimmed: findingsTrimmed,
-		EventsTrimmed:   eventsTrimmed,
-		EventFilter: views.EventFilter{
-			Kind: string(ef.Kind),
-			From: q.Get("from"),
-			To:   q.Get("to"),
-		},
+		FindingsURL: "/findings?" + url.Values{"lock": {strconv.FormatInt(id, 10)},
+			"from": {w.From.UTC().Format(time.RFC3339Nano)}, "to": {w.To.UTC().Format(time.RFC3339Nano)}}.Encode(),
+		EventFilter: views.EventFilter{Kind: string(ef.Kind)},
+		Window:      s.windowNav(base, q, keep, w, loc, now, idle),
+	}
+	if w.Preset != "" {
+		p.Live = views.Live{ID: "lock-live", URL: c.Request().URL.RequestURI(), Every: refreshLock}
 	}
 	for _, k := range audit.EventKinds {
 		p.EventKinds = append(p.EventKinds, string(k))
 	}
-	for _, t := range slices.Backward(tenures) {
+	shown := tenures
+	if len(shown) > pageTenures {
+		shown, p.TenuresTrimmed = shown[len(shown)-pageTenures:], true
+	}
+	for _, t := range slices.Backward(shown) {
 		end := string(t.End)
 		if t.Held() {
 			end = "held"
 		}
+		stop, _ := tenureEnd(t, now, maxTime(now, w.To))
+		pad := max(stop.Sub(t.GrantedAt)/10, 5*time.Second)
 		p.Tenures = append(p.Tenures, views.TenureRow{
 			Seq:           t.Seq,
-			Holder:        t.Holder,
+			Holder:        printable(t.Holder),
 			Token:         token(t.Token),
-			Granted:       stamp(t.GrantedAt),
+			Granted:       stampIn(t.GrantedAt, loc),
 			Observed:      t.Observed,
 			Renewals:      t.Renewals,
-			LastRenewed:   stamp(t.LastRenewedAt),
+			LastRenewed:   stampIn(t.LastRenewedAt, loc),
 			LeaseDuration: duration(t.LeaseDuration),
-			Expires:       stamp(t.ExpiresAt),
-			Ended:         stamp(t.EndedAt),
+			Expires:       stampIn(t.ExpiresAt, loc),
+			Ended:         stampIn(t.EndedAt, loc),
 			End:           end,
+			ZoomURL:       windowURL(t.GrantedAt.Add(-pad), stop.Add(pad)),
 		})
 	}
 	for _, f := range slices.Backward(findings) {
-		p.Findings = append(p.Findings, findingRow(f))
+		p.Findings = append(p.Findings, findingRow(f, loc))
 	}
 	for _, e := range slices.Backward(events) {
-		p.Events = append(p.Events, views.EventRow{
-			ID:       e.ID,
-			Kind:     string(e.Kind),
-			At:       stamp(e.At),
-			Holder:   e.Holder,
-			Token:    token(e.Token),
-			TTL:      duration(e.TTL),
-			Position: e.Position,
-			Inferred: e.Inferred,
-			Resource: e.Resource,
-			Detail:   detailFields(e),
-		})
+		p.Events = append(p.Events, eventRow(e, loc))
+	}
+	pageQ := url.Values{}
+	maps.Copy(pageQ, q)
+	if w.Preset == "" {
+		// Page through the same fixed window, not one that moves with now.
+		pageQ.Set("from", w.From.UTC().Format(time.RFC3339Nano))
+		pageQ.Set("to", w.To.UTC().Format(time.RFC3339Nano))
+	}
+	if eventsOlder && len(events) > 0 {
+		e := events[0]
+		p.EventsOlder = withQuery(base, pageQ, "before", formatCursor(e.At, e.ID)) + "#events"
+	}
+	if !ef.Before.IsZero() {
+		p.EventsNewer = withQuery(base, pageQ, "before", "") + "#events"
 	}
 	return render(c, http.StatusOK, views.Lock(p))
+}
+
+// windowNav builds the lock page's window controls.
+func (s *Server) windowNav(base string, q, keep url.Values, w window, loc *time.Location, now time.Time, idle bool) views.WindowNav {
+	span := w.span()
+	at := func(from, to time.Time) string {
+		return withQuery(base, keep, "from", from.UTC().Format(time.RFC3339Nano), "to", to.UTC().Format(time.RFC3339Nano))
+	}
+	mid := w.From.Add(span / 2)
+	nav := views.WindowNav{
+		From:       stampIn(w.From, loc),
+		To:         stampIn(w.To, loc),
+		FromInput:  w.From.In(loc).Format("2006-01-02T15:04:05"),
+		ToInput:    w.To.In(loc).Format("2006-01-02T15:04:05"),
+		Zone:       zoneName(loc),
+		Earlier:    at(w.From.Add(-span/2), w.To.Add(-span/2)),
+		ZoomIn:     at(mid.Add(-span/4), mid.Add(span/4)),
+		ZoomOut:    at(mid.Add(-span), mid.Add(span)),
+		Custom:     w.Preset == "",
+		Refreshing: w.Preset != "",
+	}
+	if w.To.Before(now) {
+		nav.Later = at(w.From.Add(span/2), w.To.Add(span/2))
+	}
+	for _, p := range windowPresets {
+		nav.Presets = append(nav.Presets, views.Link{Label: p.name, Current: w.Preset == p.name && !idle,
+			URL: withQuery(base, keep, "window", p.name)})
+	}
+	zq := url.Values{}
+	maps.Copy(zq, q)
+	zq.Del("before")
+	localName := time.Local.String()
+	if localName == "Local" || localName == "" {
+		localName = "local"
+	}
+	nav.Zones = []views.Link{
+		{Label: "UTC", URL: withQuery(base, zq, "tz", ""), Current: loc == time.UTC},
+		{Label: "local", URL: withQuery(base, zq, "tz", localName), Current: loc != time.UTC},
+	}
+	for _, k := range []string{"tz", "kind"} {
+		if v := q.Get(k); v != "" {
+			nav.Hidden = append(nav.Hidden, views.Field{Key: k, Value: v})
+		}
+	}
+	return nav
+}
+
+func eventRow(e audit.Event, loc *time.Location) views.EventRow {
+	return views.EventRow{
+		ID:       e.ID,
+		Kind:     string(e.Kind),
+		At:       stampIn(e.At, loc),
+		Holder:   printable(e.Holder),
+		Token:    token(e.Token),
+		TTL:      duration(e.TTL),
+		Position: printable(e.Position),
+		Inferred: e.Inferred,
+		Resource: printable(e.Resource),
+		Detail:   detailFields(e),
+	}
 }
 
 func (s *Server) handleFindingsPage(c echo.Context) error {
@@ -230,55 +600,153 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	q := c.QueryParams()
+	if f.Before, err = parseCursor(q, "before"); err != nil {
+		return err
+	}
+	loc, err := parseZone(q)
+	if err != nil {
+		return err
+	}
 	limit := f.Limit
 	if limit == 0 {
 		limit = pageFindings
 	}
+	limit = min(limit, 1000)
 	f.Limit = limit + 1
 	findings, err := s.store.Findings(c.Request().Context(), f)
 	if err != nil {
 		return err
 	}
-	findings, truncated := newest(findings, limit)
+	findings, older := newest(findings, limit)
 
-	q := c.QueryParams()
 	p := views.FindingsPage{
 		Filter: views.FindingFilter{
 			Kind:     string(f.Kind),
 			Severity: string(f.Severity),
+			Source:   f.Source,
 			Lock:     q.Get("lock"),
 			Resource: f.Resource,
+			From:     q.Get("from"),
+			To:       q.Get("to"),
 		},
-		Truncated:  truncated,
+		Truncated:  older,
 		Limit:      limit,
 		Severities: []string{string(audit.SeverityCritical), string(audit.SeverityWarning), string(audit.SeverityInfo)},
+		Sources:    s.sourceNames(),
+	}
+	if f.Source != "" && !slices.Contains(p.Sources, f.Source) {
+		p.Sources = append(p.Sources, f.Source)
 	}
 	for _, k := range audit.FindingKinds {
 		p.Kinds = append(p.Kinds, string(k))
 	}
 	for _, fd := range slices.Backward(findings) {
-		p.Findings = append(p.Findings, findingRow(fd))
+		p.Findings = append(p.Findings, findingRow(fd, loc))
+	}
+	if older && len(findings) > 0 {
+		p.Older = withQuery("/findings", q, "before", formatCursor(findings[0].At, findings[0].ID))
+	}
+	if !f.Before.IsZero() {
+		p.First = withQuery("/findings", q, "before", "")
 	}
 	return render(c, http.StatusOK, views.Findings(p))
 }
 
 func (s *Server) handleSourcesPage(c echo.Context) error {
-	sources, err := s.sourceHealth(c.Request().Context())
+	ctx := c.Request().Context()
+	loc, err := parseZone(c.QueryParams())
 	if err != nil {
 		return err
 	}
-	var p views.SourcesPage
-	for _, src := range sources {
-		p.Sources = append(p.Sources, views.SourceRow{
-			Name:       src.Name,
-			Kind:       string(src.Kind),
-			State:      src.State,
-			LastEvent:  stamp(src.LastEventAt),
-			BlindSince: stamp(src.BlindSince),
-			Error:      src.Error,
+	now := s.now()
+	since := now.Add(-30 * 24 * time.Hour)
+	counts, err := s.store.LockCounts(ctx)
+	if err != nil {
+		return err
+	}
+	perSource := map[string]int{}
+	for _, n := range counts {
+		perSource[n.Source] += n.N
+	}
+	rows, err := s.sourceRows(ctx, now, loc, since, perSource)
+	if err != nil {
+		return err
+	}
+	blinds, err := s.store.BlindWindows(ctx, audit.BlindFilter{TimeFilter: audit.TimeFilter{From: since, Limit: sourcesBlindLimit}})
+	if err != nil {
+		return err
+	}
+	p := views.SourcesPage{
+		Live:    views.Live{ID: "sources-live", URL: c.Request().URL.RequestURI(), Every: refreshOverview},
+		Now:     stampIn(now, loc),
+		Sources: rows,
+		Since:   stampIn(since, loc),
+	}
+	for _, b := range slices.Backward(blinds) {
+		p.Blinds = append(p.Blinds, views.BlindRow{
+			Source:   printable(b.Source),
+			From:     stampIn(b.From, loc),
+			To:       stampIn(b.To, loc),
+			Duration: duration(b.To.Sub(b.From)),
+			Reason:   printable(b.Reason),
+			Locks:    b.Locks,
+			FindingsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {b.Source},
+				"from": {b.From.UTC().Format(time.RFC3339Nano)}, "to": {b.To.UTC().Format(time.RFC3339Nano)}}.Encode(),
 		})
 	}
 	return render(c, http.StatusOK, views.Sources(p))
+}
+
+// sourceRows describes every source's health, its cursor, lock count and its
+// blind windows since a time.
+func (s *Server) sourceRows(ctx context.Context, now time.Time, loc *time.Location, since time.Time, locks map[string]int) ([]views.SourceRow, error) {
+	sources, err := s.sourceHealth(ctx)
+	if err != nil {
+		return nil, err
+	}
+	cursors, err := s.store.Cursors(ctx)
+	if err != nil {
+		return nil, err
+	}
+	blinds, err := s.store.BlindWindows(ctx, audit.BlindFilter{TimeFilter: audit.TimeFilter{From: since, Limit: sourcesBlindLimit}})
+	if err != nil {
+		return nil, err
+	}
+	blindCount := map[string]int{}
+	for _, b := range blinds {
+		blindCount[b.Source]++
+	}
+	cursorOf := map[string]audit.Cursor{}
+	for _, cur := range cursors {
+		cursorOf[cur.Source] = cur
+	}
+	var rows []views.SourceRow
+	for _, src := range sources {
+		row := views.SourceRow{
+			Name:       printable(src.Name),
+			Kind:       string(src.Kind),
+			State:      src.State,
+			LastEvent:  stampAgo(src.LastEventAt, loc, now),
+			BlindSince: stampAgo(src.BlindSince, loc, now),
+			Blinds:     blindCount[src.Name],
+			Degraded:   printable(src.Degraded),
+			Error:      printable(src.Error),
+			Locks:      locks[src.Name],
+			LocksURL:   "/locks?" + url.Values{"source": {src.Name}, "class": {"all"}}.Encode(),
+			BlindsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {src.Name},
+				"from": {since.UTC().Format(time.RFC3339)}}.Encode(),
+		}
+		if !src.LastEventAt.IsZero() {
+			row.Lag = coarse(max(0, now.Sub(src.LastEventAt)))
+		}
+		if cur, ok := cursorOf[src.Name]; ok {
+			row.Cursor = printable(cur.Position)
+			row.CursorAt = stampAgo(cur.At, loc, now)
+		}
+		rows = append(rows, row)
+	}
+	return rows, nil
 }
 
 // newest keeps the last n items of a list in time order (the store returns
@@ -290,31 +758,45 @@ func newest[T any](items []T, n int) ([]T, bool) {
 	return items[len(items)-n:], true
 }
 
-func findingRow(f audit.Finding) views.FindingRow {
+func findingRow(f audit.Finding, loc *time.Location) views.FindingRow {
 	lock := f.Lock.String()
 	if f.Lock.Source == "" && f.Lock.Name == "" {
 		lock = "#" + strconv.FormatInt(f.LockID, 10)
 	}
+	holders := make([]string, len(f.Holders))
+	for i, h := range f.Holders {
+		holders[i] = printable(h)
+	}
 	row := views.FindingRow{
 		ID:       f.ID,
 		LockID:   f.LockID,
-		Lock:     lock,
+		Lock:     printable(lock),
 		Kind:     string(f.Kind),
 		Severity: string(f.Severity),
-		At:       stamp(f.At),
-		Until:    stamp(f.Until),
-		Summary:  f.Summary,
-		Holders:  strings.Join(f.Holders, ", "),
-		Resource: f.Resource,
+		At:       stampIn(f.At, loc),
+		Until:    stampIn(f.Until, loc),
+		Summary:  printable(f.Summary),
+		Holders:  strings.Join(holders, ", "),
+		Resource: printable(f.Resource),
 	}
 	tokens := make([]string, len(f.Tokens))
 	for i, t := range f.Tokens {
 		tokens[i] = strconv.FormatInt(t, 10)
 	}
 	row.Tokens = strings.Join(tokens, ", ")
-	if !f.Until.IsZero() && f.Until.After(f.At) {
-		row.Duration = duration(f.Until.Sub(f.At))
+	until := f.Until
+	if !until.IsZero() && until.After(f.At) {
+		row.Duration = duration(until.Sub(f.At))
+	} else {
+		until = f.At
 	}
+	// Centre the lock's timeline on the finding, with as much context
+	// either side as the finding lasts (a minute at least).
+	pad := max(until.Sub(f.At), time.Minute)
+	row.TimelineURL = fmt.Sprintf("/locks/%d?", f.LockID) + url.Values{
+		"from": {f.At.Add(-pad).UTC().Format(time.RFC3339Nano)},
+		"to":   {until.Add(pad).UTC().Format(time.RFC3339Nano)},
+	}.Encode() + "#finding-" + strconv.FormatInt(f.ID, 10)
 	return row
 }
 
@@ -335,7 +817,7 @@ func detailFields(e audit.Event) []views.Field {
 				v = string(b)
 			}
 		}
-		fields = append(fields, views.Field{Key: k, Value: v})
+		fields = append(fields, views.Field{Key: printable(k), Value: printable(v)})
 	}
 	return fields
 }
@@ -360,18 +842,6 @@ func expiresIn(l audit.Lock, now time.Time) string {
 		return duration(-left) + " ago"
 	}
 	return duration(left)
-}
-
-// stamp formats t for pages, in UTC to millisecond precision.
-func stamp(t time.Time) views.Stamp {
-	if t.IsZero() {
-		return views.Stamp{}
-	}
-	t = t.UTC()
-	return views.Stamp{
-		Text: t.Format("2006-01-02 15:04:05.000Z"),
-		ISO:  t.Format(time.RFC3339Nano),
-	}
 }
 
 func token(t *int64) string {

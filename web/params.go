@@ -3,7 +3,9 @@ package web
 import (
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
+	_ "time/tzdata" // zone names for tz= work on hosts without a zone database
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -171,12 +173,26 @@ func (s *Server) parseFindingFilter(c echo.Context) (audit.FindingFilter, error)
 		f.Severity = sev
 	}
 	f.Resource = q.Get("resource")
+	f.Source = q.Get("source")
 	if v := q.Get("lock"); v != "" {
-		if f.LockID, err = parseID("lock", v); err != nil {
-			return f, err
-		}
-		if _, err := s.store.Lock(c.Request().Context(), f.LockID); err != nil {
-			return f, err
+		// A lock id, or (an addition to the API) SOURCE/NAME.
+		if isDigits(v) || !strings.Contains(v, "/") {
+			if f.LockID, err = parseID("lock", v); err != nil {
+				return f, err
+			}
+			if _, err := s.store.Lock(c.Request().Context(), f.LockID); err != nil {
+				return f, err
+			}
+		} else {
+			key, err := audit.ParseLockKey(v)
+			if err != nil {
+				return f, audit.Errorf(audit.EINVALID, "lock: must be a lock id or SOURCE/NAME")
+			}
+			l, err := s.store.LockByKey(c.Request().Context(), key)
+			if err != nil {
+				return f, err
+			}
+			f.LockID = l.ID
 		}
 	}
 	return f, nil
@@ -192,4 +208,136 @@ func truncate(s string, n int) string {
 		n--
 	}
 	return s[:n] + "…"
+}
+
+// Lock page windows: the presets, and how long a custom one may be.
+var windowPresets = []struct {
+	name string
+	span time.Duration
+}{
+	{"15m", 15 * time.Minute}, {"1h", time.Hour}, {"6h", 6 * time.Hour},
+	{"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour},
+}
+
+const (
+	defaultWindow = time.Hour
+	maxWindow     = 92 * 24 * time.Hour
+	minWindow     = time.Second
+)
+
+// window is the lock page's time window. Relative windows end now and
+// follow it; custom ones (from/to given) are fixed.
+type window struct {
+	From, To time.Time
+	Preset   string // "15m", ...; "" for a custom window
+}
+
+func (w window) span() time.Duration { return w.To.Sub(w.From) }
+
+// parseWindow reads window (a preset) or from/to (a custom window, RFC 3339
+// or a datetime-local value in loc). Only one side given keeps the preset's
+// (or an hour's) length.
+func parseWindow(q url.Values, now time.Time, loc *time.Location) (window, error) {
+	span := defaultWindow
+	preset := "1h"
+	if name := q.Get("window"); name != "" {
+		found := false
+		for _, p := range windowPresets {
+			if p.name == name {
+				span, preset, found = p.span, p.name, true
+			}
+		}
+		if !found {
+			return window{}, audit.Errorf(audit.EINVALID, `window: must be one of 15m, 1h, 6h, 24h, 7d`)
+		}
+	}
+	from, err := parseWindowTime(q, "from", loc)
+	if err != nil {
+		return window{}, err
+	}
+	to, err := parseWindowTime(q, "to", loc)
+	if err != nil {
+		return window{}, err
+	}
+	switch {
+	case from.IsZero() && to.IsZero():
+		return window{From: now.Add(-span), To: now, Preset: preset}, nil
+	case from.IsZero():
+		from = to.Add(-span)
+	case to.IsZero():
+		to = from.Add(span)
+	}
+	if !to.After(from) {
+		return window{}, audit.Errorf(audit.EINVALID, "to: must be after from")
+	}
+	if to.Sub(from) > maxWindow {
+		return window{}, audit.Errorf(audit.EINVALID, "to: the window may be at most 92 days long")
+	}
+	if to.Sub(from) < minWindow {
+		to = from.Add(minWindow)
+	}
+	return window{From: from, To: to}, nil
+}
+
+// parseWindowTime reads an RFC 3339 time or a datetime-local value
+// (2006-01-02T15:04[:05]) in loc.
+func parseWindowTime(q url.Values, name string, loc *time.Location) (time.Time, error) {
+	s := q.Get(name)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t.UTC(), nil
+	}
+	for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05"} {
+		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
+			return t.UTC(), nil
+		}
+	}
+	return time.Time{}, audit.Errorf(audit.EINVALID, "%s: must be an RFC 3339 time such as 2006-01-02T15:04:05Z", name)
+}
+
+// parseZone reads tz: empty or UTC, local (the server's zone) or an IANA
+// zone name.
+func parseZone(q url.Values) (*time.Location, error) {
+	switch name := q.Get("tz"); name {
+	case "", "UTC", "utc", "Z":
+		return time.UTC, nil
+	case "local":
+		return time.Local, nil
+	default:
+		loc, err := time.LoadLocation(name)
+		if err != nil || len(name) > 64 {
+			return nil, audit.Errorf(audit.EINVALID, "tz: unknown time zone %q", truncate(name, 64))
+		}
+		return loc, nil
+	}
+}
+
+// parseCursor reads an (at, id) keyset cursor written by formatCursor.
+func parseCursor(q url.Values, name string) (audit.EventCursor, error) {
+	s := q.Get(name)
+	if s == "" {
+		return audit.EventCursor{}, nil
+	}
+	at, id, ok := strings.Cut(s, "-")
+	ns, err1 := strconv.ParseInt(at, 10, 64)
+	n, err2 := strconv.ParseInt(id, 10, 64)
+	if !ok || err1 != nil || err2 != nil || n <= 0 {
+		return audit.EventCursor{}, audit.Errorf(audit.EINVALID, "%s: not a page cursor", name)
+	}
+	return audit.EventCursor{At: time.Unix(0, ns).UTC(), ID: n}, nil
+}
+
+// formatCursor writes an (at, id) keyset cursor.
+func formatCursor(at time.Time, id int64) string {
+	return strconv.FormatInt(at.UnixNano(), 10) + "-" + strconv.FormatInt(id, 10)
+}
+
+// parseOptionalID reads an optional positive id parameter.
+func parseOptionalID(q url.Values, name string) (int64, error) {
+	if s := q.Get(name); s != "" {
+		return parseID(name, s)
+	}
+	return 0, nil
 }

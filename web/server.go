@@ -139,7 +139,7 @@ func New(cfg Config) (*Server, error) {
 	e.HTTPErrorHandler = s.handleError
 	e.Use(s.instrument, s.recoverPanic, secureHeaders)
 
-	e.GET("/", func(c echo.Context) error { return c.Redirect(http.StatusFound, "/locks") })
+	e.GET("/", s.handleOverview)
 	e.GET("/locks", s.handleLocksPage)
 	e.GET("/locks/:id", s.handleLockPage)
 	e.GET("/findings", s.handleFindingsPage)
@@ -230,13 +230,14 @@ func (s *Server) handleReadyz(c echo.Context) error {
 }
 
 // secureHeaders keeps the browser from running anything the pages did not
-// ship: they have no scripts, and load styles only from /static/.
+// ship: scripts (htmx) and styles load only from /static/, and live regions
+// fetch only from this origin.
 func secureHeaders(next echo.HandlerFunc) echo.HandlerFunc {
 	return func(c echo.Context) error {
 		h := c.Response().Header()
 		h.Set("X-Content-Type-Options", "nosniff")
 		h.Set("Content-Security-Policy",
-			"default-src 'none'; style-src 'self'; img-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+			"default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
 		h.Set("Referrer-Policy", "same-origin")
 		return next(c)
 	}

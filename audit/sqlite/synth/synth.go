@@ -53,8 +53,8 @@ func Default() Spec {
 // Small is a quick database with the same shape, for tests.
 func Small() Spec {
 	return Spec{
-		Locks: 200, Days: 3, End: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC),
-		Events: 40_000, BusyLocks: 1, BusyShare: 0.3, Seed: 1,
+		Locks: 120, Days: 2, End: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC),
+		Events: 20_000, BusyLocks: 1, BusyShare: 0.3, Seed: 1,
 	}
 }
 

@@ -119,7 +119,8 @@ func TestGenerateSmall(t *testing.T) {
 
 func TestCachedKeysBySpec(t *testing.T) {
 	a := Small()
-	b := Small()
+	a.Locks, a.Events = 10, 500
+	b := a
 	b.Seed = 2
 	dir := t.TempDir()
 	pa, _, err := Cached(context.Background(), dir, a)

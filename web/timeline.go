@@ -1,0 +1,516 @@
+package web
+
+import (
+	"cmp"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/views"
+)
+
+// Timeline geometry, in SVG user units. The SVG scales to its container, so
+// these are proportions as much as pixels.
+const (
+	tlWidth      = 1200.0
+	tlGutter     = 170.0 // holder labels
+	tlRightPad   = 14.0
+	tlTopPad     = 26.0 // hazard labels and "now"
+	tlLaneH      = 30.0
+	tlBarH       = 16.0
+	tlAxisH      = 40.0
+	tlMaxLanes   = 12   // more holders share one last lane
+	tlMinTickGap = 3.0  // renewals closer than this draw as a band
+	tlMaxTicks   = 1500 // renewal ticks over the whole timeline
+	tlLabelChars = 24
+)
+
+// timelineInput is everything the holder timeline shows.
+type timelineInput struct {
+	Lock     string // SOURCE/NAME, for the accessible title
+	From, To time.Time
+	Now      time.Time
+	Loc      *time.Location
+	Tenures  []audit.Tenure // in grant order
+	// Renewals are renewal times within the window, in time order. When the
+	// store returned only the newest ones, RenewalsFrom is the oldest time
+	// they are complete from; tenure parts before it draw as bands.
+	Renewals     []time.Time
+	RenewalsFrom time.Time
+	Writes       []audit.Event   // write_accepted and write_rejected, in time order
+	Findings     []audit.Finding // overlapping the window
+	// Zoom returns the URL of the same page over another window.
+	Zoom func(from, to time.Time) string
+	// FindingHref returns the URL that explains a finding.
+	FindingHref func(f audit.Finding) string
+}
+
+// timelineScale maps times to x.
+type timelineScale struct {
+	from, to time.Time
+	x0, x1   float64
+}
+
+func (s timelineScale) x(t time.Time) float64 {
+	span := s.to.Sub(s.from)
+	if span <= 0 {
+		return s.x0
+	}
+	f := float64(t.Sub(s.from)) / float64(span)
+	return s.x0 + min(1, max(0, f))*(s.x1-s.x0)
+}
+
+// buildTimeline computes the timeline's geometry. It is a pure function of
+// its input.
+func buildTimeline(in timelineInput) views.Timeline {
+	loc := in.Loc
+	if loc == nil {
+		loc = time.UTC
+	}
+	sc := timelineScale{from: in.From, to: in.To, x0: tlGutter, x1: tlWidth - tlRightPad}
+	tl := views.Timeline{Width: tlWidth, PlotX0: sc.x0, PlotX1: sc.x1, Zone: zoneName(loc)}
+
+	// Lanes: one per holder in order of first appearance; writers without
+	// a tenure in the window get theirs after.
+	lanes := map[string]int{}
+	var holders []string
+	addLane := func(h string) {
+		if _, ok := lanes[h]; ok {
+			return
+		}
+		lanes[h] = len(holders)
+		holders = append(holders, h)
+	}
+	for _, t := range in.Tenures {
+		addLane(t.Holder)
+	}
+	tokenHolder := map[int64]string{}
+	for _, t := range in.Tenures {
+		if t.Token != nil {
+			tokenHolder[*t.Token] = t.Holder
+		}
+	}
+	writerLane := func(e audit.Event) string {
+		if _, ok := lanes[e.Holder]; ok && e.Holder != "" {
+			return e.Holder
+		}
+		if e.Token != nil {
+			if h, ok := tokenHolder[*e.Token]; ok {
+				return h
+			}
+		}
+		if e.Holder != "" {
+			return e.Holder
+		}
+		return "\x00unknown"
+	}
+	for _, w := range in.Writes {
+		addLane(writerLane(w))
+	}
+	// With more holders than lanes, the earliest share the first lane: the
+	// holders nearest the window's end matter most.
+	merged := max(0, len(holders)-(tlMaxLanes-1))
+	if len(holders) <= tlMaxLanes {
+		merged = 0
+	}
+	laneOf := func(h string) int {
+		i := lanes[h]
+		if merged == 0 {
+			return i
+		}
+		return max(0, i-merged+1)
+	}
+	n := min(len(holders), tlMaxLanes)
+	if n == 0 {
+		n = 1
+	}
+	tl.PlotY0 = tlTopPad
+	tl.PlotY1 = tlTopPad + float64(n)*tlLaneH
+	tl.AxisY = tl.PlotY1 + 18
+	tl.Height = tl.PlotY1 + tlAxisH
+	for i := range n {
+		l := views.Lane{Y: tlTopPad + float64(i)*tlLaneH, H: tlLaneH, Odd: i%2 == 1}
+		switch {
+		case len(holders) == 0:
+		case merged > 0 && i == 0:
+			l.Label = fmt.Sprintf("+%d earlier holders", merged)
+			names := make([]string, 0, min(merged, 20))
+			for _, h := range holders[max(0, merged-20):merged] {
+				names = append(names, holderLabel(h))
+			}
+			l.Full = strings.Join(names, ", ")
+		default:
+			l.Full = holderLabel(holders[i+max(0, merged-1)])
+			l.Label = shorten(l.Full, tlLabelChars)
+		}
+		tl.Lanes = append(tl.Lanes, l)
+	}
+	laneY := func(h string) float64 { return tlTopPad + float64(laneOf(h))*tlLaneH + (tlLaneH-tlBarH)/2 }
+
+	tl.Ticks = axisTicks(in.From, in.To, loc, sc)
+	if !in.Now.Before(in.From) && !in.Now.After(in.To) {
+		tl.HasNow, tl.NowX = true, sc.x(in.Now)
+	}
+
+	// Blind windows and hazards from findings.
+	for _, f := range in.Findings {
+		until := f.Until
+		if until.IsZero() {
+			until = f.At
+		}
+		if until.Before(in.From) || f.At.After(in.To) {
+			continue
+		}
+		x, x2 := sc.x(f.At), sc.x(until)
+		w := max(1, x2-x)
+		if f.Kind == audit.FindingOverlap {
+			w = max(2, w)
+		}
+		span := until.Sub(f.At)
+		switch f.Kind {
+		case audit.FindingBlindWindow:
+			tl.Blinds = append(tl.Blinds, views.Mark{X: x, W: w,
+				Title: fmt.Sprintf("collector blind %s → %s (%s)\n%s", clock(f.At, loc), clock(until, loc), duration(span), printable(f.Summary))})
+		case audit.FindingOverlap, audit.FindingExposure:
+			h := views.Hazard{X: x, W: w, Kind: string(f.Kind),
+				Title: fmt.Sprintf("%s %s → %s (%s)\n%s", f.Kind, clock(f.At, loc), clock(until, loc), duration(span), printable(f.Summary))}
+			if w >= float64(len(f.Kind))*6.5+4 {
+				h.Label = string(f.Kind)
+			}
+			if in.FindingHref != nil {
+				h.Href = in.FindingHref(f)
+			}
+			tl.Hazards = append(tl.Hazards, h)
+		}
+	}
+
+	// Renewals are assigned to tenures by time; both are in time order.
+	ticksLeft := tlMaxTicks
+	ri := 0
+	for _, t := range in.Tenures {
+		end, endKind := tenureEnd(t, in.Now, in.To)
+		if end.Before(in.From) || t.GrantedAt.After(in.To) {
+			continue
+		}
+		y := laneY(t.Holder)
+		x, x2 := sc.x(t.GrantedAt), sc.x(end)
+		b := views.Bar{X: x, W: max(1.5, x2-x), Y: y, H: tlBarH, Held: t.Held(), Observed: t.Observed && !t.GrantedAt.Before(in.From)}
+		if endKind != "" && !end.After(in.To) {
+			b.End, b.EndX = endKind, x2
+		}
+		// Expired: the part after the last renewal is the lease running out.
+		// Held: the lease stays valid past now until its expiry.
+		if t.End == audit.EndExpired && !t.LastRenewedAt.IsZero() && t.LastRenewedAt.Before(end) {
+			lx := sc.x(t.LastRenewedAt)
+			b.W = max(1.5, lx-x)
+			b.TailX, b.TailW = lx, x2-lx
+		} else if t.Held() && !t.ExpiresAt.IsZero() && t.ExpiresAt.After(end) {
+			b.TailX, b.TailW = x2, sc.x(t.ExpiresAt)-x2
+		}
+		tok := "no token"
+		if t.Token != nil {
+			tok = "token " + strconv.FormatInt(*t.Token, 10)
+			label := strconv.FormatInt(*t.Token, 10)
+			if b.W >= float64(len(label))*7+8 {
+				b.Label, b.LabelX = label, b.X+4
+			}
+		}
+		b.Title = tenureTitle(t, tok, endKind, loc)
+		if in.Zoom != nil {
+			pad := max(end.Sub(t.GrantedAt)/10, 5*time.Second)
+			b.Href = in.Zoom(t.GrantedAt.Add(-pad), end.Add(pad))
+		}
+
+		// Renewals inside this tenure's visible part.
+		visFrom, visTo := maxTime(t.GrantedAt, in.From), minTime(end, in.To)
+		for ri < len(in.Renewals) && in.Renewals[ri].Before(visFrom) {
+			ri++
+		}
+		var mine []time.Time
+		for ri < len(in.Renewals) && !in.Renewals[ri].After(visTo) {
+			mine = append(mine, in.Renewals[ri])
+			ri++
+		}
+		complete := in.RenewalsFrom.IsZero() || !visFrom.Before(in.RenewalsFrom)
+		ticks, band := renewalMarks(mine, complete, t, visFrom, visTo, sc, ticksLeft)
+		ticksLeft -= len(ticks)
+		b.Ticks = ticks
+		if band {
+			last := t.LastRenewedAt
+			if last.IsZero() || last.After(visTo) {
+				last = visTo
+			}
+			bx := sc.x(visFrom)
+			b.BandX, b.BandW = bx, max(1, sc.x(last)-bx)
+			b.BandTitle = fmt.Sprintf("%d renewals in this tenure; last %s", t.Renewals, clock(t.LastRenewedAt, loc))
+		}
+		tl.Bars = append(tl.Bars, b)
+	}
+
+	// Writes on their writer's lane; an accepted write from an ended tenure,
+	// or older than the newest grant, got past the fence.
+	unfencedAt := map[int64]bool{}
+	for _, f := range in.Findings {
+		if f.Kind == audit.FindingUnfencedWrite {
+			unfencedAt[f.At.UnixNano()] = true
+		}
+	}
+	for _, e := range in.Writes {
+		if e.At.Before(in.From) || e.At.After(in.To) {
+			continue
+		}
+		kind := "accepted"
+		note := ""
+		if e.Kind == audit.EventWriteRejected {
+			kind = "rejected"
+		} else if why := unfencedWhy(e, in.Tenures); why != "" || unfencedAt[e.At.UnixNano()] {
+			kind, note = "unfenced", why
+			if note == "" {
+				note = "reported as an unfenced write"
+			}
+		}
+		y := laneY(writerLane(e)) + tlBarH/2
+		tok := "no token"
+		if e.Token != nil {
+			tok = "token " + strconv.FormatInt(*e.Token, 10)
+		}
+		title := fmt.Sprintf("write %s by %s at %s\n%s · holder %s", strings.TrimPrefix(string(e.Kind), "write_"),
+			orDash(printable(e.Resource)), stampText(e.At, loc), tok, orDash(printable(e.Holder)))
+		if note != "" {
+			title += "\nUNFENCED: " + note
+		}
+		tl.Writes = append(tl.Writes, views.WriteMark{X: sc.x(e.At), Y: y, Kind: kind, Title: title})
+	}
+
+	if len(tl.Bars) == 0 && len(tl.Writes) == 0 {
+		tl.Empty = "nothing held or written in this window"
+	}
+	tl.Title = fmt.Sprintf("Holder timeline of %s", printable(in.Lock))
+	tl.Desc = fmt.Sprintf("%s to %s: %s, %s, %s, %s.", stampText(in.From, loc), stampText(in.To, loc),
+		countOf(len(tl.Bars), "tenure", "tenures"), countOf(len(tl.Writes), "write", "writes"),
+		countOf(len(tl.Hazards), "hazard window", "hazard windows"), countOf(len(tl.Blinds), "blind window", "blind windows"))
+	return tl
+}
+
+// tenureEnd returns where a tenure's bar ends and how: its end, or while
+// held, now (or the window's end if that is earlier).
+func tenureEnd(t audit.Tenure, now, to time.Time) (time.Time, string) {
+	if !t.Held() {
+		end := t.EndedAt
+		if end.IsZero() {
+			end = t.ExpiresAt
+		}
+		if end.IsZero() {
+			end = t.LastRenewedAt
+		}
+		if end.Before(t.GrantedAt) {
+			end = t.GrantedAt
+		}
+		return end, string(t.End)
+	}
+	end := minTime(now, to)
+	if end.Before(t.GrantedAt) {
+		end = t.GrantedAt
+	}
+	return end, ""
+}
+
+// renewalMarks decides how a tenure's renewals are drawn: one tick each when
+// every renewal in its visible part is known and they are far enough apart,
+// else one band.
+func renewalMarks(ts []time.Time, complete bool, t audit.Tenure, from, to time.Time, sc timelineScale, budget int) ([]float64, bool) {
+	if t.Renewals == 0 && len(ts) == 0 {
+		return nil, false
+	}
+	width := sc.x(to) - sc.x(from)
+	if !complete || len(ts) > budget || float64(len(ts))*tlMinTickGap > width {
+		return nil, true
+	}
+	if len(ts) == 0 {
+		// None recorded in the window: the tenure's renewals were all
+		// outside it, unless its last renewal says otherwise.
+		last := t.LastRenewedAt
+		return nil, t.Renewals > 0 && !last.IsZero() && !last.Before(from) && !last.After(to)
+	}
+	xs := make([]float64, 0, len(ts))
+	for _, r := range ts {
+		x := sc.x(r)
+		if len(xs) > 0 && x-xs[len(xs)-1] < tlMinTickGap {
+			return nil, true
+		}
+		xs = append(xs, x)
+	}
+	return xs, false
+}
+
+// unfencedWhy says why an accepted write got past the fence, or "".
+func unfencedWhy(e audit.Event, tenures []audit.Tenure) string {
+	if e.Kind != audit.EventWriteAccepted || e.Token == nil {
+		return ""
+	}
+	var newest *audit.Tenure
+	for i := range tenures {
+		t := &tenures[i]
+		if t.Token == nil || t.GrantedAt.After(e.At) {
+			continue
+		}
+		if *t.Token == *e.Token && !t.Held() && !t.EndedAt.IsZero() && t.EndedAt.Before(e.At) {
+			return fmt.Sprintf("token %d's tenure ended %s before this write", *e.Token, duration(e.At.Sub(t.EndedAt)))
+		}
+		if newest == nil || *t.Token > *newest.Token {
+			newest = t
+		}
+	}
+	if newest != nil && *e.Token < *newest.Token {
+		return fmt.Sprintf("token %d is older than the newest grant's %d", *e.Token, *newest.Token)
+	}
+	return ""
+}
+
+func tenureTitle(t audit.Tenure, tok, endKind string, loc *time.Location) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s · %s\n", orDash(printable(t.Holder)), tok)
+	if t.Observed {
+		fmt.Fprintf(&b, "first seen %s (held when the collector started)\n", stampText(t.GrantedAt, loc))
+	} else {
+		fmt.Fprintf(&b, "granted %s\n", stampText(t.GrantedAt, loc))
+	}
+	fmt.Fprintf(&b, "%d renewals", t.Renewals)
+	if !t.LastRenewedAt.IsZero() {
+		fmt.Fprintf(&b, ", last %s", stampText(t.LastRenewedAt, loc))
+	}
+	if t.LeaseDuration > 0 {
+		fmt.Fprintf(&b, "; lease %s", duration(t.LeaseDuration))
+	}
+	if t.Held() {
+		b.WriteString("\nstill held")
+		if !t.ExpiresAt.IsZero() {
+			fmt.Fprintf(&b, ", lease valid until %s", stampText(t.ExpiresAt, loc))
+		}
+	} else {
+		fmt.Fprintf(&b, "\n%s %s", endKind, stampText(t.EndedAt, loc))
+	}
+	b.WriteString("\nclick to zoom")
+	return b.String()
+}
+
+// axisTicks returns readable ticks for the window: a step from a fixed
+// ladder giving 5 to 12 labels, aligned to the zone's midnight.
+func axisTicks(from, to time.Time, loc *time.Location, sc timelineScale) []views.AxisTick {
+	span := to.Sub(from)
+	if span <= 0 {
+		return nil
+	}
+	steps := []time.Duration{
+		time.Second, 2 * time.Second, 5 * time.Second, 10 * time.Second, 15 * time.Second, 30 * time.Second,
+		time.Minute, 2 * time.Minute, 5 * time.Minute, 10 * time.Minute, 15 * time.Minute, 30 * time.Minute,
+		time.Hour, 2 * time.Hour, 3 * time.Hour, 6 * time.Hour, 12 * time.Hour, 24 * time.Hour, 48 * time.Hour,
+		7 * 24 * time.Hour,
+	}
+	step := steps[len(steps)-1]
+	for _, s := range steps {
+		if span/s <= 10 {
+			step = s
+			break
+		}
+	}
+	lf := from.In(loc)
+	midnight := time.Date(lf.Year(), lf.Month(), lf.Day(), 0, 0, 0, 0, loc)
+	k := lf.Sub(midnight) / step
+	t := midnight.Add(k * step)
+	if t.Before(from) {
+		t = t.Add(step)
+	}
+	var out []views.AxisTick
+	prevDay := -1
+	for ; !t.After(to) && len(out) < 40; t = t.Add(step) {
+		lt := t.In(loc)
+		var label string
+		switch {
+		case step >= 24*time.Hour:
+			label = lt.Format("Jan 2")
+		case step < time.Minute:
+			label = lt.Format("15:04:05")
+		default:
+			label = lt.Format("15:04")
+		}
+		major := lt.Hour() == 0 && lt.Minute() == 0 && lt.Second() == 0
+		if step < 24*time.Hour && (prevDay == -1 || lt.YearDay() != prevDay) && (major || prevDay == -1) {
+			label = lt.Format("Jan 2 ") + label
+		}
+		prevDay = lt.YearDay()
+		out = append(out, views.AxisTick{X: sc.x(t), Label: label, Major: major})
+	}
+	return out
+}
+
+// clock formats t compactly for tooltips of intervals.
+func clock(t time.Time, loc *time.Location) string {
+	if t.IsZero() {
+		return "—"
+	}
+	return t.In(loc).Format("15:04:05.000")
+}
+
+// zoneName names a location for labels.
+func zoneName(loc *time.Location) string {
+	if loc == nil || loc == time.UTC {
+		return "UTC"
+	}
+	return loc.String()
+}
+
+func holderLabel(h string) string {
+	switch h {
+	case "":
+		return "(no holder)"
+	case "\x00unknown":
+		return "(unknown writer)"
+	}
+	return printable(h)
+}
+
+// shorten cuts s to n runes with an ellipsis.
+func shorten(s string, n int) string {
+	r := []rune(s)
+	if len(r) <= n {
+		return s
+	}
+	return string(r[:n-1]) + "…"
+}
+
+func countOf(n int, one, many string) string {
+	if n == 1 {
+		return "1 " + one
+	}
+	return strconv.Itoa(n) + " " + many
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "—"
+	}
+	return s
+}
+
+func minTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+func maxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// sortFindingsForTimeline puts hazards in time order so later ones draw on top.
+func sortFindingsForTimeline(fs []audit.Finding) {
+	slices.SortStableFunc(fs, func(a, b audit.Finding) int { return cmp.Compare(a.At.UnixNano(), b.At.UnixNano()) })
+}
