@@ -178,7 +178,9 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 	}
 	token := *w.Token
 	ten := st.tenureWithToken(token)
-	newest := st.LastGrantToken
+	// Reports arrive late and out of order with the collector's view, so a
+	// write is judged against the grants made before it, not since.
+	newest := st.newestTokenAt(w.At)
 	switch w.Outcome {
 	case WriteAccepted:
 		switch {
@@ -481,6 +483,17 @@ func (st *TrackState) sameTenure(cur *Tenure, holder string, token *int64) bool 
 		return tokenEqual(cur.Token, token)
 	}
 	return cur.Holder == holder && tokenEqual(cur.Token, token)
+}
+
+// newestTokenAt returns the token of the newest remembered grant made at or
+// before at, or nil if none is remembered.
+func (st *TrackState) newestTokenAt(at time.Time) *int64 {
+	for i := len(st.Recent) - 1; i >= 0; i-- {
+		if t := st.Recent[i]; t.Token != nil && !t.GrantedAt.After(at) {
+			return t.Token
+		}
+	}
+	return nil
 }
 
 // tenureWithToken returns the newest remembered tenure granted token.

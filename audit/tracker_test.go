@@ -582,3 +582,21 @@ func TestTrackerClockExpiryWaitsForTheCollector(t *testing.T) {
 		t.Fatalf("findings = %v, want lease_expired once the collector vouches past 65 s", got)
 	}
 }
+
+func TestTrackerJudgesLateReportsByTheirOwnTime(t *testing.T) {
+	// A's write with token 18 happened before B's grant of 19, but its report
+	// reached leasewatch after the collector had seen the grant: no finding.
+	s := newStory(t, audit.KindRedis)
+	s.grant("A", 18, at(0), 2*time.Second)
+	s.release("A", at(time.Second))
+	s.grant("B", 19, at(time.Second+20*time.Millisecond), 2*time.Second)
+	s.write("payments", 18, audit.WriteAccepted, at(time.Second-2*time.Millisecond))
+	if got := s.findings(); len(got) != 0 {
+		t.Fatalf("findings = %v, want none", got)
+	}
+	// The same write landing after B's grant is unfenced.
+	s.write("payments", 18, audit.WriteAccepted, at(1500*time.Millisecond))
+	if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingUnfencedWrite}) {
+		t.Fatalf("findings = %v, want [unfenced_write]", got)
+	}
+}

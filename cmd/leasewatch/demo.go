@@ -70,6 +70,19 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 			Prefixes: []string{"/locks/", "/election/"},
 		}},
 	}
+	redisSrv, err := startDemoRedis(ctx, filepath.Join(dir, "redis"))
+	if err != nil {
+		return err
+	}
+	redisNote := "not on PATH: install Debian's redis-server to see Redis locks too"
+	if redisSrv != nil {
+		defer redisSrv.stop()
+		redisNote = redisSrv.addr + ": redsync mutexes on lock:jobs (no token) and fenced lock:payments"
+		cfg.Sources = append(cfg.Sources, config.SourceConfig{
+			Name: demoRedisSource, Kind: "redis", Addr: redisSrv.addr, Patterns: []string{"lock:*"},
+			Token: &config.RedisTokenRule{ValuePattern: `^(?P<token>\d+):(?P<holder>.+)$`},
+		})
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -87,6 +100,7 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 leasewatch demo is running: open %s
 
   etcd (in-process):  %s, locks under /locks/ and /election/
+  redis-server:       %s
   workload:           7 real etcd lock clients; worker-1 pauses past its lease
                       and its late write is rejected by the fenced "ledger"
                       resource (and now and then accepted by the unfenced "cache")
@@ -94,18 +108,18 @@ leasewatch demo is running: open %s
   data:               %s
 
 Press Ctrl-C to stop.
-`, svc.URL(), server.Endpoint, token, dir)
+`, svc.URL(), server.Endpoint, redisNote, token, dir)
 
 	var reporters []*fence.Reporter
-	newReporter := func(resource string) *fence.Reporter {
-		r, err := fence.NewReporter(fence.Config{URL: svc.URL(), Token: token, Source: demoSource, Resource: resource, FlushInterval: 100 * time.Millisecond, Logger: logger})
+	newReporter := func(source, resource string) *fence.Reporter {
+		r, err := fence.NewReporter(fence.Config{URL: svc.URL(), Token: token, Source: source, Resource: resource, FlushInterval: 100 * time.Millisecond, Logger: logger})
 		if err != nil {
 			panic(err) // the configuration above is fixed and valid
 		}
 		reporters = append(reporters, r)
 		return r
 	}
-	w, err := newWorkload(cli, filepath.Join(dir, "resources.db"), newReporter("ledger"), newReporter("cache"), logger)
+	w, err := newWorkload(cli, filepath.Join(dir, "resources.db"), newReporter(demoSource, "ledger"), newReporter(demoSource, "cache"), logger)
 	if err != nil {
 		return err
 	}
@@ -115,6 +129,14 @@ Press Ctrl-C to stop.
 		defer wg.Done()
 		w.run(ctx)
 	}()
+	if redisSrv != nil {
+		rw := newRedisWorkload(redisSrv.addr, newReporter(demoRedisSource, "payments"), logger)
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			rw.run(ctx)
+		}()
+	}
 	err = <-served
 	wg.Wait()
 	closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
