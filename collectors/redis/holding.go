@@ -33,8 +33,9 @@ type holding struct {
 	// Count is a Redisson hash lock's re-entry count (the field's value);
 	// zero for string locks.
 	Count int64
-	// TTL is the PTTL of the read: what the holder set, less the time since.
-	// Zero when the key has no expiry.
+	// TTL is how long the key lives from the read (PTTL plus the deadline's
+	// millisecond): what the holder set, less the time since. Zero when the
+	// key has no expiry.
 	TTL time.Duration
 	// Lo and Hi bracket the server's deadline for the key (see reading).
 	// Zero when the key has no expiry.
@@ -190,8 +191,11 @@ func (r rule) decode(rd reading) (holding, bool) {
 		h.Token = &tok
 	}
 	if rd.PTTL >= 0 {
-		h.TTL = time.Duration(rd.PTTL) * time.Millisecond
-		h.Lo, h.Hi = rd.Sent.Add(h.TTL), rd.At.Add(h.TTL)
+		// PTTL counts whole milliseconds down to the deadline, and the
+		// server keeps the key through the deadline's millisecond: the key
+		// lives PTTL to PTTL+1ms from when the read ran.
+		h.TTL = time.Duration(rd.PTTL+1) * time.Millisecond
+		h.Lo, h.Hi = rd.Sent.Add(time.Duration(rd.PTTL)*time.Millisecond), rd.At.Add(h.TTL)
 	}
 	return h, true
 }

@@ -79,6 +79,31 @@ type instance struct {
 	blindReason string
 	runID       string // the server's run_id as last seen
 	lastSeen    time.Time
+	dups        dedup // of the current connection
+}
+
+// dedup drops the copies of a notification that overlapping patterns
+// deliver: the server sends one event to each matching pattern in a row, so
+// a message for the same channel and event from a pattern not yet seen in
+// the current run is a copy. One from a pattern already seen is a new event.
+type dedup struct {
+	channel, payload string
+	patterns         []string
+}
+
+func (d *dedup) dup(channel, payload, pattern string) bool {
+	if channel == d.channel && payload == d.payload {
+		seen := false
+		for _, p := range d.patterns {
+			seen = seen || p == pattern
+		}
+		if !seen {
+			d.patterns = append(d.patterns, pattern)
+			return true
+		}
+	}
+	d.channel, d.payload, d.patterns = channel, payload, append(d.patterns[:0], pattern)
+	return false
 }
 
 func (in *instance) now() time.Time { return in.c.now() }
@@ -193,6 +218,7 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 		cancel()
 		wg.Wait()
 	}()
+	in.dups = dedup{}
 	if err := in.subscribe(sctx, ps); err != nil {
 		return false, in.lost(in.lastSeen, err)
 	}
@@ -362,8 +388,8 @@ func (in *instance) handle(ctx context.Context, batch []received, pings *[]time.
 			continue
 		}
 		m, ok := r.msg.(*goredis.Message)
-		if !ok {
-			continue // a subscription confirmation
+		if !ok || in.dups.dup(m.Channel, m.Payload, m.Pattern) {
+			continue // a subscription confirmation, or one event again for another pattern
 		}
 		key, ok := strings.CutPrefix(m.Channel, in.prefix)
 		if !ok || in.c.rule.isCounterKey(key) {

@@ -206,3 +206,25 @@ func TestReplaceKeepsGrantTokenAndWindow(t *testing.T) {
 		t.Fatal("lock:c from the scan is missing")
 	}
 }
+
+func TestDedupOverlappingPatterns(t *testing.T) {
+	var d dedup
+	const ch = "__keyspace@0__:lock:a"
+	msgs := []struct {
+		payload, pattern string
+		dup              bool
+	}{
+		{"set", "lock:*", false},
+		{"set", "lock:a*", true}, // the same event for the second pattern
+		{"expire", "lock:*", false},
+		{"expire", "lock:a*", true},
+		{"expire", "lock:*", false}, // a second PEXPIRE
+		{"expire", "lock:a*", true},
+		{"del", "lock:a*", false},
+	}
+	for i, m := range msgs {
+		if got := d.dup(ch, m.payload, m.pattern); got != m.dup {
+			t.Fatalf("message %d (%s from %s): dup = %v, want %v", i, m.payload, m.pattern, got, m.dup)
+		}
+	}
+}

@@ -217,7 +217,8 @@ func (c *combiner) replace(inst int, scan map[string]holding) {
 
 // resync lists every lock the quorum holds, for a Snapshot input: kind
 // observed on a first start, an inferred grant otherwise (the tracker keeps
-// a tenure whose holder and token did not change, and ends the ones missing).
+// a tenure whose holder and token did not change), and the inferred end of
+// every lock told held that no longer is.
 // A hold whose deadline moved since the tracker was told of it carries
 // RenewedAt, so the tracker records the renewal it missed. changed reports
 // whether the snapshot differs from what the tracker was told.
@@ -234,7 +235,8 @@ func (c *combiner) resync(at time.Time, kind audit.EventKind, inferred bool) (ob
 		q, count, ok := c.quorumOf(key, nil)
 		if !ok {
 			if prev != nil {
-				delete(c.told, key) // the snapshot leaves it out: the tracker ends it
+				obs = append(obs, goneEnd(c.observation(key, audit.EventRelease, *prev, at, count), *prev, at))
+				delete(c.told, key)
 				changed = true
 			}
 			continue
@@ -262,6 +264,23 @@ func (c *combiner) resync(at time.Time, kind audit.EventKind, inferred bool) (ob
 		changed = true
 	}
 	return obs, changed
+}
+
+// goneEnd makes ob, about hold h that a full read at at found gone, its
+// inferred end: an expiry if its deadline may have passed by then (at its
+// deadline, at the latest), a release otherwise. Left to the tracker, a key
+// the server expired just before the latest its deadline could be would look
+// released.
+func goneEnd(ob audit.Observation, h holding, at time.Time) audit.Observation {
+	ob.Inferred = true
+	if h.expires() && !at.Before(h.Lo) {
+		ob.Kind = audit.EventExpire
+		if at.After(h.Hi) {
+			ob.At = h.Hi
+		}
+	}
+	addWhy(&ob, "gone when every key was read again")
+	return ob
 }
 
 // observation describes hold h of key.

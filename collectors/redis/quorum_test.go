@@ -190,10 +190,19 @@ func TestResync(t *testing.T) {
 	// a renewed unseen, b is gone (FLUSHALL), c is new.
 	c.replace(0, map[string]holding{"lock:a": hold("A", 3001, 8000), "lock:c": hold("C", 3001, 8000)})
 	obs, changed = c.resync(at(3005), audit.EventGrant, true)
-	if got, want := renderObs(obs), "grant lock:a A (inferred) (renewed), grant lock:c C (inferred)"; got != want || !changed {
+	if got, want := renderObs(obs), "grant lock:a A (inferred) (renewed), release lock:b B (inferred), grant lock:c C (inferred)"; got != want || !changed {
 		t.Fatalf("snapshot after changes = %q (changed %v), want %q", got, changed, want)
 	}
 	if _, ok := c.told["lock:b"]; ok {
 		t.Fatal("lock:b is still told after it vanished")
+	}
+	// Gone once its deadline may have passed: expired, at the deadline.
+	c.replace(0, map[string]holding{"lock:a": hold("A", 3001, 8000)})
+	obs, _ = c.resync(at(20000), audit.EventGrant, true)
+	if got, want := renderObs(obs), "grant lock:a A (inferred), expire lock:c C (inferred)"; got != want {
+		t.Fatalf("snapshot after c's deadline = %q, want %q", got, want)
+	}
+	if !obs[1].At.Equal(at(3001 + 8000)) {
+		t.Fatalf("c expired at %v, want its deadline", obs[1].At.Sub(t0))
 	}
 }

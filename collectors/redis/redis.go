@@ -173,7 +173,10 @@ type Collector struct {
 	comb     *combiner
 }
 
-var _ collectors.Collector = (*Collector)(nil)
+var (
+	_ collectors.Collector = (*Collector)(nil)
+	_ collectors.Degrader  = (*Collector)(nil)
+)
 
 // New validates cfg and returns a collector for it. Errors name the offending
 // field; the caller adds which source. logger should already carry the
@@ -365,6 +368,7 @@ func (c *Collector) client(addr string) *goredis.Client {
 		ReadTimeout:              c.cfg.DialTimeout,
 		WriteTimeout:             c.cfg.DialTimeout,
 		MaxRetries:               1,
+		DialerRetries:            1, // the collector's own backoff paces reconnects
 		PoolSize:                 4,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
