@@ -5,7 +5,7 @@ PKGS     := ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all build test check generate deps demo clean load-kubernetes install-redis install-chromium
+.PHONY: all build test check generate deps demo clean load-kubernetes load-redis install-redis install-chromium
 
 all: build
 
@@ -36,6 +36,10 @@ install-chromium:
 ## load-kubernetes: the Kubernetes scale run (2,000 heartbeat + 50 election Leases).
 load-kubernetes:
 	$(GO) run ./cmd/leasewatch-load kubernetes
+
+## load-redis: the Redis scale run (10,000 locks with 2 s TTLs extended every 500 ms).
+load-redis:
+	$(GO) run ./cmd/leasewatch-load redis
 
 ## test: every test, with the race detector.
 test: deps

@@ -6,7 +6,6 @@ import (
 	"io"
 	"net"
 	"os"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -132,30 +131,7 @@ sources:
 		}()
 	}
 
-	if err := sleep(ctx, k.warmup); err != nil {
-		stopLoad()
-		return err
-	}
-	before, err := scrape(ctx, url)
-	if err != nil {
-		stopLoad()
-		return err
-	}
-	procBefore, err := readProcStats(lw.cmd.Process.Pid)
-	if err != nil {
-		stopLoad()
-		return err
-	}
-	if err := sleep(ctx, k.duration); err != nil {
-		stopLoad()
-		return err
-	}
-	after, err := scrape(ctx, url)
-	if err != nil {
-		stopLoad()
-		return err
-	}
-	procAfter, err := readProcStats(lw.cmd.Process.Pid)
+	w, err := measure(ctx, url, lw.cmd.Process.Pid, loadSource, k.warmup, k.duration)
 	stopLoad()
 	wg.Wait()
 	if err != nil {
@@ -163,35 +139,18 @@ sources:
 	}
 
 	// Drain: every renewal the load made must be recorded exactly once.
-	renewals := func() float64 {
-		mfs, err := scrape(ctx, url)
-		if err != nil {
-			return -1
-		}
-		return counterSum(mfs, "leasewatch_events_recorded_total", map[string]string{"source": loadSource, "kind": "renew"})
-	}
-	_ = waitFor(ctx, 30*time.Second, "leasewatch to record every renewal", func() bool { return renewals() >= float64(updates.Load()) })
-	recorded := renewals()
-
-	src := map[string]string{"source": loadSource}
-	wall := procAfter.at.Sub(procBefore.at)
-	events := counterSum(after, "leasewatch_events_recorded_total", src) - counterSum(before, "leasewatch_events_recorded_total", src)
-	lag := histogramBetween(before, after, "leasewatch_observation_lag_seconds", src)
+	_ = waitFor(ctx, 30*time.Second, "leasewatch to record every renewal", func() bool {
+		return recorded(ctx, url, loadSource, "renew") >= float64(updates.Load())
+	})
+	got := recorded(ctx, url, loadSource, "renew")
 	offered := float64(k.heartbeats)/k.heartbeatEvery.Seconds() + float64(k.elections)/k.electionEvery.Seconds()
-
-	fmt.Fprintf(out, "\nleasewatch-load kubernetes: %d heartbeat Leases every %s + %d election Leases every %s (%.0f renewals/s offered), %s measured after %s warm-up; %d CPUs, %s\n\n",
-		k.heartbeats, k.heartbeatEvery, k.elections, k.electionEvery, offered, k.duration, k.warmup, runtime.NumCPU(), runtime.Version())
-	fmt.Fprintf(out, "| measure | value |\n|---|---|\n")
-	fmt.Fprintf(out, "| events recorded | %.0f/s |\n", events/wall.Seconds())
-	fmt.Fprintf(out, "| observation lag p50 (renewTime → stored) | %s |\n", seconds(lag.quantile(0.50)))
-	fmt.Fprintf(out, "| observation lag p99 | %s |\n", seconds(lag.quantile(0.99)))
-	fmt.Fprintf(out, "| lag samples | %.0f |\n", lag.count())
-	fmt.Fprintf(out, "| leasewatch CPU | %.1f%% of one core |\n", 100*procAfter.cpu.Seconds()/wall.Seconds()-100*procBefore.cpu.Seconds()/wall.Seconds())
-	fmt.Fprintf(out, "| leasewatch RSS (end / peak) | %.1f MiB / %.1f MiB |\n", mib(procAfter.rss), mib(procAfter.hwm))
-	fmt.Fprintf(out, "| renewals achieved | %.0f/s (%d skipped while the apiserver was behind) |\n", float64(updates.Load())/(k.warmup+k.duration).Seconds(), skipped.Load())
-	fmt.Fprintf(out, "| renewals written / recorded | %d / %.0f (missed %.0f, update conflicts %d) |\n", updates.Load(), recorded, float64(updates.Load())-recorded, conflicts.Load())
-	if recorded != float64(updates.Load()) {
-		return fmt.Errorf("leasewatch recorded %.0f renewals of the %d made", recorded, updates.Load())
+	w.write(out, fmt.Sprintf("leasewatch-load kubernetes: %d heartbeat Leases every %s + %d election Leases every %s (%.0f renewals/s offered), %s measured after %s warm-up; lag is renewTime → stored",
+		k.heartbeats, k.heartbeatEvery, k.elections, k.electionEvery, offered, k.duration, k.warmup), [][2]string{
+		{"renewals achieved", fmt.Sprintf("%.0f/s (%d skipped while the apiserver was behind)", float64(updates.Load())/(k.warmup+k.duration).Seconds(), skipped.Load())},
+		{"renewals written / recorded", fmt.Sprintf("%d / %.0f (missed %.0f, update conflicts %d)", updates.Load(), got, float64(updates.Load())-got, conflicts.Load())},
+	})
+	if got != float64(updates.Load()) {
+		return fmt.Errorf("leasewatch recorded %.0f renewals of the %d made", got, updates.Load())
 	}
 	return nil
 }
@@ -255,30 +214,17 @@ func renewLoop(ctx context.Context, cs kubernetes.Interface, leases []*lease, ev
 			}
 		}()
 	}
-	// Dispatch by the clock, not by ticks: a busy machine delays and drops
-	// ticks, which would quietly lower the offered rate.
-	tick := time.NewTicker(10 * time.Millisecond)
 	defer func() {
-		tick.Stop()
 		close(work)
 		wg.Wait()
 	}()
-	start, sent := time.Now(), 0
-	for {
+	dispatch(ctx, len(leases), every, func(i int) {
 		select {
-		case <-ctx.Done():
-			return
-		case now := <-tick.C:
-			due := int(int64(now.Sub(start)) * int64(len(leases)) / int64(every))
-			for ; sent < due; sent++ {
-				select {
-				case work <- leases[sent%len(leases)]:
-				default: // the apiserver is behind: skip rather than queue without bound
-					skipped.Add(1)
-				}
-			}
+		case work <- leases[i]:
+		default: // the apiserver is behind: skip rather than queue without bound
+			skipped.Add(1)
 		}
-	}
+	})
 }
 
 // renew writes a new renewTime as the holder would; a conflict re-reads.

@@ -5,11 +5,13 @@
 // CPU and RSS, and whether every renewal made it into the database.
 //
 //	leasewatch-load kubernetes [--heartbeats 2000] [--elections 50] [--duration 60s]
+//	leasewatch-load redis [--locks 10000] [--ttl 2s] [--every 500ms] [--duration 30s]
 //
 // The kubernetes scenario starts a real kube-apiserver on an embedded etcd
 // (built from the Kubernetes Go module on first use; see
-// collectors/kubernetes/kubetest), or uses --kubeconfig. It sends traffic only
-// to that apiserver and to leasewatch on loopback, and stops by itself.
+// collectors/kubernetes/kubetest), or uses --kubeconfig. The redis scenario
+// starts Debian's redis-server on loopback. Each sends traffic only to its
+// own backend and to leasewatch on loopback, and stops by itself.
 package main
 
 import (
@@ -29,23 +31,42 @@ import (
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if len(os.Args) < 2 || os.Args[1] != "kubernetes" {
-		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes [flags]  (-h for flags)")
+	if len(os.Args) < 2 {
+		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis [flags]  (-h for flags)")
 		os.Exit(2)
 	}
-	fs := flag.NewFlagSet("kubernetes", flag.ExitOnError)
-	var cfg kubeLoad
-	fs.IntVar(&cfg.heartbeats, "heartbeats", 2000, "heartbeat Leases in kube-node-lease")
-	fs.DurationVar(&cfg.heartbeatEvery, "heartbeat-every", 10*time.Second, "renewal period of each heartbeat Lease")
-	fs.IntVar(&cfg.elections, "elections", 50, "leader-election Leases")
-	fs.DurationVar(&cfg.electionEvery, "election-every", 2*time.Second, "renewal period of each election Lease")
-	fs.DurationVar(&cfg.warmup, "warmup", 15*time.Second, "load before measuring")
-	fs.DurationVar(&cfg.duration, "duration", 60*time.Second, "measured load")
-	fs.StringVar(&cfg.kubeconfig, "kubeconfig", "", "use this cluster instead of starting a test apiserver")
-	fs.StringVar(&cfg.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
+	var scenario interface {
+		run(ctx context.Context, out, log io.Writer) error
+	}
+	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
+	switch os.Args[1] {
+	case "kubernetes":
+		var k kubeLoad
+		fs.IntVar(&k.heartbeats, "heartbeats", 2000, "heartbeat Leases in kube-node-lease")
+		fs.DurationVar(&k.heartbeatEvery, "heartbeat-every", 10*time.Second, "renewal period of each heartbeat Lease")
+		fs.IntVar(&k.elections, "elections", 50, "leader-election Leases")
+		fs.DurationVar(&k.electionEvery, "election-every", 2*time.Second, "renewal period of each election Lease")
+		fs.DurationVar(&k.warmup, "warmup", 15*time.Second, "load before measuring")
+		fs.DurationVar(&k.duration, "duration", 60*time.Second, "measured load")
+		fs.StringVar(&k.kubeconfig, "kubeconfig", "", "use this cluster instead of starting a test apiserver")
+		fs.StringVar(&k.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
+		scenario = &k
+	case "redis":
+		var r redisLoad
+		fs.IntVar(&r.locks, "locks", 10000, "string locks")
+		fs.DurationVar(&r.ttl, "ttl", 2*time.Second, "lock TTL")
+		fs.DurationVar(&r.every, "every", 500*time.Millisecond, "extension period of each lock")
+		fs.DurationVar(&r.warmup, "warmup", 10*time.Second, "load before measuring")
+		fs.DurationVar(&r.duration, "duration", 30*time.Second, "measured load")
+		fs.StringVar(&r.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
+		scenario = &r
+	default:
+		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes or redis\n", os.Args[1])
+		os.Exit(2)
+	}
 	_ = fs.Parse(os.Args[2:])
 
-	if err := cfg.run(ctx, os.Stdout, os.Stderr); err != nil {
+	if err := scenario.run(ctx, os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "leasewatch-load:", err)
 		os.Exit(1)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit/fence"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
+	"github.com/leasewatch/leasewatch/collectors/redis/redisserver"
 )
 
 const demoSource = "demo-etcd"
@@ -70,16 +72,20 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 			Prefixes: []string{"/locks/", "/election/"},
 		}},
 	}
-	redisSrv, err := startDemoRedis(ctx, filepath.Join(dir, "redis"))
-	if err != nil {
+	// With redis-server installed the demo shows Redis locks too.
+	redisSrv, err := redisserver.Start(ctx, filepath.Join(dir, "redis"))
+	switch {
+	case errors.Is(err, redisserver.ErrNotInstalled):
+		redisSrv = nil
+	case err != nil:
 		return err
 	}
 	redisNote := "not on PATH: install Debian's redis-server to see Redis locks too"
 	if redisSrv != nil {
-		defer redisSrv.stop()
-		redisNote = redisSrv.addr + ": redsync mutexes on lock:jobs (no token) and fenced lock:payments"
+		defer redisSrv.Stop()
+		redisNote = redisSrv.Addr + ": redsync mutexes on lock:jobs (no token) and fenced lock:payments"
 		cfg.Sources = append(cfg.Sources, config.SourceConfig{
-			Name: demoRedisSource, Kind: "redis", Addr: redisSrv.addr, Patterns: []string{"lock:*"},
+			Name: demoRedisSource, Kind: "redis", Addr: redisSrv.Addr, Patterns: []string{"lock:*"},
 			Token: &config.RedisTokenRule{ValuePattern: `^(?P<token>\d+):(?P<holder>.+)$`},
 		})
 	}
@@ -130,7 +136,7 @@ Press Ctrl-C to stop.
 		w.run(ctx)
 	}()
 	if redisSrv != nil {
-		rw := newRedisWorkload(redisSrv.addr, newReporter(demoRedisSource, "payments"), logger)
+		rw := newRedisWorkload(redisSrv.Addr, newReporter(demoRedisSource, "payments"), logger)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -4,14 +4,9 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
 	"fmt"
 	"log/slog"
 	mathrand "math/rand/v2"
-	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -34,69 +29,6 @@ const (
 	demoPaymentsFence = "fence:payments"
 	demoRedisTTL      = 2 * time.Second
 )
-
-// demoRedis is a redis-server the demo runs on a free loopback port.
-type demoRedis struct {
-	addr string
-	cmd  *exec.Cmd
-	done chan struct{}
-}
-
-// startDemoRedis runs redis-server if it is on PATH; without it the demo
-// runs etcd only, and startDemoRedis returns nil.
-func startDemoRedis(ctx context.Context, dir string) (*demoRedis, error) {
-	bin, err := exec.LookPath("redis-server")
-	if err != nil {
-		return nil, nil
-	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return nil, err
-	}
-	port := ln.Addr().(*net.TCPAddr).Port
-	ln.Close()
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	r := &demoRedis{addr: "127.0.0.1:" + strconv.Itoa(port), done: make(chan struct{})}
-	r.cmd = exec.Command(bin, "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"))
-	if err := r.cmd.Start(); err != nil {
-		return nil, fmt.Errorf("start redis-server: %w", err)
-	}
-	go func() {
-		r.cmd.Wait()
-		close(r.done)
-	}()
-	cli := goredis.NewClient(&goredis.Options{Addr: r.addr})
-	defer cli.Close()
-	deadline := time.Now().Add(10 * time.Second)
-	for cli.Ping(ctx).Err() != nil {
-		select {
-		case <-r.done:
-			return nil, errors.New("redis-server exited at start: see " + filepath.Join(dir, "redis.log"))
-		case <-ctx.Done():
-			r.stop()
-			return nil, ctx.Err()
-		case <-time.After(50 * time.Millisecond):
-		}
-		if time.Now().After(deadline) {
-			r.stop()
-			return nil, errors.New("redis-server did not answer within 10s")
-		}
-	}
-	return r, nil
-}
-
-func (r *demoRedis) stop() {
-	_ = r.cmd.Process.Signal(os.Interrupt)
-	select {
-	case <-r.done:
-	case <-time.After(5 * time.Second):
-		_ = r.cmd.Process.Kill()
-		<-r.done
-	}
-}
 
 // redisWorkload runs redsync workers on lock:jobs and fenced workers on
 // lock:payments; one of the latter now and then stalls past its TTL, and its

@@ -1,0 +1,97 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"runtime"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+)
+
+// window is what leasewatch did over the measured part of a run.
+type window struct {
+	source                string
+	before, after         map[string]*dto.MetricFamily
+	procBefore, procAfter procStats
+}
+
+// measure waits out the warm-up, then measures the leasewatch process at url
+// (pid) for duration.
+func measure(ctx context.Context, url string, pid int, source string, warmup, duration time.Duration) (window, error) {
+	w := window{source: source}
+	if err := sleep(ctx, warmup); err != nil {
+		return w, err
+	}
+	var err error
+	if w.before, err = scrape(ctx, url); err != nil {
+		return w, err
+	}
+	if w.procBefore, err = readProcStats(pid); err != nil {
+		return w, err
+	}
+	if err := sleep(ctx, duration); err != nil {
+		return w, err
+	}
+	if w.after, err = scrape(ctx, url); err != nil {
+		return w, err
+	}
+	w.procAfter, err = readProcStats(pid)
+	return w, err
+}
+
+// recorded returns how many events of kind (all kinds if empty) leasewatch
+// at url has stored for source so far.
+func recorded(ctx context.Context, url, source, kind string) float64 {
+	mfs, err := scrape(ctx, url)
+	if err != nil {
+		return -1
+	}
+	labels := map[string]string{"source": source}
+	if kind != "" {
+		labels["kind"] = kind
+	}
+	return counterSum(mfs, "leasewatch_events_recorded_total", labels)
+}
+
+// write prints the window's figures as a Markdown table, after a title and
+// before the scenario's own rows.
+func (w window) write(out io.Writer, title string, extra [][2]string) {
+	src := map[string]string{"source": w.source}
+	wall := w.procAfter.at.Sub(w.procBefore.at)
+	events := counterSum(w.after, "leasewatch_events_recorded_total", src) - counterSum(w.before, "leasewatch_events_recorded_total", src)
+	lag := histogramBetween(w.before, w.after, "leasewatch_observation_lag_seconds", src)
+	fmt.Fprintf(out, "\n%s; %d CPUs, %s\n\n| measure | value |\n|---|---|\n", title, runtime.NumCPU(), runtime.Version())
+	rows := [][2]string{
+		{"events recorded", fmt.Sprintf("%.0f/s", events/wall.Seconds())},
+		{"observation lag p50", seconds(lag.quantile(0.50))},
+		{"observation lag p99", seconds(lag.quantile(0.99))},
+		{"lag samples", fmt.Sprintf("%.0f", lag.count())},
+		{"leasewatch CPU", fmt.Sprintf("%.1f%% of one core", 100*(w.procAfter.cpu-w.procBefore.cpu).Seconds()/wall.Seconds())},
+		{"leasewatch RSS (end / peak)", fmt.Sprintf("%.1f MiB / %.1f MiB", mib(w.procAfter.rss), mib(w.procAfter.hwm))},
+	}
+	for _, r := range append(rows, extra...) {
+		fmt.Fprintf(out, "| %s | %s |\n", r[0], r[1])
+	}
+}
+
+// dispatch calls send for items 0, 1, 2, ... (modulo n) at n per period,
+// spread evenly, by the clock rather than by ticks (a busy machine delays and
+// drops ticks, which would quietly lower the offered rate), until ctx ends.
+func dispatch(ctx context.Context, n int, period time.Duration, send func(i int)) {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	start, sent := time.Now(), 0
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-tick.C:
+			due := int(int64(now.Sub(start)) * int64(n) / int64(period))
+			for ; sent < due; sent++ {
+				send(sent % n)
+			}
+		}
+	}
+}

@@ -1,0 +1,150 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	goredis "github.com/redis/go-redis/v9"
+
+	"github.com/leasewatch/leasewatch/collectors/redis/redisserver"
+)
+
+// redisLoad is the Redis scenario: many string locks taken with SET NX PX and
+// kept by extending their TTL, as redsync does.
+type redisLoad struct {
+	locks      int
+	ttl        time.Duration
+	every      time.Duration
+	warmup     time.Duration
+	duration   time.Duration
+	leasewatch string
+}
+
+// extendScript extends a lock only while it holds the caller's value
+// (redsync's extend).
+const extendScript = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`
+
+func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
+	dir, err := os.MkdirTemp("", "leasewatch-load-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	srv, err := redisserver.Start(ctx, filepath.Join(dir, "redis"))
+	if err != nil {
+		return err
+	}
+	defer srv.Stop()
+
+	bin := k.leasewatch
+	if bin == "" {
+		if bin, err = buildLeasewatch(ctx, dir, log); err != nil {
+			return err
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		return err
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", port)
+	lw, err := startLeasewatch(ctx, bin, dir, fmt.Sprintf(`listen: 127.0.0.1:%d
+database: %s/leasewatch.db
+sources:
+  - name: %s
+    kind: redis
+    addr: %s
+    patterns: ["lock:*"]
+`, port, dir, loadSource, srv.Addr), log)
+	if err != nil {
+		return err
+	}
+	defer lw.stop()
+	if err := waitFor(ctx, 60*time.Second, "leasewatch's Redis source to come up", func() bool {
+		mfs, err := scrape(ctx, url)
+		return err == nil && len(labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})) > 0 &&
+			labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})[0].GetGauge().GetValue() == 1
+	}); err != nil {
+		return err
+	}
+
+	fmt.Fprintf(log, "%d locks with %s TTLs extended every %s: %s of warm-up, %s measured\n", k.locks, k.ttl, k.every, k.warmup, k.duration)
+	cli := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: 64})
+	defer cli.Close()
+	extend := goredis.NewScript(extendScript)
+	if err := extend.Load(ctx, cli).Err(); err != nil {
+		return err
+	}
+	held := make([]atomic.Bool, k.locks)
+	var grants, renewals, lost, skipped atomic.Int64
+	work := make(chan int, k.locks)
+	var wg sync.WaitGroup
+	for range 64 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range work {
+				key, value := "lock:"+strconv.Itoa(i), "holder-"+strconv.Itoa(i)
+				reqCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+				if !held[i].Load() {
+					if ok, err := cli.SetNX(reqCtx, key, value, k.ttl).Result(); err == nil && ok {
+						held[i].Store(true)
+						grants.Add(1)
+					}
+				} else if n, err := extend.Run(reqCtx, cli, []string{key}, value, k.ttl.Milliseconds()).Int64(); err == nil {
+					if n == 1 {
+						renewals.Add(1)
+					} else {
+						held[i].Store(false) // it expired before the extension: take it again
+						lost.Add(1)
+					}
+				}
+				cancel()
+			}
+		}()
+	}
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var dispatched sync.WaitGroup
+	dispatched.Add(1)
+	go func() {
+		defer dispatched.Done()
+		dispatch(loadCtx, k.locks, k.every, func(i int) {
+			select {
+			case work <- i:
+			default: // redis-server is behind: skip rather than queue without bound
+				skipped.Add(1)
+			}
+		})
+	}()
+
+	w, err := measure(ctx, url, lw.cmd.Process.Pid, loadSource, k.warmup, k.duration)
+	stopLoad()
+	dispatched.Wait()
+	close(work)
+	wg.Wait()
+	if err != nil {
+		return err
+	}
+
+	// Drain: every grant and extension must be recorded exactly once.
+	_ = waitFor(ctx, 30*time.Second, "leasewatch to record every grant and extension", func() bool {
+		return recorded(ctx, url, loadSource, "grant") >= float64(grants.Load()) && recorded(ctx, url, loadSource, "renew") >= float64(renewals.Load())
+	})
+	gotGrants, gotRenewals := recorded(ctx, url, loadSource, "grant"), recorded(ctx, url, loadSource, "renew")
+	w.write(out, fmt.Sprintf("leasewatch-load redis: %d string locks with %s TTLs extended every %s (%.0f extensions/s offered), %s measured after %s warm-up; lag is the collector's receipt of the keyspace event → stored",
+		k.locks, k.ttl, k.every, float64(k.locks)/k.every.Seconds(), k.duration, k.warmup), [][2]string{
+		{"extensions achieved", fmt.Sprintf("%.0f/s (%d skipped while redis-server was behind, %d locks lost to expiry)", float64(renewals.Load())/(k.warmup+k.duration).Seconds(), skipped.Load(), lost.Load())},
+		{"grants made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f)", grants.Load(), gotGrants, float64(grants.Load())-gotGrants)},
+		{"extensions made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f)", renewals.Load(), gotRenewals, float64(renewals.Load())-gotRenewals)},
+	})
+	if gotGrants != float64(grants.Load()) || gotRenewals != float64(renewals.Load()) {
+		return fmt.Errorf("leasewatch recorded %.0f grants of %d and %.0f extensions of %d", gotGrants, grants.Load(), gotRenewals, renewals.Load())
+	}
+	return nil
+}
