@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -146,6 +148,18 @@ func (s *redisServer) client(t *testing.T) *goredis.Client {
 	cli := goredis.NewClient(&goredis.Options{Network: "unix", Addr: s.sock, MaxRetries: -1, Protocol: 2})
 	t.Cleanup(func() { cli.Close() })
 	return cli
+}
+
+// freePort returns a TCP port on the loopback interface that was free a
+// moment ago.
+func freePort(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
 }
 
 func tail(s string, n int) string {

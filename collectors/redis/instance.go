@@ -220,7 +220,13 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 	}()
 	in.dups = dedup{}
 	if err := in.subscribe(sctx, ps); err != nil {
-		return false, in.lost(in.lastSeen, err)
+		if isConnErr(err) {
+			return false, in.lost(in.lastSeen, err)
+		}
+		// Refused (an ACL without the channels): poll instead.
+		ps.Close()
+		in.c.setMode(in.idx, in.pollReason("PSUBSCRIBE", err))
+		return in.poll(sctx, runID)
 	}
 	// Subscribed: from here on every change reaches the stream, so a scan
 	// now leaves no change unseen.
@@ -437,6 +443,7 @@ func (in *instance) subscribe(ctx context.Context, ps *goredis.PubSub) error {
 	if err := ps.PSubscribe(ctx, channels...); err != nil {
 		return fmt.Errorf("psubscribe %v: %w", channels, err)
 	}
+	// A refusal (NOPERM) comes back as the reply in place of a confirmation.
 	deadline := in.now().Add(in.c.cfg.DialTimeout)
 	for len(want) > 0 {
 		left := deadline.Sub(in.now())
@@ -517,7 +524,7 @@ func (in *instance) ensureNotifications(ctx context.Context) (polling string, er
 }
 
 func (in *instance) pollReason(what string, err error) string {
-	reason := fmt.Sprintf("redis at %s: keyspace notifications cannot be enabled (%s: %v): polling every %s", in.addr, what, err, in.c.cfg.PollInterval)
+	reason := fmt.Sprintf("redis at %s: keyspace notifications unavailable (%s: %v): polling every %s", in.addr, what, err, in.c.cfg.PollInterval)
 	in.log.Warn("keyspace notifications unavailable; polling instead", "err", err, "poll_interval", in.c.cfg.PollInterval)
 	return reason
 }

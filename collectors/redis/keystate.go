@@ -247,8 +247,14 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 // grace of a read finding their hold gone, guessing how each hold ended from
 // its deadline, and returns the changes that were waiting.
 func (s *instanceState) resolvePending(now time.Time, grace time.Duration) []change {
+	due := make(map[string]bool)
+	for key, ks := range s.keys {
+		if len(ks.queue) > 0 && ks.queue[0].waiting && now.Sub(ks.queue[0].At) >= grace {
+			due[key] = true
+		}
+	}
 	var out []change
-	for _, key := range sortedKeys(s.keys) {
+	for _, key := range sortedKeys(due) {
 		ks := s.keys[key]
 		for len(ks.queue) > 0 && ks.queue[0].waiting && now.Sub(ks.queue[0].At) >= grace {
 			ks.queue[0] = inferredEnd(key, ks.queue[0].H, ks.queue[0].At, "no end event for a key found gone")

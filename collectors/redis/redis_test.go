@@ -639,11 +639,15 @@ func usedMemory(t *testing.T, cli *goredis.Client) int64 {
 func TestNotificationsEnabledByTheCollector(t *testing.T) {
 	t.Parallel()
 	// Someone else's flags (keyevent channels, list events) must survive.
-	srv := startRedis(t, "notify-keyspace-events El")
+	// Over TCP this time.
+	port := freePort(t)
+	srv := startRedis(t, "notify-keyspace-events El", "port "+port, "bind 127.0.0.1")
 	cli := srv.client(t)
 	ctx := context.Background()
 	sk := newSink(t)
-	cr := runCollector(t, testConfig(srv), sk)
+	cfg := testConfig()
+	cfg.Addrs = []string{"127.0.0.1:" + port}
+	cr := runCollector(t, cfg, sk)
 
 	flags, err := cli.ConfigGet(ctx, "notify-keyspace-events").Result()
 	if err != nil {
@@ -672,6 +676,8 @@ func TestConfigDeniedPolls(t *testing.T) {
 	}{
 		{"RenamedCommand", `rename-command CONFIG ""`},
 		{"DeniedByACL", "user default on nopass ~* &* +@all -config"},
+		// CONFIG allowed (the flags get set), but no channels to subscribe to.
+		{"PubSubDeniedByACL", "user default on nopass ~* resetchannels +@all"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
