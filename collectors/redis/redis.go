@@ -329,14 +329,20 @@ func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func())
 	err := r.run(ctx, ready)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	// The next run is blind from the last moment this one saw the source;
+	// a run that never saw it leaves that moment as it was (zero until the
+	// source is first seen, so the first snapshot ever is "observed").
 	if ctx.Err() != nil {
-		c.lastGood, c.lastErr = c.now(), "the collector was stopped"
+		if r.wasUp {
+			c.lastGood = c.now()
+		}
+		c.lastErr = "the collector was stopped"
 		return nil
 	}
 	if err == nil {
 		err = errors.New("collector stopped")
 	}
-	if !r.goodUntil.IsZero() {
+	if r.wasUp && !r.goodUntil.IsZero() {
 		c.lastGood = r.goodUntil
 	}
 	c.lastErr = err.Error()

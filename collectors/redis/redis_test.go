@@ -843,3 +843,41 @@ func TestRunGivesUpAndRestartsBlind(t *testing.T) {
 		t.Fatalf("events = %v, want grant, blind, release (inferred), grant (inferred)", got)
 	}
 }
+
+func TestUnreachableAtFirstThenObserved(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	srv.stop()
+	cli := srv.client(t)
+	ctx := context.Background()
+	sk := newSink(t)
+	c, err := New(testConfig(srv), testLogger(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Run(ctx, sk, func() { t.Error("ready with redis down") }); err == nil {
+		t.Fatal("Run returned nil with redis down")
+	}
+	srv.start()
+	if err := cli.SetNX(ctx, "lock:u", "A", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The Runner's restart: the source is seen for the first time, so what
+	// it holds was held before the collector saw it, not granted unseen.
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx, sk, func() {}) }()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Run after cancel = %v", err)
+		}
+	}()
+	ev := sk.waitEvents(t, 10*time.Second, "lock:u", 1)[0]
+	if ev.Kind != audit.EventObserved || ev.Inferred {
+		t.Fatalf("first event = %+v, want observed", ev)
+	}
+	if in := sk.allInputs()[0]; in.Blind != nil {
+		t.Fatalf("first input has a blind window %+v: nothing was seen before it", in.Blind)
+	}
+}

@@ -31,6 +31,7 @@ type run struct {
 	// goodUntil is the last moment the run knew it saw the source; a
 	// restarted run is blind from there.
 	goodUntil time.Time
+	wasUp     bool // the first snapshot was recorded
 }
 
 func newRun(c *Collector, sink collectors.Sink) *run {
@@ -83,6 +84,7 @@ func (r *run) run(ctx context.Context, ready func()) error {
 	if err != nil {
 		return err
 	}
+	r.wasUp = true
 	ready()
 	for _, m := range queued {
 		if err := r.handle(ctx, m); err != nil {
