@@ -301,8 +301,10 @@ func (t *Tracker) grant(o *output, st *TrackState, prev *Tenure, ob Observation)
 				res.Pending = append(res.Pending[:0], res.Pending[n-maxPendingGrants:]...)
 			}
 		}
-	} else if !st.UnfencedReported && st.Lock.Class != ClassHeartbeat {
-		// Heartbeats never carry tokens and guard nothing: not a finding.
+	} else if !st.UnfencedReported && st.Lock.Class != ClassHeartbeat && !(ob.Inferred && ob.Holder == "") {
+		// Heartbeats never carry tokens and guard nothing, and a grant the
+		// collector only inferred, without even its holder, says nothing
+		// about the lock's tokens: neither is a finding.
 		st.UnfencedReported = true
 		o.finding(st, Finding{Kind: FindingUnfencedLock, At: ob.At, Holders: holders(ob.Holder),
 			Summary: "grants of this lock carry no fencing token: a resource cannot reject a paused holder's late writes"})

@@ -600,3 +600,13 @@ func TestTrackerJudgesLateReportsByTheirOwnTime(t *testing.T) {
 		t.Fatalf("findings = %v, want [unfenced_write]", got)
 	}
 }
+
+func TestTrackerUnknownInferredGrantIsNotUnfenced(t *testing.T) {
+	// A key written and gone before the collector could read it: an
+	// inferred grant with no holder and no token proves nothing about fencing.
+	s := newStory(t, audit.KindRedis)
+	s.observe(audit.Observation{Kind: audit.EventGrant, At: at(0), Inferred: true, LeaseDuration: time.Second})
+	if got := s.findings(); len(got) != 0 {
+		t.Fatalf("findings = %v, want none", got)
+	}
+}
