@@ -26,6 +26,7 @@ type Timeline struct {
 // Lane is one holder's row.
 type Lane struct {
 	Y, H  float64
+	TextY float64 // baseline of the label, level with the lane's bars
 	Label string // possibly shortened
 	Full  string // the whole holder, for the tooltip
 	Odd   bool

@@ -19,8 +19,10 @@ const (
 	tlGutter     = 170.0 // holder labels
 	tlRightPad   = 14.0
 	tlTopPad     = 26.0 // hazard labels and "now"
-	tlLaneH      = 30.0
+	tlLaneH      = 36.0
 	tlBarH       = 16.0
+	tlBarTop     = 5.0  // bar's offset in its lane
+	tlWriteY     = 28.0 // write markers' centre in a lane, below the bar and its token
 	tlAxisH      = 40.0
 	tlMaxLanes   = 12   // more holders share one last lane
 	tlMinTickGap = 3.0  // renewals closer than this draw as a band
@@ -132,7 +134,8 @@ func buildTimeline(in timelineInput) views.Timeline {
 	tl.AxisY = tl.PlotY1 + 18
 	tl.Height = tl.PlotY1 + tlAxisH
 	for i := range n {
-		l := views.Lane{Y: tlTopPad + float64(i)*tlLaneH, H: tlLaneH, Odd: i%2 == 1}
+		y := tlTopPad + float64(i)*tlLaneH
+		l := views.Lane{Y: y, H: tlLaneH, TextY: y + tlBarTop + tlBarH - 4, Odd: i%2 == 1}
 		switch {
 		case len(holders) == 0:
 		case merged > 0 && i == 0:
@@ -148,7 +151,7 @@ func buildTimeline(in timelineInput) views.Timeline {
 		}
 		tl.Lanes = append(tl.Lanes, l)
 	}
-	laneY := func(h string) float64 { return tlTopPad + float64(laneOf(h))*tlLaneH + (tlLaneH-tlBarH)/2 }
+	laneY := func(h string) float64 { return tlTopPad + float64(laneOf(h))*tlLaneH + tlBarTop }
 
 	tl.Ticks = axisTicks(in.From, in.To, loc, sc)
 	if !in.Now.Before(in.From) && !in.Now.After(in.To) {
@@ -156,6 +159,7 @@ func buildTimeline(in timelineInput) views.Timeline {
 	}
 
 	// Blind windows and hazards from findings.
+	labelEnd := 0.0
 	for _, f := range in.Findings {
 		until := f.Until
 		if until.IsZero() {
@@ -177,8 +181,10 @@ func buildTimeline(in timelineInput) views.Timeline {
 		case audit.FindingOverlap, audit.FindingExposure:
 			h := views.Hazard{X: x, W: w, Kind: string(f.Kind),
 				Title: fmt.Sprintf("%s %s → %s (%s)\n%s", f.Kind, clock(f.At, loc), clock(until, loc), duration(span), printable(f.Summary))}
-			if w >= float64(len(f.Kind))*6.5+4 {
+			// Labelled when it fits and does not run into the last label.
+			if lw := float64(len(f.Kind))*6.5 + 4; w >= lw && x >= labelEnd {
 				h.Label = string(f.Kind)
+				labelEnd = x + lw
 			}
 			if in.FindingHref != nil {
 				h.Href = in.FindingHref(f)
@@ -272,7 +278,7 @@ func buildTimeline(in timelineInput) views.Timeline {
 				note = "reported as an unfenced write"
 			}
 		}
-		y := laneY(writerLane(e)) + tlBarH/2
+		y := laneY(writerLane(e)) - tlBarTop + tlWriteY
 		tok := "no token"
 		if e.Token != nil {
 			tok = "token " + strconv.FormatInt(*e.Token, 10)

@@ -31,7 +31,7 @@ func near(t *testing.T, what string, got, want float64) {
 	}
 }
 
-func laneTop(i int) float64 { return tlTopPad + float64(i)*tlLaneH + (tlLaneH-tlBarH)/2 }
+func laneTop(i int) float64 { return tlTopPad + float64(i)*tlLaneH + tlBarTop }
 
 func baseInput() timelineInput {
 	return timelineInput{
@@ -243,7 +243,7 @@ func TestTimelineWritesOnTheWritersLane(t *testing.T) {
 	if len(tl.Lanes) != 3 || tl.Lanes[2].Label != "(unknown writer)" {
 		t.Errorf("lanes = %+v, want a third lane for the unknown writer", tl.Lanes)
 	}
-	mid := func(lane int) float64 { return laneTop(lane) + tlBarH/2 }
+	mid := func(lane int) float64 { return tlTopPad + float64(lane)*tlLaneH + tlWriteY }
 	for i, want := range []struct {
 		kind string
 		x, y float64
