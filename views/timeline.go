@@ -27,8 +27,8 @@ type Timeline struct {
 type Lane struct {
 	Y, H  float64
 	TextY float64 // baseline of the label, level with the lane's bars
-	Label string // possibly shortened
-	Full  string // the whole holder, for the tooltip
+	Label string  // possibly shortened
+	Full  string  // the whole holder, for the tooltip
 	Odd   bool
 }
 
