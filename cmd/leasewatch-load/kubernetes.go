@@ -85,30 +85,17 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 
-	bin := k.leasewatch
-	if bin == "" {
-		if bin, err = buildLeasewatch(ctx, dir, log); err != nil {
-			return err
-		}
-	}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	lw, err := startLeasewatch(ctx, bin, dir, fmt.Sprintf(`listen: 127.0.0.1:%d
-database: %s/leasewatch.db
-sources:
-  - name: %s
+	lw, err := startLeasewatch(ctx, k.leasewatch, dir, fmt.Sprintf(`  - name: %s
     kind: kubernetes
     kubeconfig: %s
     namespaces: [%s, %s]
     heartbeat_namespaces: [%s]
-`, port, dir, loadSource, kubeconfig, heartbeatNS, loadElectionsNS, heartbeatNS), log)
+`, loadSource, kubeconfig, heartbeatNS, loadElectionsNS, heartbeatNS), log)
 	if err != nil {
 		return err
 	}
 	defer lw.stop()
+	url := lw.url
 	if err := waitFor(ctx, 60*time.Second, "leasewatch to record the first snapshot", func() bool {
 		mfs, err := scrape(ctx, url)
 		return err == nil && counterSum(mfs, "leasewatch_events_recorded_total", map[string]string{"source": loadSource}) >= float64(k.heartbeats+k.elections)

@@ -28,14 +28,26 @@ type leasewatchProc struct {
 	done chan error
 }
 
-// startLeasewatch runs `leasewatch serve` with config written to dir and
-// waits until it is ready.
-func startLeasewatch(ctx context.Context, bin, dir, config string, log io.Writer) (*leasewatchProc, error) {
+// startLeasewatch runs `leasewatch serve` on a free loopback port with its
+// database in dir and the given sources section, building the binary first
+// when bin is empty.
+func startLeasewatch(ctx context.Context, bin, dir, sources string, log io.Writer) (*leasewatchProc, error) {
+	if bin == "" {
+		var err error
+		if bin, err = buildLeasewatch(ctx, dir, log); err != nil {
+			return nil, err
+		}
+	}
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	config := fmt.Sprintf("listen: 127.0.0.1:%d\ndatabase: %s\nsources:\n%s", port, filepath.Join(dir, "leasewatch.db"), sources)
 	path := filepath.Join(dir, "leasewatch.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
-	p := &leasewatchProc{done: make(chan error, 1)}
+	p := &leasewatchProc{url: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan error, 1)}
 	p.cmd = exec.Command(bin, "serve", "--config", path)
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	if err := p.cmd.Start(); err != nil {

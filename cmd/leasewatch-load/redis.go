@@ -43,29 +43,16 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 	}
 	defer srv.Stop()
 
-	bin := k.leasewatch
-	if bin == "" {
-		if bin, err = buildLeasewatch(ctx, dir, log); err != nil {
-			return err
-		}
-	}
-	port, err := freePort()
-	if err != nil {
-		return err
-	}
-	url := fmt.Sprintf("http://127.0.0.1:%d", port)
-	lw, err := startLeasewatch(ctx, bin, dir, fmt.Sprintf(`listen: 127.0.0.1:%d
-database: %s/leasewatch.db
-sources:
-  - name: %s
+	lw, err := startLeasewatch(ctx, k.leasewatch, dir, fmt.Sprintf(`  - name: %s
     kind: redis
     addr: %s
     patterns: ["lock:*"]
-`, port, dir, loadSource, srv.Addr), log)
+`, loadSource, srv.Addr), log)
 	if err != nil {
 		return err
 	}
 	defer lw.stop()
+	url := lw.url
 	if err := waitFor(ctx, 60*time.Second, "leasewatch's Redis source to come up", func() bool {
 		mfs, err := scrape(ctx, url)
 		return err == nil && len(labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})) > 0 &&
