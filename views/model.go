@@ -284,8 +284,7 @@ type SourceRow struct {
 	Name       string
 	Kind       string
 	State      string
-	LastEvent  Stamp
-	Lag        string // time since the last event
+	LastEvent  Stamp  // with how long ago: the collector's lag behind its backend's activity
 	Cursor     string // the collector's resume position
 	CursorAt   Stamp
 	BlindSince Stamp

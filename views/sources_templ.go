@@ -217,7 +217,7 @@ func sourcesTable(rows []SourceRow, period string) templ.Component {
 				return templ_7745c5c3_Err
 			}
 		} else {
-			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "<div class=\"scroll\"><table class=\"grid\"><thead><tr><th>Name</th><th>Kind</th><th>State</th><th class=\"num\">Locks</th><th>Last event</th><th>Cursor</th><th>Blind since</th><th class=\"num\">Blind windows (")
+			templ_7745c5c3_Err = templruntime.WriteString(templ_7745c5c3_Buffer, 16, "<div class=\"scroll\"><table class=\"grid\"><thead><tr><th>Name</th><th>Kind</th><th>State</th><th class=\"num\">Locks</th><th>Last event</th><th>Cursor (reached)</th><th>Blind since</th><th class=\"num\">Blind windows (")
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}

@@ -59,6 +59,7 @@ type Bar struct {
 	X, W, Y, H float64
 	Held       bool
 	Observed   bool    // grant not seen: the start is only when it was first seen
+	Dense      bool    // stands for a run of tenures too short to draw one by one
 	TailX      float64 // after the last renewal: the lease running out
 	TailW      float64
 	Label      string // the token, when the bar is wide enough

@@ -737,9 +737,6 @@ func (s *Server) sourceRows(ctx context.Context, now time.Time, loc *time.Locati
 			BlindsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {src.Name},
 				"from": {since.UTC().Format(time.RFC3339)}}.Encode(),
 		}
-		if !src.LastEventAt.IsZero() {
-			row.Lag = coarse(max(0, now.Sub(src.LastEventAt)))
-		}
 		if cur, ok := cursorOf[src.Name]; ok {
 			row.Cursor = printable(cur.Position)
 			row.CursorAt = stampAgo(cur.At, loc, now)

@@ -3,7 +3,9 @@ package web
 import (
 	"cmp"
 	"fmt"
+	"math"
 	"slices"
+	"sort"
 	"strconv"
 	"strings"
 	"time"
@@ -195,6 +197,7 @@ func buildTimeline(in timelineInput) views.Timeline {
 
 	// Renewals are assigned to tenures by time; both are in time order.
 	ticksLeft := tlMaxTicks
+	dense := &denseRuns{byLane: map[int]*denseRun{}}
 	ri := 0
 	for _, t := range in.Tenures {
 		end, endKind := tenureEnd(t, in.Now, in.To)
@@ -224,6 +227,10 @@ func buildTimeline(in timelineInput) views.Timeline {
 				b.Label, b.LabelX = label, b.X+4
 			}
 		}
+		if x2-x < tlDenseWidth {
+			// Too narrow for a marker or a label: the tooltip says it all.
+			b.End, b.Label = "", ""
+		}
 		b.Title = tenureTitle(t, tok, endKind, loc)
 		if in.Zoom != nil {
 			pad := max(end.Sub(t.GrantedAt)/10, 5*time.Second)
@@ -242,6 +249,9 @@ func buildTimeline(in timelineInput) views.Timeline {
 		}
 		complete := in.RenewalsFrom.IsZero() || !visFrom.Before(in.RenewalsFrom)
 		ticks, band := renewalMarks(mine, complete, t, visFrom, visTo, sc, ticksLeft)
+		if x2-x < tlDenseWidth {
+			ticks, band = nil, false // the bar is narrower than a tick
+		}
 		ticksLeft -= len(ticks)
 		b.Ticks = ticks
 		if band {
@@ -253,11 +263,17 @@ func buildTimeline(in timelineInput) views.Timeline {
 			b.BandX, b.BandW = bx, max(1, sc.x(last)-bx)
 			b.BandTitle = fmt.Sprintf("%d renewals in this tenure; last %s", t.Renewals, clock(t.LastRenewedAt, loc))
 		}
-		tl.Bars = append(tl.Bars, b)
+		tl.Bars = appendBar(tl.Bars, b, t, laneOf(t.Holder), dense)
+	}
+	for _, d := range dense.all {
+		if d.n > 1 {
+			finishDense(&tl.Bars[d.bar], d, in.Zoom, loc)
+		}
 	}
 
 	// Writes on their writer's lane; an accepted write from an ended tenure,
 	// or older than the newest grant, got past the fence.
+	fences := newFenceIndex(in.Tenures)
 	unfencedAt := map[int64]bool{}
 	for _, f := range in.Findings {
 		if f.Kind == audit.FindingUnfencedWrite {
@@ -272,7 +288,7 @@ func buildTimeline(in timelineInput) views.Timeline {
 		note := ""
 		if e.Kind == audit.EventWriteRejected {
 			kind = "rejected"
-		} else if why := unfencedWhy(e, in.Tenures); why != "" || unfencedAt[e.At.UnixNano()] {
+		} else if why := fences.unfencedWhy(e); why != "" || unfencedAt[e.At.UnixNano()] {
 			kind, note = "unfenced", why
 			if note == "" {
 				note = "reported as an unfenced write"
@@ -352,28 +368,123 @@ func renewalMarks(ts []time.Time, complete bool, t audit.Tenure, from, to time.T
 	return xs, false
 }
 
+// fenceIndex answers, for a write, whether its token's tenure had ended and
+// which token the newest grant before it carried, without scanning every
+// tenure per write.
+type fenceIndex struct {
+	grants []time.Time            // tenures with a token, in grant order
+	newest []int64                // highest token granted up to each
+	ended  map[int64]audit.Tenure // by token
+}
+
+func newFenceIndex(tenures []audit.Tenure) fenceIndex {
+	fi := fenceIndex{ended: map[int64]audit.Tenure{}}
+	best := int64(math.MinInt64)
+	for _, t := range tenures {
+		if t.Token == nil {
+			continue
+		}
+		best = max(best, *t.Token)
+		fi.grants = append(fi.grants, t.GrantedAt)
+		fi.newest = append(fi.newest, best)
+		if !t.Held() && !t.EndedAt.IsZero() {
+			fi.ended[*t.Token] = t
+		}
+	}
+	return fi
+}
+
 // unfencedWhy says why an accepted write got past the fence, or "".
-func unfencedWhy(e audit.Event, tenures []audit.Tenure) string {
+func (fi fenceIndex) unfencedWhy(e audit.Event) string {
 	if e.Kind != audit.EventWriteAccepted || e.Token == nil {
 		return ""
 	}
-	var newest *audit.Tenure
-	for i := range tenures {
-		t := &tenures[i]
-		if t.Token == nil || t.GrantedAt.After(e.At) {
-			continue
-		}
-		if *t.Token == *e.Token && !t.Held() && !t.EndedAt.IsZero() && t.EndedAt.Before(e.At) {
-			return fmt.Sprintf("token %d's tenure ended %s before this write", *e.Token, duration(e.At.Sub(t.EndedAt)))
-		}
-		if newest == nil || *t.Token > *newest.Token {
-			newest = t
-		}
+	if t, ok := fi.ended[*e.Token]; ok && t.EndedAt.Before(e.At) {
+		return fmt.Sprintf("token %d's tenure ended %s before this write", *e.Token, duration(e.At.Sub(t.EndedAt)))
 	}
-	if newest != nil && *e.Token < *newest.Token {
-		return fmt.Sprintf("token %d is older than the newest grant's %d", *e.Token, *newest.Token)
+	// The last grant at or before the write.
+	i := sort.Search(len(fi.grants), func(i int) bool { return fi.grants[i].After(e.At) }) - 1
+	if i >= 0 && *e.Token < fi.newest[i] {
+		return fmt.Sprintf("token %d is older than the newest grant's %d", *e.Token, fi.newest[i])
 	}
 	return ""
+}
+
+// denseRun is a run of bars on one lane too narrow to draw one by one.
+type denseRun struct {
+	bar      int // index of the bar that stands for the run
+	n        int
+	first    time.Time
+	last     time.Time
+	lo, hi   int64 // token range
+	hasToken bool
+	holder   string
+	renewals int64
+}
+
+// denseRuns are the runs of narrow bars: the open one per lane, and all.
+type denseRuns struct {
+	byLane map[int]*denseRun
+	all    []*denseRun
+}
+
+// tlDenseWidth is the width under which neighbouring tenures of one lane
+// merge into one bar: hundreds of one-pixel links help nobody and cost time.
+const tlDenseWidth = 3.0
+
+// tlDenseRun caps how wide one run grows, so a busy week still shows its
+// gaps and each run zooms to a readable stretch.
+const tlDenseRun = 100.0
+
+// appendBar adds a tenure's bar, or widens the lane's current run of narrow
+// bars when this one is narrow and follows it closely.
+func appendBar(bars []views.Bar, b views.Bar, t audit.Tenure, lane int, dense *denseRuns) []views.Bar {
+	end, _ := tenureEnd(t, t.EndedAt, t.EndedAt)
+	if t.Held() {
+		end = t.LastRenewedAt
+	}
+	d := dense.byLane[lane]
+	if b.W < tlDenseWidth && d != nil && !t.Held() {
+		prev := &bars[d.bar]
+		if prev.W < tlDenseRun && b.X-(prev.X+prev.W) < tlDenseWidth {
+			prev.W = b.X + b.W - prev.X
+			d.n++
+			d.last = maxTime(d.last, end)
+			d.renewals += t.Renewals
+			if t.Token != nil {
+				if !d.hasToken {
+					d.lo, d.hi, d.hasToken = *t.Token, *t.Token, true
+				}
+				d.lo, d.hi = min(d.lo, *t.Token), max(d.hi, *t.Token)
+			}
+			return bars
+		}
+	}
+	run := &denseRun{bar: len(bars), n: 1, first: t.GrantedAt, last: end, holder: t.Holder, renewals: t.Renewals}
+	if t.Token != nil {
+		run.lo, run.hi, run.hasToken = *t.Token, *t.Token, true
+	}
+	if b.W < tlDenseWidth {
+		dense.byLane[lane] = run
+		dense.all = append(dense.all, run)
+	} else {
+		delete(dense.byLane, lane)
+	}
+	return append(bars, b)
+}
+
+// finishDense turns a run's first bar into the run's bar.
+func finishDense(b *views.Bar, d *denseRun, zoom func(from, to time.Time) string, loc *time.Location) {
+	tokens := "no tokens"
+	if d.hasToken {
+		tokens = fmt.Sprintf("tokens %d–%d", d.lo, d.hi)
+	}
+	b.Title = fmt.Sprintf("%d tenures of %s, %s\n%s → %s, %d renewals\nclick to zoom in", d.n, orDash(printable(d.holder)), tokens,
+		stampText(d.first, loc), stampText(d.last, loc), d.renewals)
+	b.Dense, b.End, b.Label, b.Ticks, b.TailW, b.BandW, b.Observed = true, "", "", nil, 0, 0, false
+	if zoom != nil {
+		b.Href = zoom(d.first, d.last)
+	}
 }
 
 func tenureTitle(t audit.Tenure, tok, endKind string, loc *time.Location) string {

@@ -356,3 +356,35 @@ func TestTimelineStaysInsideThePlot(t *testing.T) {
 	}
 	var _ views.Timeline = tl
 }
+
+// Hundreds of short tenures on a wide window merge, per lane, into runs
+// that stand for them, instead of one-unit links nobody can hit.
+func TestTimelineDenseTenuresMerge(t *testing.T) {
+	in := baseInput()
+	in.Tenures, in.Renewals = nil, nil
+	for i := range 400 {
+		h := []string{"a", "b"}[i%2]
+		in.Tenures = append(in.Tenures, audit.Tenure{Seq: int64(i + 1), Holder: h, Token: audit.Int64(int64(100 + i)),
+			GrantedAt: sec(2 * i), EndedAt: sec(2*i + 2), End: audit.EndReleased, Renewals: 1})
+	}
+	tl := buildTimeline(in)
+	if len(tl.Bars) > 20 {
+		t.Fatalf("%d bars for 400 two-second tenures, want a few runs", len(tl.Bars))
+	}
+	first := tl.Bars[0]
+	if !first.Dense || first.End != "" || first.Label != "" || !strings.Contains(first.Title, "tenures of a") || !strings.Contains(first.Title, "tokens 100–") {
+		t.Errorf("first run = %+v", first)
+	}
+	if !strings.Contains(first.Href, "from=2025-03-01T10:00:00Z") {
+		t.Errorf("run zoom = %q, want from its first grant", first.Href)
+	}
+	near(t, "run x", first.X, xAt(0))
+
+	// A wide tenure breaks a run and draws on its own.
+	in.Tenures = append(in.Tenures, audit.Tenure{Seq: 401, Holder: "a", Token: audit.Int64(900), GrantedAt: sec(820), EndedAt: sec(1000), End: audit.EndExpired})
+	tl = buildTimeline(in)
+	last := tl.Bars[len(tl.Bars)-1]
+	if last.Dense || last.End != "expired" || last.Label != "900" {
+		t.Errorf("wide tenure after a run = %+v", last)
+	}
+}
