@@ -287,6 +287,31 @@ func TestLockPageTimeline(t *testing.T) {
 			t.Errorf("older events = %q, want the two oldest", text(rows))
 		}
 	})
+	t.Run("IdleLockShowsItsLastChange", func(t *testing.T) {
+		// Released three hours ago: the default hour ending now would be
+		// empty, so the page shows the hour around the last change.
+		key := audit.LockKey{Source: "prod-etcd", Name: "/locks/idle"}
+		released := now.Add(-3 * time.Hour)
+		if err := f.store.Apply(context.Background(), audit.Batch{
+			Locks: []audit.TrackState{{Lock: audit.Lock{Source: key.Source, Name: key.Name, Kind: audit.KindEtcd,
+				Class: audit.ClassLock, State: audit.StateFree, ChangedAt: released}}},
+			Tenures: []audit.Tenure{{Lock: key, Seq: 1, Holder: "old-worker", Token: audit.Int64(7),
+				GrantedAt: released.Add(-10 * time.Minute), EndedAt: released, End: audit.EndReleased}},
+		}); err != nil {
+			t.Fatal(err)
+		}
+		l, err := f.store.LockByKey(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		doc := htmlDoc(t, "idle", f.page(t, "/locks/"+itoa(l.ID), http.StatusOK))
+		if n := doc.Find("svg.timeline a.tenure").Length(); n != 1 {
+			t.Errorf("idle lock's default window shows %d tenures, want its last one", n)
+		}
+		if doc.Find("div#lock-live[hx-get]").Length() != 0 || doc.Find(`nav.window-nav strong[aria-current]`).Length() != 1 {
+			t.Errorf("the window around the last change is fixed, with only the zone marked current")
+		}
+	})
 	t.Run("Errors", func(t *testing.T) {
 		f.page(t, target+"?window=2h", http.StatusBadRequest)
 		f.page(t, target+"?tz=Mars/Olympus", http.StatusBadRequest)

@@ -91,6 +91,12 @@ func TestLocksSortsAndKeysetPages(t *testing.T) {
 			}
 		})
 	}
+	t.Run("CountStopsAtItsLimit", func(t *testing.T) {
+		n, err := s.CountLocks(ctx, audit.LockFilter{Class: lock, Limit: 4})
+		if err != nil || n != 4 {
+			t.Errorf("CountLocks(Limit 4) = %d, %v; want 4 of 6", n, err)
+		}
+	})
 	t.Run("MissingCursor", func(t *testing.T) {
 		_, err := s.Locks(ctx, audit.LockFilter{After: 9999})
 		if audit.ErrorCode(err) != audit.EINVALID {
@@ -235,6 +241,11 @@ func TestFindingsBySourceOverlapAndCursor(t *testing.T) {
 	window := audit.TimeFilter{From: at(25), To: at(35)}
 	equal(t, "starting in window", sums(audit.FindingFilter{TimeFilter: window}), []string(nil))
 	equal(t, "overlapping window", sums(audit.FindingFilter{TimeFilter: window, Overlapping: true}), []string{"long"})
+
+	idA := lockByKey(t, s, a).ID
+	equal(t, "overlapping window of one lock", sums(audit.FindingFilter{LockID: idA, TimeFilter: window, Overlapping: true}), []string{"long"})
+	equal(t, "overlapping a window of one lock from before it", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
+		TimeFilter: audit.TimeFilter{From: at(15), To: at(20)}}), []string{"long", "instant"})
 
 	all, _ := s.Findings(ctx, audit.FindingFilter{})
 	third := all[2] // k8s at 20, after "instant" at 20
