@@ -79,11 +79,11 @@ func TestParseZoneAndCursor(t *testing.T) {
 
 func TestPrintable(t *testing.T) {
 	for in, want := range map[string]string{
-		"worker-1":              "worker-1",
-		"a\x1b[31mb":            "a\uFFFD[31mb",
-		"nul\x00bel\x07":        "nul\uFFFDbel\uFFFD",
-		"rtl\u202egnp.exe":      "rtl\uFFFDgnp.exe",
-		"bad\xffutf8":           "bad\uFFFDutf8",
+		"worker-1":             "worker-1",
+		"a\x1b[31mb":           "a\uFFFD[31mb",
+		"nul\x00bel\x07":       "nul\uFFFDbel\uFFFD",
+		"rtl\u202egnp.exe":     "rtl\uFFFDgnp.exe",
+		"bad\xffutf8":          "bad\uFFFDutf8",
 		"<script>é日本</script>": "<script>é日本</script>", // markup is templ's to escape
 	} {
 		if got := printable(in); got != want {
