@@ -219,6 +219,11 @@ func (s *Server) handleAPILocks(c echo.Context) error {
 	if lq.Class, err = parseClass(q); err != nil {
 		return err
 	}
+	// Additions to the contract: kind, holder, sort and keyset cursors,
+	// as on the locks page.
+	if err := parseLockPage(q, &lq); err != nil {
+		return err
+	}
 	locks, err := s.locks(c.Request().Context(), lq)
 	if err != nil {
 		return err

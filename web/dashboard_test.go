@@ -460,3 +460,37 @@ func TestHostileStringsOnEveryPage(t *testing.T) {
 		t.Errorf("write and hazard tooltips lack the hostile resource and summary as text")
 	}
 }
+
+// The API takes the locks page's additions: kind, holder, sort and keyset
+// cursors, next to its contract parameters.
+func TestAPILocksPages(t *testing.T) {
+	f := newFixture(t)
+	manyLocks(t, f, 5)
+	names := func(target string) []string {
+		t.Helper()
+		var out []string
+		for _, l := range list(t, f.getJSON(t, target, http.StatusOK), "locks") {
+			out = append(out, l["name"].(string))
+		}
+		return out
+	}
+	first := names("/api/v1/locks?q=lock-&limit=2")
+	if strings.Join(first, ",") != "lock-000,lock-001" {
+		t.Fatalf("first page = %v", first)
+	}
+	l, err := f.store.LockByKey(context.Background(), audit.LockKey{Source: "prod-etcd", Name: "lock-001"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := names("/api/v1/locks?q=lock-&limit=2&after=" + itoa(l.ID)); strings.Join(got, ",") != "lock-002,lock-003" {
+		t.Errorf("after lock-001 = %v", got)
+	}
+	if got := names("/api/v1/locks?q=lock-&sort=changed&limit=1"); strings.Join(got, ",") != "lock-004" {
+		t.Errorf("newest change = %v", got)
+	}
+	if got := names("/api/v1/locks?holder=h1&kind=etcd"); strings.Join(got, ",") != "lock-001,lock-004" {
+		t.Errorf("holder h1 = %v", got)
+	}
+	wantError(t, f.getJSON(t, "/api/v1/locks?sort=size", http.StatusBadRequest), "sort")
+	wantError(t, f.getJSON(t, "/api/v1/locks?after=1&before=2", http.StatusBadRequest), "before")
+}

@@ -181,32 +181,8 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 	default:
 		return audit.Errorf(audit.EINVALID, `class: must be "lock", "heartbeat" or "all"`)
 	}
-	if k := audit.SourceKind(q.Get("kind")); k != "" {
-		if !k.Valid() {
-			return audit.Errorf(audit.EINVALID, `kind: must be "etcd", "kubernetes" or "redis"`)
-		}
-		lq.Kind = k
-	}
-	lq.Holder = q.Get("holder")
 	sortName := q.Get("sort")
-	switch sortName {
-	case "", "name":
-		lq.Sort = audit.SortName
-	case "changed":
-		lq.Sort = audit.SortChanged
-	case "margin":
-		// Lease left only means something for held locks.
-		lq.Sort = audit.SortExpiry
-		if lq.State == "" {
-			lq.State = audit.StateHeld
-		}
-	default:
-		return audit.Errorf(audit.EINVALID, `sort: must be "name", "changed" or "margin"`)
-	}
-	if lq.After, err = parseOptionalID(q, "after"); err != nil {
-		return err
-	}
-	if lq.Before, err = parseOptionalID(q, "before"); err != nil {
+	if err := parseLockPage(q, &lq); err != nil {
 		return err
 	}
 	loc, err := parseZone(q)

@@ -135,6 +135,44 @@ func parseLockQuery(q url.Values) (lockQuery, error) {
 	return lq, nil
 }
 
+// parseLockPage reads the locks list's additions to the filter: kind,
+// holder, sort (name, changed, or margin: held locks by lease left) and the
+// keyset cursors after and before (lock ids).
+func parseLockPage(q url.Values, lq *lockQuery) error {
+	if k := audit.SourceKind(q.Get("kind")); k != "" {
+		if !k.Valid() {
+			return audit.Errorf(audit.EINVALID, `kind: must be "etcd", "kubernetes" or "redis"`)
+		}
+		lq.Kind = k
+	}
+	lq.Holder = q.Get("holder")
+	switch q.Get("sort") {
+	case "", "name":
+		lq.Sort = audit.SortName
+	case "changed":
+		lq.Sort = audit.SortChanged
+	case "margin":
+		// Lease left only means something for held locks.
+		lq.Sort = audit.SortExpiry
+		if lq.State == "" {
+			lq.State = audit.StateHeld
+		}
+	default:
+		return audit.Errorf(audit.EINVALID, `sort: must be "name", "changed" or "margin"`)
+	}
+	var err error
+	if lq.After, err = parseOptionalID(q, "after"); err != nil {
+		return err
+	}
+	if lq.Before, err = parseOptionalID(q, "before"); err != nil {
+		return err
+	}
+	if lq.After != 0 && lq.Before != 0 {
+		return audit.Errorf(audit.EINVALID, "before: cannot be used with after")
+	}
+	return nil
+}
+
 // parseEventFilter reads a lock's event list parameters.
 func parseEventFilter(q url.Values) (audit.EventFilter, error) {
 	var f audit.EventFilter
