@@ -51,10 +51,11 @@ func newWorkload(cli *clientv3.Client, dbPath string, ledger, cache *fence.Repor
 	}
 	db.SetMaxOpenConns(1)
 	for _, stmt := range []string{
-		`CREATE TABLE IF NOT EXISTS ledger (id INTEGER PRIMARY KEY, entries INTEGER NOT NULL, fence INTEGER NOT NULL)`,
-		`CREATE TABLE IF NOT EXISTS cache (id INTEGER PRIMARY KEY, value TEXT NOT NULL, token INTEGER NOT NULL)`,
-		`INSERT OR IGNORE INTO ledger VALUES (1, 0, 0)`,
-		`INSERT OR IGNORE INTO cache VALUES (1, '', 0)`,
+		// One fenced row per lock: tokens of different locks do not compare.
+		`CREATE TABLE IF NOT EXISTS ledger (lock TEXT PRIMARY KEY, entries INTEGER NOT NULL, fence INTEGER NOT NULL)`,
+		`CREATE TABLE IF NOT EXISTS cache (lock TEXT PRIMARY KEY, value TEXT NOT NULL, token INTEGER NOT NULL)`,
+		`INSERT OR IGNORE INTO ledger VALUES ('` + demoOrdersLock + `', 0, 0), ('` + demoBillingLock + `', 0, 0)`,
+		`INSERT OR IGNORE INTO cache VALUES ('` + demoOrdersLock + `', '', 0)`,
 	} {
 		if _, err := db.Exec(stmt); err != nil {
 			db.Close()
@@ -90,36 +91,55 @@ func (w *workload) run(ctx context.Context) {
 	w.db.Close()
 }
 
-// worker takes the lock, writes to the ledger a few times with its token,
-// and releases it: either by Unlock or by closing its session.
+// worker keeps one session (so one holder) across many tenures: it takes
+// the lock, writes to the ledger a few times with its token and unlocks;
+// now and then it closes its session instead, which revokes the lease and
+// releases the lock that way, and starts a new one.
 func (w *workload) worker(ctx context.Context, name, lock string) {
-	s, err := concurrency.NewSession(w.cli, concurrency.WithTTL(demoWorkerTTL), concurrency.WithContext(ctx))
-	if err != nil {
-		w.retryLater(ctx, name, err)
-		return
-	}
-	defer s.Close()
-	m := concurrency.NewMutex(s, lock)
-	if err := m.Lock(ctx); err != nil {
-		w.retryLater(ctx, name, err)
-		return
-	}
-	token, err := w.token(ctx, m.Key())
-	if err != nil {
-		w.retryLater(ctx, name, err)
-		return
-	}
-	holder := leaseHex(s.Lease())
-	for i := 0; i < 2+rand.IntN(3); i++ {
-		w.writeLedger(ctx, lock, holder, token)
-		if !sleepCtx(ctx, time.Duration(300+rand.IntN(700))*time.Millisecond) {
-			return
+	var s *concurrency.Session
+	defer func() {
+		if s != nil {
+			s.Close()
 		}
+	}()
+	for ctx.Err() == nil {
+		if s == nil {
+			var err error
+			if s, err = concurrency.NewSession(w.cli, concurrency.WithTTL(demoWorkerTTL), concurrency.WithContext(ctx)); err != nil {
+				w.retryLater(ctx, name, err)
+				continue
+			}
+		}
+		m := concurrency.NewMutex(s, lock)
+		if err := m.Lock(ctx); err != nil {
+			s.Close()
+			s = nil
+			w.retryLater(ctx, name, err)
+			continue
+		}
+		token, err := w.token(ctx, m.Key())
+		if err != nil {
+			w.retryLater(ctx, name, err)
+			continue
+		}
+		holder := leaseHex(s.Lease())
+		for i := 0; i < 2+rand.IntN(3); i++ {
+			w.writeLedger(ctx, lock, holder, token)
+			if lock == demoOrdersLock {
+				w.writeCache(ctx, lock, holder, token)
+			}
+			if !sleepCtx(ctx, time.Duration(300+rand.IntN(700))*time.Millisecond) {
+				return
+			}
+		}
+		if rand.IntN(5) == 0 {
+			s.Close() // revokes the lease: the lock is released with it
+			s = nil
+		} else {
+			_ = m.Unlock(ctx)
+		}
+		sleepCtx(ctx, time.Duration(100+rand.IntN(400))*time.Millisecond)
 	}
-	if rand.IntN(3) > 0 {
-		_ = m.Unlock(ctx) // else the deferred Close revokes the session's lease
-	}
-	sleepCtx(ctx, time.Duration(100+rand.IntN(400))*time.Millisecond)
 }
 
 // pauser holds the orders lock, then stalls like a process in a long GC
@@ -200,12 +220,12 @@ func (w *workload) token(ctx context.Context, key string) (int64, error) {
 func (w *workload) writeLedger(ctx context.Context, lock, holder string, token int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	outcome, err := fence.Exec(ctx, w.db, `UPDATE ledger SET entries = entries + 1, fence = ? WHERE id = 1 AND fence <= ?`, token, token)
+	outcome, err := fence.Exec(ctx, w.db, `UPDATE ledger SET entries = entries + 1, fence = ? WHERE lock = ? AND fence <= ?`, token, lock, token)
 	if err != nil {
 		return
 	}
 	var highest int64
-	_ = w.db.QueryRowContext(ctx, `SELECT fence FROM ledger WHERE id = 1`).Scan(&highest)
+	_ = w.db.QueryRowContext(ctx, `SELECT fence FROM ledger WHERE lock = ?`, lock).Scan(&highest)
 	w.ledger.Report(fence.Write{Lock: lock, Token: &token, Outcome: outcome, HighestToken: &highest, Holder: holder})
 }
 
@@ -213,7 +233,7 @@ func (w *workload) writeLedger(ctx context.Context, lock, holder string, token i
 func (w *workload) writeCache(ctx context.Context, lock, holder string, token int64) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if _, err := w.db.ExecContext(ctx, `UPDATE cache SET value = ?, token = ? WHERE id = 1`, holder, token); err != nil {
+	if _, err := w.db.ExecContext(ctx, `UPDATE cache SET value = ?, token = ? WHERE lock = ?`, holder, token, lock); err != nil {
 		return
 	}
 	w.cache.Report(fence.Write{Lock: lock, Token: &token, Outcome: fence.Accepted, Holder: holder})
