@@ -11,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	promcollectors "github.com/prometheus/client_golang/prometheus/collectors"
+	goredis "github.com/redis/go-redis/v9"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -94,6 +95,14 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	return svc, nil
 }
 
+// redisLogger routes go-redis's own messages (dial failures while a Redis
+// source reconnects, which the collector already reports) to the debug log.
+type redisLogger struct{ log *slog.Logger }
+
+func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
+	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
+}
+
 func newCollector(sc config.SourceConfig, cli *clientv3.Client, logger *slog.Logger) (collectors.Collector, error) {
 	switch audit.SourceKind(sc.Kind) {
 	case audit.KindEtcd:
@@ -103,6 +112,7 @@ func newCollector(sc config.SourceConfig, cli *clientv3.Client, logger *slog.Log
 		}
 		return etcd.New(ec, logger)
 	case audit.KindRedis:
+		goredis.SetLogger(redisLogger{logger})
 		rc := redis.Config{
 			Name: sc.Name, Addrs: sc.Addrs, Quorum: sc.Quorum, DB: sc.DB,
 			Username: sc.Username, Password: sc.Password, Patterns: sc.Patterns,

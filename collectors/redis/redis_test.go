@@ -35,8 +35,8 @@ func TestRedsyncSingleInstance(t *testing.T) {
 	cfg.Patterns = []string{"lock:*", "lock:o*"}
 	runCollector(t, cfg, sk)
 	first := sk.allInputs()[0]
-	if !first.Snapshot || first.Blind != nil || first.Cursor != "" || !first.ExpireByClock || first.SequentialTokens || first.Kind != audit.KindRedis {
-		t.Fatalf("first input = %+v, want a snapshot without cursor or blind, redis kind, expiry by clock, no sequential tokens", first)
+	if !first.Snapshot || first.Blind != nil || first.Cursor != seenCursor || !first.ExpireByClock || first.SequentialTokens || first.Kind != audit.KindRedis {
+		t.Fatalf("first input = %+v, want a snapshot with the seen cursor and no blind, redis kind, expiry by clock, no sequential tokens", first)
 	}
 	if len(first.Observations) != 1 || first.Observations[0].Kind != audit.EventObserved || first.Observations[0].Holder != "early-holder" {
 		t.Fatalf("first snapshot = %+v, want lock:pre observed held by early-holder", first.Observations)
@@ -879,5 +879,39 @@ func TestUnreachableAtFirstThenObserved(t *testing.T) {
 	}
 	if in := sk.allInputs()[0]; in.Blind != nil {
 		t.Fatalf("first input has a blind window %+v: nothing was seen before it", in.Blind)
+	}
+}
+
+// A new leasewatch process on the same database cannot replay what Redis did
+// while nothing watched it: that time is a blind window, and the state after
+// it is reconciled with inferred transitions.
+func TestLeasewatchRestartIsBlind(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	cli := srv.client(t)
+	ctx := context.Background()
+	sk := newSink(t)
+	cr := runCollector(t, testConfig(srv), sk)
+	if err := cli.SetNX(ctx, "lock:x", "A", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sk.waitHeld(t, 5*time.Second, "lock:x", "A")
+	cr.stop(t)
+
+	// While leasewatch is down, A releases and B takes the lock.
+	if err := cli.Del(ctx, "lock:x").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.SetNX(ctx, "lock:x", "B", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	runCollector(t, testConfig(srv), sk) // a new Collector: a new process
+	sk.waitHeld(t, 5*time.Second, "lock:x", "B")
+	if got := sk.events(t, "lock:x", audit.EventBlind); len(got) != 1 {
+		t.Fatalf("blind events = %d, want 1 for the time leasewatch was down", len(got))
+	}
+	grants := sk.events(t, "lock:x", audit.EventGrant)
+	if last := grants[len(grants)-1]; last.Holder != "B" || !last.Inferred {
+		t.Fatalf("last grant = %+v, want B's, inferred", last)
 	}
 }

@@ -34,6 +34,10 @@ type run struct {
 	wasUp     bool // the first snapshot was recorded
 }
 
+// seenCursor is the cursor every input stores: Redis cannot resume, so only
+// the time it is stored at matters.
+const seenCursor = "seen"
+
 func newRun(c *Collector, sink collectors.Sink) *run {
 	n := len(c.cfg.Addrs)
 	r := &run{c: c, sink: sink, log: c.log, msgs: make(chan instMsg), up: make([]bool, n), live: make([]time.Time, n)}
@@ -41,6 +45,12 @@ func newRun(c *Collector, sink collectors.Sink) *run {
 	lastGood, lastErr := c.lastGood, c.lastErr
 	runIDs := append([]string(nil), c.runIDs...)
 	c.mu.Unlock()
+	reason := "the collector restarted after: " + lastErr
+	if pos, at := sink.Cursor(c.cfg.Name); lastGood.IsZero() && pos != "" && !at.IsZero() {
+		// A new process on a database that saw this source before: Redis
+		// keeps no history, so everything since the stored cursor is unseen.
+		lastGood, reason = at, "leasewatch was not watching (stopped or restarted); Redis keeps no history to replay"
+	}
 	for i, addr := range c.cfg.Addrs {
 		cli := c.client(addr)
 		in := &instance{
@@ -50,7 +60,7 @@ func newRun(c *Collector, sink collectors.Sink) *run {
 			runID:  runIDs[i],
 		}
 		if !lastGood.IsZero() {
-			in.blindFrom, in.blindReason = lastGood, "the collector restarted after: "+lastErr
+			in.blindFrom, in.blindReason = lastGood, reason
 			in.lastSeen = lastGood
 		}
 		r.clients = append(r.clients, cli)
@@ -319,6 +329,10 @@ func (r *run) record(ctx context.Context, in audit.Input) error {
 		return nil
 	}
 	in.Source, in.Kind, in.ExpireByClock = r.c.cfg.Name, audit.KindRedis, true
+	// Redis has no resume position; the cursor only records, with its time,
+	// how far the source was seen, so a restarted leasewatch knows where its
+	// blind window starts.
+	in.Cursor = seenCursor
 	in.SequentialTokens = r.c.rule.sequential()
 	if in.At.IsZero() {
 		in.At = r.c.now()
