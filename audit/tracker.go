@@ -130,9 +130,10 @@ func (t *Tracker) Observe(in Input) Batch {
 // or replaying, a renewal may yet arrive, so nothing expires.
 func (t *Tracker) Tick(now time.Time) Batch {
 	t.advance(now)
-	o := newOutput()
-	for _, key := range t.sortedKeys() {
-		st := t.locks[key]
+	// Tick runs every quarter second over every lock: find the few due ones
+	// first, and sort only those, for a deterministic output order.
+	var due []LockKey
+	for key, st := range t.locks {
 		cur := st.current()
 		if !st.ExpireByClock || cur == nil || cur.ExpiresAt.IsZero() {
 			continue
@@ -141,9 +142,15 @@ func (t *Tracker) Tick(now time.Time) Batch {
 		if now.Before(limit) {
 			limit = now
 		}
-		if limit.Before(cur.ExpiresAt) {
-			continue
+		if !limit.Before(cur.ExpiresAt) {
+			due = append(due, key)
 		}
+	}
+	sortKeys(due)
+	o := newOutput()
+	for _, key := range due {
+		st := t.locks[key]
+		cur := st.current()
 		t.end(o, st, cur, EndExpired, cur.ExpiresAt, true, map[string]any{"reason": "no renewal within the lease duration"})
 	}
 	return o.batch()
@@ -441,15 +448,6 @@ func (t *Tracker) sourceLocks(source string) []LockKey {
 		if k.Source == source {
 			keys = append(keys, k)
 		}
-	}
-	sortKeys(keys)
-	return keys
-}
-
-func (t *Tracker) sortedKeys() []LockKey {
-	keys := make([]LockKey, 0, len(t.locks))
-	for k := range t.locks {
-		keys = append(keys, k)
 	}
 	sortKeys(keys)
 	return keys
