@@ -89,7 +89,7 @@ type Lock struct {
 	RenewedAt     time.Time
 	ExpiresAt     time.Time // zero when unknown
 	LeaseDuration time.Duration
-	ChangedAt     time.Time // time of the last event that changed the lock
+	ChangedAt     time.Time // time of the last grant, release or expiry: renewals do not change hands
 }
 
 // Key returns the lock's service-wide key.

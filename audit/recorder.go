@@ -15,24 +15,40 @@ import (
 // writes all their changes in one Journal transaction before answering any of
 // them. So an acknowledged input or write report is durable, and a cursor is
 // always stored with the events it covers.
+//
+// Renewals are durable as renew events at once, but the recorder writes the
+// renewal columns of lock and tenure rows (Batch.Renewed) only every sync
+// interval: a lock renewed many times in between is written once. After a
+// crash the renew events since the last sync are replayed. Fresh overlays the
+// renewals not yet in the rows on a Store's reads.
 type Recorder struct {
-	journal  Journal
-	tracker  *Tracker
-	log      *slog.Logger
-	now      func() time.Time
-	tick     time.Duration
-	maxGroup int
-	onCommit func(Commit)
+	journal   Journal
+	tracker   *Tracker
+	log       *slog.Logger
+	now       func() time.Time
+	tick      time.Duration
+	syncEvery time.Duration
+	maxGroup  int
+	onCommit  func(Commit)
 
 	reqs    chan *request
 	stop    chan struct{}
 	stopped chan struct{}
 
+	lastSync time.Time // recording goroutine only
+
 	mu      sync.Mutex
 	cursors map[string]Cursor
+	// unsaved are renewals newer than the rows, as Batch.Renewed entries;
+	// written by the recording goroutine only.
+	unsaved map[LockKey]TrackState
 	err     error // last commit error; nil when healthy
 	closed  bool
 }
+
+// maxUnsaved bounds the locks whose renewals wait for a sync, and so the
+// replay after a crash: past it the recorder syncs early.
+const maxUnsaved = 100_000
 
 type request struct {
 	input  *Input
@@ -61,22 +77,28 @@ func WithCommitHook(fn func(Commit)) RecorderOption { return func(r *Recorder) {
 // WithTickInterval sets how often the tracker's clock expiry runs (default 250ms).
 func WithTickInterval(d time.Duration) RecorderOption { return func(r *Recorder) { r.tick = d } }
 
+// WithSyncInterval sets how often renewals are written to the lock and tenure
+// rows (default 5s; see Recorder). 0 writes them with every commit.
+func WithSyncInterval(d time.Duration) RecorderOption { return func(r *Recorder) { r.syncEvery = d } }
+
 // NewRecorder returns a Recorder writing to j. Call Start before use.
 func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...RecorderOption) *Recorder {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Recorder{
-		journal:  j,
-		tracker:  NewTracker(cfg),
-		log:      logger,
-		now:      time.Now,
-		tick:     250 * time.Millisecond,
-		maxGroup: 512,
-		reqs:     make(chan *request, 1024),
-		stop:     make(chan struct{}),
-		stopped:  make(chan struct{}),
-		cursors:  make(map[string]Cursor),
+		journal:   j,
+		tracker:   NewTracker(cfg),
+		log:       logger,
+		now:       time.Now,
+		tick:      250 * time.Millisecond,
+		syncEvery: 5 * time.Second,
+		maxGroup:  512,
+		reqs:      make(chan *request, 1024),
+		stop:      make(chan struct{}),
+		stopped:   make(chan struct{}),
+		cursors:   make(map[string]Cursor),
+		unsaved:   make(map[LockKey]TrackState),
 	}
 	for _, opt := range opts {
 		opt(r)
@@ -94,10 +116,26 @@ func (r *Recorder) Start(ctx context.Context) error {
 	return nil
 }
 
+// restore loads the tracker's memory from the journal, with the renewals
+// stored since the last sync replayed onto it.
 func (r *Recorder) restore(ctx context.Context) error {
 	states, cursors, err := r.journal.Restore(ctx)
 	if err != nil {
 		return fmt.Errorf("restore tracker state: %w", err)
+	}
+	renewals, err := r.journal.Unsynced(ctx)
+	if err != nil {
+		return fmt.Errorf("restore tracker state: %w", err)
+	}
+	byKey := make(map[LockKey]*TrackState, len(states))
+	for i := range states {
+		byKey[states[i].Lock.Key()] = &states[i]
+	}
+	unsaved := make(map[LockKey]TrackState)
+	for _, e := range renewals {
+		if st := byKey[e.Lock]; st != nil && st.ReplayRenewal(e) {
+			unsaved[e.Lock], _ = st.renewedPart()
+		}
 	}
 	r.tracker.Restore(states)
 	r.mu.Lock()
@@ -106,6 +144,7 @@ func (r *Recorder) restore(ctx context.Context) error {
 	for _, c := range cursors {
 		r.cursors[c.Source] = c
 	}
+	r.unsaved = unsaved
 	return nil
 }
 
@@ -207,6 +246,7 @@ func (r *Recorder) loop() {
 				case req := <-r.reqs:
 					r.commit([]*request{req}, false)
 				default:
+					r.finish(nil, r.sync(Batch{}, true), nil)
 					return
 				}
 			}
@@ -221,7 +261,7 @@ func (r *Recorder) commit(group []*request, tick bool) {
 	ctx := context.Background()
 	var b Batch
 	if tick {
-		b.Append(r.tracker.Tick(r.now()))
+		b.Append(r.hold(r.tracker.Tick(r.now())))
 	}
 	known, err := r.knownRequests(ctx, group)
 	if err != nil {
@@ -230,7 +270,7 @@ func (r *Recorder) commit(group []*request, tick bool) {
 	}
 	for _, req := range group {
 		if req.input != nil {
-			b.Append(r.tracker.Observe(*req.input))
+			b.Append(r.hold(r.tracker.Observe(*req.input)))
 		}
 		for _, w := range req.writes {
 			if w.RequestID != "" {
@@ -239,10 +279,55 @@ func (r *Recorder) commit(group []*request, tick bool) {
 				}
 				known[w.RequestID] = true // a duplicate later in this group is a retry too
 			}
-			b.Append(r.tracker.ReportWrite(w))
+			b.Append(r.hold(r.tracker.ReportWrite(w)))
 		}
 	}
-	r.finish(group, b, nil)
+	r.finish(group, r.sync(b, tick && r.now().Sub(r.lastSync) >= r.syncEvery), nil)
+}
+
+// hold takes a tracker step's renewal-only changes out of its batch, to be
+// written by the next sync, and keeps what the rows lack up to date.
+func (r *Recorder) hold(b Batch) Batch {
+	if len(b.Renewed) == 0 && len(r.unsaved) == 0 {
+		return b
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	for _, st := range b.Renewed {
+		r.unsaved[st.Lock.Key()] = st
+	}
+	b.Renewed = nil
+	for i := range b.Locks {
+		// Written in full, as Batch.Append merges them.
+		key := b.Locks[i].Lock.Key()
+		if _, ok := r.unsaved[key]; !ok {
+			continue
+		}
+		if part, held := b.Locks[i].renewedPart(); held {
+			r.unsaved[key] = part
+		} else {
+			delete(r.unsaved, key) // its tenure ended, and was written in full
+		}
+	}
+	return b
+}
+
+// sync adds the held renewals to b when due (or when they pile up), and marks
+// b Synced whenever the rows it leaves behind hold every event.
+func (r *Recorder) sync(b Batch, due bool) Batch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.unsaved) > 0 && (due || r.syncEvery <= 0 || len(r.unsaved) >= maxUnsaved) {
+		for _, st := range r.unsaved {
+			b.Renewed = append(b.Renewed, st)
+		}
+		clear(r.unsaved)
+		b.Synced = true
+		r.lastSync = r.now()
+	} else if len(r.unsaved) == 0 && len(b.Events) > 0 {
+		b.Synced = true
+	}
+	return b
 }
 
 func (r *Recorder) knownRequests(ctx context.Context, group []*request) (map[string]bool, error) {

@@ -223,3 +223,91 @@ func TestRecorderAfterCloseAnswersUnavailable(t *testing.T) {
 		t.Fatal("Ready after Close = nil, want an error")
 	}
 }
+
+// crashingJournal stops writing anything once dead, as a killed process does.
+type crashingJournal struct {
+	*sqlite.Store
+	dead atomic.Bool
+}
+
+func (c *crashingJournal) Apply(ctx context.Context, b audit.Batch) error {
+	if c.dead.Load() {
+		return errors.New("process killed")
+	}
+	return c.Store.Apply(ctx, b)
+}
+
+// TestRecorderRenewalsSurviveACrashBetweenSyncs renews a lock many times with
+// no sync in between, so the lock and tenure rows lag; readers through Fresh
+// see every renewal anyway, and after a crash the restarted recorder replays
+// them from the renew events.
+func TestRecorderRenewalsSurviveACrashBetweenSyncs(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "lw.db")
+	st := openStore(t, path)
+	j := &crashingJournal{Store: st}
+	rec := startRecorder(t, j, audit.WithSyncInterval(time.Hour))
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	renew := func(rec *audit.Recorder, when time.Time) {
+		t.Helper()
+		in := audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: []audit.Observation{
+			{Lock: key, Kind: audit.EventRenew, At: when, Holder: "A", Token: audit.Int64(41), LeaseDuration: 10 * time.Second}}}
+		if err := rec.Observe(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := rec.Observe(ctx, grantInput("A", 41, at(0), "")); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= 3; i++ {
+		renew(rec, at(time.Duration(i)*time.Second))
+	}
+
+	// The rows still hold the grant; Fresh shows the last renewal.
+	check := func(what string, s audit.Store, renewals int64, last time.Time) {
+		t.Helper()
+		l, err := s.LockByKey(ctx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tenures, err := s.Tenures(ctx, l.ID, audit.TimeFilter{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		cur := tenures[len(tenures)-1]
+		if !l.RenewedAt.Equal(last) || !l.ExpiresAt.Equal(last.Add(10*time.Second)) || cur.Renewals != renewals || !cur.LastRenewedAt.Equal(last) {
+			t.Errorf("%s: lock renewed at %s expiring %s, tenure with %d renewals, last %s; want %d renewals, the last at %s",
+				what, l.RenewedAt, l.ExpiresAt, cur.Renewals, cur.LastRenewedAt, renewals, last)
+		}
+	}
+	check("rows before a sync", st, 0, at(0))
+	check("fresh reads", rec.Fresh(st), 3, at(3*time.Second))
+	near, err := rec.Fresh(st).Locks(ctx, audit.LockFilter{ExpiringBy: 0.5, ExpiringAt: at(8 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(near) != 0 {
+		t.Errorf("near-expiry locks at 8s = %+v, want none: the lock renewed at 3s", near)
+	}
+	if n, err := rec.Fresh(st).CountLocks(ctx, audit.LockFilter{ExpiringBy: 0.5, ExpiringAt: at(8 * time.Second)}); err != nil || n != 0 {
+		t.Errorf("near-expiry count at 8s = %d, %v; want 0", n, err)
+	}
+	if n, err := st.CountLocks(ctx, audit.LockFilter{ExpiringBy: 0.5, ExpiringAt: at(8 * time.Second)}); err != nil || n != 1 {
+		t.Errorf("near-expiry count of the rows at 8s = %d, %v; want 1, from the grant", n, err)
+	}
+
+	// Killed before any sync: Close's final sync never reaches the disk.
+	j.dead.Store(true)
+	rec.Close()
+	st.Close()
+
+	st = openStore(t, path)
+	rec = startRecorder(t, st, audit.WithSyncInterval(time.Hour))
+	check("fresh reads after the restart", rec.Fresh(st), 3, at(3*time.Second))
+	renew(rec, at(4*time.Second))
+	rec.Close() // a clean stop syncs
+	check("rows after a clean stop", st, 4, at(4*time.Second))
+	if evs, err := st.Unsynced(ctx); err != nil || len(evs) != 0 {
+		t.Errorf("Unsynced after a clean stop = %d events, %v; want none", len(evs), err)
+	}
+}

@@ -155,27 +155,63 @@ type FindingFilter struct {
 // Batch is everything one group commit writes: the tracker's changes from one
 // or more inputs and the cursors that cover them. A Journal applies a batch in
 // one transaction, so a crash keeps all of it or none of it.
+//
+// Renewals are most of what a busy backend does, and they change only a few
+// columns of a lock and its held tenure, which the renew event itself
+// records. So a renewal-only change travels apart, in Renewed, and the
+// Recorder writes those rows only now and then (Synced), replaying the renew
+// events stored since the last sync after a crash (Journal.Unsynced).
 type Batch struct {
 	Locks    []TrackState // insert or replace by lock key: the lock row and the tracker's memory of it
 	Tenures  []Tenure     // insert or replace by (lock key, Seq)
 	Events   []Event
 	Findings []Finding
 	Cursors  []Cursor
+	// Renewed are locks changed by renewals only, each at least as new as any
+	// entry of the same lock in Locks: after writing Locks and Tenures, the
+	// journal updates the renewal columns of the lock (RenewedAt, ExpiresAt,
+	// LeaseDuration) and of its newest tenure in Recent (Renewals,
+	// LastRenewedAt, LeaseDuration, ExpiresAt), and nothing else. Only those
+	// fields, the lock's key and the tenure's Seq need be set.
+	Renewed []TrackState
+	// Synced says that with this batch every lock and tenure row holds every
+	// event stored so far: Unsynced starts after it.
+	Synced bool
 }
 
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
 	return len(b.Locks) == 0 && len(b.Tenures) == 0 && len(b.Events) == 0 &&
-		len(b.Findings) == 0 && len(b.Cursors) == 0
+		len(b.Findings) == 0 && len(b.Cursors) == 0 && len(b.Renewed) == 0 && !b.Synced
 }
 
-// Append adds o's contents to b.
+// Append adds o's contents to b, a later step's. A renewal of b.Renewed that
+// o writes in full is brought up to o's state, so Renewed stays the newest.
 func (b *Batch) Append(o Batch) {
+	if len(b.Renewed) > 0 && len(o.Locks) > 0 {
+		full := make(map[LockKey]*TrackState, len(o.Locks))
+		for i := range o.Locks {
+			full[o.Locks[i].Lock.Key()] = &o.Locks[i]
+		}
+		kept := b.Renewed[:0]
+		for _, r := range b.Renewed {
+			if st, ok := full[r.Lock.Key()]; ok {
+				var held bool
+				if r, held = st.renewedPart(); !held {
+					continue // its tenure ended, and o wrote it in full
+				}
+			}
+			kept = append(kept, r)
+		}
+		b.Renewed = kept
+	}
 	b.Locks = append(b.Locks, o.Locks...)
 	b.Tenures = append(b.Tenures, o.Tenures...)
 	b.Events = append(b.Events, o.Events...)
 	b.Findings = append(b.Findings, o.Findings...)
 	b.Cursors = append(b.Cursors, o.Cursors...)
+	b.Renewed = append(b.Renewed, o.Renewed...)
+	b.Synced = b.Synced || o.Synced
 }
 
 // Cursor is a collector's resume position in its backend (etcd revision,
@@ -192,19 +228,23 @@ type Journal interface {
 	// tenure or cursor replace earlier ones.
 	Apply(ctx context.Context, b Batch) error
 	// Restore returns the tracker's saved memory of every lock and every
-	// source's cursor, as of the last applied batch.
+	// source's cursor, as of the last applied batch: the lock rows as they
+	// were written, which Unsynced's renewals may have overtaken.
 	Restore(ctx context.Context) ([]TrackState, []Cursor, error)
+	// Unsynced returns the renew events stored after the last Synced batch,
+	// in the order they were stored, for TrackState.ReplayRenewal.
+	Unsynced(ctx context.Context) ([]Event, error)
 	// KnownRequests returns the subset of ids already stored as write-report
 	// request IDs.
 	KnownRequests(ctx context.Context, ids []string) (map[string]bool, error)
 }
 
 // TrackState is everything the tracker remembers about one lock. The store
-// persists it with every change to the lock, so a restart resumes exactly where
-// the last committed batch left off.
+// persists it with every change to the lock (renewals as Batch describes), so
+// a restart resumes exactly where the last committed batch left off.
 type TrackState struct {
 	Lock             Lock                      `json:"-"`
-	Recent           []Tenure                  `json:"recent,omitempty"` // newest last; the last is current while held
+	Recent           []Tenure                  `json:"-"` // newest last, consecutive by Seq up to NextSeq; the last is current while held
 	NextSeq          int64                     `json:"next_seq"`
 	LastGrantToken   *int64                    `json:"last_grant_token,omitempty"`
 	ExpireByClock    bool                      `json:"expire_by_clock,omitempty"`

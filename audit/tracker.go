@@ -54,9 +54,8 @@ func (t *Tracker) Restore(states []TrackState) {
 	for i := range states {
 		st := states[i].clone()
 		t.locks[st.Lock.Key()] = &st
-		if st.Lock.ChangedAt.After(t.now) {
-			t.now = st.Lock.ChangedAt
-		}
+		t.advance(st.Lock.ChangedAt)
+		t.advance(st.Lock.RenewedAt)
 	}
 }
 
@@ -97,7 +96,10 @@ func (t *Tracker) Observe(in Input) Batch {
 		seen = make(map[LockKey]bool, len(in.Observations))
 	}
 	for _, ob := range in.Observations {
-		st := t.lock(ob.Lock, in.Kind)
+		st := t.lock(o, ob.Lock, in.Kind)
+		if st.ExpireByClock != in.ExpireByClock || st.SequentialTokens != in.SequentialTokens || (ob.Class != "" && ob.Class != st.Lock.Class) {
+			o.changed(st)
+		}
 		st.ExpireByClock = in.ExpireByClock
 		st.SequentialTokens = in.SequentialTokens
 		if ob.Class != "" {
@@ -161,7 +163,7 @@ func (t *Tracker) Tick(now time.Time) Batch {
 func (t *Tracker) ReportWrite(w WriteReport) Batch {
 	t.advance(w.At)
 	o := newOutput()
-	st := t.lock(w.Key(), t.cfg.SourceKinds[w.Source])
+	st := t.lock(o, w.Key(), t.cfg.SourceKinds[w.Source])
 	kind := EventWriteAccepted
 	if w.Outcome == WriteRejected {
 		kind = EventWriteRejected
@@ -179,6 +181,7 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 			st.Resources = make(map[string]*ResourceState)
 		}
 		st.Resources[w.Resource] = res
+		o.changed(st)
 	}
 	if w.Token == nil {
 		return o.batch()
@@ -197,6 +200,9 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 		case ten != nil && !ten.Held() && w.At.After(ten.EndedAt):
 			o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.Holder, w.Holder), Resource: w.Resource,
 				Summary: fmt.Sprintf("%s accepted a write with token %d from %s %s after its tenure ended (%s)", w.Resource, token, orUnknown(ten.Holder), w.At.Sub(ten.EndedAt).Round(time.Millisecond), ten.End)})
+		}
+		if len(res.Pending) > 0 || res.Highest == nil || token > *res.Highest {
+			o.changed(st)
 		}
 		kept := res.Pending[:0]
 		for _, p := range res.Pending {
@@ -365,15 +371,53 @@ func (t *Tracker) renew(o *output, st *TrackState, cur *Tenure, ob Observation) 
 	if !ob.RenewedAt.IsZero() {
 		detail = withDetail(detail, "renewed_at", ob.RenewedAt.UTC().Format(time.RFC3339Nano))
 	}
+	st.applyRenewal(cur, at, duration)
+	o.renewal(st, cur)
+	o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.Holder, Token: cur.Token, TTL: duration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
+}
+
+// applyRenewal is all a renewal changes: the held tenure cur renewed at at
+// for duration. A renewal is not a change of hands: Lock.ChangedAt stays.
+func (st *TrackState) applyRenewal(cur *Tenure, at time.Time, duration time.Duration) {
 	cur.Renewals++
 	cur.LastRenewedAt, cur.LeaseDuration = at, duration
 	if duration > 0 {
 		cur.ExpiresAt = at.Add(duration)
 	}
-	o.tenure(st, cur)
 	l := &st.Lock
-	l.RenewedAt, l.ExpiresAt, l.LeaseDuration, l.ChangedAt = at, cur.ExpiresAt, duration, ob.At
-	o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.Holder, Token: cur.Token, TTL: duration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
+	l.RenewedAt, l.ExpiresAt, l.LeaseDuration = at, cur.ExpiresAt, duration
+}
+
+// renewedPart returns what Batch.Renewed needs of a held lock: the lock and
+// its held tenure. It is false when the lock is not held.
+func (st *TrackState) renewedPart() (TrackState, bool) {
+	cur := st.current()
+	if cur == nil {
+		return TrackState{}, false
+	}
+	return TrackState{Lock: st.Lock, Recent: []Tenure{*cur}}, true
+}
+
+// ReplayRenewal applies a stored renew event to st exactly as the tracker
+// applied it when it made the event, for a journal whose lock rows may lag
+// their renew events (Batch.Renewed). It reports whether st changed: not when
+// st already holds the renewal or the event's tenure has ended since.
+func (st *TrackState) ReplayRenewal(e Event) bool {
+	cur := st.current()
+	if e.Kind != EventRenew || cur == nil || !st.sameTenure(cur, e.Holder, e.Token) {
+		return false
+	}
+	at := e.At
+	if s, ok := e.Detail["renewed_at"].(string); ok {
+		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+			at = t
+		}
+	}
+	if !at.After(cur.LastRenewedAt) {
+		return false
+	}
+	st.applyRenewal(cur, at, e.TTL)
+	return true
 }
 
 // end closes cur. Superseded tenures get no event of their own: the grant
@@ -424,14 +468,16 @@ func (t *Tracker) blind(o *output, source string, b Blind) {
 }
 
 // lock returns the lock's state, creating it on first sight.
-func (t *Tracker) lock(key LockKey, kind SourceKind) *TrackState {
+func (t *Tracker) lock(o *output, key LockKey, kind SourceKind) *TrackState {
 	st, ok := t.locks[key]
 	if !ok {
 		st = &TrackState{Lock: Lock{Source: key.Source, Name: key.Name, Kind: kind, Class: ClassLock, State: StateFree}}
 		t.locks[key] = st
+		o.changed(st)
 	}
-	if st.Lock.Kind == "" {
+	if st.Lock.Kind == "" && kind != "" {
 		st.Lock.Kind = kind
+		o.changed(st)
 	}
 	return st
 }
@@ -532,14 +578,23 @@ func (st *TrackState) clone() TrackState {
 	return c
 }
 
-// output gathers one step's changes. Each touched lock's state and each
+// output gathers one step's changes. Each changed lock's state and each
 // touched tenure is written once, as it stands at the end of the step.
 type output struct {
 	b       Batch
 	locks   []*TrackState
-	touched map[*TrackState]bool
+	changes map[*TrackState]change
 	tenures map[tenureKey]int
+	owners  []*TrackState // the lock of each of b.Tenures
 }
+
+// change is how much of a lock's state a step changed.
+type change uint8
+
+const (
+	changeRenewal change = iota + 1 // only what applyRenewal sets
+	changeFull
+)
 
 type tenureKey struct {
 	lock LockKey
@@ -547,31 +602,47 @@ type tenureKey struct {
 }
 
 func newOutput() *output {
-	return &output{touched: make(map[*TrackState]bool), tenures: make(map[tenureKey]int)}
+	return &output{changes: make(map[*TrackState]change), tenures: make(map[tenureKey]int)}
 }
 
-func (o *output) touch(st *TrackState) {
-	if !o.touched[st] {
-		o.touched[st] = true
+// mark records that st changed by at least c.
+func (o *output) mark(st *TrackState, c change) {
+	old, ok := o.changes[st]
+	if !ok {
 		o.locks = append(o.locks, st)
 	}
+	o.changes[st] = max(old, c)
 }
 
+// changed records a change to st beyond renewals.
+func (o *output) changed(st *TrackState) { o.mark(st, changeFull) }
+
+// event and finding record what happened; the state changes that go with
+// them are marked by tenure, renewal and changed.
 func (o *output) event(st *TrackState, e Event) {
-	o.touch(st)
 	e.Lock = st.Lock.Key()
 	o.b.Events = append(o.b.Events, e)
 }
 
 func (o *output) finding(st *TrackState, f Finding) {
-	o.touch(st)
 	f.Lock = st.Lock.Key()
 	f.Severity = f.Kind.Severity()
 	o.b.Findings = append(o.b.Findings, f)
 }
 
+// tenure records a grant or an end of ten, a change beyond renewals.
 func (o *output) tenure(st *TrackState, ten *Tenure) {
-	o.touch(st)
+	o.changed(st)
+	o.putTenure(st, ten)
+}
+
+// renewal records that the held tenure cur was renewed.
+func (o *output) renewal(st *TrackState, cur *Tenure) {
+	o.mark(st, changeRenewal)
+	o.putTenure(st, cur)
+}
+
+func (o *output) putTenure(st *TrackState, ten *Tenure) {
 	k := tenureKey{st.Lock.Key(), ten.Seq}
 	if i, ok := o.tenures[k]; ok {
 		o.b.Tenures[i] = *ten
@@ -579,11 +650,27 @@ func (o *output) tenure(st *TrackState, ten *Tenure) {
 	}
 	o.tenures[k] = len(o.b.Tenures)
 	o.b.Tenures = append(o.b.Tenures, *ten)
+	o.owners = append(o.owners, st)
 }
 
+// batch returns the step's changes: locks changed only by renewals go to
+// Renewed, their tenure with them; every other changed lock to Locks.
 func (o *output) batch() Batch {
 	for _, st := range o.locks {
-		o.b.Locks = append(o.b.Locks, st.clone())
+		if part, ok := st.renewedPart(); ok && o.changes[st] == changeRenewal {
+			o.b.Renewed = append(o.b.Renewed, part)
+		} else {
+			o.b.Locks = append(o.b.Locks, st.clone())
+		}
+	}
+	if len(o.b.Renewed) > 0 {
+		kept := o.b.Tenures[:0]
+		for i, ten := range o.b.Tenures {
+			if o.changes[o.owners[i]] == changeFull {
+				kept = append(kept, ten)
+			}
+		}
+		o.b.Tenures = kept
 	}
 	return o.b
 }

@@ -610,3 +610,115 @@ func TestTrackerUnknownInferredGrantIsNotUnfenced(t *testing.T) {
 		t.Fatalf("findings = %v, want none", got)
 	}
 }
+
+// TestTrackerRenewalsTravelApart checks which steps change a lock in full and
+// which only renew it (Batch.Renewed), the split the recorder's deferred
+// renewal writes rest on.
+func TestTrackerRenewalsTravelApart(t *testing.T) {
+	tr := audit.NewTracker(audit.TrackerConfig{})
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	observe := func(ob audit.Observation) audit.Batch {
+		ob.Lock = key
+		return tr.Observe(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{ob}, ExpireByClock: true})
+	}
+	write := func(token int64, when time.Time) audit.Batch {
+		return tr.ReportWrite(audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(token), Outcome: audit.WriteAccepted, At: when})
+	}
+	type split struct{ locks, renewed, tenures, events int }
+	for _, step := range []struct {
+		name string
+		do   func() audit.Batch
+		want split
+	}{
+		{"grant", func() audit.Batch {
+			return observe(audit.Observation{Kind: audit.EventGrant, At: at(0), Holder: "a", Token: audit.Int64(1), LeaseDuration: 10 * time.Second})
+		}, split{locks: 1, tenures: 1, events: 1}},
+		{"renewal", func() audit.Batch {
+			return observe(audit.Observation{Kind: audit.EventRenew, At: at(2 * time.Second), Holder: "a", Token: audit.Int64(1)})
+		}, split{renewed: 1, events: 1}},
+		{"a renewal the tracker already has", func() audit.Batch {
+			return observe(audit.Observation{Kind: audit.EventRenew, At: at(2 * time.Second), Holder: "a", Token: audit.Int64(1)})
+		}, split{}},
+		{"a first write to a resource", func() audit.Batch { return write(1, at(3*time.Second)) }, split{locks: 1, events: 1}},
+		{"a write that teaches the resource nothing", func() audit.Batch { return write(1, at(4*time.Second)) }, split{events: 1}},
+		{"a late renewal, with its finding", func() audit.Batch {
+			return observe(audit.Observation{Kind: audit.EventRenew, At: at(11 * time.Second), Holder: "a", Token: audit.Int64(1)})
+		}, split{renewed: 1, events: 1}},
+		{"release", func() audit.Batch { return observe(audit.Observation{Kind: audit.EventRelease, At: at(12 * time.Second), Holder: "a"}) },
+			split{locks: 1, tenures: 1, events: 1}},
+	} {
+		b := step.do()
+		got := split{len(b.Locks), len(b.Renewed), len(b.Tenures), len(b.Events)}
+		if got != step.want {
+			t.Errorf("%s: %d locks, %d renewed, %d tenures, %d events; want %+v", step.name, got.locks, got.renewed, got.tenures, got.events, step.want)
+		}
+		for _, r := range b.Renewed {
+			st, _ := tr.State(key)
+			if len(r.Recent) != 1 || r.Recent[0] != st.Recent[len(st.Recent)-1] || r.Lock != st.Lock {
+				t.Errorf("%s: renewed entry %+v, want the lock and its held tenure as the tracker has them", step.name, r)
+			}
+		}
+	}
+}
+
+// TestReplayRenewalRebuildsState replays renew events onto lock rows older
+// than them, as a restart after a crash between syncs does, and gets the
+// tracker's own state back, whatever happened in between.
+func TestReplayRenewalRebuildsState(t *testing.T) {
+	tr := audit.NewTracker(audit.TrackerConfig{})
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	rows := map[audit.LockKey]audit.TrackState{} // what a journal wrote in full
+	var events []audit.Event
+	synced := 0 // events up to here are in rows
+	step := func(b audit.Batch) {
+		events = append(events, b.Events...)
+		for _, st := range b.Locks {
+			rows[st.Lock.Key()] = st
+			synced = len(events)
+		}
+	}
+	renew := func(holder string, token int64, when time.Time) {
+		step(tr.Observe(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
+			{Lock: key, Kind: audit.EventRenew, At: when.Add(time.Millisecond), RenewedAt: when, Holder: holder, Token: audit.Int64(token)}}}))
+	}
+	grant := func(holder string, token int64, when time.Time) {
+		step(tr.Observe(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
+			{Lock: key, Kind: audit.EventGrant, At: when, Holder: holder, Token: audit.Int64(token), LeaseDuration: 10 * time.Second}}}))
+	}
+	grant("a", 1, at(0))
+	renew("a", 1, at(2*time.Second))
+	renew("a", 1, at(4*time.Second))
+	step(tr.ReportWrite(audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(1), Outcome: audit.WriteAccepted, At: at(5 * time.Second)}))
+	renew("a", 1, at(6*time.Second))
+	grant("b", 2, at(8*time.Second)) // a's renewals now belong to an ended tenure
+	renew("b", 2, at(9*time.Second))
+	// The same holder and token again, as a Kubernetes re-acquire after an
+	// expiry: b's earlier renewal must not land on the new tenure.
+	step(tr.Observe(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
+		{Lock: key, Kind: audit.EventExpire, At: at(20 * time.Second), Holder: "b"}}}))
+	grant("b", 2, at(21*time.Second))
+	renew("b", 2, at(23*time.Second))
+	renew("b", 2, at(25*time.Second))
+
+	// Replaying from the last full write of the lock rebuilds the tracker's
+	// state; so does replaying every event from the start, as those the rows
+	// hold already change nothing.
+	want, _ := tr.State(key)
+	for _, from := range []int{synced, 0} {
+		st := cloneState(rows[key])
+		for _, e := range events[from:] {
+			st.ReplayRenewal(e)
+		}
+		if !reflect.DeepEqual(st, want) {
+			t.Errorf("replayed from event %d:\n got %+v\nwant %+v", from, st, want)
+		}
+	}
+	if cur := want.Recent[len(want.Recent)-1]; cur.Renewals != 2 || !cur.LastRenewedAt.Equal(at(25*time.Second)) {
+		t.Fatalf("tracker's held tenure = %+v, want two renewals, the last at 25s", cur)
+	}
+}
+
+func cloneState(st audit.TrackState) audit.TrackState {
+	st.Recent = slices.Clone(st.Recent)
+	return st
+}

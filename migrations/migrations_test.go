@@ -16,6 +16,7 @@ var landed = map[string]string{
 	"0002_dashboard.sql":            "de5c1a3144d320cc4bafec9a08b30cbcecbf7cf3b4e90b910534fb27ddc05aea",
 	"0003_lock_list_cover.sql":      "5ac15b6497d5cfd277769f51a2690238fc5ae83ff762924de1250be30b07fe16",
 	"0004_lock_counts_triggers.sql": "a79992b0a278cc6584614ae08e0d662c317dff075ad463b62fa655eb96865f60",
+	"0005_renewal_rows.sql":         "c3413529e30806274c62e900608aa69d1afcf2233358146b6a26a724105927ad",
 }
 
 func TestLandedMigrationsAreUnchanged(t *testing.T) {

@@ -13,11 +13,12 @@ import (
 )
 
 // Apply writes b in one transaction: lock rows and the tracker's memory of
-// them, tenures, events, findings and cursors. Later entries for the same
-// lock, tenure or cursor replace earlier ones. Locks are matched by key
-// (TrackState.Lock.ID is ignored); a lock referenced only by a tenure, event or
-// finding gets a bare row (class lock, state free). An empty Finding.Severity
-// is filled from its kind. Concurrent calls are serialized.
+// them, tenures, events, findings, cursors, then the renewal columns of
+// b.Renewed. Later entries for the same lock, tenure or cursor replace earlier
+// ones. Locks are matched by key (TrackState.Lock.ID is ignored); a lock
+// referenced only by a tenure, event or finding gets a bare row (class lock,
+// state free). An empty Finding.Severity is filled from its kind. Concurrent
+// calls are serialized.
 func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	if b.Empty() {
 		return nil
@@ -25,12 +26,15 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
+	if err := s.prepareWriter(ctx); err != nil {
+		return fmt.Errorf("apply batch: %w", err)
+	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("apply batch: begin: %w", err)
 	}
 	defer tx.Rollback()
-	w := &batchWriter{tx: tx, committed: s.ids, added: make(map[audit.LockKey]int64)}
+	w := &batchWriter{s: s, tx: tx, added: make(map[audit.LockKey]int64)}
 	if err := w.write(ctx, b); err != nil {
 		return fmt.Errorf("apply batch: %w", err)
 	}
@@ -47,9 +51,37 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 
 // batchWriter writes one batch inside one transaction.
 type batchWriter struct {
-	tx        *sql.Tx
-	committed map[audit.LockKey]int64 // read only: ids of committed lock rows
-	added     map[audit.LockKey]int64 // ids resolved or created in this transaction
+	s     *Store // its ids are read only here: those of committed lock rows
+	tx    *sql.Tx
+	added map[audit.LockKey]int64 // ids resolved or created in this transaction
+}
+
+// writerQueries are the statements Apply runs. They are compiled once, on
+// the writer's one connection, before the first batch's transaction takes it.
+var writerQueries = []string{lockUpsert, trackUpsert, lockRenewal, tenureRenewal, tenureUpsert,
+	eventInsert + eventRow, eventInsertMany, findingInsert}
+
+func (s *Store) prepareWriter(ctx context.Context) error {
+	for _, q := range writerQueries {
+		if _, ok := s.prepared[q]; ok {
+			continue
+		}
+		ps, err := s.writer.PrepareContext(ctx, q)
+		if err != nil {
+			return fmt.Errorf("prepare %.40q: %w", q, err)
+		}
+		s.prepared[q] = ps
+	}
+	return nil
+}
+
+// stmt returns one of writerQueries for use in the transaction.
+func (w *batchWriter) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
+	ps, ok := w.s.prepared[q]
+	if !ok {
+		return nil, fmt.Errorf("query not prepared: %.40q", q)
+	}
+	return w.tx.StmtContext(ctx, ps), nil
 }
 
 func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
@@ -79,6 +111,15 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 			return fmt.Errorf("cursor of %s: %w", c.Source, err)
 		}
 	}
+	renewed := lastBy(b.Renewed, func(st audit.TrackState) audit.LockKey { return st.Lock.Key() })
+	if err := w.putRenewed(ctx, renewed); err != nil {
+		return err
+	}
+	if b.Synced {
+		if _, err := w.tx.ExecContext(ctx, `UPDATE journal SET synced_event = (SELECT coalesce(max(id), 0) FROM events)`); err != nil {
+			return fmt.Errorf("record sync: %w", err)
+		}
+	}
 	return nil
 }
 
@@ -104,24 +145,31 @@ func lastBy[T any, K comparable](items []T, key func(T) K) []T {
 	return out
 }
 
+const lockUpsert = `INSERT INTO locks (source, name, kind, class, state, holder, token,
+		acquired_at, renewed_at, expires_at, lease_duration_ms, changed_at)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (source, name) DO UPDATE SET
+		kind = excluded.kind, class = excluded.class, state = excluded.state,
+		holder = excluded.holder, token = excluded.token, acquired_at = excluded.acquired_at,
+		renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
+		lease_duration_ms = excluded.lease_duration_ms, changed_at = excluded.changed_at
+	RETURNING id`
+
+const trackUpsert = `INSERT INTO lock_tracks (lock_id, recent_from, state) VALUES (?, ?, ?)
+	ON CONFLICT (lock_id) DO UPDATE SET recent_from = excluded.recent_from, state = excluded.state`
+
 func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) error {
 	if len(states) == 0 {
 		return nil
 	}
-	stmt, err := w.tx.PrepareContext(ctx, `INSERT INTO locks (source, name, kind, class, state, holder, token,
-			acquired_at, renewed_at, expires_at, lease_duration_ms, changed_at, track_state)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (source, name) DO UPDATE SET
-			kind = excluded.kind, class = excluded.class, state = excluded.state,
-			holder = excluded.holder, token = excluded.token, acquired_at = excluded.acquired_at,
-			renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
-			lease_duration_ms = excluded.lease_duration_ms, changed_at = excluded.changed_at,
-			track_state = excluded.track_state
-		RETURNING id`)
+	locks, err := w.stmt(ctx, lockUpsert)
 	if err != nil {
 		return fmt.Errorf("prepare lock upsert: %w", err)
 	}
-	defer stmt.Close()
+	tracks, err := w.stmt(ctx, trackUpsert)
+	if err != nil {
+		return fmt.Errorf("prepare track upsert: %w", err)
+	}
 	for _, st := range states {
 		l := st.Lock
 		state, err := json.Marshal(st)
@@ -133,12 +181,56 @@ func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) e
 			class = audit.ClassLock
 		}
 		var id int64
-		if err := stmt.QueryRowContext(ctx, l.Source, l.Name, string(l.Kind), string(class), string(l.State),
+		if err := locks.QueryRowContext(ctx, l.Source, l.Name, string(l.Kind), string(class), string(l.State),
 			l.Holder, nullToken(l.Token), nanos(l.AcquiredAt), nanos(l.RenewedAt), nanos(l.ExpiresAt),
-			ms(l.LeaseDuration), nanos(l.ChangedAt), string(state)).Scan(&id); err != nil {
+			ms(l.LeaseDuration), nanos(l.ChangedAt)).Scan(&id); err != nil {
 			return fmt.Errorf("lock %s: %w", l.Key(), err)
 		}
 		w.added[l.Key()] = id
+		// Recent runs up to NextSeq without gaps: the tenures from here on.
+		recentFrom := st.NextSeq - int64(len(st.Recent)) + 1
+		if _, err := tracks.ExecContext(ctx, id, recentFrom, string(state)); err != nil {
+			return fmt.Errorf("lock %s: track state: %w", l.Key(), err)
+		}
+	}
+	return nil
+}
+
+const (
+	lockRenewal   = `UPDATE locks SET renewed_at = ?, expires_at = ?, lease_duration_ms = ? WHERE id = ?`
+	tenureRenewal = `UPDATE tenures SET renewals = ?, last_renewed_at = ?, lease_duration_ms = ?, expires_at = ?
+		WHERE lock_id = ? AND seq = ?`
+)
+
+// putRenewed brings the renewal columns of locks and their newest tenures up
+// to date, touching no other column.
+func (w *batchWriter) putRenewed(ctx context.Context, states []audit.TrackState) error {
+	if len(states) == 0 {
+		return nil
+	}
+	locks, err := w.stmt(ctx, lockRenewal)
+	if err != nil {
+		return fmt.Errorf("prepare lock renewal: %w", err)
+	}
+	tenures, err := w.stmt(ctx, tenureRenewal)
+	if err != nil {
+		return fmt.Errorf("prepare tenure renewal: %w", err)
+	}
+	for _, st := range states {
+		l := st.Lock
+		id, err := w.lockID(ctx, l.Key())
+		if err != nil {
+			return err
+		}
+		if _, err := locks.ExecContext(ctx, nanos(l.RenewedAt), nanos(l.ExpiresAt), ms(l.LeaseDuration), id); err != nil {
+			return fmt.Errorf("renewal of lock %s: %w", l.Key(), err)
+		}
+		if n := len(st.Recent); n > 0 {
+			t := st.Recent[n-1]
+			if _, err := tenures.ExecContext(ctx, t.Renewals, nanos(t.LastRenewedAt), ms(t.LeaseDuration), nanos(t.ExpiresAt), id, t.Seq); err != nil {
+				return fmt.Errorf("renewal of tenure %d of lock %s: %w", t.Seq, l.Key(), err)
+			}
+		}
 	}
 	return nil
 }
@@ -148,7 +240,7 @@ func (w *batchWriter) lockID(ctx context.Context, key audit.LockKey) (int64, err
 	if id, ok := w.added[key]; ok {
 		return id, nil
 	}
-	if id, ok := w.committed[key]; ok {
+	if id, ok := w.s.ids[key]; ok {
 		return id, nil
 	}
 	var id int64
@@ -164,22 +256,23 @@ func (w *batchWriter) lockID(ctx context.Context, key audit.LockKey) (int64, err
 	return id, nil
 }
 
+const tenureUpsert = `INSERT INTO tenures (lock_id, seq, holder, token, granted_at,
+		observed, position, renewals, last_renewed_at, lease_duration_ms, expires_at, ended_at, end_reason)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+	ON CONFLICT (lock_id, seq) DO UPDATE SET
+		holder = excluded.holder, token = excluded.token, granted_at = excluded.granted_at,
+		observed = excluded.observed, position = excluded.position, renewals = excluded.renewals,
+		last_renewed_at = excluded.last_renewed_at, lease_duration_ms = excluded.lease_duration_ms,
+		expires_at = excluded.expires_at, ended_at = excluded.ended_at, end_reason = excluded.end_reason`
+
 func (w *batchWriter) putTenures(ctx context.Context, tenures []audit.Tenure) error {
 	if len(tenures) == 0 {
 		return nil
 	}
-	stmt, err := w.tx.PrepareContext(ctx, `INSERT INTO tenures (lock_id, seq, holder, token, granted_at,
-			observed, position, renewals, last_renewed_at, lease_duration_ms, expires_at, ended_at, end_reason)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-		ON CONFLICT (lock_id, seq) DO UPDATE SET
-			holder = excluded.holder, token = excluded.token, granted_at = excluded.granted_at,
-			observed = excluded.observed, position = excluded.position, renewals = excluded.renewals,
-			last_renewed_at = excluded.last_renewed_at, lease_duration_ms = excluded.lease_duration_ms,
-			expires_at = excluded.expires_at, ended_at = excluded.ended_at, end_reason = excluded.end_reason`)
+	stmt, err := w.stmt(ctx, tenureUpsert)
 	if err != nil {
 		return fmt.Errorf("prepare tenure insert: %w", err)
 	}
-	defer stmt.Close()
 	for _, t := range tenures {
 		id, err := w.lockID(ctx, t.Lock)
 		if err != nil {
@@ -203,22 +296,22 @@ const eventInsert = `INSERT INTO events (lock_id, kind, at, holder, token, ttl_m
 
 const eventRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
 
+var eventInsertMany = eventInsert + eventRow + strings.Repeat(", "+eventRow, eventsPerInsert-1)
+
 func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	one, err := w.tx.PrepareContext(ctx, eventInsert+eventRow)
+	one, err := w.stmt(ctx, eventInsert+eventRow)
 	if err != nil {
 		return fmt.Errorf("prepare event insert: %w", err)
 	}
-	defer one.Close()
 	var many *sql.Stmt
 	if len(events) >= eventsPerInsert {
-		many, err = w.tx.PrepareContext(ctx, eventInsert+eventRow+strings.Repeat(", "+eventRow, eventsPerInsert-1))
+		many, err = w.stmt(ctx, eventInsertMany)
 		if err != nil {
 			return fmt.Errorf("prepare event insert: %w", err)
 		}
-		defer many.Close()
 	}
 	last := make(map[string]int64) // newest event per source in this batch
 	args := make([]any, 0, 11*eventsPerInsert)
@@ -307,17 +400,18 @@ func detailTime(d map[string]any, key string) (time.Time, error) {
 	return time.Parse(time.RFC3339Nano, s)
 }
 
+const findingInsert = `INSERT INTO findings (lock_id, kind, severity, at, until,
+		summary, tokens, holders, resource)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
 func (w *batchWriter) putFindings(ctx context.Context, findings []audit.Finding) error {
 	if len(findings) == 0 {
 		return nil
 	}
-	stmt, err := w.tx.PrepareContext(ctx, `INSERT INTO findings (lock_id, kind, severity, at, until,
-			summary, tokens, holders, resource)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+	stmt, err := w.stmt(ctx, findingInsert)
 	if err != nil {
 		return fmt.Errorf("prepare finding insert: %w", err)
 	}
-	defer stmt.Close()
 	for _, f := range findings {
 		id, err := w.lockID(ctx, f.Lock)
 		if err != nil {
@@ -364,7 +458,8 @@ func jsonArray[T any](v []T) (string, error) {
 }
 
 // Restore returns the tracker's saved memory of every lock, with Lock filled
-// from the lock row, and every cursor, read in one snapshot.
+// from the lock row and Recent from its tenures, and every cursor, read in one
+// snapshot.
 func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor, error) {
 	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -372,14 +467,15 @@ func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor
 	}
 	defer tx.Rollback()
 
-	rows, err := tx.QueryContext(ctx, `SELECT `+lockColumns+`, l.track_state,
+	rows, err := tx.QueryContext(ctx, `SELECT `+lockColumns+`, k.state,
 			(SELECT max(seq) FROM tenures t WHERE t.lock_id = l.id)
-		FROM locks l ORDER BY l.id`)
+		FROM locks l LEFT JOIN lock_tracks k ON k.lock_id = l.id ORDER BY l.id`)
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore locks: %w", err)
 	}
 	defer rows.Close()
 	var states []audit.TrackState
+	index := make(map[int64]int) // lock id → states index
 	for rows.Next() {
 		var (
 			st      audit.TrackState
@@ -401,10 +497,37 @@ func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor
 			// must carry on.
 			st.NextSeq = lastSeq.Int64
 		}
+		index[st.Lock.ID] = len(states)
 		states = append(states, st)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, nil, fmt.Errorf("restore locks: %w", err)
+	}
+	rows.Close()
+
+	// One index range of tenures per lock: the ones its Recent holds.
+	rows, err = tx.QueryContext(ctx, `SELECT `+tenureColumns+`
+		FROM lock_tracks k JOIN tenures t ON t.lock_id = k.lock_id AND t.seq >= k.recent_from
+		ORDER BY t.lock_id, t.seq`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore tenures: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var t audit.Tenure
+		if err := rows.Scan(tenureDest(&t)...); err != nil {
+			return nil, nil, fmt.Errorf("restore tenures: %w", err)
+		}
+		i, ok := index[t.LockID]
+		if !ok {
+			continue
+		}
+		st := &states[i]
+		t.Lock = st.Lock.Key()
+		st.Recent = append(st.Recent, t)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("restore tenures: %w", err)
 	}
 	rows.Close()
 
@@ -425,6 +548,31 @@ func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor
 		return nil, nil, fmt.Errorf("restore cursors: %w", err)
 	}
 	return states, cursors, nil
+}
+
+// Unsynced returns the renew events stored after the last Synced batch, in
+// the order they were stored.
+func (s *Store) Unsynced(ctx context.Context) ([]audit.Event, error) {
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+eventColumns+`, l.source, l.name
+		FROM events e JOIN locks l ON l.id = e.lock_id
+		WHERE e.id > (SELECT synced_event FROM journal) AND e.kind = 'renew'
+		ORDER BY e.id`)
+	if err != nil {
+		return nil, fmt.Errorf("unsynced renewals: %w", err)
+	}
+	defer rows.Close()
+	var events []audit.Event
+	for rows.Next() {
+		var e audit.Event
+		if err := rows.Scan(append(eventDest(&e), &e.Lock.Source, &e.Lock.Name)...); err != nil {
+			return nil, fmt.Errorf("unsynced renewals: %w", err)
+		}
+		events = append(events, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("unsynced renewals: %w", err)
+	}
+	return events, nil
 }
 
 // maxVars bounds the bound parameters of one statement, well under SQLite's

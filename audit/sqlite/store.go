@@ -42,6 +42,7 @@ var pragmas = []string{
 	"journal_mode(WAL)",
 	"synchronous(FULL)",
 	"foreign_keys(1)",
+	"temp_store(MEMORY)",
 }
 
 // Store is the SQLite audit log. It is safe for concurrent use.
@@ -50,8 +51,9 @@ type Store struct {
 	writer *sql.DB // one connection, BEGIN IMMEDIATE
 	reader *sql.DB // query_only pool
 
-	mu  sync.Mutex              // serializes Apply and guards ids
-	ids map[audit.LockKey]int64 // lock key → locks.id, for committed rows only
+	mu       sync.Mutex              // serializes Apply and guards ids and prepared
+	ids      map[audit.LockKey]int64 // lock key → locks.id, for committed rows only
+	prepared map[string]*sql.Stmt    // the writer's statements, by query
 }
 
 // Open opens (creating if needed) the database at path, verifies it is in WAL
@@ -65,7 +67,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		// database would be a different one on every pooled connection.
 		return nil, fmt.Errorf("open database %q: want a plain file path", path)
 	}
-	s := &Store{path: path, ids: make(map[audit.LockKey]int64)}
+	s := &Store{path: path, ids: make(map[audit.LockKey]int64), prepared: make(map[string]*sql.Stmt)}
 
 	var err error
 	s.writer, err = sql.Open("sqlite", dsn(path, "_txlock=immediate"))
@@ -185,6 +187,12 @@ func (s *Store) Close() error {
 			errs = append(errs, fmt.Errorf("close read pool: %w", err))
 		}
 	}
+	s.mu.Lock()
+	for _, ps := range s.prepared {
+		ps.Close()
+	}
+	clear(s.prepared)
+	s.mu.Unlock()
 	if err := s.writer.Close(); err != nil {
 		errs = append(errs, fmt.Errorf("close write pool: %w", err))
 	}

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -425,9 +426,10 @@ func TestRestoreRoundTripsTrackState(t *testing.T) {
 	}
 	// A lock only a write report named: no track state, but tenures.
 	bareKey := audit.LockKey{Source: "cluster-a", Name: "default/bare"}
+	// The tracker writes a lock's tenures with it; Recent comes back from them.
 	apply(t, s, audit.Batch{
 		Locks:   []audit.TrackState{st},
-		Tenures: []audit.Tenure{{Lock: bareKey, Seq: 5, Holder: "x"}},
+		Tenures: append(slices.Clone(st.Recent), audit.Tenure{Lock: bareKey, Seq: 5, Holder: "x"}),
 		Cursors: []audit.Cursor{{Source: "cluster-a", Position: "rv-77", At: at(25)}, {Source: "prod-etcd", Position: "9"}},
 	})
 
@@ -440,8 +442,12 @@ func TestRestoreRoundTripsTrackState(t *testing.T) {
 	}
 	want := st
 	want.Lock.ID = lockByKey(t, s, key).ID
-	// Tenure.LockID is the store's, not the tracker's: JSON keeps it as saved.
+	want.Recent = slices.Clone(st.Recent)
+	for i := range want.Recent {
+		want.Recent[i].LockID = want.Lock.ID
+	}
 	equal(t, "restored TrackState", states[0], want)
+	equal(t, "restored Recent", states[0].Recent, want.Recent)
 
 	bare := states[1]
 	if bare.Lock.Key() != bareKey || bare.Lock.ID == 0 || bare.NextSeq != 5 || bare.Recent != nil {
@@ -960,5 +966,129 @@ func TestConnectionsCarryPragmas(t *testing.T) {
 	}
 	if _, err := s.reader.ExecContext(ctx, `INSERT INTO cursors (source, position) VALUES ('x', 'y')`); err == nil {
 		t.Error("insert through the read pool succeeded, want it refused")
+	}
+}
+
+// TestMigrationMovesTrackStateOutOfLockRows upgrades a database written
+// before 0005, whose lock rows carried the tracker's memory as JSON with its
+// recent tenures inside: Restore must give the same memory back.
+func TestMigrationMovesTrackStateOutOfLockRows(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "leasewatch.db")
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := migrations.Load(migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Version > 4 {
+			break
+		}
+		if _, err := db.Exec(m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		if _, err := db.Exec(`INSERT INTO schema_migrations VALUES (?, ?, 0)`, m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Written as 0004's code wrote it: two recent tenures in the JSON.
+	for _, q := range []string{
+		`INSERT INTO locks (id, source, kind, name, state, holder, token, renewed_at, expires_at, lease_duration_ms, changed_at, track_state)
+			VALUES (7, 'src', 'kubernetes', 'orders', 'held', 'b', 3, 5000, 15000, 10000, 5000,
+			'{"recent":[{"Seq":2},{"Seq":3}],"next_seq":3,"last_grant_token":3,"sequential_tokens":true,"resources":{"db":{"highest":2}}}')`,
+		`INSERT INTO locks (id, source, name) VALUES (8, 'src', 'bare')`,
+		`INSERT INTO tenures (lock_id, seq, holder, token, granted_at, ended_at, end_reason) VALUES (7, 1, 'a', 1, 1000, 2000, 'released')`,
+		`INSERT INTO tenures (lock_id, seq, holder, token, granted_at, ended_at, end_reason) VALUES (7, 2, 'a', 2, 3000, 4000, 'expired')`,
+		`INSERT INTO tenures (lock_id, seq, holder, token, granted_at, renewals, last_renewed_at, lease_duration_ms, expires_at) VALUES (7, 3, 'b', 3, 4000, 1, 5000, 10000, 15000)`,
+		`INSERT INTO events (lock_id, kind, at) VALUES (7, 'grant', 4000), (7, 'renew', 5000)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open (migrating): %v", err)
+	}
+	defer s.Close()
+	states, _, err := s.Restore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states) != 2 {
+		t.Fatalf("restored %d locks, want 2", len(states))
+	}
+	st := states[0]
+	var seqs []int64
+	for _, ten := range st.Recent {
+		seqs = append(seqs, ten.Seq)
+	}
+	if !slices.Equal(seqs, []int64{2, 3}) || st.Recent[1].Renewals != 1 || st.NextSeq != 3 || !st.SequentialTokens ||
+		st.LastGrantToken == nil || *st.LastGrantToken != 3 || st.Resources["db"] == nil || *st.Resources["db"].Highest != 2 {
+		t.Errorf("restored state = %s with recent tenures %v, want 0004's memory with tenures 2 and 3", show(st), seqs)
+	}
+	if bare := states[1]; bare.NextSeq != 0 || bare.Recent != nil {
+		t.Errorf("bare lock restored as %s, want nothing remembered", show(bare))
+	}
+	// The rows held every event before the upgrade: nothing to replay.
+	if evs, err := s.Unsynced(ctx); err != nil || len(evs) != 0 {
+		t.Errorf("Unsynced after the upgrade = %d events, %v; want none", len(evs), err)
+	}
+}
+
+func TestRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	held := audit.TrackState{
+		Lock: audit.Lock{Source: "src", Name: "orders", Kind: audit.KindRedis, State: audit.StateHeld, Holder: "a", Token: audit.Int64(1),
+			AcquiredAt: at(0), RenewedAt: at(0), ExpiresAt: at(10), LeaseDuration: 10 * time.Second, ChangedAt: at(0)},
+		Recent:  []audit.Tenure{{Lock: key, Seq: 1, Holder: "a", Token: audit.Int64(1), GrantedAt: at(0), LastRenewedAt: at(0), LeaseDuration: 10 * time.Second, ExpiresAt: at(10)}},
+		NextSeq: 1,
+	}
+	apply(t, s, audit.Batch{Locks: []audit.TrackState{held}, Tenures: held.Recent,
+		Events: []audit.Event{{Lock: key, Kind: audit.EventGrant, At: at(0), Holder: "a", Token: audit.Int64(1)}}, Synced: true})
+
+	renew := func(sec int) audit.Event {
+		return audit.Event{Lock: key, Kind: audit.EventRenew, At: at(sec), Holder: "a", Token: audit.Int64(1), TTL: 10 * time.Second}
+	}
+	// Two renewals stored as events only, as the recorder does between syncs.
+	apply(t, s, audit.Batch{Events: []audit.Event{renew(2), renew(4)}})
+	evs, err := s.Unsynced(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 2 || evs[0].Lock != key || !evs[1].At.Equal(at(4)) || evs[1].TTL != 10*time.Second {
+		t.Fatalf("Unsynced = %s, want the two renewals of %s", show(evs), key)
+	}
+
+	// The sync: only renewal columns change, even where the entry leaves
+	// the others unset.
+	renewed := audit.TrackState{
+		Lock:   audit.Lock{Source: "src", Name: "orders", RenewedAt: at(4), ExpiresAt: at(14), LeaseDuration: 10 * time.Second},
+		Recent: []audit.Tenure{{Lock: key, Seq: 1, Renewals: 2, LastRenewedAt: at(4), LeaseDuration: 10 * time.Second, ExpiresAt: at(14)}},
+	}
+	apply(t, s, audit.Batch{Renewed: []audit.TrackState{renewed}, Synced: true})
+	l := lockByKey(t, s, key)
+	want := held.Lock
+	want.ID, want.Class, want.RenewedAt, want.ExpiresAt = l.ID, audit.ClassLock, at(4), at(14)
+	equal(t, "lock after the sync", l, want)
+	tenures, err := s.Tenures(ctx, l.ID, audit.TimeFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantTenure := held.Recent[0]
+	wantTenure.LockID, wantTenure.Renewals, wantTenure.LastRenewedAt, wantTenure.ExpiresAt = l.ID, 2, at(4), at(14)
+	equal(t, "tenures after the sync", tenures, []audit.Tenure{wantTenure})
+	if evs, err := s.Unsynced(ctx); err != nil || len(evs) != 0 {
+		t.Errorf("Unsynced after the sync = %s, %v; want none", show(evs), err)
 	}
 }

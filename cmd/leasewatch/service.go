@@ -73,7 +73,7 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	}
 
 	svc.web, err = web.New(web.Config{
-		Store:            store,
+		Store:            rec.Fresh(store),
 		Writes:           rec,
 		Sources:          svc.runner.Sources,
 		KnownSources:     cfg.SourceKinds(),
