@@ -644,7 +644,9 @@ func TestTrackerRenewalsTravelApart(t *testing.T) {
 		{"a late renewal, with its finding", func() audit.Batch {
 			return observe(audit.Observation{Kind: audit.EventRenew, At: at(11 * time.Second), Holder: "a", Token: audit.Int64(1)})
 		}, split{renewed: 1, events: 1}},
-		{"release", func() audit.Batch { return observe(audit.Observation{Kind: audit.EventRelease, At: at(12 * time.Second), Holder: "a"}) },
+		{"release", func() audit.Batch {
+			return observe(audit.Observation{Kind: audit.EventRelease, At: at(12 * time.Second), Holder: "a"})
+		},
 			split{locks: 1, tenures: 1, events: 1}},
 	} {
 		b := step.do()
