@@ -194,15 +194,38 @@ func (r *Recorder) ReportWrites(ctx context.Context, reports []WriteReport) erro
 	return r.do(ctx, &request{writes: reports})
 }
 
+// Submit queues one collector input without waiting for it: wait blocks
+// until the input is durable and returns what Observe would have. Inputs are
+// applied in the order they are submitted, so a collector may go on reading
+// its backend while earlier inputs commit.
+func (r *Recorder) Submit(ctx context.Context, in Input) (wait func() error) {
+	req := &request{input: &in}
+	if err := r.enqueue(ctx, req); err != nil {
+		return func() error { return err }
+	}
+	return func() error { return r.await(ctx, req) }
+}
+
 func (r *Recorder) do(ctx context.Context, req *request) error {
+	if err := r.enqueue(ctx, req); err != nil {
+		return err
+	}
+	return r.await(ctx, req)
+}
+
+func (r *Recorder) enqueue(ctx context.Context, req *request) error {
 	req.done = make(chan error, 1)
 	select {
 	case r.reqs <- req:
+		return nil
 	case <-r.stop:
 		return Errorf(EUNAVAILABLE, "recorder is shut down")
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+func (r *Recorder) await(ctx context.Context, req *request) error {
 	select {
 	case err := <-req.done:
 		return err

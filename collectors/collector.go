@@ -20,6 +20,14 @@ type Sink interface {
 	Cursor(source string) (position string, at time.Time)
 }
 
+// Submitter is implemented by sinks that take an input without waiting for
+// it to be durable (*audit.Recorder): wait blocks until it is, and returns
+// what Observe would have. Inputs are applied in submission order, so a busy
+// collector can read its backend while earlier inputs commit.
+type Submitter interface {
+	Submit(ctx context.Context, in audit.Input) (wait func() error)
+}
+
 // Collector watches one source and feeds its observations to a Sink.
 type Collector interface {
 	// Name is the source's configured name.

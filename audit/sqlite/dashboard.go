@@ -72,8 +72,9 @@ func (s *Store) FindingCounts(ctx context.Context, f audit.TimeFilter) (map[audi
 }
 
 // EventTimes returns the times of the lock's events of one kind within f's
-// window, in time order; if more than f.Limit match, the newest f.Limit. The
-// query reads only the (lock, kind, at) index.
+// window, in time order; if more than f.Limit match, the newest f.Limit. It
+// reads only indexes: renewals, which the per-kind index leaves out, are the
+// lock's event times less those of every other kind.
 func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKind, f audit.TimeFilter) ([]time.Time, error) {
 	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 	if err != nil {
@@ -83,21 +84,82 @@ func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKi
 	if _, err := lockKey(ctx, tx, lockID); err != nil {
 		return nil, err
 	}
-	var w where
-	w.add("lock_id = ?", lockID)
-	w.add("kind = ?", string(kind))
-	w.window("at", f)
-	rows, err := tx.QueryContext(ctx, `SELECT at FROM events`+w.String()+` ORDER BY at DESC LIMIT ?`,
-		append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))...)
-	if err != nil {
-		return nil, fmt.Errorf("event times of lock %d: %w", lockID, err)
+	lim := limit(f.Limit, defaultListLimit, maxListLimit)
+	times := func(cond string, args ...any) (*sql.Rows, error) {
+		var w where
+		w.add("lock_id = ?", lockID)
+		if cond != "" {
+			w.add(cond, args...)
+		}
+		w.window("at", f)
+		index := eventIndex("")
+		if cond != "" {
+			index = eventIndex(audit.EventGrant)
+		}
+		return tx.QueryContext(ctx, `SELECT at FROM events INDEXED BY `+index+w.String()+` ORDER BY at DESC`, w.args...)
 	}
-	times, err := collect(rows, func(t *time.Time) []any { return []any{timeDest{t}} })
-	if err != nil {
-		return nil, fmt.Errorf("event times of lock %d: %w", lockID, err)
+	var out []time.Time
+	if kind != audit.EventRenew {
+		rows, err := times("kind = ? AND "+notRenewal("kind"), string(kind))
+		if err != nil {
+			return nil, fmt.Errorf("event times of lock %d: %w", lockID, err)
+		}
+		defer rows.Close()
+		for len(out) < lim && rows.Next() {
+			var t int64
+			if err := rows.Scan(&t); err != nil {
+				return nil, fmt.Errorf("event times of lock %d: %w", lockID, err)
+			}
+			out = append(out, time.Unix(0, t).UTC())
+		}
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("event times of lock %d: %w", lockID, err)
+		}
+		slices.Reverse(out)
+		return out, nil
 	}
-	slices.Reverse(times)
-	return times, nil
+
+	// Both newest first: each time of another kind cancels one equal time
+	// of the whole timeline.
+	all, err := times("")
+	if err != nil {
+		return nil, fmt.Errorf("renewal times of lock %d: %w", lockID, err)
+	}
+	defer all.Close()
+	others, err := times(notRenewal("kind"))
+	if err != nil {
+		return nil, fmt.Errorf("renewal times of lock %d: %w", lockID, err)
+	}
+	defer others.Close()
+	next := func(rows *sql.Rows) (int64, bool, error) {
+		if !rows.Next() {
+			return 0, false, rows.Err()
+		}
+		var t int64
+		err := rows.Scan(&t)
+		return t, err == nil, err
+	}
+	other, more, err := next(others)
+	for err == nil && len(out) < lim {
+		var t int64
+		var ok bool
+		if t, ok, err = next(all); !ok || err != nil {
+			break
+		}
+		for more && other > t {
+			other, more, err = next(others)
+		}
+		if more && other == t {
+			other, more, err = next(others)
+			continue
+		}
+		out = append(out, time.Unix(0, t).UTC())
+	}
+	if err != nil {
+		return nil, fmt.Errorf("renewal times of lock %d: %w", lockID, err)
+	}
+	slices.Reverse(out)
+	return out, nil
 }
 
 // BlindWindows returns the blind intervals that overlap f's window, in time

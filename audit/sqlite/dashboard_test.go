@@ -209,6 +209,27 @@ func TestEventTimes(t *testing.T) {
 		t.Fatal(err)
 	}
 	equal(t, "renew times", got, []time.Time{at(5), at(7), at(8)})
+	got, err = s.EventTimes(ctx, id, audit.EventGrant, audit.TimeFilter{From: at(2), To: at(9)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "grant times", got, []time.Time{at(3), at(6), at(9)})
+
+	// Renewal times are the timeline less the other kinds: a write report
+	// and a renewal at the same instant leave that renewal, and the newest
+	// renewals fill the limit past a run of other events.
+	apply(t, s, audit.Batch{Events: []audit.Event{
+		{Lock: key, Kind: audit.EventWriteAccepted, At: at(8)},
+		{Lock: key, Kind: audit.EventRelease, At: at(10)},
+		{Lock: key, Kind: audit.EventRenew, At: at(11)},
+		{Lock: key, Kind: audit.EventWriteRejected, At: at(12)},
+		{Lock: key, Kind: audit.EventWriteRejected, At: at(13)},
+	}})
+	got, err = s.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{Limit: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	equal(t, "renew times among others", got, []time.Time{at(7), at(8), at(11)})
 	if _, err := s.EventTimes(ctx, 999, audit.EventRenew, audit.TimeFilter{}); audit.ErrorCode(err) != audit.ENOTFOUND {
 		t.Errorf("EventTimes(missing lock) err = %v, want ENOTFOUND", err)
 	}

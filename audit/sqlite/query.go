@@ -239,6 +239,9 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 	w.add("e.lock_id = ?", lockID)
 	if f.Kind != "" {
 		w.add("e.kind = ?", string(f.Kind))
+		if f.Kind != audit.EventRenew {
+			w.add(notRenewal("e.kind"))
+		}
 	}
 	w.window("e.at", f.TimeFilter)
 	if !f.Before.IsZero() {
@@ -247,13 +250,7 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 		w.add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
 	}
 	args := append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
-	from := ` FROM events e`
-	if f.Kind != "" {
-		// Without statistics the planner may walk the lock's whole timeline
-		// for the order and test each row's kind; a rare kind among millions
-		// of renewals must be one index range.
-		from = ` FROM events e INDEXED BY events_lock_kind_at`
-	}
+	from := ` FROM events e INDEXED BY ` + eventIndex(f.Kind)
 	rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+from+w.String()+
 		` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
 	if err != nil {
@@ -269,6 +266,20 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 	}
 	return events, nil
 }
+
+// eventIndex names the index for a lock's events of kind ("" for every kind).
+// Without statistics the planner may walk a lock's whole timeline and test
+// each row's kind; a rare kind among millions of renewals must be one range
+// of the partial index, whose condition (notRenewal) the query must repeat.
+func eventIndex(kind audit.EventKind) string {
+	if kind == "" || kind == audit.EventRenew {
+		return "events_lock_at"
+	}
+	return "events_lock_kind_at"
+}
+
+// notRenewal is the condition of the partial index events_lock_kind_at.
+func notRenewal(col string) string { return col + " <> 'renew'" }
 
 // Tenures returns the lock's tenures that overlap f's window (granted by its
 // end, not ended before its start), in grant order; if more than f.Limit

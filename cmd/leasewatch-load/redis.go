@@ -31,6 +31,50 @@ type redisLoad struct {
 // (redsync's extend).
 const extendScript = `if redis.call('GET', KEYS[1]) == ARGV[1] then return redis.call('PEXPIRE', KEYS[1], ARGV[2]) end return 0`
 
+// The load's clients: loadWorkers connections, each pipelining up to
+// loadPipeline locks' commands per round trip.
+const (
+	loadWorkers  = 16
+	loadPipeline = 64
+)
+
+// send takes or extends the locks of batch in one pipeline, and counts what
+// happened.
+func (k *redisLoad) send(cli *goredis.Client, extend *goredis.Script, held []atomic.Bool, batch []int, grants, renewals, lost *atomic.Int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	cmds := make([]goredis.Cmder, len(batch))
+	_, _ = cli.Pipelined(ctx, func(p goredis.Pipeliner) error {
+		for n, i := range batch {
+			key, value := "lock:"+strconv.Itoa(i), "holder-"+strconv.Itoa(i)
+			if !held[i].Load() {
+				cmds[n] = p.SetNX(ctx, key, value, k.ttl)
+			} else {
+				cmds[n] = extend.EvalSha(ctx, p, []string{key}, value, k.ttl.Milliseconds())
+			}
+		}
+		return nil
+	})
+	for n, i := range batch {
+		switch c := cmds[n].(type) {
+		case *goredis.BoolCmd:
+			if ok, err := c.Result(); err == nil && ok {
+				held[i].Store(true)
+				grants.Add(1)
+			}
+		case *goredis.Cmd:
+			if v, err := c.Int64(); err == nil {
+				if v == 1 {
+					renewals.Add(1)
+				} else {
+					held[i].Store(false) // it expired before the extension: take it again
+					lost.Add(1)
+				}
+			}
+		}
+	}
+}
+
 func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 	dir, err := os.MkdirTemp("", "leasewatch-load-")
 	if err != nil {
@@ -62,7 +106,7 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 	}
 
 	fmt.Fprintf(log, "%d locks with %s TTLs extended every %s: %s of warm-up, %s measured\n", k.locks, k.ttl, k.every, k.warmup, k.duration)
-	cli := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: 64})
+	cli := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: loadWorkers})
 	defer cli.Close()
 	extend := goredis.NewScript(extendScript)
 	if err := extend.Load(ctx, cli).Err(); err != nil {
@@ -72,27 +116,28 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 	var grants, renewals, lost, skipped atomic.Int64
 	work := make(chan int, k.locks)
 	var wg sync.WaitGroup
-	for range 64 {
+	// Each worker sends what is due in one pipeline: many clients' worth of
+	// commands for little of the load tool's own CPU, which shares the
+	// machine with redis-server and leasewatch.
+	for range loadWorkers {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range work {
-				key, value := "lock:"+strconv.Itoa(i), "holder-"+strconv.Itoa(i)
-				reqCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-				if !held[i].Load() {
-					if ok, err := cli.SetNX(reqCtx, key, value, k.ttl).Result(); err == nil && ok {
-						held[i].Store(true)
-						grants.Add(1)
-					}
-				} else if n, err := extend.Run(reqCtx, cli, []string{key}, value, k.ttl.Milliseconds()).Int64(); err == nil {
-					if n == 1 {
-						renewals.Add(1)
-					} else {
-						held[i].Store(false) // it expired before the extension: take it again
-						lost.Add(1)
+				batch := []int{i}
+			more:
+				for len(batch) < loadPipeline {
+					select {
+					case j, ok := <-work:
+						if !ok {
+							break more
+						}
+						batch = append(batch, j)
+					default:
+						break more
 					}
 				}
-				cancel()
+				k.send(cli, extend, held, batch, &grants, &renewals, &lost)
 			}
 		}()
 	}

@@ -206,6 +206,15 @@ func (s *sink) Observe(ctx context.Context, in audit.Input) error {
 	return s.rec.Observe(ctx, in)
 }
 
+// Submit is the recorder's, so the collector pipelines as it does in
+// leasewatch.
+func (s *sink) Submit(ctx context.Context, in audit.Input) func() error {
+	s.mu.Lock()
+	s.inputs = append(s.inputs, in)
+	s.mu.Unlock()
+	return s.rec.Submit(ctx, in)
+}
+
 func (s *sink) Cursor(source string) (string, time.Time) { return s.rec.Cursor(source) }
 
 func (s *sink) allInputs() []audit.Input {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -913,5 +914,90 @@ func TestLeasewatchRestartIsBlind(t *testing.T) {
 	grants := sk.events(t, "lock:x", audit.EventGrant)
 	if last := grants[len(grants)-1]; last.Holder != "B" || !last.Inferred {
 		t.Fatalf("last grant = %+v, want B's, inferred", last)
+	}
+}
+
+// TestScriptAndMultiReadsAgree reads the same keys with readScript and with
+// the MULTI of plain commands a user without scripting gets, on a real
+// server: every kind of key must read the same both ways.
+func TestScriptAndMultiReadsAgree(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	cli := srv.client(t)
+	ctx := context.Background()
+	for _, cmd := range [][]any{
+		{"set", "lock:s", "owner-1", "px", 60000},
+		{"set", "lock:s:fence", "17"},
+		{"hset", "lock:h", "c0ffee:1", "2"},
+		{"pexpire", "lock:h", 60000},
+		{"set", "lock:forever", "x"},
+		{"rpush", "lock:list", "a"},
+		{"set", "lock:odd", "y"},
+		{"hset", "lock:odd:fence", "f", "v"}, // a counter key of the wrong type
+	} {
+		if err := cli.Do(ctx, cmd...).Err(); err != nil {
+			t.Fatalf("%v: %v", cmd, err)
+		}
+	}
+	keys := []string{"lock:s", "lock:h", "lock:forever", "lock:list", "lock:odd", "lock:missing"}
+	for _, rule := range []TokenRule{{}, {CounterKey: "{key}:fence"}} {
+		cfg := testConfig(srv)
+		cfg.Token = rule
+		c, err := New(cfg, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := &instance{c: c, addr: srv.sock, client: c.client(srv.sock), log: testLogger(t)}
+		defer in.client.Close()
+		byScript, err := in.readByScript(ctx, keys)
+		if err != nil {
+			t.Fatalf("readByScript: %v", err)
+		}
+		byMulti, err := in.readByMulti(ctx, keys)
+		if err != nil {
+			t.Fatalf("readByMulti: %v", err)
+		}
+		for i := range keys {
+			s, m := byScript[i], byMulti[i]
+			s.Sent, s.At, m.Sent, m.At = time.Time{}, time.Time{}, time.Time{}, time.Time{}
+			// The two reads are moments apart: PTTLs may differ a little.
+			if d := s.PTTL - m.PTTL; d > 50 || d < -50 {
+				t.Errorf("rule %+v, %s: PTTL %d by script, %d by MULTI", rule, keys[i], s.PTTL, m.PTTL)
+			}
+			s.PTTL, m.PTTL = 0, 0
+			if !reflect.DeepEqual(s, m) {
+				t.Errorf("rule %+v, %s:\n by script %+v\n by MULTI  %+v", rule, keys[i], s, m)
+			}
+		}
+		if c := byScript[0].Counter; (rule.CounterKey != "") != (c != nil && *c == 17) {
+			t.Errorf("rule %+v: counter of lock:s = %v", rule, c)
+		}
+	}
+}
+
+// TestScriptsDeniedReadsWithMulti runs the collector as a user whose ACL
+// forbids scripts: it reads with MULTI instead and still records grants with
+// their counter tokens.
+func TestScriptsDeniedReadsWithMulti(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t, "user default on nopass ~* &* +@all -@scripting")
+	cli := srv.client(t)
+	sk := newSink(t)
+	cfg := testConfig(srv)
+	cfg.Token = TokenRule{CounterKey: "{key}:fence"}
+	cr := runCollector(t, cfg, sk)
+	ctx := context.Background()
+	if err := cli.Incr(ctx, "lock:m:fence").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.SetNX(ctx, "lock:m", "A", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	g := sk.waitEvents(t, 5*time.Second, "lock:m", 1, audit.EventGrant)[0]
+	if g.Holder != "A" || g.Token == nil || *g.Token != 1 {
+		t.Fatalf("grant = %+v, want A's with token 1", g)
+	}
+	if d := cr.c.Degraded(); d != "" {
+		t.Fatalf("Degraded() = %q: reading without scripts sees everything", d)
 	}
 }

@@ -31,7 +31,8 @@ type run struct {
 	// goodUntil is the last moment the run knew it saw the source; a
 	// restarted run is blind from there.
 	goodUntil time.Time
-	wasUp     bool // the first snapshot was recorded
+	wasUp     bool        // the first snapshot was recorded
+	inflight  []submitted // oldest first
 }
 
 // seenCursor is the cursor every input stores: Redis cannot resume, so only
@@ -198,6 +199,9 @@ func (r *run) start(ctx context.Context) ([]instMsg, error) {
 	if err := r.vouch(ctx); err != nil {
 		return nil, err
 	}
+	if err := r.settle(0); err != nil {
+		return nil, err
+	}
 	r.log.Info("snapshot recorded", "held", len(obs), "instances", fmt.Sprintf("%d/%d", len(scans), n), "blind", blind != nil)
 	return queued, nil
 }
@@ -238,6 +242,11 @@ func (r *run) vouch(ctx context.Context) error {
 	}
 	if live.IsZero() || !live.After(r.lastLive) {
 		return nil
+	}
+	// Live vouches for every change up to then: only once all before it
+	// are durable.
+	if err := r.settle(0); err != nil {
+		return err
 	}
 	if err := r.record(ctx, audit.Input{At: live, Live: true}); err != nil {
 		return err
@@ -323,7 +332,8 @@ func (r *run) reachable() int {
 	return n
 }
 
-// record hands one input to the sink, and returns once it is durable.
+// record hands one input to the sink. It returns before the input is durable
+// when the sink is a collectors.Submitter; settle waits for it.
 func (r *run) record(ctx context.Context, in audit.Input) error {
 	if len(in.Observations) == 0 && in.Blind == nil && !in.Snapshot && !in.Live {
 		return nil
@@ -337,11 +347,45 @@ func (r *run) record(ctx context.Context, in audit.Input) error {
 	if in.At.IsZero() {
 		in.At = r.c.now()
 	}
-	if err := r.sink.Observe(ctx, in); err != nil {
-		return fmt.Errorf("record %d observation(s): %w", len(in.Observations), err)
-	}
+	sent := submitted{n: len(in.Observations)}
 	if r.belowSince.IsZero() {
-		r.goodUntil = in.At
+		sent.good = in.At
+	}
+	sub, ok := r.sink.(collectors.Submitter)
+	if !ok {
+		sent.wait = func() error { return r.sink.Observe(ctx, in) }
+		r.inflight = append(r.inflight, sent)
+		return r.settle(0)
+	}
+	// Keep reading Redis while the recorder commits: a few inputs in
+	// flight, settled in order.
+	sent.wait = sub.Submit(ctx, in)
+	r.inflight = append(r.inflight, sent)
+	return r.settle(maxInFlight)
+}
+
+// submitted is an input handed to the sink and not yet known durable.
+type submitted struct {
+	n    int       // observations
+	good time.Time // what goodUntil becomes once durable; zero: unchanged
+	wait func() error
+}
+
+// maxInFlight bounds the inputs a run submits before waiting for the oldest.
+const maxInFlight = 8
+
+// settle waits for the oldest submitted inputs until at most keep remain.
+func (r *run) settle(keep int) error {
+	for len(r.inflight) > keep {
+		sent := r.inflight[0]
+		r.inflight = r.inflight[1:]
+		if err := sent.wait(); err != nil {
+			r.inflight = nil
+			return fmt.Errorf("record %d observation(s): %w", sent.n, err)
+		}
+		if !sent.good.IsZero() {
+			r.goodUntil = sent.good
+		}
 	}
 	return nil
 }
