@@ -12,9 +12,8 @@ type freshStore struct {
 	r *Recorder
 }
 
-// renewal returns the unsaved renewal of a lock, if any: the lock and its
-// held tenure.
-func (r *Recorder) renewal(key LockKey) (TrackState, bool) {
+// renewal returns the unsaved renewal of a lock, if any.
+func (r *Recorder) renewal(key LockKey) (Renewal, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	rn, ok := r.unsaved[key]
@@ -33,8 +32,8 @@ func (f freshStore) freshen(l *Lock) {
 	if l.State != StateHeld {
 		return
 	}
-	if rn, ok := f.r.renewal(l.Key()); ok && rn.Lock.RenewedAt.After(l.RenewedAt) {
-		l.RenewedAt, l.ExpiresAt, l.LeaseDuration = rn.Lock.RenewedAt, rn.Lock.ExpiresAt, rn.Lock.LeaseDuration
+	if rn, ok := f.r.renewal(l.Key()); ok && rn.RenewedAt.After(l.RenewedAt) {
+		l.RenewedAt, l.ExpiresAt, l.LeaseDuration = rn.RenewedAt, rn.ExpiresAt, rn.LeaseDuration
 	}
 }
 
@@ -111,10 +110,8 @@ func (f freshStore) Tenures(ctx context.Context, lockID int64, tf TimeFilter) ([
 	if !last.Held() {
 		return tenures, nil
 	}
-	if rn, ok := f.r.renewal(last.Lock); ok {
-		if cur := rn.Recent[0]; cur.Seq == last.Seq && cur.LastRenewedAt.After(last.LastRenewedAt) {
-			last.Renewals, last.LastRenewedAt, last.ExpiresAt, last.LeaseDuration = cur.Renewals, cur.LastRenewedAt, cur.ExpiresAt, cur.LeaseDuration
-		}
+	if rn, ok := f.r.renewal(last.Lock); ok && rn.Seq == last.Seq && rn.RenewedAt.After(last.LastRenewedAt) {
+		last.Renewals, last.LastRenewedAt, last.ExpiresAt, last.LeaseDuration = rn.Renewals, rn.RenewedAt, rn.ExpiresAt, rn.LeaseDuration
 	}
 	return tenures, nil
 }

@@ -39,9 +39,9 @@ type Recorder struct {
 
 	mu      sync.Mutex
 	cursors map[string]Cursor
-	// unsaved are renewals newer than the rows, as Batch.Renewed entries;
-	// written by the recording goroutine only.
-	unsaved map[LockKey]TrackState
+	// unsaved are renewals newer than the rows; written by the recording
+	// goroutine only.
+	unsaved map[LockKey]Renewal
 	err     error // last commit error; nil when healthy
 	closed  bool
 }
@@ -98,7 +98,7 @@ func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...Reco
 		stop:      make(chan struct{}),
 		stopped:   make(chan struct{}),
 		cursors:   make(map[string]Cursor),
-		unsaved:   make(map[LockKey]TrackState),
+		unsaved:   make(map[LockKey]Renewal),
 	}
 	for _, opt := range opts {
 		opt(r)
@@ -131,10 +131,10 @@ func (r *Recorder) restore(ctx context.Context) error {
 	for i := range states {
 		byKey[states[i].Lock.Key()] = &states[i]
 	}
-	unsaved := make(map[LockKey]TrackState)
+	unsaved := make(map[LockKey]Renewal)
 	for _, e := range renewals {
 		if st := byKey[e.Lock]; st != nil && st.ReplayRenewal(e) {
-			unsaved[e.Lock], _ = st.renewedPart()
+			unsaved[e.Lock], _ = st.renewal()
 		}
 	}
 	r.tracker.Restore(states)
@@ -316,8 +316,8 @@ func (r *Recorder) hold(b Batch) Batch {
 	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	for _, st := range b.Renewed {
-		r.unsaved[st.Lock.Key()] = st
+	for _, rn := range b.Renewed {
+		r.unsaved[rn.Lock] = rn
 	}
 	b.Renewed = nil
 	for i := range b.Locks {
@@ -326,8 +326,8 @@ func (r *Recorder) hold(b Batch) Batch {
 		if _, ok := r.unsaved[key]; !ok {
 			continue
 		}
-		if part, held := b.Locks[i].renewedPart(); held {
-			r.unsaved[key] = part
+		if rn, held := b.Locks[i].renewal(); held {
+			r.unsaved[key] = rn
 		} else {
 			delete(r.unsaved, key) // its tenure ended, and was written in full
 		}
@@ -341,8 +341,8 @@ func (r *Recorder) sync(b Batch, due bool) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.unsaved) > 0 && (due || r.syncEvery <= 0 || len(r.unsaved) >= maxUnsaved) {
-		for _, st := range r.unsaved {
-			b.Renewed = append(b.Renewed, st)
+		for _, rn := range r.unsaved {
+			b.Renewed = append(b.Renewed, rn)
 		}
 		clear(r.unsaved)
 		b.Synced = true

@@ -169,11 +169,9 @@ type Batch struct {
 	Cursors  []Cursor
 	// Renewed are locks changed by renewals only, each at least as new as any
 	// entry of the same lock in Locks: after writing Locks and Tenures, the
-	// journal updates the renewal columns of the lock (RenewedAt, ExpiresAt,
-	// LeaseDuration) and of its newest tenure in Recent (Renewals,
-	// LastRenewedAt, LeaseDuration, ExpiresAt), and nothing else. Only those
-	// fields, the lock's key and the tenure's Seq need be set.
-	Renewed []TrackState
+	// journal updates the renewal columns of the lock and its held tenure,
+	// and nothing else.
+	Renewed []Renewal
 	// Synced says that with this batch every lock and tenure row holds every
 	// event stored so far: Unsynced starts after it.
 	Synced bool
@@ -195,9 +193,9 @@ func (b *Batch) Append(o Batch) {
 		}
 		kept := b.Renewed[:0]
 		for _, r := range b.Renewed {
-			if st, ok := full[r.Lock.Key()]; ok {
+			if st, ok := full[r.Lock]; ok {
 				var held bool
-				if r, held = st.renewedPart(); !held {
+				if r, held = st.renewal(); !held {
 					continue // its tenure ended, and o wrote it in full
 				}
 			}
@@ -212,6 +210,18 @@ func (b *Batch) Append(o Batch) {
 	b.Cursors = append(b.Cursors, o.Cursors...)
 	b.Renewed = append(b.Renewed, o.Renewed...)
 	b.Synced = b.Synced || o.Synced
+}
+
+// Renewal is all a renewal changes of a lock (RenewedAt, ExpiresAt,
+// LeaseDuration) and of its held tenure (Renewals, LastRenewedAt, ExpiresAt,
+// LeaseDuration).
+type Renewal struct {
+	Lock          LockKey
+	Seq           int64 // the held tenure
+	Renewals      int64
+	RenewedAt     time.Time
+	ExpiresAt     time.Time // zero when unknown
+	LeaseDuration time.Duration
 }
 
 // Cursor is a collector's resume position in its backend (etcd revision,

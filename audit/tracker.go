@@ -84,7 +84,7 @@ func (t *Tracker) Observe(in Input) Batch {
 	}
 	t.advance(at)
 
-	o := newOutput()
+	o := newOutput(len(in.Observations))
 	if in.Live && at.After(t.live[in.Source]) {
 		t.live[in.Source] = at
 	}
@@ -149,7 +149,7 @@ func (t *Tracker) Tick(now time.Time) Batch {
 		}
 	}
 	sortKeys(due)
-	o := newOutput()
+	o := newOutput(len(due))
 	for _, key := range due {
 		st := t.locks[key]
 		cur := st.current()
@@ -162,7 +162,7 @@ func (t *Tracker) Tick(now time.Time) Batch {
 // token belongs to and derives stale_write, unfenced_write and exposure.
 func (t *Tracker) ReportWrite(w WriteReport) Batch {
 	t.advance(w.At)
-	o := newOutput()
+	o := newOutput(1)
 	st := t.lock(o, w.Key(), t.cfg.SourceKinds[w.Source])
 	kind := EventWriteAccepted
 	if w.Outcome == WriteRejected {
@@ -372,7 +372,7 @@ func (t *Tracker) renew(o *output, st *TrackState, cur *Tenure, ob Observation) 
 		detail = withDetail(detail, "renewed_at", ob.RenewedAt.UTC().Format(time.RFC3339Nano))
 	}
 	st.applyRenewal(cur, at, duration)
-	o.renewal(st, cur)
+	o.renewal(st)
 	o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.Holder, Token: cur.Token, TTL: duration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
 }
 
@@ -388,14 +388,15 @@ func (st *TrackState) applyRenewal(cur *Tenure, at time.Time, duration time.Dura
 	l.RenewedAt, l.ExpiresAt, l.LeaseDuration = at, cur.ExpiresAt, duration
 }
 
-// renewedPart returns what Batch.Renewed needs of a held lock: the lock and
-// its held tenure. It is false when the lock is not held.
-func (st *TrackState) renewedPart() (TrackState, bool) {
+// renewal returns the renewal columns of a held lock, for Batch.Renewed. It
+// is false when the lock is not held.
+func (st *TrackState) renewal() (Renewal, bool) {
 	cur := st.current()
 	if cur == nil {
-		return TrackState{}, false
+		return Renewal{}, false
 	}
-	return TrackState{Lock: st.Lock, Recent: []Tenure{*cur}}, true
+	return Renewal{Lock: st.Lock.Key(), Seq: cur.Seq, Renewals: cur.Renewals, RenewedAt: cur.LastRenewedAt,
+		ExpiresAt: cur.ExpiresAt, LeaseDuration: cur.LeaseDuration}, true
 }
 
 // ReplayRenewal applies a stored renew event to st exactly as the tracker
@@ -585,15 +586,14 @@ type output struct {
 	locks   []*TrackState
 	changes map[*TrackState]change
 	tenures map[tenureKey]int
-	owners  []*TrackState // the lock of each of b.Tenures
 }
 
-// change is how much of a lock's state a step changed.
+// change says what a step changed of a lock's state.
 type change uint8
 
 const (
-	changeRenewal change = iota + 1 // only what applyRenewal sets
-	changeFull
+	changeRenewal change = 1 << iota // what applyRenewal sets
+	changeFull                       // anything else
 )
 
 type tenureKey struct {
@@ -601,17 +601,20 @@ type tenureKey struct {
 	seq  int64
 }
 
-func newOutput() *output {
-	return &output{changes: make(map[*TrackState]change), tenures: make(map[tenureKey]int)}
+// newOutput returns an output for a step of about n observations.
+func newOutput(n int) *output {
+	o := &output{changes: make(map[*TrackState]change, n), tenures: make(map[tenureKey]int)}
+	o.b.Events = make([]Event, 0, n)
+	return o
 }
 
-// mark records that st changed by at least c.
+// mark records that st changed by c.
 func (o *output) mark(st *TrackState, c change) {
 	old, ok := o.changes[st]
 	if !ok {
 		o.locks = append(o.locks, st)
 	}
-	o.changes[st] = max(old, c)
+	o.changes[st] = old | c
 }
 
 // changed records a change to st beyond renewals.
@@ -633,16 +636,6 @@ func (o *output) finding(st *TrackState, f Finding) {
 // tenure records a grant or an end of ten, a change beyond renewals.
 func (o *output) tenure(st *TrackState, ten *Tenure) {
 	o.changed(st)
-	o.putTenure(st, ten)
-}
-
-// renewal records that the held tenure cur was renewed.
-func (o *output) renewal(st *TrackState, cur *Tenure) {
-	o.mark(st, changeRenewal)
-	o.putTenure(st, cur)
-}
-
-func (o *output) putTenure(st *TrackState, ten *Tenure) {
 	k := tenureKey{st.Lock.Key(), ten.Seq}
 	if i, ok := o.tenures[k]; ok {
 		o.b.Tenures[i] = *ten
@@ -650,27 +643,29 @@ func (o *output) putTenure(st *TrackState, ten *Tenure) {
 	}
 	o.tenures[k] = len(o.b.Tenures)
 	o.b.Tenures = append(o.b.Tenures, *ten)
-	o.owners = append(o.owners, st)
 }
 
+// renewal records that st's held tenure was renewed.
+func (o *output) renewal(st *TrackState) { o.mark(st, changeRenewal) }
+
 // batch returns the step's changes: locks changed only by renewals go to
-// Renewed, their tenure with them; every other changed lock to Locks.
+// Renewed; every other changed lock to Locks, with a renewed tenure that the
+// step did not otherwise touch.
 func (o *output) batch() Batch {
 	for _, st := range o.locks {
-		if part, ok := st.renewedPart(); ok && o.changes[st] == changeRenewal {
-			o.b.Renewed = append(o.b.Renewed, part)
-		} else {
-			o.b.Locks = append(o.b.Locks, st.clone())
-		}
-	}
-	if len(o.b.Renewed) > 0 {
-		kept := o.b.Tenures[:0]
-		for i, ten := range o.b.Tenures {
-			if o.changes[o.owners[i]] == changeFull {
-				kept = append(kept, ten)
+		c := o.changes[st]
+		if c == changeRenewal {
+			if r, ok := st.renewal(); ok {
+				o.b.Renewed = append(o.b.Renewed, r)
+				continue
 			}
 		}
-		o.b.Tenures = kept
+		if cur := st.current(); c&changeRenewal != 0 && cur != nil {
+			if _, ok := o.tenures[tenureKey{st.Lock.Key(), cur.Seq}]; !ok {
+				o.tenure(st, cur)
+			}
+		}
+		o.b.Locks = append(o.b.Locks, st.clone())
 	}
 	return o.b
 }

@@ -644,6 +644,9 @@ func TestTrackerRenewalsTravelApart(t *testing.T) {
 		{"a late renewal, with its finding", func() audit.Batch {
 			return observe(audit.Observation{Kind: audit.EventRenew, At: at(11 * time.Second), Holder: "a", Token: audit.Int64(1)})
 		}, split{renewed: 1, events: 1}},
+		{"a renewal that also reclassifies the lock writes the renewed tenure", func() audit.Batch {
+			return observe(audit.Observation{Kind: audit.EventRenew, At: at(11500 * time.Millisecond), Holder: "a", Token: audit.Int64(1), Class: audit.ClassHeartbeat})
+		}, split{locks: 1, tenures: 1, events: 1}},
 		{"release", func() audit.Batch {
 			return observe(audit.Observation{Kind: audit.EventRelease, At: at(12 * time.Second), Holder: "a"})
 		},
@@ -656,8 +659,10 @@ func TestTrackerRenewalsTravelApart(t *testing.T) {
 		}
 		for _, r := range b.Renewed {
 			st, _ := tr.State(key)
-			if len(r.Recent) != 1 || r.Recent[0] != st.Recent[len(st.Recent)-1] || r.Lock != st.Lock {
-				t.Errorf("%s: renewed entry %+v, want the lock and its held tenure as the tracker has them", step.name, r)
+			cur := st.Recent[len(st.Recent)-1]
+			want := audit.Renewal{Lock: key, Seq: cur.Seq, Renewals: cur.Renewals, RenewedAt: cur.LastRenewedAt, ExpiresAt: cur.ExpiresAt, LeaseDuration: cur.LeaseDuration}
+			if r != want || !st.Lock.RenewedAt.Equal(r.RenewedAt) || !st.Lock.ExpiresAt.Equal(r.ExpiresAt) {
+				t.Errorf("%s: renewal %+v, want %+v, as the tracker has the lock and its held tenure", step.name, r, want)
 			}
 		}
 	}

@@ -111,7 +111,7 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 			return fmt.Errorf("cursor of %s: %w", c.Source, err)
 		}
 	}
-	renewed := lastBy(b.Renewed, func(st audit.TrackState) audit.LockKey { return st.Lock.Key() })
+	renewed := lastBy(b.Renewed, func(r audit.Renewal) audit.LockKey { return r.Lock })
 	if err := w.putRenewed(ctx, renewed); err != nil {
 		return err
 	}
@@ -202,10 +202,10 @@ const (
 		WHERE lock_id = ? AND seq = ?`
 )
 
-// putRenewed brings the renewal columns of locks and their newest tenures up
+// putRenewed brings the renewal columns of locks and their held tenures up
 // to date, touching no other column.
-func (w *batchWriter) putRenewed(ctx context.Context, states []audit.TrackState) error {
-	if len(states) == 0 {
+func (w *batchWriter) putRenewed(ctx context.Context, renewals []audit.Renewal) error {
+	if len(renewals) == 0 {
 		return nil
 	}
 	locks, err := w.stmt(ctx, lockRenewal)
@@ -216,20 +216,16 @@ func (w *batchWriter) putRenewed(ctx context.Context, states []audit.TrackState)
 	if err != nil {
 		return fmt.Errorf("prepare tenure renewal: %w", err)
 	}
-	for _, st := range states {
-		l := st.Lock
-		id, err := w.lockID(ctx, l.Key())
+	for _, r := range renewals {
+		id, err := w.lockID(ctx, r.Lock)
 		if err != nil {
 			return err
 		}
-		if _, err := locks.ExecContext(ctx, nanos(l.RenewedAt), nanos(l.ExpiresAt), ms(l.LeaseDuration), id); err != nil {
-			return fmt.Errorf("renewal of lock %s: %w", l.Key(), err)
+		if _, err := locks.ExecContext(ctx, nanos(r.RenewedAt), nanos(r.ExpiresAt), ms(r.LeaseDuration), id); err != nil {
+			return fmt.Errorf("renewal of lock %s: %w", r.Lock, err)
 		}
-		if n := len(st.Recent); n > 0 {
-			t := st.Recent[n-1]
-			if _, err := tenures.ExecContext(ctx, t.Renewals, nanos(t.LastRenewedAt), ms(t.LeaseDuration), nanos(t.ExpiresAt), id, t.Seq); err != nil {
-				return fmt.Errorf("renewal of tenure %d of lock %s: %w", t.Seq, l.Key(), err)
-			}
+		if _, err := tenures.ExecContext(ctx, r.Renewals, nanos(r.RenewedAt), ms(r.LeaseDuration), nanos(r.ExpiresAt), id, r.Seq); err != nil {
+			return fmt.Errorf("renewal of tenure %d of lock %s: %w", r.Seq, r.Lock, err)
 		}
 	}
 	return nil
@@ -364,11 +360,11 @@ func (w *batchWriter) eventArgs(ctx context.Context, e audit.Event) ([]any, erro
 	}
 	var detail any
 	if e.Detail != nil {
-		b, err := json.Marshal(e.Detail)
+		s, err := encodeDetail(e.Detail)
 		if err != nil {
 			return nil, fmt.Errorf("%s event of lock %s: encode detail: %w", e.Kind, e.Lock, err)
 		}
-		detail = string(b)
+		detail = s
 	}
 	return []any{id, string(e.Kind), nanos(e.At), e.Holder, nullToken(e.Token),
 		ms(e.TTL), e.Position, e.Inferred, e.Resource, nullString(e.RequestID), detail}, nil

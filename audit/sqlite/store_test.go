@@ -1070,13 +1070,9 @@ func TestRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced(t *testing.T) {
 		t.Fatalf("Unsynced = %s, want the two renewals of %s", show(evs), key)
 	}
 
-	// The sync: only renewal columns change, even where the entry leaves
-	// the others unset.
-	renewed := audit.TrackState{
-		Lock:   audit.Lock{Source: "src", Name: "orders", RenewedAt: at(4), ExpiresAt: at(14), LeaseDuration: 10 * time.Second},
-		Recent: []audit.Tenure{{Lock: key, Seq: 1, Renewals: 2, LastRenewedAt: at(4), LeaseDuration: 10 * time.Second, ExpiresAt: at(14)}},
-	}
-	apply(t, s, audit.Batch{Renewed: []audit.TrackState{renewed}, Synced: true})
+	// The sync: only renewal columns change.
+	renewed := audit.Renewal{Lock: key, Seq: 1, Renewals: 2, RenewedAt: at(4), ExpiresAt: at(14), LeaseDuration: 10 * time.Second}
+	apply(t, s, audit.Batch{Renewed: []audit.Renewal{renewed}, Synced: true})
 	l := lockByKey(t, s, key)
 	want := held.Lock
 	want.ID, want.Class, want.RenewedAt, want.ExpiresAt = l.ID, audit.ClassLock, at(4), at(14)

@@ -141,10 +141,22 @@ func (ks *keyState) flush() []change {
 // from its arguments.
 type instanceState struct {
 	keys map[string]*keyState
+	// queued are the keys with changes waiting for an end event: the few
+	// that resolvePending and oldestWaiting look at among many keys.
+	queued map[string]bool
 }
 
 func newInstanceState() *instanceState {
-	return &instanceState{keys: make(map[string]*keyState)}
+	return &instanceState{keys: make(map[string]*keyState), queued: make(map[string]bool)}
+}
+
+// track keeps queued up to date after key's queue changed.
+func (s *instanceState) track(key string, ks *keyState) {
+	if len(ks.queue) > 0 {
+		s.queued[key] = true
+	} else {
+		delete(s.queued, key)
+	}
 }
 
 // applyEvents interprets the events received for key, in order, followed by
@@ -239,6 +251,7 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 		ks.queue = append(ks.queue, vanishedGrant(key, vanished, wroteAt), waitingEnd(key, vanished, h.At))
 	}
 	out := ks.flush()
+	s.track(key, ks)
 	s.prune(key)
 	return out
 }
@@ -248,8 +261,8 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 // its deadline, and returns the changes that were waiting.
 func (s *instanceState) resolvePending(now time.Time, grace time.Duration) []change {
 	due := make(map[string]bool)
-	for key, ks := range s.keys {
-		if len(ks.queue) > 0 && ks.queue[0].waiting && now.Sub(ks.queue[0].At) >= grace {
+	for key := range s.queued {
+		if ks := s.keys[key]; ks.queue[0].waiting && now.Sub(ks.queue[0].At) >= grace {
 			due[key] = true
 		}
 	}
@@ -260,6 +273,7 @@ func (s *instanceState) resolvePending(now time.Time, grace time.Duration) []cha
 			ks.queue[0] = inferredEnd(key, ks.queue[0].H, ks.queue[0].At, "no end event for a key found gone")
 			out = append(out, ks.flush()...)
 		}
+		s.track(key, ks)
 		s.prune(key)
 	}
 	return out
@@ -269,8 +283,8 @@ func (s *instanceState) resolvePending(now time.Time, grace time.Duration) []cha
 // event was found gone; zero if none is.
 func (s *instanceState) oldestWaiting() time.Time {
 	var oldest time.Time
-	for _, ks := range s.keys {
-		for _, ch := range ks.queue {
+	for key := range s.queued {
+		for _, ch := range s.keys[key].queue {
 			if ch.waiting && (oldest.IsZero() || ch.At.Before(oldest)) {
 				oldest = ch.At
 			}
@@ -303,6 +317,7 @@ func (s *instanceState) replace(scan map[string]holding) {
 		keys[key] = &keyState{cur: &h}
 	}
 	s.keys = keys
+	clear(s.queued)
 }
 
 // holds returns every key's current hold.

@@ -152,7 +152,7 @@ func (c *combiner) apply(inst int, changes []change) []audit.Observation {
 			ob := c.observation(key, audit.EventRenew, q, ch.At, count)
 			ob.RenewedAt = renewedAt(q, ch.At)
 			if earlier {
-				ob.Detail["shortened"] = true
+				setDetail(&ob, "shortened", true)
 			}
 			out = append(out, ob)
 			c.told[key] = &q
@@ -292,24 +292,32 @@ func (c *combiner) observation(key string, kind audit.EventKind, h holding, at t
 		Holder:        h.Holder,
 		Token:         h.Token,
 		LeaseDuration: h.TTL,
-		Detail:        map[string]any{},
 	}
 	if h.ID != h.Holder {
-		ob.Detail["value"] = h.ID
+		setDetail(&ob, "value", h.ID)
 	}
 	if h.Count > 0 {
-		ob.Detail["count"] = h.Count
+		setDetail(&ob, "count", h.Count)
 	}
 	if c.n > 1 {
-		ob.Detail["instances"] = fmt.Sprintf("%d/%d", count, c.n)
+		setDetail(&ob, "instances", fmt.Sprintf("%d/%d", count, c.n))
 	}
 	if h.Unmatched {
-		ob.Detail["token_rule"] = "the value does not match value_pattern"
+		setDetail(&ob, "token_rule", "the value does not match value_pattern")
 	}
 	if h.Vanished {
-		ob.Detail["holder"] = "unknown"
+		setDetail(&ob, "holder", "unknown")
 	}
 	return ob
+}
+
+// setDetail sets one detail of ob, making its map on first use: most
+// observations have none.
+func setDetail(ob *audit.Observation, k string, v any) {
+	if ob.Detail == nil {
+		ob.Detail = make(map[string]any, 2)
+	}
+	ob.Detail[k] = v
 }
 
 // renewedAt is when the holder last set the TTL, as far as the read tells:
@@ -333,5 +341,5 @@ func addWhy(ob *audit.Observation, why string) {
 	if prev, ok := ob.Detail["reason"].(string); ok && prev != "" {
 		why = prev + "; " + why
 	}
-	ob.Detail["reason"] = why
+	setDetail(ob, "reason", why)
 }
