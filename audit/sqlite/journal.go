@@ -196,11 +196,22 @@ func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) e
 	return nil
 }
 
-const (
-	lockRenewal   = `UPDATE locks SET renewed_at = ?, expires_at = ?, lease_duration_ms = ? WHERE id = ?`
-	tenureRenewal = `UPDATE tenures SET renewals = ?, last_renewed_at = ?, lease_duration_ms = ?, expires_at = ?
-		WHERE lock_id = ? AND seq = ?`
+// renewalsPerUpdate is how many locks one renewal UPDATE carries: a sync
+// writes every lock renewed since the last, often thousands.
+const renewalsPerUpdate = 64
+
+var (
+	lockRenewal   = renewalUpdate(`locks`, `renewed_at = v.column2, expires_at = v.column3, lease_duration_ms = v.column4`, `locks.id = v.column1`, 4)
+	tenureRenewal = renewalUpdate(`tenures`, `renewals = v.column3, last_renewed_at = v.column4, lease_duration_ms = v.column5, expires_at = v.column6`,
+		`tenures.lock_id = v.column1 AND tenures.seq = v.column2`, 6)
 )
+
+// renewalUpdate updates renewalsPerUpdate rows of table from a VALUES list
+// of cols columns.
+func renewalUpdate(table, set, match string, cols int) string {
+	row := "(?" + strings.Repeat(", ?", cols-1) + ")"
+	return `UPDATE ` + table + ` SET ` + set + ` FROM (VALUES ` + row + strings.Repeat(", "+row, renewalsPerUpdate-1) + `) AS v WHERE ` + match
+}
 
 // putRenewed brings the renewal columns of locks and their held tenures up
 // to date, touching no other column.
@@ -216,16 +227,30 @@ func (w *batchWriter) putRenewed(ctx context.Context, renewals []audit.Renewal) 
 	if err != nil {
 		return fmt.Errorf("prepare tenure renewal: %w", err)
 	}
-	for _, r := range renewals {
-		id, err := w.lockID(ctx, r.Lock)
-		if err != nil {
-			return err
+	lockArgs := make([]any, 0, 4*renewalsPerUpdate)
+	tenureArgs := make([]any, 0, 6*renewalsPerUpdate)
+	for start := 0; start < len(renewals); start += renewalsPerUpdate {
+		chunk := renewals[start:min(start+renewalsPerUpdate, len(renewals))]
+		lockArgs, tenureArgs = lockArgs[:0], tenureArgs[:0]
+		for _, r := range chunk {
+			id, err := w.lockID(ctx, r.Lock)
+			if err != nil {
+				return err
+			}
+			lockArgs = append(lockArgs, id, nanos(r.RenewedAt), nanos(r.ExpiresAt), ms(r.LeaseDuration))
+			tenureArgs = append(tenureArgs, id, r.Seq, r.Renewals, nanos(r.RenewedAt), ms(r.LeaseDuration), nanos(r.ExpiresAt))
 		}
-		if _, err := locks.ExecContext(ctx, nanos(r.RenewedAt), nanos(r.ExpiresAt), ms(r.LeaseDuration), id); err != nil {
-			return fmt.Errorf("renewal of lock %s: %w", r.Lock, err)
+		// A short last chunk repeats its first row: updating a row twice to
+		// the same values changes nothing.
+		for n := len(chunk); n < renewalsPerUpdate; n++ {
+			lockArgs = append(lockArgs, lockArgs[:4]...)
+			tenureArgs = append(tenureArgs, tenureArgs[:6]...)
 		}
-		if _, err := tenures.ExecContext(ctx, r.Renewals, nanos(r.RenewedAt), ms(r.LeaseDuration), nanos(r.ExpiresAt), id, r.Seq); err != nil {
-			return fmt.Errorf("renewal of tenure %d of lock %s: %w", r.Seq, r.Lock, err)
+		if _, err := locks.ExecContext(ctx, lockArgs...); err != nil {
+			return fmt.Errorf("renewals of %d locks from %s: %w", len(chunk), chunk[0].Lock, err)
+		}
+		if _, err := tenures.ExecContext(ctx, tenureArgs...); err != nil {
+			return fmt.Errorf("renewals of the tenures of %d locks from %s: %w", len(chunk), chunk[0].Lock, err)
 		}
 	}
 	return nil
