@@ -5,7 +5,7 @@ PKGS     := ./...
 TESTFLAGS ?= -race -count=1 -timeout 20m
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: all build test check generate deps demo clean load-kubernetes load-redis install-redis install-chromium
+.PHONY: all build test check generate deps demo clean load-kubernetes load-redis bench-ingest install-redis install-chromium
 
 all: build
 
@@ -40,6 +40,10 @@ load-kubernetes:
 ## load-redis: the Redis scale run (10,000 locks with 2 s TTLs extended every 500 ms).
 load-redis:
 	$(GO) run ./cmd/leasewatch-load redis
+
+## bench-ingest: the write path against a plain-SQLite baseline (events/s, ratio, allocations).
+bench-ingest:
+	$(GO) test -run '^$$' -bench Ingest -benchtime 300x ./audit/sqlite/
 
 ## test: every test, with the race detector.
 test: deps
