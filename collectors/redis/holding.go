@@ -11,12 +11,15 @@ import (
 // reading is one atomic read (MULTI: TYPE, GET, HGETALL, PTTL and the
 // counter key) of a lock key on one instance.
 type reading struct {
-	Key     string
-	Type    string            // "string", "hash", "none" or another Redis type
-	Value   string            // the string value
-	Fields  map[string]string // the hash fields
-	PTTL    int64             // milliseconds; -1: no expiry, -2: no key
-	Counter *int64            // the token rule's counter key, when there is one and it holds an integer
+	Key    string
+	Type   string            // "string", "hash", "none" or another Redis type
+	Value  string            // the string value
+	Fields map[string]string // the hash fields
+	PTTL   int64             // milliseconds; -1: no expiry, -2: no key
+	// Deadline is the key's expiry on the server's clock, Unix
+	// milliseconds (PEXPIRETIME, Redis 7 and later); 0 when unknown or none.
+	Deadline int64
+	Counter  *int64 // the token rule's counter key, when there is one and it holds an integer
 	// Sent and At bracket the read: the server ran it in between, so the
 	// key's deadline lies between Sent+PTTL and At+PTTL.
 	Sent, At time.Time
@@ -40,7 +43,10 @@ type holding struct {
 	// Lo and Hi bracket the server's deadline for the key (see reading).
 	// Zero when the key has no expiry.
 	Lo, Hi time.Time
-	At     time.Time // when it was read
+	// Deadline is the server's own deadline, where it tells (see reading):
+	// exact, so two reads compare without the brackets' uncertainty.
+	Deadline int64
+	At       time.Time // when it was read
 	// Unmatched says a value_pattern rule did not match the value, so the
 	// holder is the whole value and there is no token.
 	Unmatched bool
@@ -55,9 +61,11 @@ func (h holding) expires() bool { return !h.Hi.IsZero() }
 // deadline windows are compared.
 const deadlineTolerance = 2 * time.Millisecond
 
-// deadlineMoved reports whether b's deadline window lies wholly after
-// (later) or wholly before (earlier) a's: the key's TTL was set again in
-// between. Windows that overlap may be the same deadline read twice.
+// deadlineMoved reports whether b's deadline lies after (later) or before
+// (earlier) a's: the key's TTL was set again in between. With the server's
+// deadlines the comparison is exact; otherwise the windows must not
+// overlap, as overlapping windows may be the same deadline read twice, and a
+// slow read (a wide window) can hide a renewal.
 func deadlineMoved(a, b holding) (later, earlier bool) {
 	switch {
 	case !a.expires() && !b.expires():
@@ -65,6 +73,8 @@ func deadlineMoved(a, b holding) (later, earlier bool) {
 	case !a.expires() || !b.expires():
 		// An expiry added (or removed, by PERSIST) is a new lease either way.
 		return b.expires(), false
+	case a.Deadline != 0 && b.Deadline != 0:
+		return b.Deadline > a.Deadline, b.Deadline < a.Deadline
 	}
 	return b.Lo.After(a.Hi.Add(deadlineTolerance)), b.Hi.Before(a.Lo.Add(-deadlineTolerance))
 }
@@ -196,6 +206,7 @@ func (r rule) decode(rd reading) (holding, bool) {
 		// lives PTTL to PTTL+1ms from when the read ran.
 		h.TTL = time.Duration(rd.PTTL+1) * time.Millisecond
 		h.Lo, h.Hi = rd.Sent.Add(time.Duration(rd.PTTL)*time.Millisecond), rd.At.Add(h.TTL)
+		h.Deadline = rd.Deadline
 	}
 	return h, true
 }

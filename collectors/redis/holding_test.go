@@ -160,6 +160,7 @@ func TestCounterKeys(t *testing.T) {
 
 func TestDeadlineMoved(t *testing.T) {
 	h := func(lo, hi int) holding { return holding{TTL: time.Second, Lo: at(lo), Hi: at(hi)} }
+	sd := func(h holding, ms int) holding { h.Deadline = at(ms).UnixMilli(); return h }
 	tests := []struct {
 		name           string
 		a, b           holding
@@ -173,6 +174,12 @@ func TestDeadlineMoved(t *testing.T) {
 		{"ExpiryAdded", holding{}, h(1000, 1004), true, false},
 		{"ExpiryRemoved", h(1000, 1004), holding{}, false, false},
 		{"NeitherExpires", holding{}, holding{}, false, false},
+		// With the server's deadlines, a slow read's wide window hides
+		// nothing, and the same deadline read twice is still the same.
+		{"ServerDeadlineExtendedUnderSlowReads", sd(h(1000, 1700), 1500), sd(h(1400, 2100), 1600), true, false},
+		{"ServerDeadlineReadTwice", sd(h(1000, 1700), 1500), sd(h(1200, 1900), 1500), false, false},
+		{"ServerDeadlineShortened", sd(h(1000, 1700), 1500), sd(h(1000, 1700), 1400), false, true},
+		{"OneSideWithoutServerDeadline", sd(h(1000, 1700), 1500), h(1400, 2100), false, false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

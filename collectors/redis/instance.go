@@ -595,7 +595,8 @@ func (in *instance) read(ctx context.Context, keys []string) ([]reading, error) 
 // script runs atomically, and one command for a chunk of keys costs the
 // server far less than four for each. KEYS are the lock keys, each followed
 // by its counter key when ARGV[1] (the stride) is 2. Per key it returns its
-// type, string value or hash fields (flattened), PTTL, and counter value.
+// type, string value or hash fields (flattened), PTTL, counter value, and
+// deadline (PEXPIRETIME, where the server has it: Redis 7 and later).
 var readScript = goredis.NewScript(`local stride = tonumber(ARGV[1])
 local out = {}
 for i = 1, #KEYS, stride do
@@ -614,7 +615,11 @@ for i = 1, #KEYS, stride do
 			c = false
 		end
 	end
-	out[#out + 1] = {t, v, redis.call('PTTL', k), c}
+	local d = redis.pcall('PEXPIRETIME', k)
+	if type(d) ~= 'number' then
+		d = false
+	end
+	out[#out + 1] = {t, v, redis.call('PTTL', k), c, d}
 end
 return out`)
 
@@ -679,7 +684,7 @@ func (in *instance) readByScript(ctx context.Context, keys []string) ([]reading,
 func decodeScriptReading(key string, answer any) (reading, error) {
 	rd := reading{Key: key, PTTL: -2}
 	row, ok := answer.([]any)
-	if !ok || len(row) != 4 {
+	if !ok || len(row) != 5 {
 		return rd, fmt.Errorf("unexpected answer %v", answer)
 	}
 	rd.Type, _ = row[0].(string)
@@ -701,6 +706,9 @@ func decodeScriptReading(key string, answer any) (reading, error) {
 		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
 			rd.Counter = &n
 		}
+	}
+	if d, ok := row[4].(int64); ok && d > 0 {
+		rd.Deadline = d
 	}
 	return rd, nil
 }

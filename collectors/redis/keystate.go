@@ -303,10 +303,20 @@ func (s *instanceState) prune(key string) {
 // keeps its grant's token and its narrowed deadline window unless the scan
 // shows the deadline moved. Queued changes are dropped: the source snapshot
 // this scan feeds settles what they were about.
-func (s *instanceState) replace(scan map[string]holding) {
+//
+// With keepDeadlines (a periodic scan while notifications flow) a hold that
+// kept its ID keeps its deadline whatever the scan read: a renewal the scan
+// ran after is the notification stream's to report, and taking its deadline
+// here would make the read that follows that renewal's notification find
+// nothing new.
+func (s *instanceState) replace(scan map[string]holding, keepDeadlines bool) {
 	keys := make(map[string]*keyState, len(scan))
 	for key, h := range scan {
 		if old := s.keys[key]; old != nil && old.cur != nil && old.cur.ID == h.ID {
+			if keepDeadlines {
+				keys[key] = &keyState{cur: old.cur}
+				continue
+			}
 			h.Token = old.cur.Token
 			if later, earlier := deadlineMoved(*old.cur, h); !later && !earlier {
 				n := narrow(*old.cur, h)

@@ -194,7 +194,7 @@ func TestReplaceKeepsGrantTokenAndWindow(t *testing.T) {
 	s.applyEvents("lock:b", evs(0, "expire"), false, holding{}, holding{}) // nothing known: no pending
 	scanA := hold("A", 1001, 7000)
 	scanA.Token = int64p(9)
-	s.replace(map[string]holding{"lock:a": scanA, "lock:c": hold("C", 1001, 100)})
+	s.replace(map[string]holding{"lock:a": scanA, "lock:c": hold("C", 1001, 100)}, false)
 	h, ok := s.holds()["lock:a"]
 	if !ok || h.Token == nil || *h.Token != 3 {
 		t.Fatalf("lock:a after replace = %+v, want the grant token 3", h)
@@ -225,6 +225,24 @@ func TestDedupOverlappingPatterns(t *testing.T) {
 	for i, m := range msgs {
 		if got := d.dup(ch, m.payload, m.pattern); got != m.dup {
 			t.Fatalf("message %d (%s from %s): dup = %v, want %v", i, m.payload, m.pattern, got, m.dup)
+		}
+	}
+}
+
+// TestPeriodicScanLeavesRenewalsToNotifications: a periodic scan that runs
+// after a renewal but before its notification is handled must not take the
+// new deadline, or the read after the notification finds nothing new and
+// the renewal is never reported.
+func TestPeriodicScanLeavesRenewalsToNotifications(t *testing.T) {
+	for _, keep := range []bool{true, false} {
+		s := newInstanceState()
+		s.applyEvents("lock:a", evs(0, "set"), true, hold("A", 0, 2000), holding{})
+		renewed := hold("A", 600, 2000) // extended at 600 ms
+		s.replace(map[string]holding{"lock:a": renewed}, keep)
+		changes := s.applyEvents("lock:a", evs(650, "expire"), true, hold("A", 700, 1900), holding{})
+		got := len(changes) == 1 && changes[0].Kind == changeRenew
+		if got != keep {
+			t.Errorf("keepDeadlines %v: changes after the renewal's notification = %+v, want a renewal: %v", keep, changes, keep)
 		}
 	}
 }

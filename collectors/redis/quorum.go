@@ -223,6 +223,19 @@ func (c *combiner) replace(inst int, scan map[string]holding) {
 // RenewedAt, so the tracker records the renewal it missed. changed reports
 // whether the snapshot differs from what the tracker was told.
 func (c *combiner) resync(at time.Time, kind audit.EventKind, inferred bool) (obs []audit.Observation, changed bool) {
+	return c.sync(at, kind, inferred, true)
+}
+
+// reconcile is resync's changes alone, for an input that is not a Snapshot:
+// a periodic full read while connected, whose unchanged holds the tracker
+// already has. Inferred grants, renewals and ends, as resync makes them.
+func (c *combiner) reconcile(at time.Time) []audit.Observation {
+	obs, _ := c.sync(at, audit.EventGrant, true, false)
+	return obs
+}
+
+// sync is resync; unless all, it leaves out the holds that did not change.
+func (c *combiner) sync(at time.Time, kind audit.EventKind, inferred, all bool) (obs []audit.Observation, changed bool) {
 	keys := make(map[string]bool, len(c.views)+len(c.told))
 	for k := range c.views {
 		keys[k] = true
@@ -253,6 +266,9 @@ func (c *combiner) resync(at time.Time, kind audit.EventKind, inferred bool) (ob
 				n := narrow(*prev, q)
 				n.Count = q.Count
 				c.told[key] = &n
+				if !all {
+					continue
+				}
 			}
 			obs = append(obs, ob)
 			continue

@@ -959,6 +959,13 @@ func TestScriptAndMultiReadsAgree(t *testing.T) {
 		}
 		for i := range keys {
 			s, m := byScript[i], byMulti[i]
+			// Only the script reads the server's own deadline.
+			if wantDeadline := s.PTTL >= 0; (s.Deadline != 0) != wantDeadline ||
+				(wantDeadline && (s.Deadline < s.Sent.Add(time.Duration(s.PTTL)*time.Millisecond-time.Second).UnixMilli() ||
+					s.Deadline > s.At.Add(time.Duration(s.PTTL)*time.Millisecond+time.Second).UnixMilli())) {
+				t.Errorf("rule %+v, %s: deadline %d with PTTL %d read between %s and %s", rule, keys[i], s.Deadline, s.PTTL, s.Sent, s.At)
+			}
+			s.Deadline = 0
 			s.Sent, s.At, m.Sent, m.At = time.Time{}, time.Time{}, time.Time{}, time.Time{}
 			// The two reads are moments apart: PTTLs may differ a little.
 			if d := s.PTTL - m.PTTL; d > 50 || d < -50 {

@@ -263,11 +263,17 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 		return nil
 	case msgScan:
 		r.replace(m)
-		obs, changed := r.c.comb.resync(m.at, audit.EventGrant, true)
-		if m.poll && !changed {
-			r.goodUntil = m.at
-			return nil
+		if !m.first && m.blind == nil {
+			// A periodic read (or poll) while connected: only what changed,
+			// so ten thousand unchanged locks cost the tracker nothing.
+			obs := r.c.comb.reconcile(m.at)
+			if len(obs) == 0 {
+				r.goodUntil = m.at
+				return nil
+			}
+			return r.record(ctx, audit.Input{At: m.at, Observations: obs})
 		}
+		obs, _ := r.c.comb.resync(m.at, audit.EventGrant, true)
 		if m.blind != nil {
 			r.log.Warn("blind window", "from", m.blind.From, "to", m.blind.To, "reason", m.blind.Reason)
 		}
@@ -298,7 +304,7 @@ func (r *run) replace(m instMsg) {
 		}
 	}
 	st := r.c.states[m.inst]
-	st.replace(holds)
+	st.replace(holds, !m.first && !m.poll && m.blind == nil)
 	r.c.comb.replace(m.inst, st.holds())
 	r.up[m.inst] = true
 	if r.reachable() >= r.c.cfg.Quorum {
