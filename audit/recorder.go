@@ -341,10 +341,11 @@ func (r *Recorder) sync(b Batch, due bool) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if len(r.unsaved) > 0 && (due || r.syncEvery <= 0 || len(r.unsaved) >= maxUnsaved) {
+		// Readers keep seeing them through Fresh until the commit is
+		// durable; finish clears them.
 		for _, rn := range r.unsaved {
 			b.Renewed = append(b.Renewed, rn)
 		}
-		clear(r.unsaved)
 		b.Synced = true
 		r.lastSync = r.now()
 	} else if len(r.unsaved) == 0 && len(b.Events) > 0 {
@@ -401,6 +402,11 @@ func (r *Recorder) finish(group []*request, b Batch, err error) {
 	if err == nil {
 		for _, c := range b.Cursors {
 			r.cursors[c.Source] = c
+		}
+		if len(b.Renewed) > 0 {
+			// The sync is durable: the rows hold every renewal now. (Had
+			// it failed, restore rebuilt unsaved.)
+			clear(r.unsaved)
 		}
 	}
 	r.mu.Unlock()
