@@ -31,7 +31,7 @@ func BenchmarkIngest(b *testing.B) {
 	ctx := context.Background()
 	dir := b.TempDir()
 	base := openBaseline(b, filepath.Join(dir, "baseline.db"))
-	rec, _ := openRecorder(b, filepath.Join(dir, "leasewatch.db"))
+	rec, store := openRecorder(b, filepath.Join(dir, "leasewatch.db"))
 
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	token := int64(1)
@@ -78,6 +78,9 @@ func BenchmarkIngest(b *testing.B) {
 		allocs += after.Mallocs - before.Mallocs
 	}
 	events := float64(b.N * ingestBatch)
+	if bytes, err := store.Size(ctx); err == nil {
+		b.ReportMetric(float64(bytes)/(events+ingestLocks), "db-bytes/event")
+	}
 	b.ReportMetric(events/recTime.Seconds(), "events/s")
 	b.ReportMetric(events/baseTime.Seconds(), "baseline-events/s")
 	b.ReportMetric(baseTime.Seconds()/recTime.Seconds(), "ratio")

@@ -231,3 +231,15 @@ func nullString(s string) any {
 	}
 	return s
 }
+
+// Size returns the bytes the database's pages take (indexes included, free
+// pages not), as of the last committed batch.
+func (s *Store) Size(ctx context.Context) (int64, error) {
+	var pages, free, size int64
+	err := s.reader.QueryRowContext(ctx, `SELECT (SELECT page_count FROM pragma_page_count()),
+		(SELECT freelist_count FROM pragma_freelist_count()), (SELECT page_size FROM pragma_page_size())`).Scan(&pages, &free, &size)
+	if err != nil {
+		return 0, fmt.Errorf("database size: %w", err)
+	}
+	return (pages - free) * size, nil
+}

@@ -1088,3 +1088,24 @@ func TestRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced(t *testing.T) {
 		t.Errorf("Unsynced after the sync = %s, %v; want none", show(evs), err)
 	}
 }
+
+func TestSizeGrowsWithEvents(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	before, err := s.Size(ctx)
+	if err != nil || before <= 0 {
+		t.Fatalf("Size of an empty store = %d, %v", before, err)
+	}
+	var b audit.Batch
+	for i := range 5000 {
+		b.Events = append(b.Events, audit.Event{Lock: audit.LockKey{Source: "src", Name: "orders"}, Kind: audit.EventRenew, At: at(i), Holder: "worker-1"})
+	}
+	apply(t, s, b)
+	after, err := s.Size(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if per := float64(after-before) / 5000; per < 20 || per > 200 {
+		t.Errorf("Size grew by %.0f bytes per event, want a row and its index entry's worth", per)
+	}
+}
