@@ -112,6 +112,7 @@ func (r *Recorder) Start(ctx context.Context) error {
 	if err := r.restore(ctx); err != nil {
 		return err
 	}
+	r.lastSync = r.now()
 	go r.loop()
 	return nil
 }
