@@ -270,6 +270,19 @@ type ResourceState struct {
 	// Pending are grants the resource has not yet seen a write for: each opens
 	// an exposure window until the first write with a token >= it.
 	Pending []PendingGrant `json:"pending,omitempty"`
+	// Accepted are the latest writes the resource accepted after every grant
+	// the tracker knew of: a grant the collector reports later, made before
+	// one of them with a higher token, makes it an unfenced write. Not
+	// persisted: a restart forgets them, and only that late judgement.
+	Accepted []AcceptedWrite `json:"-"`
+}
+
+// AcceptedWrite is a write a resource accepted, kept until a grant after it
+// is known.
+type AcceptedWrite struct {
+	Token  int64
+	At     time.Time
+	Holder string
 }
 
 // PendingGrant is a grant whose exposure window at a resource is still open.

@@ -3,6 +3,7 @@ package audit
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"time"
 )
@@ -21,7 +22,12 @@ type TrackerConfig struct {
 	SourceKinds map[string]SourceKind
 }
 
-const maxPendingGrants = 8
+const (
+	maxPendingGrants = 8
+	// maxAcceptedWrites bounds the accepted writes per resource kept for a
+	// grant the collector reports after them.
+	maxAcceptedWrites = 4
+)
 
 // Tracker is a pure, deterministic per-lock state machine. It turns collector
 // inputs, write reports and clock ticks into events, tenures and findings.
@@ -220,6 +226,14 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 		if res.Highest == nil || token > *res.Highest {
 			res.Highest = Int64(token)
 		}
+		if newest == nil || token >= *newest {
+			// Fenced as far as the tracker knows: unless the collector has
+			// yet to report a grant made before it.
+			res.Accepted = append(res.Accepted, AcceptedWrite{Token: token, At: w.At, Holder: w.Holder})
+			if n := len(res.Accepted); n > maxAcceptedWrites {
+				res.Accepted = append(res.Accepted[:0], res.Accepted[n-maxAcceptedWrites:]...)
+			}
+		}
 	case WriteRejected:
 		switch {
 		case ten != nil && !ten.Held() && !w.At.Before(ten.EndedAt):
@@ -229,6 +243,11 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 		case newest != nil && token < *newest:
 			o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token, *newest}, Holders: holders(w.Holder), Resource: w.Resource,
 				Summary: fmt.Sprintf("%s rejected a write with token %d, older than the newest grant %d: fencing stopped a stale holder", w.Resource, token, *newest)})
+		case w.HighestToken != nil && token < *w.HighestToken:
+			// The collector has not reported the newer grant yet; the
+			// resource's own word is enough.
+			o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token, *w.HighestToken}, Holders: holders(w.Holder), Resource: w.Resource,
+				Summary: fmt.Sprintf("%s rejected a write with token %d, older than token %d it had already accepted: fencing stopped a stale holder", w.Resource, token, *w.HighestToken)})
 		}
 	}
 	return o.batch()
@@ -308,7 +327,18 @@ func (t *Tracker) grant(o *output, st *TrackState, prev *Tenure, ob Observation)
 			}
 		}
 		st.LastGrantToken = Int64(tok)
-		for _, res := range st.Resources {
+		for _, name := range sortedResources(st.Resources) {
+			res := st.Resources[name]
+			// Writes reported before this grant reached the tracker but
+			// made after it, with an older token: they got through.
+			for _, wr := range res.Accepted {
+				if wr.At.After(ob.At) && wr.Token < tok {
+					o.finding(st, Finding{Kind: FindingUnfencedWrite, At: wr.At, Tokens: []int64{wr.Token, tok}, Holders: holders(wr.Holder, ob.Holder), Resource: name,
+						Summary: fmt.Sprintf("%s accepted a write with token %d %s after token %d had been granted to %s: fencing did not protect it",
+							name, wr.Token, wr.At.Sub(ob.At).Round(time.Millisecond), tok, orUnknown(ob.Holder))})
+				}
+			}
+			res.Accepted = slices.DeleteFunc(res.Accepted, func(wr AcceptedWrite) bool { return !wr.At.After(ob.At) || wr.Token < tok })
 			res.Pending = append(res.Pending, PendingGrant{Token: tok, GrantedAt: ob.At, Holder: ob.Holder})
 			if n := len(res.Pending); n > maxPendingGrants {
 				res.Pending = append(res.Pending[:0], res.Pending[n-maxPendingGrants:]...)
@@ -500,6 +530,17 @@ func (t *Tracker) sourceLocks(source string) []LockKey {
 	return keys
 }
 
+// sortedResources returns the resource names in order, for a deterministic
+// output.
+func sortedResources(m map[string]*ResourceState) []string {
+	names := make([]string, 0, len(m))
+	for name := range m {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
 func sortKeys(keys []LockKey) {
 	sort.Slice(keys, func(i, j int) bool {
 		if keys[i].Source != keys[j].Source {
@@ -569,7 +610,7 @@ func (st *TrackState) clone() TrackState {
 	if st.Resources != nil {
 		c.Resources = make(map[string]*ResourceState, len(st.Resources))
 		for name, r := range st.Resources {
-			rc := &ResourceState{Pending: append([]PendingGrant(nil), r.Pending...)}
+			rc := &ResourceState{Pending: append([]PendingGrant(nil), r.Pending...), Accepted: append([]AcceptedWrite(nil), r.Accepted...)}
 			if r.Highest != nil {
 				rc.Highest = Int64(*r.Highest)
 			}

@@ -270,6 +270,47 @@ func TestTrackerFindings(t *testing.T) {
 			},
 		},
 		{
+			// A's stale write reaches leasewatch before the collector
+			// reports B's grant: the resource's highest token says enough.
+			name: "RejectedWriteReportedBeforeTheNewGrant",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 41, at(0), lease)
+				s.out.Append(s.tr.ReportWrite(audit.WriteReport{Source: s.source, Lock: "orders", Resource: "ledger", Token: audit.Int64(41),
+					HighestToken: audit.Int64(42), Outcome: audit.WriteRejected, At: at(12 * time.Second)}))
+				s.expire("A", at(10*time.Second))
+				s.grant("B", 42, at(10*time.Second), lease)
+			},
+			want: []audit.FindingKind{audit.FindingStaleWrite, audit.FindingLeaseExpired},
+			check: func(t *testing.T, s *story) {
+				if f := s.finding(audit.FindingStaleWrite); !reflect.DeepEqual(f.Tokens, []int64{41, 42}) || f.Resource != "ledger" {
+					t.Fatalf("stale_write = %+v, want tokens 41 and 42 at ledger", f)
+				}
+			},
+		},
+		{
+			// The cache takes A's token 41 at 12 s; the collector reports
+			// B's grant of 42 at 10 s only afterwards. The write A made at
+			// 9 s, while it held the lock, was fine.
+			name: "AcceptedWriteReportedBeforeTheNewGrant",
+			kind: audit.KindEtcd,
+			story: func(s *story) {
+				s.grant("A", 41, at(0), lease)
+				s.write("cache", 41, audit.WriteAccepted, at(9*time.Second))
+				s.write("cache", 41, audit.WriteAccepted, at(12*time.Second))
+				s.release("A", at(10*time.Second))
+				s.grant("B", 42, at(10*time.Second), lease)
+				s.write("cache", 42, audit.WriteAccepted, at(14*time.Second))
+			},
+			want: []audit.FindingKind{audit.FindingUnfencedWrite, audit.FindingExposure},
+			check: func(t *testing.T, s *story) {
+				f := s.finding(audit.FindingUnfencedWrite)
+				if !f.At.Equal(at(12*time.Second)) || !reflect.DeepEqual(f.Tokens, []int64{41, 42}) || f.Resource != "cache" || f.Severity != audit.SeverityCritical {
+					t.Fatalf("unfenced_write = %+v, want the 12 s write of token 41 against 42, critical", f)
+				}
+			},
+		},
+		{
 			// The resource keeps taking token 41 for 3 s after 42 was granted.
 			name: "ExposureUntilResourceLearnsNewToken",
 			kind: audit.KindEtcd,
