@@ -92,9 +92,9 @@ func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKi
 			w.add(cond, args...)
 		}
 		w.window("at", f)
-		index := eventIndex("")
+		index := timelineIndex
 		if cond != "" {
-			index = eventIndex(audit.EventGrant)
+			index = rareKindIndex // every cond here excludes renewals
 		}
 		return tx.QueryContext(ctx, `SELECT at FROM events INDEXED BY `+index+w.String()+` ORDER BY at DESC`, w.args...)
 	}

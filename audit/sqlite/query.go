@@ -267,15 +267,22 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 	return events, nil
 }
 
-// eventIndex names the index for a lock's events of kind ("" for every kind).
-// Without statistics the planner may walk a lock's whole timeline and test
-// each row's kind; a rare kind among millions of renewals must be one range
-// of the partial index, whose condition (notRenewal) the query must repeat.
+// The indexes of a lock's events: its timeline, and the partial index of
+// every kind but renewals, whose condition (notRenewal) a query must repeat.
+const (
+	timelineIndex = "events_lock_at"
+	rareKindIndex = "events_lock_kind_at"
+)
+
+// eventIndex names the index for a lock's events of kind ("" for every
+// kind). Without statistics the planner may walk a lock's whole timeline and
+// test each row's kind; a rare kind among millions of renewals must be one
+// range of the partial index.
 func eventIndex(kind audit.EventKind) string {
 	if kind == "" || kind == audit.EventRenew {
-		return "events_lock_at"
+		return timelineIndex
 	}
-	return "events_lock_kind_at"
+	return rareKindIndex
 }
 
 // notRenewal is the condition of the partial index events_lock_kind_at.

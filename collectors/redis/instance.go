@@ -692,10 +692,7 @@ func decodeScriptReading(key string, answer any) (reading, error) {
 	case string:
 		rd.Value = v
 	case []any:
-		rd.Fields = make(map[string]string, len(v)/2)
-		for j := 0; j+1 < len(v); j += 2 {
-			rd.Fields[fmt.Sprint(v[j])] = fmt.Sprint(v[j+1])
-		}
+		rd.Fields = hashFields(v)
 	}
 	pttl, ok := row[2].(int64)
 	if !ok {
@@ -703,9 +700,7 @@ func decodeScriptReading(key string, answer any) (reading, error) {
 	}
 	rd.PTTL = pttl
 	if s, ok := row[3].(string); ok {
-		if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-			rd.Counter = &n
-		}
+		rd.Counter = counterValue(s)
 	}
 	if d, ok := row[4].(int64); ok && d > 0 {
 		rd.Deadline = d
@@ -779,10 +774,7 @@ func decodeReading(key string, c keyCmds) (reading, error) {
 		if err != nil {
 			return rd, fmt.Errorf("HGETALL: %w", err)
 		}
-		rd.Fields = make(map[string]string, len(vals)/2)
-		for j := 0; j+1 < len(vals); j += 2 {
-			rd.Fields[fmt.Sprint(vals[j])] = fmt.Sprint(vals[j+1])
-		}
+		rd.Fields = hashFields(vals)
 	}
 	pttl, err := c.pttl.Int64()
 	if err != nil {
@@ -791,10 +783,26 @@ func decodeReading(key string, c keyCmds) (reading, error) {
 	rd.PTTL = pttl
 	if c.counter != nil {
 		if s, err := c.counter.Text(); err == nil {
-			if n, err := strconv.ParseInt(s, 10, 64); err == nil {
-				rd.Counter = &n
-			}
+			rd.Counter = counterValue(s)
 		}
 	}
 	return rd, nil
+}
+
+// hashFields turns HGETALL's flat field, value list into a map.
+func hashFields(flat []any) map[string]string {
+	fields := make(map[string]string, len(flat)/2)
+	for j := 0; j+1 < len(flat); j += 2 {
+		fields[fmt.Sprint(flat[j])] = fmt.Sprint(flat[j+1])
+	}
+	return fields
+}
+
+// counterValue reads a token counter key's value: nil unless an integer.
+func counterValue(s string) *int64 {
+	n, err := strconv.ParseInt(s, 10, 64)
+	if err != nil {
+		return nil
+	}
+	return &n
 }
