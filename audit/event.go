@@ -67,6 +67,10 @@ type Observation struct {
 	RenewedAt time.Time
 	Position  string
 	Inferred  bool
+	// Overtaken marks a renewal the backend reported after a read had
+	// already shown a later renewal's deadline, or the end of the lease: it
+	// counts, but moves neither the renewal time nor the deadline.
+	Overtaken bool
 	// Deleted says the lock object itself was deleted (a Kubernetes Lease
 	// removed while held): the tenure ends with a lock_deleted finding.
 	Deleted bool

@@ -269,6 +269,9 @@ func (t *Tracker) observe(o *output, st *TrackState, ob Observation) {
 		}
 		t.grant(o, st, cur, ob)
 	case EventRenew:
+		if !same && ob.Overtaken {
+			return // the renewal of a tenure that has ended since
+		}
 		if !same {
 			// The grant happened where the collector could not see it.
 			ob.Kind, ob.Inferred = EventGrant, true
@@ -380,6 +383,16 @@ func (t *Tracker) grant(o *output, st *TrackState, prev *Tenure, ob Observation)
 }
 
 func (t *Tracker) renew(o *output, st *TrackState, cur *Tenure, ob Observation) {
+	if ob.Overtaken {
+		// Its time and deadline are unknown, only that it happened: it
+		// counts, and the event carries its place in the count (for
+		// ReplayRenewal, which cannot go by its time).
+		cur.Renewals++
+		o.renewal(st)
+		detail := withDetail(withDetail(copyDetail(ob.Detail), "overtaken", true), "renewal", cur.Renewals)
+		o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.Holder, Token: cur.Token, TTL: cur.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
+		return
+	}
 	at := renewedAt(ob)
 	if !at.After(cur.LastRenewedAt) {
 		return // nothing new: a snapshot seeing the same tenure, or a replayed renewal
@@ -438,6 +451,13 @@ func (st *TrackState) ReplayRenewal(e Event) bool {
 	if e.Kind != EventRenew || cur == nil || !st.sameTenure(cur, e.Holder, e.Token) {
 		return false
 	}
+	if n, ok := overtakenRenewal(e.Detail); ok {
+		if n <= cur.Renewals {
+			return false
+		}
+		cur.Renewals++
+		return true
+	}
 	at := e.At
 	if s, ok := e.Detail["renewed_at"].(string); ok {
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
@@ -449,6 +469,25 @@ func (st *TrackState) ReplayRenewal(e Event) bool {
 	}
 	st.applyRenewal(cur, at, e.TTL)
 	return true
+}
+
+// overtakenRenewal returns an overtaken renewal's place in its tenure's
+// count, from its event's detail: an int64 as the tracker made it, a JSON
+// number (json.Number, or float64) as a store reads it back.
+func overtakenRenewal(d map[string]any) (int64, bool) {
+	if d["overtaken"] != true {
+		return 0, false
+	}
+	switch n := d["renewal"].(type) {
+	case int64:
+		return n, true
+	case float64:
+		return int64(n), true
+	case interface{ Int64() (int64, error) }:
+		v, err := n.Int64()
+		return v, err == nil
+	}
+	return 0, false
 }
 
 // end closes cur. Superseded tenures get no event of their own: the grant

@@ -1,6 +1,8 @@
 package audit_test
 
 import (
+	"bytes"
+	"encoding/json"
 	"reflect"
 	"slices"
 	"testing"
@@ -680,6 +682,9 @@ func TestTrackerRenewalsTravelApart(t *testing.T) {
 		{"a renewal the tracker already has", func() audit.Batch {
 			return observe(audit.Observation{Kind: audit.EventRenew, At: at(2 * time.Second), Holder: "a", Token: audit.Int64(1)})
 		}, split{}},
+		{"an overtaken renewal", func() audit.Batch {
+			return observe(audit.Observation{Kind: audit.EventRenew, At: at(2 * time.Second), Holder: "a", Token: audit.Int64(1), Overtaken: true})
+		}, split{renewed: 1, events: 1}},
 		{"a first write to a resource", func() audit.Batch { return write(1, at(3*time.Second)) }, split{locks: 1, events: 1}},
 		{"a write that teaches the resource nothing", func() audit.Batch { return write(1, at(4*time.Second)) }, split{events: 1}},
 		{"a late renewal, with its finding", func() audit.Batch {
@@ -729,12 +734,17 @@ func TestReplayRenewalRebuildsState(t *testing.T) {
 		step(tr.Observe(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
 			{Lock: key, Kind: audit.EventRenew, At: when.Add(time.Millisecond), RenewedAt: when, Holder: holder, Token: audit.Int64(token)}}}))
 	}
+	overtaken := func(holder string, token int64, when time.Time) {
+		step(tr.Observe(audit.Input{Source: "src", Kind: audit.KindRedis, Observations: []audit.Observation{
+			{Lock: key, Kind: audit.EventRenew, At: when, Holder: holder, Token: audit.Int64(token), Overtaken: true}}}))
+	}
 	grant := func(holder string, token int64, when time.Time) {
 		step(tr.Observe(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
 			{Lock: key, Kind: audit.EventGrant, At: when, Holder: holder, Token: audit.Int64(token), LeaseDuration: 10 * time.Second}}}))
 	}
 	grant("a", 1, at(0))
 	renew("a", 1, at(2*time.Second))
+	overtaken("a", 1, at(3*time.Second))
 	renew("a", 1, at(4*time.Second))
 	step(tr.ReportWrite(audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(1), Outcome: audit.WriteAccepted, At: at(5 * time.Second)}))
 	renew("a", 1, at(6*time.Second))
@@ -746,23 +756,81 @@ func TestReplayRenewalRebuildsState(t *testing.T) {
 		{Lock: key, Kind: audit.EventExpire, At: at(20 * time.Second), Holder: "b"}}}))
 	grant("b", 2, at(21*time.Second))
 	renew("b", 2, at(23*time.Second))
+	overtaken("b", 2, at(24*time.Second))
+	// A full write of the lock's rows, which hold the overtaken renewal.
+	step(tr.ReportWrite(audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(2), Outcome: audit.WriteAccepted, At: at(24500 * time.Millisecond)}))
 	renew("b", 2, at(25*time.Second))
+	overtaken("b", 2, at(26*time.Second))
+	overtaken("b", 2, at(27*time.Second))
 
 	// Replaying from the last full write of the lock rebuilds the tracker's
 	// state; so does replaying every event from the start, as those the rows
-	// hold already change nothing.
+	// hold already change nothing. Events read back from a store carry
+	// their details as JSON numbers.
 	want, _ := tr.State(key)
 	for _, from := range []int{synced, 0} {
-		st := cloneState(rows[key])
-		for _, e := range events[from:] {
-			st.ReplayRenewal(e)
-		}
-		if !reflect.DeepEqual(st, want) {
-			t.Errorf("replayed from event %d:\n got %+v\nwant %+v", from, st, want)
+		for _, stored := range []bool{false, true} {
+			st := cloneState(rows[key])
+			for _, e := range events[from:] {
+				if stored {
+					e.Detail = jsonRoundTrip(t, e.Detail)
+				}
+				st.ReplayRenewal(e)
+			}
+			if !reflect.DeepEqual(st, want) {
+				t.Errorf("replayed from event %d (read back from a store: %v):\n got %+v\nwant %+v", from, stored, st, want)
+			}
 		}
 	}
-	if cur := want.Recent[len(want.Recent)-1]; cur.Renewals != 2 || !cur.LastRenewedAt.Equal(at(25*time.Second)) {
-		t.Fatalf("tracker's held tenure = %+v, want two renewals, the last at 25s", cur)
+	if cur := want.Recent[len(want.Recent)-1]; cur.Renewals != 5 || !cur.LastRenewedAt.Equal(at(25*time.Second)) {
+		t.Fatalf("tracker's held tenure = %+v, want five renewals, the last timed one at 25s", cur)
+	}
+}
+
+func jsonRoundTrip(t *testing.T, d map[string]any) map[string]any {
+	t.Helper()
+	if d == nil {
+		return nil
+	}
+	b, err := json.Marshal(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.UseNumber()
+	var out map[string]any
+	if err := dec.Decode(&out); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestTrackerOvertakenRenewals: a renewal whose deadline a read of a later
+// one had already shown counts, and changes nothing else; one that arrives
+// after its tenure ended is not a grant.
+func TestTrackerOvertakenRenewals(t *testing.T) {
+	s := newStory(t, audit.KindRedis)
+	s.grant("a", 1, at(0), 2*time.Second)
+	s.renew("a", 1, at(1000*time.Millisecond))
+	before, _ := s.tr.State(s.key())
+	s.observe(audit.Observation{Kind: audit.EventRenew, At: at(1100 * time.Millisecond), Holder: "a", Token: audit.Int64(1), Overtaken: true})
+	after, _ := s.tr.State(s.key())
+	cur, was := after.Recent[len(after.Recent)-1], before.Recent[len(before.Recent)-1]
+	if cur.Renewals != was.Renewals+1 || !cur.LastRenewedAt.Equal(was.LastRenewedAt) || !cur.ExpiresAt.Equal(was.ExpiresAt) || !after.Lock.RenewedAt.Equal(before.Lock.RenewedAt) {
+		t.Fatalf("after an overtaken renewal: tenure %+v, want %+v with one more renewal and nothing else moved", cur, was)
+	}
+	e := s.out.Events[len(s.out.Events)-1]
+	if e.Kind != audit.EventRenew || !e.At.Equal(at(1100*time.Millisecond)) || e.Detail["overtaken"] != true || e.Detail["renewal"] != int64(2) {
+		t.Fatalf("overtaken renewal's event = %+v, want a renew at 1.1s marked overtaken, renewal 2", e)
+	}
+	if _, ok := e.Detail["margin_ratio"]; ok {
+		t.Errorf("overtaken renewal's event has a margin %v, but its time is unknown", e.Detail["margin_ratio"])
+	}
+	s.release("a", at(1500*time.Millisecond))
+	n := len(s.out.Events)
+	s.observe(audit.Observation{Kind: audit.EventRenew, At: at(1600 * time.Millisecond), Holder: "a", Token: audit.Int64(1), Overtaken: true})
+	if len(s.out.Events) != n {
+		t.Fatalf("an overtaken renewal after the release made events %v", s.events()[n:])
 	}
 }
 

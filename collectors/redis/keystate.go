@@ -85,7 +85,12 @@ type change struct {
 	// Inferred: the collector deduced it rather than saw it (an end whose
 	// event never came, a hold it never managed to read).
 	Inferred bool
-	Why      string // for inferred changes
+	// Overtaken marks a renewal (changeRenew) whose notification the
+	// collector received but whose deadline no read showed on its own: a
+	// read had already shown a later renewal's deadline, or the hold ended
+	// first. It counts as a renewal and carries no deadline of its own.
+	Overtaken bool
+	Why       string // for inferred changes
 	// waiting marks an end found by a read before its end event arrived:
 	// it and every change queued after it wait for that event, which says
 	// how the hold ended.
@@ -101,6 +106,10 @@ type keyState struct {
 	// expectWrite: cur was read before the event of the write that created
 	// it arrived; that write is still to come and is not an overwrite.
 	expectWrite bool
+	// afterWrite: the key's last event was a write, so an expire event
+	// that follows is that write's own TTL (SET PX emits set, then
+	// expire), not a renewal. It carries over between batches.
+	afterWrite bool
 }
 
 func (ks *keyState) waiting() bool {
@@ -188,7 +197,16 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 	}
 	var wroteAt time.Time
 	overwritten := false // a replacing write landed on ks.cur
+	// renewals are the times of ks.cur's renewal notifications in this
+	// batch: each expire event that no write caused, and each write that
+	// replaced the value (SET XX PX renews when the holder does it; by
+	// another client it is a grant, below). Counted one by one, two
+	// renewals that one read overtook are still two.
+	var buf [4]time.Time
+	renewals := buf[:0]
 	for _, ev := range events {
+		afterWrite := ks.afterWrite
+		ks.afterWrite = false
 		if r, ok := endEvent(ev.Name); ok {
 			if ks.waiting() {
 				ks.resolve(r)
@@ -196,6 +214,8 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 			}
 			switch state {
 			case stCur:
+				ks.queue = appendOvertaken(ks.queue, key, *ks.cur, renewals)
+				renewals = renewals[:0]
 				ks.queue = append(ks.queue, endChange(key, *ks.cur, ev.At, r, false, ""))
 				ks.cur, ks.expectWrite = nil, false
 			case stUnknown:
@@ -204,7 +224,17 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 			state, overwritten = stNone, false
 			continue
 		}
-		if !writeEvent(ev.Name) || ks.waiting() {
+		if ev.Name == "expire" {
+			if state == stCur && !afterWrite && !ks.expectWrite && !ks.waiting() {
+				renewals = append(renewals, ev.At)
+			}
+			continue
+		}
+		if !writeEvent(ev.Name) {
+			continue
+		}
+		ks.afterWrite = true
+		if ks.waiting() {
 			// Until a waiting end's event arrives, writes are changes
 			// to the hold that ended.
 			continue
@@ -216,6 +246,7 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 			ks.expectWrite = false // the write that created ks.cur
 		case state == stCur && replacingWrite(ev.Name):
 			overwritten = true
+			renewals = append(renewals, ev.At)
 		}
 	}
 
@@ -223,7 +254,14 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 	case present && state == stCur && ks.cur.ID == h.ID:
 		prev := *ks.cur
 		h.Token = prev.Token // the grant's: a re-entrant counter may have moved since
-		if later, earlier := deadlineMoved(prev, h); later || earlier {
+		later, earlier := deadlineMoved(prev, h)
+		if (later || earlier) && len(renewals) > 0 {
+			// The deadline read is the last renewal's; the ones
+			// before it were overtaken.
+			renewals = renewals[:len(renewals)-1]
+		}
+		ks.queue = appendOvertaken(ks.queue, key, prev, renewals)
+		if later || earlier {
 			ks.queue = append(ks.queue, change{Kind: changeRenew, Key: key, H: h, At: h.At})
 			ks.cur = &h
 		} else {
@@ -239,12 +277,14 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 	case present && state == stCur:
 		// The read ran ahead: the previous hold ended and this one began
 		// after the events seen so far.
+		ks.queue = appendOvertaken(ks.queue, key, *ks.cur, renewals)
 		ks.queue = append(ks.queue, waitingEnd(key, *ks.cur, h.At), change{Kind: changeGrant, Key: key, H: h, At: h.At})
 		ks.cur, ks.expectWrite = &h, true
 	case present:
 		ks.queue = append(ks.queue, change{Kind: changeGrant, Key: key, H: h, At: h.At})
 		ks.cur, ks.expectWrite = &h, state != stUnknown
 	case state == stCur:
+		ks.queue = appendOvertaken(ks.queue, key, *ks.cur, renewals)
 		ks.queue = append(ks.queue, waitingEnd(key, *ks.cur, h.At))
 		ks.cur, ks.expectWrite = nil, false
 	case state == stUnknown:
@@ -307,14 +347,14 @@ func (s *instanceState) prune(key string) {
 // With keepDeadlines (a periodic scan while notifications flow) a hold that
 // kept its ID keeps its deadline whatever the scan read: a renewal the scan
 // ran after is the notification stream's to report, and taking its deadline
-// here would make the read that follows that renewal's notification find
-// nothing new.
+// here would leave the read that follows that renewal's notification
+// nothing new to show: the renewal would count, but only as overtaken.
 func (s *instanceState) replace(scan map[string]holding, keepDeadlines bool) {
 	keys := make(map[string]*keyState, len(scan))
 	for key, h := range scan {
 		if old := s.keys[key]; old != nil && old.cur != nil && old.cur.ID == h.ID {
 			if keepDeadlines {
-				keys[key] = &keyState{cur: old.cur}
+				keys[key] = &keyState{cur: old.cur, afterWrite: old.afterWrite}
 				continue
 			}
 			h.Token = old.cur.Token
@@ -343,6 +383,15 @@ func (s *instanceState) holds() map[string]holding {
 
 func endChange(key string, h holding, at time.Time, r endReason, inferred bool, why string) change {
 	return change{Kind: changeEnd, Key: key, H: h, At: at, Reason: r, Inferred: inferred, Why: why}
+}
+
+// appendOvertaken appends an overtaken renewal of h for each notification
+// time in at.
+func appendOvertaken(q []change, key string, h holding, at []time.Time) []change {
+	for _, t := range at {
+		q = append(q, change{Kind: changeRenew, Key: key, H: h, At: t, Overtaken: true})
+	}
+	return q
 }
 
 func waitingEnd(key string, h holding, at time.Time) change {

@@ -50,6 +50,9 @@ func describe(chs []change) string {
 		if ch.Inferred {
 			s += " (inferred)"
 		}
+		if ch.Overtaken {
+			s += " (overtaken)"
+		}
 		s += fmt.Sprintf(" @%d", ch.At.Sub(t0).Milliseconds())
 		parts = append(parts, s)
 	}
@@ -65,9 +68,10 @@ func TestInstanceStateStories(t *testing.T) {
 		steps []step
 	}{
 		{"RedsyncAcquireExtendUnlock", []step{
-			// SET NX PX emits set and expire; both may arrive before the read.
-			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
-			// The expire of the same SET, read again: the same deadline.
+			// SET NX PX emits set, then expire: the read may run
+			// between them.
+			{evs(0, "set"), true, hold("A", 1, 8000), "grant A @1"},
+			// The same SET's expire: no renewal.
 			{evs(1, "expire"), true, hold("A", 3, 7998), ""},
 			{evs(300, "expire"), true, hold("A", 301, 8000), "renew A @301"},
 			{evs(500, "del"), false, gone(501), "released A @500"},
@@ -80,8 +84,9 @@ func TestInstanceStateStories(t *testing.T) {
 		}},
 		{"ReadAheadOfTheDelEvent", []step{
 			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
-			// A renewal's event, but by the read A had already unlocked.
-			{evs(50, "expire"), false, gone(51), ""},
+			// A renewal's event, but by the read A had already
+			// unlocked: the renewal counts, without a deadline.
+			{evs(50, "expire"), false, gone(51), "renew A (overtaken) @50"},
 			{evs(52, "del"), false, gone(53), "released A @51"},
 		}},
 		{"LockedAndUnlockedBeforeTheRead", []step{
@@ -100,7 +105,7 @@ func TestInstanceStateStories(t *testing.T) {
 		{"ReleasedAndRetakenAheadOfTheEvents", []step{
 			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
 			// A renewal's event, read after A unlocked and B locked.
-			{evs(10, "expire"), true, hold("B", 11, 8000), ""},
+			{evs(10, "expire"), true, hold("B", 11, 8000), "renew A (overtaken) @10"},
 			// A's del arrives: A's end, then B's grant; B's own set is no overwrite.
 			{evs(12, "del", "set", "expire"), true, hold("B", 13, 7998), "released A @11, grant B @11"},
 			{evs(20, "del"), false, gone(21), "released B @20"},
@@ -129,6 +134,31 @@ func TestInstanceStateStories(t *testing.T) {
 			{evs(0, "set", "expire"), true, withToken(hold("A", 1, 8000), 5), "grant A #5 @1"},
 			{evs(300, "expire"), true, withToken(hold("A", 301, 8000), 6), "renew A #5 @301"},
 		}},
+		{"ReadOvertakesTheNextRenewal", []step{
+			{evs(0, "set", "expire"), true, hold("A", 1, 2000), "grant A @1"},
+			// The read for the renewal at 500 ran after the one at 1000.
+			{evs(500, "expire"), true, hold("A", 1001, 2000), "renew A @1001"},
+			// So the read for the one at 1000 finds nothing new: it
+			// still counts.
+			{evs(1002, "expire"), true, hold("A", 1003, 1998), "renew A (overtaken) @1002"},
+			{evs(1500, "expire"), true, hold("A", 1501, 2000), "renew A @1501"},
+		}},
+		{"TwoRenewalsBeforeOneRead", []step{
+			{evs(0, "set", "expire"), true, hold("A", 1, 2000), "grant A @1"},
+			{append(evs(500, "expire"), evs(1000, "expire")...), true, hold("A", 1001, 2000), "renew A (overtaken) @500, renew A @1001"},
+		}},
+		{"RenewedThenReleasedBeforeTheRead", []step{
+			{evs(0, "set", "expire"), true, hold("A", 1, 2000), "grant A @1"},
+			{append(evs(500, "expire"), evs(600, "del")...), false, gone(601), "renew A (overtaken) @500, released A @600"},
+		}},
+		{"SetXXByTheHolderRenews", []step{
+			{evs(0, "set", "expire"), true, hold("A", 1, 2000), "grant A @1"},
+			// SET k A XX PX 2000: set, then its expire.
+			{evs(500, "set", "expire"), true, hold("A", 501, 2000), "renew A @501"},
+			{evs(1000, "set"), true, hold("A", 1001, 2000), "renew A @1001"},
+			// That SET's expire, in the next batch: nothing new.
+			{evs(1002, "expire"), true, hold("A", 1003, 1998), ""},
+		}},
 		{"ExpiryShortened", []step{
 			{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant A @1"},
 			{evs(100, "expire"), true, hold("A", 101, 1000), "renew A @101"},
@@ -153,8 +183,8 @@ func TestEndEventThatNeverComes(t *testing.T) {
 	s.applyEvents("lock:a", evs(0, "set", "expire"), true, hold("A", 1, 8000), holding{})
 	// Found gone, then B, but A's end event never arrives (say, FLUSHALL
 	// and a new SET): both wait, until the grace period gives up on it.
-	if got := describe(s.applyEvents("lock:a", evs(10, "expire"), false, holding{At: at(11)}, holding{})); got != "" {
-		t.Fatalf("changes = %q, want none yet", got)
+	if got := describe(s.applyEvents("lock:a", evs(10, "expire"), false, holding{At: at(11)}, holding{})); got != "renew A (overtaken) @10" {
+		t.Fatalf("changes = %q, want A's renewal alone", got)
 	}
 	if got := describe(s.applyEvents("lock:a", evs(20, "set", "expire"), true, hold("B", 21, 8000), holding{})); got != "" {
 		t.Fatalf("changes = %q, want none yet", got)
@@ -232,17 +262,20 @@ func TestDedupOverlappingPatterns(t *testing.T) {
 // TestPeriodicScanLeavesRenewalsToNotifications: a periodic scan that runs
 // after a renewal but before its notification is handled must not take the
 // new deadline, or the read after the notification finds nothing new and
-// the renewal is never reported.
+// the renewal counts only as overtaken, without its time and deadline.
 func TestPeriodicScanLeavesRenewalsToNotifications(t *testing.T) {
 	for _, keep := range []bool{true, false} {
 		s := newInstanceState()
-		s.applyEvents("lock:a", evs(0, "set"), true, hold("A", 0, 2000), holding{})
+		s.applyEvents("lock:a", evs(0, "set", "expire"), true, hold("A", 0, 2000), holding{})
 		renewed := hold("A", 600, 2000) // extended at 600 ms
 		s.replace(map[string]holding{"lock:a": renewed}, keep)
-		changes := s.applyEvents("lock:a", evs(650, "expire"), true, hold("A", 700, 1900), holding{})
-		got := len(changes) == 1 && changes[0].Kind == changeRenew
-		if got != keep {
-			t.Errorf("keepDeadlines %v: changes after the renewal's notification = %+v, want a renewal: %v", keep, changes, keep)
+		got := describe(s.applyEvents("lock:a", evs(650, "expire"), true, hold("A", 700, 1900), holding{}))
+		want := "renew A @700"
+		if !keep {
+			want = "renew A (overtaken) @650"
+		}
+		if got != want {
+			t.Errorf("keepDeadlines %v: changes after the renewal's notification = %q, want %q", keep, got, want)
 		}
 	}
 }

@@ -108,6 +108,17 @@ func (c *combiner) apply(inst int, changes []change) []audit.Observation {
 	var out []audit.Observation
 	for _, ch := range changes {
 		key := ch.Key
+		if ch.Overtaken {
+			// Counted per instance, renewals are exact only where one
+			// instance is the whole source; a Redlock source's renewals
+			// are its quorum's deadline moves (below).
+			if prev := c.told[key]; c.n == 1 && prev != nil && prev.ID == ch.H.ID && prev.Vanished == ch.H.Vanished {
+				ob := c.observation(key, audit.EventRenew, *prev, ch.At, 1)
+				ob.Overtaken = true
+				out = append(out, ob)
+			}
+			continue
+		}
 		v := c.view(key)
 		h := ch.H
 		if h.Vanished && c.quorum == 1 {

@@ -29,6 +29,9 @@ func renderObs(obs []audit.Observation) string {
 		if !ob.RenewedAt.IsZero() {
 			s += " (renewed)"
 		}
+		if ob.Overtaken {
+			s += " (overtaken)"
+		}
 		parts = append(parts, s)
 	}
 	return strings.Join(parts, ", ")
@@ -65,6 +68,9 @@ func TestRedlockQuorum(t *testing.T) {
 			{0, renewOn(k, hold("V", 3001, 8000)), ""},
 			{2, renewOn(k, hold("V", 3002, 8000)), "renew lock:r V (renewed)"},
 			{1, renewOn(k, hold("V", 3003, 8000)), ""},
+			// An instance's overtaken renewal is no renewal of the
+			// quorum's: those are its deadline's moves.
+			{1, change{Kind: changeRenew, Key: k, H: hold("V", 3003, 8000), At: at(3004), Overtaken: true}, ""},
 			// Unlock deletes on every instance: it ends once fewer than two hold it.
 			{0, endOn(k, hold("V", 3003, 8000), 5000, endReleased), ""},
 			{1, endOn(k, hold("V", 3003, 8000), 5001, endReleased), "release lock:r V"},
@@ -121,7 +127,9 @@ func TestSingleInstancePassesChangesThrough(t *testing.T) {
 	}{
 		{evs(0, "set", "expire"), true, hold("A", 1, 8000), "grant lock:a A"},
 		{evs(300, "expire"), true, hold("A", 301, 8000), "renew lock:a A (renewed)"},
-		{evs(400, "del"), false, holding{At: at(401)}, "release lock:a A"},
+		// Two renewals, one read: the first counts without its deadline.
+		{append(evs(350, "expire"), evs(360, "expire")...), true, hold("A", 361, 8000), "renew lock:a A (overtaken), renew lock:a A (renewed)"},
+		{append(evs(370, "expire"), evs(400, "del")...), false, holding{At: at(401)}, "renew lock:a A (overtaken), release lock:a A"},
 		{evs(500, "set", "expire"), true, hold("B", 501, 100), "grant lock:a B"},
 		{evs(610, "expired"), false, holding{At: at(611)}, "expire lock:a B"},
 		{evs(700, "set", "expire"), true, hold("C", 701, 8000), "grant lock:a C"},
