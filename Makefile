@@ -4,6 +4,8 @@ PKGS     := ./...
 # The race detector slows embedded etcd a lot; tests are sized for 2 cores.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
+# The browser tests save their screenshots here (git-ignored) for CI to keep.
+ARTIFACTS := $(CURDIR)/artifacts
 
 .PHONY: all build test check generate deps demo clean load-kubernetes load-redis bench-ingest install-redis install-chromium
 
@@ -45,10 +47,11 @@ load-redis:
 bench-ingest:
 	$(GO) test -run '^$$' -bench Ingest -benchtime 300x ./audit/sqlite/
 
-## test: every test, with the race detector.
+## test: every test, with the race detector; browser screenshots go to artifacts/.
 test: deps
+	mkdir -p "$(ARTIFACTS)"
 	$(GO) vet $(PKGS)
-	$(GO) test $(TESTFLAGS) $(PKGS)
+	LEASEWATCH_ARTIFACTS="$(ARTIFACTS)" $(GO) test $(TESTFLAGS) $(PKGS)
 
 ## generate: regenerate templ views (generated files are committed).
 generate:
@@ -65,4 +68,4 @@ demo:
 	$(GO) run ./cmd/leasewatch demo
 
 clean:
-	rm -rf bin
+	rm -rf bin artifacts
