@@ -611,7 +611,9 @@ func (s *Store) KnownRequests(ctx context.Context, ids []string) (map[string]boo
 			args[i] = id
 		}
 		q := `SELECT request_id FROM events WHERE request_id IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
-		rows, err := s.reader.QueryContext(ctx, q, args...)
+		// Unprepared: a text per chunk length would crowd the kept
+		// statements out.
+		rows, err := s.reader.DB.QueryContext(ctx, q, args...)
 		if err != nil {
 			return nil, fmt.Errorf("known requests: %w", err)
 		}

@@ -226,12 +226,10 @@ func (s *Store) LockByKey(ctx context.Context, key audit.LockKey) (audit.Lock, e
 // order; if more than f.Limit match, the newest f.Limit. Returns ENOTFOUND if
 // the lock does not exist.
 func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) ([]audit.Event, error) {
-	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("list events: %w", err)
-	}
-	defer tx.Rollback()
-	key, err := lockKey(ctx, tx, lockID)
+	// No transaction: a lock's key never changes and the events come from
+	// one query, so the two reads need no common snapshot; outside a
+	// transaction both statements stay prepared (readPool).
+	key, err := lockKey(ctx, s.reader, lockID)
 	if err != nil {
 		return nil, err
 	}
@@ -251,7 +249,7 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 	}
 	args := append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
 	from := ` FROM events e INDEXED BY ` + eventIndex(f.Kind)
-	rows, err := tx.QueryContext(ctx, `SELECT `+eventColumns+from+w.String()+
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+eventColumns+from+w.String()+
 		` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list events of lock %d: %w", lockID, err)
@@ -292,12 +290,8 @@ func notRenewal(col string) string { return col + " <> 'renew'" }
 // end, not ended before its start), in grant order; if more than f.Limit
 // match, the newest f.Limit. Returns ENOTFOUND if the lock does not exist.
 func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) ([]audit.Tenure, error) {
-	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, fmt.Errorf("list tenures: %w", err)
-	}
-	defer tx.Rollback()
-	key, err := lockKey(ctx, tx, lockID)
+	// No transaction, as in Events.
+	key, err := lockKey(ctx, s.reader, lockID)
 	if err != nil {
 		return nil, err
 	}
@@ -309,7 +303,7 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 		if !f.To.IsZero() {
 			w.add("t.granted_at <= ?", f.To.UnixNano())
 		}
-		rows, err = tx.QueryContext(ctx, `SELECT `+tenureColumns+` FROM tenures t`+w.String()+
+		rows, err = s.reader.QueryContext(ctx, `SELECT `+tenureColumns+` FROM tenures t`+w.String()+
 			` ORDER BY t.seq DESC LIMIT ?`, append(w.args, lim)...)
 	} else {
 		to := int64(math.MaxInt64)
@@ -320,7 +314,7 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 		// are the ones that ended inside it, plus the few granted last before
 		// its end that were still running at its end (or are still held).
 		// Each part is one index range, however long the lock's history.
-		rows, err = tx.QueryContext(ctx, `SELECT `+tenureColumns+` FROM tenures t
+		rows, err = s.reader.QueryContext(ctx, `SELECT `+tenureColumns+` FROM tenures t
 			WHERE t.lock_id = ?1 AND t.granted_at <= ?3 AND t.seq IN (
 				SELECT seq FROM tenures WHERE lock_id = ?1 AND ended_at BETWEEN ?2 AND ?3
 				UNION
@@ -435,10 +429,15 @@ func (s *Store) LastEventAt(ctx context.Context) (map[string]time.Time, error) {
 	return last, nil
 }
 
+// rowQuerier is a *sql.Tx or the read pool.
+type rowQuerier interface {
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
 // lockKey returns the key of lock id, or ENOTFOUND.
-func lockKey(ctx context.Context, tx *sql.Tx, id int64) (audit.LockKey, error) {
+func lockKey(ctx context.Context, q rowQuerier, id int64) (audit.LockKey, error) {
 	var key audit.LockKey
-	err := tx.QueryRowContext(ctx, `SELECT source, name FROM locks WHERE id = ?`, id).Scan(&key.Source, &key.Name)
+	err := q.QueryRowContext(ctx, `SELECT source, name FROM locks WHERE id = ?`, id).Scan(&key.Source, &key.Name)
 	if errors.Is(err, sql.ErrNoRows) {
 		return key, audit.Errorf(audit.ENOTFOUND, "lock %d not found", id)
 	}

@@ -48,8 +48,8 @@ var pragmas = []string{
 // Store is the SQLite audit log. It is safe for concurrent use.
 type Store struct {
 	path   string
-	writer *sql.DB // one connection, BEGIN IMMEDIATE
-	reader *sql.DB // query_only pool
+	writer *sql.DB   // one connection, BEGIN IMMEDIATE
+	reader *readPool // query_only pool
 
 	mu       sync.Mutex              // serializes Apply and guards ids and prepared
 	ids      map[audit.LockKey]int64 // lock key → locks.id, for committed rows only
@@ -90,11 +90,12 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 	// Readers map the file (no read syscall per page) and keep a bigger page
 	// cache: dashboard pages walk index ranges of millions of events.
-	s.reader, err = sql.Open("sqlite", dsn(path, "_pragma=query_only(1)", "_pragma=mmap_size(268435456)", "_pragma=cache_size(-16384)"))
+	rdb, err := sql.Open("sqlite", dsn(path, "_pragma=query_only(1)", "_pragma=mmap_size(268435456)", "_pragma=cache_size(-16384)"))
 	if err != nil {
 		s.writer.Close()
 		return nil, fmt.Errorf("open read pool: %w", err)
 	}
+	s.reader = newReadPool(rdb)
 	s.reader.SetMaxOpenConns(readConns)
 	s.reader.SetMaxIdleConns(readConns)
 	s.reader.SetConnMaxLifetime(0)

@@ -951,14 +951,14 @@ func TestConnectionsCarryPragmas(t *testing.T) {
 	for _, tc := range []struct {
 		pool string
 		db   *sql.DB
-	}{{"writer", s.writer}, {"reader", s.reader}} {
+	}{{"writer", s.writer}, {"reader", s.reader.DB}} {
 		for name, want := range map[string]int64{"busy_timeout": 10000, "synchronous": 2, "foreign_keys": 1} {
 			if got := pragma(tc.db, name); got != want {
 				t.Errorf("%s: %s = %d, want %d", tc.pool, name, got, want)
 			}
 		}
 	}
-	if got := pragma(s.reader, "query_only"); got != 1 {
+	if got := pragma(s.reader.DB, "query_only"); got != 1 {
 		t.Errorf("reader: query_only = %d, want 1", got)
 	}
 	if got := pragma(s.writer, "query_only"); got != 0 {
