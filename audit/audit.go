@@ -128,6 +128,12 @@ type Source struct {
 	// could (polling instead of notifications, a Redlock member unreachable);
 	// empty when it is not degraded.
 	Degraded string
+	// Lag is the observation lag of the source's latest commit: the longest
+	// any of its observations took from the change in the backend
+	// (Observation.RenewedAt where the backend tells it, else Observation.At)
+	// to being stored. LagAt is when that commit was; zero before the first.
+	Lag   time.Duration
+	LagAt time.Time
 }
 
 // Source collector states (contract).

@@ -284,7 +284,9 @@ type SourceRow struct {
 	Name       string
 	Kind       string
 	State      string
-	LastEvent  Stamp  // with how long ago: the collector's lag behind its backend's activity
+	LastEvent  Stamp  // the source's newest event, with how long ago: its activity, not a lag
+	Lag        string // observation lag of the source's latest commit (audit.Source.Lag); "" before the first
+	LagAt      Stamp  // when that commit was
 	Cursor     string // the collector's resume position
 	CursorAt   Stamp
 	BlindSince Stamp

@@ -370,3 +370,36 @@ func TestFindingsAndSourcesStates(t *testing.T) {
 		t.Errorf("blind row = %q", strings.Join(cells, "|"))
 	}
 }
+
+func TestSourcesObservationLag(t *testing.T) {
+	doc := render(t, Sources(SourcesPage{Sources: []SourceRow{
+		{Name: "prod-etcd", State: "up", Lag: "68ms", LagAt: Stamp{Text: "2025-06-01 11:59:58.000Z", ISO: "2025-06-01T11:59:58Z", Ago: "2s ago"}},
+		{Name: "cache", State: "down"},
+	}}))
+	table := doc.Find("table").First()
+	col := -1
+	table.Find("thead th").Each(func(i int, th *goquery.Selection) {
+		if squash(th.Text()) == "Observation lag" {
+			col = i
+		}
+	})
+	if col < 0 {
+		t.Fatalf("sources table headers %q lack Observation lag", squash(table.Find("thead").Text()))
+	}
+	cell := table.Find("tbody tr").Eq(0).Find("td").Eq(col)
+	if got := squash(cell.Text()); got != "68ms 2s ago" {
+		t.Errorf("prod-etcd observation lag = %q, want %q", got, "68ms 2s ago")
+	}
+	if got := cell.Find("time").AttrOr("datetime", ""); got != "2025-06-01T11:59:58Z" {
+		t.Errorf("prod-etcd lag measured at %q, want the exact time in datetime", got)
+	}
+	if got := squash(table.Find("tbody tr").Eq(1).Find("td").Eq(col).Text()); got != "—" {
+		t.Errorf("cache, no commit yet: observation lag = %q, want —", got)
+	}
+	if note := squash(doc.Find("#lag-note").Text()); !strings.Contains(note, "Observation lag is how long the slowest observation") {
+		t.Errorf("note under the sources table = %q, want what the lag covers", note)
+	}
+	if render(t, Sources(SourcesPage{})).Find("#lag-note").Length() != 0 {
+		t.Errorf("the lag note shows with no sources")
+	}
+}

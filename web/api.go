@@ -22,7 +22,9 @@ type sourceJSON struct {
 	LastEventAt *string          `json:"last_event_at"`
 	BlindSince  *string          `json:"blind_since"`
 	Error       string           `json:"error"`
-	Degraded    string           `json:"degraded"` // why the collector sees less than it could; "" when it does not
+	Degraded    string           `json:"degraded"`           // why the collector sees less than it could; "" when it does not
+	LagMS       *int64           `json:"observation_lag_ms"` // of the source's latest commit (audit.Source.Lag); null before the first
+	LagAt       *string          `json:"observation_lag_at"` // when that commit was
 }
 
 type lockJSON struct {
@@ -197,7 +199,7 @@ func (s *Server) handleAPISources(c echo.Context) error {
 	}
 	out := make([]sourceJSON, 0, len(sources))
 	for _, src := range sources {
-		out = append(out, sourceJSON{
+		sj := sourceJSON{
 			Name:        src.Name,
 			Kind:        src.Kind,
 			State:       src.State,
@@ -205,7 +207,13 @@ func (s *Server) handleAPISources(c echo.Context) error {
 			BlindSince:  jsonTime(src.BlindSince),
 			Error:       src.Error,
 			Degraded:    src.Degraded,
-		})
+			LagAt:       jsonTime(src.LagAt),
+		}
+		if !src.LagAt.IsZero() {
+			ms := src.Lag.Milliseconds() // 0 is a measured lag here, not unknown
+			sj.LagMS = &ms
+		}
+		out = append(out, sj)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"sources": out})
 }

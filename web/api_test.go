@@ -19,17 +19,24 @@ func TestAPISources(t *testing.T) {
 	}
 	// Ordered by name: cluster-a, prod-etcd.
 	a, p := sources[0], sources[1]
-	wantKeys(t, "source", a, "name", "kind", "state", "last_event_at", "blind_since", "error", "degraded")
+	wantKeys(t, "source", a, "name", "kind", "state", "last_event_at", "blind_since", "error", "degraded",
+		"observation_lag_ms", "observation_lag_at")
 	if a["name"] != "cluster-a" || a["kind"] != "kubernetes" || a["state"] != "down" || a["error"] != "connection refused" {
 		t.Errorf("cluster-a = %v", a)
 	}
 	wantTime(t, "cluster-a blind_since", a["blind_since"], t0.Add(30*time.Minute))
 	wantTime(t, "cluster-a last_event_at", a["last_event_at"], t0)
+	wantNull(t, "cluster-a observation_lag_ms", a["observation_lag_ms"])
+	wantNull(t, "cluster-a observation_lag_at", a["observation_lag_at"])
 	if p["name"] != "prod-etcd" || p["state"] != "up" {
 		t.Errorf("prod-etcd = %v", p)
 	}
 	wantNull(t, "prod-etcd blind_since", p["blind_since"])
 	wantTime(t, "prod-etcd last_event_at", p["last_event_at"], t0.Add(20*time.Minute))
+	if lag, ok := p["observation_lag_ms"].(float64); !ok || lag != 1500 {
+		t.Errorf("prod-etcd observation_lag_ms = %v, want 1500", p["observation_lag_ms"])
+	}
+	wantTime(t, "prod-etcd observation_lag_at", p["observation_lag_at"], now.Add(-2*time.Second))
 }
 
 func TestAPISourcesWithoutRunner(t *testing.T) {

@@ -403,6 +403,41 @@ func TestSourcesPageBlindWindowsAndDegraded(t *testing.T) {
 	}
 }
 
+// The sources page shows each collector's observation lag with how long ago
+// it was measured, and says what the figure covers.
+func TestSourcesPageObservationLag(t *testing.T) {
+	f := newFixture(t)
+	doc := htmlDoc(t, "/sources", f.page(t, "/sources", http.StatusOK))
+	table := doc.Find("table").First()
+	col := -1
+	table.Find("thead th").Each(func(i int, th *goquery.Selection) {
+		if text(th) == "Observation lag" {
+			col = i
+		}
+	})
+	if col < 0 {
+		t.Fatalf("sources table headers %q lack Observation lag", text(table.Find("thead")))
+	}
+	for _, tc := range []struct{ source, want, measured string }{
+		{"prod-etcd", "1.5s 2s ago", now.Add(-2 * time.Second).Format(time.RFC3339Nano)},
+		{"cluster-a", "—", ""}, // no commit yet
+	} {
+		row := table.Find("tbody tr").FilterFunction(func(_ int, tr *goquery.Selection) bool {
+			return text(tr.Find("td").First()) == tc.source
+		})
+		cell := row.Find("td").Eq(col)
+		if got := text(cell); got != tc.want {
+			t.Errorf("%s: observation lag = %q, want %q", tc.source, got, tc.want)
+		}
+		if got := cell.Find("time").AttrOr("datetime", ""); got != tc.measured {
+			t.Errorf("%s: observation lag measured at %q, want %q", tc.source, got, tc.measured)
+		}
+	}
+	if note := text(doc.Find("#lag-note")); !strings.Contains(note, "from the change in the backend to being stored") {
+		t.Errorf("sources page note = %q, want it to say what the lag covers", note)
+	}
+}
+
 // Lock names, holders and details come from backends: nothing in them may
 // become markup, in HTML or in the timeline's SVG, and control characters
 // are shown as U+FFFD.

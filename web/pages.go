@@ -713,6 +713,12 @@ func (s *Server) sourceRows(ctx context.Context, now time.Time, loc *time.Locati
 			BlindsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {src.Name},
 				"from": {since.UTC().Format(time.RFC3339)}}.Encode(),
 		}
+		if !src.LagAt.IsZero() {
+			if row.Lag = duration(src.Lag); row.Lag == "" {
+				row.Lag = "0s"
+			}
+			row.LagAt = stampAgo(src.LagAt, loc, now)
+		}
 		if cur, ok := cursorOf[src.Name]; ok {
 			row.Cursor = printable(cur.Position)
 			row.CursorAt = stampAgo(cur.At, loc, now)

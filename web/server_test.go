@@ -78,7 +78,8 @@ func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 		KnownSources: knownSources,
 		Sources: func() []audit.Source {
 			return []audit.Source{
-				{Name: "prod-etcd", Kind: audit.KindEtcd, State: audit.SourceUp},
+				{Name: "prod-etcd", Kind: audit.KindEtcd, State: audit.SourceUp,
+					Lag: 1500 * time.Millisecond, LagAt: now.Add(-2 * time.Second)},
 				{Name: "cluster-a", Kind: audit.KindKubernetes, State: audit.SourceDown,
 					BlindSince: t0.Add(30 * time.Minute), Error: "connection refused"},
 			}

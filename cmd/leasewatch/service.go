@@ -47,10 +47,11 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(promcollectors.NewGoCollector(), promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}))
+	rm := newRecorderMetrics(reg)
 	rec := audit.NewRecorder(store, audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		SourceKinds:      cfg.SourceKinds(),
-	}, logger.With("component", "recorder"), audit.WithCommitHook(newRecorderMetrics(reg).observe))
+	}, logger.With("component", "recorder"), audit.WithCommitHook(rm.observe))
 	if err := rec.Start(ctx); err != nil {
 		store.Close()
 		return nil, err
@@ -75,7 +76,7 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	svc.web, err = web.New(web.Config{
 		Store:            rec.Fresh(store),
 		Writes:           rec,
-		Sources:          svc.runner.Sources,
+		Sources:          func() []audit.Source { return rm.withLag(svc.runner.Sources()) },
 		KnownSources:     cfg.SourceKinds(),
 		IngestTokens:     cfg.IngestTokens,
 		Registry:         reg,
