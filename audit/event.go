@@ -98,6 +98,11 @@ type Input struct {
 	Blind        *Blind
 	Observations []Observation
 	Cursor       string // empty: leave the stored cursor as it is
+	// Behind is how long the observations waited in the backend or on the
+	// way before the collector received them, where it can tell (a Redis
+	// pub/sub connection's PING round trip: notifications queue ahead of
+	// the PONG). Observation lag counts it.
+	Behind time.Duration
 	// Snapshot says Observations list every lock currently held in the
 	// source (after a start or a blind window): a lock the tracker holds that
 	// is missing from them has ended while the collector was not looking.

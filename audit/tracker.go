@@ -269,8 +269,11 @@ func (t *Tracker) observe(o *output, st *TrackState, ob Observation) {
 		}
 		t.grant(o, st, cur, ob)
 	case EventRenew:
-		if !same && ob.Overtaken {
-			return // the renewal of a tenure that has ended since
+		if ob.Overtaken {
+			if ten := st.lastTenureOf(ob.Holder, ob.Token); ten != nil {
+				t.overtaken(o, st, ten, ob)
+			}
+			return
 		}
 		if !same {
 			// The grant happened where the collector could not see it.
@@ -382,17 +385,28 @@ func (t *Tracker) grant(o *output, st *TrackState, prev *Tenure, ob Observation)
 	o.event(st, Event{Kind: ob.Kind, At: ob.At, Holder: ob.Holder, Token: ob.Token, TTL: ob.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
 }
 
-func (t *Tracker) renew(o *output, st *TrackState, cur *Tenure, ob Observation) {
-	if ob.Overtaken {
-		// Its time and deadline are unknown, only that it happened: it
-		// counts, and the event carries its place in the count (for
-		// ReplayRenewal, which cannot go by its time).
-		cur.Renewals++
+// overtaken records an overtaken renewal of ten (see Observation.Overtaken).
+// Its time and deadline are unknown, only that it happened: it counts, and
+// its event carries its place in the count, for ReplayRenewal, which cannot
+// go by its time. It may arrive after ten ended (the tracker's clock
+// expired it while the collector lagged): it still happened before the
+// end, so its event is placed no later than that.
+func (t *Tracker) overtaken(o *output, st *TrackState, ten *Tenure, ob Observation) {
+	ten.Renewals++
+	at := ob.At
+	if ten.Held() {
 		o.renewal(st)
-		detail := withDetail(withDetail(copyDetail(ob.Detail), "overtaken", true), "renewal", cur.Renewals)
-		o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.Holder, Token: cur.Token, TTL: cur.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
-		return
+	} else {
+		o.tenure(st, ten)
+		if at.After(ten.EndedAt) {
+			at = ten.EndedAt
+		}
 	}
+	detail := withDetail(withDetail(copyDetail(ob.Detail), "overtaken", true), "renewal", ten.Renewals)
+	o.event(st, Event{Kind: EventRenew, At: at, Holder: ten.Holder, Token: ten.Token, TTL: ten.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
+}
+
+func (t *Tracker) renew(o *output, st *TrackState, cur *Tenure, ob Observation) {
 	at := renewedAt(ob)
 	if !at.After(cur.LastRenewedAt) {
 		return // nothing new: a snapshot seeing the same tenure, or a replayed renewal
@@ -452,7 +466,7 @@ func (st *TrackState) ReplayRenewal(e Event) bool {
 		return false
 	}
 	if n, ok := overtakenRenewal(e.Detail); ok {
-		if n <= cur.Renewals {
+		if n <= cur.Renewals || e.At.Before(cur.GrantedAt) {
 			return false
 		}
 		cur.Renewals++
@@ -610,6 +624,17 @@ func (st *TrackState) sameTenure(cur *Tenure, holder string, token *int64) bool 
 		return tokenEqual(cur.Token, token)
 	}
 	return cur.Holder == holder && tokenEqual(cur.Token, token)
+}
+
+// lastTenureOf returns the newest remembered tenure of holder and token,
+// held or not; nil if there is none.
+func (st *TrackState) lastTenureOf(holder string, token *int64) *Tenure {
+	for i := len(st.Recent) - 1; i >= 0; i-- {
+		if st.sameTenure(&st.Recent[i], holder, token) {
+			return &st.Recent[i]
+		}
+	}
+	return nil
 }
 
 // newestTokenAt returns the token of the newest remembered grant made at or

@@ -807,13 +807,17 @@ func jsonRoundTrip(t *testing.T, d map[string]any) map[string]any {
 
 // TestTrackerOvertakenRenewals: a renewal whose deadline a read of a later
 // one had already shown counts, and changes nothing else; one that arrives
-// after its tenure ended is not a grant.
+// after its tenure ended (the tracker's clock expired it while the collector
+// lagged) counts on that tenure, placed no later than its end.
 func TestTrackerOvertakenRenewals(t *testing.T) {
 	s := newStory(t, audit.KindRedis)
+	overtaken := func(holder string, when time.Time) {
+		s.observe(audit.Observation{Kind: audit.EventRenew, At: when, Holder: holder, Token: audit.Int64(1), Overtaken: true})
+	}
 	s.grant("a", 1, at(0), 2*time.Second)
 	s.renew("a", 1, at(1000*time.Millisecond))
 	before, _ := s.tr.State(s.key())
-	s.observe(audit.Observation{Kind: audit.EventRenew, At: at(1100 * time.Millisecond), Holder: "a", Token: audit.Int64(1), Overtaken: true})
+	overtaken("a", at(1100*time.Millisecond))
 	after, _ := s.tr.State(s.key())
 	cur, was := after.Recent[len(after.Recent)-1], before.Recent[len(before.Recent)-1]
 	if cur.Renewals != was.Renewals+1 || !cur.LastRenewedAt.Equal(was.LastRenewedAt) || !cur.ExpiresAt.Equal(was.ExpiresAt) || !after.Lock.RenewedAt.Equal(before.Lock.RenewedAt) {
@@ -826,11 +830,29 @@ func TestTrackerOvertakenRenewals(t *testing.T) {
 	if _, ok := e.Detail["margin_ratio"]; ok {
 		t.Errorf("overtaken renewal's event has a margin %v, but its time is unknown", e.Detail["margin_ratio"])
 	}
-	s.release("a", at(1500*time.Millisecond))
-	n := len(s.out.Events)
-	s.observe(audit.Observation{Kind: audit.EventRenew, At: at(1600 * time.Millisecond), Holder: "a", Token: audit.Int64(1), Overtaken: true})
-	if len(s.out.Events) != n {
-		t.Fatalf("an overtaken renewal after the release made events %v", s.events()[n:])
+
+	// The lease runs out by the tracker's clock, b takes the lock, and
+	// then a's last renewals arrive.
+	s.tick(at(3100 * time.Millisecond))
+	s.grant("b", 2, at(3200*time.Millisecond), 2*time.Second)
+	n := len(s.out.Tenures)
+	overtaken("a", at(3300*time.Millisecond))
+	st, _ := s.tr.State(s.key())
+	a, b := st.Recent[len(st.Recent)-2], st.Recent[len(st.Recent)-1]
+	if a.Holder != "a" || a.Held() || a.Renewals != 3 || b.Renewals != 0 {
+		t.Fatalf("after a's renewal arrived late: a %+v, b %+v; want a's ended tenure with 3 renewals, none for b", a, b)
+	}
+	e = s.out.Events[len(s.out.Events)-1]
+	if e.Kind != audit.EventRenew || e.Holder != "a" || !e.At.Equal(a.EndedAt) {
+		t.Errorf("a's late renewal's event = %+v, want a renew of a placed at its end %v", e, a.EndedAt)
+	}
+	if len(s.out.Tenures) != n+1 || s.out.Tenures[n].Seq != a.Seq || s.out.Tenures[n].Renewals != 3 {
+		t.Errorf("tenures written for a's late renewal = %+v, want a's tenure with 3 renewals", s.out.Tenures[n:])
+	}
+	m := len(s.out.Events)
+	overtaken("c", at(3400*time.Millisecond))
+	if len(s.out.Events) != m {
+		t.Errorf("an overtaken renewal of a holder the lock never had made events %v", s.events()[m:])
 	}
 }
 

@@ -59,6 +59,7 @@ func main() {
 		fs.DurationVar(&r.warmup, "warmup", 10*time.Second, "load before measuring")
 		fs.DurationVar(&r.duration, "duration", 30*time.Second, "measured load")
 		fs.StringVar(&r.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
+		fs.BoolVar(&r.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
 		scenario = &r
 	default:
 		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes or redis\n", os.Args[1])

@@ -2,12 +2,17 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
+	"maps"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
+	_ "modernc.org/sqlite" // recordedPerLock reads leasewatch's database
 )
 
 // window is what leasewatch did over the measured part of a run.
@@ -94,4 +99,57 @@ func dispatch(ctx context.Context, n int, period time.Duration, send func(i int)
 			}
 		}
 	}
+}
+
+// recordedPerLock returns, from the database leasewatch at dir writes, how
+// many events of kind each of source's locks has: the per-lock side of a
+// comparison whose totals could hide a miss behind a duplicate.
+func recordedPerLock(ctx context.Context, dir, source, kind string) (map[string]int64, error) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "leasewatch.db")+"?mode=ro")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT l.name, count(*) FROM events e JOIN locks l ON l.id = e.lock_id
+		WHERE l.source = ? AND e.kind = ? GROUP BY l.name`, source, kind)
+	if err != nil {
+		return nil, fmt.Errorf("count %s events per lock: %w", kind, err)
+	}
+	defer rows.Close()
+	out := make(map[string]int64)
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			return nil, err
+		}
+		out[name] = n
+	}
+	return out, rows.Err()
+}
+
+// compareCounts compares what a load made of each lock (by name) with what
+// leasewatch recorded, and describes the locks where they differ.
+func compareCounts(made, got map[string]int64) (differ int, summary string) {
+	var fewer, more int
+	var example string
+	for _, name := range slices.Sorted(maps.Keys(made)) {
+		if got[name] == made[name] {
+			continue
+		}
+		if got[name] < made[name] {
+			fewer++
+		} else {
+			more++
+		}
+		if example == "" {
+			example = fmt.Sprintf("; e.g. %s: %d made, %d recorded", name, made[name], got[name])
+		}
+	}
+	for name := range got {
+		if _, ok := made[name]; !ok {
+			more++
+		}
+	}
+	return fewer + more, fmt.Sprintf("%d with fewer recorded, %d with more%s", fewer, more, example)
 }

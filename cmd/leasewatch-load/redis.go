@@ -25,6 +25,7 @@ type redisLoad struct {
 	warmup     time.Duration
 	duration   time.Duration
 	leasewatch string
+	keep       bool // keep the run's folder (database, config) for inspection
 }
 
 // extendScript extends a lock only while it holds the caller's value
@@ -38,16 +39,25 @@ const (
 	loadPipeline = 64
 )
 
+// tally is what the load did, as redis-server answered it.
+type tally struct {
+	held                  []atomic.Bool
+	extended              []atomic.Int64 // per lock
+	grants, renewals      atomic.Int64
+	lost, skipped, failed atomic.Int64
+}
+
 // send takes or extends the locks of batch in one pipeline, and counts what
-// happened.
-func (k *redisLoad) send(cli *goredis.Client, extend *goredis.Script, held []atomic.Bool, batch []int, grants, renewals, lost *atomic.Int64) {
+// happened. A command without an answer may or may not have run: it is
+// counted as failed, and a run with failures cannot be compared exactly.
+func (k *redisLoad) send(cli *goredis.Client, extend *goredis.Script, batch []int, t *tally) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	cmds := make([]goredis.Cmder, len(batch))
 	_, _ = cli.Pipelined(ctx, func(p goredis.Pipeliner) error {
 		for n, i := range batch {
 			key, value := "lock:"+strconv.Itoa(i), "holder-"+strconv.Itoa(i)
-			if !held[i].Load() {
+			if !t.held[i].Load() {
 				cmds[n] = p.SetNX(ctx, key, value, k.ttl)
 			} else {
 				cmds[n] = extend.EvalSha(ctx, p, []string{key}, value, k.ttl.Milliseconds())
@@ -58,18 +68,25 @@ func (k *redisLoad) send(cli *goredis.Client, extend *goredis.Script, held []ato
 	for n, i := range batch {
 		switch c := cmds[n].(type) {
 		case *goredis.BoolCmd:
-			if ok, err := c.Result(); err == nil && ok {
-				held[i].Store(true)
-				grants.Add(1)
+			ok, err := c.Result()
+			switch {
+			case err != nil:
+				t.failed.Add(1)
+			case ok:
+				t.held[i].Store(true)
+				t.grants.Add(1)
 			}
 		case *goredis.Cmd:
-			if v, err := c.Int64(); err == nil {
-				if v == 1 {
-					renewals.Add(1)
-				} else {
-					held[i].Store(false) // it expired before the extension: take it again
-					lost.Add(1)
-				}
+			v, err := c.Int64()
+			switch {
+			case err != nil:
+				t.failed.Add(1)
+			case v == 1:
+				t.renewals.Add(1)
+				t.extended[i].Add(1)
+			default:
+				t.held[i].Store(false) // it expired before the extension: take it again
+				t.lost.Add(1)
 			}
 		}
 	}
@@ -80,7 +97,11 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	if k.keep {
+		fmt.Fprintf(log, "keeping %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 	srv, err := redisserver.Start(ctx, filepath.Join(dir, "redis"))
 	if err != nil {
 		return err
@@ -112,8 +133,7 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 	if err := extend.Load(ctx, cli).Err(); err != nil {
 		return err
 	}
-	held := make([]atomic.Bool, k.locks)
-	var grants, renewals, lost, skipped atomic.Int64
+	t := &tally{held: make([]atomic.Bool, k.locks), extended: make([]atomic.Int64, k.locks)}
 	work := make(chan int, k.locks)
 	var wg sync.WaitGroup
 	// Each worker sends what is due in one pipeline: many clients' worth of
@@ -137,7 +157,7 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 						break more
 					}
 				}
-				k.send(cli, extend, held, batch, &grants, &renewals, &lost)
+				k.send(cli, extend, batch, t)
 			}
 		}()
 	}
@@ -150,7 +170,7 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 			select {
 			case work <- i:
 			default: // redis-server is behind: skip rather than queue without bound
-				skipped.Add(1)
+				t.skipped.Add(1)
 			}
 		})
 	}()
@@ -166,17 +186,29 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 
 	// Drain: every grant and extension must be recorded exactly once.
 	_ = waitFor(ctx, 30*time.Second, "leasewatch to record every grant and extension", func() bool {
-		return recorded(ctx, url, loadSource, "grant") >= float64(grants.Load()) && recorded(ctx, url, loadSource, "renew") >= float64(renewals.Load())
+		return recorded(ctx, url, loadSource, "grant") >= float64(t.grants.Load()) && recorded(ctx, url, loadSource, "renew") >= float64(t.renewals.Load())
 	})
 	gotGrants, gotRenewals := recorded(ctx, url, loadSource, "grant"), recorded(ctx, url, loadSource, "renew")
-	w.write(out, fmt.Sprintf("leasewatch-load redis: %d string locks with %s TTLs extended every %s (%.0f extensions/s offered), %s measured after %s warm-up; lag is the collector's receipt of the keyspace event → stored",
+	made := make(map[string]int64, k.locks)
+	for i := range t.extended {
+		if n := t.extended[i].Load(); n > 0 {
+			made["lock:"+strconv.Itoa(i)] = n
+		}
+	}
+	got, err := recordedPerLock(ctx, dir, loadSource, "renew")
+	if err != nil {
+		return err
+	}
+	differ, perLock := compareCounts(made, got)
+	w.write(out, fmt.Sprintf("leasewatch-load redis: %d string locks with %s TTLs extended every %s (%.0f extensions/s offered), %s measured after %s warm-up; lag is the keyspace event's publication (its receipt less the pub/sub connection's PING round trip) → stored",
 		k.locks, k.ttl, k.every, float64(k.locks)/k.every.Seconds(), k.duration, k.warmup), [][2]string{
-		{"extensions achieved", fmt.Sprintf("%.0f/s (%d skipped while redis-server was behind, %d locks lost to expiry)", float64(renewals.Load())/(k.warmup+k.duration).Seconds(), skipped.Load(), lost.Load())},
-		{"grants made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f)", grants.Load(), gotGrants, float64(grants.Load())-gotGrants)},
-		{"extensions made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f)", renewals.Load(), gotRenewals, float64(renewals.Load())-gotRenewals)},
+		{"extensions achieved", fmt.Sprintf("%.0f/s (%d skipped while redis-server was behind, %d locks lost to expiry, %d commands unanswered)", float64(t.renewals.Load())/(k.warmup+k.duration).Seconds(), t.skipped.Load(), t.lost.Load(), t.failed.Load())},
+		{"grants made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f)", t.grants.Load(), gotGrants, float64(t.grants.Load())-gotGrants)},
+		{"extensions made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f)", t.renewals.Load(), gotRenewals, float64(t.renewals.Load())-gotRenewals)},
+		{"locks whose extensions differ", fmt.Sprintf("%d: %s", differ, perLock)},
 	})
-	if gotGrants != float64(grants.Load()) || gotRenewals != float64(renewals.Load()) {
-		return fmt.Errorf("leasewatch recorded %.0f grants of %d and %.0f extensions of %d", gotGrants, grants.Load(), gotRenewals, renewals.Load())
+	if gotGrants != float64(t.grants.Load()) || gotRenewals != float64(t.renewals.Load()) || differ > 0 {
+		return fmt.Errorf("leasewatch recorded %.0f grants of %d and %.0f extensions of %d; %d locks differ", gotGrants, t.grants.Load(), gotRenewals, t.renewals.Load(), differ)
 	}
 	return nil
 }

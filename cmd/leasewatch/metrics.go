@@ -29,7 +29,7 @@ func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
 	m := &recorderMetrics{
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "leasewatch_observation_lag_seconds",
-			Help:    "Time from a backend change (the holder's renewTime where the backend records it, else the collector's receipt) to the commit that stored it.",
+			Help:    "Time from a backend change (the holder's renewTime where the backend records it, else the collector's receipt, less how long the backend's notification waited before it, where the collector can tell) to the commit that stored it.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"source"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -51,7 +51,7 @@ func (m *recorderMetrics) observe(c audit.Commit) {
 			if !ob.RenewedAt.IsZero() {
 				from = ob.RenewedAt
 			}
-			lag := c.At.Sub(from)
+			lag := c.At.Sub(from) + in.Behind
 			if lag < 0 {
 				continue // a holder's clock ahead of ours says nothing of the lag
 			}

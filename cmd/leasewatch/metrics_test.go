@@ -35,12 +35,18 @@ func TestRecorderMetricsKeepEachSourcesLatestLag(t *testing.T) {
 	commit(t0.Add(time.Second), obs("prod-etcd", t0.Add(time.Second-2*time.Millisecond)))
 	// An input without observations (a Live vouch) measures nothing.
 	commit(t0.Add(2*time.Second), &audit.Input{Source: "prod-etcd", Live: true})
+	// Notifications that waited before the collector received them (a
+	// Redis PING round trip) count from before their receipt.
+	behind := obs("cache", t0.Add(-20*time.Millisecond))
+	behind.Behind = 300 * time.Millisecond
+	commit(t0, behind)
 
-	got := m.withLag([]audit.Source{{Name: "prod-etcd"}, {Name: "cluster-a"}, {Name: "cache"}})
+	got := m.withLag([]audit.Source{{Name: "prod-etcd"}, {Name: "cluster-a"}, {Name: "cache"}, {Name: "idle"}})
 	for _, want := range []audit.Source{
 		{Name: "prod-etcd", Lag: 2 * time.Millisecond, LagAt: t0.Add(time.Second)},
 		{Name: "cluster-a", Lag: 400 * time.Millisecond, LagAt: t0},
-		{Name: "cache"},
+		{Name: "cache", Lag: 320 * time.Millisecond, LagAt: t0},
+		{Name: "idle"},
 	} {
 		var src audit.Source
 		for _, s := range got {

@@ -49,6 +49,10 @@ type instMsg struct {
 	// live (msgScan, msgEvents): every change on the instance up to then
 	// has been read and reported, with this message or before it.
 	live time.Time
+	// behind (msgEvents): the latest PING round trip on the pub/sub
+	// connection, how long notifications wait before the collector
+	// reads them.
+	behind time.Duration
 
 	err  error     // msgDown
 	from time.Time // msgDown: the last moment the instance was seen
@@ -79,7 +83,8 @@ type instance struct {
 	blindReason string
 	runID       string // the server's run_id as last seen
 	lastSeen    time.Time
-	dups        dedup // of the current connection
+	dups        dedup         // of the current connection
+	behind      time.Duration // the latest PING round trip of the current connection
 	// noScript is why reads fall back from readScript to a MULTI of plain
 	// commands (scripting denied to the user), or "".
 	noScript string
@@ -221,7 +226,7 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 		cancel()
 		wg.Wait()
 	}()
-	in.dups = dedup{}
+	in.dups, in.behind = dedup{}, 0
 	if err := in.subscribe(sctx, ps); err != nil {
 		if isConnErr(err) {
 			return false, in.lost(in.lastSeen, err)
@@ -394,6 +399,7 @@ func (in *instance) handle(ctx context.Context, batch []received, pings *[]time.
 		}
 		if _, ok := r.msg.(*goredis.Pong); ok && len(*pings) > 0 {
 			live, *pings = (*pings)[0], (*pings)[1:]
+			in.behind = r.at.Sub(live)
 			continue
 		}
 		m, ok := r.msg.(*goredis.Message)
@@ -425,7 +431,7 @@ func (in *instance) handle(ctx context.Context, batch []received, pings *[]time.
 		ke.rd = rds[i]
 		out = append(out, *ke)
 	}
-	if !in.send(ctx, instMsg{kind: msgEvents, at: in.now(), batch: out, live: live}) {
+	if !in.send(ctx, instMsg{kind: msgEvents, at: in.now(), batch: out, live: live, behind: in.behind}) {
 		return ctx.Err()
 	}
 	return failed

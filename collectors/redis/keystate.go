@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"slices"
 	"sort"
 	"time"
 )
@@ -131,6 +132,13 @@ func (ks *keyState) resolve(r endReason) {
 	}
 }
 
+// renewWaiting queues an overtaken renewal of the first waiting end's hold,
+// ahead of that end.
+func (ks *keyState) renewWaiting(key string, at time.Time) {
+	i := slices.IndexFunc(ks.queue, func(ch change) bool { return ch.waiting })
+	ks.queue = slices.Insert(ks.queue, i, change{Kind: changeRenew, Key: key, H: ks.queue[i].H, At: at, Overtaken: true})
+}
+
 // flush returns the queued changes up to the first waiting end.
 func (ks *keyState) flush() []change {
 	n := 0
@@ -204,6 +212,7 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 	// renewals that one read overtook are still two.
 	var buf [4]time.Time
 	renewals := buf[:0]
+	wrote := false // a write to ks.cur in this batch
 	for _, ev := range events {
 		afterWrite := ks.afterWrite
 		ks.afterWrite = false
@@ -224,8 +233,13 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 			state, overwritten = stNone, false
 			continue
 		}
-		if ev.Name == "expire" {
-			if state == stCur && !afterWrite && !ks.expectWrite && !ks.waiting() {
+		if ev.Name == "expire" && !afterWrite {
+			switch {
+			case ks.waiting():
+				// A renewal of the hold a read found gone, before the
+				// event that says how it ended.
+				ks.renewWaiting(key, ev.At)
+			case state == stCur && !ks.expectWrite:
 				renewals = append(renewals, ev.At)
 			}
 			continue
@@ -245,8 +259,10 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 		case state == stCur && ks.expectWrite:
 			ks.expectWrite = false // the write that created ks.cur
 		case state == stCur && replacingWrite(ev.Name):
-			overwritten = true
+			overwritten, wrote = true, true
 			renewals = append(renewals, ev.At)
+		case state == stCur:
+			wrote = true // a Redisson re-entry: HINCRBY, then PEXPIRE
 		}
 	}
 
@@ -255,16 +271,23 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 		prev := *ks.cur
 		h.Token = prev.Token // the grant's: a re-entrant counter may have moved since
 		later, earlier := deadlineMoved(prev, h)
+		counted := len(renewals) > 0 || wrote
 		if (later || earlier) && len(renewals) > 0 {
 			// The deadline read is the last renewal's; the ones
 			// before it were overtaken.
 			renewals = renewals[:len(renewals)-1]
 		}
 		ks.queue = appendOvertaken(ks.queue, key, prev, renewals)
-		if later || earlier {
+		switch {
+		case (later || earlier) && !counted:
+			// Nothing in this batch set the deadline (say, only a SET's
+			// own expire): a renewal whose notification is still to come
+			// did, and that notification will count it.
+			ks.cur = &h
+		case later || earlier:
 			ks.queue = append(ks.queue, change{Kind: changeRenew, Key: key, H: h, At: h.At})
 			ks.cur = &h
-		} else {
+		default:
 			n := narrow(prev, h)
 			n.Count = h.Count
 			ks.cur = &n
@@ -296,20 +319,24 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 	return out
 }
 
-// resolvePending gives up waiting for end events that have not come within
-// grace of a read finding their hold gone, guessing how each hold ended from
-// its deadline, and returns the changes that were waiting.
-func (s *instanceState) resolvePending(now time.Time, grace time.Duration) []change {
+// resolvePending gives up waiting for the end events that are not coming:
+// the notification stream has delivered everything published before seen,
+// so a hold found gone by a read before then whose end event has not arrived
+// ended without one (FLUSHALL, FLUSHDB, SWAPDB). It guesses how each ended
+// from its deadline, and returns the changes that were waiting. Under a
+// backlog this waits as long as the backlog lasts, and so counts the
+// renewals still queued ahead of the end event.
+func (s *instanceState) resolvePending(seen time.Time) []change {
 	due := make(map[string]bool)
 	for key := range s.queued {
-		if ks := s.keys[key]; ks.queue[0].waiting && now.Sub(ks.queue[0].At) >= grace {
+		if ks := s.keys[key]; ks.queue[0].waiting && ks.queue[0].At.Before(seen) {
 			due[key] = true
 		}
 	}
 	var out []change
 	for _, key := range sortedKeys(due) {
 		ks := s.keys[key]
-		for len(ks.queue) > 0 && ks.queue[0].waiting && now.Sub(ks.queue[0].At) >= grace {
+		for len(ks.queue) > 0 && ks.queue[0].waiting && ks.queue[0].At.Before(seen) {
 			ks.queue[0] = inferredEnd(key, ks.queue[0].H, ks.queue[0].At, "no end event for a key found gone")
 			out = append(out, ks.flush()...)
 		}

@@ -72,9 +72,6 @@ const (
 	defaultReconnectMin = 100 * time.Millisecond
 	defaultReconnectMax = 2 * time.Second
 	defaultGiveUpAfter  = 10 * time.Second
-	// pendingGrace is how long a hold found gone waits for its end event
-	// before the collector guesses how it ended.
-	pendingGrace = time.Second
 	// pingInterval is how often the pub/sub connection is pinged. A PONG
 	// comes after every notification published before the server read the
 	// PING, so each one lets the collector vouch it has seen everything up to

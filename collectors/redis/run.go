@@ -103,7 +103,7 @@ func (r *run) run(ctx context.Context, ready func()) error {
 		}
 	}
 
-	tick := time.NewTicker(pendingGrace / 4)
+	tick := time.NewTicker(liveEvery)
 	defer tick.Stop()
 	for {
 		select {
@@ -120,7 +120,7 @@ func (r *run) run(ctx context.Context, ready func()) error {
 			}
 			var obs []audit.Observation
 			for i, st := range r.c.states {
-				obs = append(obs, r.c.comb.apply(i, st.resolvePending(now, pendingGrace))...)
+				obs = append(obs, r.c.comb.apply(i, st.resolvePending(r.live[i]))...)
 			}
 			if err := r.record(ctx, audit.Input{Observations: obs}); err != nil {
 				return err
@@ -290,7 +290,7 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 			r.goodUntil = m.at
 			return nil
 		}
-		return r.record(ctx, audit.Input{At: m.at, Observations: obs})
+		return r.record(ctx, audit.Input{At: m.at, Observations: obs, Behind: m.behind})
 	}
 	return nil
 }
