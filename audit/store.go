@@ -32,9 +32,9 @@ type Store interface {
 	CountLocks(ctx context.Context, f LockFilter) (int, error)
 	// LockCounts returns how many locks there are per source, class and state.
 	LockCounts(ctx context.Context) ([]LockCount, error)
-	// FindingCounts returns how many findings started within f's window, per
-	// severity. Only f's time bounds are used.
-	FindingCounts(ctx context.Context, f TimeFilter) (map[Severity]int, error)
+	// FindingCounts returns how many findings of locks of f.Class started
+	// within f's window, per severity. f.Limit is not used.
+	FindingCounts(ctx context.Context, f FindingCountFilter) (map[Severity]int, error)
 	// EventTimes returns the times of the lock's events of one kind within f's
 	// window, in time order; if more than f.Limit match, the newest f.Limit.
 	// It is the cheap way to draw many renewals. Returns ENOTFOUND if the lock
@@ -136,11 +136,13 @@ type EventCursor struct {
 // IsZero reports whether the cursor is unset.
 func (c EventCursor) IsZero() bool { return c.ID == 0 && c.At.IsZero() }
 
-// FindingFilter selects findings. LockID 0 means every lock.
+// FindingFilter selects findings. LockID 0 means every lock; empty Class,
+// every class.
 type FindingFilter struct {
 	TimeFilter
 	LockID   int64
 	Source   string
+	Class    Class // the class of the finding's lock
 	Kind     FindingKind
 	Severity Severity
 	Resource string
@@ -150,6 +152,13 @@ type FindingFilter struct {
 	// Before, when not zero, keeps findings strictly older than this position
 	// in (at, id) order: keyset paging towards the past.
 	Before EventCursor
+}
+
+// FindingCountFilter selects the findings FindingCounts counts: those that
+// start within the window, of locks of Class (empty: every class).
+type FindingCountFilter struct {
+	TimeFilter
+	Class Class
 }
 
 // Batch is everything one group commit writes: the tracker's changes from one

@@ -248,6 +248,7 @@ type FindingFilter struct {
 	Source   string
 	Lock     string // lock id or SOURCE/NAME, kept so a link from a lock page stays scoped
 	Resource string
+	Class    string // of the findings' locks: "" (locks only), "lock", "heartbeat" or "all"
 	From     string
 	To       string
 }

@@ -115,6 +115,8 @@ func BenchmarkPages(b *testing.B) {
 		{"LockQuiet", fmt.Sprintf("/locks/%d", quiet[0].ID)},
 		{"LockFinding", strings.Split(findingRow(critical[0], time.UTC).TimelineURL, "#")[0]},
 		{"Findings", "/findings"},
+		{"FindingsHeartbeats", "/findings?class=heartbeat"},
+		{"FindingsAllClasses", "/findings?class=all"},
 		{"FindingsCritical24h", "/findings?severity=critical&from=" + day},
 		{"FindingsSourceKind", "/findings?source=cluster-a&kind=lease_expired"},
 		{"FindingsLock", "/findings?lock=" + busyID},

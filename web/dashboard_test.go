@@ -529,3 +529,112 @@ func TestAPILocksPages(t *testing.T) {
 	wantError(t, f.getJSON(t, "/api/v1/locks?sort=size", http.StatusBadRequest), "sort")
 	wantError(t, f.getJSON(t, "/api/v1/locks?after=1&before=2", http.StatusBadRequest), "before")
 }
+
+// Heartbeats are recorded but kept out of the default views and alerts: a
+// node's lease running out (the fixture's node-1 lease_expired) is missing
+// from the overview's counts and list, the findings page and the findings
+// API, and shows with class=heartbeat or class=all, or when its lock is
+// named.
+func TestHeartbeatFindingsOutOfDefaultViews(t *testing.T) {
+	f := newFixture(t)
+	const hbSummary = "node-1 stopped renewing"
+
+	t.Run("Overview", func(t *testing.T) {
+		doc := htmlDoc(t, "/", f.page(t, "/", http.StatusOK))
+		if sevs := text(doc.Find("ul.sevs")); !strings.Contains(sevs, "2 warning") {
+			t.Errorf("severity counts %q, want 2 warning (the heartbeat's lease_expired not counted)", sevs)
+		}
+		if rows := text(doc.Find(`section[aria-labelledby="h-findings"] tbody`)); strings.Contains(rows, hbSummary) {
+			t.Errorf("recent findings %q list the heartbeat's finding", rows)
+		}
+	})
+
+	t.Run("Page", func(t *testing.T) {
+		for _, tc := range []struct {
+			query string
+			shown bool
+			class string // the class the filter form shows as selected
+		}{
+			{"", false, ""},
+			{"class=lock", false, ""}, // the form's first option, "locks", as on the locks page
+			{"class=heartbeat", true, "heartbeat"},
+			{"class=all", true, "all"},
+			{"source=cluster-a", false, ""},
+			{"source=cluster-a&class=heartbeat&kind=lease_expired", true, "heartbeat"},
+			{"lock=" + itoa(f.heartbeat.ID), true, "all"},
+			{"lock=cluster-a/kube-node-lease/node-1", true, "all"},
+		} {
+			target := "/findings?" + tc.query
+			doc := htmlDoc(t, target, f.page(t, target, http.StatusOK))
+			if got := strings.Contains(text(doc.Find("table.findings tbody")), hbSummary); got != tc.shown {
+				t.Errorf("%s lists the heartbeat's finding: %v, want %v", target, got, tc.shown)
+			}
+			if got := doc.Find(`select[name="class"] option[selected]`).AttrOr("value", ""); got != tc.class {
+				t.Errorf("%s class selected = %q, want %q", target, got, tc.class)
+			}
+		}
+		f.page(t, "/findings?class=heartbeats", http.StatusBadRequest)
+	})
+
+	t.Run("API", func(t *testing.T) {
+		for _, tc := range []struct {
+			query string
+			want  int // findings; the heartbeat's is one of them when shown
+			shown bool
+		}{
+			{"", 3, false},
+			{"class=lock", 3, false},
+			{"class=heartbeat", 1, true},
+			{"class=all", 4, true},
+			{"kind=lease_expired", 1, false},
+			{"kind=lease_expired&class=all", 2, true},
+			{"lock=" + itoa(f.heartbeat.ID), 1, true},
+			{"lock=" + itoa(f.heartbeat.ID) + "&class=lock", 0, false},
+		} {
+			got := list(t, f.getJSON(t, "/api/v1/findings?"+tc.query, http.StatusOK), "findings")
+			shown := false
+			for _, fd := range got {
+				if fd["summary"] == hbSummary {
+					shown = true
+					wantNumber(t, "lock_id", fd["lock_id"], float64(f.heartbeat.ID))
+				}
+			}
+			if len(got) != tc.want || shown != tc.shown {
+				t.Errorf("findings?%s: %d findings, heartbeat's shown %v; want %d, %v", tc.query, len(got), shown, tc.want, tc.shown)
+			}
+		}
+		wantError(t, f.getJSON(t, "/api/v1/findings?class=mutex", http.StatusBadRequest), "class")
+		if locks := list(t, f.getJSON(t, "/api/v1/locks?class=all", http.StatusOK), "locks"); len(locks) != 3 {
+			t.Errorf("locks?class=all: %d locks, want 3 (every class, as without class)", len(locks))
+		}
+	})
+
+	t.Run("SourcesBlindLinksCoverEveryClass", func(t *testing.T) {
+		// A blind window covers a source's every lock, heartbeats too.
+		key := audit.LockKey{Source: "cluster-a", Name: "kube-node-lease/node-1"}
+		if err := f.store.Apply(context.Background(), audit.Batch{Findings: []audit.Finding{
+			{Lock: key, Kind: audit.FindingBlindWindow, At: now.Add(-3 * time.Minute), Until: now.Add(-2 * time.Minute)},
+		}}); err != nil {
+			t.Fatal(err)
+		}
+		doc := htmlDoc(t, "/sources", f.page(t, "/sources", http.StatusOK))
+		links := 0
+		doc.Find(`a[href^="/findings?"]`).Each(func(_ int, s *goquery.Selection) {
+			href := s.AttrOr("href", "")
+			if !strings.Contains(href, "kind=blind_window") {
+				return
+			}
+			links++
+			if !strings.Contains(href, "class=all") {
+				t.Errorf("blind window link %q would hide the heartbeats' blind windows", href)
+			}
+			page := htmlDoc(t, href, f.page(t, href, http.StatusOK))
+			if page.Find("table.findings tbody tr").Length() == 0 {
+				t.Errorf("%s lists no blind window", href)
+			}
+		})
+		if links == 0 {
+			t.Error("the sources page links to no blind window findings")
+		}
+	})
+}

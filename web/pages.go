@@ -132,8 +132,10 @@ func (s *Server) handleOverview(c echo.Context) error {
 		}
 	}
 
+	// Heartbeats' findings (a node's lease running out) stay out of the
+	// overview, as heartbeats do; the findings page shows them on request.
 	day := audit.TimeFilter{From: now.Add(-24 * time.Hour), To: now}
-	sev, err := s.store.FindingCounts(ctx, day)
+	sev, err := s.store.FindingCounts(ctx, audit.FindingCountFilter{TimeFilter: day, Class: audit.ClassLock})
 	if err != nil {
 		return err
 	}
@@ -142,7 +144,8 @@ func (s *Server) handleOverview(c echo.Context) error {
 		p.Severities = append(p.Severities, views.SeverityCount{Severity: string(v), N: sev[v],
 			URL: "/findings?" + url.Values{"severity": {string(v)}, "from": {day.From.UTC().Format(time.RFC3339)}}.Encode()})
 	}
-	findings, err := s.store.Findings(ctx, audit.FindingFilter{TimeFilter: audit.TimeFilter{From: day.From, Limit: overviewFindings}})
+	findings, err := s.store.Findings(ctx, audit.FindingFilter{Class: audit.ClassLock,
+		TimeFilter: audit.TimeFilter{From: day.From, Limit: overviewFindings}})
 	if err != nil {
 		return err
 	}
@@ -603,6 +606,7 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 			Source:   f.Source,
 			Lock:     q.Get("lock"),
 			Resource: f.Resource,
+			Class:    q.Get("class"),
 			From:     q.Get("from"),
 			To:       q.Get("to"),
 		},
@@ -613,6 +617,9 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 	}
 	if f.Source != "" && !slices.Contains(p.Sources, f.Source) {
 		p.Sources = append(p.Sources, f.Source)
+	}
+	if p.Filter.Class == "" && f.Class == "" {
+		p.Filter.Class = "all" // a named lock's findings, whatever its class
 	}
 	for _, k := range audit.FindingKinds {
 		p.Kinds = append(p.Kinds, string(k))
@@ -667,7 +674,7 @@ func (s *Server) handleSourcesPage(c echo.Context) error {
 			Duration: duration(b.To.Sub(b.From)),
 			Reason:   printable(b.Reason),
 			Locks:    b.Locks,
-			FindingsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {b.Source},
+			FindingsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {b.Source}, "class": {"all"},
 				"from": {b.From.UTC().Format(time.RFC3339Nano)}, "to": {b.To.UTC().Format(time.RFC3339Nano)}}.Encode(),
 		})
 	}
@@ -710,7 +717,7 @@ func (s *Server) sourceRows(ctx context.Context, now time.Time, loc *time.Locati
 			Error:      printable(src.Error),
 			Locks:      locks[src.Name],
 			LocksURL:   "/locks?" + url.Values{"source": {src.Name}, "class": {"all"}}.Encode(),
-			BlindsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {src.Name},
+			BlindsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {src.Name}, "class": {"all"},
 				"from": {since.UTC().Format(time.RFC3339)}}.Encode(),
 		}
 		if !src.LagAt.IsZero() {

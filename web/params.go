@@ -89,14 +89,17 @@ func isDigits(s string) bool {
 	return s != ""
 }
 
-// parseClass reads the class parameter of the API: empty (every class), lock
-// or heartbeat.
+// parseClass reads the class parameter of the locks API: empty or all (every
+// class), lock or heartbeat. "all" is accepted as the pages and the findings
+// API spell every class.
 func parseClass(q url.Values) (audit.Class, error) {
 	switch c := audit.Class(q.Get("class")); c {
 	case "", audit.ClassLock, audit.ClassHeartbeat:
 		return c, nil
+	case "all":
+		return "", nil
 	default:
-		return "", audit.Errorf(audit.EINVALID, `class: must be "lock" or "heartbeat"`)
+		return "", audit.Errorf(audit.EINVALID, `class: must be "lock", "heartbeat" or "all"`)
 	}
 }
 
@@ -190,7 +193,8 @@ func parseEventFilter(q url.Values) (audit.EventFilter, error) {
 }
 
 // parseFindingFilter reads the findings list parameters. A lock id is checked
-// to exist, so a typo answers 404 rather than an empty list.
+// to exist, so a typo answers 404 rather than an empty list. Without class,
+// only findings of class lock match, unless a lock is named.
 func (s *Server) parseFindingFilter(c echo.Context) (audit.FindingFilter, error) {
 	q := c.QueryParams()
 	var f audit.FindingFilter
@@ -212,6 +216,9 @@ func (s *Server) parseFindingFilter(c echo.Context) (audit.FindingFilter, error)
 	}
 	f.Resource = q.Get("resource")
 	f.Source = q.Get("source")
+	if f.Class, err = parseFindingClass(q); err != nil {
+		return f, err
+	}
 	if v := q.Get("lock"); v != "" {
 		// A lock id, or (an addition to the API) SOURCE/NAME.
 		if isDigits(v) || !strings.Contains(v, "/") {
@@ -233,7 +240,27 @@ func (s *Server) parseFindingFilter(c echo.Context) (audit.FindingFilter, error)
 			f.LockID = l.ID
 		}
 	}
+	if q.Get("class") == "" && f.LockID != 0 {
+		// A lock asked for by name shows its findings whatever its class.
+		f.Class = ""
+	}
 	return f, nil
+}
+
+// parseFindingClass reads the class of the findings' locks, for the API and
+// the page alike. Heartbeats are recorded but kept out of the default views
+// and alerts, as on the locks page: empty means lock, all every class.
+func parseFindingClass(q url.Values) (audit.Class, error) {
+	switch c := q.Get("class"); c {
+	case "":
+		return audit.ClassLock, nil
+	case "all":
+		return "", nil
+	case string(audit.ClassLock), string(audit.ClassHeartbeat):
+		return audit.Class(c), nil
+	default:
+		return "", audit.Errorf(audit.EINVALID, `class: must be "lock", "heartbeat" or "all"`)
+	}
 }
 
 // truncate shortens s to at most n bytes without splitting a UTF-8 sequence,

@@ -272,11 +272,62 @@ func TestFindingsBySourceOverlapAndCursor(t *testing.T) {
 	third := all[2] // k8s at 20, after "instant" at 20
 	equal(t, "before cursor", sums(audit.FindingFilter{Before: audit.EventCursor{At: third.At, ID: third.ID}}), []string{"long", "instant"})
 
-	counts, err := s.FindingCounts(ctx, audit.TimeFilter{From: at(15)})
+	counts, err := s.FindingCounts(ctx, audit.FindingCountFilter{TimeFilter: audit.TimeFilter{From: at(15)}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	equal(t, "counts since 15s", counts, map[audit.Severity]int{audit.SeverityInfo: 1, audit.SeverityWarning: 2})
+}
+
+// A node's heartbeat lease running out is recorded like any lease expiry;
+// the class filter, on the lock's class, is how the default views leave it
+// out of the findings list and counts.
+func TestFindingsByLockClass(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	orders := heldLock("k8s", "ns/orders", "a", 1, 0)
+	node := heldLock("k8s", "kube-node-lease/node-1", "node-1", 0, 0)
+	node.Lock.Class = audit.ClassHeartbeat
+	apply(t, s, audit.Batch{
+		Locks: []audit.TrackState{orders, node},
+		Findings: []audit.Finding{
+			{Lock: orders.Lock.Key(), Kind: audit.FindingLateRenewal, At: at(10), Summary: "orders late"},
+			{Lock: node.Lock.Key(), Kind: audit.FindingLeaseExpired, At: at(20), Summary: "node-1 expired"},
+			{Lock: node.Lock.Key(), Kind: audit.FindingLateRenewal, At: at(30), Summary: "node-1 late"},
+			{Lock: orders.Lock.Key(), Kind: audit.FindingOverlap, At: at(40), Summary: "orders overlap"},
+		},
+	})
+	sums := func(f audit.FindingFilter) []string {
+		t.Helper()
+		got, err := s.Findings(ctx, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var out []string
+		for _, f := range got {
+			out = append(out, f.Summary)
+		}
+		return out
+	}
+	lock, hb := audit.ClassLock, audit.ClassHeartbeat
+	equal(t, "class lock", sums(audit.FindingFilter{Class: lock}), []string{"orders late", "orders overlap"})
+	equal(t, "class heartbeat", sums(audit.FindingFilter{Class: hb}), []string{"node-1 expired", "node-1 late"})
+	equal(t, "every class", sums(audit.FindingFilter{}), []string{"orders late", "node-1 expired", "node-1 late", "orders overlap"})
+	equal(t, "class lock, newest 1", sums(audit.FindingFilter{Class: lock, TimeFilter: audit.TimeFilter{Limit: 1}}), []string{"orders overlap"})
+	equal(t, "class heartbeat, one kind", sums(audit.FindingFilter{Class: hb, Kind: audit.FindingLeaseExpired}), []string{"node-1 expired"})
+	equal(t, "class lock, source", sums(audit.FindingFilter{Class: lock, Source: "k8s", TimeFilter: audit.TimeFilter{From: at(15)}}), []string{"orders overlap"})
+
+	counts := func(class audit.Class) map[audit.Severity]int {
+		t.Helper()
+		got, err := s.FindingCounts(ctx, audit.FindingCountFilter{Class: class, TimeFilter: audit.TimeFilter{From: at(5), To: at(35)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	equal(t, "counts of locks", counts(lock), map[audit.Severity]int{audit.SeverityWarning: 1})
+	equal(t, "counts of heartbeats", counts(hb), map[audit.Severity]int{audit.SeverityWarning: 2})
+	equal(t, "counts of every class", counts(""), map[audit.Severity]int{audit.SeverityWarning: 3})
 }
 
 func TestBlindWindowsOnePerSourceInterval(t *testing.T) {

@@ -81,7 +81,7 @@ func TestGenerateSmall(t *testing.T) {
 		t.Errorf("busiest lock has %d tenures in 6h, the last %+v; want many, the last held", len(tenures), tenures[len(tenures)-1])
 	}
 
-	sev, err := store.FindingCounts(ctx, audit.TimeFilter{})
+	sev, err := store.FindingCounts(ctx, audit.FindingCountFilter{})
 	if err != nil {
 		t.Fatalf("FindingCounts: %v", err)
 	}
