@@ -22,14 +22,19 @@ const (
 	// maxBatch bounds the notifications folded into one round of reads.
 	maxBatch  = 1024
 	scanCount = 1000
+	// passStep is how often a periodic reconciliation reads its next SCAN
+	// page: a page at a time, between batches of notifications, the
+	// stream is never held up for long.
+	passStep = 10 * time.Millisecond
 )
 
 // msgKind says what an instance reports to the run.
 type msgKind int
 
 const (
-	msgScan   msgKind = iota // every matching key, read after (re)connecting, periodically, or as a poll
+	msgScan   msgKind = iota // every matching key, read after (re)connecting, after a blind window, or as a poll
 	msgEvents                // notifications and the reads that followed them
+	msgPass                  // one SCAN page of a periodic reconciliation, read
 	msgDown                  // the connection was lost or could not be made
 )
 
@@ -40,7 +45,7 @@ type instMsg struct {
 	kind msgKind
 	at   time.Time
 
-	scan  []reading    // msgScan: every lock key present
+	scan  []reading    // msgScan: every lock key present; msgPass: the page's keys, present or not
 	blind *audit.Blind // msgScan: what the instance could not see before it
 	first bool         // msgScan: the first scan of a connection
 	poll  bool         // msgScan: a poll, worth recording only if something changed
@@ -54,8 +59,24 @@ type instMsg struct {
 	// reads them.
 	behind time.Duration
 
+	// seen and since (the last msgPass of a pass): every key the pass
+	// found, and when it began.
+	seen  map[string]bool
+	since time.Time
+
 	err  error     // msgDown
 	from time.Time // msgDown: the last moment the instance was seen
+}
+
+// pass is a periodic reconciliation in progress. It reads one SCAN page per
+// step and reports it in order with the notifications, so each page is
+// judged as a whole scan would be; at the end, a key the pass never found
+// that no notification touched since it began is gone (FLUSHALL, FLUSHDB).
+type pass struct {
+	started time.Time
+	pattern int // index into the source's patterns
+	cursor  uint64
+	seen    map[string]bool
 }
 
 // keyEvents is the notifications received for one key and the read that
@@ -258,6 +279,9 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 	var pings []time.Time // when each PING not yet answered was sent, oldest first
 	reconcile := time.NewTicker(in.c.cfg.ReconcileInterval)
 	defer reconcile.Stop()
+	step := time.NewTicker(passStep)
+	defer step.Stop()
+	var p *pass
 	for {
 		select {
 		case <-sctx.Done():
@@ -307,11 +331,63 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 				}
 			}
 			flagsOK = in.now()
-			if err := in.scanAndSend(sctx, id, false, false); err != nil {
+			if !in.blindFrom.IsZero() || id != in.runID {
+				// Blind since the last look: a whole scan, recorded as a
+				// snapshot after the blind window.
+				p = nil
+				if err := in.scanAndSend(sctx, id, false, false); err != nil {
+					return true, err
+				}
+			} else if p == nil {
+				p = &pass{started: in.now(), seen: make(map[string]bool)}
+			}
+		case <-step.C:
+			if p == nil {
+				continue
+			}
+			done, err := in.passStep(sctx, p)
+			if err != nil {
 				return true, err
+			}
+			if done {
+				p = nil
 			}
 		}
 	}
+}
+
+// passStep reads and reports the next SCAN page of p, and reports whether
+// that was its last.
+func (in *instance) passStep(ctx context.Context, p *pass) (done bool, err error) {
+	pattern := in.c.cfg.Patterns[p.pattern]
+	cctx, cancel := context.WithTimeout(ctx, in.c.cfg.DialTimeout)
+	page, next, err := in.client.Scan(cctx, p.cursor, pattern, scanCount).Result()
+	cancel()
+	if err != nil {
+		return false, in.lost(in.lastSeen, fmt.Errorf("redis at %s: SCAN %q: %w", in.addr, pattern, err))
+	}
+	var keys []string
+	for _, k := range page {
+		if !p.seen[k] && !in.c.rule.isCounterKey(k) {
+			p.seen[k] = true
+			keys = append(keys, k)
+		}
+	}
+	rds, err := in.read(ctx, keys)
+	if err != nil {
+		return false, in.lost(in.lastSeen, err)
+	}
+	if p.cursor = next; next == 0 {
+		p.pattern++
+	}
+	m := instMsg{kind: msgPass, at: in.now(), scan: rds}
+	if done = p.pattern == len(in.c.cfg.Patterns); done {
+		m.seen, m.since = p.seen, p.started
+	}
+	if !in.send(ctx, m) {
+		return false, ctx.Err()
+	}
+	return done, nil
 }
 
 // poll is a session without notifications: every PollInterval it reads

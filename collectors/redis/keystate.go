@@ -111,6 +111,7 @@ type keyState struct {
 	// that follows is that write's own TTL (SET PX emits set, then
 	// expire), not a renewal. It carries over between batches.
 	afterWrite bool
+	touched    time.Time // when the key's last notification was received
 }
 
 func (ks *keyState) waiting() bool {
@@ -192,6 +193,9 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 	if ks == nil {
 		ks = &keyState{}
 		s.keys[key] = ks
+	}
+	if len(events) > 0 {
+		ks.touched = events[len(events)-1].At
 	}
 
 	const (
@@ -370,20 +374,10 @@ func (s *instanceState) prune(key string) {
 // keeps its grant's token and its narrowed deadline window unless the scan
 // shows the deadline moved. Queued changes are dropped: the source snapshot
 // this scan feeds settles what they were about.
-//
-// With keepDeadlines (a periodic scan while notifications flow) a hold that
-// kept its ID keeps its deadline whatever the scan read: a renewal the scan
-// ran after is the notification stream's to report, and taking its deadline
-// here would leave the read that follows that renewal's notification
-// nothing new to show: the renewal would count, but only as overtaken.
-func (s *instanceState) replace(scan map[string]holding, keepDeadlines bool) {
+func (s *instanceState) replace(scan map[string]holding) {
 	keys := make(map[string]*keyState, len(scan))
 	for key, h := range scan {
 		if old := s.keys[key]; old != nil && old.cur != nil && old.cur.ID == h.ID {
-			if keepDeadlines {
-				keys[key] = &keyState{cur: old.cur, afterWrite: old.afterWrite}
-				continue
-			}
 			h.Token = old.cur.Token
 			if later, earlier := deadlineMoved(*old.cur, h); !later && !earlier {
 				n := narrow(*old.cur, h)
@@ -395,6 +389,43 @@ func (s *instanceState) replace(scan map[string]holding, keepDeadlines bool) {
 	}
 	s.keys = keys
 	clear(s.queued)
+}
+
+// reconcile makes reads of some keys (a page of a periodic pass; scan holds
+// those present) their state, as replace does for every key, with one
+// difference: a hold that kept its ID keeps its deadline whatever the read
+// found. A renewal the read ran after is the notification stream's to
+// report; taking its deadline here would leave the read that follows its
+// notification nothing new to show, and the renewal would count only as
+// overtaken.
+func (s *instanceState) reconcile(keys []string, scan map[string]holding) {
+	for _, key := range keys {
+		old := s.keys[key]
+		h, ok := scan[key]
+		switch {
+		case ok && old != nil && old.cur != nil && old.cur.ID == h.ID:
+			s.keys[key] = &keyState{cur: old.cur, afterWrite: old.afterWrite, touched: old.touched}
+		case ok:
+			s.keys[key] = &keyState{cur: &h}
+		default:
+			delete(s.keys, key)
+		}
+		delete(s.queued, key)
+	}
+}
+
+// unseen returns, in order, the keys a periodic pass that began at since
+// did not find and no notification touched since then: gone without an
+// event (FLUSHALL, FLUSHDB). A key written after the pass passed its place
+// is not found but is touched.
+func (s *instanceState) unseen(seen map[string]bool, since time.Time) []string {
+	gone := make(map[string]bool)
+	for key, ks := range s.keys {
+		if !seen[key] && ks.touched.Before(since) {
+			gone[key] = true
+		}
+	}
+	return sortedKeys(gone)
 }
 
 // holds returns every key's current hold.

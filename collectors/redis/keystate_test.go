@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -250,7 +251,7 @@ func TestReplaceKeepsGrantTokenAndWindow(t *testing.T) {
 	s.applyEvents("lock:b", evs(0, "expire"), false, holding{}, holding{}) // nothing known: no pending
 	scanA := hold("A", 1001, 7000)
 	scanA.Token = int64p(9)
-	s.replace(map[string]holding{"lock:a": scanA, "lock:c": hold("C", 1001, 100)}, false)
+	s.replace(map[string]holding{"lock:a": scanA, "lock:c": hold("C", 1001, 100)})
 	h, ok := s.holds()["lock:a"]
 	if !ok || h.Token == nil || *h.Token != 3 {
 		t.Fatalf("lock:a after replace = %+v, want the grant token 3", h)
@@ -290,18 +291,54 @@ func TestDedupOverlappingPatterns(t *testing.T) {
 // new deadline, or the read after the notification finds nothing new and
 // the renewal counts only as overtaken, without its time and deadline.
 func TestPeriodicScanLeavesRenewalsToNotifications(t *testing.T) {
+	// keep: a page of a periodic pass; otherwise a whole scan (after a
+	// blind window), which takes the deadlines it reads.
 	for _, keep := range []bool{true, false} {
 		s := newInstanceState()
 		s.applyEvents("lock:a", evs(0, "set", "expire"), true, hold("A", 0, 2000), holding{})
 		renewed := hold("A", 600, 2000) // extended at 600 ms
-		s.replace(map[string]holding{"lock:a": renewed}, keep)
+		if keep {
+			s.reconcile([]string{"lock:a"}, map[string]holding{"lock:a": renewed})
+		} else {
+			s.replace(map[string]holding{"lock:a": renewed})
+		}
 		got := describe(s.applyEvents("lock:a", evs(650, "expire"), true, hold("A", 700, 1900), holding{}))
 		want := "renew A @700"
 		if !keep {
 			want = "renew A (overtaken) @650"
 		}
 		if got != want {
-			t.Errorf("keepDeadlines %v: changes after the renewal's notification = %q, want %q", keep, got, want)
+			t.Errorf("periodic %v: changes after the renewal's notification = %q, want %q", keep, got, want)
 		}
+	}
+}
+
+// TestPeriodicPassFindsKeysGoneWithoutAnEvent: at the end of a periodic pass,
+// the keys it never found are gone (FLUSHALL emits nothing), unless a
+// notification touched them after the pass began: SCAN need not return a
+// key written after it passed the key's place.
+func TestPeriodicPassFindsKeysGoneWithoutAnEvent(t *testing.T) {
+	s := newInstanceState()
+	s.replace(map[string]holding{"lock:b": hold("B", 0, 8000), "lock:c": hold("C", 0, 8000)})
+	s.applyEvents("lock:a", evs(10, "set", "expire"), true, hold("A", 11, 8000), holding{})
+	since := at(100)
+	s.applyEvents("lock:d", evs(150, "set", "expire"), true, hold("D", 151, 8000), holding{})
+	got := s.unseen(map[string]bool{"lock:a": true}, since)
+	if want := []string{"lock:b", "lock:c"}; !slices.Equal(got, want) {
+		t.Fatalf("unseen = %v, want %v", got, want)
+	}
+
+	// A page's reads: c taken by another holder, d gone, a's deadline
+	// read after a renewal whose notification is still to come.
+	s.reconcile([]string{"lock:a", "lock:c", "lock:d"}, map[string]holding{"lock:a": hold("A", 600, 8000), "lock:c": hold("X", 600, 8000)})
+	holds := s.holds()
+	if a := holds["lock:a"]; !a.Hi.Equal(at(11 + 8000)) {
+		t.Errorf("lock:a after the page = %+v, want the deadline it had (%v): the renewal is the stream's to report", a, at(11+8000))
+	}
+	if c := holds["lock:c"]; c.ID != "X" {
+		t.Errorf("lock:c after the page = %+v, want X's hold", c)
+	}
+	if _, ok := holds["lock:d"]; ok {
+		t.Errorf("lock:d still held after a page read it gone")
 	}
 }

@@ -226,6 +226,19 @@ func (c *combiner) replace(inst int, scan map[string]holding) {
 	}
 }
 
+// replaceKeys makes holds instance inst's holds of keys (a page of a
+// periodic pass): a key missing from holds is not held there.
+func (c *combiner) replaceKeys(inst int, keys []string, holds map[string]holding) {
+	for _, key := range keys {
+		if h, ok := holds[key]; ok {
+			c.view(key)[inst] = &h
+		} else if v := c.views[key]; v != nil {
+			v[inst] = nil
+			c.prune(key)
+		}
+	}
+}
+
 // resync lists every lock the quorum holds, for a Snapshot input: kind
 // observed on a first start, an inferred grant otherwise (the tracker keeps
 // a tenure whose holder and token did not change), and the inferred end of
@@ -234,19 +247,24 @@ func (c *combiner) replace(inst int, scan map[string]holding) {
 // RenewedAt, so the tracker records the renewal it missed. changed reports
 // whether the snapshot differs from what the tracker was told.
 func (c *combiner) resync(at time.Time, kind audit.EventKind, inferred bool) (obs []audit.Observation, changed bool) {
-	return c.sync(at, kind, inferred, true)
+	return c.sync(c.keys(), at, kind, inferred, true)
 }
 
 // reconcile is resync's changes alone, for an input that is not a Snapshot:
-// a periodic full read while connected, whose unchanged holds the tracker
-// already has. Inferred grants, renewals and ends, as resync makes them.
-func (c *combiner) reconcile(at time.Time) []audit.Observation {
-	obs, _ := c.sync(at, audit.EventGrant, true, false)
+// a read while connected (a poll, or keys, a page of a periodic pass),
+// whose unchanged holds the tracker already has. Inferred grants, renewals
+// and ends, as resync makes them. Nil keys means every key.
+func (c *combiner) reconcile(at time.Time, keys []string) []audit.Observation {
+	if keys == nil {
+		keys = c.keys()
+	}
+	obs, _ := c.sync(keys, at, audit.EventGrant, true, false)
 	return obs
 }
 
-// sync is resync; unless all, it leaves out the holds that did not change.
-func (c *combiner) sync(at time.Time, kind audit.EventKind, inferred, all bool) (obs []audit.Observation, changed bool) {
+// keys returns, in order, every key some instance holds or the tracker was
+// told of.
+func (c *combiner) keys() []string {
 	keys := make(map[string]bool, len(c.views)+len(c.told))
 	for k := range c.views {
 		keys[k] = true
@@ -254,7 +272,13 @@ func (c *combiner) sync(at time.Time, kind audit.EventKind, inferred, all bool) 
 	for k := range c.told {
 		keys[k] = true
 	}
-	for _, key := range sortedKeys(keys) {
+	return sortedKeys(keys)
+}
+
+// sync is resync over keys; unless all, it leaves out the holds that did
+// not change.
+func (c *combiner) sync(keys []string, at time.Time, kind audit.EventKind, inferred, all bool) (obs []audit.Observation, changed bool) {
+	for _, key := range keys {
 		prev := c.told[key]
 		q, count, ok := c.quorumOf(key, nil)
 		if !ok {

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 
@@ -264,9 +265,9 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 	case msgScan:
 		r.replace(m)
 		if !m.first && m.blind == nil {
-			// A periodic read (or poll) while connected: only what changed,
-			// so ten thousand unchanged locks cost the tracker nothing.
-			obs := r.c.comb.reconcile(m.at)
+			// A poll while connected: only what changed, so ten
+			// thousand unchanged locks cost the tracker nothing.
+			obs := r.c.comb.reconcile(m.at, nil)
 			if len(obs) == 0 {
 				r.goodUntil = m.at
 				return nil
@@ -278,6 +279,35 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 			r.log.Warn("blind window", "from", m.blind.From, "to", m.blind.To, "reason", m.blind.Reason)
 		}
 		return r.record(ctx, audit.Input{At: m.at, Blind: m.blind, Observations: obs, Snapshot: true})
+	case msgPass:
+		// A page of a periodic pass, and at its end the keys it never
+		// found: only what changed, as for a poll.
+		st := r.c.states[m.inst]
+		keys := make([]string, 0, len(m.scan))
+		read := make(map[string]holding, len(m.scan))
+		for _, rd := range m.scan {
+			keys = append(keys, rd.Key)
+			if h, ok := r.c.rule.decode(rd); ok {
+				read[rd.Key] = h
+			}
+		}
+		if m.seen != nil {
+			keys = append(keys, st.unseen(m.seen, m.since)...)
+		}
+		st.reconcile(keys, read)
+		holds := make(map[string]holding, len(keys))
+		for _, key := range keys {
+			if ks := st.keys[key]; ks != nil && ks.cur != nil {
+				holds[key] = *ks.cur
+			}
+		}
+		r.c.comb.replaceKeys(m.inst, keys, holds)
+		obs := r.c.comb.reconcile(m.at, slices.Sorted(slices.Values(keys)))
+		if len(obs) == 0 {
+			r.goodUntil = m.at
+			return nil
+		}
+		return r.record(ctx, audit.Input{At: m.at, Observations: obs})
 	case msgEvents:
 		st := r.c.states[m.inst]
 		var obs []audit.Observation
@@ -304,7 +334,7 @@ func (r *run) replace(m instMsg) {
 		}
 	}
 	st := r.c.states[m.inst]
-	st.replace(holds, !m.first && !m.poll && m.blind == nil)
+	st.replace(holds)
 	r.c.comb.replace(m.inst, st.holds())
 	r.up[m.inst] = true
 	if r.reachable() >= r.c.cfg.Quorum {
