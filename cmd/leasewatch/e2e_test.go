@@ -377,8 +377,8 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
-// A new user running the demo sees held locks, a handover and a
-// stale_write within 20 seconds.
+// A new user running the demo sees held locks, a handover, a stale_write
+// and an unfenced_write within 20 seconds of its banner.
 func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
@@ -401,8 +401,8 @@ func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 		return false
 	})
 	start := time.Now()
-	var held, handover, stale bool
-	eventually(t, 20*time.Second, "held locks, a handover and a stale_write", func() bool {
+	var held, handover, stale, unfenced bool
+	eventually(t, 20*time.Second, "held locks, a handover, a stale_write and an unfenced_write", func() bool {
 		var locks struct{ Locks []apiLock }
 		getJSON(t, base, "/api/v1/locks", &locks)
 		for _, l := range locks.Locks {
@@ -414,7 +414,9 @@ func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 		var findings struct{ Findings []apiFinding }
 		getJSON(t, base, "/api/v1/findings?kind=stale_write", &findings)
 		stale = len(findings.Findings) > 0
-		return held && handover && stale
+		getJSON(t, base, "/api/v1/findings?kind=unfenced_write", &findings)
+		unfenced = len(findings.Findings) > 0
+		return held && handover && stale && unfenced
 	})
 	t.Logf("demo story complete %s after the banner", time.Since(start).Round(time.Millisecond))
 

@@ -42,6 +42,7 @@ type workload struct {
 	cache  *fence.Reporter
 	log    *slog.Logger
 	mu     sync.Mutex // serialises each resource's check-and-write
+	pauses int        // the pauser's stalls so far; only its goroutine uses it
 }
 
 func newWorkload(cli *clientv3.Client, dbPath string, ledger, cache *fence.Reporter, log *slog.Logger) (*workload, error) {
@@ -146,7 +147,8 @@ func (w *workload) worker(ctx context.Context, name, lock string) {
 // pause: it stops renewing, its lease expires and another worker takes the
 // lock. When it wakes it still believes it holds the lock and writes with
 // its old token; the fenced ledger rejects that write, and every other time
-// it also writes to the unfenced cache, which accepts it.
+// (the first time included, so a new user sees it soon) it also writes to
+// the unfenced cache, which accepts it.
 func (w *workload) pauser(ctx context.Context, name string) {
 	s, err := concurrency.NewSession(w.cli, concurrency.WithTTL(demoPauserTTL), concurrency.WithContext(ctx))
 	if err != nil {
@@ -175,9 +177,10 @@ func (w *workload) pauser(ctx context.Context, name string) {
 		return
 	}
 	w.writeLedger(ctx, demoOrdersLock, holder, token)
-	if token%2 == 0 {
+	if w.pauses%2 == 0 {
 		w.writeCache(ctx, demoOrdersLock, holder, token)
 	}
+	w.pauses++
 	sleepCtx(ctx, time.Duration(2+rand.IntN(4))*time.Second)
 }
 
