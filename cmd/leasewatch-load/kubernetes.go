@@ -33,6 +33,7 @@ type kubeLoad struct {
 	duration       time.Duration
 	kubeconfig     string
 	leasewatch     string
+	keep           bool // keep the run's folder (database, config) for inspection
 }
 
 const (
@@ -41,10 +42,12 @@ const (
 	heartbeatNS     = "kube-node-lease"
 )
 
-// lease is one Lease the load renews, with the object last written.
+// lease is one Lease the load renews, with the object last written and how
+// many renewals the apiserver applied.
 type lease struct {
-	mu  sync.Mutex
-	obj *coordinationv1.Lease
+	mu       sync.Mutex
+	obj      *coordinationv1.Lease
+	renewals int64
 }
 
 func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
@@ -52,7 +55,11 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	if k.keep {
+		fmt.Fprintf(log, "keeping %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
 
 	kubeconfig, restCfg := k.kubeconfig, (*rest.Config)(nil)
 	if kubeconfig == "" {
@@ -126,18 +133,38 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 	}
 
 	// Drain: every renewal the load made must be recorded exactly once.
-	_ = waitFor(ctx, 30*time.Second, "leasewatch to record every renewal", func() bool {
+	drainStart := time.Now()
+	var drained string
+	if err := waitFor(ctx, 30*time.Second, "leasewatch to record every renewal", func() bool {
 		return recorded(ctx, url, loadSource, "renew") >= float64(updates.Load())
-	})
+	}); err != nil {
+		drained = "not within 30s"
+	} else {
+		drained = "in " + time.Since(drainStart).Round(time.Millisecond).String()
+	}
 	got := recorded(ctx, url, loadSource, "renew")
+	made := make(map[string]int64, len(heartbeats)+len(elections))
+	for _, l := range append(heartbeats, elections...) {
+		l.mu.Lock()
+		if l.renewals > 0 {
+			made[l.obj.Namespace+"/"+l.obj.Name] = l.renewals
+		}
+		l.mu.Unlock()
+	}
+	perLease, err := recordedPerLock(ctx, dir, loadSource, "renew")
+	if err != nil {
+		return err
+	}
+	differ, perLock := compareCounts(made, perLease)
 	offered := float64(k.heartbeats)/k.heartbeatEvery.Seconds() + float64(k.elections)/k.electionEvery.Seconds()
 	w.write(out, fmt.Sprintf("leasewatch-load kubernetes: %d heartbeat Leases every %s + %d election Leases every %s (%.0f renewals/s offered), %s measured after %s warm-up; lag is renewTime → stored",
 		k.heartbeats, k.heartbeatEvery, k.elections, k.electionEvery, offered, k.duration, k.warmup), [][2]string{
 		{"renewals achieved", fmt.Sprintf("%.0f/s (%d skipped while the apiserver was behind)", float64(updates.Load())/(k.warmup+k.duration).Seconds(), skipped.Load())},
-		{"renewals written / recorded", fmt.Sprintf("%d / %.0f (missed %.0f, update conflicts %d)", updates.Load(), got, float64(updates.Load())-got, conflicts.Load())},
+		{"renewals written / recorded", fmt.Sprintf("%d / %.0f (missed %.0f, update conflicts %d; drained %s)", updates.Load(), got, float64(updates.Load())-got, conflicts.Load(), drained)},
+		{"Leases whose renewals differ", fmt.Sprintf("%d: %s", differ, perLock)},
 	})
-	if got != float64(updates.Load()) {
-		return fmt.Errorf("leasewatch recorded %.0f renewals of the %d made", got, updates.Load())
+	if got != float64(updates.Load()) || differ > 0 {
+		return fmt.Errorf("leasewatch recorded %.0f renewals of the %d made; %d Leases differ", got, updates.Load(), differ)
 	}
 	return nil
 }
@@ -224,6 +251,7 @@ func renew(ctx context.Context, cs kubernetes.Interface, l *lease, conflicts *at
 		updated, err := cs.CoordinationV1().Leases(obj.Namespace).Update(ctx, obj, metav1.UpdateOptions{})
 		if err == nil {
 			l.obj = updated
+			l.renewals++
 			return true
 		}
 		if !apierrors.IsConflict(err) {

@@ -50,6 +50,7 @@ func main() {
 		fs.DurationVar(&k.duration, "duration", 60*time.Second, "measured load")
 		fs.StringVar(&k.kubeconfig, "kubeconfig", "", "use this cluster instead of starting a test apiserver")
 		fs.StringVar(&k.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
+		fs.BoolVar(&k.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
 		scenario = &k
 	case "redis":
 		var r redisLoad
