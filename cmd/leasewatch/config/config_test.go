@@ -56,6 +56,34 @@ sources:
 	}
 }
 
+// A kubernetes source may pick a kubeconfig context other than the current
+// one; without the key it is empty, and the current context applies.
+func TestParseConfigKubernetesContext(t *testing.T) {
+	cfg, err := Parse([]byte(`
+sources:
+  - name: staging
+    kind: kubernetes
+    kubeconfig: /etc/leasewatch/kubeconfig
+    context: staging-admin
+    heartbeat_namespaces: [kube-node-lease, node-heartbeats]
+  - name: current
+    kind: kubernetes
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	if s := cfg.Sources[0]; s.Context != "staging-admin" || s.Kubeconfig != "/etc/leasewatch/kubeconfig" ||
+		!slices.Equal(s.HeartbeatNamespaces, []string{"kube-node-lease", "node-heartbeats"}) {
+		t.Fatalf("source with a context = %+v", s)
+	}
+	if s := cfg.Sources[1]; s.Context != "" || s.Kubeconfig != "" {
+		t.Fatalf("source without kubeconfig or context = %+v, want both empty (client-go's defaults)", s)
+	}
+	if _, err := Parse([]byte("sources:\n  - name: k\n    kind: kubernetes\n    contxt: staging\n")); err == nil || !strings.Contains(err.Error(), "sources[0].contxt") {
+		t.Fatalf("misspelt context: err = %v, want one naming sources[0].contxt", err)
+	}
+}
+
 func TestParseConfigDefaults(t *testing.T) {
 	cfg, err := Parse(nil)
 	if err != nil {
