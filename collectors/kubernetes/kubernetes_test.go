@@ -302,6 +302,63 @@ func TestTokenRegressionByHand(t *testing.T) {
 	s.noFindings(t, lock, audit.FindingOverlap)
 }
 
+// TestHandEditedHolderOverlaps hands a held Lease to a new holder by hand
+// (kubectl edit, a controller that ignores the lease) while the elector's
+// lease is still valid: both may believe they hold it, so the grant comes
+// with an overlap finding, and the elector's tenure ends as superseded rather
+// than expired.
+func TestHandEditedHolderOverlaps(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	lock := ns + "/leader"
+	s := newSink(t)
+	runCollector(t, s, Config{Namespaces: []string{ns}})
+
+	// A long lease, so the edit lands well inside it however loaded the
+	// machine is.
+	const lease = 10 * time.Second
+	a := startElector(t, ns, "leader", "node-a", electorConfig{LeaseDuration: lease})
+	a.waitLeading(t, 10*time.Second)
+	s.waitEvents(t, 10*time.Second, lock, 1, audit.EventRenew)
+
+	// Nothing on the server checks that the holder's lease ran out first.
+	edited := updateLease(t, ns, "leader", func(l *coordinationv1.Lease) {
+		l.Spec.HolderIdentity = ptr("intruder")
+		l.Spec.LeaseTransitions = ptr(deref(l.Spec.LeaseTransitions) + 1)
+		l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = now(), now(), ptr[int32](10)
+	})
+	f := s.waitFindings(t, 10*time.Second, lock, audit.FindingOverlap)
+	// The elector finds the Lease held by another with a valid lease, writes
+	// nothing more and stops leading; stopping it now keeps it from taking
+	// the Lease back once the intruder's lease runs out.
+	a.stop()
+
+	if len(f) != 1 || f[0].Severity != audit.SeverityCritical || !slices.Equal(f[0].Holders, []string{"node-a", "intruder"}) || !slices.Equal(f[0].Tokens, []int64{0, 1}) {
+		t.Fatalf("overlap findings = %+v, want one critical, holders [node-a intruder], tokens [0 1]", f)
+	}
+	if left := f[0].Until.Sub(f[0].At); left <= 0 || left > lease {
+		t.Errorf("overlap lasts %s (%s to %s), want the rest of node-a's 10s lease", left, f[0].At, f[0].Until)
+	}
+	grants := s.events(t, lock, audit.EventGrant)
+	g := grants[len(grants)-1]
+	if len(grants) != 2 || g.Holder != "intruder" || tokenOf(g.Token) != 1 || g.Position != edited.ResourceVersion || g.Detail["superseded"] != "node-a" {
+		t.Fatalf("grants = %+v, want node-a's then intruder's with token 1 at the edit's resourceVersion %s, superseding node-a", grants, edited.ResourceVersion)
+	}
+	if !f[0].At.Equal(g.At) {
+		t.Errorf("overlap starts at %s, want the intruder's grant at %s", f[0].At, g.At)
+	}
+	ts := s.tenures(t, lock)
+	if len(ts) != 2 || ts[0].Holder != "node-a" || ts[0].End != audit.EndSuperseded || !ts[0].EndedAt.Equal(g.At) ||
+		!ts[0].ExpiresAt.Equal(f[0].Until) || ts[1].Holder != "intruder" || !ts[1].Held() {
+		t.Fatalf("tenures = %+v, want node-a's superseded at the grant with its lease running to the overlap's end, then intruder's held", ts)
+	}
+	if n := len(s.events(t, lock, audit.EventExpire, audit.EventRelease)); n != 0 {
+		t.Errorf("%d expire or release events, want none: node-a's tenure was superseded", n)
+	}
+	s.noFindings(t, lock, audit.FindingLeaseExpired, audit.FindingTokenRegression, audit.FindingTokenReuse, audit.FindingTokenSkip)
+}
+
 func TestLeaseDeletedWhileHeld(t *testing.T) {
 	needAPIServer(t)
 	t.Parallel()
