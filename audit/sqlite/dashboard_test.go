@@ -328,6 +328,23 @@ func TestFindingsByLockClass(t *testing.T) {
 	equal(t, "counts of locks", counts(lock), map[audit.Severity]int{audit.SeverityWarning: 1})
 	equal(t, "counts of heartbeats", counts(hb), map[audit.Severity]int{audit.SeverityWarning: 2})
 	equal(t, "counts of every class", counts(""), map[audit.Severity]int{audit.SeverityWarning: 3})
+
+	// A finding stored before its lock's row (the lock named by a finding
+	// alone) is counted as a lock's until the row says heartbeat; a lock
+	// whose class changes later (heartbeat_namespaces edited) takes its
+	// findings along.
+	node2 := heldLock("k8s", "kube-node-lease/node-2", "node-2", 0, 0)
+	node2.Lock.Class = audit.ClassHeartbeat
+	apply(t, s, audit.Batch{Findings: []audit.Finding{{Lock: node2.Lock.Key(), Kind: audit.FindingLateRenewal, At: at(25), Summary: "node-2 late"}}})
+	equal(t, "counts of locks, node-2's row not yet stored", counts(lock), map[audit.Severity]int{audit.SeverityWarning: 2})
+	apply(t, s, audit.Batch{Locks: []audit.TrackState{node2}})
+	equal(t, "counts of locks, node-2 a heartbeat", counts(lock), map[audit.Severity]int{audit.SeverityWarning: 1})
+	equal(t, "counts of heartbeats, node-2 a heartbeat", counts(hb), map[audit.Severity]int{audit.SeverityWarning: 3})
+	node.Lock.Class = audit.ClassLock
+	apply(t, s, audit.Batch{Locks: []audit.TrackState{node}})
+	equal(t, "counts of heartbeats, node-1 a lock", counts(hb), map[audit.Severity]int{audit.SeverityWarning: 1})
+	equal(t, "class lock, node-1 a lock", sums(audit.FindingFilter{Class: lock}), []string{"orders late", "node-1 expired", "node-1 late", "orders overlap"})
+	equal(t, "class heartbeat, node-1 a lock", sums(audit.FindingFilter{Class: hb}), []string{"node-2 late"})
 }
 
 func TestBlindWindowsOnePerSourceInterval(t *testing.T) {

@@ -421,9 +421,11 @@ func detailTime(d map[string]any, key string) (time.Time, error) {
 	return time.Parse(time.RFC3339Nano, s)
 }
 
-const findingInsert = `INSERT INTO findings (lock_id, kind, severity, at, until,
+// findingInsert copies the lock's class into the finding (migration 0007):
+// the batch's lock rows are written before its findings.
+const findingInsert = `INSERT INTO findings (lock_id, class, kind, severity, at, until,
 		summary, tokens, holders, resource)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`
+	VALUES (?1, coalesce((SELECT class FROM locks WHERE id = ?1), 'lock'), ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9)`
 
 func (w *batchWriter) putFindings(ctx context.Context, findings []audit.Finding) error {
 	if len(findings) == 0 {

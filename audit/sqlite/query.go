@@ -343,8 +343,7 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 
 // Findings returns the findings that match f within its window (inclusive, on
 // the finding's start), in time order; if more than f.Limit match, the newest
-// f.Limit. A LockID that does not exist matches nothing. Class is the class
-// of the finding's lock as the lock row has it now.
+// f.Limit. A LockID that does not exist matches nothing.
 func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Finding, error) {
 	var w where
 	if f.LockID != 0 {
@@ -363,11 +362,11 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 		w.add("l.source = ?", f.Source)
 	}
 	if f.Class != "" {
-		// The unary + keeps the planner off the locks' class indexes: most
-		// locks share a class, so walking findings newest first and looking
-		// each lock up by its key stops after a page, where starting from
-		// the class's locks would sort all their findings.
-		w.add("+l.class = ?", string(f.Class))
+		// The unary + keeps the planner off findings_class_severity_at, made
+		// for counts: most findings share a class, so walking them newest
+		// first (or a kind's, or a severity's) stops after a page, where a
+		// range of the class would sort all of its findings.
+		w.add("+f.class = ?", string(f.Class))
 	}
 	if f.Overlapping {
 		switch {

@@ -975,28 +975,7 @@ func TestConnectionsCarryPragmas(t *testing.T) {
 func TestMigrationMovesTrackStateOutOfLockRows(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "leasewatch.db")
-	db, err := sql.Open("sqlite", dsn(path))
-	if err != nil {
-		t.Fatal(err)
-	}
-	ms, err := migrations.Load(migrations.FS)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := db.Exec(`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range ms {
-		if m.Version > 4 {
-			break
-		}
-		if _, err := db.Exec(m.SQL); err != nil {
-			t.Fatalf("%s: %v", m.Name, err)
-		}
-		if _, err := db.Exec(`INSERT INTO schema_migrations VALUES (?, ?, 0)`, m.Version, m.Name); err != nil {
-			t.Fatal(err)
-		}
-	}
+	db := migratedTo(t, path, 4)
 	// Written as 0004's code wrote it: two recent tenures in the JSON.
 	for _, q := range []string{
 		`INSERT INTO locks (id, source, kind, name, state, holder, token, renewed_at, expires_at, lease_duration_ms, changed_at, track_state)
@@ -1041,6 +1020,69 @@ func TestMigrationMovesTrackStateOutOfLockRows(t *testing.T) {
 	// The rows held every event before the upgrade: nothing to replay.
 	if evs, err := s.Unsynced(ctx); err != nil || len(evs) != 0 {
 		t.Errorf("Unsynced after the upgrade = %d events, %v; want none", len(evs), err)
+	}
+}
+
+// migratedTo creates a database at path with the migrations up to version
+// applied and recorded, as an older leasewatch left it, and returns it open.
+func migratedTo(t *testing.T, path string, version int) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", dsn(path))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ms, err := migrations.Load(migrations.FS)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Exec(`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at INTEGER NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms {
+		if m.Version > version {
+			break
+		}
+		if _, err := db.Exec(m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		if _, err := db.Exec(`INSERT INTO schema_migrations VALUES (?, ?, 0)`, m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return db
+}
+
+// TestMigrationGivesFindingsTheirLockClass upgrades a database written
+// before 0007: the findings it holds take their locks' classes, so a
+// heartbeat's finding leaves the default counts at once.
+func TestMigrationGivesFindingsTheirLockClass(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "leasewatch.db")
+	db := migratedTo(t, path, 6)
+	for _, q := range []string{
+		`INSERT INTO locks (id, source, name, class) VALUES (1, 'k8s', 'ns/orders', 'lock'), (2, 'k8s', 'kube-node-lease/node-1', 'heartbeat')`,
+		`INSERT INTO findings (lock_id, kind, severity, at) VALUES (1, 'late_renewal', 'warning', 1000), (2, 'lease_expired', 'warning', 2000), (2, 'overlap', 'critical', 3000)`,
+	} {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open (migrating): %v", err)
+	}
+	defer s.Close()
+	for class, want := range map[audit.Class]map[audit.Severity]int{
+		audit.ClassLock:      {audit.SeverityWarning: 1},
+		audit.ClassHeartbeat: {audit.SeverityWarning: 1, audit.SeverityCritical: 1},
+	} {
+		got, err := s.FindingCounts(ctx, audit.FindingCountFilter{Class: class})
+		if err != nil {
+			t.Fatal(err)
+		}
+		equal(t, "counts of class "+string(class)+" after the upgrade", got, want)
 	}
 }
 
