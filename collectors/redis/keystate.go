@@ -397,12 +397,17 @@ func (s *instanceState) replace(scan map[string]holding) {
 // found. A renewal the read ran after is the notification stream's to
 // report; taking its deadline here would leave the read that follows its
 // notification nothing new to show, and the renewal would count only as
-// overtaken.
-func (s *instanceState) reconcile(keys []string, scan map[string]holding) {
+// overtaken. A key found gone that is waiting for its end event is left to
+// that event, which says how the hold ended. It returns the keys it
+// settled, in order.
+func (s *instanceState) reconcile(keys []string, scan map[string]holding) []string {
+	settled := make([]string, 0, len(keys))
 	for _, key := range keys {
 		old := s.keys[key]
 		h, ok := scan[key]
 		switch {
+		case !ok && old != nil && old.waiting():
+			continue
 		case ok && old != nil && old.cur != nil && old.cur.ID == h.ID:
 			s.keys[key] = &keyState{cur: old.cur, afterWrite: old.afterWrite, touched: old.touched}
 		case ok:
@@ -411,7 +416,10 @@ func (s *instanceState) reconcile(keys []string, scan map[string]holding) {
 			delete(s.keys, key)
 		}
 		delete(s.queued, key)
+		settled = append(settled, key)
 	}
+	slices.Sort(settled)
+	return settled
 }
 
 // unseen returns, in order, the keys a periodic pass that began at since

@@ -328,9 +328,19 @@ func TestPeriodicPassFindsKeysGoneWithoutAnEvent(t *testing.T) {
 		t.Fatalf("unseen = %v, want %v", got, want)
 	}
 
+	// e was found gone and waits for the event that says how it ended.
+	s.applyEvents("lock:e", evs(160, "set", "expire"), true, hold("E", 161, 8000), holding{})
+	s.applyEvents("lock:e", evs(170, "expire"), false, holding{At: at(171)}, holding{})
+
 	// A page's reads: c taken by another holder, d gone, a's deadline
 	// read after a renewal whose notification is still to come.
-	s.reconcile([]string{"lock:a", "lock:c", "lock:d"}, map[string]holding{"lock:a": hold("A", 600, 8000), "lock:c": hold("X", 600, 8000)})
+	settled := s.reconcile([]string{"lock:e", "lock:c", "lock:a", "lock:d"}, map[string]holding{"lock:a": hold("A", 600, 8000), "lock:c": hold("X", 600, 8000)})
+	if want := []string{"lock:a", "lock:c", "lock:d"}; !slices.Equal(settled, want) {
+		t.Errorf("settled = %v, want %v: e is its end event's to settle", settled, want)
+	}
+	if got := describe(s.applyEvents("lock:e", evs(180, "del"), false, holding{At: at(181)}, holding{})); got != "released E @171" {
+		t.Errorf("e's end event after the page = %q, want its release", got)
+	}
 	holds := s.holds()
 	if a := holds["lock:a"]; !a.Hi.Equal(at(11 + 8000)) {
 		t.Errorf("lock:a after the page = %+v, want the deadline it had (%v): the renewal is the stream's to report", a, at(11+8000))

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"slices"
 	"sync"
 	"time"
 
@@ -294,7 +293,7 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 		if m.seen != nil {
 			keys = append(keys, st.unseen(m.seen, m.since)...)
 		}
-		st.reconcile(keys, read)
+		keys = st.reconcile(keys, read)
 		holds := make(map[string]holding, len(keys))
 		for _, key := range keys {
 			if ks := st.keys[key]; ks != nil && ks.cur != nil {
@@ -302,7 +301,7 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 			}
 		}
 		r.c.comb.replaceKeys(m.inst, keys, holds)
-		obs := r.c.comb.reconcile(m.at, slices.Sorted(slices.Values(keys)))
+		obs := r.c.comb.reconcile(m.at, keys)
 		if len(obs) == 0 {
 			r.goodUntil = m.at
 			return nil
