@@ -9,12 +9,15 @@ import (
 	"io"
 	"os"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/alert"
 )
 
 // Config is the configuration file.
@@ -30,9 +33,58 @@ type Config struct {
 	Sources          []SourceConfig `yaml:"sources"`
 }
 
-// AlertsConfig holds alerting thresholds.
+// AlertsConfig holds alerting thresholds (see package audit/alert). Every
+// key but renew_margin_ratio is optional and added to the contract.
 type AlertsConfig struct {
+	// RenewMarginRatio: a renewal with less than this fraction of the lease
+	// left is late, and a held lease with less left and no renewal is near
+	// expiry.
 	RenewMarginRatio float64 `yaml:"renew_margin_ratio"`
+	// BlindAfter is how long a source may be blind before CollectorBlind fires.
+	BlindAfter time.Duration `yaml:"blind_after"`
+	// FencingHold is how long FencingViolation fires after a lock's latest
+	// critical finding.
+	FencingHold time.Duration `yaml:"fencing_hold"`
+	// LostHold is how long LeaseLost fires after a lease expired while held.
+	LostHold time.Duration `yaml:"lost_hold"`
+	// IncludeHeartbeats alerts on heartbeat-class leases too.
+	IncludeHeartbeats bool `yaml:"include_heartbeats"`
+	// Rules override the thresholds above for one source, for the locks
+	// whose names match a pattern, or both; the most specific wins.
+	Rules []AlertRule `yaml:"rules"`
+}
+
+// AlertRule is one entry of alerts.rules. Zero thresholds are unset: a less
+// specific rule or the alerts-level value applies.
+type AlertRule struct {
+	Source           string        `yaml:"source"`
+	Lock             string        `yaml:"lock"` // a path.Match pattern: '*' does not cross '/'
+	RenewMarginRatio float64       `yaml:"renew_margin_ratio"`
+	BlindAfter       time.Duration `yaml:"blind_after"` // only in a rule without lock
+	FencingHold      time.Duration `yaml:"fencing_hold"`
+	LostHold         time.Duration `yaml:"lost_hold"`
+}
+
+// Alert returns the alert evaluator's configuration.
+func (a AlertsConfig) Alert() alert.Config {
+	cfg := alert.Config{
+		Defaults: alert.Thresholds{
+			RenewMarginRatio: a.RenewMarginRatio,
+			LostHold:         a.LostHold,
+			FencingHold:      a.FencingHold,
+			BlindAfter:       a.BlindAfter,
+		},
+		IncludeHeartbeats: a.IncludeHeartbeats,
+	}
+	for _, r := range a.Rules {
+		cfg.Rules = append(cfg.Rules, alert.Rule{Source: r.Source, Lock: r.Lock, Thresholds: alert.Thresholds{
+			RenewMarginRatio: r.RenewMarginRatio,
+			LostHold:         r.LostHold,
+			FencingHold:      r.FencingHold,
+			BlindAfter:       r.BlindAfter,
+		}})
+	}
+	return cfg
 }
 
 // SourceConfig is one backend endpoint. Which fields apply depends on Kind.
@@ -73,7 +125,10 @@ type RedisTokenRule struct {
 const (
 	DefaultListen           = "127.0.0.1:8080"
 	DefaultDatabase         = "leasewatch.db"
-	DefaultRenewMarginRatio = 0.25
+	DefaultRenewMarginRatio = alert.DefaultRenewMarginRatio
+	DefaultBlindAfter       = alert.DefaultBlindAfter
+	DefaultFencingHold      = alert.DefaultFencingHold
+	DefaultLostHold         = alert.DefaultLostHold
 )
 
 // supportedKinds are the source kinds this build has collectors for.
@@ -139,6 +194,13 @@ func Parse(data []byte) (*Config, error) {
 	if cfg.Alerts.RenewMarginRatio == 0 {
 		cfg.Alerts.RenewMarginRatio = DefaultRenewMarginRatio
 	}
+	for d, def := range map[*time.Duration]time.Duration{
+		&cfg.Alerts.BlindAfter: DefaultBlindAfter, &cfg.Alerts.FencingHold: DefaultFencingHold, &cfg.Alerts.LostHold: DefaultLostHold,
+	} {
+		if *d == 0 {
+			*d = def
+		}
+	}
 	return cfg, cfg.Validate()
 }
 
@@ -152,8 +214,8 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("ingest_tokens[%d]: must not be empty", i)
 		}
 	}
-	if r := c.Alerts.RenewMarginRatio; r <= 0 || r >= 1 {
-		return fmt.Errorf("alerts.renew_margin_ratio: %v is outside (0, 1)", r)
+	if err := c.Alerts.validate(c.Sources); err != nil {
+		return fmt.Errorf("alerts.%w", err)
 	}
 	names := make(map[string]int)
 	for i, s := range c.Sources {
@@ -165,6 +227,68 @@ func (c *Config) Validate() error {
 			return fmt.Errorf("%s.name: %q is already the name of sources[%d]", field, s.Name, j)
 		}
 		names[s.Name] = i
+	}
+	return nil
+}
+
+func (a *AlertsConfig) validate(sources []SourceConfig) error {
+	if r := a.RenewMarginRatio; r <= 0 || r >= 1 {
+		return fmt.Errorf("renew_margin_ratio: %v is outside (0, 1)", r)
+	}
+	if err := positive(a.BlindAfter, a.FencingHold, a.LostHold); err != nil {
+		return err
+	}
+	seen := make(map[[2]string]int)
+	for i, r := range a.Rules {
+		field := fmt.Sprintf("rules[%d]", i)
+		if err := r.validate(field, sources); err != nil {
+			return err
+		}
+		if j, dup := seen[[2]string{r.Source, r.Lock}]; dup {
+			return fmt.Errorf("%s: rules[%d] already has this source and lock", field, j)
+		}
+		seen[[2]string{r.Source, r.Lock}] = i
+	}
+	return nil
+}
+
+// positive checks blind_after, fencing_hold and lost_hold, in that order.
+func positive(blindAfter, fencingHold, lostHold time.Duration) error {
+	for _, d := range []struct {
+		field string
+		d     time.Duration
+	}{{"blind_after", blindAfter}, {"fencing_hold", fencingHold}, {"lost_hold", lostHold}} {
+		if d.d <= 0 {
+			return fmt.Errorf("%s: %v must be positive", d.field, d.d)
+		}
+	}
+	return nil
+}
+
+// validate checks one rule; field is its place, rules[N].
+func (r *AlertRule) validate(field string, sources []SourceConfig) error {
+	switch {
+	case r.Source == "" && r.Lock == "":
+		return fmt.Errorf("%s: names neither a source nor a lock pattern, so it would apply everywhere: set the alerts-level keys instead", field)
+	case r.Source != "" && !slices.ContainsFunc(sources, func(s SourceConfig) bool { return s.Name == r.Source }):
+		return fmt.Errorf("%s.source: %q is not the name of a configured source", field, r.Source)
+	case r.Lock != "" && !alert.ValidPattern(r.Lock):
+		return fmt.Errorf("%s.lock: %q is not a valid pattern (path.Match syntax: *, ?, [a-z], \\)", field, r.Lock)
+	case r.RenewMarginRatio < 0 || r.RenewMarginRatio >= 1:
+		return fmt.Errorf("%s.renew_margin_ratio: %v is outside (0, 1)", field, r.RenewMarginRatio)
+	case r.BlindAfter != 0 && r.Lock != "":
+		return fmt.Errorf("%s.blind_after: a source is blind as a whole, not per lock: set it in a rule without lock", field)
+	case r.RenewMarginRatio == 0 && r.BlindAfter == 0 && r.FencingHold == 0 && r.LostHold == 0:
+		return fmt.Errorf("%s: sets no threshold (renew_margin_ratio, blind_after, fencing_hold or lost_hold)", field)
+	}
+	// Zero durations are unset; only negative ones are wrong.
+	for _, d := range []struct {
+		field string
+		d     time.Duration
+	}{{"blind_after", r.BlindAfter}, {"fencing_hold", r.FencingHold}, {"lost_hold", r.LostHold}} {
+		if d.d < 0 {
+			return fmt.Errorf("%s.%s: %v is negative", field, d.field, d.d)
+		}
 	}
 	return nil
 }

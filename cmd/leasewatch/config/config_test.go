@@ -3,9 +3,13 @@ package config
 import (
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit/alert"
 )
 
 func TestParseConfigContractExample(t *testing.T) {
@@ -92,6 +96,61 @@ func TestParseConfigDefaults(t *testing.T) {
 	if cfg.Listen != DefaultListen || cfg.Database != DefaultDatabase || cfg.Alerts.RenewMarginRatio != DefaultRenewMarginRatio {
 		t.Fatalf("defaults = %+v", cfg)
 	}
+	if a := cfg.Alerts; a.BlindAfter != DefaultBlindAfter || a.FencingHold != DefaultFencingHold || a.LostHold != DefaultLostHold ||
+		a.IncludeHeartbeats || len(a.Rules) != 0 {
+		t.Fatalf("alerts defaults = %+v", a)
+	}
+}
+
+// The alerts section beyond renew_margin_ratio: durations in Go's syntax,
+// the heartbeat opt-in, and rules per source and lock pattern, handed to the
+// evaluator as they were written.
+func TestParseConfigAlertRules(t *testing.T) {
+	cfg, err := Parse([]byte(`
+alerts:
+  renew_margin_ratio: 0.3
+  blind_after: 45s
+  fencing_hold: 1h
+  lost_hold: 10m
+  include_heartbeats: true
+  rules:
+    - source: prod-etcd
+      blind_after: 2m
+    - lock: "/locks/billing-*"
+      renew_margin_ratio: 0.5
+    - source: prod-etcd
+      lock: "/locks/billing-ledger"
+      fencing_hold: 24h
+      lost_hold: 1h
+sources:
+  - name: prod-etcd
+    kind: etcd
+    endpoints: ["127.0.0.1:2379"]
+    prefixes: ["/locks/"]
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	got := cfg.Alerts.Alert()
+	want := alert.Config{
+		Defaults:          alert.Thresholds{RenewMarginRatio: 0.3, BlindAfter: 45 * time.Second, FencingHold: time.Hour, LostHold: 10 * time.Minute},
+		IncludeHeartbeats: true,
+		Rules: []alert.Rule{
+			{Source: "prod-etcd", Thresholds: alert.Thresholds{BlindAfter: 2 * time.Minute}},
+			{Lock: "/locks/billing-*", Thresholds: alert.Thresholds{RenewMarginRatio: 0.5}},
+			{Source: "prod-etcd", Lock: "/locks/billing-ledger", Thresholds: alert.Thresholds{FencingHold: 24 * time.Hour, LostHold: time.Hour}},
+		},
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Fatalf("alert config = %+v\nwant %+v", got, want)
+	}
+	th := got.For("prod-etcd", "/locks/billing-ledger")
+	if th.RenewMarginRatio != 0.5 || th.FencingHold != 24*time.Hour || th.LostHold != time.Hour {
+		t.Fatalf("thresholds of prod-etcd//locks/billing-ledger = %+v", th)
+	}
+	if d := got.For("prod-etcd", "").BlindAfter; d != 2*time.Minute {
+		t.Fatalf("prod-etcd blind_after = %v, want 2m", d)
+	}
 }
 
 func TestParseConfigErrorsNameTheField(t *testing.T) {
@@ -120,6 +179,27 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"NoPrefixes", "sources:\n  - name: x\n    kind: etcd\n    endpoints: [\"h:1\"]\n", "sources[0].prefixes"},
 		{"DuplicateName", "sources:\n" + etcd + etcd, "sources[1].name"},
 		{"NotYAML", "listen: [\n", "not valid YAML"},
+		{"BlindAfterNotADuration", "alerts:\n  blind_after: soon\n", "alerts.blind_after"},
+		{"BlindAfterBareNumber", "alerts:\n  blind_after: 30\n", "alerts.blind_after"},
+		{"BlindAfterNegative", "alerts:\n  blind_after: -1s\n", "alerts.blind_after"},
+		{"FencingHoldNegative", "alerts:\n  fencing_hold: -5m\n", "alerts.fencing_hold"},
+		{"LostHoldNegative", "alerts:\n  lost_hold: -5m\n", "alerts.lost_hold"},
+		{"IncludeHeartbeatsNotABool", "alerts:\n  include_heartbeats: sometimes\n", "alerts.include_heartbeats"},
+		{"UnknownAlertsField", "alerts:\n  renew_margin: 0.3\n", "alerts.renew_margin"},
+		{"RulesNotAList", "alerts:\n  rules: {lock: x}\n", "alerts.rules"},
+		{"UnknownRuleField", "alerts:\n  rules:\n    - lock: x\n      hold: 1m\n", "alerts.rules[0].hold"},
+		{"RuleEverywhere", "alerts:\n  rules:\n    - lost_hold: 1m\n", "alerts.rules[0]: names neither"},
+		{"RuleUnknownSource", "sources:\n" + etcd + "alerts:\n  rules:\n    - source: prod\n      lost_hold: 1m\n", "alerts.rules[0].source"},
+		{"RuleBadPattern", "alerts:\n  rules:\n    - lock: x\n      lost_hold: 1m\n    - lock: \"/locks/[orders\"\n      lost_hold: 1m\n", "alerts.rules[1].lock"},
+		{"RuleRatioOutOfRange", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n      renew_margin_ratio: 1\n", "alerts.rules[0].renew_margin_ratio"},
+		{"RuleRatioNegative", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n      renew_margin_ratio: -0.1\n", "alerts.rules[0].renew_margin_ratio"},
+		{"RuleBlindAfterPerLock", "sources:\n" + etcd + "alerts:\n  rules:\n    - source: e\n      lock: \"/locks/*\"\n      blind_after: 1m\n", "alerts.rules[0].blind_after"},
+		{"RuleNoThreshold", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n", "alerts.rules[0]: sets no threshold"},
+		{"RuleNegativeHold", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n      fencing_hold: -1m\n", "alerts.rules[0].fencing_hold"},
+		{"RuleNegativeLostHold", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n      lost_hold: -1m\n", "alerts.rules[0].lost_hold"},
+		{"RuleNegativeBlindAfter", "sources:\n" + etcd + "alerts:\n  rules:\n    - source: e\n      blind_after: -1m\n", "alerts.rules[0].blind_after"},
+		{"RuleHoldNotADuration", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n      lost_hold: long\n", "alerts.rules[0].lost_hold"},
+		{"DuplicateRule", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n      lost_hold: 1m\n    - lock: \"/locks/*\"\n      fencing_hold: 1m\n", "alerts.rules[1]: rules[0] already"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -1,0 +1,256 @@
+// Package alert evaluates leasewatch's live alerts: leases near expiry, leases
+// lost while held, fencing violations and blind collectors. It is pure: the
+// caller passes the time and what the tracker and the collectors know now, and
+// gets back the alerts that fire and those that just resolved, ready for a
+// sender (Alertmanager) or a page.
+//
+// Like the rest of audit, it imports only the standard library.
+package alert
+
+import (
+	"hash/fnv"
+	"path"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Alert names (contract with rules and receivers: these are the alertname label).
+const (
+	LeaseNearExpiry  = "LeaseNearExpiry"
+	LeaseLost        = "LeaseLost"
+	FencingViolation = "FencingViolation"
+	CollectorBlind   = "CollectorBlind"
+)
+
+// Label and annotation names, as Alertmanager receives them.
+const (
+	LabelAlertName = "alertname"
+	LabelSeverity  = "severity"
+	LabelSource    = "source"
+	LabelLock      = "lock"
+	LabelHolder    = "holder"
+
+	// AnnotationSummary says in plain words what happened.
+	AnnotationSummary = "summary"
+	// AnnotationDescription carries the tracker's own words, where a finding
+	// raised the alert.
+	AnnotationDescription = "description"
+)
+
+// Alert is one alert, firing or resolved. Its labels are its identity; its
+// annotations may change while it fires.
+type Alert struct {
+	Labels      map[string]string
+	Annotations map[string]string
+	StartsAt    time.Time
+	EndsAt      time.Time // zero while firing
+}
+
+// Name returns the alertname label.
+func (a Alert) Name() string { return a.Labels[LabelAlertName] }
+
+// Firing reports whether the alert has not resolved.
+func (a Alert) Firing() bool { return a.EndsAt.IsZero() }
+
+// Fingerprint identifies the alert by its labels: the same condition on the
+// same lock, source and holder has the same fingerprint at every evaluation.
+// It hashes the sorted label pairs with FNV-1a, as Alertmanager does.
+func (a Alert) Fingerprint() string { return fingerprint(a.Labels) }
+
+func fingerprint(labels map[string]string) string {
+	names := make([]string, 0, len(labels))
+	for n := range labels {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	h := fnv.New64a()
+	for _, n := range names {
+		h.Write([]byte(n))
+		h.Write([]byte{0xff})
+		h.Write([]byte(labels[n]))
+		h.Write([]byte{0xff})
+	}
+	const hex = "0123456789abcdef"
+	sum := h.Sum64()
+	var b [16]byte
+	for i := 15; i >= 0; i-- {
+		b[i] = hex[sum&0xf]
+		sum >>= 4
+	}
+	return string(b[:])
+}
+
+// Thresholds tune the alerts of one lock or source. In a Rule, a zero field
+// is unset: a less specific rule, or Config.Defaults, decides it.
+type Thresholds struct {
+	// RenewMarginRatio: a held lease with less than this fraction of its
+	// duration left, and no renewal yet, is near expiry. It is the same
+	// ratio that makes a renewal late (alerts.renew_margin_ratio).
+	RenewMarginRatio float64
+	// LostHold is how long LeaseLost fires after the lock's latest loss
+	// (see Input for why not until the next grant).
+	LostHold time.Duration
+	// FencingHold is how long FencingViolation fires after a lock's latest
+	// critical finding.
+	FencingHold time.Duration
+	// BlindAfter is how long a source may be blind before CollectorBlind
+	// fires. Only rules without a lock pattern set it.
+	BlindAfter time.Duration
+}
+
+// Defaults for Config.Defaults fields left zero.
+const (
+	DefaultRenewMarginRatio = 0.25
+	DefaultLostHold         = 5 * time.Minute
+	DefaultFencingHold      = 15 * time.Minute
+	DefaultBlindAfter       = 30 * time.Second
+)
+
+// Rule sets thresholds for the locks of one source, the locks whose names
+// match a pattern, or both. Source and Lock may not both be empty.
+type Rule struct {
+	Source string // a source name; empty: every source
+	// Lock is a path.Match pattern over lock names; empty: every lock. As in
+	// path.Match, '*' does not cross '/': "kube-system/*" matches the Leases
+	// of one namespace, "/locks/*" the etcd locks under one prefix. A rule
+	// with a pattern never applies to a source as a whole (BlindAfter).
+	Lock string
+	Thresholds
+}
+
+// ValidPattern reports whether p is a well-formed Lock pattern.
+func ValidPattern(p string) bool {
+	_, err := path.Match(p, "")
+	return err == nil
+}
+
+// Config configures an Evaluator.
+type Config struct {
+	Defaults Thresholds // zero fields take the Default* constants
+	// Rules override Defaults. For each threshold, the most specific
+	// matching rule that sets it wins: a rule naming a source and a lock
+	// beats one naming only a lock, which beats one naming only a source;
+	// between rules of the same kind, an exact lock name beats a pattern and
+	// a pattern with more literal characters beats one with fewer; on a tie,
+	// the earlier rule wins.
+	Rules []Rule
+	// IncludeHeartbeats alerts on heartbeat-class leases too. By default
+	// they are left out, as in the dashboard's default views.
+	IncludeHeartbeats bool
+}
+
+// For returns the thresholds that apply to lock name of source. An empty name
+// asks for the source's own thresholds (BlindAfter): only rules without a
+// lock pattern apply.
+func (c Config) For(source, name string) Thresholds {
+	t := c.Defaults
+	set := func(dst *Thresholds, src Thresholds) {
+		if src.RenewMarginRatio > 0 {
+			dst.RenewMarginRatio = src.RenewMarginRatio
+		}
+		if src.LostHold > 0 {
+			dst.LostHold = src.LostHold
+		}
+		if src.FencingHold > 0 {
+			dst.FencingHold = src.FencingHold
+		}
+		if src.BlindAfter > 0 {
+			dst.BlindAfter = src.BlindAfter
+		}
+	}
+	var matched []int
+	for i, r := range c.Rules {
+		if r.matches(source, name) {
+			matched = append(matched, i)
+		}
+	}
+	// Least specific first, so the most specific is laid over last; the
+	// stable sort keeps file order among equals, and the reverse below makes
+	// the earlier rule win a tie.
+	slices.Reverse(matched)
+	slices.SortStableFunc(matched, func(i, j int) int { return c.Rules[i].specificity().compare(c.Rules[j].specificity()) })
+	for _, i := range matched {
+		set(&t, c.Rules[i].Thresholds)
+	}
+	if t.RenewMarginRatio <= 0 {
+		t.RenewMarginRatio = DefaultRenewMarginRatio
+	}
+	if t.LostHold <= 0 {
+		t.LostHold = DefaultLostHold
+	}
+	if t.FencingHold <= 0 {
+		t.FencingHold = DefaultFencingHold
+	}
+	if t.BlindAfter <= 0 {
+		t.BlindAfter = DefaultBlindAfter
+	}
+	return t
+}
+
+func (r Rule) matches(source, name string) bool {
+	if r.Source != "" && r.Source != source {
+		return false
+	}
+	if r.Lock == "" {
+		return true
+	}
+	if name == "" {
+		return false
+	}
+	ok, err := path.Match(r.Lock, name)
+	return ok && err == nil
+}
+
+// specificity ranks a rule; compare orders less specific first.
+type specificity struct {
+	kind    int // 0 source only, 1 lock only, 2 source and lock
+	exact   bool
+	literal int
+}
+
+func (s specificity) compare(o specificity) int {
+	switch {
+	case s.kind != o.kind:
+		return s.kind - o.kind
+	case s.exact != o.exact:
+		if s.exact {
+			return 1
+		}
+		return -1
+	}
+	return s.literal - o.literal
+}
+
+func (r Rule) specificity() specificity {
+	var s specificity
+	if r.Lock != "" {
+		s.kind = 1
+		if r.Source != "" {
+			s.kind = 2
+		}
+	}
+	s.exact = r.Lock != "" && !strings.ContainsAny(r.Lock, `*?[\`)
+	s.literal = literals(r.Lock)
+	return s
+}
+
+// literals counts the characters of pattern p that match only themselves.
+func literals(p string) int {
+	n := 0
+	for i := 0; i < len(p); i++ {
+		switch p[i] {
+		case '*', '?':
+		case '[':
+			if j := strings.IndexByte(p[i+1:], ']'); j >= 0 {
+				i += j + 1
+			}
+		case '\\':
+			i++
+			n++
+		default:
+			n++
+		}
+	}
+	return n
+}

@@ -1,0 +1,278 @@
+package alert
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// Input is what the service knows at an evaluation.
+//
+// A lease lost while held reaches the evaluator as a lease_expired finding,
+// not as an expire event: the tracker raises that finding exactly when a
+// tenure ends by expiry, seen by the backend or inferred from its clock alike,
+// and it arrives with the critical findings in the same Batch.Findings, so the
+// service passes one small stream (events include every renewal) and the
+// evaluator reads lock and holder from one place.
+//
+// LeaseLost resolves after a hold-down (Thresholds.LostHold) since the
+// latest loss, not at the lock's next grant: contenders wait on the lock, so
+// the next grant usually comes milliseconds after the expiry, and an alert
+// resolved that soon would reach no one. The old holder may still be acting
+// on the lease it lost; the lock's timeline shows who holds it now.
+type Input struct {
+	// Locks are the tracker's locks, in any state. Held ones are watched
+	// for near expiry; every one lends its class to the findings on it (a
+	// finding on a lock not listed counts as class lock).
+	Locks []audit.Lock
+	// Findings are those raised since the previous evaluation.
+	Findings []audit.Finding
+	// Sources are the collectors' states.
+	Sources []audit.Source
+}
+
+// Evaluator turns inputs into alerts. It remembers the alerts that fire, so
+// it is not safe for concurrent use; time comes only from Evaluate's caller.
+type Evaluator struct {
+	cfg    Config
+	active map[string]*active // by fingerprint
+	// downSince is when the evaluator first saw a source down that does
+	// not say since when it is blind (a collector that never connected).
+	downSince map[string]time.Time
+}
+
+// active is a firing alert and what decides when it resolves.
+type active struct {
+	Alert
+	// LeaseLost and FencingViolation fire for hold after their latest
+	// finding, last.
+	last  time.Time
+	hold  time.Duration
+	kinds []audit.FindingKind // FencingViolation: every kind seen, in order
+}
+
+// New returns an evaluator with nothing firing. cfg's rules should be valid
+// (see ValidPattern); a rule whose pattern is malformed never matches.
+func New(cfg Config) *Evaluator {
+	return &Evaluator{cfg: cfg, active: make(map[string]*active), downSince: make(map[string]time.Time)}
+}
+
+// Evaluate returns every alert firing at now, followed by those that resolved
+// since the previous evaluation (EndsAt now), each reported resolved once. A
+// condition that still holds keeps its fingerprint and StartsAt, so a sender
+// may re-send the firing alerts every time. Within each group, alerts are
+// ordered by name, source, lock and holder.
+func (e *Evaluator) Evaluate(now time.Time, in Input) []Alert {
+	current := make(map[string]Alert)
+	e.nearExpiry(now, in.Locks, current)
+	e.blind(now, in.Sources, current)
+	if len(in.Findings) > 0 {
+		classes := make(map[audit.LockKey]audit.Class, len(in.Locks))
+		for _, l := range in.Locks {
+			classes[l.Key()] = l.Class
+		}
+		e.findings(in.Findings, classes)
+	}
+
+	var firing, resolved []Alert
+	for fp, a := range e.active {
+		if e.holds(now, a, current) {
+			firing = append(firing, a.clone())
+			continue
+		}
+		a.EndsAt = now
+		resolved = append(resolved, a.clone())
+		delete(e.active, fp)
+	}
+	for fp, a := range current { // what holds() left: newly firing
+		e.active[fp] = &active{Alert: a}
+		firing = append(firing, e.active[fp].clone())
+	}
+	order(firing)
+	order(resolved)
+	return append(firing, resolved...)
+}
+
+// clone copies a's maps, so callers may keep or change what Evaluate returns.
+func (a *active) clone() Alert {
+	c := a.Alert
+	c.Labels, c.Annotations = maps.Clone(c.Labels), maps.Clone(c.Annotations)
+	return c
+}
+
+// holds reports whether a still fires, refreshing its annotations from the
+// condition that keeps it firing.
+func (e *Evaluator) holds(now time.Time, a *active, current map[string]Alert) bool {
+	if a.hold > 0 {
+		return now.Before(a.last.Add(a.hold))
+	}
+	fp := a.Fingerprint()
+	c, ok := current[fp]
+	if ok {
+		a.Annotations = c.Annotations
+		delete(current, fp)
+	}
+	return ok
+}
+
+// watched reports whether alerts cover locks of class c.
+func (e *Evaluator) watched(c audit.Class) bool {
+	return c != audit.ClassHeartbeat || e.cfg.IncludeHeartbeats
+}
+
+// nearExpiry adds a LeaseNearExpiry alert for every watched held lease with
+// less than its margin left; it starts when the lease crossed the margin.
+func (e *Evaluator) nearExpiry(now time.Time, locks []audit.Lock, current map[string]Alert) {
+	for _, l := range locks {
+		if l.State != audit.StateHeld || !e.watched(l.Class) || l.ExpiresAt.IsZero() || l.LeaseDuration <= 0 {
+			continue
+		}
+		margin := time.Duration(e.cfg.For(l.Source, l.Name).RenewMarginRatio * float64(l.LeaseDuration))
+		left := l.ExpiresAt.Sub(now)
+		if left >= margin {
+			continue
+		}
+		summary := fmt.Sprintf("%s has %s of its %s lease on %s left and has not renewed since %s",
+			orUnknown(l.Holder), left.Round(time.Millisecond), l.LeaseDuration, l.Key(), stamp(l.RenewedAt))
+		if left <= 0 {
+			summary = fmt.Sprintf("%s's %s lease on %s ran out %s ago without a renewal; leasewatch has not yet seen it expire",
+				orUnknown(l.Holder), l.LeaseDuration, l.Key(), (-left).Round(time.Millisecond))
+		}
+		a := newAlert(LeaseNearExpiry, audit.SeverityWarning, l.Source, l.Name, l.Holder, l.ExpiresAt.Add(-margin), summary)
+		current[a.Fingerprint()] = a
+	}
+}
+
+// blind adds a CollectorBlind alert for every source blind for BlindAfter or
+// longer; it starts when the source had been blind that long.
+func (e *Evaluator) blind(now time.Time, sources []audit.Source, current map[string]Alert) {
+	down := make(map[string]bool, len(sources))
+	for _, s := range sources {
+		since := s.BlindSince
+		if since.IsZero() && s.State == audit.SourceDown {
+			down[s.Name] = true
+			if _, ok := e.downSince[s.Name]; !ok {
+				e.downSince[s.Name] = now
+			}
+			since = e.downSince[s.Name]
+		}
+		if since.IsZero() {
+			continue
+		}
+		after := e.cfg.For(s.Name, "").BlindAfter
+		if now.Sub(since) < after {
+			continue
+		}
+		summary := fmt.Sprintf("the %s collector has not seen its backend for %s, since %s: lock changes there go unrecorded",
+			s.Name, now.Sub(since).Round(time.Second), stamp(since))
+		if s.Error != "" {
+			summary += " (" + s.Error + ")"
+		}
+		a := newAlert(CollectorBlind, audit.SeverityWarning, s.Name, "", "", since.Add(after), summary)
+		current[a.Fingerprint()] = a
+	}
+	for name := range e.downSince {
+		if !down[name] {
+			delete(e.downSince, name)
+		}
+	}
+}
+
+// findings starts or extends LeaseLost and FencingViolation alerts.
+func (e *Evaluator) findings(findings []audit.Finding, classes map[audit.LockKey]audit.Class) {
+	for _, f := range findings {
+		if c, ok := classes[f.Lock]; ok && !e.watched(c) {
+			continue
+		}
+		sev := f.Severity
+		if sev == "" {
+			sev = f.Kind.Severity()
+		}
+		th := e.cfg.For(f.Lock.Source, f.Lock.Name)
+		var a Alert
+		var hold time.Duration
+		switch {
+		case f.Kind == audit.FindingLeaseExpired:
+			holder := ""
+			if len(f.Holders) > 0 {
+				holder = f.Holders[0]
+			}
+			a = newAlert(LeaseLost, audit.SeverityWarning, f.Lock.Source, f.Lock.Name, holder, f.At,
+				fmt.Sprintf("%s lost %s: its lease expired while it held the lock, and it may still act as if it held it", orUnknown(holder), f.Lock))
+			hold = th.LostHold
+		case sev == audit.SeverityCritical:
+			// One alert per lock, whoever the holders: its labels must not
+			// change while it fires.
+			a = newAlert(FencingViolation, audit.SeverityCritical, f.Lock.Source, f.Lock.Name, "", f.At, "")
+			hold = th.FencingHold
+		default:
+			continue
+		}
+		a.Annotations[AnnotationDescription] = f.Summary
+		fp := a.Fingerprint()
+		cur, ok := e.active[fp]
+		if !ok {
+			cur = &active{Alert: a, last: f.At}
+			e.active[fp] = cur
+		}
+		cur.Annotations, cur.hold = a.Annotations, hold
+		if f.At.After(cur.last) {
+			cur.last = f.At
+		}
+		if a.Name() == FencingViolation {
+			if !slices.Contains(cur.kinds, f.Kind) {
+				cur.kinds = append(cur.kinds, f.Kind)
+			}
+			cur.Annotations[AnnotationSummary] = fencingSummary(f.Lock, cur.kinds)
+		}
+	}
+}
+
+func fencingSummary(key audit.LockKey, kinds []audit.FindingKind) string {
+	names := make([]string, len(kinds))
+	for i, k := range kinds {
+		names[i] = string(k)
+	}
+	return fmt.Sprintf("fencing failed on %s (%s): its tokens did not keep two holders' writes apart", key, strings.Join(names, ", "))
+}
+
+func newAlert(name string, sev audit.Severity, source, lock, holder string, startsAt time.Time, summary string) Alert {
+	labels := map[string]string{LabelAlertName: name, LabelSeverity: string(sev), LabelSource: source}
+	if lock != "" {
+		labels[LabelLock] = lock
+	}
+	if holder != "" {
+		labels[LabelHolder] = holder
+	}
+	return Alert{Labels: labels, Annotations: map[string]string{AnnotationSummary: summary}, StartsAt: startsAt}
+}
+
+func order(alerts []Alert) {
+	slices.SortFunc(alerts, func(a, b Alert) int {
+		for _, l := range []string{LabelAlertName, LabelSource, LabelLock, LabelHolder} {
+			if c := cmp.Compare(a.Labels[l], b.Labels[l]); c != 0 {
+				return c
+			}
+		}
+		return a.StartsAt.Compare(b.StartsAt)
+	})
+}
+
+func orUnknown(holder string) string {
+	if holder == "" {
+		return "an unknown holder"
+	}
+	return holder
+}
+
+func stamp(t time.Time) string {
+	if t.IsZero() {
+		return "an unknown time"
+	}
+	return t.UTC().Format(time.RFC3339)
+}
