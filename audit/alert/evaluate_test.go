@@ -248,7 +248,7 @@ func TestThresholds(t *testing.T) {
 		{"staging", "/locks/a/b", 0.25, DefaultLostHold, "'*' does not cross '/'"},
 	}
 	for _, tt := range tests {
-		t.Run(tt.source+tt.lock, func(t *testing.T) {
+		t.Run(tt.source+"/"+tt.lock, func(t *testing.T) {
 			got := cfg.For(tt.source, tt.lock)
 			if got.RenewMarginRatio != tt.ratio || got.LostHold != tt.lostHold {
 				t.Fatalf("For(%q, %q) = ratio %v, lost hold %v; want %v, %v (%s)", tt.source, tt.lock, got.RenewMarginRatio, got.LostHold, tt.ratio, tt.lostHold, tt.why)
