@@ -36,6 +36,9 @@ type Recorder struct {
 	stopped chan struct{}
 
 	lastSync time.Time // recording goroutine only
+	// renewedNow are the renewals of the commit in progress, for its
+	// Commit.Renewals; recording goroutine only.
+	renewedNow []Renewal
 
 	mu      sync.Mutex
 	cursors map[string]Cursor
@@ -68,6 +71,10 @@ type Commit struct {
 	Inputs []*Input  // the collector inputs it covers
 	Writes int       // the write reports it covers, duplicates included
 	Batch  *Batch    // what it wrote
+	// Renewals are the renewals it recorded (as renew events) whose lock
+	// and tenure rows wait for a later sync: with Batch.Locks, what a
+	// subscriber needs to keep every lock's state as the tracker has it.
+	Renewals []Renewal
 }
 
 // WithCommitHook calls fn after every successful commit, on the recording
@@ -320,6 +327,7 @@ func (r *Recorder) hold(b Batch) Batch {
 	for _, rn := range b.Renewed {
 		r.unsaved[rn.Lock] = rn
 	}
+	r.renewedNow = append(r.renewedNow, b.Renewed...)
 	b.Renewed = nil
 	for i := range b.Locks {
 		// Written in full, as Batch.Append merges them.
@@ -388,8 +396,10 @@ func (r *Recorder) finish(group []*request, b Batch, err error) {
 			}
 		}
 	}
+	renewals := r.renewedNow
+	r.renewedNow = nil
 	if err == nil && r.onCommit != nil {
-		c := Commit{At: r.now(), Batch: &b}
+		c := Commit{At: r.now(), Batch: &b, Renewals: renewals}
 		for _, req := range group {
 			if req.input != nil {
 				c.Inputs = append(c.Inputs, req.input)

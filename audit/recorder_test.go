@@ -311,3 +311,40 @@ func TestRecorderRenewalsSurviveACrashBetweenSyncs(t *testing.T) {
 		t.Errorf("Unsynced after a clean stop = %d events, %v; want none", len(evs), err)
 	}
 }
+
+// TestRecorderCommitsCarryTheirRenewals: a subscriber to commits sees each
+// renewal with the commit that recorded it, although the lock rows get it
+// only at the next sync.
+func TestRecorderCommitsCarryTheirRenewals(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
+	var mu sync.Mutex
+	var renewals []audit.Renewal
+	rec := startRecorder(t, st, audit.WithSyncInterval(time.Hour), audit.WithCommitHook(func(c audit.Commit) {
+		mu.Lock()
+		defer mu.Unlock()
+		renewals = append(renewals, c.Renewals...)
+	}))
+	ctx := context.Background()
+	t0 := time.Now().Add(-time.Minute)
+	if err := rec.Observe(ctx, grantInput("a", 7, t0, "1")); err != nil {
+		t.Fatal(err)
+	}
+	renew := audit.Input{Source: "src", Kind: audit.KindEtcd, Cursor: "2", Observations: []audit.Observation{{
+		Lock: audit.LockKey{Source: "src", Name: "orders"}, Kind: audit.EventRenew, At: t0.Add(3 * time.Second),
+		Holder: "a", Token: audit.Int64(7), LeaseDuration: 10 * time.Second,
+	}}}
+	if err := rec.Observe(ctx, renew); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := audit.Renewal{Lock: audit.LockKey{Source: "src", Name: "orders"}, Seq: 1, Renewals: 1,
+		RenewedAt: t0.Add(3 * time.Second), ExpiresAt: t0.Add(13 * time.Second), LeaseDuration: 10 * time.Second}
+	if len(renewals) != 1 || renewals[0].Lock != want.Lock || renewals[0].Renewals != 1 ||
+		!renewals[0].RenewedAt.Equal(want.RenewedAt) || !renewals[0].ExpiresAt.Equal(want.ExpiresAt) {
+		t.Fatalf("commits' renewals = %+v, want %+v", renewals, want)
+	}
+	if l, err := st.LockByKey(ctx, want.Lock); err != nil || l.RenewedAt.Equal(want.RenewedAt) {
+		t.Fatalf("lock row = %+v, %v; want it still without the renewal, which waits for a sync", l, err)
+	}
+}
