@@ -30,7 +30,27 @@ type Config struct {
 	// so tokens stay out of the configuration file.
 	IngestTokensFile string         `yaml:"ingest_tokens_file"`
 	Alerts           AlertsConfig   `yaml:"alerts"`
+	Metrics          MetricsConfig  `yaml:"metrics"`
 	Sources          []SourceConfig `yaml:"sources"`
+}
+
+// MetricsConfig shapes what /metrics exports. Optional, added to the contract.
+type MetricsConfig struct {
+	// MaxLockSeries caps how many locks get per-lock series (expiry,
+	// duration, renewal margin, holder changes, expiries); the rest are
+	// counted in leasewatch_lock_series_limit_exceeded. Default 1000.
+	MaxLockSeries int `yaml:"max_lock_series"`
+}
+
+// MaxLockSeriesLimit is the largest metrics.max_lock_series: per-lock series
+// beyond it would make every scrape slow and every Prometheus heavy.
+const MaxLockSeriesLimit = 10_000
+
+func (m *MetricsConfig) validate() error {
+	if n := m.MaxLockSeries; n < 1 || n > MaxLockSeriesLimit {
+		return fmt.Errorf("max_lock_series: %d is outside 1..%d", n, MaxLockSeriesLimit)
+	}
+	return nil
 }
 
 // AlertsConfig holds alerting thresholds (see package audit/alert). Every
@@ -129,6 +149,7 @@ const (
 	DefaultBlindAfter       = alert.DefaultBlindAfter
 	DefaultFencingHold      = alert.DefaultFencingHold
 	DefaultLostHold         = alert.DefaultLostHold
+	DefaultMaxLockSeries    = 1000
 )
 
 // supportedKinds are the source kinds this build has collectors for.
@@ -194,6 +215,9 @@ func Parse(data []byte) (*Config, error) {
 	if cfg.Alerts.RenewMarginRatio == 0 {
 		cfg.Alerts.RenewMarginRatio = DefaultRenewMarginRatio
 	}
+	if cfg.Metrics.MaxLockSeries == 0 {
+		cfg.Metrics.MaxLockSeries = DefaultMaxLockSeries
+	}
 	for d, def := range map[*time.Duration]time.Duration{
 		&cfg.Alerts.BlindAfter: DefaultBlindAfter, &cfg.Alerts.FencingHold: DefaultFencingHold, &cfg.Alerts.LostHold: DefaultLostHold,
 	} {
@@ -216,6 +240,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Alerts.validate(c.Sources); err != nil {
 		return fmt.Errorf("alerts.%w", err)
+	}
+	if err := c.Metrics.validate(); err != nil {
+		return fmt.Errorf("metrics.%w", err)
 	}
 	names := make(map[string]int)
 	for i, s := range c.Sources {

@@ -1,0 +1,43 @@
+package config
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestParseConfigMetrics(t *testing.T) {
+	t.Run("DefaultCap", func(t *testing.T) {
+		cfg, err := Parse(nil)
+		if err != nil {
+			t.Fatalf("Parse(empty): %v", err)
+		}
+		if got := cfg.Metrics.MaxLockSeries; got != DefaultMaxLockSeries {
+			t.Fatalf("metrics.max_lock_series = %d, want the default %d", got, DefaultMaxLockSeries)
+		}
+	})
+	t.Run("Cap", func(t *testing.T) {
+		cfg, err := Parse([]byte("metrics:\n  max_lock_series: 50\n"))
+		if err != nil {
+			t.Fatalf("Parse: %v", err)
+		}
+		if got := cfg.Metrics.MaxLockSeries; got != 50 {
+			t.Fatalf("metrics.max_lock_series = %d, want 50", got)
+		}
+	})
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"Negative", "metrics:\n  max_lock_series: -1\n", "metrics.max_lock_series: -1 is outside 1..10000"},
+		{"TooMany", "metrics:\n  max_lock_series: 10001\n", "metrics.max_lock_series: 10001 is outside"},
+		{"NotANumber", "metrics:\n  max_lock_series: lots\n", "metrics.max_lock_series"},
+		{"UnknownField", "metrics:\n  max_series: 5\n", "metrics.max_series"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil {
+				t.Fatalf("Parse accepted %q", tt.yaml)
+			}
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("error = %q, want it to name %q", err, tt.want)
+			}
+		})
+	}
+}
