@@ -17,13 +17,15 @@ build:
 ## deps: install or build what the tests need on a fresh Debian machine:
 ## Go modules (etcd runs in-process), redis-server and chromium from Debian, and a real kube-apiserver, built from the
 ## Kubernetes Go module into .cache/ (several minutes the first time, then
-## reused until its wrapper module changes).
+## reused until its wrapper module changes), and a real Alertmanager, built
+## from its Go module into .cache/alertmanager-<version>/ (a few minutes once).
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go is required: https://go.dev/doc/install" >&2; exit 1; }
 	@command -v redis-server >/dev/null || $(MAKE) install-redis
 	@test -x /usr/bin/chromium || $(MAKE) install-chromium
 	$(GO) mod download
 	$(GO) run ./collectors/kubernetes/kubetest/buildapiserver
+	$(GO) run ./audit/alert/alertmanagertest/buildalertmanager
 
 ## install-redis: Debian's redis-server, for the Redis collector's tests.
 install-redis:

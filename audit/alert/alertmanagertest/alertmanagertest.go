@@ -1,0 +1,300 @@
+// Package alertmanagertest runs a real Alertmanager, built from its Go module,
+// for the tests of leasewatch's alert sender.
+//
+// The binary is built with `go install` of a pinned version (newer module
+// versions lack their UI assets and fail to build) into
+// .cache/alertmanager-<version>/ at the repository root, and reused from
+// there. A cold build takes a few minutes on 2 cores; `make deps` pays for it
+// before the tests.
+package alertmanagertest
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// Version is the Alertmanager module version the tests run.
+const Version = "v0.28.1"
+
+const module = "github.com/prometheus/alertmanager/cmd/alertmanager"
+
+// buildBudget bounds a cold build started by a test.
+const buildBudget = 15 * time.Minute
+
+// Binary returns the path of the cached alertmanager binary, building it
+// first when the cache has none. Progress of a build is written to log.
+func Binary(ctx context.Context, log io.Writer) (string, error) {
+	_, file, _, _ := runtime.Caller(0)
+	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
+	dir := filepath.Join(root, ".cache", "alertmanager-"+Version)
+	bin := filepath.Join(dir, "alertmanager")
+	if _, err := os.Stat(bin); err == nil {
+		return bin, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	// Install into a private directory and rename, so test packages building
+	// at the same time never run a half-written binary.
+	tmp, err := os.MkdirTemp(dir, "build-")
+	if err != nil {
+		return "", err
+	}
+	defer os.RemoveAll(tmp)
+	fmt.Fprintf(log, "building alertmanager %s into %s (a few minutes on a cold cache)\n", Version, bin)
+	start := time.Now()
+	cmd := exec.CommandContext(ctx, "go", "install", module+"@"+Version)
+	cmd.Dir = root
+	cmd.Env = append(os.Environ(), "GOBIN="+tmp)
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Run(); err != nil {
+		return "", fmt.Errorf("build alertmanager %s: %w", Version, err)
+	}
+	if err := os.Rename(filepath.Join(tmp, "alertmanager"), bin); err != nil {
+		return "", err
+	}
+	fmt.Fprintf(log, "built alertmanager in %s\n", time.Since(start).Round(time.Second))
+	return bin, nil
+}
+
+var (
+	binaryOnce sync.Once
+	binaryPath string
+	binaryErr  error
+	binaryLog  strings.Builder
+)
+
+// binary builds the binary once per test process.
+func binary(t testing.TB) string {
+	t.Helper()
+	binaryOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), buildBudget)
+		defer cancel()
+		binaryPath, binaryErr = Binary(ctx, &binaryLog)
+	})
+	if binaryErr != nil {
+		unavailable(t, fmt.Errorf("%w\n%s", binaryErr, tail(binaryLog.String(), 30)))
+	}
+	return binaryPath
+}
+
+// unavailable fails the test under CI=true and skips it elsewhere.
+func unavailable(t testing.TB, err error) {
+	t.Helper()
+	if os.Getenv("CI") == "true" {
+		t.Fatalf("alertmanager unavailable (CI=true, so this is a failure): %v", err)
+	}
+	t.Skipf("alertmanager unavailable: %v", err)
+}
+
+// config routes every alert to a receiver that notifies no one: the tests
+// read alerts back through the API.
+const config = `route:
+  receiver: blackhole
+  group_wait: 1s
+receivers:
+  - name: blackhole
+`
+
+// Alertmanager is a running alertmanager process.
+type Alertmanager struct {
+	// URL is the base URL, http://127.0.0.1:PORT.
+	URL string
+	// Addr is the listen address, the same across Stop and Start.
+	Addr string
+
+	t       testing.TB
+	bin     string
+	dir     string
+	logPath string
+	cmd     *exec.Cmd
+	done    chan error
+}
+
+// Start runs an alertmanager on a free loopback port, with its state in a
+// temporary directory, and waits until it is ready. It is stopped when the
+// test ends. Without a binary the test fails under CI=true and is skipped
+// elsewhere.
+func Start(t testing.TB) *Alertmanager {
+	t.Helper()
+	bin := binary(t)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "alertmanager.yml"), []byte(config), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	am := &Alertmanager{t: t, bin: bin, dir: dir, logPath: filepath.Join(dir, "alertmanager.log")}
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		var port int
+		if port, err = freePort(); err != nil {
+			t.Fatal(err)
+		}
+		am.Addr = "127.0.0.1:" + strconv.Itoa(port)
+		am.URL = "http://" + am.Addr
+		if err = am.start(); err == nil {
+			t.Cleanup(am.Stop)
+			return am
+		}
+	}
+	t.Fatalf("alertmanager never became ready: %v\nlast lines of its log:\n%s", err, tail(readFile(am.logPath), 30))
+	return nil
+}
+
+// Start starts a stopped alertmanager again on the same address, with the
+// same storage, and waits until it is ready.
+func (am *Alertmanager) Start() {
+	am.t.Helper()
+	var err error
+	// The port was free a moment ago; retry in case the old socket lingers.
+	for attempt := 0; attempt < 5; attempt++ {
+		if err = am.start(); err == nil {
+			return
+		}
+	}
+	am.t.Fatalf("alertmanager did not restart on %s: %v\nlast lines of its log:\n%s", am.Addr, err, tail(readFile(am.logPath), 30))
+}
+
+func (am *Alertmanager) start() error {
+	log, err := os.OpenFile(am.logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	defer log.Close() // the process keeps its own descriptor
+	am.cmd = exec.Command(am.bin,
+		"--config.file="+filepath.Join(am.dir, "alertmanager.yml"),
+		"--storage.path="+filepath.Join(am.dir, "data"),
+		"--web.listen-address="+am.Addr,
+		"--cluster.listen-address=", // no clustering, no gossip port
+		"--log.level=debug",
+	)
+	am.cmd.Stdout, am.cmd.Stderr = log, log
+	if err := am.cmd.Start(); err != nil {
+		return fmt.Errorf("start alertmanager: %w", err)
+	}
+	am.done = make(chan error, 1)
+	go func() { am.done <- am.cmd.Wait() }()
+	if err := am.waitReady(); err != nil {
+		am.Stop()
+		return err
+	}
+	return nil
+}
+
+func (am *Alertmanager) waitReady() error {
+	deadline := time.Now().Add(30 * time.Second)
+	client := &http.Client{Timeout: time.Second}
+	for {
+		resp, err := client.Get(am.URL + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+			err = fmt.Errorf("/-/ready: %s", resp.Status)
+		}
+		select {
+		case err := <-am.done:
+			am.done <- err
+			return fmt.Errorf("alertmanager exited: %v", err)
+		case <-time.After(50 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("not ready after 30s: %v", err)
+		}
+	}
+}
+
+// Stop stops the process; Start starts it again. Stopping a stopped
+// alertmanager does nothing.
+func (am *Alertmanager) Stop() {
+	if am.cmd == nil || am.cmd.Process == nil {
+		return
+	}
+	_ = am.cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-am.done:
+	case <-time.After(10 * time.Second):
+		_ = am.cmd.Process.Kill()
+		<-am.done
+	}
+	am.cmd = nil
+}
+
+// Alert is an alert as Alertmanager's GET /api/v2/alerts returns it.
+type Alert struct {
+	Labels       map[string]string `json:"labels"`
+	Annotations  map[string]string `json:"annotations"`
+	StartsAt     time.Time         `json:"startsAt"`
+	EndsAt       time.Time         `json:"endsAt"`
+	GeneratorURL string            `json:"generatorURL"`
+	Fingerprint  string            `json:"fingerprint"`
+	Status       struct {
+		State string `json:"state"` // active, suppressed or unprocessed
+	} `json:"status"`
+}
+
+// Alerts returns the alerts Alertmanager holds that have not resolved
+// (Alertmanager's API leaves resolved ones out).
+func (am *Alertmanager) Alerts(ctx context.Context) ([]Alert, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, am.URL+"/api/v2/alerts", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return nil, fmt.Errorf("GET /api/v2/alerts: %s: %s", resp.Status, b)
+	}
+	var alerts []Alert
+	if err := json.NewDecoder(resp.Body).Decode(&alerts); err != nil {
+		return nil, fmt.Errorf("decode /api/v2/alerts: %w", err)
+	}
+	return alerts, nil
+}
+
+// Log returns the end of the alertmanager's log, for failure messages.
+func (am *Alertmanager) Log() string { return tail(readFile(am.logPath), 30) }
+
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func readFile(path string) string {
+	b, err := os.ReadFile(path)
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err.Error()
+	}
+	return string(b)
+}
+
+// tail returns the last n lines of s.
+func tail(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
