@@ -72,6 +72,8 @@ type AlertsConfig struct {
 	// Rules override the thresholds above for one source, for the locks
 	// whose names match a pattern, or both; the most specific wins.
 	Rules []AlertRule `yaml:"rules"`
+	// Alertmanager says where live alerts are sent.
+	Alertmanager AlertmanagerConfig `yaml:"alertmanager"`
 }
 
 // AlertRule is one entry of alerts.rules. Zero thresholds are unset: a less
@@ -215,6 +217,7 @@ func Parse(data []byte) (*Config, error) {
 	if cfg.Alerts.RenewMarginRatio == 0 {
 		cfg.Alerts.RenewMarginRatio = DefaultRenewMarginRatio
 	}
+	cfg.Alerts.Alertmanager.fillDefaults()
 	if cfg.Metrics.MaxLockSeries == 0 {
 		cfg.Metrics.MaxLockSeries = DefaultMaxLockSeries
 	}
@@ -275,6 +278,9 @@ func (a *AlertsConfig) validate(sources []SourceConfig) error {
 			return fmt.Errorf("%s: rules[%d] already has this source and lock", field, j)
 		}
 		seen[[2]string{r.Source, r.Lock}] = i
+	}
+	if err := a.Alertmanager.validate(); err != nil {
+		return fmt.Errorf("alertmanager.%w", err)
 	}
 	return nil
 }

@@ -1,0 +1,83 @@
+package config
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit/alert"
+)
+
+// AlertmanagerConfig is alerts.alertmanager: where live alerts are sent.
+// Optional, added to the contract; without urls no alert is sent.
+//
+//	alerts:
+//	  alertmanager:
+//	    urls: ["http://alertmanager:9093"]      # base URLs; each gets every alert
+//	    external_url: https://leasewatch.example # the dashboard as users reach it: alerts link to the lock's timeline
+//	    resend_every: 1m                         # firing alerts are re-sent this often
+//	    timeout: 10s                             # one POST to one Alertmanager
+//	    queue: 1000                              # alerts waiting per URL; when full, the oldest are dropped
+type AlertmanagerConfig struct {
+	URLs        []string      `yaml:"urls"`
+	ExternalURL string        `yaml:"external_url"`
+	ResendEvery time.Duration `yaml:"resend_every"`
+	Timeout     time.Duration `yaml:"timeout"`
+	Queue       int           `yaml:"queue"`
+}
+
+// Defaults for omitted alerts.alertmanager keys.
+const (
+	DefaultAlertmanagerResendEvery = alert.DefaultResendEvery
+	DefaultAlertmanagerTimeout     = alert.DefaultSendTimeout
+	DefaultAlertmanagerQueue       = alert.DefaultQueue
+)
+
+// Enabled reports whether any Alertmanager is configured.
+func (m AlertmanagerConfig) Enabled() bool { return len(m.URLs) > 0 }
+
+// SenderConfig returns the alert sender's configuration; the caller adds
+// its logger.
+func (m AlertmanagerConfig) SenderConfig() alert.SenderConfig {
+	return alert.SenderConfig{
+		URLs:        m.URLs,
+		ExternalURL: m.ExternalURL,
+		ResendEvery: m.ResendEvery,
+		Timeout:     m.Timeout,
+		Queue:       m.Queue,
+	}
+}
+
+// fillDefaults sets omitted (zero) keys to their defaults.
+func (m *AlertmanagerConfig) fillDefaults() {
+	if m.ResendEvery == 0 {
+		m.ResendEvery = DefaultAlertmanagerResendEvery
+	}
+	if m.Timeout == 0 {
+		m.Timeout = DefaultAlertmanagerTimeout
+	}
+	if m.Queue == 0 {
+		m.Queue = DefaultAlertmanagerQueue
+	}
+}
+
+func (m *AlertmanagerConfig) validate() error {
+	for i, u := range m.URLs {
+		if _, err := alert.ParseHTTPURL(u); err != nil {
+			return fmt.Errorf("urls[%d]: %w", i, err)
+		}
+	}
+	if m.ExternalURL != "" {
+		if _, err := alert.ParseHTTPURL(m.ExternalURL); err != nil {
+			return fmt.Errorf("external_url: %w", err)
+		}
+	}
+	switch {
+	case m.ResendEvery <= 0:
+		return fmt.Errorf("resend_every: %v must be positive", m.ResendEvery)
+	case m.Timeout <= 0:
+		return fmt.Errorf("timeout: %v must be positive", m.Timeout)
+	case m.Queue <= 0:
+		return fmt.Errorf("queue: %d must be positive", m.Queue)
+	}
+	return nil
+}
