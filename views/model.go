@@ -24,6 +24,7 @@ const (
 	NavFindings Nav = "findings"
 	NavReview   Nav = "review"
 	NavSources  Nav = "sources"
+	NavAlerts   Nav = "alerts"
 )
 
 // Stamp is a formatted instant: Text for people, ISO (RFC 3339) for the
@@ -354,4 +355,24 @@ func plural(n int, one, many string) string {
 		return "1 " + one
 	}
 	return strconv.Itoa(n) + " " + many
+}
+
+// AlertsPage lists the live alerts, the recently resolved ones and the held
+// leases near expiry.
+type AlertsPage struct {
+	Live       Live
+	Now        Stamp
+	Firing     []AlertRow // by name, source, lock and holder
+	Resolved   []AlertRow // newest first
+	NearExpiry []LockRow  // least lease left first
+	Margin     string     // the renew margin, e.g. "25%"
+	NearURL    string
+}
+
+// AlertRow is one alert. Lock is empty for an alert about a source;
+// LockURL links to the lock's timeline when the lock is known.
+type AlertRow struct {
+	Name, Severity, Source, Lock, Holder, Summary string
+	LockURL                                       string
+	StartsAt, EndsAt                              Stamp
 }

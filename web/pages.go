@@ -116,7 +116,7 @@ func (s *Server) handleOverview(c echo.Context) error {
 		p.Held = append(p.Held, s.lockRow(l, now, loc))
 	}
 	if s.margin > 0 {
-		nf := audit.LockFilter{Class: audit.ClassLock, ExpiringBy: s.margin, ExpiringAt: now, Sort: audit.SortExpiry, Limit: overviewList}
+		nf := s.expiringFilter(now, overviewList)
 		near, err := s.store.Locks(ctx, nf)
 		if err != nil {
 			return err
@@ -806,6 +806,12 @@ func detailFields(e audit.Event) []views.Field {
 		fields = append(fields, views.Field{Key: printable(k), Value: printable(v)})
 	}
 	return fields
+}
+
+// expiringFilter selects the held locks (class lock) with less than the renew
+// margin of their lease left at now, least left first.
+func (s *Server) expiringFilter(now time.Time, limit int) audit.LockFilter {
+	return audit.LockFilter{Class: audit.ClassLock, ExpiringBy: s.margin, ExpiringAt: now, Sort: audit.SortExpiry, Limit: limit}
 }
 
 // nearExpiry reports whether a held lock has less than the renew margin of its

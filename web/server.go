@@ -26,6 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/alert"
 	"github.com/leasewatch/leasewatch/static"
 )
 
@@ -66,6 +67,9 @@ type Config struct {
 	// this fraction of its lease is left (alerts.renew_margin_ratio). Zero
 	// disables the hint.
 	RenewMarginRatio float64
+	// Alerts returns the live alerts firing now and those resolved lately,
+	// newest first, for the alerts page. Nil shows none.
+	Alerts func() (firing, resolved []alert.Alert)
 }
 
 // Timeouts of the HTTP server. Writes cover the slowest page or /metrics
@@ -89,6 +93,7 @@ type Server struct {
 	ready   func(ctx context.Context) error
 	now     func() time.Time
 	margin  float64
+	alerts  func() (firing, resolved []alert.Alert)
 	logger  *slog.Logger
 	metrics *metrics
 	echo    *echo.Echo
@@ -110,6 +115,7 @@ func New(cfg Config) (*Server, error) {
 		ready:   cfg.Ready,
 		now:     cfg.Now,
 		margin:  cfg.RenewMarginRatio,
+		alerts:  cfg.Alerts,
 		logger:  cfg.Logger,
 	}
 	if s.now == nil {
@@ -144,6 +150,7 @@ func New(cfg Config) (*Server, error) {
 	e.GET("/locks/:id", s.handleLockPage)
 	e.GET("/findings", s.handleFindingsPage)
 	e.GET("/sources", s.handleSourcesPage)
+	e.GET("/alerts", s.handleAlertsPage)
 	e.GET("/review", s.handleReviewPage)
 	e.GET("/review.md", s.handleReviewMarkdown)
 	e.GET("/review.json", s.handleReviewJSON)

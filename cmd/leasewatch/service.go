@@ -31,6 +31,7 @@ type service struct {
 	store    *sqlite.Store
 	recorder *audit.Recorder
 	runner   *collectors.Runner
+	alerts   *alerting
 	web      *web.Server
 	ln       net.Listener
 	log      *slog.Logger
@@ -48,15 +49,25 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(promcollectors.NewGoCollector(), promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}))
 	rm := newRecorderMetrics(reg)
+	svc := &service{cfg: cfg, store: store, log: logger}
+	sources := func() []audit.Source { return rm.withLag(svc.runner.Sources()) }
+	svc.alerts = newAlerting(cfg.Alerts.Alert(), sources, nil, logger.With("component", "alerts"))
 	rec := audit.NewRecorder(store, audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		SourceKinds:      cfg.SourceKinds(),
-	}, logger.With("component", "recorder"), audit.WithCommitHook(rm.observe))
+	}, logger.With("component", "recorder"), audit.WithCommitHook(func(c audit.Commit) {
+		rm.observe(c)
+		svc.alerts.observe(c)
+	}))
 	if err := rec.Start(ctx); err != nil {
 		store.Close()
 		return nil, err
 	}
-	svc := &service{cfg: cfg, store: store, recorder: rec, log: logger}
+	svc.recorder = rec
+	if err := svc.alerts.load(ctx, rec.Fresh(store)); err != nil {
+		svc.close()
+		return nil, fmt.Errorf("load locks for alerting: %w", err)
+	}
 
 	var cs []collectors.Collector
 	for i, sc := range cfg.Sources {
@@ -76,7 +87,8 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	svc.web, err = web.New(web.Config{
 		Store:            rec.Fresh(store),
 		Writes:           rec,
-		Sources:          func() []audit.Source { return rm.withLag(svc.runner.Sources()) },
+		Sources:          sources,
+		Alerts:           svc.alerts.alerts,
 		KnownSources:     cfg.SourceKinds(),
 		IngestTokens:     cfg.IngestTokens,
 		Registry:         reg,
@@ -144,10 +156,14 @@ func (s *service) serve(ctx context.Context) error {
 	s.log.Info("leasewatch listening", "url", s.URL(), "database", s.cfg.Database, "sources", len(s.cfg.Sources))
 	var wg sync.WaitGroup
 	collectCtx, stopCollectors := context.WithCancel(context.Background())
-	wg.Add(1)
+	wg.Add(2)
 	go func() {
 		defer wg.Done()
 		s.runner.Run(collectCtx)
+	}()
+	go func() {
+		defer wg.Done()
+		s.alerts.run(collectCtx)
 	}()
 	err := s.web.Serve(ctx, s.ln)
 	stopCollectors()

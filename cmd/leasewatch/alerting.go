@@ -1,0 +1,134 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/alert"
+)
+
+// evaluateEvery is how often the live alerts are evaluated.
+const evaluateEvery = time.Second
+
+// maxResolved bounds the recently resolved alerts kept for the alerts page.
+const maxResolved = 100
+
+// alerting keeps leasewatch's live alerts. It follows the tracker, not the
+// database: it starts from the lock rows and then takes every commit's
+// changed locks and renewals, so a renewal clears a near-expiry alert at
+// once although the rows get it only at the next sync. Every second it
+// evaluates the locks, the findings committed since and the collectors'
+// health, and hands the result to notify (an Alertmanager sender), if any.
+type alerting struct {
+	eval    *alert.Evaluator
+	sources func() []audit.Source
+	notify  func([]alert.Alert)
+	log     *slog.Logger
+
+	mu       sync.Mutex
+	locks    map[audit.LockKey]audit.Lock
+	findings []audit.Finding // committed since the last evaluation
+	firing   []alert.Alert
+	resolved []alert.Alert // newest first
+}
+
+// newAlerting returns an alerting with no locks yet: pass its observe to the
+// recorder as a commit hook, then load the locks once the recorder has
+// started.
+func newAlerting(cfg alert.Config, sources func() []audit.Source, notify func([]alert.Alert), logger *slog.Logger) *alerting {
+	return &alerting{eval: alert.New(cfg), sources: sources, notify: notify, log: logger, locks: make(map[audit.LockKey]audit.Lock)}
+}
+
+// load reads every lock from store (the recorder's Fresh view, whose rows
+// carry renewals the last sync has not written). Locks that commits have
+// changed meanwhile are as new in store as in the hook's copy.
+func (a *alerting) load(ctx context.Context, store audit.Store) error {
+	const page = 5000
+	f := audit.LockFilter{Limit: page} // every class, state and source
+	for {
+		locks, err := store.Locks(ctx, f)
+		if err != nil {
+			return err
+		}
+		a.mu.Lock()
+		for _, l := range locks {
+			a.locks[l.Key()] = l
+		}
+		a.mu.Unlock()
+		if len(locks) < page {
+			return nil
+		}
+		f.After = locks[len(locks)-1].ID
+	}
+}
+
+// observe is the recorder's commit hook: it keeps the locks as the tracker
+// has them and collects the new findings.
+func (a *alerting) observe(c audit.Commit) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	for _, st := range c.Batch.Locks {
+		a.locks[st.Lock.Key()] = st.Lock
+	}
+	for _, rn := range c.Renewals {
+		if l, ok := a.locks[rn.Lock]; ok {
+			l.RenewedAt, l.ExpiresAt, l.LeaseDuration = rn.RenewedAt, rn.ExpiresAt, rn.LeaseDuration
+			a.locks[rn.Lock] = l
+		}
+	}
+	a.findings = append(a.findings, c.Batch.Findings...)
+}
+
+// run evaluates every second until ctx ends.
+func (a *alerting) run(ctx context.Context) {
+	t := time.NewTicker(evaluateEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case now := <-t.C:
+			a.evaluate(now)
+		}
+	}
+}
+
+// evaluate runs the evaluator once at now and keeps, and hands on, what it
+// says.
+func (a *alerting) evaluate(now time.Time) {
+	sources := a.sources()
+	a.mu.Lock()
+	in := alert.Input{Findings: a.findings, Sources: sources, Locks: make([]audit.Lock, 0, len(a.locks))}
+	for _, l := range a.locks {
+		in.Locks = append(in.Locks, l)
+	}
+	a.findings = nil
+	out := a.eval.Evaluate(now, in)
+	a.firing = a.firing[:0]
+	for _, al := range out {
+		if al.Firing() {
+			a.firing = append(a.firing, al)
+		} else {
+			a.resolved = append([]alert.Alert{al}, a.resolved...)
+		}
+	}
+	if len(a.resolved) > maxResolved {
+		a.resolved = a.resolved[:maxResolved]
+	}
+	a.mu.Unlock()
+	if a.notify != nil && len(out) > 0 {
+		a.notify(out)
+	}
+}
+
+// alerts returns the firing alerts and the recently resolved ones, newest
+// first, for the alerts page.
+func (a *alerting) alerts() (firing, resolved []alert.Alert) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return slices.Clone(a.firing), slices.Clone(a.resolved)
+}

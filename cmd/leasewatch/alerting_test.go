@@ -1,0 +1,79 @@
+package main
+
+import (
+	"context"
+	"log/slog"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/alert"
+	"github.com/leasewatch/leasewatch/audit/sqlite"
+)
+
+// TestAlertingFollowsTheTracker: alerting starts from the lock rows, then
+// takes each commit's locks and renewals, so a renewal that the rows get only
+// at the next sync clears a near-expiry alert at once; findings fire at the
+// next evaluation, and every evaluation's result reaches the notifier.
+func TestAlertingFollowsTheTracker(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	orders := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
+	held := audit.Lock{Source: orders.Source, Name: orders.Name, Kind: audit.KindEtcd, Class: audit.ClassLock, State: audit.StateHeld,
+		Holder: "worker-1", Token: audit.Int64(7), AcquiredAt: t0, RenewedAt: t0, ExpiresAt: t0.Add(10 * time.Second),
+		LeaseDuration: 10 * time.Second, ChangedAt: t0}
+	if err := store.Apply(ctx, audit.Batch{Locks: []audit.TrackState{{Lock: held}}}); err != nil {
+		t.Fatal(err)
+	}
+
+	var notified [][]alert.Alert
+	a := newAlerting(alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25, LostHold: time.Minute, FencingHold: time.Minute, BlindAfter: time.Minute}},
+		func() []audit.Source { return nil }, func(as []alert.Alert) { notified = append(notified, as) }, slog.New(slog.DiscardHandler))
+	if err := a.load(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	names := func() []string {
+		firing, _ := a.alerts()
+		var out []string
+		for _, al := range firing {
+			out = append(out, al.Name())
+		}
+		return out
+	}
+
+	a.evaluate(t0.Add(5 * time.Second))
+	if got := names(); len(got) != 0 {
+		t.Fatalf("firing with half the lease left: %v", got)
+	}
+	a.evaluate(t0.Add(8 * time.Second)) // 20% left
+	if got := names(); len(got) != 1 || got[0] != alert.LeaseNearExpiry {
+		t.Fatalf("firing with 20%% of the lease left = %v, want LeaseNearExpiry", got)
+	}
+	// The renewal reaches alerting with its commit, before any sync.
+	a.observe(audit.Commit{At: t0.Add(8500 * time.Millisecond), Batch: &audit.Batch{}, Renewals: []audit.Renewal{{
+		Lock: orders, Seq: 1, Renewals: 1, RenewedAt: t0.Add(8500 * time.Millisecond), ExpiresAt: t0.Add(18500 * time.Millisecond), LeaseDuration: 10 * time.Second}}})
+	a.evaluate(t0.Add(9 * time.Second))
+	if got := names(); len(got) != 0 {
+		t.Fatalf("firing after the renewal = %v, want none", got)
+	}
+	if _, resolved := a.alerts(); len(resolved) != 1 || resolved[0].Name() != alert.LeaseNearExpiry || !resolved[0].EndsAt.Equal(t0.Add(9*time.Second)) {
+		t.Fatalf("resolved = %+v, want the near-expiry alert, ended at the evaluation", resolved)
+	}
+
+	// A critical finding committed between evaluations fires at the next.
+	a.observe(audit.Commit{At: t0.Add(10 * time.Second), Batch: &audit.Batch{Findings: []audit.Finding{{Lock: orders, Kind: audit.FindingUnfencedWrite,
+		At: t0.Add(10 * time.Second), Holders: []string{"worker-1"}, Tokens: []int64{6, 7}, Summary: "cache accepted token 6 after 7"}}}})
+	a.evaluate(t0.Add(11 * time.Second))
+	if got := names(); len(got) != 1 || got[0] != alert.FencingViolation {
+		t.Fatalf("firing after an unfenced write = %v, want FencingViolation", got)
+	}
+	if len(notified) != 3 {
+		t.Errorf("notified %d times, want once per evaluation with alerts (3)", len(notified))
+	}
+}
