@@ -357,15 +357,17 @@ func (s *Sender) deliver(ctx context.Context, t *target) {
 		var rejected *rejectedError
 		switch {
 		case err == nil:
-			t.remove(seqs)
+			// Count before removing, so that a caller who sees the queue
+			// empty sees the count too.
 			s.sent.Add(uint64(len(batch)))
+			t.remove(seqs)
 			backoff = s.cfg.MinBackoff
 			continue
 		case errors.As(err, &rejected):
 			// Sending the same alerts again would be rejected again.
-			t.remove(seqs)
 			s.failed.Add(1)
 			s.dropped.Add(uint64(len(batch)))
+			t.remove(seqs)
 			log.Error("alertmanager rejected alerts; dropped them", "alerts", len(batch), "err", err)
 			continue
 		}
