@@ -1,6 +1,11 @@
 package main
 
 import (
+	"cmp"
+	"context"
+	"log/slog"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -11,18 +16,44 @@ import (
 
 // recorderMetrics turns the recorder's commits into Prometheus metrics, and
 // keeps each source's latest observation lag for the dashboard.
+//
+// Counters count the events of each commit, so each event counts once. What
+// describes the present (time to expiry, lease duration, heartbeats by state)
+// is read at scrape time by leaseCollector.
 type recorderMetrics struct {
-	lag    *prometheus.HistogramVec
-	events *prometheus.CounterVec
+	lag               *prometheus.HistogramVec
+	events            *prometheus.CounterVec
+	commits           prometheus.Histogram
+	findings          *prometheus.CounterVec
+	writes            *prometheus.CounterVec
+	heartbeatExpiries *prometheus.CounterVec
+	blindSeconds      *prometheus.CounterVec
 
 	mu     sync.Mutex
 	latest map[string]sourceLag // by source
+	// locks are the per-lock counters and last renewal margin of locks of
+	// class lock, kept here because they come from commits.
+	locks map[audit.LockKey]*lockSeries
+	// heartbeats are the locks known to be of class heartbeat: summarised,
+	// never given series of their own.
+	heartbeats map[audit.LockKey]bool
 }
 
 // sourceLag is the longest observation lag of one commit, and when it was.
 type sourceLag struct {
 	lag time.Duration
 	at  time.Time
+}
+
+// lockSeries is what the commits say of one lock of class lock.
+type lockSeries struct {
+	holder      string
+	holderKnown bool
+	changes     float64 // grants that changed the holder
+	expiries    float64 // leases that expired while held
+	margin      float64 // margin_ratio of the held tenure's last renewal
+	hasMargin   bool
+	changedAt   time.Time // the last grant or end, to rank locks no longer held
 }
 
 func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
@@ -36,16 +67,69 @@ func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
 			Name: "leasewatch_events_recorded_total",
 			Help: "Events stored, by source and event kind.",
 		}, []string{"source", "kind"}),
+		commits: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "leasewatch_commit_duration_seconds",
+			Help:    "Time the recorder took to write one group commit (one SQLite transaction), failed ones included.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5},
+		}),
+		findings: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasewatch_findings_total",
+			Help: "Findings (fencing gaps, late renewals, expiries, blind windows) recorded, by source, finding kind and severity.",
+		}, []string{"source", "kind", "severity"}),
+		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasewatch_write_reports_total",
+			Help: "Write reports from protected resources recorded (duplicates by request ID not counted), by source, resource and outcome (accepted or rejected).",
+		}, []string{"source", "resource", "outcome"}),
+		heartbeatExpiries: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasewatch_heartbeat_lease_expiries_total",
+			Help: "Heartbeat-class leases that expired while held, by source.",
+		}, []string{"source"}),
+		blindSeconds: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasewatch_collector_blind_seconds_total",
+			Help: "Time the source's collector could not see its backend, summed over the blind windows it recorded; a window counts once it has ended.",
+		}, []string{"source"}),
 	}
-	reg.MustRegister(m.lag, m.events)
+	reg.MustRegister(m.lag, m.events, m.commits, m.findings, m.writes, m.heartbeatExpiries, m.blindSeconds)
 	m.latest = make(map[string]sourceLag)
+	m.locks = make(map[audit.LockKey]*lockSeries)
+	m.heartbeats = make(map[audit.LockKey]bool)
 	return m
+}
+
+// startSources makes each source's per-source counters exist at zero, so
+// rate() and increase() see their first increment.
+func (m *recorderMetrics) startSources(sources map[string]audit.SourceKind) {
+	for name := range sources {
+		m.heartbeatExpiries.WithLabelValues(name)
+		m.blindSeconds.WithLabelValues(name)
+	}
+}
+
+// timeCommits returns j with every Apply, the recorder's commit, timed.
+func (m *recorderMetrics) timeCommits(j audit.Journal) audit.Journal {
+	return timedJournal{Journal: j, duration: m.commits}
+}
+
+// timedJournal observes how long each Apply takes.
+type timedJournal struct {
+	audit.Journal
+	duration prometheus.Histogram
+}
+
+func (j timedJournal) Apply(ctx context.Context, b audit.Batch) error {
+	start := time.Now()
+	err := j.Journal.Apply(ctx, b)
+	j.duration.Observe(time.Since(start).Seconds())
+	return err
 }
 
 // observe is the recorder's commit hook.
 func (m *recorderMetrics) observe(c audit.Commit) {
 	var longest map[string]time.Duration
 	for _, in := range c.Inputs {
+		if b := in.Blind; b != nil && b.To.After(b.From) {
+			m.blindSeconds.WithLabelValues(in.Source).Add(b.To.Sub(b.From).Seconds())
+		}
 		for _, ob := range in.Observations {
 			from := ob.At
 			if !ob.RenewedAt.IsZero() {
@@ -64,16 +148,102 @@ func (m *recorderMetrics) observe(c audit.Commit) {
 			}
 		}
 	}
-	if longest != nil {
-		m.mu.Lock()
-		for src, lag := range longest {
-			m.latest[src] = sourceLag{lag: lag, at: c.At}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for src, lag := range longest {
+		m.latest[src] = sourceLag{lag: lag, at: c.At}
+	}
+	if c.Batch == nil {
+		return
+	}
+	for _, f := range c.Batch.Findings {
+		m.findings.WithLabelValues(f.Lock.Source, string(f.Kind), string(f.Severity)).Inc()
+	}
+	for _, st := range c.Batch.Locks {
+		if st.Lock.Class == audit.ClassHeartbeat {
+			m.heartbeats[st.Lock.Key()] = true
+			delete(m.locks, st.Lock.Key()) // renewed before its class was known
+		} else {
+			delete(m.heartbeats, st.Lock.Key())
 		}
-		m.mu.Unlock()
 	}
 	for _, e := range c.Batch.Events {
 		m.events.WithLabelValues(e.Lock.Source, string(e.Kind)).Inc()
+		m.lockEvent(c.Batch, e)
 	}
+}
+
+// lockEvent counts one event into the per-lock and per-class metrics. The
+// caller holds m.mu.
+func (m *recorderMetrics) lockEvent(b *audit.Batch, e audit.Event) {
+	switch e.Kind {
+	case audit.EventWriteAccepted, audit.EventWriteRejected:
+		m.writes.WithLabelValues(e.Lock.Source, e.Resource, strings.TrimPrefix(string(e.Kind), "write_")).Inc()
+		return
+	case audit.EventGrant, audit.EventObserved, audit.EventRenew, audit.EventRelease, audit.EventExpire:
+	default:
+		return
+	}
+	if m.heartbeats[e.Lock] {
+		if e.Kind == audit.EventExpire {
+			m.heartbeatExpiries.WithLabelValues(e.Lock.Source).Inc()
+		}
+		return
+	}
+	ls := m.locks[e.Lock]
+	if ls == nil {
+		ls = &lockSeries{}
+		m.locks[e.Lock] = ls
+	}
+	switch e.Kind {
+	case audit.EventGrant:
+		prev, known := previousHolder(b, ls, e)
+		if !known || prev != e.Holder {
+			ls.changes++
+		}
+		ls.hasMargin = false
+		ls.changedAt = e.At
+	case audit.EventObserved:
+		ls.hasMargin = false
+		ls.changedAt = e.At
+	case audit.EventRenew:
+		if r, ok := e.Detail["margin_ratio"].(float64); ok {
+			ls.margin, ls.hasMargin = r, true
+		}
+	case audit.EventRelease, audit.EventExpire:
+		if e.Kind == audit.EventExpire {
+			ls.expiries++
+		}
+		ls.hasMargin = false
+		ls.changedAt = e.At
+	}
+	ls.holder, ls.holderKnown = e.Holder, true
+}
+
+// previousHolder returns the holder of the tenure before grant e, and false
+// when the lock had none (its first grant) or it is unknown.
+func previousHolder(b *audit.Batch, ls *lockSeries, e audit.Event) (string, bool) {
+	if h, ok := e.Detail["superseded"].(string); ok {
+		return h, true
+	}
+	if ls.holderKnown {
+		return ls.holder, true
+	}
+	// The lock's earlier events predate this process: the tracker's
+	// recent tenures, written with the grant, say who held it before.
+	for i := len(b.Locks) - 1; i >= 0; i-- {
+		st := &b.Locks[i]
+		if st.Lock.Key() != e.Lock {
+			continue
+		}
+		for j := len(st.Recent) - 1; j > 0; j-- {
+			if ten := st.Recent[j]; ten.Holder == e.Holder && ten.GrantedAt.Equal(e.At) {
+				return st.Recent[j-1].Holder, true
+			}
+		}
+		break
+	}
+	return "", false
 }
 
 // withLag sets each source's Lag and LagAt from the latest commit that
@@ -87,4 +257,200 @@ func (m *recorderMetrics) withLag(sources []audit.Source) []audit.Source {
 		}
 	}
 	return sources
+}
+
+// scrapeTimeout bounds the store reads of one scrape.
+const scrapeTimeout = 10 * time.Second
+
+// leaseCollector computes the metrics of the present at scrape time: each
+// held lease's time to expiry, duration and last renewal margin, the
+// per-lock counters, heartbeats by state and which collectors are blind.
+//
+// Per-lock series are capped at max locks: held locks soonest to expire
+// first, then locks no longer held by their latest grant or end, newest
+// first; the rest are counted in leasewatch_lock_series_limit_exceeded.
+type leaseCollector struct {
+	m       *recorderMetrics
+	store   audit.Store // must not lag renewals: the recorder's Fresh store
+	sources func() []audit.Source
+	max     int
+	now     func() time.Time
+	log     *slog.Logger
+}
+
+// newLeaseCollector returns the scrape-time collector over store, which
+// must not lag renewals (the recorder's Fresh store), with per-lock series
+// for at most max locks. sources may be nil.
+func (m *recorderMetrics) newLeaseCollector(store audit.Store, sources func() []audit.Source, max int, logger *slog.Logger) *leaseCollector {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &leaseCollector{m: m, store: store, sources: sources, max: max, now: time.Now, log: logger}
+}
+
+var (
+	expiryDesc = prometheus.NewDesc("leasewatch_lease_expiry_seconds",
+		"Seconds until the held lease of a lock of class lock expires (last renewal + lease duration), negative once past; absent when the expiry is unknown.",
+		[]string{"source", "lock", "holder"}, nil)
+	durationDesc = prometheus.NewDesc("leasewatch_lease_duration_seconds",
+		"Lease duration (TTL) of a held lock of class lock.",
+		[]string{"source", "lock"}, nil)
+	marginDesc = prometheus.NewDesc("leasewatch_lease_renewal_margin_ratio",
+		"Fraction of the lease that was left when the held lease's last renewal arrived (0.25: a quarter); absent until the holder renews.",
+		[]string{"source", "lock"}, nil)
+	holderChangesDesc = prometheus.NewDesc("leasewatch_lock_holder_changes_total",
+		"Grants of a lock of class lock that changed its holder (a lock's first grant included), since this process started.",
+		[]string{"source", "lock"}, nil)
+	expiriesDesc = prometheus.NewDesc("leasewatch_lease_expiries_total",
+		"Leases of a lock of class lock that expired while held (the holder stopped renewing), since this process started.",
+		[]string{"source", "lock"}, nil)
+	limitDesc = prometheus.NewDesc("leasewatch_lock_series_limit_exceeded",
+		"Locks of the source left out of the per-lock series because of metrics.max_lock_series.",
+		[]string{"source"}, nil)
+	heartbeatDesc = prometheus.NewDesc("leasewatch_heartbeat_leases",
+		"Heartbeat-class leases (liveness leases such as kube-node-lease) by source and state (held, expired, free).",
+		[]string{"source", "state"}, nil)
+	blindDesc = prometheus.NewDesc("leasewatch_collector_blind",
+		"1 while the source's collector cannot see its backend, else 0.",
+		[]string{"source"}, nil)
+)
+
+// Describe implements prometheus.Collector.
+func (c *leaseCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{expiryDesc, durationDesc, marginDesc, holderChangesDesc, expiriesDesc, limitDesc, heartbeatDesc, blindDesc} {
+		ch <- d
+	}
+}
+
+// Collect implements prometheus.Collector.
+func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
+	sources := make(map[string]bool)
+	if c.sources != nil {
+		for _, src := range c.sources() {
+			sources[src.Name] = true
+			blind := 0.0
+			if !src.BlindSince.IsZero() {
+				blind = 1
+			}
+			ch <- prometheus.MustNewConstMetric(blindDesc, prometheus.GaugeValue, blind, src.Name)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
+	defer cancel()
+	counts, err := c.store.LockCounts(ctx)
+	if err != nil {
+		c.log.Error("metrics: count locks", "err", err)
+		return
+	}
+	// Held locks by soonest expiry: ask for more than the cap, since the
+	// store orders by its rows and the Fresh store's renewals move expiries
+	// later.
+	held, err := c.store.Locks(ctx, audit.LockFilter{Class: audit.ClassLock, State: audit.StateHeld, Sort: audit.SortExpiry, Limit: 2 * c.max})
+	if err != nil {
+		c.log.Error("metrics: held locks", "err", err)
+		return
+	}
+	c.collect(ch, sources, counts, held)
+}
+
+func (c *leaseCollector) collect(ch chan<- prometheus.Metric, sources map[string]bool, counts []audit.LockCount, held []audit.Lock) {
+	now := c.now()
+	heldTotal := make(map[string]int)
+	heartbeats := make(map[string]map[audit.LockState]int)
+	for _, n := range counts {
+		sources[n.Source] = true
+		switch n.Class {
+		case audit.ClassHeartbeat:
+			if heartbeats[n.Source] == nil {
+				heartbeats[n.Source] = make(map[audit.LockState]int)
+			}
+			heartbeats[n.Source][n.State] += n.N
+		case audit.ClassLock:
+			if n.State == audit.StateHeld {
+				heldTotal[n.Source] += n.N
+			}
+		}
+	}
+	for src, byState := range heartbeats {
+		for _, state := range []audit.LockState{audit.StateHeld, audit.StateExpired, audit.StateFree} {
+			ch <- prometheus.MustNewConstMetric(heartbeatDesc, prometheus.GaugeValue, float64(byState[state]), src, string(state))
+		}
+	}
+
+	slices.SortFunc(held, func(a, b audit.Lock) int {
+		if a.ExpiresAt.IsZero() != b.ExpiresAt.IsZero() {
+			if a.ExpiresAt.IsZero() {
+				return 1
+			}
+			return -1
+		}
+		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.Source, b.Source), cmp.Compare(a.Name, b.Name))
+	})
+
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	excluded := make(map[string]int)
+	kept := 0
+	isHeld := make(map[audit.LockKey]bool, len(held))
+	for _, l := range held {
+		isHeld[l.Key()] = true
+		if kept >= c.max {
+			continue // counted below, from heldTotal
+		}
+		kept++
+		heldTotal[l.Source]--
+		ls := c.m.locks[l.Key()]
+		if !l.ExpiresAt.IsZero() {
+			ch <- prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, l.ExpiresAt.Sub(now).Seconds(), l.Source, l.Name, l.Holder)
+		}
+		if l.LeaseDuration > 0 {
+			ch <- prometheus.MustNewConstMetric(durationDesc, prometheus.GaugeValue, l.LeaseDuration.Seconds(), l.Source, l.Name)
+		}
+		if ls != nil && ls.hasMargin {
+			ch <- prometheus.MustNewConstMetric(marginDesc, prometheus.GaugeValue, ls.margin, l.Source, l.Name)
+		}
+		c.counters(ch, l.Key(), ls)
+	}
+	for src, n := range heldTotal {
+		if n > 0 {
+			excluded[src] += n
+		}
+	}
+
+	// Locks no longer held keep their counters' series while the cap
+	// allows, the most recently changed first.
+	var rest []audit.LockKey
+	for key, ls := range c.m.locks {
+		// A lock known only by its renewals may be a heartbeat whose class
+		// this process has not seen yet: it has no counts to show.
+		if !isHeld[key] && (ls.changes > 0 || ls.expiries > 0) {
+			rest = append(rest, key)
+		}
+	}
+	slices.SortFunc(rest, func(a, b audit.LockKey) int {
+		return cmp.Or(c.m.locks[b].changedAt.Compare(c.m.locks[a].changedAt), cmp.Compare(a.Source, b.Source), cmp.Compare(a.Name, b.Name))
+	})
+	for _, key := range rest {
+		sources[key.Source] = true
+		if kept >= c.max {
+			excluded[key.Source]++
+			continue
+		}
+		kept++
+		c.counters(ch, key, c.m.locks[key])
+	}
+	for src := range sources {
+		ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(excluded[src]), src)
+	}
+}
+
+// counters sends a lock's counters, zero when nothing happened to it since
+// this process started, so increase() sees its first expiry.
+func (c *leaseCollector) counters(ch chan<- prometheus.Metric, key audit.LockKey, ls *lockSeries) {
+	var changes, expiries float64
+	if ls != nil {
+		changes, expiries = ls.changes, ls.expiries
+	}
+	ch <- prometheus.MustNewConstMetric(holderChangesDesc, prometheus.CounterValue, changes, key.Source, key.Name)
+	ch <- prometheus.MustNewConstMetric(expiriesDesc, prometheus.CounterValue, expiries, key.Source, key.Name)
 }

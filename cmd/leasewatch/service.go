@@ -49,10 +49,11 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(promcollectors.NewGoCollector(), promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}))
 	rm := newRecorderMetrics(reg)
+	rm.startSources(cfg.SourceKinds())
 	svc := &service{cfg: cfg, store: store, log: logger}
 	sources := func() []audit.Source { return rm.withLag(svc.runner.Sources()) }
 	svc.alerts = newAlerting(cfg.Alerts.Alert(), sources, nil, logger.With("component", "alerts"))
-	rec := audit.NewRecorder(store, audit.TrackerConfig{
+	rec := audit.NewRecorder(rm.timeCommits(store), audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		SourceKinds:      cfg.SourceKinds(),
 	}, logger.With("component", "recorder"), audit.WithCommitHook(func(c audit.Commit) {
@@ -83,6 +84,8 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		svc.close()
 		return nil, err
 	}
+
+	reg.MustRegister(rm.newLeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")))
 
 	svc.web, err = web.New(web.Config{
 		Store:            rec.Fresh(store),

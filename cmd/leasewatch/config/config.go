@@ -38,8 +38,17 @@ type Config struct {
 type MetricsConfig struct {
 	// MaxLockSeries caps how many locks get per-lock series (expiry,
 	// duration, renewal margin, holder changes, expiries); the rest are
-	// counted in leasewatch_lock_series_limit_exceeded. Default 1000.
+	// counted in leasewatch_lock_series_limit_exceeded. Default 1000; a
+	// Config built in code may leave it 0 for the default.
 	MaxLockSeries int `yaml:"max_lock_series"`
+}
+
+// LockSeries returns the cap on per-lock series, the default when unset.
+func (m MetricsConfig) LockSeries() int {
+	if m.MaxLockSeries == 0 {
+		return DefaultMaxLockSeries
+	}
+	return m.MaxLockSeries
 }
 
 // MaxLockSeriesLimit is the largest metrics.max_lock_series: per-lock series
@@ -47,7 +56,7 @@ type MetricsConfig struct {
 const MaxLockSeriesLimit = 10_000
 
 func (m *MetricsConfig) validate() error {
-	if n := m.MaxLockSeries; n < 1 || n > MaxLockSeriesLimit {
+	if n := m.LockSeries(); n < 1 || n > MaxLockSeriesLimit {
 		return fmt.Errorf("max_lock_series: %d is outside 1..%d", n, MaxLockSeriesLimit)
 	}
 	return nil

@@ -24,6 +24,15 @@ func TestParseConfigMetrics(t *testing.T) {
 			t.Fatalf("metrics.max_lock_series = %d, want 50", got)
 		}
 	})
+	t.Run("UnsetInCodeIsTheDefault", func(t *testing.T) {
+		var m MetricsConfig
+		if err := m.validate(); err != nil {
+			t.Fatalf("zero MetricsConfig: %v", err)
+		}
+		if got := m.LockSeries(); got != DefaultMaxLockSeries {
+			t.Fatalf("LockSeries() = %d, want the default %d", got, DefaultMaxLockSeries)
+		}
+	})
 	for _, tt := range []struct{ name, yaml, want string }{
 		{"Negative", "metrics:\n  max_lock_series: -1\n", "metrics.max_lock_series: -1 is outside 1..10000"},
 		{"TooMany", "metrics:\n  max_lock_series: 10001\n", "metrics.max_lock_series: 10001 is outside"},
