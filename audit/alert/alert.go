@@ -88,8 +88,8 @@ type Thresholds struct {
 	// duration left, and no renewal yet, is near expiry. It is the same
 	// ratio that makes a renewal late (alerts.renew_margin_ratio).
 	RenewMarginRatio float64
-	// LostHold is how long LeaseLost fires after the lock's latest loss
-	// (see Input for why not until the next grant).
+	// LostHold is how long LeaseLost fires after the lock's latest loss when
+	// the lock is not granted again (see Input).
 	LostHold time.Duration
 	// FencingHold is how long FencingViolation fires after a lock's latest
 	// critical finding.

@@ -20,11 +20,11 @@ import (
 // service passes one small stream (events include every renewal) and the
 // evaluator reads lock and holder from one place.
 //
-// LeaseLost resolves after a hold-down (Thresholds.LostHold) since the
-// latest loss, not at the lock's next grant: contenders wait on the lock, so
-// the next grant usually comes milliseconds after the expiry, and an alert
-// resolved that soon would reach no one. The old holder may still be acting
-// on the lease it lost; the lock's timeline shows who holds it now.
+// LeaseLost resolves at the first evaluation after the lock's next grant,
+// but never at the evaluation that first reports it firing: contenders wait
+// on the lock, so the next grant often comes milliseconds after the expiry,
+// and a sender must see the alert fire before it resolves. Without a grant,
+// it resolves after a hold-down (Thresholds.LostHold) since the latest loss.
 type Input struct {
 	// Locks are the tracker's locks, in any state. Held ones are watched
 	// for near expiry; every one lends its class to the findings on it (a
@@ -54,6 +54,7 @@ type active struct {
 	last  time.Time
 	hold  time.Duration
 	kinds []audit.FindingKind // FencingViolation: every kind seen, in order
+	shown bool                // Evaluate has returned it firing
 }
 
 // New returns an evaluator with nothing firing. cfg's rules should be valid
@@ -71,17 +72,18 @@ func (e *Evaluator) Evaluate(now time.Time, in Input) []Alert {
 	current := make(map[string]Alert)
 	e.nearExpiry(now, in.Locks, current)
 	e.blind(now, in.Sources, current)
+	locks := make(map[audit.LockKey]audit.Lock, len(in.Locks))
+	for _, l := range in.Locks {
+		locks[l.Key()] = l
+	}
 	if len(in.Findings) > 0 {
-		classes := make(map[audit.LockKey]audit.Class, len(in.Locks))
-		for _, l := range in.Locks {
-			classes[l.Key()] = l.Class
-		}
-		e.findings(in.Findings, classes)
+		e.findings(in.Findings, locks)
 	}
 
 	var firing, resolved []Alert
 	for fp, a := range e.active {
-		if e.holds(now, a, current) {
+		if e.holds(now, a, current, locks) {
+			a.shown = true
 			firing = append(firing, a.clone())
 			continue
 		}
@@ -106,9 +108,17 @@ func (a *active) clone() Alert {
 }
 
 // holds reports whether a still fires, refreshing its annotations from the
-// condition that keeps it firing.
-func (e *Evaluator) holds(now time.Time, a *active, current map[string]Alert) bool {
+// condition that keeps it firing. LeaseLost ends once the lock has been
+// granted again after the loss (and the alert was reported firing at least
+// once), or after its hold without a grant.
+func (e *Evaluator) holds(now time.Time, a *active, current map[string]Alert, locks map[audit.LockKey]audit.Lock) bool {
 	if a.hold > 0 {
+		if a.Name() == LeaseLost && a.shown {
+			l, ok := locks[audit.LockKey{Source: a.Labels[LabelSource], Name: a.Labels[LabelLock]}]
+			if ok && l.State == audit.StateHeld && l.ChangedAt.After(a.last) {
+				return false
+			}
+		}
 		return now.Before(a.last.Add(a.hold))
 	}
 	fp := a.Fingerprint()
@@ -184,9 +194,9 @@ func (e *Evaluator) blind(now time.Time, sources []audit.Source, current map[str
 }
 
 // findings starts or extends LeaseLost and FencingViolation alerts.
-func (e *Evaluator) findings(findings []audit.Finding, classes map[audit.LockKey]audit.Class) {
+func (e *Evaluator) findings(findings []audit.Finding, locks map[audit.LockKey]audit.Lock) {
 	for _, f := range findings {
-		if c, ok := classes[f.Lock]; ok && !e.watched(c) {
+		if l, ok := locks[f.Lock]; ok && !e.watched(l.Class) {
 			continue
 		}
 		sev := f.Severity

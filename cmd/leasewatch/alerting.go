@@ -7,6 +7,8 @@ import (
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
 )
@@ -22,12 +24,16 @@ const maxResolved = 100
 // changed locks and renewals, so a renewal clears a near-expiry alert at
 // once although the rows get it only at the next sync. Every second it
 // evaluates the locks, the findings committed since and the collectors'
-// health, and hands the result to notify (an Alertmanager sender), if any.
+// health. It hands notify (an Alertmanager sender), if any, the alerts that
+// started or resolved, and every firing alert again each resendEvery.
 type alerting struct {
-	eval    *alert.Evaluator
-	sources func() []audit.Source
-	notify  func([]alert.Alert)
-	log     *slog.Logger
+	eval        *alert.Evaluator
+	sources     func() []audit.Source
+	notify      func([]alert.Alert)
+	resendEvery time.Duration
+	log         *slog.Logger
+	sent        map[string]bool // fingerprints of the firing alerts notify has had
+	lastResend  time.Time
 
 	mu       sync.Mutex
 	locks    map[audit.LockKey]audit.Lock
@@ -39,8 +45,9 @@ type alerting struct {
 // newAlerting returns an alerting with no locks yet: pass its observe to the
 // recorder as a commit hook, then load the locks once the recorder has
 // started.
-func newAlerting(cfg alert.Config, sources func() []audit.Source, notify func([]alert.Alert), logger *slog.Logger) *alerting {
-	return &alerting{eval: alert.New(cfg), sources: sources, notify: notify, log: logger, locks: make(map[audit.LockKey]audit.Lock)}
+func newAlerting(cfg alert.Config, sources func() []audit.Source, notify func([]alert.Alert), resendEvery time.Duration, logger *slog.Logger) *alerting {
+	return &alerting{eval: alert.New(cfg), sources: sources, notify: notify, resendEvery: resendEvery, log: logger,
+		locks: make(map[audit.LockKey]audit.Lock), sent: make(map[string]bool)}
 }
 
 // load reads every lock from store (the recorder's Fresh view, whose rows
@@ -120,9 +127,40 @@ func (a *alerting) evaluate(now time.Time) {
 		a.resolved = a.resolved[:maxResolved]
 	}
 	a.mu.Unlock()
-	if a.notify != nil && len(out) > 0 {
-		a.notify(out)
+	if a.notify != nil {
+		if send := a.toSend(now, out); len(send) > 0 {
+			a.notify(send)
+		}
 	}
+}
+
+// toSend returns what of an evaluation's result notify needs: every alert
+// when a re-send is due, else the alerts that began firing and those that
+// resolved.
+func (a *alerting) toSend(now time.Time, out []alert.Alert) []alert.Alert {
+	if now.Sub(a.lastResend) >= a.resendEvery {
+		a.lastResend = now
+		clear(a.sent)
+		for _, al := range out {
+			if al.Firing() {
+				a.sent[al.Fingerprint()] = true
+			}
+		}
+		return out
+	}
+	var send []alert.Alert
+	for _, al := range out {
+		fp := al.Fingerprint()
+		switch {
+		case !al.Firing():
+			delete(a.sent, fp)
+			send = append(send, al)
+		case !a.sent[fp]:
+			a.sent[fp] = true
+			send = append(send, al)
+		}
+	}
+	return send
 }
 
 // alerts returns the firing alerts and the recently resolved ones, newest
@@ -131,4 +169,21 @@ func (a *alerting) alerts() (firing, resolved []alert.Alert) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.firing), slices.Clone(a.resolved)
+}
+
+// registerSenderMetrics exports the Alertmanager sender's counts.
+func registerSenderMetrics(reg prometheus.Registerer, s *alert.Sender) {
+	counter := func(name, help string, v func(alert.SenderStats) uint64) prometheus.Collector {
+		return prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help}, func() float64 { return float64(v(s.Stats())) })
+	}
+	reg.MustRegister(
+		counter("leasewatch_alertmanager_alerts_sent_total", "Alerts Alertmanager accepted, counted once per Alertmanager URL.",
+			func(st alert.SenderStats) uint64 { return st.Sent }),
+		counter("leasewatch_alertmanager_send_failures_total", "POSTs to Alertmanager that failed and will be retried.",
+			func(st alert.SenderStats) uint64 { return st.Failed }),
+		counter("leasewatch_alertmanager_alerts_dropped_total", "Alerts dropped: a full queue's oldest, or a batch Alertmanager rejected.",
+			func(st alert.SenderStats) uint64 { return st.Dropped }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "leasewatch_alertmanager_alerts_queued", Help: "Alerts waiting to be sent, over every Alertmanager URL."},
+			func() float64 { return float64(s.Stats().Queued) }),
+	)
 }

@@ -15,6 +15,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/alert"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors"
@@ -32,6 +33,7 @@ type service struct {
 	recorder *audit.Recorder
 	runner   *collectors.Runner
 	alerts   *alerting
+	sender   *alert.Sender // nil without alerts.alertmanager.urls
 	web      *web.Server
 	ln       net.Listener
 	log      *slog.Logger
@@ -52,7 +54,18 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	rm.startSources(cfg.SourceKinds())
 	svc := &service{cfg: cfg, store: store, log: logger}
 	sources := func() []audit.Source { return rm.withLag(svc.runner.Sources()) }
-	svc.alerts = newAlerting(cfg.Alerts.Alert(), sources, nil, logger.With("component", "alerts"))
+	var notify func([]alert.Alert)
+	if am := cfg.Alerts.Alertmanager; am.Enabled() {
+		sc := am.SenderConfig()
+		sc.Logger = logger.With("component", "alertmanager")
+		if svc.sender, err = alert.NewSender(sc); err != nil {
+			store.Close()
+			return nil, fmt.Errorf("alerts.alertmanager: %w", err)
+		}
+		registerSenderMetrics(reg, svc.sender)
+		notify = svc.sender.Send
+	}
+	svc.alerts = newAlerting(cfg.Alerts.Alert(), sources, notify, cfg.Alerts.Alertmanager.ResendEvery, logger.With("component", "alerts"))
 	rec := audit.NewRecorder(rm.timeCommits(store), audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		SourceKinds:      cfg.SourceKinds(),
@@ -168,6 +181,9 @@ func (s *service) serve(ctx context.Context) error {
 		defer wg.Done()
 		s.alerts.run(collectCtx)
 	}()
+	if s.sender != nil {
+		wg.Go(func() { _ = s.sender.Run(collectCtx) })
+	}
 	err := s.web.Serve(ctx, s.ln)
 	stopCollectors()
 	wg.Wait()
