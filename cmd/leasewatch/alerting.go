@@ -13,8 +13,10 @@ import (
 	"github.com/leasewatch/leasewatch/audit/alert"
 )
 
-// evaluateEvery is how often the live alerts are evaluated.
-const evaluateEvery = time.Second
+// evaluateEvery is how often the live alerts are evaluated: as often as the
+// tracker's clock expires leases, so that a short lease (etcd's 2 s minimum,
+// whose last quarter lasts half a second) is seen near expiry.
+const evaluateEvery = 250 * time.Millisecond
 
 // maxResolved bounds the recently resolved alerts kept for the alerts page.
 const maxResolved = 100
@@ -22,8 +24,8 @@ const maxResolved = 100
 // alerting keeps leasewatch's live alerts. It follows the tracker, not the
 // database: it starts from the lock rows and then takes every commit's
 // changed locks and renewals, so a renewal clears a near-expiry alert at
-// once although the rows get it only at the next sync. Every second it
-// evaluates the locks, the findings committed since and the collectors'
+// once although the rows get it only at the next sync. Every evaluateEvery
+// it evaluates the locks, the findings committed since and the collectors'
 // health. It hands notify (an Alertmanager sender), if any, the alerts that
 // started or resolved, and every firing alert again each resendEvery.
 type alerting struct {

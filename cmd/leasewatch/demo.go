@@ -33,6 +33,7 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
 	listen := fs.String("listen", config.DefaultListen, "address for the dashboard and API")
 	keep := fs.Bool("keep", false, "keep the demo's data directory when it exits")
+	alertmanager := fs.String("alertmanager", "", "send the live alerts to the Alertmanager at this URL")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -66,12 +67,15 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 		Listen:       *listen,
 		Database:     filepath.Join(dir, "leasewatch.db"),
 		IngestTokens: []string{token},
-		Alerts:       config.AlertsConfig{RenewMarginRatio: config.DefaultRenewMarginRatio},
 		Sources: []config.SourceConfig{{
 			Name: demoSource, Kind: "etcd", Endpoints: []string{server.Endpoint},
 			Prefixes: []string{"/locks/", "/election/"},
 		}},
 	}
+	if *alertmanager != "" {
+		cfg.Alerts.Alertmanager.URLs = []string{*alertmanager}
+	}
+	cfg.SetDefaults()
 	// With redis-server installed the demo shows Redis locks too.
 	redisSrv, err := redisserver.Start(ctx, filepath.Join(dir, "redis"))
 	switch {

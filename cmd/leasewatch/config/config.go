@@ -217,27 +217,33 @@ func Parse(data []byte) (*Config, error) {
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
 		return nil, nameFields(err, &root)
 	}
-	if cfg.Listen == "" {
-		cfg.Listen = DefaultListen
+	cfg.SetDefaults()
+	return cfg, cfg.Validate()
+}
+
+// SetDefaults fills the keys left zero with their defaults, as Parse does;
+// for a configuration built in code (the demo's).
+func (c *Config) SetDefaults() {
+	if c.Listen == "" {
+		c.Listen = DefaultListen
 	}
-	if cfg.Database == "" {
-		cfg.Database = DefaultDatabase
+	if c.Database == "" {
+		c.Database = DefaultDatabase
 	}
-	if cfg.Alerts.RenewMarginRatio == 0 {
-		cfg.Alerts.RenewMarginRatio = DefaultRenewMarginRatio
+	if c.Alerts.RenewMarginRatio == 0 {
+		c.Alerts.RenewMarginRatio = DefaultRenewMarginRatio
 	}
-	cfg.Alerts.Alertmanager.fillDefaults()
-	if cfg.Metrics.MaxLockSeries == 0 {
-		cfg.Metrics.MaxLockSeries = DefaultMaxLockSeries
+	c.Alerts.Alertmanager.fillDefaults()
+	if c.Metrics.MaxLockSeries == 0 {
+		c.Metrics.MaxLockSeries = DefaultMaxLockSeries
 	}
 	for d, def := range map[*time.Duration]time.Duration{
-		&cfg.Alerts.BlindAfter: DefaultBlindAfter, &cfg.Alerts.FencingHold: DefaultFencingHold, &cfg.Alerts.LostHold: DefaultLostHold,
+		&c.Alerts.BlindAfter: DefaultBlindAfter, &c.Alerts.FencingHold: DefaultFencingHold, &c.Alerts.LostHold: DefaultLostHold,
 	} {
 		if *d == 0 {
 			*d = def
 		}
 	}
-	return cfg, cfg.Validate()
 }
 
 // Validate checks every field and returns the first problem, naming it.
