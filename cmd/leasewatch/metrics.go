@@ -350,10 +350,15 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 		c.log.Error("metrics: held locks", "err", err)
 		return
 	}
-	c.collect(ch, sources, counts, held)
+	for _, m := range c.collect(sources, counts, held) {
+		ch <- m
+	}
 }
 
-func (c *leaseCollector) collect(ch chan<- prometheus.Metric, sources map[string]bool, counts []audit.LockCount, held []audit.Lock) {
+// collect returns the metrics of counts and held. It builds them all before
+// Collect sends any, so the commit hook never waits on a slow scrape.
+func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCount, held []audit.Lock) []prometheus.Metric {
+	var out []prometheus.Metric
 	now := c.now()
 	heldTotal := make(map[string]int)
 	heartbeats := make(map[string]map[audit.LockState]int)
@@ -373,7 +378,7 @@ func (c *leaseCollector) collect(ch chan<- prometheus.Metric, sources map[string
 	}
 	for src, byState := range heartbeats {
 		for _, state := range []audit.LockState{audit.StateHeld, audit.StateExpired, audit.StateFree} {
-			ch <- prometheus.MustNewConstMetric(heartbeatDesc, prometheus.GaugeValue, float64(byState[state]), src, string(state))
+			out = append(out, prometheus.MustNewConstMetric(heartbeatDesc, prometheus.GaugeValue, float64(byState[state]), src, string(state)))
 		}
 	}
 
@@ -401,15 +406,15 @@ func (c *leaseCollector) collect(ch chan<- prometheus.Metric, sources map[string
 		heldTotal[l.Source]--
 		ls := c.m.locks[l.Key()]
 		if !l.ExpiresAt.IsZero() {
-			ch <- prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, l.ExpiresAt.Sub(now).Seconds(), l.Source, l.Name, l.Holder)
+			out = append(out, prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, l.ExpiresAt.Sub(now).Seconds(), l.Source, l.Name, l.Holder))
 		}
 		if l.LeaseDuration > 0 {
-			ch <- prometheus.MustNewConstMetric(durationDesc, prometheus.GaugeValue, l.LeaseDuration.Seconds(), l.Source, l.Name)
+			out = append(out, prometheus.MustNewConstMetric(durationDesc, prometheus.GaugeValue, l.LeaseDuration.Seconds(), l.Source, l.Name))
 		}
 		if ls != nil && ls.hasMargin {
-			ch <- prometheus.MustNewConstMetric(marginDesc, prometheus.GaugeValue, ls.margin, l.Source, l.Name)
+			out = append(out, prometheus.MustNewConstMetric(marginDesc, prometheus.GaugeValue, ls.margin, l.Source, l.Name))
 		}
-		c.counters(ch, l.Key(), ls)
+		out = append(out, counters(l.Key(), ls)...)
 	}
 	for src, n := range heldTotal {
 		if n > 0 {
@@ -437,20 +442,23 @@ func (c *leaseCollector) collect(ch chan<- prometheus.Metric, sources map[string
 			continue
 		}
 		kept++
-		c.counters(ch, key, c.m.locks[key])
+		out = append(out, counters(key, c.m.locks[key])...)
 	}
 	for src := range sources {
-		ch <- prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(excluded[src]), src)
+		out = append(out, prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(excluded[src]), src))
 	}
+	return out
 }
 
 // counters sends a lock's counters, zero when nothing happened to it since
 // this process started, so increase() sees its first expiry.
-func (c *leaseCollector) counters(ch chan<- prometheus.Metric, key audit.LockKey, ls *lockSeries) {
+func counters(key audit.LockKey, ls *lockSeries) []prometheus.Metric {
 	var changes, expiries float64
 	if ls != nil {
 		changes, expiries = ls.changes, ls.expiries
 	}
-	ch <- prometheus.MustNewConstMetric(holderChangesDesc, prometheus.CounterValue, changes, key.Source, key.Name)
-	ch <- prometheus.MustNewConstMetric(expiriesDesc, prometheus.CounterValue, expiries, key.Source, key.Name)
+	return []prometheus.Metric{
+		prometheus.MustNewConstMetric(holderChangesDesc, prometheus.CounterValue, changes, key.Source, key.Name),
+		prometheus.MustNewConstMetric(expiriesDesc, prometheus.CounterValue, expiries, key.Source, key.Name),
+	}
 }
