@@ -322,3 +322,29 @@ func TestLeaseMetrics(t *testing.T) {
 		}
 	})
 }
+
+// After a restart the metrics have not seen a lock's earlier tenures: the
+// grant's own commit carries the tracker's recent tenures, which say whether
+// the holder changed.
+func TestHolderChangesAfterRestart(t *testing.T) {
+	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	key := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
+	grant := func(prev, holder string) float64 {
+		m := newRecorderMetrics(prometheus.NewRegistry())
+		st := audit.TrackState{Lock: audit.Lock{Source: key.Source, Name: key.Name, Class: audit.ClassLock}, Recent: []audit.Tenure{
+			{Lock: key, Seq: 1, Holder: prev, GrantedAt: t0},
+			{Lock: key, Seq: 2, Holder: holder, GrantedAt: t0.Add(time.Minute)},
+		}}
+		m.observe(audit.Commit{At: t0.Add(time.Minute), Batch: &audit.Batch{
+			Locks:  []audit.TrackState{st},
+			Events: []audit.Event{{Lock: key, Kind: audit.EventGrant, At: t0.Add(time.Minute), Holder: holder}},
+		}})
+		return m.locks[key].changes
+	}
+	if got := grant("w1", "w1"); got != 0 {
+		t.Errorf("w1 re-acquiring after w1: %v holder changes, want 0", got)
+	}
+	if got := grant("w1", "w2"); got != 1 {
+		t.Errorf("w2 acquiring after w1: %v holder changes, want 1", got)
+	}
+}
