@@ -57,9 +57,9 @@ func startTestService(t *testing.T, endpoint, dbPath string) *runningService {
 	t.Helper()
 	cfg := &config.Config{
 		Listen: "127.0.0.1:0", Database: dbPath, IngestTokens: []string{testIngestToken},
-		Alerts:  config.AlertsConfig{RenewMarginRatio: config.DefaultRenewMarginRatio},
 		Sources: []config.SourceConfig{{Name: "e2e", Kind: "etcd", Endpoints: []string{endpoint}, Prefixes: []string{"/locks/"}}},
 	}
+	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
