@@ -26,6 +26,7 @@ deps:
 	$(GO) mod download
 	$(GO) run ./collectors/kubernetes/kubetest/buildapiserver
 	$(GO) run ./audit/alert/alertmanagertest/buildalertmanager
+	$(GO) run ./deploy/prometheus/promtooltest/buildpromtool
 
 ## install-redis: Debian's redis-server, for the Redis collector's tests.
 install-redis:
