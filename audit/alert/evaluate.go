@@ -72,9 +72,14 @@ func (e *Evaluator) Evaluate(now time.Time, in Input) []Alert {
 	current := make(map[string]Alert)
 	e.nearExpiry(now, in.Locks, current)
 	e.blind(now, in.Sources, current)
-	locks := make(map[audit.LockKey]audit.Lock, len(in.Locks))
-	for _, l := range in.Locks {
-		locks[l.Key()] = l
+	// The locks by key, only when a finding or a lost lease needs them:
+	// evaluation runs several times a second over every lock.
+	var locks map[audit.LockKey]audit.Lock
+	if len(in.Findings) > 0 || e.anyActive(LeaseLost) {
+		locks = make(map[audit.LockKey]audit.Lock, len(in.Locks))
+		for _, l := range in.Locks {
+			locks[l.Key()] = l
+		}
 	}
 	if len(in.Findings) > 0 {
 		e.findings(in.Findings, locks)
@@ -98,6 +103,16 @@ func (e *Evaluator) Evaluate(now time.Time, in Input) []Alert {
 	order(firing)
 	order(resolved)
 	return append(firing, resolved...)
+}
+
+// anyActive reports whether an alert named name fires.
+func (e *Evaluator) anyActive(name string) bool {
+	for _, a := range e.active {
+		if a.Name() == name {
+			return true
+		}
+	}
+	return false
 }
 
 // clone copies a's maps, so callers may keep or change what Evaluate returns.

@@ -40,6 +40,7 @@ type alerting struct {
 	mu       sync.Mutex
 	locks    map[audit.LockKey]audit.Lock
 	findings []audit.Finding // committed since the last evaluation
+	buf      []audit.Lock    // the locks of an evaluation, reused
 	firing   []alert.Alert
 	resolved []alert.Alert // newest first
 }
@@ -111,10 +112,11 @@ func (a *alerting) run(ctx context.Context) {
 func (a *alerting) evaluate(now time.Time) {
 	sources := a.sources()
 	a.mu.Lock()
-	in := alert.Input{Findings: a.findings, Sources: sources, Locks: make([]audit.Lock, 0, len(a.locks))}
+	a.buf = a.buf[:0]
 	for _, l := range a.locks {
-		in.Locks = append(in.Locks, l)
+		a.buf = append(a.buf, l)
 	}
+	in := alert.Input{Findings: a.findings, Sources: sources, Locks: a.buf}
 	a.findings = nil
 	out := a.eval.Evaluate(now, in)
 	a.firing = a.firing[:0]
