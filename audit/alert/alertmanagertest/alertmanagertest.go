@@ -19,12 +19,13 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/leasewatch/leasewatch/deploy/gotool"
 )
 
 // Version is the Alertmanager module version the tests run.
@@ -38,37 +39,7 @@ const buildBudget = 15 * time.Minute
 // Binary returns the path of the cached alertmanager binary, building it
 // first when the cache has none. Progress of a build is written to log.
 func Binary(ctx context.Context, log io.Writer) (string, error) {
-	_, file, _, _ := runtime.Caller(0)
-	root := filepath.Join(filepath.Dir(file), "..", "..", "..")
-	dir := filepath.Join(root, ".cache", "alertmanager-"+Version)
-	bin := filepath.Join(dir, "alertmanager")
-	if _, err := os.Stat(bin); err == nil {
-		return bin, nil
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
-	}
-	// Install into a private directory and rename, so test packages building
-	// at the same time never run a half-written binary.
-	tmp, err := os.MkdirTemp(dir, "build-")
-	if err != nil {
-		return "", err
-	}
-	defer os.RemoveAll(tmp)
-	fmt.Fprintf(log, "building alertmanager %s into %s (a few minutes on a cold cache)\n", Version, bin)
-	start := time.Now()
-	cmd := exec.CommandContext(ctx, "go", "install", module+"@"+Version)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOBIN="+tmp)
-	cmd.Stdout, cmd.Stderr = log, log
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("build alertmanager %s: %w", Version, err)
-	}
-	if err := os.Rename(filepath.Join(tmp, "alertmanager"), bin); err != nil {
-		return "", err
-	}
-	fmt.Fprintf(log, "built alertmanager in %s\n", time.Since(start).Round(time.Second))
-	return bin, nil
+	return gotool.Install(ctx, module, Version, log)
 }
 
 var (
