@@ -28,8 +28,8 @@ func (s *Server) handleAlertsPage(c echo.Context) error {
 	p := views.AlertsPage{
 		Live:    views.Live{ID: "alerts-live", URL: c.Request().URL.RequestURI(), Every: refreshOverview},
 		Now:     stampIn(now, loc),
-		Margin:  strconv.Itoa(int(s.margin*100+0.5)) + "%",
-		NearURL: "/locks?state=held&sort=margin",
+		Margin:  s.marginText(),
+		NearURL: nearExpiryURL,
 	}
 	if s.alerts != nil {
 		firing, resolved := s.alerts()

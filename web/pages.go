@@ -84,9 +84,9 @@ func (s *Server) handleOverview(c echo.Context) error {
 	p := views.OverviewPage{
 		Live:        views.Live{ID: "overview", URL: c.Request().URL.RequestURI(), Every: refreshOverview},
 		Now:         stampIn(now, loc),
-		Margin:      strconv.Itoa(int(s.margin*100+0.5)) + "%",
+		Margin:      s.marginText(),
 		HeldURL:     "/locks?state=held&sort=changed",
-		NearURL:     "/locks?state=held&sort=margin",
+		NearURL:     nearExpiryURL,
 		FindingsURL: "/findings?" + url.Values{"from": {now.Add(-24 * time.Hour).UTC().Format(time.RFC3339)}}.Encode(),
 	}
 	perSource := map[string]int{}
@@ -807,6 +807,12 @@ func detailFields(e audit.Event) []views.Field {
 	}
 	return fields
 }
+
+// nearExpiryURL lists the held locks by lease left, least first.
+const nearExpiryURL = "/locks?state=held&sort=margin"
+
+// marginText is the renew margin as a percentage, e.g. "25%".
+func (s *Server) marginText() string { return strconv.Itoa(int(s.margin*100+0.5)) + "%" }
 
 // expiringFilter selects the held locks (class lock) with less than the renew
 // margin of their lease left at now, least left first.

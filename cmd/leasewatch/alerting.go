@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"slices"
 	"sync"
 	"time"
@@ -33,7 +32,6 @@ type alerting struct {
 	sources     func() []audit.Source
 	notify      func([]alert.Alert)
 	resendEvery time.Duration
-	log         *slog.Logger
 	sent        map[string]bool // fingerprints of the firing alerts notify has had
 	lastResend  time.Time
 
@@ -48,8 +46,8 @@ type alerting struct {
 // newAlerting returns an alerting with no locks yet: pass its observe to the
 // recorder as a commit hook, then load the locks once the recorder has
 // started.
-func newAlerting(cfg alert.Config, sources func() []audit.Source, notify func([]alert.Alert), resendEvery time.Duration, logger *slog.Logger) *alerting {
-	return &alerting{eval: alert.New(cfg), sources: sources, notify: notify, resendEvery: resendEvery, log: logger,
+func newAlerting(cfg alert.Config, sources func() []audit.Source, notify func([]alert.Alert), resendEvery time.Duration) *alerting {
+	return &alerting{eval: alert.New(cfg), sources: sources, notify: notify, resendEvery: resendEvery,
 		locks: make(map[audit.LockKey]audit.Lock), sent: make(map[string]bool)}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"path/filepath"
 	"testing"
 	"time"
@@ -34,7 +33,7 @@ func TestAlertingFollowsTheTracker(t *testing.T) {
 
 	var notified [][]alert.Alert
 	a := newAlerting(alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25, LostHold: time.Minute, FencingHold: time.Minute, BlindAfter: time.Minute}},
-		func() []audit.Source { return nil }, func(as []alert.Alert) { notified = append(notified, as) }, time.Minute, slog.New(slog.DiscardHandler))
+		func() []audit.Source { return nil }, func(as []alert.Alert) { notified = append(notified, as) }, time.Minute)
 	if err := a.load(ctx, store); err != nil {
 		t.Fatal(err)
 	}

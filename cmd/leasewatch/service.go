@@ -65,7 +65,7 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		registerSenderMetrics(reg, svc.sender)
 		notify = svc.sender.Send
 	}
-	svc.alerts = newAlerting(cfg.Alerts.Alert(), sources, notify, cfg.Alerts.Alertmanager.ResendEvery, logger.With("component", "alerts"))
+	svc.alerts = newAlerting(cfg.Alerts.Alert(), sources, notify, cfg.Alerts.Alertmanager.ResendEvery)
 	rec := audit.NewRecorder(rm.timeCommits(store), audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		SourceKinds:      cfg.SourceKinds(),
