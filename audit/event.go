@@ -47,7 +47,11 @@ type Event struct {
 	Inferred  bool          // deduced by the collector or tracker rather than seen
 	Resource  string        // for write events
 	RequestID string        // for write events: the reporter's idempotency key
-	Detail    map[string]any
+	// Seq is the tenure a renew event belongs to (Tenure.Seq), which gives
+	// its holder and token; zero for other kinds and for renewals stored
+	// before it was recorded.
+	Seq    int64
+	Detail map[string]any
 }
 
 // Observation is what a collector saw of one lock, in backend-neutral terms.

@@ -403,7 +403,7 @@ func (t *Tracker) overtaken(o *output, st *TrackState, ten *Tenure, ob Observati
 		}
 	}
 	detail := withDetail(withDetail(copyDetail(ob.Detail), "overtaken", true), "renewal", ten.Renewals)
-	o.event(st, Event{Kind: EventRenew, At: at, Holder: ten.Holder, Token: ten.Token, TTL: ten.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
+	o.event(st, Event{Kind: EventRenew, At: at, Holder: ten.Holder, Token: ten.Token, TTL: ten.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Seq: ten.Seq, Detail: detail})
 }
 
 func (t *Tracker) renew(o *output, st *TrackState, cur *Tenure, ob Observation) {
@@ -430,7 +430,7 @@ func (t *Tracker) renew(o *output, st *TrackState, cur *Tenure, ob Observation) 
 	}
 	st.applyRenewal(cur, at, duration)
 	o.renewal(st)
-	o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.Holder, Token: cur.Token, TTL: duration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
+	o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.Holder, Token: cur.Token, TTL: duration, Position: ob.Position, Inferred: ob.Inferred, Seq: cur.Seq, Detail: detail})
 }
 
 // applyRenewal is all a renewal changes: the held tenure cur renewed at at
@@ -462,7 +462,7 @@ func (st *TrackState) renewal() (Renewal, bool) {
 // st already holds the renewal or the event's tenure has ended since.
 func (st *TrackState) ReplayRenewal(e Event) bool {
 	cur := st.current()
-	if e.Kind != EventRenew || cur == nil || !st.sameTenure(cur, e.Holder, e.Token) {
+	if e.Kind != EventRenew || cur == nil || !st.sameTenure(cur, e.Holder, e.Token) || (e.Seq != 0 && e.Seq != cur.Seq) {
 		return false
 	}
 	if n, ok := overtakenRenewal(e.Detail); ok {

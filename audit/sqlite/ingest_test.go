@@ -156,16 +156,19 @@ func (bl *baseline) insert(first int, at time.Time) error {
 		return err
 	}
 	defer tx.Rollback()
+	// The rows leasewatch stores for these renewals: its compact form,
+	// naming the tenure and its margin.
 	stmt, err := tx.Prepare(`INSERT INTO events (lock_id, kind, at, holder, token, ttl_ms,
-		position, inferred, resource, request_id, detail) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
+		position, inferred, resource, request_id, detail, seq, margin_permille, renewed_at)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`)
 	if err != nil {
 		return err
 	}
 	defer stmt.Close()
 	for j := range ingestBatch {
 		i := (first + j) % ingestLocks
-		if _, err := stmt.Exec(i+1, "renew", at.UnixNano(), ingestHolder(i), 1, ingestTTL.Milliseconds(),
-			"", false, "", nil, `{"margin_ratio":0.999}`); err != nil {
+		if _, err := stmt.Exec(i+1, "renew", at.UnixNano(), "", nil, ingestTTL.Milliseconds(),
+			"", false, "", nil, nil, 1, 999, nil); err != nil {
 			return err
 		}
 	}

@@ -313,9 +313,12 @@ func (w *batchWriter) putTenures(ctx context.Context, tenures []audit.Tenure) er
 const eventsPerInsert = 32
 
 const eventInsert = `INSERT INTO events (lock_id, kind, at, holder, token, ttl_ms,
-			position, inferred, resource, request_id, detail) VALUES `
+			position, inferred, resource, request_id, detail, seq, margin_permille, renewed_at) VALUES `
 
-const eventRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+const eventRow = `(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`
+
+// eventCols is the number of columns eventArgs returns.
+const eventCols = 14
 
 var eventInsertMany = eventInsert + eventRow + strings.Repeat(", "+eventRow, eventsPerInsert-1)
 
@@ -335,7 +338,7 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 		}
 	}
 	last := make(map[string]int64) // newest event per source in this batch
-	args := make([]any, 0, 11*eventsPerInsert)
+	args := make([]any, 0, eventCols*eventsPerInsert)
 	for start := 0; start < len(events); start += eventsPerInsert {
 		chunk := events[start:min(start+eventsPerInsert, len(events))]
 		args = args[:0]
@@ -362,7 +365,7 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 			}
 		}
 		for i, e := range chunk {
-			if _, err := one.ExecContext(ctx, args[11*i:11*i+11]...); err != nil {
+			if _, err := one.ExecContext(ctx, args[eventCols*i:eventCols*(i+1)]...); err != nil {
 				return fmt.Errorf("%s event of lock %s: %w", e.Kind, e.Lock, err)
 			}
 		}
@@ -377,22 +380,29 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 	return nil
 }
 
-// eventArgs returns the 11 column values of one event row.
+// eventArgs returns the column values of one event row. A renewal that
+// names its tenure is stored compactly (compactRenewal).
 func (w *batchWriter) eventArgs(ctx context.Context, e audit.Event) ([]any, error) {
 	id, err := w.lockID(ctx, e.Lock)
 	if err != nil {
 		return nil, err
 	}
-	var detail any
-	if e.Detail != nil {
-		s, err := encodeDetail(e.Detail)
+	holder, token, detail := e.Holder, nullToken(e.Token), e.Detail
+	var seq, margin, renewedAt any
+	if e.Kind == audit.EventRenew && e.Seq > 0 {
+		holder, token, seq = "", nil, e.Seq
+		margin, renewedAt, detail = compactRenewal(e.Detail)
+	}
+	var encoded any
+	if detail != nil {
+		s, err := encodeDetail(detail)
 		if err != nil {
 			return nil, fmt.Errorf("%s event of lock %s: encode detail: %w", e.Kind, e.Lock, err)
 		}
-		detail = s
+		encoded = s
 	}
-	return []any{id, string(e.Kind), nanos(e.At), e.Holder, nullToken(e.Token),
-		ms(e.TTL), e.Position, e.Inferred, e.Resource, nullString(e.RequestID), detail}, nil
+	return []any{id, string(e.Kind), nanos(e.At), holder, token, ms(e.TTL), e.Position, e.Inferred,
+		e.Resource, nullString(e.RequestID), encoded, seq, margin, renewedAt}, nil
 }
 
 // putBlindReason records a blind event's interval and reason once per source:
@@ -577,7 +587,7 @@ func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor
 // the order they were stored.
 func (s *Store) Unsynced(ctx context.Context) ([]audit.Event, error) {
 	rows, err := s.reader.QueryContext(ctx, `SELECT `+eventColumns+`, l.source, l.name
-		FROM events e JOIN locks l ON l.id = e.lock_id
+		FROM `+eventTables("")+` JOIN locks l ON l.id = e.lock_id
 		WHERE e.id > (SELECT synced_event FROM journal) AND e.kind = 'renew'
 		ORDER BY e.id`)
 	if err != nil {

@@ -248,7 +248,7 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 		w.add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
 	}
 	args := append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
-	from := ` FROM events e INDEXED BY ` + eventIndex(f.Kind)
+	from := ` FROM ` + eventTables(eventIndex(f.Kind))
 	rows, err := s.reader.QueryContext(ctx, `SELECT `+eventColumns+from+w.String()+
 		` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
 	if err != nil {

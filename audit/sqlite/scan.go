@@ -142,14 +142,28 @@ func lockDest(l *audit.Lock) []any {
 		timeDest{&l.ChangedAt}}
 }
 
-// eventColumns are the columns eventDest scans, from events aliased e.
-const eventColumns = `e.id, e.lock_id, e.kind, e.at, e.holder, e.token, e.ttl_ms, e.position,
-	e.inferred, e.resource, e.request_id, e.detail`
+// eventColumns are the columns eventDest scans, from eventTables. A compact
+// renewal (one with a seq) takes its holder and token from its tenure, and
+// its margin and renewal time from their columns (journal.go's eventArgs).
+const eventColumns = `e.id, e.lock_id, e.kind, e.at, coalesce(et.holder, e.holder),
+	CASE WHEN e.seq IS NULL THEN e.token ELSE et.token END, e.ttl_ms, e.position,
+	e.inferred, e.resource, e.request_id, e.detail, coalesce(e.seq, 0), e.margin_permille, e.renewed_at`
+
+// eventTables are the tables of eventColumns; index is the events index to
+// read, or "" for the planner's choice.
+func eventTables(index string) string {
+	from := `events e`
+	if index != "" {
+		from += ` INDEXED BY ` + index
+	}
+	return from + ` LEFT JOIN tenures et ON e.seq IS NOT NULL AND et.lock_id = e.lock_id AND et.seq = e.seq`
+}
 
 func eventDest(e *audit.Event) []any {
 	return []any{&e.ID, &e.LockID, textDest[audit.EventKind]{&e.Kind}, timeDest{&e.At}, &e.Holder,
 		tokenDest{&e.Token}, msDest{&e.TTL}, &e.Position, &e.Inferred, &e.Resource,
-		textDest[string]{&e.RequestID}, detailDest{&e.Detail}}
+		textDest[string]{&e.RequestID}, detailDest{&e.Detail}, &e.Seq,
+		marginDest{&e.Detail}, renewedAtDest{&e.Detail}}
 }
 
 // tenureColumns are the columns tenureDest scans, from tenures aliased t.

@@ -249,6 +249,63 @@ func TestApplyRoundTripsEveryField(t *testing.T) {
 	equal(t, "cursors", cursors, []audit.Cursor{{Source: "prod-etcd", Position: "1234", At: at(12)}})
 }
 
+// Renewals that name their tenure are stored without holder, token or their
+// margin and renewal time as JSON (journal.go's eventArgs); they must read
+// back exactly as the tracker made them, as older full rows do.
+func TestCompactRenewalsReadBackWhole(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	key := audit.LockKey{Source: "cluster-a", Name: "kube-system/<b>scheduler</b>"}
+	first := audit.Tenure{Lock: key, Seq: 1, Holder: "node-1 <script>", Token: audit.Int64(7), GrantedAt: at(1),
+		EndedAt: at(5), End: audit.EndReleased, LeaseDuration: 10 * time.Second}
+	second := audit.Tenure{Lock: key, Seq: 2, Holder: "node-2", GrantedAt: at(6), LeaseDuration: 10 * time.Second}
+	renew := func(sec int, ten audit.Tenure, detail map[string]any) audit.Event {
+		return audit.Event{Lock: key, Kind: audit.EventRenew, At: at(sec), Holder: ten.Holder, Token: ten.Token,
+			TTL: 10 * time.Second, Seq: ten.Seq, Detail: detail}
+	}
+	events := []audit.Event{
+		renew(2, first, map[string]any{"margin_ratio": 0.875, "renewed_at": "2026-01-01T00:00:01.999999Z"}),
+		renew(3, first, map[string]any{"margin_ratio": -0.25, "overtaken": true, "renewal": int64(2)}),
+		// Not exactly representable in the columns: kept as JSON.
+		renew(4, first, map[string]any{"margin_ratio": 0.1234, "renewed_at": "2026-01-01T01:00:03+01:00"}),
+		renew(7, second, map[string]any{"margin_ratio": 1.0}),
+		renew(8, second, nil),
+		// A renewal stored before renewals named their tenure.
+		{Lock: key, Kind: audit.EventRenew, At: at(9), Holder: "node-2", TTL: 10 * time.Second,
+			Detail: map[string]any{"margin_ratio": 0.5}},
+	}
+	apply(t, s, audit.Batch{Tenures: []audit.Tenure{first, second}, Events: events})
+
+	id := lockByKey(t, s, key).ID
+	got, err := s.Events(ctx, id, audit.EventFilter{})
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	want := append([]audit.Event(nil), events...)
+	want[0].Detail = map[string]any{"margin_ratio": json.Number("0.875"), "renewed_at": "2026-01-01T00:00:01.999999Z"}
+	want[1].Detail = map[string]any{"margin_ratio": json.Number("-0.25"), "overtaken": true, "renewal": json.Number("2")}
+	want[2].Detail = map[string]any{"margin_ratio": json.Number("0.1234"), "renewed_at": "2026-01-01T01:00:03+01:00"}
+	want[3].Detail = map[string]any{"margin_ratio": json.Number("1")}
+	want[5].Detail = map[string]any{"margin_ratio": json.Number("0.5")}
+	if len(got) != len(want) {
+		t.Fatalf("got %d events, want %d", len(got), len(want))
+	}
+	for i := range want {
+		want[i].ID, want[i].LockID = got[i].ID, id
+	}
+	equal(t, "Events", got, want)
+
+	// The journal's replay reads them the same way.
+	unsynced, err := s.Unsynced(ctx)
+	if err != nil {
+		t.Fatalf("Unsynced: %v", err)
+	}
+	for i := range unsynced {
+		unsynced[i].LockID = id
+	}
+	equal(t, "Unsynced", unsynced, want)
+}
+
 func TestApplyLaterEntriesReplaceEarlier(t *testing.T) {
 	s, _ := openStore(t)
 	ctx := context.Background()

@@ -461,7 +461,9 @@ func (r *run) recordRenewals(ctx context.Context, readings map[int64]ttlReading)
 			}
 			ob := r.observation(h, audit.EventRenew, rd.at, "")
 			ob.RenewedAt = at
-			ob.Detail["ttl_s"] = rd.ttl
+			// The key and lease are the tenure's, on its grant; renewals,
+			// most of what is stored, carry only what they read.
+			ob.Detail = map[string]any{"ttl_s": rd.ttl}
 			obs = append(obs, ob)
 		}
 	}

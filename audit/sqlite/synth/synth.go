@@ -14,6 +14,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -25,7 +26,7 @@ import (
 
 // Version changes whenever Generate writes something different for the same
 // Spec, so a cached database from an older generator is never reused.
-const Version = 1
+const Version = 2
 
 // Spec sizes a synthetic audit log.
 type Spec struct {
@@ -291,6 +292,8 @@ func (g *generator) lock(i int) {
 				Tokens: []int64{*t.Token}, Holders: []string{holder},
 				Summary: fmt.Sprintf("%s accepted token %d's predecessor until its first write with %d (%s)", p.resource, *t.Token, *t.Token, writes[0].Sub(granted).Round(time.Millisecond))})
 		}
+		// As the tracker records it: the lease left at each renewal.
+		margin := math.Round(1000*float64(p.lease-p.every)/float64(p.lease)) / 1000
 		at := granted
 		for k := range count {
 			at = granted.Add(time.Duration(k+1) * p.every)
@@ -301,7 +304,8 @@ func (g *generator) lock(i int) {
 				emit(audit.Event{Kind: audit.EventWriteAccepted, At: writes[0], Holder: holder, Token: t.Token, Resource: p.resource})
 				writes = writes[1:]
 			}
-			emit(audit.Event{Kind: audit.EventRenew, At: at, Holder: holder, Token: t.Token, TTL: p.lease})
+			emit(audit.Event{Kind: audit.EventRenew, At: at, Holder: holder, Token: t.Token, TTL: p.lease, Seq: t.Seq,
+				Detail: map[string]any{"margin_ratio": margin}})
 			t.Renewals++
 			renewals++
 			if r.IntN(500) == 0 {
