@@ -7,7 +7,7 @@ SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo clean load-kubernetes load-redis bench-ingest install-redis install-chromium
+.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd bench-ingest install-redis install-chromium
 
 all: build
 
@@ -45,6 +45,10 @@ load-kubernetes:
 ## load-redis: the Redis scale run (10,000 locks with 2 s TTLs extended every 500 ms).
 load-redis:
 	$(GO) run ./cmd/leasewatch-load redis
+
+## load-etcd: the etcd scale run (5,000 concurrency.Mutex locks, 2 contenders each, handed over every 2 minutes).
+load-etcd:
+	$(GO) run ./cmd/leasewatch-load etcd
 
 ## bench-ingest: the write path against a plain-SQLite baseline (events/s, ratio, allocations).
 bench-ingest:

@@ -1,0 +1,495 @@
+package main
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.etcd.io/etcd/client/v3/concurrency"
+	"go.uber.org/zap"
+
+	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
+)
+
+// etcdLoad is the etcd scenario: many concurrency.Mutex locks, each contended
+// by several sessions, handed over as their holders unlock and queue again.
+type etcdLoad struct {
+	locks      int
+	contenders int // sessions contending for each lock
+	sessions   int // the pool the contenders are drawn from
+	ttl        time.Duration
+	hold       time.Duration
+	warmup     time.Duration
+	duration   time.Duration
+	leasewatch string
+	keep       bool // keep the run's folder (database, config) for inspection
+}
+
+const (
+	// etcdLoadPrefix is the one prefix leasewatch watches: lock N is the
+	// mutex prefix etcdLoadPrefix+"lock-N", so its contenders write
+	// etcdLoadPrefix+"lock-N/<lease-hex>", which the collector calls lock
+	// etcdLoadPrefix+"lock-N".
+	etcdLoadPrefix = "/leasewatch-load/"
+	// etcdClients is how many client connections the sessions are spread over.
+	etcdClients = 4
+	// etcdRamp is the longest the load takes to start every lock's
+	// contenders: the collector stores one commit per revision, so a burst
+	// of first grants would only queue up in its watch stream.
+	etcdRamp = 30 * time.Second
+)
+
+// etcdLock is one lock of the load and the load's own log of it.
+type etcdLock struct {
+	name    string        // as the collector names it: the mutex's prefix
+	release chan struct{} // tells the current holder to unlock
+	// Grants and releases as the clients saw them: a Lock that returned, an
+	// Unlock that returned. Contenders of one lock take turns, but on
+	// different goroutines, hence the mutex.
+	mu      sync.Mutex
+	tenures []etcdTenure
+	key     string // the latest holder's key
+}
+
+// etcdTenure is one acquisition: its fencing token (the owner key's
+// CreateRevision, which the collector records as the token) and when the
+// client's Lock and Unlock returned.
+type etcdTenure struct {
+	token             int64
+	granted, released time.Time
+	unlocked          bool // Unlock returned without error
+}
+
+// etcdTally is what the load did beyond the per-lock log.
+type etcdTally struct {
+	skipped, failed atomic.Int64
+	queued          atomic.Int64 // Lock calls under way
+	// inFlight counts the locks started and the handovers signalled that
+	// have not yet led to a grant.
+	inFlight atomic.Int64
+}
+
+func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
+	if k.locks < 1 || k.hold <= 0 {
+		return fmt.Errorf("want at least one lock and a positive --hold")
+	}
+	if k.contenders < 2 || k.sessions < k.contenders {
+		return fmt.Errorf("want at least 2 contenders per lock and at least as many sessions (%d contenders, %d sessions)", k.contenders, k.sessions)
+	}
+	if k.ttl < 2*time.Second {
+		return fmt.Errorf("--ttl %s: etcd's minimum lease TTL is 2s with its default heartbeat", k.ttl)
+	}
+	dir, err := os.MkdirTemp("", "leasewatch-load-")
+	if err != nil {
+		return err
+	}
+	if k.keep {
+		fmt.Fprintf(log, "keeping %s\n", dir)
+	} else {
+		defer os.RemoveAll(dir)
+	}
+	srv, err := embedded.Start(ctx, filepath.Join(dir, "etcd"), embedded.Options{})
+	if err != nil {
+		return err
+	}
+	defer srv.Close()
+
+	lw, err := startLeasewatch(ctx, k.leasewatch, dir, fmt.Sprintf(`  - name: %s
+    kind: etcd
+    endpoints: [%q]
+    prefixes: [%q]
+`, loadSource, srv.Endpoint, etcdLoadPrefix), log)
+	if err != nil {
+		return err
+	}
+	defer lw.stop()
+	url := lw.url
+	if err := waitFor(ctx, 60*time.Second, "leasewatch's etcd source to come up", func() bool {
+		mfs, err := scrape(ctx, url)
+		up := labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})
+		return err == nil && len(up) > 0 && up[0].GetGauge().GetValue() == 1
+	}); err != nil {
+		return err
+	}
+
+	clients := make([]*clientv3.Client, etcdClients)
+	for i := range clients {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return fmt.Errorf("connect to the embedded etcd: %w", err)
+		}
+		defer cli.Close()
+		clients[i] = cli
+	}
+	// A pool of sessions, each contending for many locks, as services that
+	// share one session among their mutexes do: the leases and keepalives
+	// stay few while the locks are many.
+	sessions := make([]*concurrency.Session, k.sessions)
+	for i := range sessions {
+		s, err := concurrency.NewSession(clients[i%len(clients)], concurrency.WithTTL(int(k.ttl.Seconds())))
+		if err != nil {
+			return fmt.Errorf("start session %d: %w", i, err)
+		}
+		sessions[i] = s
+	}
+	defer func() {
+		for _, s := range sessions {
+			if s != nil {
+				_ = s.Close()
+			}
+		}
+	}()
+	var lost atomic.Int64 // sessions whose lease ended before the load did
+	closing := make(chan struct{})
+	for _, s := range sessions {
+		go func() {
+			select {
+			case <-s.Done():
+				lost.Add(1)
+			case <-closing:
+			}
+		}()
+	}
+
+	fmt.Fprintf(log, "%d locks, %d contenders each from %d sessions with %s TTLs, handed over every %s: %s of warm-up, %s measured\n",
+		k.locks, k.contenders, k.sessions, k.ttl, k.hold, k.warmup, k.duration)
+	locks := make([]*etcdLock, k.locks)
+	for i := range locks {
+		locks[i] = &etcdLock{name: fmt.Sprintf("%slock-%d", etcdLoadPrefix, i), release: make(chan struct{}, 1)}
+	}
+	t := &etcdTally{}
+	// Queued Locks end with queueCtx, at the end of the load; holders stop
+	// holding (without unlocking) with holdCtx, after the comparison.
+	queueCtx, stopQueue := context.WithCancel(ctx)
+	defer stopQueue()
+	holdCtx, stopHolding := context.WithCancel(ctx)
+	var contending sync.WaitGroup
+	defer func() {
+		stopHolding()
+		contending.Wait()
+		close(closing)
+	}()
+
+	// Start every lock's contenders, spread over the ramp so etcd is not
+	// asked for every lock at once.
+	ramp := min(k.hold, etcdRamp)
+	started := make([]bool, k.locks)
+	rampCtx, rampDone := context.WithCancel(ctx)
+	dispatch(rampCtx, k.locks, ramp, func(i int) {
+		if started[i] {
+			return
+		}
+		started[i] = true
+		t.inFlight.Add(1) // until its first grant
+		for j := range k.contenders {
+			s := sessions[(i+j*(k.sessions/k.contenders))%k.sessions]
+			contending.Add(1)
+			go func() {
+				defer contending.Done()
+				contend(queueCtx, holdCtx, s, locks[i], t)
+			}()
+		}
+		if i == k.locks-1 {
+			rampDone()
+		}
+	})
+	rampDone()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	// Tell each lock's holder to unlock once per hold period, at a rate kept
+	// by the clock: the holder queues again behind the other contenders, so
+	// every signal is a handover.
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var dispatched sync.WaitGroup
+	dispatched.Add(1)
+	go func() {
+		defer dispatched.Done()
+		dispatch(loadCtx, k.locks, k.hold, func(i int) {
+			t.inFlight.Add(1) // until the grant that follows the release
+			select {
+			case locks[i].release <- struct{}{}:
+			default: // the last signal is still unread: the lock is between holders
+				t.inFlight.Add(-1)
+				t.skipped.Add(1)
+			}
+		})
+	}()
+
+	w, err := measure(ctx, url, lw.cmd.Process.Pid, loadSource, k.warmup, k.duration)
+	stopLoad()
+	dispatched.Wait()
+	if err != nil {
+		return err
+	}
+	loadEnd := time.Now()
+	// End the queued Locks only once every lock has a holder and no handover
+	// is under way. Then every queued key is behind its lock's holder, and
+	// deleting it (as a cancelled Lock does) changes no owner. Cancelled
+	// earlier, a Lock could give up just as its key became the owner, a
+	// grant and release that leasewatch rightly records and no client saw.
+	if err := waitFor(ctx, 60*time.Second, "the last handovers", func() bool { return t.inFlight.Load() == 0 }); err != nil {
+		return err
+	}
+	stopQueue()
+	if err := waitFor(ctx, 60*time.Second, "the queued Locks to end", func() bool { return t.queued.Load() == 0 }); err != nil {
+		return err
+	}
+	// A Lock cancelled during its first request may have left its key
+	// behind; being behind a holder's, deleting it changes no owner either.
+	swept, err := sweepQueued(ctx, clients[0], locks)
+	if err != nil {
+		return err
+	}
+	settled := time.Since(loadEnd)
+
+	var madeGrants, madeReleases int64
+	grantsMade := make(map[string]int64, k.locks)
+	releasesMade := make(map[string]int64, k.locks)
+	for _, l := range locks {
+		l.mu.Lock()
+		for _, tn := range l.tenures {
+			grantsMade[l.name]++
+			madeGrants++
+			if tn.unlocked {
+				releasesMade[l.name]++
+				madeReleases++
+			}
+		}
+		l.mu.Unlock()
+	}
+
+	// Drain: wait until leasewatch has recorded at least what the clients
+	// did and its counts have stopped moving, so a duplicate shows too.
+	drainStart := time.Now()
+	var drained string
+	last := [2]float64{-1, -1}
+	if err := waitFor(ctx, 60*time.Second, "leasewatch to record every grant and release", func() bool {
+		now := [2]float64{recorded(ctx, url, loadSource, "grant"), recorded(ctx, url, loadSource, "release")}
+		settled := now == last && now[0] >= float64(madeGrants) && now[1] >= float64(madeReleases)
+		last = now
+		return settled
+	}); err != nil {
+		drained = "not within 60s"
+	} else {
+		drained = "in " + time.Since(drainStart).Round(time.Millisecond).String()
+	}
+	gotGrants, gotReleases := recorded(ctx, url, loadSource, "grant"), recorded(ctx, url, loadSource, "release")
+	gotExpiries := recorded(ctx, url, loadSource, "expire")
+
+	grantsGot, err := recordedPerLock(ctx, dir, loadSource, "grant")
+	if err != nil {
+		return err
+	}
+	releasesGot, err := recordedPerLock(ctx, dir, loadSource, "release")
+	if err != nil {
+		return err
+	}
+	grantsDiffer, grantsPerLock := compareCounts(grantsMade, grantsGot)
+	releasesDiffer, releasesPerLock := compareCounts(releasesMade, releasesGot)
+	tokens, err := matchTokens(ctx, dir, locks)
+	if err != nil {
+		return err
+	}
+
+	w.write(out, fmt.Sprintf("leasewatch-load etcd: %d concurrency.Mutex locks, %d contenders each from %d sessions (%s TTL), each lock handed over every %s (%.0f handovers/s offered), %s measured after %s warm-up; lag is the collector's handling of the watch event (for a grant or renewal: the lease's last keepalive as estimated from its TTL polls, 1 s resolution) → stored, without the time the event waited in the watch stream (the client → collector rows show that)",
+		k.locks, k.contenders, k.sessions, k.ttl, k.hold, float64(k.locks)/k.hold.Seconds(), k.duration, k.warmup), [][2]string{
+		{"handovers achieved", fmt.Sprintf("%.0f/s (%d skipped while a lock was between holders, %d Lock/Unlock calls failed, %d sessions lost)", float64(madeReleases)/(k.warmup+k.duration).Seconds(), t.skipped.Load(), t.failed.Load(), lost.Load())},
+		{"grants made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f; the load settled in %s, %d queued keys swept, then leasewatch drained %s)", madeGrants, gotGrants, float64(madeGrants)-gotGrants, settled.Round(time.Millisecond), swept, drained)},
+		{"releases made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f; expiries recorded %.0f)", madeReleases, gotReleases, float64(madeReleases)-gotReleases, gotExpiries)},
+		{"locks whose grants differ", fmt.Sprintf("%d: %s", grantsDiffer, grantsPerLock)},
+		{"locks whose releases differ", fmt.Sprintf("%d: %s", releasesDiffer, releasesPerLock)},
+		{"tenures recorded with the client's token", tokens.summary()},
+		{"client's Lock return → collector's grant event, p50 / p99", tokens.grantSkew.describe()},
+		{"client's Unlock return → collector's release event, p50 / p99", tokens.releaseSkew.describe()},
+	})
+	if gotGrants != float64(madeGrants) || gotReleases != float64(madeReleases) || gotExpiries != 0 ||
+		grantsDiffer > 0 || releasesDiffer > 0 || tokens.missing > 0 || tokens.unknown > 0 {
+		return fmt.Errorf("leasewatch recorded %.0f grants of %d, %.0f releases of %d and %.0f expiries; %d locks' grants and %d locks' releases differ; %d tenures without their token, %d tokens the clients never held",
+			gotGrants, madeGrants, gotReleases, madeReleases, gotExpiries, grantsDiffer, releasesDiffer, tokens.missing, tokens.unknown)
+	}
+	return nil
+}
+
+// contend takes lock l with session s, holds it until told to let go, unlocks
+// and queues again, logging every grant and release as the client saw it. It
+// returns when a queued Lock ends with queue, or when hold ends while it
+// holds the lock, which it then keeps: the session's end revokes it.
+func contend(queue, hold context.Context, s *concurrency.Session, l *etcdLock, t *etcdTally) {
+	m := concurrency.NewMutex(s, l.name)
+	for {
+		t.queued.Add(1)
+		err := m.Lock(queue)
+		t.queued.Add(-1)
+		if err != nil {
+			if queue.Err() == nil {
+				t.failed.Add(1)
+			}
+			return
+		}
+		l.mu.Lock()
+		l.key = m.Key()
+		l.tenures = append(l.tenures, etcdTenure{token: ownerRevision(m), granted: time.Now()})
+		n := len(l.tenures) - 1
+		l.mu.Unlock()
+		t.inFlight.Add(-1)
+		select {
+		case <-l.release:
+		case <-hold.Done():
+			return
+		}
+		if err := m.Unlock(hold); err != nil {
+			t.failed.Add(1)
+			return
+		}
+		l.mu.Lock()
+		l.tenures[n].released, l.tenures[n].unlocked = time.Now(), true
+		l.mu.Unlock()
+	}
+}
+
+// sweepQueued deletes every key under the load's prefix but the holders',
+// and returns how many it deleted.
+func sweepQueued(ctx context.Context, cli *clientv3.Client, locks []*etcdLock) (int, error) {
+	holders := make(map[string]bool, len(locks))
+	for _, l := range locks {
+		l.mu.Lock()
+		holders[l.key] = true
+		l.mu.Unlock()
+	}
+	resp, err := cli.Get(ctx, etcdLoadPrefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
+	if err != nil {
+		return 0, fmt.Errorf("list the queued keys: %w", err)
+	}
+	n := 0
+	for _, kv := range resp.Kvs {
+		if holders[string(kv.Key)] {
+			continue
+		}
+		if _, err := cli.Delete(ctx, string(kv.Key)); err != nil {
+			return n, fmt.Errorf("delete a queued key: %w", err)
+		}
+		n++
+	}
+	return n, nil
+}
+
+// ownerRevision is the CreateRevision of m's key, the fencing token of its
+// tenure. Mutex keeps it private, but IsOwner's comparison carries it, which
+// spares a Get per grant.
+func ownerRevision(m *concurrency.Mutex) int64 {
+	cmp := m.IsOwner()
+	return cmp.GetCompare().GetCreateRevision()
+}
+
+// tokenMatch is the clients' tenures matched by token against leasewatch's
+// grant and release events: a check that per-lock counts cannot make (the
+// right number of grants with the wrong tokens), and how much later than the
+// client the collector saw each change.
+type tokenMatch struct {
+	tenures, matched int
+	missing          int // client tenures whose grant or release leasewatch lacks
+	unknown          int // grants or releases leasewatch has under a token no client held
+	grantSkew        skew
+	releaseSkew      skew
+}
+
+func (m tokenMatch) summary() string {
+	return fmt.Sprintf("%d of %d (%d without their grant or release, %d events under a token no client held)", m.matched, m.tenures, m.missing, m.unknown)
+}
+
+// skew is the collector's event time less the client's return time, for the
+// changes both saw: negative when the collector saw the change first (the
+// client learns of a handover only after its watch fires and a Get returns).
+type skew []time.Duration
+
+func (s skew) describe() string {
+	if len(s) == 0 {
+		return "none matched"
+	}
+	slices.Sort(s)
+	q := func(p float64) time.Duration { return s[int(p*float64(len(s)-1))].Round(100 * time.Microsecond) }
+	return fmt.Sprintf("%s / %s (%d samples; collector's clock, before the commit)", q(0.50), q(0.99), len(s))
+}
+
+// matchTokens reads every grant and release leasewatch stored for the load's
+// source and matches them with the clients' tenures by lock and token.
+func matchTokens(ctx context.Context, dir string, locks []*etcdLock) (tokenMatch, error) {
+	var m tokenMatch
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "leasewatch.db")+"?mode=ro")
+	if err != nil {
+		return m, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT l.name, e.kind, e.token, e.at FROM events e JOIN locks l ON l.id = e.lock_id
+		WHERE l.source = ? AND e.kind IN ('grant', 'release') AND e.token IS NOT NULL`, loadSource)
+	if err != nil {
+		return m, fmt.Errorf("read grants and releases: %w", err)
+	}
+	defer rows.Close()
+	type key struct {
+		lock, kind string
+		token      int64
+	}
+	recorded := make(map[key][]time.Time)
+	for rows.Next() {
+		var k key
+		var at int64
+		if err := rows.Scan(&k.lock, &k.kind, &k.token, &at); err != nil {
+			return m, err
+		}
+		recorded[k] = append(recorded[k], time.Unix(0, at))
+	}
+	if err := rows.Err(); err != nil {
+		return m, err
+	}
+	take := func(k key) (time.Time, bool) {
+		ats := recorded[k]
+		if len(ats) == 0 {
+			return time.Time{}, false
+		}
+		if len(ats) == 1 {
+			delete(recorded, k)
+		} else {
+			recorded[k] = ats[1:]
+		}
+		return ats[0], true
+	}
+	for _, l := range locks {
+		l.mu.Lock()
+		tenures := slices.Clone(l.tenures)
+		l.mu.Unlock()
+		for _, tn := range tenures {
+			m.tenures++
+			grant, okGrant := take(key{l.name, "grant", tn.token})
+			if okGrant {
+				m.grantSkew = append(m.grantSkew, grant.Sub(tn.granted))
+			}
+			okRelease := !tn.unlocked
+			if tn.unlocked {
+				var release time.Time
+				if release, okRelease = take(key{l.name, "release", tn.token}); okRelease {
+					m.releaseSkew = append(m.releaseSkew, release.Sub(tn.released))
+				}
+			}
+			if okGrant && okRelease {
+				m.matched++
+			} else {
+				m.missing++
+			}
+		}
+	}
+	for _, ats := range recorded {
+		m.unknown += len(ats)
+	}
+	return m, nil
+}
