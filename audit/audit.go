@@ -111,6 +111,9 @@ type Tenure struct {
 	ExpiresAt     time.Time // last renewal + lease duration; zero when unknown
 	EndedAt       time.Time // zero while held
 	End           EndReason // empty while held
+	// Pruned summarises the renewals retention has deleted; nil when none
+	// were (set by the store on reads). Renewals still counts them.
+	Pruned *RenewalSummary
 }
 
 // Held reports whether the tenure has not ended.
@@ -144,3 +147,6 @@ const (
 
 // Int64 returns a pointer to v, for optional tokens.
 func Int64(v int64) *int64 { return &v }
+
+// Float64 returns a pointer to v.
+func Float64(v float64) *float64 { return &v }

@@ -201,6 +201,7 @@ type TenureRow struct {
 	Granted       Stamp
 	Observed      bool // held when the collector started: Granted is when it was first seen
 	Renewals      int64
+	Pruned        string // what retention removed of the renewals, e.g. "118 pruned, least margin 30%"; empty if none
 	LastRenewed   Stamp
 	LeaseDuration string
 	Expires       Stamp

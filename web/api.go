@@ -70,6 +70,16 @@ type tenureJSON struct {
 	ExpiresAt       *string          `json:"expires_at"`
 	EndedAt         *string          `json:"ended_at"`
 	End             *audit.EndReason `json:"end"`
+	// PrunedRenewals summarises the renewals retention deleted; null when
+	// none were. Renewals still counts them.
+	PrunedRenewals *prunedJSON `json:"pruned_renewals"`
+}
+
+type prunedJSON struct {
+	Renewals       int64    `json:"renewals"`
+	First          *string  `json:"first"`
+	Last           *string  `json:"last"`
+	MinMarginRatio *float64 `json:"min_margin_ratio"`
 }
 
 type findingJSON struct {
@@ -164,6 +174,9 @@ func toTenureJSON(t audit.Tenure) tenureJSON {
 	if t.End != "" {
 		end := t.End
 		j.End = &end
+	}
+	if p := t.Pruned; p != nil {
+		j.PrunedRenewals = &prunedJSON{Renewals: p.Renewals, First: jsonTime(p.First), Last: jsonTime(p.Last), MinMarginRatio: p.MinMarginRatio}
 	}
 	return j
 }

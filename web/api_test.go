@@ -197,7 +197,7 @@ func TestAPITenures(t *testing.T) {
 	}
 	for _, tn := range tenures {
 		wantKeys(t, "tenure", tn, "seq", "holder", "token", "granted_at", "observed", "first_seen_at", "renewals",
-			"last_renewed_at", "lease_duration_ms", "expires_at", "ended_at", "end")
+			"last_renewed_at", "lease_duration_ms", "expires_at", "ended_at", "end", "pruned_renewals")
 	}
 	old, cur := tenures[0], tenures[1]
 	// Held when the collector started: the grant time is unknown.
@@ -213,6 +213,24 @@ func TestAPITenures(t *testing.T) {
 	wantNull(t, "current ended_at", cur["ended_at"])
 	wantNull(t, "current end", cur["end"])
 	wantNumber(t, "current lease_duration_ms", cur["lease_duration_ms"], 10000)
+
+	wantNull(t, "old pruned_renewals", old["pruned_renewals"])
+
+	t.Run("PrunedRenewals", func(t *testing.T) {
+		f.pruneRenewals(t)
+		tenures := list(t, f.getJSON(t, "/api/v1/locks/"+itoa(f.orders.ID)+"/tenures", http.StatusOK), "tenures")
+		p, ok := tenures[0]["pruned_renewals"].(map[string]any)
+		if !ok {
+			t.Fatalf("old tenure's pruned_renewals = %v, want an object", tenures[0]["pruned_renewals"])
+		}
+		wantKeys(t, "pruned_renewals", p, "renewals", "first", "last", "min_margin_ratio")
+		wantNumber(t, "pruned renewals", p["renewals"], 3)
+		wantTime(t, "first pruned", p["first"], t0.Add(time.Second))
+		wantTime(t, "last pruned", p["last"], t0.Add(3*time.Second))
+		wantNumber(t, "least margin", p["min_margin_ratio"], 0.3)
+		wantNumber(t, "renewals still counted", tenures[0]["renewals"], 3)
+		wantNull(t, "current pruned_renewals", tenures[1]["pruned_renewals"])
+	})
 
 	t.Run("NullToken", func(t *testing.T) {
 		tenures := list(t, f.getJSON(t, "/api/v1/locks/"+itoa(f.hostile.ID)+"/tenures", http.StatusOK), "tenures")

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"maps"
+	"math"
 	"net/http"
 	"net/url"
 	"slices"
@@ -483,6 +484,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 			Granted:       stampIn(t.GrantedAt, loc),
 			Observed:      t.Observed,
 			Renewals:      t.Renewals,
+			Pruned:        prunedText(t.Pruned),
 			LastRenewed:   stampIn(t.LastRenewedAt, loc),
 			LeaseDuration: duration(t.LeaseDuration),
 			Expires:       stampIn(t.ExpiresAt, loc),
@@ -810,6 +812,18 @@ func detailFields(e audit.Event) []views.Field {
 
 // nearExpiryURL lists the held locks by lease left, least first.
 const nearExpiryURL = "/locks?state=held&sort=margin"
+
+// prunedText describes what retention removed of a tenure's renewals.
+func prunedText(p *audit.RenewalSummary) string {
+	if p == nil {
+		return ""
+	}
+	s := strconv.FormatInt(p.Renewals, 10) + " pruned"
+	if p.MinMarginRatio != nil {
+		s += ", least margin " + strconv.Itoa(int(math.Round(*p.MinMarginRatio*100))) + "%"
+	}
+	return s
+}
 
 // marginText is the renew margin as a percentage, e.g. "25%".
 func (s *Server) marginText() string { return strconv.Itoa(int(s.margin*100+0.5)) + "%" }

@@ -101,6 +101,12 @@ func TestLockPage(t *testing.T) {
 			t.Errorf("escaped name/holder appears %d times, want it in title, heading, holder, events and detail", n)
 		}
 	})
+	t.Run("PrunedRenewals", func(t *testing.T) {
+		f := newFixture(t)
+		f.pruneRenewals(t)
+		body := f.page(t, "/locks/"+itoa(f.orders.ID), http.StatusOK)
+		wantContains(t, "orders page", body, "(3 pruned, least margin 30%)")
+	})
 	t.Run("EventKind", func(t *testing.T) {
 		body := f.page(t, "/locks/"+itoa(f.orders.ID)+"?kind=grant", http.StatusOK)
 		wantContains(t, "kind=grant", body, `<option value="grant" selected>`)

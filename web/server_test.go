@@ -265,6 +265,27 @@ func wantTime(t *testing.T, what string, v any, want time.Time) {
 }
 
 // wantNumber checks that v is the JSON number want.
+// pruneRenewals stores three renewals of the orders lock's first tenure
+// (margins 0.5, 0.3 and 0.7, at t0 + 1, 2 and 3 s) and has retention prune
+// them.
+func (f *fixture) pruneRenewals(t *testing.T) {
+	t.Helper()
+	ctx := context.Background()
+	var renewals []audit.Event
+	for i, margin := range []float64{0.5, 0.3, 0.7} {
+		renewals = append(renewals, audit.Event{Lock: f.orders.Key(), Kind: audit.EventRenew, At: t0.Add(time.Duration(i+1) * time.Second),
+			Holder: "worker-1", Token: audit.Int64(41), Seq: 1, Detail: map[string]any{"margin_ratio": margin}})
+	}
+	if err := f.store.Apply(ctx, audit.Batch{Events: renewals, Synced: true}); err != nil {
+		t.Fatal(err)
+	}
+	r := &audit.Retainer{Store: f.store, Now: func() time.Time { return t0.Add(time.Hour) },
+		Retention: audit.Retention{Kinds: map[audit.EventKind]time.Duration{audit.EventRenew: time.Minute}}}
+	if err := r.Pass(ctx); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func wantNumber(t *testing.T, what string, v any, want float64) {
 	t.Helper()
 	if got, ok := v.(float64); !ok || got != want {

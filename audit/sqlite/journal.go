@@ -23,28 +23,45 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	if b.Empty() {
 		return nil
 	}
+	var w *batchWriter
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		w = &batchWriter{s: s, tx: tx, added: make(map[audit.LockKey]int64)}
+		return w.write(ctx, b)
+	}, func() {
+		// Only now are the new rows' ids real; had the transaction rolled
+		// back, they could be handed out again to other locks.
+		for k, id := range w.added {
+			s.ids[k] = id
+		}
+	})
+	if err != nil {
+		return fmt.Errorf("apply batch: %w", err)
+	}
+	return nil
+}
+
+// writeTx runs fn in a transaction on the writer, between batches, and
+// then committed (if set) while it still holds the writer.
+func (s *Store) writeTx(ctx context.Context, fn func(*sql.Tx) error, committed func()) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-
+	// Before the transaction takes the writer's one connection.
 	if err := s.prepareWriter(ctx); err != nil {
-		return fmt.Errorf("apply batch: %w", err)
+		return err
 	}
 	tx, err := s.writer.BeginTx(ctx, nil)
 	if err != nil {
-		return fmt.Errorf("apply batch: begin: %w", err)
+		return fmt.Errorf("begin: %w", err)
 	}
 	defer tx.Rollback()
-	w := &batchWriter{s: s, tx: tx, added: make(map[audit.LockKey]int64)}
-	if err := w.write(ctx, b); err != nil {
-		return fmt.Errorf("apply batch: %w", err)
+	if err := fn(tx); err != nil {
+		return err
 	}
 	if err := tx.Commit(); err != nil {
-		return fmt.Errorf("apply batch: commit: %w", err)
+		return fmt.Errorf("commit: %w", err)
 	}
-	// Only now are the new rows' ids real; had the transaction rolled back,
-	// they could be handed out again to other locks.
-	for k, id := range w.added {
-		s.ids[k] = id
+	if committed != nil {
+		committed()
 	}
 	return nil
 }

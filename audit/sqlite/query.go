@@ -303,7 +303,7 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 		if !f.To.IsZero() {
 			w.add("t.granted_at <= ?", f.To.UnixNano())
 		}
-		rows, err = s.reader.QueryContext(ctx, `SELECT `+tenureColumns+` FROM tenures t`+w.String()+
+		rows, err = s.reader.QueryContext(ctx, `SELECT `+tenureColumns+`, `+summaryColumns+` FROM `+tenureTables+w.String()+
 			` ORDER BY t.seq DESC LIMIT ?`, append(w.args, lim)...)
 	} else {
 		to := int64(math.MaxInt64)
@@ -314,7 +314,7 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 		// are the ones that ended inside it, plus the few granted last before
 		// its end that were still running at its end (or are still held).
 		// Each part is one index range, however long the lock's history.
-		rows, err = s.reader.QueryContext(ctx, `SELECT `+tenureColumns+` FROM tenures t
+		rows, err = s.reader.QueryContext(ctx, `SELECT `+tenureColumns+`, `+summaryColumns+` FROM `+tenureTables+`
 			WHERE t.lock_id = ?1 AND t.granted_at <= ?3 AND t.seq IN (
 				SELECT seq FROM tenures WHERE lock_id = ?1 AND ended_at BETWEEN ?2 AND ?3
 				UNION
@@ -330,7 +330,9 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 	if err != nil {
 		return nil, fmt.Errorf("list tenures of lock %d: %w", lockID, err)
 	}
-	tenures, err := collect(rows, tenureDest)
+	tenures, err := collect(rows, func(t *audit.Tenure) []any {
+		return append(tenureDest(t), summaryDest{&t.Pruned})
+	})
 	if err != nil {
 		return nil, fmt.Errorf("list tenures of lock %d: %w", lockID, err)
 	}

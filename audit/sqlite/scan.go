@@ -131,6 +131,36 @@ func (d arrayDest[T]) Scan(v any) error {
 	return nil
 }
 
+// tenureTables are the tenures (aliased t) with what retention pruned of
+// their renewals (summaryColumns).
+const tenureTables = `tenures t LEFT JOIN renewal_summaries rs ON rs.lock_id = t.lock_id AND rs.seq = t.seq`
+
+// summaryColumns are the columns summaryDest scans, as one JSON array (NULL
+// when nothing was pruned) so that one destination takes them.
+const summaryColumns = `CASE WHEN rs.renewals IS NULL THEN NULL
+	ELSE json_array(rs.renewals, rs.first_at, rs.last_at, rs.min_margin_permille) END`
+
+// summaryDest scans summaryColumns.
+type summaryDest struct{ p **audit.RenewalSummary }
+
+func (d summaryDest) Scan(v any) error {
+	*d.p = nil
+	var cols []*int64
+	if err := (arrayDest[*int64]{&cols}).Scan(v); err != nil || cols == nil {
+		return err
+	}
+	if len(cols) != 4 || cols[0] == nil || cols[1] == nil || cols[2] == nil {
+		return fmt.Errorf("renewal summary: unexpected %v", v)
+	}
+	sum := &audit.RenewalSummary{Renewals: *cols[0], First: time.Unix(0, *cols[1]).UTC(), Last: time.Unix(0, *cols[2]).UTC()}
+	if m := cols[3]; m != nil {
+		r := float64(*m) / 1000
+		sum.MinMarginRatio = &r
+	}
+	*d.p = sum
+	return nil
+}
+
 // lockColumns are the columns lockDest scans, from locks aliased l.
 const lockColumns = `l.id, l.source, l.kind, l.name, l.class, l.state, l.holder, l.token,
 	l.acquired_at, l.renewed_at, l.expires_at, l.lease_duration_ms, l.changed_at`

@@ -4,6 +4,7 @@ import (
 	"cmp"
 	"context"
 	"log/slog"
+	"math"
 	"slices"
 	"strings"
 	"sync"
@@ -94,6 +95,32 @@ func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
 	m.locks = make(map[audit.LockKey]*lockSeries)
 	m.heartbeats = make(map[audit.LockKey]bool)
 	return m
+}
+
+// newRetentionMetrics registers retention's counter and the database's
+// size, and returns the Retainer's Pruned hook.
+func newRetentionMetrics(reg prometheus.Registerer, store interface {
+	Size(context.Context) (int64, error)
+}) func(string, int) {
+	pruned := prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "leasewatch_retention_pruned_total",
+		Help: "Rows retention deleted, by table (events or findings).",
+	}, []string{"table"})
+	for _, t := range []string{"events", "findings"} {
+		pruned.WithLabelValues(t)
+	}
+	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "leasewatch_database_bytes",
+		Help: "Bytes of the SQLite database in use: its pages less the free ones. Retention frees pages that new rows reuse, so the file stops growing where this levels off.",
+	}, func() float64 {
+		n, err := store.Size(context.Background())
+		if err != nil {
+			return math.NaN()
+		}
+		return float64(n)
+	})
+	reg.MustRegister(pruned, size)
+	return func(table string, n int) { pruned.WithLabelValues(table).Add(float64(n)) }
 }
 
 // startSources makes each source's per-source counters exist at zero, so

@@ -348,3 +348,44 @@ func TestHolderChangesAfterRestart(t *testing.T) {
 		t.Errorf("w2 acquiring after w1: %v holder changes, want 1", got)
 	}
 }
+
+// Retention's counter follows the Retainer's Pruned hook, and the database
+// size is read from the store at scrape time.
+func TestRetentionMetrics(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	reg := prometheus.NewRegistry()
+	pruned := newRetentionMetrics(reg, store)
+	pruned("events", 1500)
+	pruned("events", 500)
+	pruned("findings", 3)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
+# HELP leasewatch_retention_pruned_total Rows retention deleted, by table (events or findings).
+# TYPE leasewatch_retention_pruned_total counter
+leasewatch_retention_pruned_total{table="events"} 2000
+leasewatch_retention_pruned_total{table="findings"} 3
+`), "leasewatch_retention_pruned_total"); err != nil {
+		t.Error(err)
+	}
+	want, err := store.Size(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if mf.GetName() == "leasewatch_database_bytes" {
+			if got := mf.GetMetric()[0].GetGauge().GetValue(); got != float64(want) || got <= 0 {
+				t.Errorf("leasewatch_database_bytes = %v, want the store's size %d", got, want)
+			}
+			return
+		}
+	}
+	t.Error("leasewatch_database_bytes not exported")
+}

@@ -34,6 +34,7 @@ type service struct {
 	runner   *collectors.Runner
 	alerts   *alerting
 	sender   *alert.Sender // nil without alerts.alertmanager.urls
+	retainer *audit.Retainer
 	web      *web.Server
 	ln       net.Listener
 	log      *slog.Logger
@@ -99,6 +100,8 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	}
 
 	reg.MustRegister(rm.newLeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")))
+	svc.retainer = &audit.Retainer{Store: store, Retention: cfg.Retention.Policy(), Now: time.Now,
+		Log: logger.With("component", "retention"), Pruned: newRetentionMetrics(reg, store)}
 
 	svc.web, err = web.New(web.Config{
 		Store:            rec.Fresh(store),
@@ -184,6 +187,7 @@ func (s *service) serve(ctx context.Context) error {
 	if s.sender != nil {
 		wg.Go(func() { _ = s.sender.Run(collectCtx) })
 	}
+	wg.Go(func() { s.retainer.Run(collectCtx) })
 	err := s.web.Serve(ctx, s.ln)
 	stopCollectors()
 	wg.Wait()

@@ -28,10 +28,11 @@ type Config struct {
 	// IngestTokensFile names a file of further ingest tokens, one a line
 	// (blank lines and # comments skipped): a mounted Kubernetes Secret, say,
 	// so tokens stay out of the configuration file.
-	IngestTokensFile string         `yaml:"ingest_tokens_file"`
-	Alerts           AlertsConfig   `yaml:"alerts"`
-	Metrics          MetricsConfig  `yaml:"metrics"`
-	Sources          []SourceConfig `yaml:"sources"`
+	IngestTokensFile string          `yaml:"ingest_tokens_file"`
+	Alerts           AlertsConfig    `yaml:"alerts"`
+	Metrics          MetricsConfig   `yaml:"metrics"`
+	Retention        RetentionConfig `yaml:"retention"`
+	Sources          []SourceConfig  `yaml:"sources"`
 }
 
 // MetricsConfig shapes what /metrics exports. Optional, added to the contract.
@@ -237,6 +238,7 @@ func (c *Config) SetDefaults() {
 	if c.Metrics.MaxLockSeries == 0 {
 		c.Metrics.MaxLockSeries = DefaultMaxLockSeries
 	}
+	c.Retention.fillDefaults()
 	for d, def := range map[*time.Duration]time.Duration{
 		&c.Alerts.BlindAfter: DefaultBlindAfter, &c.Alerts.FencingHold: DefaultFencingHold, &c.Alerts.LostHold: DefaultLostHold,
 	} {
@@ -261,6 +263,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Metrics.validate(); err != nil {
 		return fmt.Errorf("metrics.%w", err)
+	}
+	if err := c.Retention.validate(); err != nil {
+		return fmt.Errorf("retention.%w", err)
 	}
 	names := make(map[string]int)
 	for i, s := range c.Sources {

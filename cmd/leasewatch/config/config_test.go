@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
 )
 
@@ -153,6 +154,39 @@ sources:
 	}
 }
 
+func TestParseConfigRetention(t *testing.T) {
+	defaults, err := Parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := defaults.Retention.Policy(), (audit.Retention{Events: 90 * 24 * time.Hour,
+		Kinds: map[audit.EventKind]time.Duration{audit.EventRenew: 7 * 24 * time.Hour}}); !reflect.DeepEqual(got, want) {
+		t.Errorf("default retention = %+v, want %+v", got, want)
+	}
+
+	cfg, err := Parse([]byte("retention:\n  events: forever\n  kinds:\n    renew: 36h\n    write_accepted: 1.5d\n    grant: forever\n  findings: 365d\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := audit.Retention{Findings: 365 * 24 * time.Hour, Kinds: map[audit.EventKind]time.Duration{
+		audit.EventRenew: 36 * time.Hour, audit.EventWriteAccepted: 36 * time.Hour, audit.EventGrant: 0}}
+	if got := cfg.Retention.Policy(); !reflect.DeepEqual(got, want) {
+		t.Errorf("retention = %+v, want %+v", got, want)
+	}
+	if s := cfg.Retention.Findings.String(); s != "365d" {
+		t.Errorf("365d prints as %q", s)
+	}
+
+	// Naming other kinds leaves renewals at their default.
+	cfg, err = Parse([]byte("retention:\n  kinds:\n    write_rejected: 30d\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := cfg.Retention.Policy().Kinds[audit.EventRenew]; got != 7*24*time.Hour {
+		t.Errorf("renewal retention = %v, want the 7-day default", got)
+	}
+}
+
 func TestParseConfigErrorsNameTheField(t *testing.T) {
 	etcd := "  - name: e\n    kind: etcd\n    endpoints: [\"127.0.0.1:2379\"]\n    prefixes: [\"/locks/\"]\n"
 	tests := []struct {
@@ -200,6 +234,14 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"RuleNegativeBlindAfter", "sources:\n" + etcd + "alerts:\n  rules:\n    - source: e\n      blind_after: -1m\n", "alerts.rules[0].blind_after"},
 		{"RuleHoldNotADuration", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n      lost_hold: long\n", "alerts.rules[0].lost_hold"},
 		{"DuplicateRule", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n      lost_hold: 1m\n    - lock: \"/locks/*\"\n      fencing_hold: 1m\n", "alerts.rules[1]: rules[0] already"},
+		{"RetentionNotADuration", "retention:\n  events: soon\n", "retention.events (line 2)"},
+		{"RetentionZeroDays", "retention:\n  findings: 0d\n", "retention.findings"},
+		{"RetentionNegative", "retention:\n  events: -1h\n", "retention.events"},
+		{"RetentionBareNumber", "retention:\n  events: 90\n", "retention.events"},
+		{"RetentionUnknownKind", "retention:\n  kinds:\n    renw: 7d\n", "retention.kinds.renw: unknown event kind"},
+		{"RetentionKindEmpty", "retention:\n  kinds:\n    grant: \"\"\n", "retention.kinds.grant"},
+		{"RetentionUnknownField", "retention:\n  renewals: 7d\n", "retention.renewals"},
+		{"RetentionKindsNotAMap", "retention:\n  kinds: [renew]\n", "retention.kinds"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

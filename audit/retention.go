@@ -1,0 +1,207 @@
+package audit
+
+import (
+	"context"
+	"log/slog"
+	"slices"
+	"time"
+)
+
+// Retention says how long the audit log keeps what it records, by age. A
+// zero duration keeps forever. Tenures and lock rows are always kept: they
+// are the holder timeline, one row per grant.
+type Retention struct {
+	Events   time.Duration               // events of every kind not in Kinds
+	Kinds    map[EventKind]time.Duration // events of these kinds
+	Findings time.Duration
+}
+
+// Keeps reports whether r never prunes anything.
+func (r Retention) Keeps() bool {
+	if r.Events > 0 || r.Findings > 0 {
+		return false
+	}
+	for _, d := range r.Kinds {
+		if d > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// EventRule selects the events one retention duration governs: those of
+// Kinds, or, when Others is set, of every kind not in Kinds.
+type EventRule struct {
+	Kinds  []EventKind
+	Others bool
+	Age    time.Duration
+}
+
+// Governs reports whether the rule covers events of kind k.
+func (r EventRule) Governs(k EventKind) bool { return slices.Contains(r.Kinds, k) != r.Others }
+
+// EventRules groups r's event durations into one rule per distinct duration,
+// shortest first, leaving out the kinds kept forever.
+func (r Retention) EventRules() []EventRule {
+	byAge := make(map[time.Duration][]EventKind)
+	var named []EventKind
+	for k, d := range r.Kinds {
+		named = append(named, k)
+		if d > 0 {
+			byAge[d] = append(byAge[d], k)
+		}
+	}
+	var rules []EventRule
+	if r.Events > 0 {
+		// The other kinds are those Kinds does not name.
+		slices.Sort(named)
+		rules = append(rules, EventRule{Kinds: named, Others: true, Age: r.Events})
+	}
+	for d, kinds := range byAge {
+		slices.Sort(kinds)
+		rules = append(rules, EventRule{Kinds: kinds, Age: d})
+	}
+	slices.SortFunc(rules, func(a, b EventRule) int { return int(a.Age - b.Age) })
+	return rules
+}
+
+// PruneStep is one bounded deletion of old events, walking them in the
+// order they were stored.
+type PruneStep struct {
+	Rule   EventRule
+	Before time.Time // events of the rule older than this go
+	After  int64     // the walk's position: events stored after this one
+	Limit  int       // events looked at, at most
+}
+
+// PruneResult is what a PruneStep did.
+type PruneResult struct {
+	Next    int64 // the walk's new position, for the next step's After
+	Deleted int
+	// Done says the walk reached an event of the rule that is not yet old
+	// enough, or the end: later events are newer, so the pass is over.
+	Done bool
+}
+
+// Pruner is the store side of retention. Each call is one short
+// transaction, so ingest never waits long behind it.
+type Pruner interface {
+	// PruneEvents deletes the events of step.Rule older than step.Before
+	// among the next step.Limit stored after step.After, and keeps a
+	// summary of each tenure's pruned renewals (RenewalSummary).
+	PruneEvents(ctx context.Context, step PruneStep) (PruneResult, error)
+	// PruneFindings deletes up to limit findings that ended before before.
+	PruneFindings(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
+// RenewalSummary is what retention pruned of one tenure's renewals.
+type RenewalSummary struct {
+	Renewals       int64
+	First, Last    time.Time
+	MinMarginRatio *float64 // nil when no pruned renewal knew its margin
+}
+
+// Retainer prunes the audit log by its Retention, a pass every Every, in
+// steps that leave the writer to ingest in between.
+type Retainer struct {
+	Store     Pruner
+	Retention Retention
+	Now       func() time.Time
+	Log       *slog.Logger
+	// Every is the time between passes; a pass runs until nothing due is
+	// left. Default one minute.
+	Every time.Duration
+	// Step bounds the rows one transaction looks at. Default 2000.
+	Step int
+	// Pruned, if set, is called with the rows each step deleted.
+	Pruned func(what string, n int)
+
+	cursors map[time.Duration]int64 // per rule (by age): the walk's position
+}
+
+// Run prunes until ctx ends.
+func (r *Retainer) Run(ctx context.Context) {
+	if r.Retention.Keeps() {
+		return
+	}
+	every := r.Every
+	if every <= 0 {
+		every = time.Minute
+	}
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
+			r.Log.Warn("retention pass failed; retrying at the next", "err", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// Pass prunes everything due now. Between steps it waits as long as the
+// step took, so pruning takes at most half the writer's time.
+func (r *Retainer) Pass(ctx context.Context) error {
+	if r.cursors == nil {
+		r.cursors = make(map[time.Duration]int64)
+	}
+	limit := r.Step
+	if limit <= 0 {
+		limit = 2000
+	}
+	now := r.Now()
+	for _, rule := range r.Retention.EventRules() {
+		for {
+			start := time.Now()
+			res, err := r.Store.PruneEvents(ctx, PruneStep{Rule: rule, Before: now.Add(-rule.Age), After: r.cursors[rule.Age], Limit: limit})
+			if err != nil {
+				return err
+			}
+			r.cursors[rule.Age] = res.Next
+			r.count("events", res.Deleted)
+			if res.Done {
+				break
+			}
+			if err := pause(ctx, time.Since(start)); err != nil {
+				return err
+			}
+		}
+	}
+	if r.Retention.Findings <= 0 {
+		return nil
+	}
+	for {
+		start := time.Now()
+		n, err := r.Store.PruneFindings(ctx, now.Add(-r.Retention.Findings), limit)
+		if err != nil {
+			return err
+		}
+		r.count("findings", n)
+		if n < limit {
+			return nil
+		}
+		if err := pause(ctx, time.Since(start)); err != nil {
+			return err
+		}
+	}
+}
+
+func (r *Retainer) count(what string, n int) {
+	if r.Pruned != nil && n > 0 {
+		r.Pruned(what, n)
+	}
+}
+
+func pause(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
+}

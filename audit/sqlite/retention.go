@@ -1,0 +1,134 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+var _ audit.Pruner = (*Store)(nil)
+
+// PruneEvents deletes, in one transaction, the events of step.Rule older than
+// step.Before among the next step.Limit events by id, up to the first one of
+// the rule that is not old enough. Events are walked by id, the order they
+// were stored, because that needs no index of its own: ids follow time
+// closely enough, and an event stored late with an old time only waits for
+// the walk. Renewals not yet folded into their lock rows (the journal's
+// unsynced tail) are never pruned. Pruned renewals leave their count, first
+// and last time and least margin per tenure in renewal_summaries.
+func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.PruneResult, error) {
+	res := audit.PruneResult{Next: step.After}
+	if step.Limit <= 0 {
+		return res, fmt.Errorf("prune events: limit %d must be positive", step.Limit)
+	}
+	governed, args := ruleCondition(step.Rule)
+	before := step.Before.UnixNano()
+
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		// The window's last id, and the first event in it the rule keeps.
+		var last, keep, synced sql.NullInt64
+		q := `SELECT max(id), min(CASE WHEN ` + governed + ` AND at >= ? THEN id END)
+			FROM (SELECT id, kind, at FROM events WHERE id > ? ORDER BY id LIMIT ?)`
+		if err := tx.QueryRowContext(ctx, q, append(args, before, step.After, step.Limit)...).Scan(&last, &keep); err != nil {
+			return err
+		}
+		if err := tx.QueryRowContext(ctx, `SELECT synced_event FROM journal`).Scan(&synced); err != nil && err != sql.ErrNoRows {
+			return err
+		}
+		if !last.Valid {
+			res.Done = true // nothing stored after step.After
+			return nil
+		}
+		upper := last.Int64
+		if keep.Valid {
+			upper, res.Done = keep.Int64-1, true
+		}
+		if synced.Valid && upper > synced.Int64 {
+			upper, res.Done = synced.Int64, true
+		}
+		if upper <= step.After {
+			return nil
+		}
+		where := ` WHERE id > ? AND id <= ? AND at < ? AND ` + governed
+		wargs := append([]any{step.After, upper, before}, args...)
+		if step.Rule.Governs(audit.EventRenew) {
+			if _, err := tx.ExecContext(ctx, summarizeRenewals+where+` AND kind = 'renew' GROUP BY 1, 2`+summaryUpsert, wargs...); err != nil {
+				return fmt.Errorf("summarize: %w", err)
+			}
+		}
+		r, err := tx.ExecContext(ctx, `DELETE FROM events`+where, wargs...)
+		if err != nil {
+			return fmt.Errorf("delete: %w", err)
+		}
+		n, _ := r.RowsAffected()
+		res.Next, res.Deleted = upper, int(n)
+		return nil
+	}, nil)
+	if err != nil {
+		return audit.PruneResult{Next: step.After}, fmt.Errorf("prune events: %w", err)
+	}
+	return res, nil
+}
+
+// summarizeRenewals folds a range of renewals into their tenures' summaries.
+// A renewal stored before renewals named their tenure (no seq) belongs to the
+// lock's last tenure granted by its time; its margin is in its detail.
+const summarizeRenewals = `INSERT INTO renewal_summaries (lock_id, seq, renewals, first_at, last_at, min_margin_permille)
+	SELECT lock_id,
+		coalesce(seq, (SELECT t.seq FROM tenures t WHERE t.lock_id = events.lock_id AND t.granted_at <= events.at
+			ORDER BY t.granted_at DESC LIMIT 1), 0),
+		count(*), min(at), max(at),
+		min(coalesce(margin_permille, CAST(round(json_extract(detail, '$.margin_ratio') * 1000) AS INTEGER)))
+	FROM events`
+
+const summaryUpsert = ` ON CONFLICT (lock_id, seq) DO UPDATE SET
+	renewals = renewals + excluded.renewals,
+	first_at = min(first_at, excluded.first_at),
+	last_at = max(last_at, excluded.last_at),
+	min_margin_permille = CASE WHEN min_margin_permille IS NULL THEN excluded.min_margin_permille
+		WHEN excluded.min_margin_permille IS NULL THEN min_margin_permille
+		ELSE min(min_margin_permille, excluded.min_margin_permille) END`
+
+// ruleCondition is the SQL condition on events.kind for rule, and its
+// arguments.
+func ruleCondition(rule audit.EventRule) (string, []any) {
+	if len(rule.Kinds) == 0 {
+		if rule.Others {
+			return "1", nil
+		}
+		return "0", nil
+	}
+	args := make([]any, len(rule.Kinds))
+	for i, k := range rule.Kinds {
+		args[i] = string(k)
+	}
+	op := "IN"
+	if rule.Others {
+		op = "NOT IN"
+	}
+	return "kind " + op + " (?" + strings.Repeat(", ?", len(args)-1) + ")", args
+}
+
+// PruneFindings deletes up to limit of the oldest findings that ended (or
+// happened, for an instant) before before.
+func (s *Store) PruneFindings(ctx context.Context, before time.Time, limit int) (int, error) {
+	var n int64
+	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		r, err := tx.ExecContext(ctx, `DELETE FROM findings WHERE id IN (
+			SELECT id FROM findings INDEXED BY findings_at WHERE at < ?1 AND coalesce(until, at) < ?1 ORDER BY at LIMIT ?2)`,
+			before.UnixNano(), limit)
+		if err != nil {
+			return err
+		}
+		n, _ = r.RowsAffected()
+		return nil
+	}, nil)
+	if err != nil {
+		return 0, fmt.Errorf("prune findings: %w", err)
+	}
+	return int(n), nil
+}
