@@ -7,6 +7,7 @@
 //	leasewatch-load kubernetes [--heartbeats 2000] [--elections 50] [--duration 60s]
 //	leasewatch-load redis [--locks 10000] [--ttl 2s] [--every 500ms] [--duration 30s]
 //	leasewatch-load etcd [--locks 5000] [--contenders 2] [--sessions 32] [--ttl 5s] [--hold 2m] [--duration 30s]
+//	leasewatch-load soak [--locks 1000] [--every 500ms] [--duration 30m] [--renewals 2m] [--events 5m]
 //
 // The kubernetes scenario starts a real kube-apiserver on an embedded etcd
 // (built from the Kubernetes Go module on first use; see
@@ -14,8 +15,10 @@
 // starts Debian's redis-server on loopback. The etcd scenario starts an
 // embedded etcd in-process and contends for concurrency.Mutex locks on it,
 // comparing every grant and release its clients saw with what leasewatch
-// stored. Each sends traffic only to its own backend and to leasewatch on
-// loopback, and stops by itself.
+// stored. The soak runs the redis load for a long time with short
+// retention and samples the database's size, which must level off. Each
+// sends traffic only to its own backend and to leasewatch on loopback, and
+// stops by itself.
 package main
 
 import (
@@ -36,7 +39,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis|etcd [flags]  (-h for flags)")
+		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis|etcd|soak [flags]  (-h for flags)")
 		os.Exit(2)
 	}
 	var scenario interface {
@@ -78,8 +81,20 @@ func main() {
 		fs.StringVar(&e.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
 		fs.BoolVar(&e.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
 		scenario = &e
+	case "soak":
+		s := soak{pruneCadence: time.Minute} // leasewatch's retention pass interval
+		fs.IntVar(&s.load.locks, "locks", 1000, "string locks")
+		fs.DurationVar(&s.load.ttl, "ttl", 2*time.Second, "lock TTL")
+		fs.DurationVar(&s.load.every, "every", 500*time.Millisecond, "extension period of each lock")
+		fs.DurationVar(&s.load.duration, "duration", 30*time.Minute, "how long the load runs")
+		fs.DurationVar(&s.renewals, "renewals", 2*time.Minute, "retention of renew events")
+		fs.DurationVar(&s.events, "events", 5*time.Minute, "retention of every other event")
+		fs.DurationVar(&s.sampleEvery, "sample", 10*time.Second, "time between size samples")
+		fs.StringVar(&s.load.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
+		fs.BoolVar(&s.load.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
+		scenario = &s
 	default:
-		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis or etcd\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis, etcd or soak\n", os.Args[1])
 		os.Exit(2)
 	}
 	_ = fs.Parse(os.Args[2:])

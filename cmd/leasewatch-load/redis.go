@@ -92,47 +92,76 @@ func (k *redisLoad) send(cli *goredis.Client, extend *goredis.Script, batch []in
 	}
 }
 
-func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
-	dir, err := os.MkdirTemp("", "leasewatch-load-")
-	if err != nil {
-		return err
-	}
-	if k.keep {
-		fmt.Fprintf(log, "keeping %s\n", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
-	srv, err := redisserver.Start(ctx, filepath.Join(dir, "redis"))
-	if err != nil {
-		return err
-	}
-	defer srv.Stop()
+// redisRig is a redis-server on loopback with a leasewatch process
+// recording its lock:* keys, and a client for the load.
+type redisRig struct {
+	dir    string
+	srv    *redisserver.Server
+	lw     *leasewatchProc
+	cli    *goredis.Client
+	extend *goredis.Script
+	keep   bool
+}
 
-	lw, err := startLeasewatch(ctx, k.leasewatch, dir, fmt.Sprintf(`  - name: %s
+// startRedisRig starts the rig; config is added to leasewatch's
+// configuration after its sources.
+func startRedisRig(ctx context.Context, bin string, keep bool, config string, log io.Writer) (rig *redisRig, err error) {
+	r := &redisRig{keep: keep}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	if r.dir, err = os.MkdirTemp("", "leasewatch-load-"); err != nil {
+		return nil, err
+	}
+	if keep {
+		fmt.Fprintf(log, "keeping %s\n", r.dir)
+	}
+	if r.srv, err = redisserver.Start(ctx, filepath.Join(r.dir, "redis")); err != nil {
+		return nil, err
+	}
+	r.lw, err = startLeasewatch(ctx, bin, r.dir, fmt.Sprintf(`  - name: %s
     kind: redis
     addr: %s
     patterns: ["lock:*"]
-`, loadSource, srv.Addr), log)
+%s`, loadSource, r.srv.Addr, config), log)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	defer lw.stop()
-	url := lw.url
 	if err := waitFor(ctx, 60*time.Second, "leasewatch's Redis source to come up", func() bool {
-		mfs, err := scrape(ctx, url)
+		mfs, err := scrape(ctx, r.lw.url)
 		return err == nil && len(labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})) > 0 &&
 			labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})[0].GetGauge().GetValue() == 1
 	}); err != nil {
-		return err
+		return nil, err
 	}
+	r.cli = goredis.NewClient(&goredis.Options{Addr: r.srv.Addr, PoolSize: loadWorkers})
+	r.extend = goredis.NewScript(extendScript)
+	if err := r.extend.Load(ctx, r.cli).Err(); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
 
-	fmt.Fprintf(log, "%d locks with %s TTLs extended every %s: %s of warm-up, %s measured\n", k.locks, k.ttl, k.every, k.warmup, k.duration)
-	cli := goredis.NewClient(&goredis.Options{Addr: srv.Addr, PoolSize: loadWorkers})
-	defer cli.Close()
-	extend := goredis.NewScript(extendScript)
-	if err := extend.Load(ctx, cli).Err(); err != nil {
-		return err
+func (r *redisRig) close() {
+	if r.cli != nil {
+		r.cli.Close()
 	}
+	if r.lw != nil {
+		r.lw.stop()
+	}
+	if r.srv != nil {
+		r.srv.Stop()
+	}
+	if r.dir != "" && !r.keep {
+		os.RemoveAll(r.dir)
+	}
+}
+
+// drive takes and extends k.locks locks on r's redis-server until ctx ends,
+// and returns what it did once every command sent has been answered.
+func (k *redisLoad) drive(ctx context.Context, r *redisRig) *tally {
 	t := &tally{held: make([]atomic.Bool, k.locks), extended: make([]atomic.Int64, k.locks)}
 	work := make(chan int, k.locks)
 	var wg sync.WaitGroup
@@ -157,29 +186,37 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 						break more
 					}
 				}
-				k.send(cli, extend, batch, t)
+				k.send(r.cli, r.extend, batch, t)
 			}
 		}()
 	}
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var dispatched sync.WaitGroup
-	dispatched.Add(1)
-	go func() {
-		defer dispatched.Done()
-		dispatch(loadCtx, k.locks, k.every, func(i int) {
-			select {
-			case work <- i:
-			default: // redis-server is behind: skip rather than queue without bound
-				t.skipped.Add(1)
-			}
-		})
-	}()
-
-	w, err := measure(ctx, url, lw.cmd.Process.Pid, loadSource, k.warmup, k.duration)
-	stopLoad()
-	dispatched.Wait()
+	dispatch(ctx, k.locks, k.every, func(i int) {
+		select {
+		case work <- i:
+		default: // redis-server is behind: skip rather than queue without bound
+			t.skipped.Add(1)
+		}
+	})
 	close(work)
 	wg.Wait()
+	return t
+}
+
+func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
+	rig, err := startRedisRig(ctx, k.leasewatch, k.keep, "", log)
+	if err != nil {
+		return err
+	}
+	defer rig.close()
+	url, dir := rig.lw.url, rig.dir
+
+	fmt.Fprintf(log, "%d locks with %s TTLs extended every %s: %s of warm-up, %s measured\n", k.locks, k.ttl, k.every, k.warmup, k.duration)
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	done := make(chan *tally, 1)
+	go func() { done <- k.drive(loadCtx, rig) }()
+	w, err := measure(ctx, url, rig.lw.cmd.Process.Pid, loadSource, k.warmup, k.duration)
+	stopLoad()
+	t := <-done
 	if err != nil {
 		return err
 	}
