@@ -128,6 +128,18 @@ func BenchmarkPages(b *testing.B) {
 		{"ReviewBusyLock24h", "/review?" + busyDay.Encode()},
 		{"ReviewBusyLock24hMarkdown", "/review.md?" + busyDay.Encode()},
 		{"ReviewBusyLock24hJSON", "/review.json?" + busyDay.Encode()},
+		{"APISources", "/api/v1/sources"},
+		{"APILocks", "/api/v1/locks"},
+		{"APILocksSearch", "/api/v1/locks?q=job-0421"},
+		{"APILocksByMargin", "/api/v1/locks?sort=margin&state=held"},
+		{"APILock", "/api/v1/locks/" + busyID},
+		{"APIBusyEvents", "/api/v1/locks/" + busyID + "/events"},
+		{"APIBusyEventsDay", "/api/v1/locks/" + busyID + "/events?limit=1000&from=" + day},
+		{"APIBusyGrants", "/api/v1/locks/" + busyID + "/events?kind=grant"},
+		{"APIBusyTenures", "/api/v1/locks/" + busyID + "/tenures"},
+		{"APIFindings", "/api/v1/findings"},
+		{"APIFindingsCritical24h", "/api/v1/findings?severity=critical&from=" + day},
+		{"APIFindingsLock", "/api/v1/findings?lock=" + url.QueryEscape(busy.Source+"/"+busy.Name)},
 	} {
 		b.Run(p.name, func(b *testing.B) {
 			var times []time.Duration
