@@ -45,13 +45,22 @@ type Recorder struct {
 	// unsaved are renewals newer than the rows; written by the recording
 	// goroutine only.
 	unsaved map[LockKey]Renewal
+	// round are the locks the sync in progress has yet to write (see
+	// syncChunk); recording goroutine only.
+	round []LockKey
 	err     error // last commit error; nil when healthy
 	closed  bool
 }
 
 // maxUnsaved bounds the locks whose renewals wait for a sync, and so the
-// replay after a crash: past it the recorder syncs early.
+// replay after a crash: past it the recorder syncs every one at once.
 const maxUnsaved = 100_000
+
+// syncChunk bounds the locks one commit syncs. A sync round writes every
+// lock renewed since the last, spread over as many commits as it takes, so
+// no commit holds collectors up for long: 10,000 locks in one commit took
+// 300–400 ms.
+const syncChunk = 1000
 
 type request struct {
 	input  *Input
@@ -153,6 +162,7 @@ func (r *Recorder) restore(ctx context.Context) error {
 		r.cursors[c.Source] = c
 	}
 	r.unsaved = unsaved
+	r.round = nil // a new round starts from what was restored
 	return nil
 }
 
@@ -277,7 +287,7 @@ func (r *Recorder) loop() {
 				case req := <-r.reqs:
 					r.commit([]*request{req}, false)
 				default:
-					r.finish(nil, r.sync(Batch{}, true), nil)
+					r.finish(nil, r.syncAllNow(Batch{}), nil)
 					return
 				}
 			}
@@ -344,23 +354,66 @@ func (r *Recorder) hold(b Batch) Batch {
 	return b
 }
 
-// sync adds the held renewals to b when due (or when they pile up), and marks
-// b Synced whenever the rows it leaves behind hold every event.
+// sync adds held renewals to b: the next chunk of the sync round in
+// progress, or the first chunk of a new round when one is due, or all of them
+// when they pile up (or always, with no sync interval). It marks b Synced
+// whenever the rows it leaves behind hold every event.
 func (r *Recorder) sync(b Batch, due bool) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	if len(r.unsaved) > 0 && (due || r.syncEvery <= 0 || len(r.unsaved) >= maxUnsaved) {
-		// Readers keep seeing them through Fresh until the commit is
-		// durable; finish clears them.
-		for _, rn := range r.unsaved {
-			b.Renewed = append(b.Renewed, rn)
+	switch {
+	case len(r.unsaved) > 0 && (r.syncEvery <= 0 || len(r.unsaved) >= maxUnsaved):
+		return r.syncAll(b)
+	case len(r.round) == 0 && due && len(r.unsaved) > 0:
+		// Every renew event stored so far, this batch's included, is of a
+		// lock in unsaved: once the round has written each of them, the rows
+		// hold every event up to the mark.
+		for k := range r.unsaved {
+			r.round = append(r.round, k)
 		}
-		b.Synced = true
+		b.SyncMark = true
 		r.lastSync = r.now()
-	} else if len(r.unsaved) == 0 && len(b.Events) > 0 {
-		b.Synced = true
+	case len(r.round) == 0:
+		if len(r.unsaved) == 0 && len(b.Events) > 0 {
+			b.Synced = true
+		}
+		return b
+	}
+	// Readers keep seeing them through Fresh until the commit is durable;
+	// finish drops them from unsaved.
+	for n := 0; n < syncChunk && len(r.round) > 0; {
+		k := r.round[len(r.round)-1]
+		r.round = r.round[:len(r.round)-1]
+		if rn, ok := r.unsaved[k]; ok { // not if its tenure has ended since: written in full
+			b.Renewed = append(b.Renewed, rn)
+			n++
+		}
+	}
+	if len(r.round) == 0 {
+		b.SyncedToMark = true
 	}
 	return b
+}
+
+// syncAll adds every held renewal to b, ending any round in progress.
+// r.mu must be held.
+func (r *Recorder) syncAll(b Batch) Batch {
+	for _, rn := range r.unsaved {
+		b.Renewed = append(b.Renewed, rn)
+	}
+	if len(b.Events) > 0 || len(b.Renewed) > 0 {
+		b.Synced = true
+	}
+	r.round = nil
+	r.lastSync = r.now()
+	return b
+}
+
+// syncAllNow is syncAll for the recording goroutine.
+func (r *Recorder) syncAllNow(b Batch) Batch {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.syncAll(b)
 }
 
 func (r *Recorder) knownRequests(ctx context.Context, group []*request) (map[string]bool, error) {
@@ -414,10 +467,10 @@ func (r *Recorder) finish(group []*request, b Batch, err error) {
 		for _, c := range b.Cursors {
 			r.cursors[c.Source] = c
 		}
-		if len(b.Renewed) > 0 {
-			// The sync is durable: the rows hold every renewal now. (Had
-			// it failed, restore rebuilt unsaved.)
-			clear(r.unsaved)
+		// The sync is durable: the rows hold these renewals now. (Had it
+		// failed, restore rebuilt unsaved.)
+		for _, rn := range b.Renewed {
+			delete(r.unsaved, rn.Lock)
 		}
 	}
 	r.mu.Unlock()

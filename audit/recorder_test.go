@@ -3,6 +3,7 @@ package audit_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -346,5 +347,150 @@ func TestRecorderCommitsCarryTheirRenewals(t *testing.T) {
 	}
 	if l, err := st.LockByKey(ctx, want.Lock); err != nil || l.RenewedAt.Equal(want.RenewedAt) {
 		t.Fatalf("lock row = %+v, %v; want it still without the renewal, which waits for a sync", l, err)
+	}
+}
+
+// syncingJournal reports the batches that sync renewals, and can die after
+// the first batch that starts a sync round.
+type syncingJournal struct {
+	*sqlite.Store
+	mu        sync.Mutex
+	syncs     []audit.Batch // Renewed and the sync flags only
+	dieAfter  bool          // die once a SyncMark batch is stored
+	dead      bool
+	deadAfter chan struct{}
+}
+
+func (j *syncingJournal) Apply(ctx context.Context, b audit.Batch) error {
+	j.mu.Lock()
+	defer j.mu.Unlock()
+	if j.dead {
+		return errors.New("process killed")
+	}
+	if err := j.Store.Apply(ctx, b); err != nil {
+		return err
+	}
+	if len(b.Renewed) > 0 || b.SyncMark || b.SyncedToMark || b.Synced {
+		j.syncs = append(j.syncs, audit.Batch{Renewed: b.Renewed, Synced: b.Synced, SyncMark: b.SyncMark, SyncedToMark: b.SyncedToMark})
+	}
+	if j.dieAfter && b.SyncMark {
+		j.dead = true
+		close(j.deadAfter)
+	}
+	return nil
+}
+
+// manyLocks grants n locks at 0 and renews each at 1s, through rec.
+func manyLocks(t *testing.T, rec *audit.Recorder, n int) []audit.LockKey {
+	t.Helper()
+	ctx := context.Background()
+	keys := make([]audit.LockKey, n)
+	grants := audit.Input{Source: "src", Kind: audit.KindEtcd}
+	renewals := audit.Input{Source: "src", Kind: audit.KindEtcd}
+	for i := range keys {
+		keys[i] = audit.LockKey{Source: "src", Name: fmt.Sprintf("lock-%05d", i)}
+		ob := audit.Observation{Lock: keys[i], Kind: audit.EventGrant, At: at(0), Holder: "h", Token: audit.Int64(int64(i + 1)), LeaseDuration: 10 * time.Second}
+		grants.Observations = append(grants.Observations, ob)
+		ob.Kind, ob.At = audit.EventRenew, at(time.Second)
+		renewals.Observations = append(renewals.Observations, ob)
+	}
+	for _, in := range []audit.Input{grants, renewals} {
+		if err := rec.Observe(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return keys
+}
+
+// A sync of many locks is spread over commits of at most 1,000 locks each,
+// and only its last says the rows hold every event.
+func TestRecorderSpreadsASyncOverCommits(t *testing.T) {
+	const n = 2500
+	st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
+	j := &syncingJournal{Store: st}
+	var clock atomic.Int64 // hours past at(0)
+	rec := startRecorder(t, j, audit.WithSyncInterval(time.Hour), audit.WithTickInterval(5*time.Millisecond),
+		audit.WithClock(func() time.Time { return at(time.Duration(clock.Load()) * time.Hour) }))
+	keys := manyLocks(t, rec, n)
+	clock.Store(2) // a sync is due
+
+	ctx := context.Background()
+	waitUntil(t, "the renewals to reach the rows", func() bool {
+		evs, err := st.Unsynced(ctx)
+		return err == nil && len(evs) == 0
+	})
+	j.mu.Lock()
+	syncs := append([]audit.Batch(nil), j.syncs...)
+	j.mu.Unlock()
+	var chunks, synced int
+	marked := false
+	for i, b := range syncs {
+		if chunks == 0 && len(b.Renewed) > 0 {
+			marked = b.SyncMark // the round's first chunk
+		}
+		if len(b.Renewed) > 1000 {
+			t.Errorf("sync batch %d writes %d locks, want at most 1,000", i, len(b.Renewed))
+		}
+		if len(b.Renewed) > 0 {
+			chunks++
+			synced += len(b.Renewed)
+		}
+		if b.SyncedToMark && len(b.Renewed) > 0 && i != len(syncs)-1 && len(syncs[i+1].Renewed) > 0 {
+			t.Errorf("sync batch %d says the rows are synced before the round's last chunk", i)
+		}
+	}
+	if chunks < 3 || synced != n || !marked {
+		t.Errorf("sync round: %d chunks writing %d locks, first marked %v; want 3 or more writing %d, the first marked",
+			chunks, synced, marked, n)
+	}
+	for _, k := range []audit.LockKey{keys[0], keys[n/2], keys[n-1]} {
+		l, err := st.LockByKey(ctx, k)
+		if err != nil || !l.RenewedAt.Equal(at(time.Second)) {
+			t.Errorf("row of %s: renewed at %s, %v; want the renewal at 1s", k.Name, l.RenewedAt, err)
+		}
+	}
+}
+
+// Killed in the middle of a sync round, the restarted recorder still has
+// every renewal: the journal's mark had not moved.
+func TestRecorderRenewalsSurviveACrashInASyncRound(t *testing.T) {
+	const n = 2500
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "lw.db")
+	st := openStore(t, path)
+	j := &syncingJournal{Store: st, dieAfter: true, deadAfter: make(chan struct{})}
+	var clock atomic.Int64
+	rec := startRecorder(t, j, audit.WithSyncInterval(time.Hour), audit.WithTickInterval(5*time.Millisecond),
+		audit.WithClock(func() time.Time { return at(time.Duration(clock.Load()) * time.Hour) }))
+	keys := manyLocks(t, rec, n)
+	clock.Store(2)
+	<-j.deadAfter
+	rec.Close()
+	st.Close()
+
+	st = openStore(t, path)
+	evs, err := st.Unsynced(ctx)
+	if err != nil || len(evs) != n {
+		t.Fatalf("renewals to replay after the crash = %d, %v; want all %d: the round never finished", len(evs), err, n)
+	}
+	rec = startRecorder(t, st, audit.WithSyncInterval(time.Hour))
+	fresh := rec.Fresh(st)
+	for _, k := range keys {
+		l, err := fresh.LockByKey(ctx, k)
+		if err != nil || !l.RenewedAt.Equal(at(time.Second)) {
+			t.Fatalf("%s after the restart: renewed at %s, %v; want the renewal at 1s", k.Name, l.RenewedAt, err)
+		}
+	}
+}
+
+// waitUntil polls cond until it holds, failing after 10 seconds.
+func waitUntil(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }

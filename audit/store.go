@@ -184,12 +184,17 @@ type Batch struct {
 	// Synced says that with this batch every lock and tenure row holds every
 	// event stored so far: Unsynced starts after it.
 	Synced bool
+	// A sync of many locks is spread over several batches. SyncMark starts
+	// one: the journal notes the newest event stored with this batch. A
+	// later batch's SyncedToMark says every row now holds every event up to
+	// that note, and Unsynced starts after it. (A batch may carry both.)
+	SyncMark, SyncedToMark bool
 }
 
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
 	return len(b.Locks) == 0 && len(b.Tenures) == 0 && len(b.Events) == 0 &&
-		len(b.Findings) == 0 && len(b.Cursors) == 0 && len(b.Renewed) == 0 && !b.Synced
+		len(b.Findings) == 0 && len(b.Cursors) == 0 && len(b.Renewed) == 0 && !b.Synced && !b.SyncMark && !b.SyncedToMark
 }
 
 // Append adds o's contents to b, a later step's. A renewal of b.Renewed that
@@ -219,6 +224,8 @@ func (b *Batch) Append(o Batch) {
 	b.Cursors = append(b.Cursors, o.Cursors...)
 	b.Renewed = append(b.Renewed, o.Renewed...)
 	b.Synced = b.Synced || o.Synced
+	b.SyncMark = b.SyncMark || o.SyncMark
+	b.SyncedToMark = b.SyncedToMark || o.SyncedToMark
 }
 
 // Renewal is all a renewal changes of a lock (RenewedAt, ExpiresAt,

@@ -33,6 +33,9 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 		for k, id := range w.added {
 			s.ids[k] = id
 		}
+		if w.mark != nil {
+			s.syncMark = *w.mark
+		}
 	})
 	if err != nil {
 		return fmt.Errorf("apply batch: %w", err)
@@ -68,9 +71,10 @@ func (s *Store) writeTx(ctx context.Context, fn func(*sql.Tx) error, committed f
 
 // batchWriter writes one batch inside one transaction.
 type batchWriter struct {
-	s     *Store // its ids are read only here: those of committed lock rows
+	s     *Store // its ids and syncMark are read only here: those of committed batches
 	tx    *sql.Tx
 	added map[audit.LockKey]int64 // ids resolved or created in this transaction
+	mark  *int64                  // the batch's Batch.SyncMark, once it is committed
 }
 
 // writerQueries are the statements Apply runs. They are compiled once, on
@@ -134,6 +138,18 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	}
 	if b.Synced {
 		if _, err := w.tx.ExecContext(ctx, `UPDATE journal SET synced_event = (SELECT coalesce(max(id), 0) FROM events)`); err != nil {
+			return fmt.Errorf("record sync: %w", err)
+		}
+	}
+	mark := w.s.syncMark
+	if b.SyncMark {
+		if err := w.tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM events`).Scan(&mark); err != nil {
+			return fmt.Errorf("mark sync: %w", err)
+		}
+		w.mark = &mark
+	}
+	if b.SyncedToMark {
+		if _, err := w.tx.ExecContext(ctx, `UPDATE journal SET synced_event = max(synced_event, ?)`, mark); err != nil {
 			return fmt.Errorf("record sync: %w", err)
 		}
 	}

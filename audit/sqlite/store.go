@@ -54,6 +54,10 @@ type Store struct {
 	mu       sync.Mutex              // serializes Apply and guards ids and prepared
 	ids      map[audit.LockKey]int64 // lock key → locks.id, for committed rows only
 	prepared map[string]*sql.Stmt    // the writer's statements, by query
+	// syncMark is the newest event id as of the last committed
+	// Batch.SyncMark; a restart forgets it, as the recorder forgets its
+	// round.
+	syncMark int64
 }
 
 // Open opens (creating if needed) the database at path, verifies it is in WAL
