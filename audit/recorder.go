@@ -47,9 +47,9 @@ type Recorder struct {
 	unsaved map[LockKey]Renewal
 	// round are the locks the sync in progress has yet to write (see
 	// syncChunk); recording goroutine only.
-	round []LockKey
-	err     error // last commit error; nil when healthy
-	closed  bool
+	round  []LockKey
+	err    error // last commit error; nil when healthy
+	closed bool
 }
 
 // maxUnsaved bounds the locks whose renewals wait for a sync, and so the
