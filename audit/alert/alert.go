@@ -140,6 +140,17 @@ type Config struct {
 	IncludeHeartbeats bool
 }
 
+// WidestMargin returns the largest RenewMarginRatio any lock can have: no
+// held lease with more than this fraction of its duration left is near
+// expiry, whatever rule applies to it.
+func (c Config) WidestMargin() float64 {
+	widest := c.For("", "").RenewMarginRatio
+	for _, r := range c.Rules {
+		widest = max(widest, r.RenewMarginRatio)
+	}
+	return widest
+}
+
 // For returns the thresholds that apply to lock name of source. An empty name
 // asks for the source's own thresholds (BlindAfter): only rules without a
 // lock pattern apply.

@@ -28,7 +28,10 @@ import (
 type Input struct {
 	// Locks are the tracker's locks, in any state. Held ones are watched
 	// for near expiry; every one lends its class to the findings on it (a
-	// finding on a lock not listed counts as class lock).
+	// finding on a lock not listed counts as class lock). A caller with many
+	// locks may pass only those that can matter: every held lock with no
+	// more than Config.WidestMargin of its lease left, every lock a finding
+	// names and every lock of a firing LeaseLost alert.
 	Locks []audit.Lock
 	// Findings are those raised since the previous evaluation.
 	Findings []audit.Finding

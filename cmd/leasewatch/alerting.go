@@ -37,6 +37,7 @@ type alerting struct {
 
 	mu       sync.Mutex
 	locks    map[audit.LockKey]audit.Lock
+	watch    watchList
 	findings []audit.Finding // committed since the last evaluation
 	buf      []audit.Lock    // the locks of an evaluation, reused
 	firing   []alert.Alert
@@ -48,7 +49,8 @@ type alerting struct {
 // started.
 func newAlerting(cfg alert.Config, sources func() []audit.Source, notify func([]alert.Alert), resendEvery time.Duration) *alerting {
 	return &alerting{eval: alert.New(cfg), sources: sources, notify: notify, resendEvery: resendEvery,
-		locks: make(map[audit.LockKey]audit.Lock), sent: make(map[string]bool)}
+		locks: make(map[audit.LockKey]audit.Lock), sent: make(map[string]bool),
+		watch: newWatchList(cfg)}
 }
 
 // load reads every lock from store (the recorder's Fresh view, whose rows
@@ -65,6 +67,7 @@ func (a *alerting) load(ctx context.Context, store audit.Store) error {
 		a.mu.Lock()
 		for _, l := range locks {
 			a.locks[l.Key()] = l
+			a.watch.update(l)
 		}
 		a.mu.Unlock()
 		if len(locks) < page {
@@ -81,11 +84,13 @@ func (a *alerting) observe(c audit.Commit) {
 	defer a.mu.Unlock()
 	for _, st := range c.Batch.Locks {
 		a.locks[st.Lock.Key()] = st.Lock
+		a.watch.update(st.Lock)
 	}
 	for _, rn := range c.Renewals {
 		if l, ok := a.locks[rn.Lock]; ok {
 			l.RenewedAt, l.ExpiresAt, l.LeaseDuration = rn.RenewedAt, rn.ExpiresAt, rn.LeaseDuration
 			a.locks[rn.Lock] = l
+			a.watch.update(l)
 		}
 	}
 	a.findings = append(a.findings, c.Batch.Findings...)
@@ -110,10 +115,7 @@ func (a *alerting) run(ctx context.Context) {
 func (a *alerting) evaluate(now time.Time) {
 	sources := a.sources()
 	a.mu.Lock()
-	a.buf = a.buf[:0]
-	for _, l := range a.locks {
-		a.buf = append(a.buf, l)
-	}
+	a.buf = a.relevant(now, a.buf[:0])
 	in := alert.Input{Findings: a.findings, Sources: sources, Locks: a.buf}
 	a.findings = nil
 	out := a.eval.Evaluate(now, in)
@@ -139,6 +141,31 @@ func (a *alerting) evaluate(now time.Time) {
 // toSend returns what of an evaluation's result notify needs: every alert
 // when a re-send is due, else the alerts that began firing and those that
 // resolved.
+// relevant appends to buf the locks an evaluation at now needs (see
+// alert.Input.Locks): those the watch list has due, and those the new
+// findings and the firing LeaseLost alerts name. a.mu must be held.
+func (a *alerting) relevant(now time.Time, buf []audit.Lock) []audit.Lock {
+	seen := make(map[audit.LockKey]bool)
+	add := func(k audit.LockKey) {
+		if l, ok := a.locks[k]; ok && !seen[k] {
+			seen[k] = true
+			buf = append(buf, l)
+		}
+	}
+	for _, k := range a.watch.due(now, a.locks) {
+		add(k)
+	}
+	for _, f := range a.findings {
+		add(f.Lock)
+	}
+	for _, al := range a.firing {
+		if al.Name() == alert.LeaseLost {
+			add(audit.LockKey{Source: al.Labels[alert.LabelSource], Name: al.Labels[alert.LabelLock]})
+		}
+	}
+	return buf
+}
+
 func (a *alerting) toSend(now time.Time, out []alert.Alert) []alert.Alert {
 	if now.Sub(a.lastResend) >= a.resendEvery {
 		a.lastResend = now
