@@ -7,7 +7,7 @@ SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd bench-ingest install-redis install-chromium
+.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd bench-ingest bench-pages bench-memory soak install-redis install-chromium
 
 all: build
 
@@ -50,9 +50,22 @@ load-redis:
 load-etcd:
 	$(GO) run ./cmd/leasewatch-load etcd
 
-## bench-ingest: the write path against a plain-SQLite baseline (events/s, ratio, allocations).
+## bench-ingest: the write path against a plain-SQLite baseline (events/s, ratio, allocations, bytes per renewal).
 bench-ingest:
 	$(GO) test -run '^$$' -bench Ingest -benchtime 300x ./audit/sqlite/
+
+## bench-pages: server time of every page and the main API on 11.7M generated events (BENCHMARKS.md).
+bench-pages:
+	$(GO) test -run '^$$' -bench Pages -benchtime 60x -timeout 60m ./web/
+
+## bench-memory: heap per tracked lock, and alert evaluation over 100,000 locks against a full scan.
+bench-memory:
+	$(GO) test -run '^$$' -bench TrackerMemory -benchtime 1x ./audit/
+	$(GO) test -run '^$$' -bench AlertingEvaluate ./cmd/leasewatch/
+
+## soak: the retention soak (Redis, 2,000 events/s for 30 minutes, short retention; the size must level off).
+soak:
+	$(GO) run ./cmd/leasewatch-load soak
 
 ## test: every test, with the race detector; browser screenshots go to artifacts/.
 test: deps
