@@ -28,11 +28,17 @@ type Config struct {
 	// IngestTokensFile names a file of further ingest tokens, one a line
 	// (blank lines and # comments skipped): a mounted Kubernetes Secret, say,
 	// so tokens stay out of the configuration file.
-	IngestTokensFile string          `yaml:"ingest_tokens_file"`
-	Alerts           AlertsConfig    `yaml:"alerts"`
-	Metrics          MetricsConfig   `yaml:"metrics"`
-	Retention        RetentionConfig `yaml:"retention"`
-	Sources          []SourceConfig  `yaml:"sources"`
+	IngestTokensFile string `yaml:"ingest_tokens_file"`
+	// IngestTokensEnv names environment variables that each hold one further
+	// ingest token (a Secret exposed as env, a systemd credential). Load
+	// reads them; a variable unset or empty is an error.
+	IngestTokensEnv []string        `yaml:"ingest_tokens_env"`
+	Auth            AuthConfig      `yaml:"auth"`
+	TLS             TLSConfig       `yaml:"tls"`
+	Alerts          AlertsConfig    `yaml:"alerts"`
+	Metrics         MetricsConfig   `yaml:"metrics"`
+	Retention       RetentionConfig `yaml:"retention"`
+	Sources         []SourceConfig  `yaml:"sources"`
 }
 
 // MetricsConfig shapes what /metrics exports. Optional, added to the contract.
@@ -177,10 +183,45 @@ func Load(path string) (*Config, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
-	if err := cfg.readTokensFile(); err != nil {
+	if err := cfg.readSecrets(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return cfg, nil
+}
+
+// readSecrets completes cfg from the files and environment variables it
+// names: ingest tokens, basic users, and a check of the TLS pair. Parse leaves
+// them alone so that a configuration can be checked where the secrets are not.
+func (c *Config) readSecrets() error {
+	if err := c.readTokensFile(); err != nil {
+		return err
+	}
+	if err := c.readTokensEnv(); err != nil {
+		return err
+	}
+	if err := c.Auth.readUsersFile(); err != nil {
+		return fmt.Errorf("auth.%w", err)
+	}
+	if err := c.TLS.check(); err != nil {
+		return fmt.Errorf("tls.%w", err)
+	}
+	return nil
+}
+
+// readTokensEnv adds the tokens of ingest_tokens_env to IngestTokens. Errors
+// name the variable, never its value.
+func (c *Config) readTokensEnv() error {
+	for i, name := range c.IngestTokensEnv {
+		tok, ok := os.LookupEnv(name)
+		switch {
+		case !ok:
+			return fmt.Errorf("ingest_tokens_env[%d]: environment variable %s is not set", i, name)
+		case strings.TrimSpace(tok) == "":
+			return fmt.Errorf("ingest_tokens_env[%d]: environment variable %s is empty", i, name)
+		}
+		c.IngestTokens = append(c.IngestTokens, strings.TrimSpace(tok))
+	}
+	return nil
 }
 
 // readTokensFile adds the tokens of ingest_tokens_file to IngestTokens.
@@ -235,6 +276,7 @@ func (c *Config) SetDefaults() {
 		c.Alerts.RenewMarginRatio = DefaultRenewMarginRatio
 	}
 	c.Alerts.Alertmanager.fillDefaults()
+	c.Auth.fillDefaults()
 	if c.Metrics.MaxLockSeries == 0 {
 		c.Metrics.MaxLockSeries = DefaultMaxLockSeries
 	}
@@ -257,6 +299,17 @@ func (c *Config) Validate() error {
 		if strings.TrimSpace(tok) == "" {
 			return fmt.Errorf("ingest_tokens[%d]: must not be empty", i)
 		}
+	}
+	for i, name := range c.IngestTokensEnv {
+		if !envName.MatchString(name) {
+			return fmt.Errorf("ingest_tokens_env[%d]: %q is not an environment variable name", i, name)
+		}
+	}
+	if err := c.Auth.validate(c.Listen); err != nil {
+		return fmt.Errorf("auth.%w", err)
+	}
+	if err := c.TLS.validate(); err != nil {
+		return fmt.Errorf("tls.%w", err)
 	}
 	if err := c.Alerts.validate(c.Sources); err != nil {
 		return fmt.Errorf("alerts.%w", err)
@@ -412,6 +465,10 @@ func (s *SourceConfig) validate() error {
 	return nil
 }
 
+// envName is a portable environment variable name (POSIX: letters, digits
+// and underscores, not starting with a digit).
+var envName = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
 // dnsLabel is what Kubernetes accepts as a namespace name (RFC 1123 label).
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$`)
 
@@ -437,7 +494,17 @@ func SplitHostPort(addr string) (string, int, error) {
 	return addr[:i], port, nil
 }
 
-var lineRE = regexp.MustCompile(`line (\d+): `)
+var (
+	lineRE  = regexp.MustCompile(`line (\d+): `)
+	quoteRE = regexp.MustCompile("`[^`]*`")
+)
+
+// secretField reports whether the field at path holds a secret, whose value
+// must not reach an error message (and so the log).
+func secretField(path string) bool {
+	return strings.HasPrefix(path, "ingest_tokens") || strings.HasPrefix(path, "auth.users") ||
+		strings.HasSuffix(path, ".password")
+}
 
 // nameFields rewrites yaml's "line N: ..." messages to name the field at that
 // line, e.g. "sources[0].endpoints (line 7): cannot unmarshal ...".
@@ -450,13 +517,20 @@ func nameFields(err error, root *yaml.Node) error {
 		msgs = te.Errors
 	}
 	for i, m := range msgs {
+		// yaml quotes the first characters of a value it cannot decode
+		// ("cannot unmarshal !!str `change-...`"): of a token, too much.
+		secret := true
 		msgs[i] = lineRE.ReplaceAllStringFunc(m, func(s string) string {
 			n, _ := strconv.Atoi(lineRE.FindStringSubmatch(s)[1])
 			if p, ok := paths[n]; ok {
+				secret = secretField(p)
 				return fmt.Sprintf("%s (line %d): ", p, n)
 			}
 			return s
 		})
+		if secret {
+			msgs[i] = quoteRE.ReplaceAllString(msgs[i], "(value hidden)")
+		}
 		msgs[i] = strings.TrimPrefix(msgs[i], "yaml: unmarshal errors:\n  ")
 	}
 	return errors.New(strings.Join(msgs, "; "))
@@ -472,7 +546,12 @@ func walkPaths(n *yaml.Node, path string, out map[int]string) {
 		for i := 0; i+1 < len(n.Content); i += 2 {
 			k, v := n.Content[i], n.Content[i+1]
 			p := k.Value
-			if path != "" {
+			switch {
+			case secretField(path) && path != "auth.users":
+				// A key inside a secret (a token or password mistyped as a
+				// map) is part of it; auth.users' keys are user names.
+				p = path
+			case path != "":
 				p = path + "." + k.Value
 			}
 			if _, ok := out[k.Line]; !ok || v.Kind == yaml.ScalarNode {
