@@ -125,7 +125,7 @@ type browser struct {
 	console *consoleLog
 }
 
-func startBrowser(t *testing.T, execPath, base string) *browser {
+func startBrowser(t *testing.T, execPath, base string, extra ...chromedp.ExecAllocatorOption) *browser {
 	t.Helper()
 	opts := append(chromedp.DefaultExecAllocatorOptions[:],
 		chromedp.ExecPath(execPath),
@@ -140,6 +140,7 @@ func startBrowser(t *testing.T, execPath, base string) *browser {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1280, 900),
 	)
+	opts = append(opts, extra...)
 	actx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
 	ctx, cancelCtx := chromedp.NewContext(actx)
 	t.Cleanup(func() {

@@ -64,8 +64,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 		s.logger.Error("request failed",
 			"method", req.Method, "route", c.Path(), "path", req.URL.Path, "status", status, "err", err)
 	}
-	if status == http.StatusUnauthorized {
-		c.Response().Header().Set("WWW-Authenticate", `Bearer realm="leasewatch"`)
+	// Basic authentication sets its own challenge; ingest's is a bearer token.
+	if status == http.StatusUnauthorized && c.Path() == "/api/v1/writes" &&
+		c.Response().Header().Get(echo.HeaderWWWAuthenticate) == "" {
+		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="leasewatch"`)
 	}
 
 	var werr error

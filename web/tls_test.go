@@ -1,0 +1,183 @@
+package web
+
+import (
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// selfSigned writes a self-signed certificate for 127.0.0.1 and its key to
+// dir and returns their paths and the certificate.
+func selfSigned(t *testing.T, dir, name string) (certFile, keyFile string, cert *x509.Certificate) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	serial, err := rand.Int(rand.Reader, big.NewInt(1<<62))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber:          serial,
+		Subject:               pkix.Name{CommonName: name},
+		NotBefore:             time.Now().Add(-time.Hour),
+		NotAfter:              time.Now().Add(time.Hour),
+		KeyUsage:              x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		ExtKeyUsage:           []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		BasicConstraintsValid: true,
+		IsCA:                  true,
+		IPAddresses:           []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cert, err = x509.ParseCertificate(der); err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	// Written beside and renamed, as cert-manager's atomic writer does, so a
+	// reload never reads half a file.
+	for _, f := range []struct {
+		path, typ string
+		der       []byte
+	}{{certFile, "CERTIFICATE", der}, {keyFile, "PRIVATE KEY", keyDER}} {
+		tmp := f.path + ".new"
+		if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, f.path); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return certFile, keyFile, cert
+}
+
+func clientTrusting(certs ...*x509.Certificate) *http.Client {
+	pool := x509.NewCertPool()
+	for _, c := range certs {
+		pool.AddCert(c)
+	}
+	// No keep-alive: each request is a new handshake, so a reload shows.
+	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
+		TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true,
+	}}
+}
+
+func TestServeTLS(t *testing.T) {
+	dir := t.TempDir()
+	certFile, keyFile, cert := selfSigned(t, dir, "first")
+	tc, err := TLSConfig(certFile, keyFile, nil)
+	if err != nil {
+		t.Fatalf("TLSConfig: %v", err)
+	}
+	f := newFixture(t, func(c *Config) { c.TLS = tc }, withAuth(Auth{Users: map[string]string{"alice": bcryptHash(t, "pw")}}))
+	base := serveReal(t, f.server)
+	if !strings.HasPrefix(base, "https://") {
+		t.Fatalf("base %q, want https", base)
+	}
+
+	t.Run("RoundTrip", func(t *testing.T) {
+		res, body := fetch(t, clientTrusting(cert), http.MethodGet, base+"/api/v1/locks", nil, "Authorization", basicHeader("alice", "pw"))
+		if res.StatusCode != http.StatusOK || !strings.Contains(body, `"worker-2"`) {
+			t.Fatalf("GET /api/v1/locks over TLS: status %d, body %.200s", res.StatusCode, body)
+		}
+		if res.TLS == nil || res.TLS.Version < tls.VersionTLS12 {
+			t.Fatalf("response TLS state %+v, want TLS 1.2 or later", res.TLS)
+		}
+		if got := res.TLS.PeerCertificates[0].Subject.CommonName; got != "first" {
+			t.Errorf("server certificate %q, want first", got)
+		}
+		checkSecurityHeaders(t, "over TLS", res.Header)
+	})
+	t.Run("UntrustedCertificateRefused", func(t *testing.T) {
+		if _, err := (&http.Client{Timeout: 10 * time.Second}).Get(base + "/healthz"); err == nil {
+			t.Fatal("a client without the self-signed certificate in its roots connected")
+		}
+	})
+	t.Run("PlainHTTPRefused", func(t *testing.T) {
+		res, err := http.Get("http://" + strings.TrimPrefix(base, "https://") + "/api/v1/locks")
+		if err == nil {
+			defer res.Body.Close()
+			if res.StatusCode != http.StatusBadRequest {
+				t.Fatalf("plain HTTP to the TLS port: status %d, want 400 or an error", res.StatusCode)
+			}
+		}
+	})
+	t.Run("TLS11Refused", func(t *testing.T) {
+		conn, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), &tls.Config{
+			MaxVersion: tls.VersionTLS11, InsecureSkipVerify: true, // only the version is under test
+		})
+		if err == nil {
+			conn.Close()
+			t.Fatal("a TLS 1.1 handshake succeeded")
+		}
+	})
+	var renewed *x509.Certificate
+	t.Run("RenewedCertificateServedWithoutRestart", func(t *testing.T) {
+		_, _, renewed = selfSigned(t, dir, "renewed")
+		// Set ahead, for file systems with coarse modification times.
+		touch(t, time.Now().Add(time.Second), certFile, keyFile)
+		res, _ := fetch(t, clientTrusting(renewed), http.MethodGet, base+"/healthz", nil)
+		if got := res.TLS.PeerCertificates[0].Subject.CommonName; got != "renewed" {
+			t.Errorf("after renewal the server presents %q, want renewed", got)
+		}
+	})
+	t.Run("BrokenRenewalKeepsTheLastCertificate", func(t *testing.T) {
+		if renewed == nil {
+			t.Skip("no renewed certificate")
+		}
+		if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		touch(t, time.Now().Add(2*time.Second), keyFile)
+		res, _ := fetch(t, clientTrusting(renewed), http.MethodGet, base+"/healthz", nil)
+		if res.StatusCode != http.StatusOK || res.TLS.PeerCertificates[0].Subject.CommonName != "renewed" {
+			t.Errorf("with a broken key file: status %d, want 200 with the renewed certificate", res.StatusCode)
+		}
+	})
+}
+
+func touch(t *testing.T, at time.Time, paths ...string) {
+	t.Helper()
+	for _, p := range paths {
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func TestTLSConfigRejectsBadPair(t *testing.T) {
+	dir := t.TempDir()
+	certFile, _, _ := selfSigned(t, dir, "a")
+	other := t.TempDir()
+	_, otherKey, _ := selfSigned(t, other, "b")
+	for _, tt := range []struct{ name, cert, key string }{
+		{"Missing", filepath.Join(dir, "nope.crt"), filepath.Join(dir, "tls.key")},
+		{"KeyOfAnotherCertificate", certFile, otherKey},
+		{"KeyIsTheCertificate", certFile, certFile},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			if _, err := TLSConfig(tt.cert, tt.key, nil); err == nil {
+				t.Fatalf("TLSConfig(%s, %s) succeeded", tt.cert, tt.key)
+			}
+		})
+	}
+}
