@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -103,6 +104,14 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	svc.retainer = &audit.Retainer{Store: store, Retention: cfg.Retention.Policy(), Now: time.Now,
 		Log: logger.With("component", "retention"), Pruned: newRetentionMetrics(reg, store)}
 
+	webLog := logger.With("component", "web")
+	var tlsConfig *tls.Config
+	if cfg.TLS.Enabled() {
+		if tlsConfig, err = web.TLSConfig(cfg.TLS.CertFile, cfg.TLS.KeyFile, webLog); err != nil {
+			svc.close()
+			return nil, fmt.Errorf("tls: %w", err)
+		}
+	}
 	svc.web, err = web.New(web.Config{
 		Store:            rec.Fresh(store),
 		Writes:           rec,
@@ -111,9 +120,11 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		KnownSources:     cfg.SourceKinds(),
 		IngestTokens:     cfg.IngestTokens,
 		Registry:         reg,
-		Logger:           logger.With("component", "web"),
+		Logger:           webLog,
 		Ready:            rec.Ready,
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
+		Auth:             webAuth(cfg.Auth),
+		TLS:              tlsConfig,
 	})
 	if err != nil {
 		svc.close()
@@ -125,6 +136,21 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		return nil, fmt.Errorf("listen: %w", err)
 	}
 	return svc, nil
+}
+
+// webAuth translates auth: for the web server.
+func webAuth(a config.AuthConfig) web.Auth {
+	var wa web.Auth
+	switch a.Mode {
+	case config.AuthBasic:
+		wa.Users, wa.Realm = a.Users, a.Realm
+	case config.AuthProxy:
+		wa.ProxyHeader, wa.TrustedProxies = a.ProxyHeader, a.Proxies()
+	default:
+		return wa // open; validation refuses protect_* without a mode
+	}
+	wa.ProtectMetrics, wa.ProtectHealth = a.ProtectMetrics, a.ProtectHealth
+	return wa
 }
 
 // redisLogger routes go-redis's own messages (dial failures while a Redis
@@ -166,13 +192,22 @@ func newCollector(sc config.SourceConfig, cli *clientv3.Client, logger *slog.Log
 }
 
 // URL is the base URL the service listens on.
-func (s *service) URL() string { return "http://" + s.ln.Addr().String() }
+func (s *service) URL() string {
+	if s.cfg.TLS.Enabled() {
+		return "https://" + s.ln.Addr().String()
+	}
+	return "http://" + s.ln.Addr().String()
+}
 
 // serve runs collectors and the web server until ctx ends, then shuts down
 // in order: stop taking requests, stop collectors, drain the recorder, close
 // the database.
 func (s *service) serve(ctx context.Context) error {
-	s.log.Info("leasewatch listening", "url", s.URL(), "database", s.cfg.Database, "sources", len(s.cfg.Sources))
+	s.log.Info("leasewatch listening", "url", s.URL(), "database", s.cfg.Database, "sources", len(s.cfg.Sources),
+		"auth", s.cfg.Auth.Mode)
+	if s.cfg.Auth.Mode == config.AuthBasic && !s.cfg.TLS.Enabled() {
+		s.log.Warn("auth mode basic without tls: passwords cross the network in the clear unless a proxy in front terminates TLS")
+	}
 	var wg sync.WaitGroup
 	collectCtx, stopCollectors := context.WithCancel(context.Background())
 	wg.Add(2)

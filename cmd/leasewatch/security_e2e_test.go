@@ -1,0 +1,199 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/bcrypt"
+)
+
+// writeTestCert writes a self-signed certificate for 127.0.0.1 and its key,
+// and returns a pool that trusts it.
+func writeTestCert(t *testing.T, dir string) (certFile, keyFile string, roots *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "leasewatch-e2e"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
+		IsCA:        true, BasicConstraintsValid: true,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
+	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	roots = x509.NewCertPool()
+	roots.AddCert(cert)
+	return certFile, keyFile, roots
+}
+
+// `leasewatch serve` with every access control on: HTTPS, basic users for the
+// dashboard, an ingest token from the environment. Neither the token nor the
+// password reaches the log.
+func TestServeWithTLSAndBasicAuth(t *testing.T) {
+	const (
+		password = "correct horse battery"
+		token    = "env-ingest-token-7f3a"
+	)
+	srv, _ := startEtcd(t)
+	dir := t.TempDir()
+	certFile, keyFile, roots := writeTestCert(t, dir)
+	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LEASEWATCH_E2E_INGEST_TOKEN", token)
+	path := filepath.Join(dir, "leasewatch.yaml")
+	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+listen: 0.0.0.0:0
+database: %s
+ingest_tokens_env: [LEASEWATCH_E2E_INGEST_TOKEN]
+auth:
+  mode: basic
+  users:
+    alice: "%s"
+tls:
+  cert_file: %s
+  key_file: %s
+sources:
+  - name: e2e
+    kind: etcd
+    endpoints: ["%s"]
+    prefixes: ["/locks/"]
+`, filepath.Join(dir, "lw.db"), hash, certFile, keyFile, srv.Endpoint)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var stderr syncBuffer
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"serve", "--config", path}, &syncBuffer{}, &stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d: %s", code, stderr.String())
+		}
+	})
+	listening := regexp.MustCompile(`msg="leasewatch listening" url=https://\S+:(\d+)`)
+	var base string
+	eventually(t, 30*time.Second, "serve to listen", func() bool {
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("serve exited %d: %s", code, stderr.String())
+		default:
+		}
+		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
+			base = "https://127.0.0.1:" + m[1]
+		}
+		return base != ""
+	})
+
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
+	do := func(method, path, body string, header ...string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, base+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := 0; i+1 < len(header); i += 2 {
+			req.Header.Set(header[i], header[i+1])
+		}
+		res, err := client.Do(req)
+		if err != nil {
+			t.Fatalf("%s %s: %v", method, path, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		if res.Header.Get("Content-Security-Policy") == "" || res.Header.Get("X-Frame-Options") != "DENY" {
+			t.Errorf("%s %s: security headers missing: %v", method, path, res.Header)
+		}
+		return res.StatusCode, string(b)
+	}
+	basic := func(user, pw string) string {
+		r, _ := http.NewRequest(http.MethodGet, "/", nil)
+		r.SetBasicAuth(user, pw)
+		return r.Header.Get("Authorization")
+	}
+
+	if code, _ := do(http.MethodGet, "/api/v1/sources", ""); code != http.StatusUnauthorized {
+		t.Errorf("GET /api/v1/sources without credentials: %d, want 401", code)
+	}
+	if code, _ := do(http.MethodGet, "/", "", "Authorization", basic("alice", "wrong")); code != http.StatusUnauthorized {
+		t.Errorf("GET / with a wrong password: %d, want 401", code)
+	}
+	if code, body := do(http.MethodGet, "/api/v1/sources", "", "Authorization", basic("alice", password)); code != http.StatusOK || !strings.Contains(body, `"e2e"`) {
+		t.Errorf("GET /api/v1/sources as alice: %d %s, want 200 listing e2e", code, body)
+	}
+	if code, _ := do(http.MethodGet, "/readyz", ""); code != http.StatusOK {
+		t.Errorf("GET /readyz without credentials: %d, want 200 (probes stay open)", code)
+	}
+	report := `{"source":"e2e","lock":"/locks/x","resource":"db","token":1,"outcome":"accepted"}`
+	if code, body := do(http.MethodPost, "/api/v1/writes", report, "Authorization", "Bearer "+token); code != http.StatusAccepted {
+		t.Errorf("POST /api/v1/writes with the token from the environment: %d %s, want 202", code, body)
+	}
+	if code, _ := do(http.MethodPost, "/api/v1/writes", report, "Authorization", "Bearer not-"+token); code != http.StatusUnauthorized {
+		t.Errorf("POST /api/v1/writes with a wrong token: %d, want 401", code)
+	}
+
+	log := stderr.String()
+	for _, secret := range []string{token, password, string(hash)} {
+		if strings.Contains(log, secret) {
+			t.Errorf("the log shows a secret %q:\n%s", secret, log)
+		}
+	}
+	if !strings.Contains(log, "auth=basic") {
+		t.Errorf("the log does not say which authentication guards the dashboard:\n%s", log)
+	}
+}
+
+// A configuration that would serve an open dashboard to the network does not
+// start; the error names the field to set.
+func TestServeRefusesOpenDashboardOnNetwork(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "leasewatch.yaml")
+	if err := os.WriteFile(path, []byte("listen: 0.0.0.0:0\ndatabase: "+filepath.Join(t.TempDir(), "lw.db")+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stderr syncBuffer
+	code := run(context.Background(), []string{"serve", "--config", path}, &syncBuffer{}, &stderr)
+	if code != 1 || !strings.Contains(stderr.String(), "auth.mode: none, but listen 0.0.0.0:0 is not a loopback address") {
+		t.Fatalf("serve exited %d: %s; want 1 with an error naming auth.mode", code, stderr.String())
+	}
+}
