@@ -71,6 +71,9 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 			Name: demoSource, Kind: "etcd", Endpoints: []string{server.Endpoint},
 			Prefixes: []string{"/locks/", "/election/"},
 		}},
+		// The demo's locks and writes are its own, made up for the tour:
+		// it may be opened on a network address (a container, a VM).
+		Auth: config.AuthConfig{AllowOpen: true},
 	}
 	if *alertmanager != "" {
 		cfg.Alerts.Alertmanager.URLs = []string{*alertmanager}
