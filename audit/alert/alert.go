@@ -45,6 +45,8 @@ type Alert struct {
 	Annotations map[string]string
 	StartsAt    time.Time
 	EndsAt      time.Time // zero while firing
+
+	fp string // Fingerprint, as newAlert made it; empty: compute it
 }
 
 // Name returns the alertname label.
@@ -56,7 +58,16 @@ func (a Alert) Firing() bool { return a.EndsAt.IsZero() }
 // Fingerprint identifies the alert by its labels: the same condition on the
 // same lock, source and holder has the same fingerprint at every evaluation.
 // It hashes the sorted label pairs with FNV-1a, as Alertmanager does.
-func (a Alert) Fingerprint() string { return fingerprint(a.Labels) }
+//
+// Labels must not change after an alert is made: an evaluation hands out
+// thousands of alerts when many leases are lost at once, and each keeps the
+// fingerprint it was made with.
+func (a Alert) Fingerprint() string {
+	if a.fp != "" {
+		return a.fp
+	}
+	return fingerprint(a.Labels)
+}
 
 func fingerprint(labels map[string]string) string {
 	names := make([]string, 0, len(labels))

@@ -1,7 +1,6 @@
 package alert
 
 import (
-	"cmp"
 	"fmt"
 	"maps"
 	"slices"
@@ -277,18 +276,30 @@ func newAlert(name string, sev audit.Severity, source, lock, holder string, star
 	if holder != "" {
 		labels[LabelHolder] = holder
 	}
-	return Alert{Labels: labels, Annotations: map[string]string{AnnotationSummary: summary}, StartsAt: startsAt}
+	return Alert{Labels: labels, Annotations: map[string]string{AnnotationSummary: summary}, StartsAt: startsAt, fp: fingerprint(labels)}
 }
 
 func order(alerts []Alert) {
-	slices.SortFunc(alerts, func(a, b Alert) int {
-		for _, l := range []string{LabelAlertName, LabelSource, LabelLock, LabelHolder} {
-			if c := cmp.Compare(a.Labels[l], b.Labels[l]); c != 0 {
-				return c
-			}
+	// The labels are read once per alert, not once per comparison, and
+	// indexes are sorted rather than alerts: many leases lost at once make
+	// thousands of alerts to order each evaluation.
+	keys := make([][4]string, len(alerts))
+	idx := make([]int, len(alerts))
+	for i, a := range alerts {
+		keys[i] = [4]string{a.Labels[LabelAlertName], a.Labels[LabelSource], a.Labels[LabelLock], a.Labels[LabelHolder]}
+		idx[i] = i
+	}
+	slices.SortFunc(idx, func(i, j int) int {
+		if c := slices.Compare(keys[i][:], keys[j][:]); c != 0 {
+			return c
 		}
-		return a.StartsAt.Compare(b.StartsAt)
+		return alerts[i].StartsAt.Compare(alerts[j].StartsAt)
 	})
+	sorted := make([]Alert, len(alerts))
+	for k, i := range idx {
+		sorted[k] = alerts[i]
+	}
+	copy(alerts, sorted)
 }
 
 func orUnknown(holder string) string {
