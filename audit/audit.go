@@ -133,8 +133,9 @@ type Source struct {
 	Degraded string
 	// Lag is the observation lag of the source's latest commit: the longest
 	// any of its observations took from the change in the backend
-	// (Observation.RenewedAt where the backend tells it, else Observation.At)
-	// to being stored. LagAt is when that commit was; zero before the first.
+	// (Observation.RenewedAt where the backend tells it, else Observation.At;
+	// always At for etcd, whose RenewedAt is an estimate) to being stored,
+	// plus Input.Behind. LagAt is when that commit was; zero before the first.
 	Lag   time.Duration
 	LagAt time.Time
 }

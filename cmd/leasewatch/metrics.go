@@ -61,7 +61,7 @@ func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
 	m := &recorderMetrics{
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "leasewatch_observation_lag_seconds",
-			Help:    "Time from a backend change (the holder's renewTime where the backend records it, else the collector's receipt, less how long the backend's notification waited before it, where the collector can tell) to the commit that stored it.",
+			Help:    "Time from a backend change to the commit that stored it. The change counts from the holder's renewal time where the backend records it (a Kubernetes renewTime, a Redis PTTL read back), else from the collector's receipt; for etcd always from the receipt of the watch response (grants, releases, expiries) or of the TTL read that showed a renewal, since etcd records no keepalive time and one estimated from whole-second TTLs would pass its resolution off as lag. Where the collector can tell how long the change waited before it received it (a Redis PING round trip, an etcd read that showed the revision before the watch delivered it), that counts too.",
 			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
 		}, []string{"source"}),
 		events: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -159,7 +159,9 @@ func (m *recorderMetrics) observe(c audit.Commit) {
 		}
 		for _, ob := range in.Observations {
 			from := ob.At
-			if !ob.RenewedAt.IsZero() {
+			// An etcd RenewedAt is estimated from TTLs read to the second:
+			// the store keeps it, but its error is no lag.
+			if !ob.RenewedAt.IsZero() && in.Kind != audit.KindEtcd {
 				from = ob.RenewedAt
 			}
 			lag := c.At.Sub(from) + in.Behind

@@ -45,12 +45,21 @@ func TestRecorderMetricsKeepEachSourcesLatestLag(t *testing.T) {
 	behind := obs("cache", t0.Add(-20*time.Millisecond))
 	behind.Behind = 300 * time.Millisecond
 	commit(t0, behind)
+	// An etcd renewal time is estimated from whole-second TTLs: the lag
+	// counts from the read that showed it (At), and a grant's from the
+	// watch response, whatever keepalive time it carries.
+	etcd := &audit.Input{Source: "etcd-b", Kind: audit.KindEtcd, Observations: []audit.Observation{
+		{Kind: audit.EventRenew, At: t0.Add(-15 * time.Millisecond), RenewedAt: t0.Add(-900 * time.Millisecond)},
+		{Kind: audit.EventGrant, At: t0.Add(-5 * time.Millisecond), RenewedAt: t0.Add(-1500 * time.Millisecond)},
+	}}
+	commit(t0, etcd)
 
-	got := m.withLag([]audit.Source{{Name: "prod-etcd"}, {Name: "cluster-a"}, {Name: "cache"}, {Name: "idle"}})
+	got := m.withLag([]audit.Source{{Name: "prod-etcd"}, {Name: "cluster-a"}, {Name: "cache"}, {Name: "etcd-b"}, {Name: "idle"}})
 	for _, want := range []audit.Source{
 		{Name: "prod-etcd", Lag: 2 * time.Millisecond, LagAt: t0.Add(time.Second)},
 		{Name: "cluster-a", Lag: 400 * time.Millisecond, LagAt: t0},
 		{Name: "cache", Lag: 320 * time.Millisecond, LagAt: t0},
+		{Name: "etcd-b", Lag: 15 * time.Millisecond, LagAt: t0},
 		{Name: "idle"},
 	} {
 		var src audit.Source

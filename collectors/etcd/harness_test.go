@@ -16,6 +16,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
 )
 
@@ -181,7 +182,7 @@ type collectorRun struct {
 
 // runCollector starts a collector dialling endpoint and waits until it is
 // ready.
-func runCollector(t *testing.T, endpoint string, sink *recorder, prefixes ...string) *collectorRun {
+func runCollector(t *testing.T, endpoint string, sink collectors.Sink, prefixes ...string) *collectorRun {
 	t.Helper()
 	c, err := New(testConfig(prefixes, endpoint), testLogger(t), WithProgressInterval(300*time.Millisecond))
 	if err != nil {
@@ -200,7 +201,7 @@ func testLogger(t *testing.T) *slog.Logger {
 
 // startCollector runs c on sink and waits until it is ready. The collector
 // is stopped when the test ends.
-func startCollector(t *testing.T, c *Collector, sink *recorder) *collectorRun {
+func startCollector(t *testing.T, c *Collector, sink collectors.Sink) *collectorRun {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	cr := &collectorRun{cancel: cancel, done: make(chan error, 1)}

@@ -16,6 +16,7 @@ type ttlReading struct {
 	ttl     int64 // remaining seconds; -1 when the lease does not exist
 	granted int64 // GrantedTTL seconds
 	term    uint64
+	rev     int64 // etcd's head revision as of the answer
 	at      time.Time
 }
 
@@ -118,6 +119,15 @@ func classifyEnd(lease int64, li leaseInfo, ttl int64, now time.Time) endVerdict
 	detail["reason"] = "lease revoked before it could expire"
 	detail["revoked"] = true
 	return endVerdict{kind: audit.EventRelease, detail: detail}
+}
+
+// releasedKeyOnly is the verdict on an owner key deleted while its lease
+// still held other keys once the revision was applied: a revoke or expiry
+// deletes every key of the lease at one revision, so this was Unlock or
+// Resign, whenever the collector gets to it and whatever became of the lease
+// since.
+func releasedKeyOnly() endVerdict {
+	return endVerdict{kind: audit.EventRelease, detail: map[string]any{"reason": "key deleted; its lease kept other keys"}}
 }
 
 func leaseHex(lease int64) string { return strconv.FormatInt(lease, 16) }

@@ -60,6 +60,7 @@ type locks struct {
 	entries  map[string]*entry
 	direct   map[string]int // lock name -> number of its own contenders
 	held     map[string]holding
+	byLease  map[int64]int // lease -> number of tracked keys attached to it
 }
 
 func newLocks(prefixes []string) *locks {
@@ -68,6 +69,7 @@ func newLocks(prefixes []string) *locks {
 		entries:  make(map[string]*entry),
 		direct:   make(map[string]int),
 		held:     make(map[string]holding),
+		byLease:  make(map[int64]int),
 	}
 }
 
@@ -126,6 +128,7 @@ func (s *locks) reload(kvs []*mvccpb.KeyValue) []holding {
 	old := s.held
 	s.keys, s.entries = s.keys[:0], make(map[string]*entry, len(kvs))
 	s.direct, s.held = make(map[string]int), make(map[string]holding)
+	s.byLease = make(map[int64]int)
 	for _, kv := range kvs {
 		s.put(kv)
 	}
@@ -166,7 +169,9 @@ func (s *locks) apply(evs []*mvccpb.Event) []change {
 		switch ev.Type {
 		case mvccpb.PUT:
 			if e, ok := s.entries[key]; ok && ev.Kv.Version > 1 && e.createRev == ev.Kv.CreateRevision {
+				s.unlease(e.lease)
 				e.value, e.lease, e.version = string(ev.Kv.Value), ev.Kv.Lease, ev.Kv.Version
+				s.byLease[e.lease]++
 				continue
 			}
 			if _, ok := s.entries[key]; ok {
@@ -259,6 +264,7 @@ func (s *locks) put(kv *mvccpb.KeyValue) {
 		s.direct[name]++
 	}
 	s.entries[key] = e
+	s.byLease[e.lease]++
 	i, _ := slices.BinarySearch(s.keys, key)
 	s.keys = slices.Insert(s.keys, i, key)
 }
@@ -269,6 +275,7 @@ func (s *locks) remove(key string) {
 		return
 	}
 	delete(s.entries, key)
+	s.unlease(e.lease)
 	if e.lock != "" {
 		if s.direct[e.lock]--; s.direct[e.lock] <= 0 {
 			delete(s.direct, e.lock)
@@ -278,6 +285,15 @@ func (s *locks) remove(key string) {
 		s.keys = slices.Delete(s.keys, i, i+1)
 	}
 }
+
+func (s *locks) unlease(lease int64) {
+	if s.byLease[lease]--; s.byLease[lease] <= 0 {
+		delete(s.byLease, lease)
+	}
+}
+
+// leaseKeys returns how many tracked keys are attached to lease.
+func (s *locks) leaseKeys(lease int64) int { return s.byLease[lease] }
 
 // holdings returns every held lock, sorted by name.
 func (s *locks) holdings() []holding {

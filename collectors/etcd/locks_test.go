@@ -214,3 +214,27 @@ func TestOutermost(t *testing.T) {
 		t.Fatalf("outermost = %v, want [/election/ /locks/]", got)
 	}
 }
+
+// leaseKeys counts the keys each lease holds, which tells an Unlock (the
+// lease keeps other keys) from a revoke (which deletes all of them at once).
+func TestLocksLeaseKeys(t *testing.T) {
+	s := newLocks([]string{"/l/"})
+	s.reload([]*mvccpb.KeyValue{kv("/l/a/7", 5, 7).pb(5), kv("/l/b/7", 6, 7).pb(6), kv("/l/b/8", 7, 8).pb(7)})
+	count := func() string { return fmt.Sprintf("7:%d 8:%d 9:%d", s.leaseKeys(7), s.leaseKeys(8), s.leaseKeys(9)) }
+	if got := count(); got != "7:2 8:1 9:0" {
+		t.Fatalf("after reload: %s, want 7:2 8:1 9:0", got)
+	}
+	s.apply([]*mvccpb.Event{delEv(kv("/l/a/7", 5, 7), 8)})
+	if got := count(); got != "7:1 8:1 9:0" {
+		t.Fatalf("after an unlock: %s, want 7:1 8:1 9:0", got)
+	}
+	// A value rewritten under another lease moves the key to it.
+	s.apply([]*mvccpb.Event{putEv(kvSpec{key: "/l/b/8", createRev: 7, version: 2, lease: 9}, 9)})
+	if got := count(); got != "7:1 8:0 9:1" {
+		t.Fatalf("after a rewrite under lease 9: %s, want 7:1 8:0 9:1", got)
+	}
+	s.apply([]*mvccpb.Event{delEv(kv("/l/b/7", 6, 7), 10), delEv(kv("/l/b/8", 7, 9), 10)})
+	if got := count(); got != "7:0 8:0 9:0" {
+		t.Fatalf("after the last deletes: %s, want none", got)
+	}
+}

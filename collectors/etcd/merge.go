@@ -2,6 +2,7 @@ package etcd
 
 import (
 	"sort"
+	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 )
@@ -11,33 +12,42 @@ import (
 // says nothing, so the merger releases a revision once every watch has shown
 // it is past it: by an event at or after it, or a progress notification.
 type merger struct {
-	queues   [][]*clientv3.Event
+	queues   [][]received
 	progress []int64 // per watch: every event up to here has arrived
+}
+
+// received is a watch event and when the collector received it.
+type received struct {
+	ev *clientv3.Event
+	at time.Time
 }
 
 // step is the events of one revision: one atomic change.
 type step struct {
 	rev    int64
 	events []*clientv3.Event
+	at     time.Time // when the collector received the first of them
 }
 
 // newMerger returns a merger for n watches that all start after revision rev.
 func newMerger(n int, rev int64) *merger {
-	m := &merger{queues: make([][]*clientv3.Event, n), progress: make([]int64, n)}
+	m := &merger{queues: make([][]received, n), progress: make([]int64, n)}
 	for i := range m.progress {
 		m.progress[i] = rev
 	}
 	return m
 }
 
-// add takes one response of watch i.
-func (m *merger) add(i int, wr clientv3.WatchResponse) {
+// add takes one response of watch i, received at.
+func (m *merger) add(i int, wr clientv3.WatchResponse, at time.Time) {
 	if wr.IsProgressNotify() {
 		m.progress[i] = max(m.progress[i], wr.Header.Revision)
 		return
 	}
 	if n := len(wr.Events); n > 0 {
-		m.queues[i] = append(m.queues[i], wr.Events...)
+		for _, ev := range wr.Events {
+			m.queues[i] = append(m.queues[i], received{ev: ev, at: at})
+		}
 		m.progress[i] = max(m.progress[i], wr.Events[n-1].Kv.ModRevision)
 	}
 }
@@ -56,29 +66,33 @@ func (m *merger) horizon() int64 {
 // dropped: they are already recorded.
 func (m *merger) take(after int64) ([]step, int64) {
 	h := m.horizon()
-	var evs []*clientv3.Event
+	var evs []received
 	for i, q := range m.queues {
 		n := 0
-		for n < len(q) && q[n].Kv.ModRevision <= h {
+		for n < len(q) && q[n].ev.Kv.ModRevision <= h {
 			n++
 		}
-		for _, ev := range q[:n] {
-			if ev.Kv.ModRevision > after {
-				evs = append(evs, ev)
+		for _, r := range q[:n] {
+			if r.ev.Kv.ModRevision > after {
+				evs = append(evs, r)
 			}
 		}
 		m.queues[i] = q[n:]
 	}
 	// Each queue is in order already; a stable sort keeps a revision's events
 	// in the order the watch gave them.
-	sort.SliceStable(evs, func(a, b int) bool { return evs[a].Kv.ModRevision < evs[b].Kv.ModRevision })
+	sort.SliceStable(evs, func(a, b int) bool { return evs[a].ev.Kv.ModRevision < evs[b].ev.Kv.ModRevision })
 	var steps []step
-	for _, ev := range evs {
-		if n := len(steps); n > 0 && steps[n-1].rev == ev.Kv.ModRevision {
-			steps[n-1].events = append(steps[n-1].events, ev)
+	for _, r := range evs {
+		if n := len(steps); n > 0 && steps[n-1].rev == r.ev.Kv.ModRevision {
+			s := &steps[n-1]
+			s.events = append(s.events, r.ev)
+			if r.at.Before(s.at) {
+				s.at = r.at
+			}
 			continue
 		}
-		steps = append(steps, step{rev: ev.Kv.ModRevision, events: []*clientv3.Event{ev}})
+		steps = append(steps, step{rev: r.ev.Kv.ModRevision, events: []*clientv3.Event{r.ev}, at: r.at})
 	}
 	return steps, h
 }

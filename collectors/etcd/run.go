@@ -23,8 +23,10 @@ const (
 	// prefix's events wait for the other prefixes' watches to catch up (etcd
 	// ignores the request while any watch on the stream is still syncing).
 	stallRetry = 100 * time.Millisecond
-	// pollParallel bounds concurrent LeaseTimeToLive calls in one poll round.
-	pollParallel = 8
+	// pollParallel bounds concurrent LeaseTimeToLive calls in one poll
+	// round or one batch of ends. A renewal counts its lag from the read
+	// that showed it, and a round's readings are used once all are in.
+	pollParallel = 16
 )
 
 // run is one Run of the collector: its picture of the locks lives exactly as
@@ -37,12 +39,29 @@ type run struct {
 	log  *slog.Logger
 	now  func() time.Time
 
-	st     *locks
-	leases map[int64]leaseInfo // the owners' leases
-	rev    int64               // the revision the last durable input covers
-	revAt  time.Time           // when the collector reached rev
+	st      *locks
+	leases  map[int64]leaseInfo // the owners' leases
+	rev     int64               // the revision the last durable input covers
+	revAt   time.Time           // when the collector reached rev
+	applied int64               // the revision st covers: rev, or later while inputs wait
+	heads   headTimes           // when responses showed the head at a revision
+
+	// pending collects what the collector saw while the input before it
+	// commits; inflight is that input. One at a time: the recorder goes on
+	// with later inputs after one fails to commit, so a second input in
+	// flight could store a cursor past changes that were never stored.
+	// Batching instead keeps the commits few however fast etcd changes.
+	pending  *audit.Input
+	inflight *flight
+	wg       sync.WaitGroup // the flights' waits
 
 	progressBusy atomic.Bool // a progress request is in flight
+}
+
+// flight is an input handed to the sink and not yet known durable.
+type flight struct {
+	in   *audit.Input
+	done chan error
 }
 
 func newRun(c *Collector, cli *clientv3.Client, sink collectors.Sink) *run {
@@ -107,10 +126,10 @@ func (r *run) start(ctx context.Context) error {
 	}
 	r.st.reload(kvs)
 	r.grantTimeHolders(ctx)
-	if _, err := r.readTTLs(ctx, r.st.ownerLeases(), true); err != nil {
+	if err := r.baseline(ctx, r.st.ownerLeases()); err != nil {
 		return err
 	}
-	r.rev, r.revAt = cur, at
+	r.rev, r.revAt, r.applied = cur, at, cur
 	r.log.Info("resumed", "revision", cur, "held", len(r.st.held))
 	return nil
 }
@@ -151,7 +170,7 @@ func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 	for _, id := range leases {
 		delete(r.leases, id) // a fresh baseline: the gap hides any renewals
 	}
-	if _, err := r.readTTLs(ctx, leases, true); err != nil {
+	if err := r.baseline(ctx, leases); err != nil {
 		return err
 	}
 	now := r.now()
@@ -174,7 +193,7 @@ func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 	if err := r.sink.Observe(ctx, in); err != nil {
 		return fmt.Errorf("record snapshot at revision %d: %w", rev, err)
 	}
-	r.rev, r.revAt = rev, now
+	r.rev, r.revAt, r.applied = rev, now, rev
 	r.log.Info("snapshot recorded", "revision", rev, "held", len(held), "blind", blind != nil)
 	return nil
 }
@@ -206,18 +225,18 @@ func (r *run) read(ctx context.Context, rev int64) ([]*mvccpb.KeyValue, int64, e
 // a watch fails. Each prefix has its own watch, and etcd orders events only
 // within one watch, so a merger holds events back until every watch has
 // reached their revision; one cursor then covers them all.
+//
+// The loop never waits for a commit: the changes it applies while one input
+// commits go into the next, so a busy etcd makes bigger inputs rather than a
+// backlog in the watch stream.
 func (r *run) watch(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	var wg sync.WaitGroup
+	defer r.wg.Wait()
 	defer wg.Wait()
 	defer cancel()
 
-	type message struct {
-		i      int
-		wr     clientv3.WatchResponse
-		closed bool
-	}
-	in := make(chan message)
+	q := &inbox{ready: make(chan struct{}, 1)}
 	prefixes := r.c.prefixes
 	for i, p := range prefixes {
 		wch := r.cli.Watch(wctx, p, clientv3.WithPrefix(), clientv3.WithRev(r.rev+1),
@@ -225,17 +244,13 @@ func (r *run) watch(ctx context.Context) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			// Every response is taken as it arrives and stamped with its
+			// receipt, however busy the loop is, so the time a change
+			// waits for the loop counts as its lag.
 			for wr := range wch {
-				select {
-				case in <- message{i: i, wr: wr}:
-				case <-wctx.Done():
-					return
-				}
+				q.push(message{i: i, wr: wr, at: r.now()})
 			}
-			select {
-			case in <- message{i: i, closed: true}:
-			case <-wctx.Done():
-			}
+			q.push(message{i: i, closed: true})
 		}()
 	}
 
@@ -257,18 +272,29 @@ func (r *run) watch(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case msg := <-in:
+		case <-q.ready:
 			heard = time.Now()
-			if msg.closed {
-				return fmt.Errorf("watch %q closed", prefixes[msg.i])
-			}
-			if err := msg.wr.Err(); err != nil {
-				if errors.Is(err, rpctypes.ErrCompacted) {
-					return &compactedError{prefix: prefixes[msg.i], compactRev: msg.wr.CompactRevision}
+			for _, msg := range q.take() {
+				if msg.closed {
+					return fmt.Errorf("watch %q closed", prefixes[msg.i])
 				}
-				return fmt.Errorf("watch %q: %w", prefixes[msg.i], err)
+				if err := msg.wr.Err(); err != nil {
+					if errors.Is(err, rpctypes.ErrCompacted) {
+						// What arrived before is sound: store it, so the
+						// blind window starts where the history ends.
+						if err := r.drain(ctx, m); err != nil {
+							return err
+						}
+						if err := r.settle(ctx); err != nil {
+							return err
+						}
+						return &compactedError{prefix: prefixes[msg.i], compactRev: msg.wr.CompactRevision}
+					}
+					return fmt.Errorf("watch %q: %w", prefixes[msg.i], err)
+				}
+				r.heads.add(msg.wr.Header.GetRevision(), msg.at)
+				m.add(msg.i, msg.wr, msg.at)
 			}
-			m.add(msg.i, msg.wr)
 			if err := r.drain(ctx, m); err != nil {
 				return err
 			}
@@ -276,6 +302,10 @@ func (r *run) watch(ctx context.Context) error {
 			if m.stalled() && retry == nil {
 				r.requestProgress(wctx, &wg)
 				retry = time.After(stallRetry)
+			}
+		case err := <-r.landing():
+			if err := r.land(err); err != nil {
+				return err
 			}
 		case <-retry:
 			retry = nil
@@ -300,7 +330,7 @@ func (r *run) watch(ctx context.Context) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				readings, _ := r.readTTLs(wctx, leases, false)
+				readings, _ := r.readTTLs(wctx, leases)
 				select {
 				case polled <- readings:
 				case <-wctx.Done():
@@ -311,11 +341,46 @@ func (r *run) watch(ctx context.Context) error {
 			if len(readings) > 0 {
 				heard = time.Now()
 			}
-			if err := r.recordRenewals(ctx, readings); err != nil {
-				return err
-			}
+			r.recordRenewals(readings)
 		}
+		r.submit(ctx)
 	}
+}
+
+// message is one watch response, or the end of a watch, and when the
+// collector received it.
+type message struct {
+	i      int
+	wr     clientv3.WatchResponse
+	at     time.Time
+	closed bool
+}
+
+// inbox queues the watches' messages for the loop without bound: etcd's
+// client buffers a slow watcher's responses without bound anyway, and here
+// they carry their receipt time.
+type inbox struct {
+	mu    sync.Mutex
+	msgs  []message
+	ready chan struct{} // signalled when msgs is not empty
+}
+
+func (q *inbox) push(m message) {
+	q.mu.Lock()
+	q.msgs = append(q.msgs, m)
+	q.mu.Unlock()
+	select {
+	case q.ready <- struct{}{}:
+	default:
+	}
+}
+
+func (q *inbox) take() []message {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	msgs := q.msgs
+	q.msgs = nil
+	return msgs
 }
 
 // requestProgress asks etcd to tell every watch on the stream how far it is,
@@ -339,82 +404,199 @@ func (r *run) requestProgress(wctx context.Context, wg *sync.WaitGroup) {
 	}()
 }
 
-// drain applies every revision all watches have reached and records them in
-// one input whose cursor is that revision.
+// drain applies every revision all watches have reached and adds them to the
+// pending input, whose cursor becomes that revision.
 func (r *run) drain(ctx context.Context, m *merger) error {
-	steps, horizon := m.take(r.rev)
-	if horizon <= r.rev {
+	steps, horizon := m.take(r.applied)
+	if horizon <= r.applied {
 		return nil
 	}
-	var obs []audit.Observation
-	for _, s := range steps {
-		o, err := r.observeChanges(ctx, r.st.apply(s.events), s.rev)
-		if err != nil {
-			return err
-		}
-		obs = append(obs, o...)
+	obs, behind, err := r.observeSteps(ctx, steps)
+	if err != nil {
+		return err
 	}
 	r.pruneLeases()
-	now := r.now()
-	in := audit.Input{
-		Source: r.c.cfg.Name, Kind: audit.KindEtcd, At: now,
-		Observations: obs, Cursor: strconv.FormatInt(horizon, 10),
-	}
-	if err := r.sink.Observe(ctx, in); err != nil {
-		return fmt.Errorf("record revision %d: %w", horizon, err)
-	}
-	r.rev, r.revAt = horizon, now
+	in := r.pendingInput()
+	in.Observations = append(in.Observations, obs...)
+	in.Cursor = strconv.FormatInt(horizon, 10)
+	in.Behind = max(in.Behind, behind)
+	r.applied = horizon
+	r.heads.forget(horizon)
 	return nil
 }
 
-// observeChanges turns one revision's changes into observations. An end is
-// classified by reading its lease right away (once per lease: a revoke or
-// expiry deletes every key of the lease at one revision); a grant reads the
-// new owner's lease for its duration.
-func (r *run) observeChanges(ctx context.Context, changes []change, rev int64) ([]audit.Observation, error) {
-	if len(changes) == 0 {
-		return nil, nil
+// pendingInput returns the input being gathered for the next submission.
+func (r *run) pendingInput() *audit.Input {
+	if r.pending == nil {
+		r.pending = &audit.Input{Source: r.c.cfg.Name, Kind: audit.KindEtcd}
 	}
-	pos := strconv.FormatInt(rev, 10)
-	now := r.now()
-	verdicts := make(map[int64]endVerdict)
-	obs := make([]audit.Observation, 0, len(changes))
-	for _, ch := range changes {
-		h := ch.h
-		switch ch.kind {
-		case changeEnd:
-			v, ok := verdicts[h.lease]
-			if !ok {
-				ttl, at := int64(-1), now
-				if h.lease != 0 {
-					rd, err := r.ttl(ctx, h.lease)
-					if err != nil {
-						return nil, err
-					}
-					ttl, at = rd.ttl, rd.at
-				}
-				v = classifyEnd(h.lease, r.leases[h.lease], ttl, at)
-				verdicts[h.lease] = v
-			}
-			ob := r.observation(h, v.kind, now, pos)
-			ob.RenewedAt = time.Time{}
-			ob.Inferred = v.inferred
-			for k, val := range v.detail {
-				ob.Detail[k] = val
-			}
-			obs = append(obs, ob)
-		case changeGrant:
-			if _, known := r.leases[h.lease]; !known && h.lease != 0 {
-				rd, err := r.ttl(ctx, h.lease)
-				if err != nil {
-					return nil, err
-				}
-				r.leases[h.lease], _, _ = leaseInfo{}.fold(rd)
-			}
-			obs = append(obs, r.observation(h, audit.EventGrant, now, pos))
+	return r.pending
+}
+
+// submit hands the pending input to the sink unless one is in flight. With a
+// collectors.Submitter it returns at once; a plain Sink's Observe runs on
+// its own. Either way the loop goes on reading etcd, and land learns the
+// outcome.
+func (r *run) submit(ctx context.Context) {
+	if r.inflight != nil || r.pending == nil {
+		return
+	}
+	in := r.pending
+	r.pending = nil
+	in.At = r.now()
+	var wait func() error
+	if sub, ok := r.sink.(collectors.Submitter); ok {
+		wait = sub.Submit(ctx, *in)
+	} else {
+		sink := r.sink
+		wait = func() error { return sink.Observe(ctx, *in) }
+	}
+	f := &flight{in: in, done: make(chan error, 1)}
+	r.inflight = f
+	r.wg.Add(1)
+	go func() {
+		defer r.wg.Done()
+		f.done <- wait()
+	}()
+}
+
+// landing is where the input in flight reports; nil when none is.
+func (r *run) landing() <-chan error {
+	if r.inflight == nil {
+		return nil
+	}
+	return r.inflight.done
+}
+
+// land takes the outcome of the input in flight. Only now does its cursor
+// count as stored.
+func (r *run) land(err error) error {
+	f := r.inflight
+	r.inflight = nil
+	if err != nil {
+		if f.in.Cursor != "" {
+			return fmt.Errorf("record revision %s: %w", f.in.Cursor, err)
+		}
+		return fmt.Errorf("record renewals: %w", err)
+	}
+	if f.in.Cursor != "" {
+		rev, _ := strconv.ParseInt(f.in.Cursor, 10, 64)
+		r.rev, r.revAt = rev, f.in.At
+	}
+	return nil
+}
+
+// settle submits what is pending and waits until all of it is durable.
+func (r *run) settle(ctx context.Context) error {
+	for r.inflight != nil || r.pending != nil {
+		r.submit(ctx)
+		if err := r.land(<-r.inflight.done); err != nil {
+			return err
 		}
 	}
-	return obs, nil
+	return nil
+}
+
+// observeSteps applies revisions in order and turns their changes into
+// observations, and says how long the oldest of them had waited before the
+// watch delivered it, as far as the collector can tell.
+//
+// An end is a release when the lease still holds other keys once the
+// revision is applied: a revoke or expiry deletes every key of its lease at
+// one revision. Otherwise the lease is read, once per lease however many
+// ends share it, all of them concurrently and after the whole batch, so a
+// burst of ends costs one round trip; a grant reads the new owner's lease
+// for its duration the same way.
+func (r *run) observeSteps(ctx context.Context, steps []step) ([]audit.Observation, time.Duration, error) {
+	type seen struct {
+		rev       int64
+		at, since time.Time
+		changes   []change
+		alive     []bool // per change: its lease still held other keys
+	}
+	var (
+		batch  []seen
+		read   = make(map[int64]bool)
+		last   time.Time
+		behind time.Duration
+	)
+	for _, s := range steps {
+		changes := r.st.apply(s.events)
+		if len(changes) == 0 {
+			continue
+		}
+		// Steps from different watches may arrive out of order; observation
+		// times must not go back.
+		at := s.at
+		if at.Before(last) {
+			at = last
+		}
+		last = at
+		since := r.heads.since(s.rev, at)
+		behind = max(behind, at.Sub(since))
+		sn := seen{rev: s.rev, at: at, since: since, changes: changes, alive: make([]bool, len(changes))}
+		for i, ch := range changes {
+			lease := ch.h.lease
+			switch {
+			case lease == 0:
+			case ch.kind == changeEnd && r.st.leaseKeys(lease) > 0:
+				sn.alive[i] = true
+			case ch.kind == changeEnd:
+				read[lease] = true
+			case !r.leases[lease].known():
+				read[lease] = true
+			}
+		}
+		batch = append(batch, sn)
+	}
+	var readings map[int64]ttlReading
+	if len(read) > 0 {
+		leases := make([]int64, 0, len(read))
+		for id := range read {
+			leases = append(leases, id)
+		}
+		var err error
+		if readings, err = r.readTTLs(ctx, leases); err != nil {
+			return nil, 0, err
+		}
+		r.sampleHeads(readings)
+	}
+
+	var obs []audit.Observation
+	for _, sn := range batch {
+		pos := strconv.FormatInt(sn.rev, 10)
+		verdicts := make(map[int64]endVerdict)
+		for i, ch := range sn.changes {
+			h := ch.h
+			switch ch.kind {
+			case changeEnd:
+				v, ok := verdicts[h.lease]
+				switch {
+				case ok:
+				case sn.alive[i]:
+					v = releasedKeyOnly()
+				case h.lease == 0:
+					v = classifyEnd(0, leaseInfo{}, -1, sn.since)
+				default:
+					v = classifyEnd(h.lease, r.leases[h.lease], readings[h.lease].ttl, sn.since)
+				}
+				verdicts[h.lease] = v
+				ob := r.observation(h, v.kind, sn.at, pos)
+				ob.RenewedAt = time.Time{}
+				ob.Inferred = v.inferred
+				for k, val := range v.detail {
+					ob.Detail[k] = val
+				}
+				obs = append(obs, ob)
+			case changeGrant:
+				if rd, ok := readings[h.lease]; ok && !r.leases[h.lease].known() {
+					r.leases[h.lease], _, _ = leaseInfo{}.fold(rd)
+				}
+				obs = append(obs, r.observation(h, audit.EventGrant, sn.at, pos))
+			}
+		}
+	}
+	return obs, behind, nil
 }
 
 // observation describes holding h; LeaseDuration and RenewedAt come from the
@@ -439,10 +621,12 @@ func (r *run) observation(h holding, kind audit.EventKind, at time.Time, pos str
 }
 
 // recordRenewals folds a poll round's readings into what the collector
-// knows of the owners' leases and records the renewals they show. Leases that
-// stopped owning a lock while the round ran are skipped, and a reading older
-// than one taken at a grant is ignored.
-func (r *run) recordRenewals(ctx context.Context, readings map[int64]ttlReading) error {
+// knows of the owners' leases and adds the renewals they show to the pending
+// input, after the changes already applied. Leases that stopped owning a
+// lock while the round ran are skipped, and a reading older than one taken
+// at a grant is ignored.
+func (r *run) recordRenewals(readings map[int64]ttlReading) {
+	r.sampleHeads(readings)
 	var obs []audit.Observation
 	holdings := r.st.holdings()
 	for _, id := range r.st.ownerLeases() {
@@ -459,6 +643,8 @@ func (r *run) recordRenewals(ctx context.Context, readings map[int64]ttlReading)
 			if h.lease != id {
 				continue
 			}
+			// At is the reading that showed the renewal; RenewedAt, when
+			// the keepalive was, as well as whole-second TTLs tell.
 			ob := r.observation(h, audit.EventRenew, rd.at, "")
 			ob.RenewedAt = at
 			// The key and lease are the tenure's, on its grant; renewals,
@@ -467,20 +653,38 @@ func (r *run) recordRenewals(ctx context.Context, readings map[int64]ttlReading)
 			obs = append(obs, ob)
 		}
 	}
-	if len(obs) == 0 {
-		return nil
+	if len(obs) > 0 {
+		in := r.pendingInput()
+		in.Observations = append(in.Observations, obs...)
 	}
-	in := audit.Input{Source: r.c.cfg.Name, Kind: audit.KindEtcd, At: r.now(), Observations: obs}
-	if err := r.sink.Observe(ctx, in); err != nil {
-		return fmt.Errorf("record renewals: %w", err)
+}
+
+// sampleHeads notes how far each reading showed etcd's head.
+func (r *run) sampleHeads(readings map[int64]ttlReading) {
+	for _, rd := range readings {
+		if rd.rev > r.applied {
+			r.heads.add(rd.rev, rd.at)
+		}
+	}
+}
+
+// baseline reads the leases and folds the readings into r.leases without
+// reporting renewals, failing on the first error.
+func (r *run) baseline(ctx context.Context, leases []int64) error {
+	readings, err := r.readTTLs(ctx, leases)
+	if err != nil {
+		return err
+	}
+	for id, rd := range readings {
+		r.leases[id], _, _ = r.leases[id].fold(rd)
 	}
 	return nil
 }
 
-// readTTLs reads the leases concurrently. As a baseline it folds the readings
-// into r.leases without reporting renewals and fails on the first error;
-// otherwise it returns the readings it got and leaves folding to the caller.
-func (r *run) readTTLs(ctx context.Context, leases []int64, baseline bool) (map[int64]ttlReading, error) {
+// readTTLs reads the leases concurrently, at most pollParallel at a time,
+// and returns the readings it got with the first error, if any. It runs off
+// the loop too, so it leaves the readings' head revisions to sampleHeads.
+func (r *run) readTTLs(ctx context.Context, leases []int64) (map[int64]ttlReading, error) {
 	var (
 		mu       sync.Mutex
 		wg       sync.WaitGroup
@@ -502,7 +706,7 @@ func (r *run) readTTLs(ctx context.Context, leases []int64, baseline bool) (map[
 					firstErr = err
 				}
 				if ctx.Err() == nil {
-					r.log.Debug("lease poll failed", "lease", leaseHex(id), "err", err)
+					r.log.Debug("lease read failed", "lease", leaseHex(id), "err", err)
 				}
 				return
 			}
@@ -510,16 +714,7 @@ func (r *run) readTTLs(ctx context.Context, leases []int64, baseline bool) (map[
 		}()
 	}
 	wg.Wait()
-	if !baseline {
-		return out, nil
-	}
-	if firstErr != nil {
-		return nil, firstErr
-	}
-	for id, rd := range out {
-		r.leases[id], _, _ = r.leases[id].fold(rd)
-	}
-	return out, nil
+	return out, firstErr
 }
 
 func (r *run) ttl(ctx context.Context, lease int64) (ttlReading, error) {
@@ -529,7 +724,11 @@ func (r *run) ttl(ctx context.Context, lease int64) (ttlReading, error) {
 	if err != nil {
 		return ttlReading{}, fmt.Errorf("read lease %x: %w", lease, err)
 	}
-	return ttlReading{ttl: resp.TTL, granted: resp.GrantedTTL, term: resp.ResponseHeader.GetRaftTerm(), at: r.now()}, nil
+	return ttlReading{
+		ttl: resp.TTL, granted: resp.GrantedTTL,
+		term: resp.ResponseHeader.GetRaftTerm(), rev: resp.ResponseHeader.GetRevision(),
+		at: r.now(),
+	}, nil
 }
 
 // pruneLeases forgets leases that no longer own a lock.
