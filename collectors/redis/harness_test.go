@@ -20,6 +20,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
+	"github.com/leasewatch/leasewatch/collectors"
 )
 
 const testSource = "test-redis"
@@ -353,7 +354,7 @@ type collectorRun struct {
 
 // runCollector builds a collector for cfg, runs it on sink and waits until it
 // is ready. It is stopped when the test ends.
-func runCollector(t *testing.T, cfg Config, sk *sink, opts ...Option) *collectorRun {
+func runCollector(t *testing.T, cfg Config, sk collectors.Sink, opts ...Option) *collectorRun {
 	t.Helper()
 	c, err := New(cfg, testLogger(t), opts...)
 	if err != nil {

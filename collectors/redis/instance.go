@@ -271,13 +271,13 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 	}
 	// Subscribed: from here on every change reaches the stream, so a scan
 	// now leaves no change unseen.
-	var heard atomic.Int64
+	var heard, taken atomic.Int64
 	heard.Store(in.now().UnixNano())
 	recv := make(chan received, maxBatch)
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		in.receive(sctx, ps, recv, &heard)
+		in.receive(sctx, ps, recv, &heard, &taken)
 	}()
 
 	if err := in.scanAndSend(sctx, runID, true, false); err != nil {
@@ -315,7 +315,16 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 			in.lastSeen = time.Unix(0, heard.Load())
 		case <-ping.C:
 			seen := time.Unix(0, heard.Load())
-			if quiet := in.now().Sub(seen); quiet > deadAfter {
+			// The silence must be the connection's, not ours: dead means
+			// a PING unanswered for deadAfter with nothing read or taken
+			// meanwhile. While handle works through a backlog (or the
+			// recorder holds it up), notifications wait in recv, receive
+			// waits to hand one over (taken marks when it last could),
+			// and no PING goes out; dropping the connection then would
+			// lose the backlog and add a full scan to the load that made
+			// it.
+			quiet := in.now().Sub(time.Unix(0, max(heard.Load(), taken.Load())))
+			if quiet > deadAfter && len(recv) == 0 && len(pings) > 0 && in.now().Sub(pings[0]) > deadAfter {
 				return true, in.lost(seen, fmt.Errorf("no word on the pub/sub connection for %s", quiet.Round(time.Millisecond)))
 			}
 			if len(pings) > int(deadAfter/pingInterval) {
@@ -456,7 +465,9 @@ type received struct {
 // receive reads the pub/sub connection until it fails. go-redis would
 // reconnect and resubscribe on its own and hide the gap; the session closes
 // the connection on the first error instead, and scans after reconnecting.
-func (in *instance) receive(ctx context.Context, ps *goredis.PubSub, out chan<- received, heard *atomic.Int64) {
+// heard is when it last read a message; taken, when the session last took
+// one from it.
+func (in *instance) receive(ctx context.Context, ps *goredis.PubSub, out chan<- received, heard, taken *atomic.Int64) {
 	for {
 		msg, err := ps.Receive(ctx)
 		at := in.now()
@@ -465,6 +476,7 @@ func (in *instance) receive(ctx context.Context, ps *goredis.PubSub, out chan<- 
 		}
 		select {
 		case out <- received{msg: msg, err: err, at: at}:
+			taken.Store(in.now().UnixNano())
 		case <-ctx.Done():
 			return
 		}

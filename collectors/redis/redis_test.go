@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -1006,5 +1007,83 @@ func TestScriptsDeniedReadsWithMulti(t *testing.T) {
 	}
 	if d := cr.c.Degraded(); d != "" {
 		t.Fatalf("Degraded() = %q: reading without scripts sees everything", d)
+	}
+}
+
+// stallingSink holds every input while stalled, as a recorder held up by a
+// slow disk does.
+type stallingSink struct {
+	*sink
+	stalled atomic.Bool
+	release chan struct{}
+}
+
+func (s *stallingSink) wait() {
+	if s.stalled.Load() {
+		<-s.release
+	}
+}
+
+func (s *stallingSink) Observe(ctx context.Context, in audit.Input) error {
+	s.wait()
+	return s.sink.Observe(ctx, in)
+}
+
+func (s *stallingSink) Submit(ctx context.Context, in audit.Input) func() error {
+	s.wait()
+	return s.sink.Submit(ctx, in)
+}
+
+// A collector held up longer than deadAfter by its own sink has heard
+// nothing in that time, but the connection is fine: it must not call the
+// connection dead, drop the notifications waiting on it and go blind.
+func TestStalledSinkIsNotBlind(t *testing.T) {
+	t.Parallel()
+	srv := startRedis(t)
+	cli := srv.client(t)
+	sk := &stallingSink{sink: newSink(t), release: make(chan struct{})}
+	runCollector(t, testConfig(srv), sk)
+	ctx := context.Background()
+
+	if err := cli.SetNX(ctx, "lock:k", "A", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	sk.waitHeld(t, 5*time.Second, "lock:k", "A")
+	sk.stalled.Store(true)
+	if err := cli.Del(ctx, "lock:k").Err(); err != nil {
+		t.Fatal(err)
+	}
+	if err := cli.SetNX(ctx, "lock:k", "B", time.Minute).Err(); err != nil {
+		t.Fatal(err)
+	}
+	// The stall itself is what is under test: longer than deadAfter.
+	time.Sleep(deadAfter + time.Second)
+	sk.stalled.Store(false)
+	close(sk.release)
+	released := time.Now()
+
+	sk.waitHeld(t, 5*time.Second, "lock:k", "B")
+	// A connection wrongly called dead would be replaced within a ping or
+	// two, and its blind window recorded before the new connection vouches
+	// for anything after that.
+	eventually(t, 5*time.Second, "the collector to vouch for the time after the stall", func() bool {
+		for _, in := range sk.allInputs() {
+			if in.Live && in.At.After(released.Add(4*pingInterval)) {
+				return true
+			}
+		}
+		return false
+	})
+	evs := sk.events(t, "lock:k")
+	if got := kinds(evs); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventGrant}) {
+		t.Fatalf("events = %v, want grant, release, grant: nothing blind", got)
+	}
+	for _, e := range evs {
+		if e.Inferred {
+			t.Fatalf("event %+v inferred, want every change seen", e)
+		}
+	}
+	if f := sk.findings(t, "lock:k", audit.FindingBlindWindow); len(f) != 0 {
+		t.Fatalf("blind_window findings = %+v, want none", f)
 	}
 }
