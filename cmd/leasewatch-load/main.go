@@ -6,7 +6,7 @@
 //
 //	leasewatch-load kubernetes [--heartbeats 2000] [--elections 50] [--duration 60s]
 //	leasewatch-load redis [--locks 10000] [--ttl 2s] [--every 500ms] [--duration 30s]
-//	leasewatch-load etcd [--locks 5000] [--contenders 2] [--sessions 32] [--ttl 5s] [--hold 2m] [--duration 30s]
+//	leasewatch-load etcd [--locks 5000] [--contenders 2] [--sessions 32] [--ttl 5s] [--hold 20s] [--duration 30s]
 //	leasewatch-load soak [--locks 1000] [--every 500ms] [--duration 30m] [--renewals 2m] [--events 5m]
 //
 // The kubernetes scenario starts a real kube-apiserver on an embedded etcd
@@ -71,15 +71,7 @@ func main() {
 		scenario = &r
 	case "etcd":
 		var e etcdLoad
-		fs.IntVar(&e.locks, "locks", 5000, "concurrency.Mutex locks")
-		fs.IntVar(&e.contenders, "contenders", 2, "sessions contending for each lock (at least 2)")
-		fs.IntVar(&e.sessions, "sessions", 32, "etcd sessions (leases) the contenders are drawn from")
-		fs.DurationVar(&e.ttl, "ttl", 5*time.Second, "session lease TTL (whole seconds, at least 2s)")
-		fs.DurationVar(&e.hold, "hold", 2*time.Minute, "how long each lock is held before its holder unlocks and queues again: locks/hold handovers per second (the default, about 40/s with 5000 locks, is what leasewatch keeps up with on 2 cores)")
-		fs.DurationVar(&e.warmup, "warmup", 10*time.Second, "load before measuring, after up to 30s to start the locks")
-		fs.DurationVar(&e.duration, "duration", 30*time.Second, "measured load")
-		fs.StringVar(&e.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
-		fs.BoolVar(&e.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
+		e.flags(fs)
 		scenario = &e
 	case "soak":
 		s := soak{pruneCadence: time.Minute} // leasewatch's retention pass interval
