@@ -196,15 +196,16 @@ func (m *recorderMetrics) observe(c audit.Commit) {
 			delete(m.heartbeats, st.Lock.Key())
 		}
 	}
+	var before priorHolders
 	for _, e := range c.Batch.Events {
 		m.events.WithLabelValues(e.Lock.Source, string(e.Kind)).Inc()
-		m.lockEvent(c.Batch, e)
+		m.lockEvent(c.Batch, &before, e)
 	}
 }
 
 // lockEvent counts one event into the per-lock and per-class metrics. The
 // caller holds m.mu.
-func (m *recorderMetrics) lockEvent(b *audit.Batch, e audit.Event) {
+func (m *recorderMetrics) lockEvent(b *audit.Batch, before *priorHolders, e audit.Event) {
 	switch e.Kind {
 	case audit.EventWriteAccepted, audit.EventWriteRejected:
 		m.writes.WithLabelValues(e.Lock.Source, e.Resource, strings.TrimPrefix(string(e.Kind), "write_")).Inc()
@@ -226,7 +227,7 @@ func (m *recorderMetrics) lockEvent(b *audit.Batch, e audit.Event) {
 	}
 	switch e.Kind {
 	case audit.EventGrant:
-		prev, known := previousHolder(b, ls, e)
+		prev, known := previousHolder(b, before, ls, e)
 		if !known || prev != e.Holder {
 			ls.changes++
 		}
@@ -251,7 +252,7 @@ func (m *recorderMetrics) lockEvent(b *audit.Batch, e audit.Event) {
 
 // previousHolder returns the holder of the tenure before grant e, and false
 // when the lock had none (its first grant) or it is unknown.
-func previousHolder(b *audit.Batch, ls *lockSeries, e audit.Event) (string, bool) {
+func previousHolder(b *audit.Batch, before *priorHolders, ls *lockSeries, e audit.Event) (string, bool) {
 	if h, ok := e.Detail["superseded"].(string); ok {
 		return h, true
 	}
@@ -260,19 +261,37 @@ func previousHolder(b *audit.Batch, ls *lockSeries, e audit.Event) (string, bool
 	}
 	// The lock's earlier events predate this process: the tracker's
 	// recent tenures, written with the grant, say who held it before.
-	for i := len(b.Locks) - 1; i >= 0; i-- {
-		st := &b.Locks[i]
-		if st.Lock.Key() != e.Lock {
-			continue
+	st := before.lock(b, e.Lock)
+	if st == nil {
+		return "", false
+	}
+	for j := len(st.Recent) - 1; j > 0; j-- {
+		if ten := st.Recent[j]; ten.Holder == e.Holder && ten.GrantedAt.Equal(e.At) {
+			return st.Recent[j-1].Holder, true
 		}
-		for j := len(st.Recent) - 1; j > 0; j-- {
-			if ten := st.Recent[j]; ten.Holder == e.Holder && ten.GrantedAt.Equal(e.At) {
-				return st.Recent[j-1].Holder, true
-			}
-		}
-		break
 	}
 	return "", false
+}
+
+// priorHolders finds a batch's last state of a lock, indexing the batch's
+// locks on first use: a commit after a start can carry thousands of first
+// grants, and a scan of the batch for each was quadratic.
+type priorHolders struct {
+	last map[audit.LockKey]int // index in Batch.Locks of each lock's last state
+}
+
+func (p *priorHolders) lock(b *audit.Batch, key audit.LockKey) *audit.TrackState {
+	if p.last == nil {
+		p.last = make(map[audit.LockKey]int, len(b.Locks))
+		for i := range b.Locks {
+			p.last[b.Locks[i].Lock.Key()] = i
+		}
+	}
+	i, ok := p.last[key]
+	if !ok {
+		return nil
+	}
+	return &b.Locks[i]
 }
 
 // withLag sets each source's Lag and LagAt from the latest commit that
