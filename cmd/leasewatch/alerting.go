@@ -118,15 +118,24 @@ func (a *alerting) evaluate(now time.Time) {
 	a.buf = a.relevant(now, a.buf[:0])
 	in := alert.Input{Findings: a.findings, Sources: sources, Locks: a.buf}
 	a.findings = nil
+	a.mu.Unlock()
+	// The evaluator and buf are this goroutine's alone, so the evaluation
+	// runs unlocked: the recorder's commit hook (observe) takes a.mu, and
+	// a commit must not wait for thousands of firing alerts to be ordered.
 	out := a.eval.Evaluate(now, in)
-	a.firing = a.firing[:0]
+	firing := make([]alert.Alert, 0, len(out))
+	var resolved []alert.Alert
 	for _, al := range out {
 		if al.Firing() {
-			a.firing = append(a.firing, al)
+			firing = append(firing, al)
 		} else {
-			a.resolved = append([]alert.Alert{al}, a.resolved...)
+			resolved = append(resolved, al)
 		}
 	}
+	a.mu.Lock()
+	a.firing = firing
+	slices.Reverse(resolved)
+	a.resolved = append(resolved, a.resolved...)
 	if len(a.resolved) > maxResolved {
 		a.resolved = a.resolved[:maxResolved]
 	}
