@@ -107,7 +107,7 @@ type Retainer struct {
 	Store     Pruner
 	Retention Retention
 	Now       func() time.Time
-	Log       *slog.Logger
+	Log       *slog.Logger // nil: discard
 	// Every is the time between passes; a pass runs until nothing due is
 	// left. Default one minute.
 	Every time.Duration
@@ -124,6 +124,10 @@ func (r *Retainer) Run(ctx context.Context) {
 	if r.Retention.Keeps() {
 		return
 	}
+	log := r.Log
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
 	every := r.Every
 	if every <= 0 {
 		every = time.Minute
@@ -132,7 +136,7 @@ func (r *Retainer) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
-			r.Log.Warn("retention pass failed; retrying at the next", "err", err)
+			log.Warn("retention pass failed; retrying at the next", "err", err)
 		}
 		select {
 		case <-ctx.Done():
