@@ -37,7 +37,7 @@ type alerting struct {
 
 	mu       sync.Mutex
 	locks    map[audit.LockKey]audit.Lock
-	watch    watchList
+	watch    *alert.WatchList
 	findings []audit.Finding // committed since the last evaluation
 	buf      []audit.Lock    // the locks of an evaluation, reused
 	firing   []alert.Alert
@@ -50,7 +50,7 @@ type alerting struct {
 func newAlerting(cfg alert.Config, sources func() []audit.Source, notify func([]alert.Alert), resendEvery time.Duration) *alerting {
 	return &alerting{eval: alert.New(cfg), sources: sources, notify: notify, resendEvery: resendEvery,
 		locks: make(map[audit.LockKey]audit.Lock), sent: make(map[string]bool),
-		watch: newWatchList(cfg)}
+		watch: alert.NewWatchList(cfg)}
 }
 
 // load reads every lock from store (the recorder's Fresh view, whose rows
@@ -67,7 +67,7 @@ func (a *alerting) load(ctx context.Context, store audit.Store) error {
 		a.mu.Lock()
 		for _, l := range locks {
 			a.locks[l.Key()] = l
-			a.watch.update(l)
+			a.watch.Update(l)
 		}
 		a.mu.Unlock()
 		if len(locks) < page {
@@ -84,13 +84,13 @@ func (a *alerting) observe(c audit.Commit) {
 	defer a.mu.Unlock()
 	for _, st := range c.Batch.Locks {
 		a.locks[st.Lock.Key()] = st.Lock
-		a.watch.update(st.Lock)
+		a.watch.Update(st.Lock)
 	}
 	for _, rn := range c.Renewals {
 		if l, ok := a.locks[rn.Lock]; ok {
 			l.RenewedAt, l.ExpiresAt, l.LeaseDuration = rn.RenewedAt, rn.ExpiresAt, rn.LeaseDuration
 			a.locks[rn.Lock] = l
-			a.watch.update(l)
+			a.watch.Update(l)
 		}
 	}
 	a.findings = append(a.findings, c.Batch.Findings...)
@@ -161,7 +161,7 @@ func (a *alerting) relevant(now time.Time, buf []audit.Lock) []audit.Lock {
 			buf = append(buf, l)
 		}
 	}
-	for _, k := range a.watch.due(now, a.locks) {
+	for _, k := range a.watch.Due(now, a.locks) {
 		add(k)
 	}
 	for _, f := range a.findings {

@@ -1,4 +1,4 @@
-package main
+package alert
 
 import (
 	"fmt"
@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
-	"github.com/leasewatch/leasewatch/audit/alert"
 )
 
 func heldLock(name string, class audit.Class, renewed time.Time, lease time.Duration) audit.Lock {
@@ -18,19 +17,19 @@ func heldLock(name string, class audit.Class, renewed time.Time, lease time.Dura
 // The watch list hands over exactly the held leases within the widest
 // margin of their end, follows renewals and ends, and keeps one schedule
 // entry per lock however often they renew.
-func TestWatchListDue(t *testing.T) {
+func TestWatchList(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	cfg := alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25},
-		Rules: []alert.Rule{{Lock: "slow-*", Thresholds: alert.Thresholds{RenewMarginRatio: 0.5}}}}
-	w := newWatchList(cfg)
+	cfg := Config{Defaults: Thresholds{RenewMarginRatio: 0.25},
+		Rules: []Rule{{Lock: "slow-*", Thresholds: Thresholds{RenewMarginRatio: 0.5}}}}
+	w := NewWatchList(cfg)
 	locks := make(map[audit.LockKey]audit.Lock)
 	put := func(l audit.Lock) {
 		locks[l.Key()] = l
-		w.update(l)
+		w.Update(l)
 	}
 	due := func(at time.Duration) []string {
 		var names []string
-		for _, k := range w.due(t0.Add(at), locks) {
+		for _, k := range w.Due(t0.Add(at), locks) {
 			names = append(names, k.Name)
 		}
 		slices.Sort(names)
@@ -71,40 +70,4 @@ func TestWatchListDue(t *testing.T) {
 	if n := len(w.queue); n > len(locks) {
 		t.Errorf("schedule holds %d entries for %d locks", n, len(locks))
 	}
-}
-
-// BenchmarkAlertingEvaluate evaluates 100,000 held locks, one in a thousand
-// near expiry, through the watch list; the baseline copies every lock out of
-// the map and passes the evaluator all of them, as before the watch list.
-func BenchmarkAlertingEvaluate(b *testing.B) {
-	const n = 100_000
-	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	cfg := alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25}}
-	a := newAlerting(cfg, func() []audit.Source { return nil }, nil, time.Minute)
-	all := make([]audit.Lock, 0, n)
-	for i := range n {
-		renewed := t0
-		if i%1000 == 0 {
-			renewed = t0.Add(-8 * time.Second) // 2 s of 10 left at t0
-		}
-		l := heldLock(fmt.Sprintf("lock-%06d", i), audit.ClassLock, renewed, 10*time.Second)
-		a.locks[l.Key()] = l
-		a.watch.update(l)
-		all = append(all, l)
-	}
-	b.Run("WatchList", func(b *testing.B) {
-		for b.Loop() {
-			a.evaluate(t0)
-		}
-	})
-	b.Run("EveryLock", func(b *testing.B) {
-		eval := alert.New(cfg)
-		for b.Loop() {
-			all = all[:0]
-			for _, l := range a.locks {
-				all = append(all, l)
-			}
-			eval.Evaluate(t0, alert.Input{Locks: all})
-		}
-	})
 }

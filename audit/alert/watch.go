@@ -1,30 +1,31 @@
-package main
+package alert
 
 import (
 	"container/heap"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
-	"github.com/leasewatch/leasewatch/audit/alert"
 )
 
-// watchList finds the held leases that may be near expiry without looking
-// at every lock: evaluation runs four times a second, and a scan of 100,000
-// locks each time took most of a core. A lease can be near expiry only once
+// WatchList finds the held leases that may be near expiry without looking
+// at every lock, for a caller that keeps many locks and passes Evaluate only
+// those that matter (Input.Locks): evaluation runs several times a second,
+// and a scan of 100,000 locks each time took most of a core. A lease can be near expiry only once
 // no more than the widest renew margin of it is left, so each held lock is
 // scheduled for that moment; a renewal moves the moment later, and the
 // schedule is corrected lazily when its entry comes up. Not safe for
 // concurrent use.
-type watchList struct {
-	widest    float64 // alert.Config.WidestMargin
+type WatchList struct {
+	widest    float64 // Config.WidestMargin
 	watched   func(audit.Class) bool
 	scheduled map[audit.LockKey]time.Time // each lock's one entry in queue
 	queue     watchQueue
-	near      map[audit.LockKey]bool // past their moment at the last due
+	near      map[audit.LockKey]bool // past their moment at the last Due
 }
 
-func newWatchList(cfg alert.Config) watchList {
-	return watchList{
+// NewWatchList returns an empty watch list for cfg's margins and classes.
+func NewWatchList(cfg Config) *WatchList {
+	return &WatchList{
 		widest:    cfg.WidestMargin(),
 		watched:   func(c audit.Class) bool { return c != audit.ClassHeartbeat || cfg.IncludeHeartbeats },
 		scheduled: make(map[audit.LockKey]time.Time),
@@ -34,16 +35,16 @@ func newWatchList(cfg alert.Config) watchList {
 
 // from returns when l may first be near expiry; false if it never can be
 // (not held, no deadline, or a class alerts leave out).
-func (w *watchList) from(l audit.Lock) (time.Time, bool) {
+func (w *WatchList) from(l audit.Lock) (time.Time, bool) {
 	if l.State != audit.StateHeld || l.ExpiresAt.IsZero() || l.LeaseDuration <= 0 || !w.watched(l.Class) {
 		return time.Time{}, false
 	}
 	return l.ExpiresAt.Add(-time.Duration(w.widest * float64(l.LeaseDuration))), true
 }
 
-// update schedules l as it now is. An entry already due earlier stays:
-// when it comes up, due reschedules it from the lock as it is then.
-func (w *watchList) update(l audit.Lock) {
+// Update schedules l as it now is. An entry already due earlier stays:
+// when it comes up, Due reschedules it from the lock as it is then.
+func (w *WatchList) Update(l audit.Lock) {
 	at, ok := w.from(l)
 	if !ok {
 		return
@@ -56,8 +57,8 @@ func (w *watchList) update(l audit.Lock) {
 	heap.Push(&w.queue, watchEntry{at: at, key: k})
 }
 
-// due returns the locks that may be near expiry at now, as locks has them.
-func (w *watchList) due(now time.Time, locks map[audit.LockKey]audit.Lock) []audit.LockKey {
+// Due returns the locks that may be near expiry at now, as locks has them.
+func (w *WatchList) Due(now time.Time, locks map[audit.LockKey]audit.Lock) []audit.LockKey {
 	for len(w.queue) > 0 && !w.queue[0].at.After(now) {
 		e := heap.Pop(&w.queue).(watchEntry)
 		if !w.scheduled[e.key].Equal(e.at) {
@@ -78,7 +79,7 @@ func (w *watchList) due(now time.Time, locks map[audit.LockKey]audit.Lock) []aud
 	for k := range w.near {
 		at, ok := w.from(locks[k])
 		if !ok || at.After(now) {
-			delete(w.near, k) // renewed, released or gone: update has scheduled it again if held
+			delete(w.near, k) // renewed, released or gone: Update has scheduled it again if held
 			continue
 		}
 		out = append(out, k)
