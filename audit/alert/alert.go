@@ -47,10 +47,27 @@ type Alert struct {
 	EndsAt      time.Time // zero while firing
 
 	fp string // Fingerprint, as newAlert made it; empty: compute it
+	// ids are the alertname, source, lock and holder labels, as newAlert
+	// made them (order sorts by them); nil: read the labels. A pointer
+	// keeps Alert small enough for a map to hold it inline.
+	ids *[4]string
 }
 
 // Name returns the alertname label.
-func (a Alert) Name() string { return a.Labels[LabelAlertName] }
+func (a Alert) Name() string {
+	if a.ids != nil {
+		return a.ids[0]
+	}
+	return a.Labels[LabelAlertName]
+}
+
+// sortKey is what alerts are ordered by: alertname, source, lock, holder.
+func (a Alert) sortKey() [4]string {
+	if a.ids != nil {
+		return *a.ids
+	}
+	return [4]string{a.Labels[LabelAlertName], a.Labels[LabelSource], a.Labels[LabelLock], a.Labels[LabelHolder]}
+}
 
 // Firing reports whether the alert has not resolved.
 func (a Alert) Firing() bool { return a.EndsAt.IsZero() }

@@ -2,7 +2,6 @@ package alert
 
 import (
 	"fmt"
-	"maps"
 	"slices"
 	"strings"
 	"time"
@@ -46,6 +45,20 @@ type Evaluator struct {
 	// downSince is when the evaluator first saw a source down that does
 	// not say since when it is blind (a collector that never connected).
 	downSince map[string]time.Time
+	// near keeps each LeaseNearExpiry alert with the lease it describes, so
+	// that a lease unchanged since the last evaluation costs a comparison:
+	// a backlog can leave thousands of leases near expiry at once, and
+	// evaluation runs several times a second.
+	near map[audit.LockKey]nearAlert
+}
+
+// nearAlert is a LeaseNearExpiry alert and the lease it was made from.
+type nearAlert struct {
+	holder               string
+	expiresAt, renewedAt time.Time
+	lease, margin        time.Duration
+	ranOut               bool
+	alert                Alert
 }
 
 // active is a firing alert and what decides when it resolves.
@@ -62,14 +75,17 @@ type active struct {
 // New returns an evaluator with nothing firing. cfg's rules should be valid
 // (see ValidPattern); a rule whose pattern is malformed never matches.
 func New(cfg Config) *Evaluator {
-	return &Evaluator{cfg: cfg, active: make(map[string]*active), downSince: make(map[string]time.Time)}
+	return &Evaluator{cfg: cfg, active: make(map[string]*active), downSince: make(map[string]time.Time),
+		near: make(map[audit.LockKey]nearAlert)}
 }
 
 // Evaluate returns every alert firing at now, followed by those that resolved
 // since the previous evaluation (EndsAt now), each reported resolved once. A
 // condition that still holds keeps its fingerprint and StartsAt, so a sender
 // may re-send the firing alerts every time. Within each group, alerts are
-// ordered by name, source, lock and holder.
+// ordered by name, source, lock and holder. The alerts share their label and
+// annotation maps with the evaluator and with earlier results: read them,
+// and copy them before changing them (as Sender does).
 func (e *Evaluator) Evaluate(now time.Time, in Input) []Alert {
 	current := make(map[string]Alert)
 	e.nearExpiry(now, in.Locks, current)
@@ -91,16 +107,19 @@ func (e *Evaluator) Evaluate(now time.Time, in Input) []Alert {
 	for fp, a := range e.active {
 		if e.holds(now, a, current, locks) {
 			a.shown = true
-			firing = append(firing, a.clone())
+			firing = append(firing, a.Alert)
 			continue
 		}
 		a.EndsAt = now
-		resolved = append(resolved, a.clone())
+		resolved = append(resolved, a.Alert)
 		delete(e.active, fp)
+		if a.Name() == LeaseNearExpiry {
+			delete(e.near, audit.LockKey{Source: a.Labels[LabelSource], Name: a.Labels[LabelLock]})
+		}
 	}
 	for fp, a := range current { // what holds() left: newly firing
 		e.active[fp] = &active{Alert: a}
-		firing = append(firing, e.active[fp].clone())
+		firing = append(firing, a)
 	}
 	order(firing)
 	order(resolved)
@@ -115,13 +134,6 @@ func (e *Evaluator) anyActive(name string) bool {
 		}
 	}
 	return false
-}
-
-// clone copies a's maps, so callers may keep or change what Evaluate returns.
-func (a *active) clone() Alert {
-	c := a.Alert
-	c.Labels, c.Annotations = maps.Clone(c.Labels), maps.Clone(c.Annotations)
-	return c
 }
 
 // holds reports whether a still fires, refreshing its annotations from the
@@ -153,7 +165,9 @@ func (e *Evaluator) watched(c audit.Class) bool {
 }
 
 // nearExpiry adds a LeaseNearExpiry alert for every watched held lease with
-// less than its margin left; it starts when the lease crossed the margin.
+// less than its margin left; it starts when the lease crossed the margin. Its
+// summary dates the expiry rather than counting down to it, so the alert of a
+// lease that has not changed is the one the previous evaluation made.
 func (e *Evaluator) nearExpiry(now time.Time, locks []audit.Lock, current map[string]Alert) {
 	for _, l := range locks {
 		if l.State != audit.StateHeld || !e.watched(l.Class) || l.ExpiresAt.IsZero() || l.LeaseDuration <= 0 {
@@ -164,15 +178,28 @@ func (e *Evaluator) nearExpiry(now time.Time, locks []audit.Lock, current map[st
 		if left >= margin {
 			continue
 		}
-		summary := fmt.Sprintf("%s has %s of its %s lease on %s left and has not renewed since %s",
-			orUnknown(l.Holder), left.Round(time.Millisecond), l.LeaseDuration, l.Key(), stamp(l.RenewedAt))
-		if left <= 0 {
-			summary = fmt.Sprintf("%s's %s lease on %s ran out %s ago without a renewal; leasewatch has not yet seen it expire",
-				orUnknown(l.Holder), l.LeaseDuration, l.Key(), (-left).Round(time.Millisecond))
+		key := l.Key()
+		n := nearAlert{holder: l.Holder, expiresAt: l.ExpiresAt, renewedAt: l.RenewedAt, lease: l.LeaseDuration, margin: margin, ranOut: left <= 0}
+		if memo, ok := e.near[key]; ok && memo.same(n) {
+			current[memo.alert.Fingerprint()] = memo.alert
+			continue
 		}
-		a := newAlert(LeaseNearExpiry, audit.SeverityWarning, l.Source, l.Name, l.Holder, l.ExpiresAt.Add(-margin), summary)
-		current[a.Fingerprint()] = a
+		summary := fmt.Sprintf("%s's %s lease on %s expires at %s, within its last %s, and has not been renewed since %s",
+			orUnknown(l.Holder), l.LeaseDuration, key, clock(l.ExpiresAt), margin, clock(l.RenewedAt))
+		if n.ranOut {
+			summary = fmt.Sprintf("%s's %s lease on %s ran out at %s without a renewal (last renewed %s); leasewatch has not yet seen it expire",
+				orUnknown(l.Holder), l.LeaseDuration, key, clock(l.ExpiresAt), clock(l.RenewedAt))
+		}
+		n.alert = newAlert(LeaseNearExpiry, audit.SeverityWarning, l.Source, l.Name, l.Holder, l.ExpiresAt.Add(-margin), summary)
+		e.near[key] = n
+		current[n.alert.Fingerprint()] = n.alert
 	}
+}
+
+// same reports whether m and n describe the same lease in the same state.
+func (m nearAlert) same(n nearAlert) bool {
+	return m.holder == n.holder && m.expiresAt.Equal(n.expiresAt) && m.renewedAt.Equal(n.renewedAt) &&
+		m.lease == n.lease && m.margin == n.margin && m.ranOut == n.ranOut
 }
 
 // blind adds a CollectorBlind alert for every source blind for BlindAfter or
@@ -276,7 +303,8 @@ func newAlert(name string, sev audit.Severity, source, lock, holder string, star
 	if holder != "" {
 		labels[LabelHolder] = holder
 	}
-	return Alert{Labels: labels, Annotations: map[string]string{AnnotationSummary: summary}, StartsAt: startsAt, fp: fingerprint(labels)}
+	return Alert{Labels: labels, Annotations: map[string]string{AnnotationSummary: summary}, StartsAt: startsAt,
+		fp: fingerprint(labels), ids: &[4]string{name, source, lock, holder}}
 }
 
 func order(alerts []Alert) {
@@ -286,7 +314,7 @@ func order(alerts []Alert) {
 	keys := make([][4]string, len(alerts))
 	idx := make([]int, len(alerts))
 	for i, a := range alerts {
-		keys[i] = [4]string{a.Labels[LabelAlertName], a.Labels[LabelSource], a.Labels[LabelLock], a.Labels[LabelHolder]}
+		keys[i] = a.sortKey()
 		idx[i] = i
 	}
 	slices.SortFunc(idx, func(i, j int) int {
@@ -307,6 +335,14 @@ func orUnknown(holder string) string {
 		return "an unknown holder"
 	}
 	return holder
+}
+
+// clock is t to the millisecond, for leases a few seconds long.
+func clock(t time.Time) string {
+	if t.IsZero() {
+		return "an unknown time"
+	}
+	return t.UTC().Format("2006-01-02T15:04:05.000Z07:00")
 }
 
 func stamp(t time.Time) string {

@@ -127,6 +127,49 @@ func TestNearExpiry(t *testing.T) {
 	}
 }
 
+// TestNearExpirySummaryFollowsTheLease checks that an alert that keeps firing
+// describes the lease as it is now: a renewal that leaves it near expiry, and
+// the expiry passing unseen, each change the summary, while the fingerprint
+// and start stay.
+func TestNearExpirySummaryFollowsTheLease(t *testing.T) {
+	e := New(Config{})
+	evaluate := func(s float64, l audit.Lock) Alert {
+		t.Helper()
+		out := e.Evaluate(at(s), locks(l))
+		if len(out) != 1 || !out[0].Firing() || out[0].Name() != LeaseNearExpiry {
+			t.Fatalf("at %vs: alerts = %q, want LeaseNearExpiry firing", s, ids(out))
+		}
+		return out[0]
+	}
+	summary := func(a Alert) string { return a.Annotations[AnnotationSummary] }
+
+	first := evaluate(8, held("prod", "/locks/orders", "worker-a", 0, 10))
+	if want := "expires at 2026-11-29T03:00:10.000Z"; !strings.Contains(summary(first), want) {
+		t.Fatalf("summary = %q, want it to say %q", summary(first), want)
+	}
+	if again := evaluate(8.25, held("prod", "/locks/orders", "worker-a", 0, 10)); summary(again) != summary(first) {
+		t.Errorf("unchanged lease: summary %q, then %q", summary(first), summary(again))
+	}
+	// A short renewal at 8.5s: the lease now ends at 10.5s, still within
+	// its margin.
+	renewed := held("prod", "/locks/orders", "worker-a", 0, 10)
+	renewed.RenewedAt, renewed.ExpiresAt = at(8.5), at(10.5)
+	second := evaluate(8.75, renewed)
+	if want := "expires at 2026-11-29T03:00:10.500Z"; !strings.Contains(summary(second), want) {
+		t.Errorf("after a renewal: summary = %q, want it to say %q", summary(second), want)
+	}
+	if want := "renewed since 2026-11-29T03:00:08.500Z"; !strings.Contains(summary(second), want) {
+		t.Errorf("after a renewal: summary = %q, want it to say %q", summary(second), want)
+	}
+	third := evaluate(11, renewed)
+	if want := "ran out at 2026-11-29T03:00:10.500Z"; !strings.Contains(summary(third), want) {
+		t.Errorf("past the expiry: summary = %q, want it to say %q", summary(third), want)
+	}
+	if third.Fingerprint() != first.Fingerprint() || !third.StartsAt.Equal(first.StartsAt) {
+		t.Errorf("the alert changed identity: %s from %v, then %s from %v", first.Fingerprint(), first.StartsAt, third.Fingerprint(), third.StartsAt)
+	}
+}
+
 func TestLeaseLost(t *testing.T) {
 	// worker-a paused past its 10s lease: the tracker ended its tenure at
 	// 10s and raised lease_expired; worker-b was granted the lock at 10.2s.
@@ -377,7 +420,7 @@ func TestAlertContents(t *testing.T) {
 		{"alertname=LeaseLost holder=worker-z lock=/locks/jobs severity=warning source=prod", at(7),
 			"worker-z lost prod//locks/jobs: its lease expired while it held the lock"},
 		{"alertname=LeaseNearExpiry holder=worker-a lock=/locks/orders severity=warning source=prod", at(7.5),
-			"worker-a has 2s of its 10s lease on prod//locks/orders left and has not renewed since 2026-11-29T03:00:00Z"},
+			"worker-a's 10s lease on prod//locks/orders expires at 2026-11-29T03:00:10.000Z, within its last 2.5s, and has not been renewed since 2026-11-29T03:00:00.000Z"},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("alerts = %q, want %d", ids(got), len(want))
