@@ -26,6 +26,14 @@ func (k SourceKind) Valid() bool {
 	return k == KindEtcd || k == KindKubernetes || k == KindRedis
 }
 
+// ExpiresByClock reports whether k's backend never reports a lease's expiry
+// itself (Kubernetes; Redis, whose expired event can lag): its collector
+// sends Input.ExpireByClock and vouches with Input.Live for the time up to
+// which it has delivered every change, and leases are judged only up to then.
+func (k SourceKind) ExpiresByClock() bool {
+	return k == KindKubernetes || k == KindRedis
+}
+
 // Class separates mutual-exclusion locks from liveness heartbeats.
 type Class string
 

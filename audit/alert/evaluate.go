@@ -35,6 +35,22 @@ type Input struct {
 	Findings []audit.Finding
 	// Sources are the collectors' states.
 	Sources []audit.Source
+	// Live is, per source, the time up to which its collector has delivered
+	// every change (audit.Input.Live); zero until it first says so. A
+	// source listed has its leases judged near expiry as of then, never
+	// later: a renewal the collector has not delivered yet may well have
+	// happened, and a collector that falls behind must not make every
+	// lease look late. A source not listed is judged at now.
+	Live map[string]time.Time
+}
+
+// asOf is the time a lease of source is judged at: now, or the time up to
+// which its collector has delivered every change, if earlier.
+func asOf(now time.Time, live map[string]time.Time, source string) time.Time {
+	if t, ok := live[source]; ok && t.Before(now) {
+		return t
+	}
+	return now
 }
 
 // Evaluator turns inputs into alerts. It remembers the alerts that fire, so
@@ -88,7 +104,7 @@ func New(cfg Config) *Evaluator {
 // and copy them before changing them (as Sender does).
 func (e *Evaluator) Evaluate(now time.Time, in Input) []Alert {
 	current := make(map[string]Alert)
-	e.nearExpiry(now, in.Locks, current)
+	e.nearExpiry(now, in.Live, in.Locks, current)
 	e.blind(now, in.Sources, current)
 	// The locks by key, only when a finding or a lost lease needs them:
 	// evaluation runs several times a second over every lock.
@@ -165,16 +181,17 @@ func (e *Evaluator) watched(c audit.Class) bool {
 }
 
 // nearExpiry adds a LeaseNearExpiry alert for every watched held lease with
-// less than its margin left; it starts when the lease crossed the margin. Its
-// summary dates the expiry rather than counting down to it, so the alert of a
-// lease that has not changed is the one the previous evaluation made.
-func (e *Evaluator) nearExpiry(now time.Time, locks []audit.Lock, current map[string]Alert) {
+// less than its margin left (as of asOf); it starts when the lease crossed the
+// margin. Its summary dates the expiry rather than counting down to it, so the
+// alert of a lease that has not changed is the one the previous evaluation
+// made.
+func (e *Evaluator) nearExpiry(now time.Time, live map[string]time.Time, locks []audit.Lock, current map[string]Alert) {
 	for _, l := range locks {
 		if l.State != audit.StateHeld || !e.watched(l.Class) || l.ExpiresAt.IsZero() || l.LeaseDuration <= 0 {
 			continue
 		}
 		margin := time.Duration(e.cfg.For(l.Source, l.Name).RenewMarginRatio * float64(l.LeaseDuration))
-		left := l.ExpiresAt.Sub(now)
+		left := l.ExpiresAt.Sub(asOf(now, live, l.Source))
 		if left >= margin {
 			continue
 		}

@@ -114,6 +114,19 @@ func TestNearExpiry(t *testing.T) {
 			{at: 18.5, in: locks(held("prod", "/locks/orders", "worker-b", 10, 10)),
 				firing: alerts("LeaseNearExpiry prod//locks/orders worker-b"), resolved: alerts("LeaseNearExpiry prod//locks/orders worker-a")},
 		}},
+		{"JudgedAsOfTheCollectorsLiveTime", []step{
+			// The collector has delivered every change up to 5s only: the
+			// lease may have been renewed since, so it is not near expiry.
+			{at: 9, in: Input{Locks: []audit.Lock{held("prod", "/locks/orders", "worker-a", 0, 10)}, Live: map[string]time.Time{"prod": at(5)}}},
+			{at: 9, in: Input{Locks: []audit.Lock{held("prod", "/locks/orders", "worker-a", 0, 10)}, Live: map[string]time.Time{"prod": at(8)}},
+				firing: alerts("LeaseNearExpiry prod//locks/orders worker-a")},
+			// Not yet live since a start: nothing is judged.
+			{at: 20, in: Input{Locks: []audit.Lock{held("prod", "/locks/orders", "worker-a", 0, 10)}, Live: map[string]time.Time{"prod": {}}},
+				resolved: alerts("LeaseNearExpiry prod//locks/orders worker-a")},
+			// Live ahead of the evaluation (another clock): judged at now.
+			{at: 8, in: Input{Locks: []audit.Lock{held("prod", "/locks/orders", "worker-a", 0, 10)}, Live: map[string]time.Time{"prod": at(30)}},
+				firing: alerts("LeaseNearExpiry prod//locks/orders worker-a")},
+		}},
 		{"UnknownDurationNeverFires", []step{
 			{at: 100, in: locks(func() audit.Lock {
 				l := held("prod", "/locks/orders", "worker-a", 0, 10)

@@ -57,8 +57,9 @@ func (w *WatchList) Update(l audit.Lock) {
 	heap.Push(&w.queue, watchEntry{at: at, key: k})
 }
 
-// Due returns the locks that may be near expiry at now, as locks has them.
-func (w *WatchList) Due(now time.Time, locks map[audit.LockKey]audit.Lock) []audit.LockKey {
+// Due returns the locks that may be near expiry at now, as locks has them,
+// each judged as of its source's live time (see Input.Live) if earlier.
+func (w *WatchList) Due(now time.Time, live map[string]time.Time, locks map[audit.LockKey]audit.Lock) []audit.LockKey {
 	for len(w.queue) > 0 && !w.queue[0].at.After(now) {
 		e := heap.Pop(&w.queue).(watchEntry)
 		if !w.scheduled[e.key].Equal(e.at) {
@@ -81,6 +82,9 @@ func (w *WatchList) Due(now time.Time, locks map[audit.LockKey]audit.Lock) []aud
 		if !ok || at.After(now) {
 			delete(w.near, k) // renewed, released or gone: Update has scheduled it again if held
 			continue
+		}
+		if at.After(asOf(now, live, k.Source)) {
+			continue // its collector has not delivered that far yet
 		}
 		out = append(out, k)
 	}

@@ -29,7 +29,7 @@ func TestWatchList(t *testing.T) {
 	}
 	due := func(at time.Duration) []string {
 		var names []string
-		for _, k := range w.Due(t0.Add(at), locks) {
+		for _, k := range w.Due(t0.Add(at), nil, locks) {
 			names = append(names, k.Name)
 		}
 		slices.Sort(names)
@@ -69,5 +69,21 @@ func TestWatchList(t *testing.T) {
 	}
 	if n := len(w.queue); n > len(locks) {
 		t.Errorf("schedule holds %d entries for %d locks", n, len(locks))
+	}
+}
+
+// A lease due by the clock but not by what its collector has delivered waits
+// in the watch list until the collector catches up.
+func TestWatchListWaitsForTheCollector(t *testing.T) {
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	w := NewWatchList(Config{Defaults: Thresholds{RenewMarginRatio: 0.25}})
+	l := heldLock("lock-1", audit.ClassLock, t0, 10*time.Second)
+	locks := map[audit.LockKey]audit.Lock{l.Key(): l}
+	w.Update(l)
+	if got := w.Due(t0.Add(9*time.Second), map[string]time.Time{"s": t0.Add(5 * time.Second)}, locks); len(got) != 0 {
+		t.Fatalf("due with the collector live to 5s = %v, want none", got)
+	}
+	if got := w.Due(t0.Add(9*time.Second), map[string]time.Time{"s": t0.Add(8 * time.Second)}, locks); len(got) != 1 {
+		t.Fatalf("due with the collector live to 8s = %v, want lock-1", got)
 	}
 }

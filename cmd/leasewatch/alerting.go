@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"sync"
 	"time"
@@ -37,6 +38,7 @@ type alerting struct {
 
 	mu       sync.Mutex
 	locks    map[audit.LockKey]audit.Lock
+	live     map[string]time.Time // alert.Input.Live
 	watch    *alert.WatchList
 	findings []audit.Finding // committed since the last evaluation
 	buf      []audit.Lock    // the locks of an evaluation, reused
@@ -46,11 +48,20 @@ type alerting struct {
 
 // newAlerting returns an alerting with no locks yet: pass its observe to the
 // recorder as a commit hook, then load the locks once the recorder has
-// started.
-func newAlerting(cfg alert.Config, sources func() []audit.Source, notify func([]alert.Alert), resendEvery time.Duration) *alerting {
-	return &alerting{eval: alert.New(cfg), sources: sources, notify: notify, resendEvery: resendEvery,
-		locks: make(map[audit.LockKey]audit.Lock), sent: make(map[string]bool),
+// started. kinds are the configured sources: the leases of those whose
+// collectors vouch for being live are judged only as far as they have, and
+// not at all before they first do (the stored rows are as old as the last
+// run).
+func newAlerting(cfg alert.Config, kinds map[string]audit.SourceKind, sources func() []audit.Source, notify func([]alert.Alert), resendEvery time.Duration) *alerting {
+	a := &alerting{eval: alert.New(cfg), sources: sources, notify: notify, resendEvery: resendEvery,
+		locks: make(map[audit.LockKey]audit.Lock), live: make(map[string]time.Time), sent: make(map[string]bool),
 		watch: alert.NewWatchList(cfg)}
+	for name, kind := range kinds {
+		if kind.ExpiresByClock() {
+			a.live[name] = time.Time{}
+		}
+	}
+	return a
 }
 
 // load reads every lock from store (the recorder's Fresh view, whose rows
@@ -94,6 +105,11 @@ func (a *alerting) observe(c audit.Commit) {
 		}
 	}
 	a.findings = append(a.findings, c.Batch.Findings...)
+	for _, in := range c.Inputs {
+		if in.Live && in.At.After(a.live[in.Source]) {
+			a.live[in.Source] = in.At
+		}
+	}
 }
 
 // run evaluates every second until ctx ends.
@@ -116,7 +132,7 @@ func (a *alerting) evaluate(now time.Time) {
 	sources := a.sources()
 	a.mu.Lock()
 	a.buf = a.relevant(now, a.buf[:0])
-	in := alert.Input{Findings: a.findings, Sources: sources, Locks: a.buf}
+	in := alert.Input{Findings: a.findings, Sources: sources, Locks: a.buf, Live: maps.Clone(a.live)}
 	a.findings = nil
 	a.mu.Unlock()
 	// The evaluator and buf are this goroutine's alone, so the evaluation
@@ -161,7 +177,7 @@ func (a *alerting) relevant(now time.Time, buf []audit.Lock) []audit.Lock {
 			buf = append(buf, l)
 		}
 	}
-	for _, k := range a.watch.Due(now, a.locks) {
+	for _, k := range a.watch.Due(now, a.live, a.locks) {
 		add(k)
 	}
 	for _, f := range a.findings {

@@ -16,7 +16,7 @@ func BenchmarkAlertingEvaluate(b *testing.B) {
 	const n = 100_000
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	cfg := alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25}}
-	a := newAlerting(cfg, func() []audit.Source { return nil }, nil, time.Minute)
+	a := newAlerting(cfg, nil, func() []audit.Source { return nil }, nil, time.Minute)
 	all := make([]audit.Lock, 0, n)
 	for i := range n {
 		renewed := t0

@@ -33,7 +33,7 @@ func TestAlertingFollowsTheTracker(t *testing.T) {
 
 	var notified [][]alert.Alert
 	a := newAlerting(alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25, LostHold: time.Minute, FencingHold: time.Minute, BlindAfter: time.Minute}},
-		func() []audit.Source { return nil }, func(as []alert.Alert) { notified = append(notified, as) }, time.Minute)
+		map[string]audit.SourceKind{orders.Source: audit.KindEtcd}, func() []audit.Source { return nil }, func(as []alert.Alert) { notified = append(notified, as) }, time.Minute)
 	if err := a.load(ctx, store); err != nil {
 		t.Fatal(err)
 	}
@@ -74,5 +74,51 @@ func TestAlertingFollowsTheTracker(t *testing.T) {
 	}
 	if len(notified) != 3 {
 		t.Errorf("notified %d times, want once per evaluation with alerts (3)", len(notified))
+	}
+}
+
+// TestAlertingJudgesLeasesAsOfTheirCollector checks that the leases of a
+// source whose collector vouches for being live (Redis, Kubernetes) are
+// judged as of the time it last did: not at all before its first word after
+// a start (the stored rows are as old as the last run), and never past what
+// it has delivered, so a collector that falls behind does not make every
+// lease look late.
+func TestAlertingJudgesLeasesAsOfTheirCollector(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	key := audit.LockKey{Source: "cache", Name: "lock:orders"}
+	held := audit.Lock{Source: key.Source, Name: key.Name, Kind: audit.KindRedis, Class: audit.ClassLock, State: audit.StateHeld,
+		Holder: "worker-1", AcquiredAt: t0, RenewedAt: t0, ExpiresAt: t0.Add(10 * time.Second), LeaseDuration: 10 * time.Second, ChangedAt: t0}
+	if err := store.Apply(ctx, audit.Batch{Locks: []audit.TrackState{{Lock: held}}}); err != nil {
+		t.Fatal(err)
+	}
+	a := newAlerting(alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25, LostHold: time.Minute, FencingHold: time.Minute, BlindAfter: time.Minute}},
+		map[string]audit.SourceKind{key.Source: audit.KindRedis}, func() []audit.Source { return nil }, nil, time.Minute)
+	if err := a.load(ctx, store); err != nil {
+		t.Fatal(err)
+	}
+	firing := func() int { f, _ := a.alerts(); return len(f) }
+	live := func(at time.Time) {
+		a.observe(audit.Commit{At: at, Batch: &audit.Batch{}, Inputs: []*audit.Input{{Source: key.Source, Kind: audit.KindRedis, At: at, Live: true}}})
+	}
+
+	a.evaluate(t0.Add(30 * time.Second))
+	if n := firing(); n != 0 {
+		t.Fatalf("%d alerts before the collector's first word, want none", n)
+	}
+	live(t0.Add(5 * time.Second))
+	a.evaluate(t0.Add(9 * time.Second))
+	if n := firing(); n != 0 {
+		t.Fatalf("%d alerts with the collector live to 5s of a 10s lease, want none", n)
+	}
+	live(t0.Add(8 * time.Second))
+	a.evaluate(t0.Add(9 * time.Second))
+	if n := firing(); n != 1 {
+		t.Fatalf("%d alerts with the collector live to 8s of a 10s lease, want LeaseNearExpiry", n)
 	}
 }

@@ -67,7 +67,7 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		registerSenderMetrics(reg, svc.sender)
 		notify = svc.sender.Send
 	}
-	svc.alerts = newAlerting(cfg.Alerts.Alert(), sources, notify, cfg.Alerts.Alertmanager.ResendEvery)
+	svc.alerts = newAlerting(cfg.Alerts.Alert(), cfg.SourceKinds(), sources, notify, cfg.Alerts.Alertmanager.ResendEvery)
 	rec := audit.NewRecorder(rm.timeCommits(store), audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		SourceKinds:      cfg.SourceKinds(),
