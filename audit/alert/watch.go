@@ -57,16 +57,17 @@ func (w *WatchList) Update(l audit.Lock) {
 	heap.Push(&w.queue, watchEntry{at: at, key: k})
 }
 
-// Due returns the locks that may be near expiry at now, as locks has them,
+// Due returns the locks that may be near expiry at now, as lock returns them,
 // each judged as of its source's live time (see Input.Live) if earlier.
-func (w *WatchList) Due(now time.Time, live map[string]time.Time, locks map[audit.LockKey]audit.Lock) []audit.LockKey {
+func (w *WatchList) Due(now time.Time, live map[string]time.Time, lock func(audit.LockKey) (audit.Lock, bool)) []audit.LockKey {
 	for len(w.queue) > 0 && !w.queue[0].at.After(now) {
 		e := heap.Pop(&w.queue).(watchEntry)
 		if !w.scheduled[e.key].Equal(e.at) {
 			continue // superseded by an earlier entry
 		}
 		delete(w.scheduled, e.key)
-		at, ok := w.from(locks[e.key])
+		l, _ := lock(e.key)
+		at, ok := w.from(l)
 		switch {
 		case !ok:
 		case at.After(now):
@@ -78,7 +79,8 @@ func (w *WatchList) Due(now time.Time, live map[string]time.Time, locks map[audi
 	}
 	var out []audit.LockKey
 	for k := range w.near {
-		at, ok := w.from(locks[k])
+		l, _ := lock(k)
+		at, ok := w.from(l)
 		if !ok || at.After(now) {
 			delete(w.near, k) // renewed, released or gone: Update has scheduled it again if held
 			continue

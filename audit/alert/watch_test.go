@@ -9,6 +9,11 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 )
 
+// lookup is locks as WatchList.Due asks for them.
+func lookup(locks map[audit.LockKey]audit.Lock) func(audit.LockKey) (audit.Lock, bool) {
+	return func(k audit.LockKey) (audit.Lock, bool) { l, ok := locks[k]; return l, ok }
+}
+
 func heldLock(name string, class audit.Class, renewed time.Time, lease time.Duration) audit.Lock {
 	return audit.Lock{Source: "s", Name: name, Class: class, State: audit.StateHeld, Holder: "h",
 		RenewedAt: renewed, ExpiresAt: renewed.Add(lease), LeaseDuration: lease}
@@ -29,7 +34,7 @@ func TestWatchList(t *testing.T) {
 	}
 	due := func(at time.Duration) []string {
 		var names []string
-		for _, k := range w.Due(t0.Add(at), nil, locks) {
+		for _, k := range w.Due(t0.Add(at), nil, lookup(locks)) {
 			names = append(names, k.Name)
 		}
 		slices.Sort(names)
@@ -80,10 +85,10 @@ func TestWatchListWaitsForTheCollector(t *testing.T) {
 	l := heldLock("lock-1", audit.ClassLock, t0, 10*time.Second)
 	locks := map[audit.LockKey]audit.Lock{l.Key(): l}
 	w.Update(l)
-	if got := w.Due(t0.Add(9*time.Second), map[string]time.Time{"s": t0.Add(5 * time.Second)}, locks); len(got) != 0 {
+	if got := w.Due(t0.Add(9*time.Second), map[string]time.Time{"s": t0.Add(5 * time.Second)}, lookup(locks)); len(got) != 0 {
 		t.Fatalf("due with the collector live to 5s = %v, want none", got)
 	}
-	if got := w.Due(t0.Add(9*time.Second), map[string]time.Time{"s": t0.Add(8 * time.Second)}, locks); len(got) != 1 {
+	if got := w.Due(t0.Add(9*time.Second), map[string]time.Time{"s": t0.Add(8 * time.Second)}, lookup(locks)); len(got) != 1 {
 		t.Fatalf("due with the collector live to 8s = %v, want lock-1", got)
 	}
 }
