@@ -7,7 +7,7 @@ SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd bench-ingest bench-pages bench-memory soak install-redis install-chromium
+.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd load-ingest bench-ingest bench-pages bench-memory soak install-redis install-chromium
 
 all: build
 
@@ -49,6 +49,10 @@ load-redis:
 ## load-etcd: the etcd scale run (5,000 concurrency.Mutex locks, 2 contenders each, handed over every 2 minutes).
 load-etcd:
 	$(GO) run ./cmd/leasewatch-load etcd
+
+## load-ingest: 200 resources posting write reports and 50 people browsing the dashboard for 5 minutes (latency, RSS, exactly-once).
+load-ingest:
+	$(GO) run ./cmd/leasewatch-load ingest
 
 ## bench-ingest: the write path against a plain-SQLite baseline (events/s, ratio, allocations, bytes per renewal).
 bench-ingest:

@@ -89,6 +89,7 @@ type etcdLock struct {
 // client's Lock and Unlock returned.
 type etcdTenure struct {
 	token             int64
+	key               string // the holder's key, whose last segment is its lease in hex
 	granted, released time.Time
 	unlocked          bool // Unlock returned without error
 }
@@ -121,68 +122,13 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 	} else {
 		defer os.RemoveAll(dir)
 	}
-	srv, err := embedded.Start(ctx, filepath.Join(dir, "etcd"), embedded.Options{})
+	rig, err := startEtcdRig(ctx, k.leasewatch, dir, "", k.sessions, k.ttl, log)
 	if err != nil {
 		return err
 	}
-	defer srv.Close()
-
-	lw, err := startLeasewatch(ctx, k.leasewatch, dir, fmt.Sprintf(`  - name: %s
-    kind: etcd
-    endpoints: [%q]
-    prefixes: [%q]
-`, loadSource, srv.Endpoint, etcdLoadPrefix), log)
-	if err != nil {
-		return err
-	}
-	defer lw.stop()
+	defer rig.close()
+	lw, sessions, clients := rig.lw, rig.sessions, rig.clients
 	url := lw.url
-	if err := waitFor(ctx, 60*time.Second, "leasewatch's etcd source to come up", func() bool {
-		mfs, err := scrape(ctx, url)
-		up := labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})
-		return err == nil && len(up) > 0 && up[0].GetGauge().GetValue() == 1
-	}); err != nil {
-		return err
-	}
-
-	clients := make([]*clientv3.Client, etcdClients)
-	for i := range clients {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
-		if err != nil {
-			return fmt.Errorf("connect to the embedded etcd: %w", err)
-		}
-		defer cli.Close()
-		clients[i] = cli
-	}
-	// A pool of sessions, each contending for many locks, as services that
-	// share one session among their mutexes do: the leases and keepalives
-	// stay few while the locks are many.
-	sessions := make([]*concurrency.Session, k.sessions)
-	for i := range sessions {
-		s, err := concurrency.NewSession(clients[i%len(clients)], concurrency.WithTTL(int(k.ttl.Seconds())))
-		if err != nil {
-			return fmt.Errorf("start session %d: %w", i, err)
-		}
-		sessions[i] = s
-	}
-	defer func() {
-		for _, s := range sessions {
-			if s != nil {
-				_ = s.Close()
-			}
-		}
-	}()
-	var lost atomic.Int64 // sessions whose lease ended before the load did
-	closing := make(chan struct{})
-	for _, s := range sessions {
-		go func() {
-			select {
-			case <-s.Done():
-				lost.Add(1)
-			case <-closing:
-			}
-		}()
-	}
 
 	fmt.Fprintf(log, "%d locks, %d contenders each from %d sessions with %s TTLs, handed over every %s: %s of warm-up, %s measured\n",
 		k.locks, k.contenders, k.sessions, k.ttl, k.hold, k.warmup, k.duration)
@@ -203,7 +149,6 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 		stopQueue()
 		stopHolding()
 		contending.Wait()
-		close(closing)
 	}()
 
 	// Start every lock's contenders, spread over the ramp so etcd is not
@@ -267,7 +212,7 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 	// grant and release that leasewatch rightly records and no client saw.
 	if err := waitFor(ctx, 60*time.Second, "the last handovers", func() bool { return t.inFlight.Load() == 0 }); err != nil {
 		// A lost session's waiters never get their turn.
-		return fmt.Errorf("%w (%d handovers under way, %d Lock/Unlock calls failed, %d sessions lost)", err, t.inFlight.Load(), t.failed.Load(), lost.Load())
+		return fmt.Errorf("%w (%d handovers under way, %d Lock/Unlock calls failed, %d sessions lost)", err, t.inFlight.Load(), t.failed.Load(), rig.lost.Load())
 	}
 	stopQueue()
 	if err := waitFor(ctx, 60*time.Second, "the queued Locks to end", func() bool { return t.queued.Load() == 0 }); err != nil {
@@ -332,7 +277,7 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 
 	w.write(out, fmt.Sprintf("leasewatch-load etcd: %d concurrency.Mutex locks, %d contenders each from %d sessions (%s TTL), each lock handed over every %s (%.0f handovers/s offered), %s measured after %s warm-up; lag is the collector's receipt of the watch response (of the TTL read, for a renewal) → stored, plus any wait before the receipt that the collector could see (a lease read showing the revision before the watch delivered it); the client → collector rows cross-check it from the clients' side",
 		k.locks, k.contenders, k.sessions, k.ttl, k.hold, float64(k.locks)/k.hold.Seconds(), k.duration, k.warmup), [][2]string{
-		{"handovers achieved", fmt.Sprintf("%.0f/s (%d skipped while a lock was between holders, %d Lock/Unlock calls failed, %d sessions lost)", float64(madeReleases)/(k.warmup+k.duration).Seconds(), t.skipped.Load(), t.failed.Load(), lost.Load())},
+		{"handovers achieved", fmt.Sprintf("%.0f/s (%d skipped while a lock was between holders, %d Lock/Unlock calls failed, %d sessions lost)", float64(madeReleases)/(k.warmup+k.duration).Seconds(), t.skipped.Load(), t.failed.Load(), rig.lost.Load())},
 		{"grants made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f; the load settled in %s, %d queued keys swept, then leasewatch drained %s)", madeGrants, gotGrants, float64(madeGrants)-gotGrants, settled.Round(time.Millisecond), swept, drained)},
 		{"releases made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f; expiries recorded %.0f)", madeReleases, gotReleases, float64(madeReleases)-gotReleases, gotExpiries)},
 		{"locks whose grants differ", fmt.Sprintf("%d: %s", grantsDiffer, grantsPerLock)},
@@ -347,6 +292,90 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 			gotGrants, madeGrants, gotReleases, madeReleases, gotExpiries, grantsDiffer, releasesDiffer, tokens.missing, tokens.unknown)
 	}
 	return nil
+}
+
+// etcdRig is an embedded etcd with a leasewatch process recording the load's
+// prefix, and the sessions the load's clients contend with.
+type etcdRig struct {
+	srv      *embedded.Server
+	lw       *leasewatchProc
+	clients  []*clientv3.Client
+	sessions []*concurrency.Session
+	lost     atomic.Int64 // sessions whose lease ended before the rig closed
+	closing  chan struct{}
+}
+
+// startEtcdRig starts the rig with its folders in dir: sessions sessions with
+// ttl leases over etcdClients connections. config is added to leasewatch's
+// configuration after its sources.
+func startEtcdRig(ctx context.Context, bin, dir, config string, sessions int, ttl time.Duration, log io.Writer) (rig *etcdRig, err error) {
+	r := &etcdRig{closing: make(chan struct{})}
+	defer func() {
+		if err != nil {
+			r.close()
+		}
+	}()
+	if r.srv, err = embedded.Start(ctx, filepath.Join(dir, "etcd"), embedded.Options{}); err != nil {
+		return nil, err
+	}
+	r.lw, err = startLeasewatch(ctx, bin, dir, fmt.Sprintf(`  - name: %s
+    kind: etcd
+    endpoints: [%q]
+    prefixes: [%q]
+%s`, loadSource, r.srv.Endpoint, etcdLoadPrefix, config), log)
+	if err != nil {
+		return nil, err
+	}
+	if err := waitFor(ctx, 60*time.Second, "leasewatch's etcd source to come up", func() bool {
+		mfs, err := scrape(ctx, r.lw.url)
+		up := labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})
+		return err == nil && len(up) > 0 && up[0].GetGauge().GetValue() == 1
+	}); err != nil {
+		return nil, err
+	}
+	for range etcdClients {
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{r.srv.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		if err != nil {
+			return nil, fmt.Errorf("connect to the embedded etcd: %w", err)
+		}
+		r.clients = append(r.clients, cli)
+	}
+	// A pool of sessions, each contending for many locks, as services that
+	// share one session among their mutexes do: the leases and keepalives
+	// stay few while the locks are many.
+	for i := range sessions {
+		s, err := concurrency.NewSession(r.clients[i%len(r.clients)], concurrency.WithTTL(int(ttl.Seconds())))
+		if err != nil {
+			return nil, fmt.Errorf("start session %d: %w", i, err)
+		}
+		r.sessions = append(r.sessions, s)
+		go func() {
+			select {
+			case <-s.Done():
+				r.lost.Add(1)
+			case <-r.closing:
+			}
+		}()
+	}
+	return r, nil
+}
+
+// close ends the sessions (revoking their locks), the clients, leasewatch and
+// etcd, in that order.
+func (r *etcdRig) close() {
+	close(r.closing)
+	for _, s := range r.sessions {
+		_ = s.Close()
+	}
+	for _, cli := range r.clients {
+		cli.Close()
+	}
+	if r.lw != nil {
+		r.lw.stop()
+	}
+	if r.srv != nil {
+		r.srv.Close()
+	}
 }
 
 // contend takes lock l with session s, holds it until told to let go, unlocks
@@ -367,7 +396,7 @@ func contend(queue, hold context.Context, s *concurrency.Session, l *etcdLock, t
 		}
 		l.mu.Lock()
 		l.key = m.Key()
-		l.tenures = append(l.tenures, etcdTenure{token: ownerRevision(m), granted: time.Now()})
+		l.tenures = append(l.tenures, etcdTenure{token: ownerRevision(m), key: m.Key(), granted: time.Now()})
 		n := len(l.tenures) - 1
 		l.mu.Unlock()
 		t.inFlight.Add(-1)

@@ -8,6 +8,7 @@
 //	leasewatch-load redis [--locks 10000] [--ttl 2s] [--every 500ms] [--duration 30s]
 //	leasewatch-load etcd [--locks 5000] [--contenders 2] [--sessions 32] [--ttl 5s] [--hold 20s] [--duration 30s]
 //	leasewatch-load soak [--locks 1000] [--every 500ms] [--duration 30m] [--renewals 2m] [--events 5m]
+//	leasewatch-load ingest [--writers 200] [--browsers 50] [--duration 5m] [--write-every 500ms] [--think 1s]
 //
 // The kubernetes scenario starts a real kube-apiserver on an embedded etcd
 // (built from the Kubernetes Go module on first use; see
@@ -16,7 +17,10 @@
 // embedded etcd in-process and contends for concurrency.Mutex locks on it,
 // comparing every grant and release its clients saw with what leasewatch
 // stored. The soak runs the redis load for a long time with short
-// retention and samples the database's size, which must level off. Each
+// retention and samples the database's size, which must level off. The
+// ingest scenario has many resources post fenced-write reports about etcd
+// locks that change hands while people browse the dashboard, and checks that
+// every report answered 202 was stored exactly once. Each
 // sends traffic only to its own backend and to leasewatch on loopback, and
 // stops by itself.
 package main
@@ -39,7 +43,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis|etcd|soak [flags]  (-h for flags)")
+		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis|etcd|soak|ingest [flags]  (-h for flags)")
 		os.Exit(2)
 	}
 	var scenario interface {
@@ -85,8 +89,12 @@ func main() {
 		fs.StringVar(&s.load.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
 		fs.BoolVar(&s.load.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
 		scenario = &s
+	case "ingest":
+		var i ingestLoad
+		i.flags(fs)
+		scenario = &i
 	default:
-		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis, etcd or soak\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis, etcd, soak or ingest\n", os.Args[1])
 		os.Exit(2)
 	}
 	_ = fs.Parse(os.Args[2:])
@@ -97,10 +105,12 @@ func main() {
 	}
 }
 
-// buildLeasewatch builds the leasewatch binary into dir.
-func buildLeasewatch(ctx context.Context, dir string, log io.Writer) (string, error) {
+// buildLeasewatch builds the leasewatch binary into dir, with any extra go
+// build flags.
+func buildLeasewatch(ctx context.Context, dir string, log io.Writer, flags ...string) (string, error) {
 	bin := filepath.Join(dir, "leasewatch")
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", bin, "github.com/leasewatch/leasewatch/cmd/leasewatch")
+	args := append(append([]string{"build"}, flags...), "-o", bin, "github.com/leasewatch/leasewatch/cmd/leasewatch")
+	cmd := exec.CommandContext(ctx, "go", args...)
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Run(); err != nil {
 		return "", fmt.Errorf("build leasewatch: %w", err)

@@ -72,6 +72,9 @@ type procStats struct {
 	at       time.Time
 	cpu      time.Duration // user + system
 	rss, hwm int64         // bytes: resident now, and its peak
+	// rss split: anonymous (heaps) and file-backed (mapped files, such as
+	// the database the read pool maps)
+	anon, file int64
 }
 
 // clockTick is Linux's USER_HZ, the unit of utime and stime in /proc/PID/stat.
@@ -105,6 +108,10 @@ func readProcStats(pid int) (procStats, error) {
 			st.rss = kb << 10
 		case "VmHWM":
 			st.hwm = kb << 10
+		case "RssAnon":
+			st.anon = kb << 10
+		case "RssFile":
+			st.file = kb << 10
 		}
 	}
 	return st, sc.Err()
