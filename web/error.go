@@ -12,6 +12,9 @@ import (
 	"github.com/leasewatch/leasewatch/views"
 )
 
+// statusClientClosed is nginx's status for a request its client abandoned.
+const statusClientClosed = 499
+
 // httpStatus is the one map from audit error codes to HTTP statuses.
 func httpStatus(code string) int {
 	switch code {
@@ -54,6 +57,17 @@ func errorResponse(err error) (int, string) {
 // as {"error": "..."} under /api/ and as a small page elsewhere.
 func (s *Server) handleError(err error, c echo.Context) {
 	req := c.Request()
+	if req.Context().Err() != nil {
+		// The client went away (closed the page, gave up waiting) and took
+		// the request's context with it: whatever failed then is not
+		// leasewatch's failure, and no one reads an answer. The status is
+		// nginx's 499, for the request metrics.
+		s.logger.Debug("client went away", "method", req.Method, "route", c.Path(), "err", err)
+		if !c.Response().Committed {
+			c.Response().WriteHeader(statusClientClosed)
+		}
+		return
+	}
 	if c.Response().Committed {
 		s.logger.Error("request failed after the response started",
 			"method", req.Method, "route", c.Path(), "err", err)
