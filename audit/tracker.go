@@ -507,6 +507,13 @@ func overtakenRenewal(d map[string]any) (int64, bool) {
 // end closes cur. Superseded tenures get no event of their own: the grant
 // that superseded them records it.
 func (t *Tracker) end(o *output, st *TrackState, cur *Tenure, reason EndReason, at time.Time, inferred bool, detail map[string]any) {
+	// A lease can run out before the tracker first saw it: a holder whose
+	// clock is behind the collector's by more than the lease writes a
+	// renewal time that is already past. The tenure ends no earlier than it
+	// began.
+	if at.Before(cur.GrantedAt) {
+		at = cur.GrantedAt
+	}
 	cur.EndedAt, cur.End = at, reason
 	o.tenure(st, cur)
 	l := &st.Lock

@@ -276,18 +276,13 @@ func jsonString(val json.RawMessage, max int) (string, error) {
 		return "", errors.New("must be a string")
 	}
 	// encoding/json quietly turns invalid UTF-8 and lone surrogate escapes
-	// into U+FFFD, so check the raw bytes, and look for U+FFFD the sender
-	// did not write.
-	if !utf8.Valid(val) {
+	// into U+FFFD, so check the raw bytes and the escapes first.
+	if !utf8.Valid(val) || loneSurrogate(val) {
 		return "", errors.New("must be valid UTF-8")
 	}
 	var s string
 	if err := json.Unmarshal(val, &s); err != nil {
 		return "", errors.New("must be a string")
-	}
-	if strings.ContainsRune(s, utf8.RuneError) && !bytes.ContainsRune(val, utf8.RuneError) &&
-		!bytes.Contains(bytes.ToLower(val), []byte(`\ufffd`)) {
-		return "", errors.New("must be valid UTF-8")
 	}
 	if strings.ContainsFunc(s, unicode.IsControl) {
 		return "", errors.New("must not contain control characters")
@@ -296,6 +291,46 @@ func jsonString(val json.RawMessage, max int) (string, error) {
 		return "", fmt.Errorf("must be at most %d characters", max)
 	}
 	return s, nil
+}
+
+// loneSurrogate reports whether the JSON string literal val escapes one half
+// of a UTF-16 surrogate pair without the other ("\udc00", "\ud800x"):
+// text no UTF-8 string can hold.
+func loneSurrogate(val []byte) bool {
+	high := false // the escape just before was a pair's first half
+	for i := 0; i < len(val); i++ {
+		if val[i] != '\\' || i+1 >= len(val) || val[i+1] != 'u' || i+5 >= len(val) {
+			if high {
+				return true
+			}
+			if val[i] == '\\' {
+				i++ // skip the escaped character: \\ is not the start of an escape
+			}
+			continue
+		}
+		n, err := strconv.ParseUint(string(val[i+2:i+6]), 16, 16)
+		if err != nil {
+			return true
+		}
+		i += 5
+		switch r := rune(n); {
+		case r >= 0xd800 && r < 0xdc00:
+			if high {
+				return true
+			}
+			high = true
+		case r >= 0xdc00 && r < 0xe000:
+			if !high {
+				return true
+			}
+			high = false
+		default:
+			if high {
+				return true
+			}
+		}
+	}
+	return high
 }
 
 // jsonToken decodes a fencing token: a non-negative integer or null.

@@ -76,10 +76,43 @@ type Config struct {
 	Auth Auth
 	// TLS, when set, makes Serve speak HTTPS (see TLSConfig).
 	TLS *tls.Config
+	// Timeouts bound how long Serve waits on a client; zero fields take
+	// the defaults.
+	Timeouts Timeouts
 }
 
-// Timeouts of the HTTP server. Writes cover the slowest page or /metrics
-// scrape; reads cover a 1 MiB ingest body from a slow client.
+// Timeouts bound how long the HTTP server waits on a client, so that slow or
+// stalled clients (slowloris) cannot hold connections open. A zero field
+// takes its default.
+type Timeouts struct {
+	// ReadHeader is how long a client may take to send a request's headers
+	// (default 10s).
+	ReadHeader time.Duration
+	// Read is how long a client may take to send a whole request, body
+	// included (default 1m: a 1 MiB ingest body from a slow client).
+	Read time.Duration
+	// Write is how long the server may take to write a response (default
+	// 1m: the slowest page or /metrics scrape).
+	Write time.Duration
+	// Idle is how long a keep-alive connection may wait for its next
+	// request (default 2m).
+	Idle time.Duration
+}
+
+// withDefaults returns t with its zero fields set to the defaults.
+func (t Timeouts) withDefaults() Timeouts {
+	for _, d := range []struct {
+		v   *time.Duration
+		def time.Duration
+	}{{&t.ReadHeader, readHeaderTimeout}, {&t.Read, readTimeout}, {&t.Write, writeTimeout}, {&t.Idle, idleTimeout}} {
+		if *d.v <= 0 {
+			*d.v = d.def
+		}
+	}
+	return t
+}
+
+// Default timeouts of the HTTP server (see Timeouts).
 const (
 	readHeaderTimeout = 10 * time.Second
 	readTimeout       = time.Minute
@@ -104,6 +137,7 @@ type Server struct {
 	metrics *metrics
 	auth    *authenticator // nil: open
 	tls     *tls.Config
+	timeout Timeouts
 	echo    *echo.Echo
 }
 
@@ -126,6 +160,7 @@ func New(cfg Config) (*Server, error) {
 		alerts:  cfg.Alerts,
 		logger:  cfg.Logger,
 		tls:     cfg.TLS,
+		timeout: cfg.Timeouts.withDefaults(),
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -212,10 +247,10 @@ func (s *Server) ListenAndServe(ctx context.Context, addr string) error {
 func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 	srv := &http.Server{
 		Handler:           s.echo,
-		ReadHeaderTimeout: readHeaderTimeout,
-		ReadTimeout:       readTimeout,
-		WriteTimeout:      writeTimeout,
-		IdleTimeout:       idleTimeout,
+		ReadHeaderTimeout: s.timeout.ReadHeader,
+		ReadTimeout:       s.timeout.Read,
+		WriteTimeout:      s.timeout.Write,
+		IdleTimeout:       s.timeout.Idle,
 		MaxHeaderBytes:    maxHeaderBytes,
 		ErrorLog:          slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
 	}

@@ -196,8 +196,9 @@ func plural(n int, one, many string) string {
 
 // EscapeMarkdown makes an untrusted string inline Markdown text that renders as
 // itself: ASCII punctuation with a meaning in Markdown is backslash-escaped,
-// HTML's special characters become entities, and line breaks and other
-// control characters become spaces, so the string cannot end a table cell or
+// HTML's special characters become entities, and line breaks, other control
+// characters and bidirectional overrides (which would reorder the text
+// around them) become spaces, so the string cannot end a table cell or
 // open a link, emphasis, code or HTML. Reports never put one at the start of a
 // line, where list and heading markers would need escaping too.
 func EscapeMarkdown(s string) string {
@@ -216,7 +217,7 @@ func EscapeMarkdown(s string) string {
 		case strings.ContainsRune("\\`*_{}[]()#+!|~", r):
 			b.WriteByte('\\')
 			b.WriteRune(r)
-		case unicode.IsControl(r) || r == '\u2028' || r == '\u2029':
+		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029':
 			b.WriteByte(' ')
 		default:
 			b.WriteRune(r)

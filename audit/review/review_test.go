@@ -363,6 +363,9 @@ func TestEscapeMarkdown(t *testing.T) {
 		{"\"quoted\"", "&quot;quoted&quot;"},
 		{"tab\there", "tab here"},
 		{"sep\u2028x", "sep x"},
+		{"esc\x1b[2J", `esc \[2J`},
+		{"txt.exe\u202egnp.", "txt.exe gnp."},
+		{"\u2066isolate\u2069", " isolate "},
 	}
 	for _, tt := range tests {
 		if got := review.EscapeMarkdown(tt.in); got != tt.want {

@@ -1,6 +1,7 @@
 package redis
 
 import (
+	"math"
 	"regexp"
 	"sort"
 	"strconv"
@@ -203,13 +204,20 @@ func (r rule) decode(rd reading) (holding, bool) {
 	if rd.PTTL >= 0 {
 		// PTTL counts whole milliseconds down to the deadline, and the
 		// server keeps the key through the deadline's millisecond: the key
-		// lives PTTL to PTTL+1ms from when the read ran.
-		h.TTL = time.Duration(rd.PTTL+1) * time.Millisecond
-		h.Lo, h.Hi = rd.Sent.Add(time.Duration(rd.PTTL)*time.Millisecond), rd.At.Add(h.TTL)
+		// lives PTTL to PTTL+1ms from when the read ran. Redis takes
+		// expiries far beyond what a time.Duration holds (SET k v EX
+		// 10000000000 is 317 years), so cap them at about 292 years.
+		pttl := min(rd.PTTL, maxPTTL)
+		h.TTL = time.Duration(pttl+1) * time.Millisecond
+		h.Lo, h.Hi = rd.Sent.Add(time.Duration(pttl)*time.Millisecond), rd.At.Add(h.TTL)
 		h.Deadline = rd.Deadline
 	}
 	return h, true
 }
+
+// maxPTTL is the longest PTTL, in milliseconds, that decode keeps: one
+// millisecond less than the longest time.Duration.
+const maxPTTL = int64(math.MaxInt64/int64(time.Millisecond)) - 1
 
 // vanished is the hold of a key seen written and then gone before it could
 // be read: the holder is unknown; with a counter rule the counter (read with
