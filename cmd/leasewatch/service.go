@@ -162,26 +162,22 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 }
 
 func newCollector(sc config.SourceConfig, cli *clientv3.Client, logger *slog.Logger) (collectors.Collector, error) {
+	// Load has read the password from password_file or password_env into
+	// Password, and checked these files once already.
+	tlsConfig, err := sc.TLS.ClientConfig()
+	if err != nil {
+		return nil, fmt.Errorf("tls.%w", err)
+	}
 	switch audit.SourceKind(sc.Kind) {
 	case audit.KindEtcd:
-		ec := etcd.Config{Name: sc.Name, Endpoints: sc.Endpoints, Prefixes: sc.Prefixes, Username: sc.Username, Password: sc.Password}
+		ec := etcd.Config{Name: sc.Name, Endpoints: sc.Endpoints, Prefixes: sc.Prefixes, Username: sc.Username, Password: sc.Password, TLS: tlsConfig}
 		if cli != nil {
 			return etcd.NewWithClient(ec, cli, logger)
 		}
 		return etcd.New(ec, logger)
 	case audit.KindRedis:
 		goredis.SetLogger(redisLogger{logger})
-		rc := redis.Config{
-			Name: sc.Name, Addrs: sc.Addrs, Quorum: sc.Quorum, DB: sc.DB,
-			Username: sc.Username, Password: sc.Password, Patterns: sc.Patterns,
-		}
-		if sc.Addr != "" {
-			rc.Addrs = []string{sc.Addr}
-		}
-		if sc.Token != nil {
-			rc.Token = redis.TokenRule{CounterKey: sc.Token.CounterKey, ValuePattern: sc.Token.ValuePattern}
-		}
-		return redis.New(rc, logger)
+		return redis.New(sc.RedisConfig(tlsConfig), logger)
 	case audit.KindKubernetes:
 		return kubernetes.New(kubernetes.Config{
 			Name: sc.Name, Kubeconfig: sc.Kubeconfig, Context: sc.Context,

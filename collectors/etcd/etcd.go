@@ -13,12 +13,15 @@ package etcd
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
 	"time"
 
+	pb "go.etcd.io/etcd/api/v3/etcdserverpb"
+	"go.etcd.io/etcd/api/v3/v3rpc/rpctypes"
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
 
@@ -43,8 +46,15 @@ type Config struct {
 	DialTimeout time.Duration // default 5s
 	// PollInterval is how often the owners' lease TTLs are read to detect
 	// renewals. Default 500ms.
-	PollInterval       time.Duration
+	PollInterval time.Duration
+	// Username and Password authenticate with etcd's auth (a user whose role
+	// may read the prefixes). clientv3 sends them only together.
 	Username, Password string
+	// TLS, when set, connects over TLS with this configuration: its
+	// RootCAs verify the server and its Certificates are the client
+	// certificate, which etcd's --client-cert-auth requires. Endpoints must
+	// then be https:// or without a scheme.
+	TLS *tls.Config
 }
 
 // Option adjusts a Collector.
@@ -123,6 +133,11 @@ func (c *Collector) validate() error {
 			if strings.TrimSpace(ep) == "" {
 				return audit.Errorf(audit.EINVALID, "endpoints[%d]: empty", i)
 			}
+			// clientv3 dials http:// and unix:// endpoints in plain text even
+			// with a TLS configuration.
+			if cfg.TLS != nil && (strings.HasPrefix(ep, "http://") || strings.HasPrefix(ep, "unix://")) {
+				return audit.Errorf(audit.EINVALID, "endpoints[%d]: %s is plain text, but tls is set: use https:// or leave the scheme out", i, ep)
+			}
 		}
 	}
 	if len(cfg.Prefixes) == 0 {
@@ -141,6 +156,9 @@ func (c *Collector) validate() error {
 	}
 	if cfg.Password != "" && cfg.Username == "" {
 		return audit.Errorf(audit.EINVALID, "username: required with a password")
+	}
+	if cfg.Username != "" && cfg.Password == "" {
+		return audit.Errorf(audit.EINVALID, "password: required with a username")
 	}
 	return nil
 }
@@ -164,6 +182,20 @@ func outermost(prefixes []string) []string {
 	return out
 }
 
+// checkConnection reads the first prefix's key count straight through the
+// gRPC connection, within the dial timeout. clientv3 reports a connection
+// that never comes up as a bare "context deadline exceeded"; gRPC's own error
+// says why: a TLS handshake refused, an unknown authority, no route.
+func (c *Collector) checkConnection(ctx context.Context, cli *clientv3.Client) error {
+	cctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+	defer cancel()
+	p := c.prefixes[0]
+	_, err := pb.NewKVClient(cli.ActiveConnection()).Range(cctx, &pb.RangeRequest{
+		Key: []byte(p), RangeEnd: []byte(clientv3.GetPrefixRangeEnd(p)), CountOnly: true,
+	})
+	return rpctypes.Error(err)
+}
+
 // Name is the source's configured name.
 func (c *Collector) Name() string { return c.cfg.Name }
 
@@ -184,6 +216,7 @@ func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func())
 			DialKeepAliveTimeout: 5 * time.Second,
 			Username:             c.cfg.Username,
 			Password:             c.cfg.Password,
+			TLS:                  c.cfg.TLS,
 			Logger:               zap.NewNop(),
 			Context:              ctx,
 		})
@@ -191,6 +224,9 @@ func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func())
 			return fmt.Errorf("connect to etcd %v: %w", c.cfg.Endpoints, err)
 		}
 		defer cli.Close()
+		if err := c.checkConnection(ctx, cli); err != nil {
+			return fmt.Errorf("connect to etcd %v: %w", c.cfg.Endpoints, err)
+		}
 	}
 	r := newRun(c, cli, sink)
 	err := r.run(ctx, ready)

@@ -24,9 +24,17 @@ import (
 // returns its client URL. It stops when the test ends.
 func startEtcd(t *testing.T) string {
 	t.Helper()
+	return startEtcdWith(t, embedded.Options{})
+}
+
+// startEtcdWith is startEtcd with options (TLS, say); progress notifications
+// come every 200ms.
+func startEtcdWith(t *testing.T, opts embedded.Options) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	srv, err := embedded.Start(ctx, t.TempDir(), embedded.Options{ProgressNotifyInterval: 200 * time.Millisecond})
+	opts.ProgressNotifyInterval = 200 * time.Millisecond
+	srv, err := embedded.Start(ctx, t.TempDir(), opts)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,11 +1,14 @@
 package kubernetes
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -148,6 +151,76 @@ func TestKubeconfigLoading(t *testing.T) {
 		t.Setenv("KUBECONFIG", alt)
 		if got := host(t, Config{Name: "k"}); got != "https://two.example:6443" {
 			t.Errorf("host = %q, want KUBECONFIG's server, not ~/.kube/config's", got)
+		}
+	})
+}
+
+// TestKubeconfigCredentials connects to the real apiserver through a
+// kubeconfig file, as leasewatch serve does: a context other than the
+// current one whose user reads its bearer token from a file records a grant;
+// the current context, whose token the apiserver does not know, stops Run
+// at once with an error that says so and does not show the token.
+func TestKubeconfigCredentials(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	dir := t.TempDir()
+	admin, err := clientcmd.LoadFromFile(apiserver.Kubeconfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	token := admin.AuthInfos[admin.Contexts[admin.CurrentContext].AuthInfo].Token
+	if token == "" {
+		t.Fatal("the test apiserver's kubeconfig has no bearer token")
+	}
+	tokenFile := filepath.Join(dir, "token")
+	if err := os.WriteFile(tokenFile, []byte(token), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	const wrongToken = "not-the-admin-token-5d1e"
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["test"] = &clientcmdapi.Cluster{Server: apiserver.URL, InsecureSkipTLSVerify: true}
+	kc.AuthInfos["from-file"] = &clientcmdapi.AuthInfo{TokenFile: tokenFile}
+	kc.AuthInfos["wrong"] = &clientcmdapi.AuthInfo{Token: wrongToken}
+	kc.Contexts["from-file"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "from-file"}
+	kc.Contexts["wrong"] = &clientcmdapi.Context{Cluster: "test", AuthInfo: "wrong"}
+	kc.CurrentContext = "wrong"
+	path := filepath.Join(dir, "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	ns := newNamespace(t)
+
+	t.Run("ContextWithTokenFile", func(t *testing.T) {
+		c, err := New(Config{Name: testSource, Kubeconfig: path, Context: "from-file", Namespaces: []string{ns}}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s := newSink(t)
+		startCollector(t, c, s)
+		createLease(t, ns, "credentials", coordinationv1.LeaseSpec{HolderIdentity: ptr("holder-a"), LeaseDurationSeconds: ptr(int32(30)), RenewTime: now()})
+		g := s.waitEvents(t, 10*time.Second, ns+"/credentials", 1, audit.EventGrant)[0]
+		if g.Holder != "holder-a" {
+			t.Fatalf("grant = %+v, want holder-a's", g)
+		}
+	})
+
+	t.Run("WrongToken", func(t *testing.T) {
+		c, err := New(Config{Name: testSource, Kubeconfig: path, Namespaces: []string{ns}}, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		err = c.Run(ctx, newSink(t), func() { t.Error("collector ready with a token the apiserver does not know") })
+		if err == nil {
+			t.Fatal("Run returned nil, want an error (or it ran 15s)")
+		}
+		t.Logf("Run: %v", err)
+		if !strings.Contains(err.Error(), "Unauthorized") {
+			t.Fatalf("Run: err = %v, want Unauthorized", err)
+		}
+		if strings.Contains(err.Error(), wrongToken) {
+			t.Fatalf("Run: err = %v shows the token", err)
 		}
 	})
 }

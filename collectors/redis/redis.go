@@ -23,7 +23,9 @@ package redis
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -95,9 +97,16 @@ type Config struct {
 	Addrs []string
 	// Quorum is how many instances must hold a value for the lock to be
 	// held. Default len(Addrs)/2+1; it must be more than half of Addrs.
-	Quorum             int
-	DB                 int
+	Quorum int
+	DB     int
+	// Username and Password authenticate every connection (AUTH, or an ACL
+	// user); an empty Username is the default user.
 	Username, Password string
+	// TLS, when set, connects to every address over TLS with this
+	// configuration (its Certificates are the client certificate, which
+	// tls-auth-clients requires), the pub/sub connections included. The
+	// server name to verify defaults to each address's host.
+	TLS *tls.Config
 	// Patterns are glob-style key patterns (as for SCAN MATCH and PSUBSCRIBE):
 	// every matching key is a lock, except the token rule's counter keys.
 	Patterns []string
@@ -218,6 +227,16 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
 	return c, nil
 }
 
+// Validate returns the first problem New would find with cfg, naming its
+// field, without making a collector: for a configuration check.
+func Validate(cfg Config) error {
+	if err := validate(&cfg); err != nil {
+		return err
+	}
+	_, err := newRule(cfg.Token)
+	return err
+}
+
 func errorf(format string, args ...any) error { return audit.Errorf(audit.EINVALID, format, args...) }
 
 func validate(cfg *Config) error {
@@ -231,6 +250,9 @@ func validate(cfg *Config) error {
 	for i, a := range cfg.Addrs {
 		if strings.TrimSpace(a) == "" {
 			return errorf("addrs[%d]: empty", i)
+		}
+		if network, _ := dialAddr(a); network == "unix" && cfg.TLS != nil {
+			return errorf("addrs[%d]: %s is a Unix socket, which Redis serves without TLS: give host:port or leave tls out", i, a)
 		}
 		if seen[a] {
 			return errorf("addrs[%d]: %s is listed twice", i, a)
@@ -246,6 +268,11 @@ func validate(cfg *Config) error {
 	}
 	if cfg.DB < 0 {
 		return errorf("db: must not be negative")
+	}
+	if cfg.Username != "" && cfg.Password == "" {
+		// go-redis authenticates only with a password: without one the
+		// client would go on as the default user.
+		return errorf("password: required with a username")
 	}
 	if len(cfg.Patterns) == 0 {
 		return errorf("patterns: at least one required")
@@ -346,23 +373,32 @@ func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func())
 	return err
 }
 
-// client returns a go-redis client for one address.
-func (c *Collector) client(addr string) *goredis.Client {
-	network, address := "tcp", addr
+// dialAddr returns the network and address to dial for a configured address:
+// unix for a socket path (/path/redis.sock, unix:/path, unix:///path), else
+// tcp.
+func dialAddr(addr string) (network, address string) {
 	switch {
 	case strings.HasPrefix(addr, "unix://"):
-		network, address = "unix", strings.TrimPrefix(addr, "unix://")
+		return "unix", strings.TrimPrefix(addr, "unix://")
 	case strings.HasPrefix(addr, "unix:"):
-		network, address = "unix", strings.TrimPrefix(addr, "unix:")
+		return "unix", strings.TrimPrefix(addr, "unix:")
 	case strings.HasPrefix(addr, "/"):
-		network = "unix"
+		return "unix", addr
 	}
+	return "tcp", addr
+}
+
+// client returns a go-redis client for one address. Every connection it
+// makes, pub/sub included, uses the source's credentials and TLS.
+func (c *Collector) client(addr string) *goredis.Client {
+	network, address := dialAddr(addr)
 	return goredis.NewClient(&goredis.Options{
-		Network:  network,
-		Addr:     address,
-		Username: c.cfg.Username,
-		Password: c.cfg.Password,
-		DB:       c.cfg.DB,
+		Network:   network,
+		Addr:      address,
+		Username:  c.cfg.Username,
+		Password:  c.cfg.Password,
+		TLSConfig: c.cfg.TLS,
+		DB:        c.cfg.DB,
 		// RESP2: pub/sub messages as plain replies, and no maintenance
 		// notifications (they need RESP3).
 		Protocol:                 2,
@@ -375,6 +411,40 @@ func (c *Collector) client(addr string) *goredis.Client {
 		PoolSize:                 4,
 		MaintNotificationsConfig: &maintnotifications.Config{Mode: maintnotifications.ModeDisabled},
 	})
+}
+
+// ACLRules returns the least a Redis ACL user needs to grant the collector
+// for cfg, as ACL SETUSER rules: the lock keys (and the token rule's counter
+// keys), the keyspace channels of the patterns, and only the commands the
+// collector sends, all of which only read: PING on its pub/sub connection,
+// INFO (the run_id), CONFIG GET (the notification flags), PSUBSCRIBE, SCAN,
+// the read script by EVALSHA or EVAL and the commands inside it (with MULTI
+// and EXEC for the same reads where scripts are denied), and SELECT for a db
+// other than 0. It leaves CONFIG SET out: the server must then publish the
+// notifications already (notify-keyspace-events Kg$hxe, or a superset), or
+// the collector polls.
+//
+//	ACL SETUSER leasewatch on >PASSWORD <rules>
+func ACLRules(cfg Config) string {
+	// Whole key permissions (~, not %R~): Redis takes every key of EVAL as
+	// written to. The commands allowed, in scripts too, only read.
+	rules := []string{"resetkeys"}
+	for _, p := range cfg.Patterns {
+		rules = append(rules, "~"+p)
+		if cfg.Token.CounterKey != "" {
+			rules = append(rules, "~"+strings.ReplaceAll(cfg.Token.CounterKey, "{key}", p))
+		}
+	}
+	rules = append(rules, "resetchannels")
+	for _, p := range cfg.Patterns {
+		rules = append(rules, fmt.Sprintf("&__keyspace@%d__:%s", cfg.DB, p))
+	}
+	rules = append(rules, "-@all", "+ping", "+info", "+config|get", "+psubscribe", "+scan", "+evalsha", "+eval",
+		"+multi", "+exec", "+type", "+get", "+hgetall", "+pttl", "+pexpiretime")
+	if cfg.DB != 0 {
+		rules = append(rules, "+select")
+	}
+	return strings.Join(rules, " ")
 }
 
 // joinBlinds merges blind windows into one covering them all.

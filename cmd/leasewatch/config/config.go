@@ -4,6 +4,9 @@ package config
 
 import (
 	"bytes"
+	"crypto/tls"
+	"crypto/x509"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -18,6 +21,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
+	"github.com/leasewatch/leasewatch/collectors/redis"
 )
 
 // Config is the configuration file.
@@ -130,9 +134,14 @@ type SourceConfig struct {
 	Name string `yaml:"name"`
 	Kind string `yaml:"kind"`
 
-	// etcd and redis credentials
-	Username string `yaml:"username"`
-	Password string `yaml:"password"`
+	// etcd and redis credentials. The password may instead come from a
+	// file (a mounted Secret) or an environment variable, so it stays out of
+	// the configuration file; Load reads it into Password.
+	Username     string     `yaml:"username"`
+	Password     string     `yaml:"password"`
+	PasswordFile string     `yaml:"password_file"`
+	PasswordEnv  string     `yaml:"password_env"`
+	TLS          *SourceTLS `yaml:"tls"` // nil: plain text (etcd: unless an endpoint is https://)
 
 	// etcd
 	Endpoints []string `yaml:"endpoints"`
@@ -153,10 +162,114 @@ type SourceConfig struct {
 	Token    *RedisTokenRule `yaml:"token"`
 }
 
+// RedisConfig returns the Redis collector's configuration for s, a redis
+// source, connecting with tlsConfig (nil: plain text).
+func (s SourceConfig) RedisConfig(tlsConfig *tls.Config) redis.Config {
+	rc := redis.Config{
+		Name: s.Name, Addrs: s.Addrs, Quorum: s.Quorum, DB: s.DB,
+		Username: s.Username, Password: s.Password, TLS: tlsConfig, Patterns: s.Patterns,
+	}
+	if s.Addr != "" {
+		rc.Addrs = []string{s.Addr}
+	}
+	if s.Token != nil {
+		rc.Token = redis.TokenRule{CounterKey: s.Token.CounterKey, ValuePattern: s.Token.ValuePattern}
+	}
+	return rc
+}
+
 // RedisTokenRule says where a Redis lock's fencing token comes from.
 type RedisTokenRule struct {
 	CounterKey   string `yaml:"counter_key"`
 	ValuePattern string `yaml:"value_pattern"`
+}
+
+// SourceTLS is a source's tls: connect to an etcd or Redis backend over TLS.
+// Its presence turns TLS on, even empty (tls: {}), which verifies the server
+// against the system's roots. The names are those of Prometheus's
+// tls_config.
+//
+//	tls:
+//	  ca_file: /etc/leasewatch/etcd/ca.crt      # PEM: the CAs that sign the server's certificate
+//	  cert_file: /etc/leasewatch/etcd/client.crt # PEM: a client certificate, for servers that require one
+//	  key_file: /etc/leasewatch/etcd/client.key  # PEM: its private key
+//	  server_name: etcd.internal                 # the name to verify; default: the address's host
+//	  insecure_skip_verify: false                # never verify the server (testing only)
+//
+// The files are read once, at start.
+type SourceTLS struct {
+	CAFile             string `yaml:"ca_file"`
+	CertFile           string `yaml:"cert_file"`
+	KeyFile            string `yaml:"key_file"`
+	ServerName         string `yaml:"server_name"`
+	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
+}
+
+func (t *SourceTLS) validate() error {
+	switch {
+	case t.CertFile == "" && t.KeyFile != "":
+		return errors.New("cert_file: required with key_file")
+	case t.CertFile != "" && t.KeyFile == "":
+		return errors.New("key_file: required with cert_file")
+	}
+	return nil
+}
+
+// ClientConfig reads the files and returns the client TLS configuration, or
+// nil when t is nil (no TLS). Errors name the field; none quotes key material.
+func (t *SourceTLS) ClientConfig() (*tls.Config, error) {
+	if t == nil {
+		return nil, nil
+	}
+	if err := t.validate(); err != nil {
+		return nil, err
+	}
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
+	if t.CAFile != "" {
+		data, err := os.ReadFile(t.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("ca_file: %w", err)
+		}
+		cfg.RootCAs = x509.NewCertPool()
+		if !cfg.RootCAs.AppendCertsFromPEM(data) {
+			return nil, fmt.Errorf("ca_file: %s holds no PEM certificate", t.CAFile)
+		}
+	}
+	if t.CertFile != "" {
+		certPEM, err := os.ReadFile(t.CertFile)
+		if err != nil {
+			return nil, fmt.Errorf("cert_file: %w", err)
+		}
+		keyPEM, err := os.ReadFile(t.KeyFile)
+		if err != nil {
+			return nil, fmt.Errorf("key_file: %w", err)
+		}
+		if !holdsCertificate(certPEM) {
+			return nil, fmt.Errorf("cert_file: %s holds no PEM certificate", t.CertFile)
+		}
+		// With a certificate in cert_file, what can still fail is the key:
+		// missing, unreadable or another certificate's. crypto/tls's
+		// messages never quote key material.
+		pair, err := tls.X509KeyPair(certPEM, keyPEM)
+		if err != nil {
+			return nil, fmt.Errorf("key_file: %s is not the private key of cert_file %s: %w", t.KeyFile, t.CertFile, err)
+		}
+		cfg.Certificates = []tls.Certificate{pair}
+	}
+	return cfg, nil
+}
+
+// holdsCertificate reports whether data has a PEM CERTIFICATE block.
+func holdsCertificate(data []byte) bool {
+	for {
+		var b *pem.Block
+		if b, data = pem.Decode(data); b == nil {
+			return false
+		}
+		if b.Type == "CERTIFICATE" {
+			return true
+		}
+	}
 }
 
 // Defaults for an omitted field.
@@ -205,21 +318,61 @@ func (c *Config) readSecrets() error {
 	if err := c.TLS.check(); err != nil {
 		return fmt.Errorf("tls.%w", err)
 	}
+	for i := range c.Sources {
+		if err := c.Sources[i].readSecrets(); err != nil {
+			return fmt.Errorf("sources[%d].%w", i, err)
+		}
+	}
 	return nil
+}
+
+// readSecrets reads the source's password from password_file or
+// password_env into Password, and checks its TLS files.
+func (s *SourceConfig) readSecrets() error {
+	switch {
+	case s.PasswordFile != "":
+		pw, err := os.ReadFile(s.PasswordFile)
+		if err != nil {
+			return fmt.Errorf("password_file: %w", err)
+		}
+		if s.Password = strings.TrimSpace(string(pw)); s.Password == "" {
+			return fmt.Errorf("password_file: %s is empty", s.PasswordFile)
+		}
+	case s.PasswordEnv != "":
+		pw, err := envSecret(s.PasswordEnv)
+		if err != nil {
+			return fmt.Errorf("password_env: %w", err)
+		}
+		s.Password = pw
+	}
+	if _, err := s.TLS.ClientConfig(); err != nil {
+		return fmt.Errorf("tls.%w", err)
+	}
+	return nil
+}
+
+// envSecret returns the value of the environment variable name, trimmed.
+// Unset or empty is an error, which names the variable, never its value.
+func envSecret(name string) (string, error) {
+	v, ok := os.LookupEnv(name)
+	switch {
+	case !ok:
+		return "", fmt.Errorf("environment variable %s is not set", name)
+	case strings.TrimSpace(v) == "":
+		return "", fmt.Errorf("environment variable %s is empty", name)
+	}
+	return strings.TrimSpace(v), nil
 }
 
 // readTokensEnv adds the tokens of ingest_tokens_env to IngestTokens. Errors
 // name the variable, never its value.
 func (c *Config) readTokensEnv() error {
 	for i, name := range c.IngestTokensEnv {
-		tok, ok := os.LookupEnv(name)
-		switch {
-		case !ok:
-			return fmt.Errorf("ingest_tokens_env[%d]: environment variable %s is not set", i, name)
-		case strings.TrimSpace(tok) == "":
-			return fmt.Errorf("ingest_tokens_env[%d]: environment variable %s is empty", i, name)
+		tok, err := envSecret(name)
+		if err != nil {
+			return fmt.Errorf("ingest_tokens_env[%d]: %w", i, err)
 		}
-		c.IngestTokens = append(c.IngestTokens, strings.TrimSpace(tok))
+		c.IngestTokens = append(c.IngestTokens, tok)
 	}
 	return nil
 }
@@ -413,6 +566,9 @@ func (s *SourceConfig) validate() error {
 	if !supportedKinds[kind] {
 		return fmt.Errorf("kind: %q sources are not supported by this version yet (supported: etcd, kubernetes, redis)", s.Kind)
 	}
+	if err := s.validateCredentials(kind); err != nil {
+		return err
+	}
 	switch kind {
 	case audit.KindEtcd:
 		if len(s.Endpoints) == 0 {
@@ -453,6 +609,18 @@ func (s *SourceConfig) validate() error {
 				return fmt.Errorf("patterns[%d]: must not be empty", i)
 			}
 		}
+		// What the collector checks besides: addrs listed twice, a Unix
+		// socket with tls, the token rule's counter key and pattern. The
+		// TLS files and the password are Load's to read, later.
+		var tlsConfig *tls.Config
+		if s.TLS != nil {
+			tlsConfig = &tls.Config{}
+		}
+		rc := s.RedisConfig(tlsConfig)
+		rc.Username, rc.Password = "", ""
+		if err := redis.Validate(rc); err != nil {
+			return err
+		}
 	case audit.KindKubernetes:
 		for field, names := range map[string][]string{"namespaces": s.Namespaces, "heartbeat_namespaces": s.HeartbeatNamespaces} {
 			for i, ns := range names {
@@ -460,6 +628,68 @@ func (s *SourceConfig) validate() error {
 					return fmt.Errorf("%s[%d]: %q is not a valid namespace name", field, i, ns)
 				}
 			}
+		}
+	}
+	return nil
+}
+
+// validateCredentials checks username, the password keys and tls.
+func (s *SourceConfig) validateCredentials(kind audit.SourceKind) error {
+	var set []string
+	for _, f := range []struct {
+		name string
+		set  bool
+	}{{"password", s.Password != ""}, {"password_file", s.PasswordFile != ""}, {"password_env", s.PasswordEnv != ""}} {
+		if f.set {
+			set = append(set, f.name)
+		}
+	}
+	if kind == audit.KindKubernetes {
+		if s.Username != "" || len(set) > 0 || s.TLS != nil {
+			field := "tls"
+			if s.Username != "" {
+				field = "username"
+			} else if len(set) > 0 {
+				field = set[0]
+			}
+			return fmt.Errorf("%s: applies only to etcd and redis sources; a kubernetes source takes its credentials and TLS from its kubeconfig", field)
+		}
+		return nil
+	}
+	switch {
+	case len(set) > 1:
+		return fmt.Errorf("%s: give one of password, password_file and password_env, not %s", set[1], strings.Join(set, " and "))
+	case s.PasswordEnv != "" && !envName.MatchString(s.PasswordEnv):
+		return fmt.Errorf("password_env: %q is not an environment variable name", s.PasswordEnv)
+	case kind == audit.KindEtcd && len(set) > 0 && s.Username == "":
+		return fmt.Errorf("username: required with %s", set[0])
+	case s.Username != "" && len(set) == 0:
+		// clientv3 and go-redis send a user name only with a password;
+		// alone it would be dropped without a word, and a Redis client
+		// would go on as the default user.
+		return errors.New("password: required with username (or password_file, password_env)")
+	}
+	if s.TLS == nil {
+		return nil
+	}
+	if err := s.TLS.validate(); err != nil {
+		return fmt.Errorf("tls.%w", err)
+	}
+	// Plain-text addresses that a TLS configuration would not change:
+	// clientv3 dials http:// and unix:// without TLS, and Redis serves its
+	// Unix socket without TLS.
+	for i, e := range s.Endpoints {
+		if strings.HasPrefix(e, "http://") || strings.HasPrefix(e, "unix://") {
+			return fmt.Errorf("endpoints[%d]: %s is plain text, but tls is set: use https:// or leave the scheme out", i, e)
+		}
+	}
+	for i, a := range append([]string{s.Addr}, s.Addrs...) {
+		field := "addr"
+		if i > 0 {
+			field = fmt.Sprintf("addrs[%d]", i-1)
+		}
+		if strings.HasPrefix(a, "/") || strings.HasPrefix(a, "unix:") {
+			return fmt.Errorf("%s: %s is a Unix socket, which Redis serves without TLS: give host:port or leave tls out", field, a)
 		}
 	}
 	return nil

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"crypto/tls"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -287,6 +288,173 @@ func TestLoadConfigIngestTokensFile(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			if _, err := Load(write(body)); err == nil || !strings.Contains(err.Error(), "ingest_tokens_file") {
 				t.Fatalf("err = %v, want one naming ingest_tokens_file", err)
+			}
+		})
+	}
+}
+
+// etcd and redis sources take credentials and TLS; the password may come
+// from a file or an environment variable instead of the configuration.
+func TestParseConfigSourceCredentials(t *testing.T) {
+	cfg, err := Parse([]byte(`
+sources:
+  - name: prod-etcd
+    kind: etcd
+    endpoints: ["https://etcd-0:2379"]
+    prefixes: ["/locks/"]
+    username: leasewatch
+    password_file: /run/secrets/etcd-password
+    tls:
+      ca_file: /etc/leasewatch/etcd/ca.crt
+      cert_file: /etc/leasewatch/etcd/client.crt
+      key_file: /etc/leasewatch/etcd/client.key
+  - name: cache
+    kind: redis
+    addrs: ["redis-0:6380", "redis-1:6380", "redis-2:6380"]
+    patterns: ["lock:*"]
+    username: leasewatch
+    password_env: LEASEWATCH_REDIS_PASSWORD
+    tls: {server_name: redis.internal, insecure_skip_verify: true}
+  - name: plain
+    kind: redis
+    addr: 127.0.0.1:6379
+    patterns: ["lock:*"]
+    password: inline
+`))
+	if err != nil {
+		t.Fatalf("Parse: %v", err)
+	}
+	want := SourceTLS{CAFile: "/etc/leasewatch/etcd/ca.crt", CertFile: "/etc/leasewatch/etcd/client.crt", KeyFile: "/etc/leasewatch/etcd/client.key"}
+	if s := cfg.Sources[0]; s.Username != "leasewatch" || s.PasswordFile != "/run/secrets/etcd-password" || s.Password != "" || s.TLS == nil || *s.TLS != want {
+		t.Fatalf("etcd source = %+v, tls %+v", s, s.TLS)
+	}
+	if s := cfg.Sources[1]; s.PasswordEnv != "LEASEWATCH_REDIS_PASSWORD" || s.TLS == nil || *s.TLS != (SourceTLS{ServerName: "redis.internal", InsecureSkipVerify: true}) {
+		t.Fatalf("redis source = %+v, tls %+v", s, s.TLS)
+	}
+	if s := cfg.Sources[2]; s.Password != "inline" || s.TLS != nil {
+		t.Fatalf("plain redis source = %+v, want its password and no tls", s)
+	}
+	// tls: {} turns TLS on with the system's roots.
+	cfg, err = Parse([]byte("sources:\n  - name: r\n    kind: redis\n    addr: r:6380\n    patterns: [\"l:*\"]\n    tls: {}\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err := cfg.Sources[0].TLS.ClientConfig()
+	if err != nil || tc == nil || tc.RootCAs != nil || len(tc.Certificates) != 0 || tc.InsecureSkipVerify {
+		t.Fatalf("tls: {} = %+v, %v; want TLS verified against the system's roots", tc, err)
+	}
+}
+
+func TestParseConfigSourceCredentialsErrors(t *testing.T) {
+	const secret = "hunter2-pw"
+	redis := "sources:\n  - name: r\n    kind: redis\n    addr: r:6379\n    patterns: [\"l:*\"]\n"
+	etcd := "sources:\n  - name: e\n    kind: etcd\n    endpoints: [\"e:2379\"]\n    prefixes: [\"/l/\"]\n"
+	kube := "sources:\n  - name: k\n    kind: kubernetes\n"
+	for _, tt := range []struct{ name, yaml, want string }{
+		{"CertWithoutKey", redis + "    tls: {cert_file: c.crt}\n", "sources[0].tls.key_file: required with cert_file"},
+		{"KeyWithoutCert", etcd + "    tls: {key_file: c.key}\n", "sources[0].tls.cert_file: required with key_file"},
+		{"UnknownTLSField", redis + "    tls: {cafile: ca.crt}\n", "sources[0].tls.cafile"},
+		{"SkipVerifyNotABool", redis + "    tls: {insecure_skip_verify: maybe}\n", "sources[0].tls.insecure_skip_verify"},
+		{"TLSNotAMap", redis + "    tls: yes\n", "sources[0].tls"},
+		{"PasswordAndFile", redis + "    password: " + secret + "\n    password_file: /run/pw\n", "sources[0].password_file: give one of password, password_file and password_env"},
+		{"FileAndEnv", redis + "    password_file: /run/pw\n    password_env: PW\n", "sources[0].password_env: give one of"},
+		{"BadEnvName", redis + "    password_env: REDIS-PASSWORD\n", `sources[0].password_env: "REDIS-PASSWORD" is not an environment variable name`},
+		{"EtcdPasswordWithoutUser", etcd + "    password: " + secret + "\n", "sources[0].username: required with password"},
+		{"EtcdPasswordFileWithoutUser", etcd + "    password_file: /run/pw\n", "sources[0].username: required with password_file"},
+		{"EtcdUserWithoutPassword", etcd + "    username: leasewatch\n", "sources[0].password: required with username"},
+		{"RedisUserWithoutPassword", redis + "    username: leasewatch\n", "sources[0].password: required with username"},
+		{"EtcdTLSToHTTP", "sources:\n  - name: e\n    kind: etcd\n    endpoints: [\"https://e-0:2379\", \"http://e-1:2379\"]\n    prefixes: [\"/l/\"]\n    tls: {}\n",
+			"sources[0].endpoints[1]: http://e-1:2379 is plain text, but tls is set"},
+		{"RedisTLSToSocket", "sources:\n  - name: r\n    kind: redis\n    addr: /run/redis.sock\n    patterns: [\"l:*\"]\n    tls: {}\n",
+			"sources[0].addr: /run/redis.sock is a Unix socket"},
+		{"RedlockTLSToSocket", "sources:\n  - name: r\n    kind: redis\n    addrs: [\"r-0:6380\", \"unix:/run/redis.sock\", \"r-2:6380\"]\n    patterns: [\"l:*\"]\n    tls: {}\n",
+			"sources[0].addrs[1]: unix:/run/redis.sock is a Unix socket"},
+		{"KubernetesTLS", kube + "    tls: {ca_file: ca.crt}\n", "sources[0].tls: applies only to etcd and redis sources"},
+		{"KubernetesUser", kube + "    username: admin\n    password: " + secret + "\n", "sources[0].username: applies only to etcd and redis sources"},
+		{"KubernetesPasswordEnv", kube + "    password_env: PW\n", "sources[0].password_env: applies only"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Parse([]byte(tt.yaml))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), secret) {
+				t.Errorf("error %q shows the password", err)
+			}
+		})
+	}
+}
+
+func TestLoadConfigSourcePassword(t *testing.T) {
+	dir := t.TempDir()
+	const base = "sources:\n  - name: e\n    kind: etcd\n    endpoints: [\"e:2379\"]\n    prefixes: [\"/l/\"]\n    username: leasewatch\n"
+	pwFile := writeFile(t, dir, "etcd-password", "s3cret from a file\n")
+	t.Setenv("LW_TEST_REDIS_PASSWORD", " s3cret from env ")
+	cfg, err := Load(writeFile(t, dir, "lw.yaml", base+"    password_file: "+pwFile+"\n"+
+		"  - name: r\n    kind: redis\n    addr: r:6379\n    patterns: [\"l:*\"]\n    password_env: LW_TEST_REDIS_PASSWORD\n"))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	if got := cfg.Sources[0].Password; got != "s3cret from a file" {
+		t.Errorf("password from password_file = %q, want the file's line", got)
+	}
+	if got := cfg.Sources[1].Password; got != "s3cret from env" {
+		t.Errorf("password from password_env = %q, want the variable's value", got)
+	}
+
+	t.Setenv("LW_TEST_EMPTY_PASSWORD", "  ")
+	for name, tt := range map[string]struct{ key, want string }{
+		"MissingFile": {"password_file: " + filepath.Join(dir, "nope"), "sources[0].password_file: open "},
+		"EmptyFile":   {"password_file: " + writeFile(t, dir, "empty", "\n"), "sources[0].password_file: " + filepath.Join(dir, "empty") + " is empty"},
+		"UnsetEnv":    {"password_env: LW_TEST_UNSET_PASSWORD", "sources[0].password_env: environment variable LW_TEST_UNSET_PASSWORD is not set"},
+		"EmptyEnv":    {"password_env: LW_TEST_EMPTY_PASSWORD", "sources[0].password_env: environment variable LW_TEST_EMPTY_PASSWORD is empty"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load(writeFile(t, dir, "lw.yaml", base+"    "+tt.key+"\n"))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestLoadConfigSourceTLS(t *testing.T) {
+	dir := t.TempDir()
+	cert, key := writeSelfSigned(t, dir)
+	otherDir := t.TempDir()
+	_, otherKey := writeSelfSigned(t, otherDir)
+	source := func(tls string) string {
+		return "sources:\n  - name: r\n    kind: redis\n    addr: r:6380\n    patterns: [\"l:*\"]\n    tls: {" + tls + "}\n"
+	}
+	cfg, err := Load(writeFile(t, dir, "lw.yaml", source("ca_file: "+cert+", cert_file: "+cert+", key_file: "+key+", server_name: redis.internal")))
+	if err != nil {
+		t.Fatalf("Load: %v", err)
+	}
+	tc, err := cfg.Sources[0].TLS.ClientConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc.RootCAs == nil || len(tc.Certificates) != 1 || tc.ServerName != "redis.internal" || tc.InsecureSkipVerify || tc.MinVersion != tls.VersionTLS12 {
+		t.Fatalf("client TLS = %+v, want the CA, the client certificate and the server name", tc)
+	}
+	garbageKey := writeFile(t, dir, "garbage.key", "-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n")
+	for name, tt := range map[string]struct{ tls, want string }{
+		"MissingCA":    {"ca_file: " + filepath.Join(dir, "nope.crt"), "sources[0].tls.ca_file: open "},
+		"CAIsAKey":     {"ca_file: " + key, "sources[0].tls.ca_file: " + key + " holds no PEM certificate"},
+		"MissingCert":  {"cert_file: " + filepath.Join(dir, "nope.crt") + ", key_file: " + key, "sources[0].tls.cert_file: open "},
+		"MissingKey":   {"cert_file: " + cert + ", key_file: " + filepath.Join(dir, "nope.key"), "sources[0].tls.key_file: open "},
+		"CertIsTheKey": {"cert_file: " + key + ", key_file: " + key, "sources[0].tls.cert_file: " + key + " holds no PEM certificate"},
+		"KeyIsTheCert": {"cert_file: " + cert + ", key_file: " + cert, "sources[0].tls.key_file: " + cert + " is not the private key of cert_file"},
+		"OtherKey":     {"cert_file: " + cert + ", key_file: " + otherKey, "sources[0].tls.key_file: " + otherKey + " is not the private key of cert_file"},
+		"GarbageKey":   {"cert_file: " + cert + ", key_file: " + garbageKey, "sources[0].tls.key_file: "},
+	} {
+		t.Run(name, func(t *testing.T) {
+			_, err := Load(writeFile(t, dir, "lw.yaml", source(tt.tls)))
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), "c2VjcmV0") || strings.Contains(err.Error(), "BEGIN") {
+				t.Errorf("error %q shows key material", err)
 			}
 		})
 	}

@@ -1,0 +1,231 @@
+package etcd
+
+import (
+	"context"
+	"crypto/tls"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+
+	"golang.org/x/crypto/bcrypt"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
+	"github.com/leasewatch/leasewatch/collectors/testcert"
+)
+
+// startEtcdWithAuth runs an etcd with authentication enabled: user root
+// (role root) and user leasewatch with password, whose role may only read
+// the keys under /locks/ (all the collector needs), and user outsider,
+// whose role may only read /other/. It returns the endpoint and a client
+// logged in as root.
+func startEtcdWithAuth(t *testing.T, password string) (string, *clientv3.Client) {
+	t.Helper()
+	ep := startEtcdWith(t, embedded.Options{BcryptCost: uint(bcrypt.MinCost)})
+	setup := newClient(t, ep)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	steps := []struct {
+		what string
+		do   func() error
+	}{
+		{"add root", func() error { _, err := setup.UserAdd(ctx, "root", "root-"+password); return err }},
+		{"grant root", func() error { _, err := setup.UserGrantRole(ctx, "root", "root"); return err }},
+		{"add role lock-reader", func() error { _, err := setup.RoleAdd(ctx, "lock-reader"); return err }},
+		{"let lock-reader read /locks/", func() error {
+			_, err := setup.RoleGrantPermission(ctx, "lock-reader", "/locks/", clientv3.GetPrefixRangeEnd("/locks/"), clientv3.PermissionType(clientv3.PermRead))
+			return err
+		}},
+		{"add leasewatch", func() error { _, err := setup.UserAdd(ctx, "leasewatch", password); return err }},
+		{"grant leasewatch", func() error { _, err := setup.UserGrantRole(ctx, "leasewatch", "lock-reader"); return err }},
+		{"add role other-reader", func() error { _, err := setup.RoleAdd(ctx, "other-reader"); return err }},
+		{"let other-reader read /other/", func() error {
+			_, err := setup.RoleGrantPermission(ctx, "other-reader", "/other/", clientv3.GetPrefixRangeEnd("/other/"), clientv3.PermissionType(clientv3.PermRead))
+			return err
+		}},
+		{"add outsider", func() error { _, err := setup.UserAdd(ctx, "outsider", password); return err }},
+		{"grant outsider", func() error { _, err := setup.UserGrantRole(ctx, "outsider", "other-reader"); return err }},
+		{"enable auth", func() error { _, err := setup.AuthEnable(ctx); return err }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.what, err)
+		}
+	}
+	root, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, Username: "root", Password: "root-" + password, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatalf("log in as root: %v", err)
+	}
+	t.Cleanup(func() { root.Close() })
+	return ep, root
+}
+
+// TestAuthUserWithReadRole records a grant as an etcd user whose role may
+// only read the lock prefix, and checks that wrong or missing credentials
+// and a role without the prefix stop Run with an error that says why.
+func TestAuthUserWithReadRole(t *testing.T) {
+	t.Parallel()
+	const password = "lw-etcd-pass-91c2"
+	ep, root := startEtcdWithAuth(t, password)
+	cfg := testConfig([]string{"/locks/"}, ep)
+	cfg.Username, cfg.Password = "leasewatch", password
+
+	t.Run("Recorded", func(t *testing.T) {
+		rec := newRecorder()
+		c, err := New(cfg, testLogger(t), WithProgressInterval(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		startCollector(t, c, rec)
+		s := newSession(t, root, 5)
+		m := lockMutex(t, s, "/locks/orders")
+		want := token(t, root, m.Key())
+		g := rec.waitObs(t, 10*time.Second, "/locks/orders", 1, audit.EventGrant)[0]
+		if g.Holder != leaseHolder(s) || tokenOf(g) != want {
+			t.Fatalf("grant = %+v, want holder %s with token %d", g, leaseHolder(s), want)
+		}
+		// Renewals come from LeaseTimeToLive, which the read role allows.
+		rec.waitObs(t, 10*time.Second, "/locks/orders", 1, audit.EventRenew)
+		rel := unlock(t, root, m)
+		rec.waitCursor(t, rel)
+		if r := rec.obs("/locks/orders", audit.EventRelease); len(r) != 1 {
+			t.Fatalf("releases = %+v, want one", r)
+		}
+	})
+
+	for _, tt := range []struct {
+		name, user, password, want string
+	}{
+		{"WrongPassword", "leasewatch", "not-" + password, "authentication failed"},
+		{"UnknownUser", "nobody", password, "authentication failed"},
+		{"NoCredentials", "", "", "user name is empty"},
+		{"RoleWithoutThePrefix", "outsider", password, "permission denied"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := cfg
+			bad.Username, bad.Password = tt.user, tt.password
+			c, err := New(bad, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			err = c.Run(ctx, newRecorder(), func() { t.Error("collector ready with credentials that cannot read /locks/") })
+			if err == nil {
+				t.Fatal("Run returned nil, want an error (or it ran 15s)")
+			}
+			t.Logf("Run: %v", err)
+			if !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("Run: err = %v, want one containing %q", err, tt.want)
+			}
+			if strings.Contains(err.Error(), password) {
+				t.Fatalf("Run: err = %v shows the password", err)
+			}
+		})
+	}
+}
+
+// TestTLSWithClientCertificate records a grant from an etcd that serves
+// clients over TLS and requires a client certificate, and checks that a
+// missing or untrusted certificate, an untrusted server and plain text stop
+// Run with an error that says why, within the dial timeout.
+func TestTLSWithClientCertificate(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	ca := testcert.NewCA(t, dir, "etcd")
+	server := ca.Server(t, "etcd-server")
+	client := ca.Client(t, "leasewatch")
+	ep := startEtcdWith(t, embedded.Options{TLS: &embedded.TLS{CertFile: server.CertFile, KeyFile: server.KeyFile, ClientCAFile: ca.CertFile}})
+	if !strings.HasPrefix(ep, "https://") {
+		t.Fatalf("endpoint = %s, want https://", ep)
+	}
+	cfg := testConfig([]string{"/locks/"}, ep)
+	cfg.TLS = testcert.ClientTLS(t, ca, client)
+
+	t.Run("Recorded", func(t *testing.T) {
+		locker, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, TLS: cfg.TLS, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { locker.Close() })
+		rec := newRecorder()
+		c, err := New(cfg, testLogger(t), WithProgressInterval(300*time.Millisecond))
+		if err != nil {
+			t.Fatal(err)
+		}
+		startCollector(t, c, rec)
+		s := newSession(t, locker, 5)
+		m := lockMutex(t, s, "/locks/tls")
+		want := token(t, locker, m.Key())
+		g := rec.waitObs(t, 10*time.Second, "/locks/tls", 1, audit.EventGrant)[0]
+		if g.Holder != leaseHolder(s) || tokenOf(g) != want {
+			t.Fatalf("grant = %+v, want holder %s with token %d", g, leaseHolder(s), want)
+		}
+	})
+
+	other := testcert.NewCA(t, dir, "other")
+	for _, tt := range []struct {
+		name   string
+		change func(*Config)
+		want   []string // one of
+	}{
+		{"NoClientCertificate", func(c *Config) { c.TLS = testcert.ClientTLS(t, ca, testcert.Pair{}) }, []string{"tls: certificate required"}},
+		// etcd names the CAs it accepts, and crypto/tls sends no certificate
+		// that none of them signed.
+		{"ClientCertificateOfAnotherCA", func(c *Config) { c.TLS = testcert.ClientTLS(t, ca, other.Client(t, "leasewatch")) }, []string{"tls: certificate required"}},
+		{"ServerNotTrusted", func(c *Config) { c.TLS = testcert.ClientTLS(t, other, client) }, []string{"certificate signed by unknown authority"}},
+		{"PlainText", func(c *Config) { c.TLS = nil; c.Endpoints = []string{strings.Replace(ep, "https://", "http://", 1)} }, []string{"error reading server preface"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			bad := cfg
+			tt.change(&bad)
+			c, err := New(bad, testLogger(t))
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+			defer cancel()
+			start := time.Now()
+			err = c.Run(ctx, newRecorder(), func() { t.Error("collector ready over a refused connection") })
+			t.Logf("Run after %s: %v", time.Since(start).Round(time.Millisecond), err)
+			if err == nil {
+				t.Fatal("Run returned nil, want an error (or it ran 15s)")
+			}
+			if !slices.ContainsFunc(tt.want, func(w string) bool { return strings.Contains(err.Error(), w) }) {
+				t.Fatalf("Run: err = %v, want one containing one of %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestNewValidatesCredentials(t *testing.T) {
+	for _, tt := range []struct {
+		name string
+		cfg  Config
+		want string
+	}{
+		{"UserWithoutPassword", Config{Username: "leasewatch"}, "password: required with a username"},
+		{"TLSToHTTPEndpoint", Config{Endpoints: []string{"etcd-0:2379", "http://etcd-1:2379"}, TLS: &tls.Config{}}, "endpoints[1]: http://etcd-1:2379 is plain text"},
+		{"TLSToUnixEndpoint", Config{Endpoints: []string{"unix://etcd.sock"}, TLS: &tls.Config{}}, "endpoints[0]: unix://etcd.sock is plain text"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := tt.cfg
+			cfg.Name, cfg.Prefixes = "prod-etcd", []string{"/locks/"}
+			if cfg.Endpoints == nil {
+				cfg.Endpoints = []string{"127.0.0.1:2379"}
+			}
+			_, err := New(cfg, nil)
+			if err == nil || !strings.HasPrefix(err.Error(), tt.want) || audit.ErrorCode(err) != audit.EINVALID {
+				t.Fatalf("New: err = %v, want an invalid-input error starting %q", err, tt.want)
+			}
+		})
+	}
+	// With TLS, https:// and scheme-less endpoints are fine.
+	if _, err := New(Config{Name: "e", Endpoints: []string{"https://etcd-0:2379", "etcd-1:2379"}, Prefixes: []string{"/locks/"}, TLS: &tls.Config{}}, nil); err != nil {
+		t.Fatalf("New with TLS to https:// and bare endpoints: %v", err)
+	}
+}
