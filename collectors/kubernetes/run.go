@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
@@ -41,6 +42,21 @@ const (
 	// happened since; until it has been open this long the collector does
 	// not claim to be caught up.
 	replayGrace = time.Second
+	// A watch that delivers nothing looks the same whether the Leases are
+	// quiet or the apiserver is frozen (a long GC pause, a stopped VM) or
+	// unreachable without the connection closing; and meanwhile writes
+	// through other apiservers of the cluster go on. So the apiserver is
+	// asked for /version, on the watches' connection, every probeEvery, and
+	// the collector vouches that it is caught up (audit.Input.Live) only up
+	// to when the last answered probe was sent: a frozen apiserver's watch
+	// may be missing renewals, which must not make leases look expired. A
+	// probe unanswered for stallAfter stops the vouching until the
+	// apiserver answers again and the watches have had replayGrace to
+	// deliver what waited; unanswered for apiserverSilence, Run fails and
+	// the Runner resumes from the cursor.
+	probeEvery       = 500 * time.Millisecond
+	stallAfter       = time.Second
+	apiserverSilence = 5 * time.Second
 )
 
 // run is one Run of the collector: what it remembers of the Leases lives
@@ -57,6 +73,14 @@ type run struct {
 	leases map[string]seen   // by lock name: each Lease as this run last saw it
 
 	lastLive time.Time // when the collector last told the tracker it was caught up
+	// probing says the apiserver is probed (not with a client that cannot
+	// be); heard is when the last probe it answered was sent; stalled is set
+	// while a probe has waited longer than stallAfter; resumedAt is when the
+	// last stall ended.
+	probing   bool
+	heard     time.Time
+	stalled   bool
+	resumedAt time.Time
 }
 
 // seen is the tenure a Lease showed when the collector last saw it.
@@ -248,6 +272,9 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 	ready()
 	idle := time.NewTicker(liveEvery)
 	defer idle.Stop()
+	pr := newProber(r, ws)
+	probe := time.NewTicker(probeEvery)
+	defer probe.Stop()
 	for {
 		var batch []message
 		select {
@@ -257,6 +284,14 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 			if err := r.live(ctx, ws); err != nil {
 				return err
 			}
+			continue
+		case <-probe.C:
+			if err := pr.check(); err != nil {
+				return err
+			}
+			continue
+		case at := <-pr.answers:
+			pr.answered(at)
 			continue
 		case m := <-ws.msgs:
 			batch = append(batch, m)
@@ -288,15 +323,99 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 // never makes a lease look expired.
 func (r *run) live(ctx context.Context, ws *watches) error {
 	now := r.now()
+	if r.stalled || now.Sub(r.resumedAt) < replayGrace {
+		return nil
+	}
 	for _, opened := range ws.opened {
 		if now.Sub(opened) < replayGrace {
 			return nil
 		}
 	}
-	r.lastLive = now
-	in := r.input(now, nil, nil)
+	at := now
+	if r.probing && r.heard.Before(at) {
+		at = r.heard // zero, and no vouching, until a probe is answered
+	}
+	if !at.After(r.lastLive) {
+		return nil
+	}
+	r.lastLive = at
+	in := r.input(at, nil, nil)
 	in.Cursor, in.Live = "", true
 	return r.sink.Observe(ctx, in)
+}
+
+// prober asks the apiserver for /version, one request at a time, to tell a
+// quiet watch from a frozen or unreachable apiserver.
+type prober struct {
+	r       *run
+	ws      *watches
+	req     rest.Interface // nil: a client that cannot probe, taken as always answering
+	answers chan time.Time // when each answered probe was sent
+	sent    time.Time      // the probe in flight, zero if none
+	since   time.Time      // when the apiserver last answered, or the prober started
+}
+
+func newProber(r *run, ws *watches) *prober {
+	p := &prober{r: r, ws: ws, answers: make(chan time.Time, 1), since: r.now()}
+	if d := r.c.client.Discovery(); d != nil {
+		p.req = d.RESTClient()
+	}
+	r.probing = p.req != nil
+	return p
+}
+
+// check sends a probe unless one is waiting, marks the run stalled when the
+// one waiting is late, and fails once the apiserver has been silent for
+// apiserverSilence.
+func (p *prober) check() error {
+	if p.req == nil {
+		return nil
+	}
+	now := p.r.now()
+	if quiet := now.Sub(p.since); quiet > apiserverSilence {
+		return fmt.Errorf("no answer from the kube-apiserver for %s", quiet.Round(time.Millisecond))
+	}
+	if !p.sent.IsZero() {
+		if waited := now.Sub(p.sent); waited > stallAfter && !p.r.stalled {
+			p.r.stalled = true
+			p.r.log.Warn("kube-apiserver not answering; not vouching for the watches until it does", "waited", waited.Round(time.Millisecond))
+		}
+		return nil
+	}
+	sent := now
+	p.sent = sent
+	p.ws.wg.Add(1)
+	go func() {
+		defer p.ws.wg.Done()
+		ctx, cancel := context.WithTimeout(p.ws.ctx, apiserverSilence)
+		defer cancel()
+		// Any status is an answer (a cluster may deny /version); only a
+		// request that got none is not.
+		var status apierrors.APIStatus
+		if err := p.req.Get().AbsPath("/version").Do(ctx).Error(); err != nil && !errors.As(err, &status) {
+			sent = time.Time{}
+		}
+		select {
+		case p.answers <- sent:
+		case <-p.ws.ctx.Done():
+		}
+	}()
+	return nil
+}
+
+// answered takes a probe's outcome: when it was sent, zero if it got no
+// answer.
+func (p *prober) answered(sent time.Time) {
+	p.sent = time.Time{}
+	if sent.IsZero() {
+		p.r.stalled = true
+		return
+	}
+	p.since, p.r.heard = sent, sent
+	if p.r.stalled {
+		p.r.stalled, p.r.resumedAt = false, p.r.now()
+		p.r.log.Info("kube-apiserver answering again")
+	}
 }
 
 // open starts the watch of one scope from its cursor.

@@ -419,3 +419,10 @@ func kinds(evs []audit.Event) []audit.EventKind {
 	}
 	return out
 }
+
+// pid returns the running redis-server's process id.
+func (s *redisServer) pid() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cmd.Process.Pid
+}

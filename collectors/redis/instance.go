@@ -310,11 +310,10 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 				}
 			}
 			if err := in.handle(sctx, batch, &pings); err != nil {
-				return true, in.lost(time.Unix(0, heard.Load()), err)
+				return true, in.lost(in.lastSeen, err)
 			}
-			in.lastSeen = time.Unix(0, heard.Load())
 		case <-ping.C:
-			seen := time.Unix(0, heard.Load())
+			seen := in.lastSeen
 			// The silence must be the connection's, not ours: dead means
 			// a PING unanswered for deadAfter with nothing read or taken
 			// meanwhile. While handle works through a backlog (or the
@@ -335,7 +334,7 @@ func (in *instance) session(ctx context.Context) (up bool, err error) {
 				return true, in.lost(seen, fmt.Errorf("ping the pub/sub connection: %w", err))
 			}
 		case <-reconcile.C:
-			seen := time.Unix(0, heard.Load())
+			seen := in.lastSeen
 			id, err := in.serverRunID(sctx)
 			if err != nil {
 				return true, in.lost(seen, err)
@@ -448,7 +447,7 @@ func (in *instance) scanAndSend(ctx context.Context, runID string, first, poll b
 	at := in.now()
 	in.keys = len(rds)
 	blind := in.takeBlind(started, runID)
-	in.lastSeen = at
+	in.lastSeen = started // the scan shows every change up to its start
 	if !in.send(ctx, instMsg{kind: msgScan, at: at, scan: rds, blind: blind, first: first, poll: poll && blind == nil, live: started}) {
 		return ctx.Err()
 	}
@@ -535,6 +534,12 @@ func (in *instance) handle(ctx context.Context, batch []received, pings *[]time.
 	}
 	if !in.send(ctx, instMsg{kind: msgEvents, at: in.now(), batch: out, live: live, behind: in.behind}) {
 		return ctx.Err()
+	}
+	if !live.IsZero() {
+		// Seen up to the answered PING's sending, not to when its PONG or
+		// any notification was read: what the server did after sending
+		// them may still be on its way.
+		in.lastSeen = live
 	}
 	return failed
 }
