@@ -7,7 +7,7 @@ SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd load-ingest bench-ingest bench-pages bench-memory soak install-redis install-chromium
+.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd load-ingest crash bench-ingest bench-pages bench-memory soak install-redis install-chromium
 
 all: build
 
@@ -53,6 +53,10 @@ load-etcd:
 ## load-ingest: 200 resources posting write reports and 50 people browsing the dashboard for 5 minutes (latency, RSS, exactly-once).
 load-ingest:
 	$(GO) run ./cmd/leasewatch-load ingest
+
+## crash: the full kill -9 run (20 kills at random moments; the normal test run does 8).
+crash:
+	LEASEWATCH_CRASH_KILLS=20 $(GO) test -race -count=1 -run TestCrashKillNineWhileBusy -v ./cmd/leasewatch
 
 ## bench-ingest: the write path against a plain-SQLite baseline (events/s, ratio, allocations, bytes per renewal).
 bench-ingest:

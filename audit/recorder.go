@@ -36,6 +36,9 @@ type Recorder struct {
 	stopped chan struct{}
 
 	lastSync time.Time // recording goroutine only
+	// lastProbe is when a tick last rewrote a stored cursor to see whether
+	// the journal takes writes again; recording goroutine only.
+	lastProbe time.Time
 	// renewedNow are the renewals of the commit in progress, for its
 	// Commit.Renewals; recording goroutine only.
 	renewedNow []Renewal
@@ -47,14 +50,28 @@ type Recorder struct {
 	unsaved map[LockKey]Renewal
 	// round are the locks the sync in progress has yet to write (see
 	// syncChunk); recording goroutine only.
-	round  []LockKey
-	err    error // last commit error; nil when healthy
-	closed bool
+	round []LockKey
+	err   error // the last write's error as requests got it; nil when healthy
+	// failed is the last failed write's error, at failedAt: see readyAfter.
+	failed   error
+	failedAt time.Time
+	closed   bool
 }
 
 // maxUnsaved bounds the locks whose renewals wait for a sync, and so the
 // replay after a crash: past it the recorder syncs every one at once.
 const maxUnsaved = 100_000
+
+// readyAfter is how long after a failed write the recorder stays unready
+// although a later write worked: on a full disk a small write can land in
+// space the database already holds while every write that needs more fails,
+// and readiness should not flap with each of them.
+const readyAfter = 5 * time.Second
+
+// probeEvery is how often, while writes fail and nothing else is written, a
+// tick rewrites a stored cursor unchanged: the journal's first successful
+// write makes the recorder ready again without waiting for new input.
+const probeEvery = time.Second
 
 // syncChunk bounds the locks one commit syncs. A sync round writes every
 // lock renewed since the last, spread over as many commits as it takes, so
@@ -187,7 +204,10 @@ func (r *Recorder) Cursor(source string) (string, time.Time) {
 	return c.Position, c.At
 }
 
-// Ready returns nil while the recorder is running and its last commit worked.
+// Ready returns nil while the recorder is running and its writes to the
+// journal work. After a failure it stays unready until a write works again
+// (one of the next inputs or write reports, or a probe: see probeEvery) and
+// none has failed for readyAfter.
 func (r *Recorder) Ready(context.Context) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
@@ -195,7 +215,10 @@ func (r *Recorder) Ready(context.Context) error {
 		return Errorf(EUNAVAILABLE, "recorder is shut down")
 	}
 	if r.err != nil {
-		return Errorf(EUNAVAILABLE, "last commit failed: %v", r.err)
+		return Errorf(EUNAVAILABLE, "last commit failed: %s", ErrorMessage(r.err))
+	}
+	if ago := r.now().Sub(r.failedAt); r.failed != nil && ago < readyAfter {
+		return Errorf(EUNAVAILABLE, "a commit failed %s ago: %s", ago.Round(time.Second), ErrorMessage(r.failed))
 	}
 	return nil
 }
@@ -323,7 +346,31 @@ func (r *Recorder) commit(group []*request, tick bool) {
 			b.Append(r.hold(r.tracker.ReportWrite(w)))
 		}
 	}
-	r.finish(group, r.sync(b, tick && r.now().Sub(r.lastSync) >= r.syncEvery), nil)
+	b = r.sync(b, tick && r.now().Sub(r.lastSync) >= r.syncEvery)
+	if tick && b.Empty() {
+		b.Cursors = r.probe()
+	}
+	r.finish(group, b, nil)
+}
+
+// probe returns a stored cursor to write again, unchanged, when the last write
+// failed and none was tried for probeEvery; nil otherwise.
+func (r *Recorder) probe() []Cursor {
+	now := r.now()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	// Not ahead of waiting requests: each try may wait out the busy timeout.
+	if r.err == nil || now.Sub(r.lastProbe) < probeEvery || len(r.cursors) == 0 || len(r.reqs) > 0 {
+		return nil
+	}
+	r.lastProbe = now
+	var first Cursor
+	for _, c := range r.cursors {
+		if first.Source == "" || c.Source < first.Source {
+			first = c
+		}
+	}
+	return []Cursor{first}
 }
 
 // hold takes a tracker step's renewal-only changes out of its batch, to be
@@ -440,13 +487,17 @@ func (r *Recorder) knownRequests(ctx context.Context, group []*request) (map[str
 }
 
 func (r *Recorder) finish(group []*request, b Batch, err error) {
+	wrote := err != nil // a failed look-up counts as a failed write
 	if err == nil && !b.Empty() {
+		wrote = true
 		err = r.journal.Apply(context.Background(), b)
-		if err != nil {
-			r.log.Error("commit failed; reloading tracker state", "err", err)
-			if rerr := r.restore(context.Background()); rerr != nil {
-				r.log.Error("reload tracker state", "err", rerr)
-			}
+	}
+	if err != nil {
+		// The tracker has taken the batch's steps (a tick's included) that
+		// the journal has not.
+		r.log.Error("commit failed; reloading tracker state", "err", err)
+		if rerr := r.restore(context.Background()); rerr != nil {
+			r.log.Error("reload tracker state", "err", rerr)
 		}
 	}
 	renewals := r.renewedNow
@@ -461,8 +512,25 @@ func (r *Recorder) finish(group []*request, b Batch, err error) {
 		}
 		r.onCommit(c)
 	}
+	if err != nil {
+		// A storage error the journal explains (disk full, database locked)
+		// keeps its code and gives the message; any other keeps its text.
+		msg := err.Error()
+		code := EUNAVAILABLE
+		var ae *Error
+		if errors.As(err, &ae) {
+			msg, code = ae.Message, ae.Code
+		}
+		err = &Error{Code: code, Message: "could not store the change: " + msg}
+	}
 	r.mu.Lock()
-	r.err = err
+	if wrote {
+		// A tick that wrote nothing says nothing about the journal.
+		r.err = err
+	}
+	if err != nil {
+		r.failed, r.failedAt = err, r.now()
+	}
 	if err == nil {
 		for _, c := range b.Cursors {
 			r.cursors[c.Source] = c
@@ -474,12 +542,6 @@ func (r *Recorder) finish(group []*request, b Batch, err error) {
 		}
 	}
 	r.mu.Unlock()
-	if err != nil {
-		var ae *Error
-		if !errors.As(err, &ae) {
-			err = &Error{Code: EUNAVAILABLE, Message: "could not store the change: " + err.Error()}
-		}
-	}
 	for _, req := range group {
 		req.done <- err
 	}

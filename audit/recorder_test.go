@@ -150,7 +150,8 @@ func (f *failingJournal) Apply(ctx context.Context, b audit.Batch) error {
 func TestRecorderFailedCommitLosesNothingAcknowledged(t *testing.T) {
 	st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
 	j := &failingJournal{Store: st}
-	rec := startRecorder(t, j)
+	var clock atomic.Int64 // seconds past at(0)
+	rec := startRecorder(t, j, audit.WithClock(func() time.Time { return at(time.Duration(clock.Load()) * time.Second) }))
 	ctx := context.Background()
 	if err := rec.Observe(ctx, grantInput("A", 41, at(0), "10")); err != nil {
 		t.Fatal(err)
@@ -177,8 +178,12 @@ func TestRecorderFailedCommitLosesNothingAcknowledged(t *testing.T) {
 	if got := eventKinds(t, st); len(got) != 2 || got[1] != audit.EventGrant {
 		t.Fatalf("events = %v, want [grant grant]", got)
 	}
+	if rec.Ready(ctx) == nil {
+		t.Fatal("Ready = nil just after a commit failed, want an error until writes have worked a while")
+	}
+	clock.Store(10)
 	if err := rec.Ready(ctx); err != nil {
-		t.Fatalf("Ready after recovery: %v", err)
+		t.Fatalf("Ready 10s after the failure: %v", err)
 	}
 }
 

@@ -24,6 +24,13 @@ const (
 	DefaultResetAfter = time.Minute
 )
 
+// StoreRetry caps the restart delay of a collector whose run failed because
+// the sink could not store its input (disk full, database locked: an
+// EUNAVAILABLE error). The backend is fine and the collector resumes from its
+// stored cursor, so recording should resume soon after the store does rather
+// than after a backoff grown to MaxBackoff.
+const StoreRetry = 2 * time.Second
+
 // RunnerConfig configures a Runner. The zero value is usable.
 type RunnerConfig struct {
 	Logger *slog.Logger // nil: discard
@@ -165,9 +172,17 @@ func (r *Runner) supervise(ctx context.Context, c Collector) {
 		if !upAt.IsZero() && r.cfg.Now().Sub(upAt) >= r.cfg.ResetAfter {
 			attempt = 0
 		}
-		delay := Backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, attempt, r.cfg.Jitter())
+		ran := r.cfg.Now().Sub(start).Round(time.Millisecond)
+		var delay time.Duration
+		if audit.ErrorCode(err) == audit.EUNAVAILABLE {
+			delay = Backoff(r.cfg.MinBackoff, max(r.cfg.MinBackoff, min(r.cfg.MaxBackoff, StoreRetry)), attempt, r.cfg.Jitter())
+			log.Error("recording paused: the store cannot take the collector's input; it resumes from the stored cursor",
+				"err", err, "ran", ran, "retry_in", delay.Round(time.Millisecond))
+		} else {
+			delay = Backoff(r.cfg.MinBackoff, r.cfg.MaxBackoff, attempt, r.cfg.Jitter())
+			log.Warn("collector failed; restarting", "err", err, "ran", ran, "retry_in", delay.Round(time.Millisecond))
+		}
 		attempt++
-		log.Warn("collector failed; restarting", "err", err, "ran", r.cfg.Now().Sub(start).Round(time.Millisecond), "retry_in", delay.Round(time.Millisecond))
 		if !r.wait(ctx, delay) {
 			r.setDown(name, kind, nil)
 			return

@@ -38,7 +38,7 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 		}
 	})
 	if err != nil {
-		return fmt.Errorf("apply batch: %w", err)
+		return fmt.Errorf("apply batch: %w", storageError(err))
 	}
 	return nil
 }
@@ -660,7 +660,7 @@ func (s *Store) KnownRequests(ctx context.Context, ids []string) (map[string]boo
 		// statements out.
 		rows, err := s.reader.DB.QueryContext(ctx, q, args...)
 		if err != nil {
-			return nil, fmt.Errorf("known requests: %w", err)
+			return nil, fmt.Errorf("known requests: %w", storageError(err))
 		}
 		for rows.Next() {
 			var id string

@@ -17,14 +17,17 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
 
+	sqlitedriver "modernc.org/sqlite" // also registers the "sqlite" driver
+	sqlite3 "modernc.org/sqlite/lib"
+
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/migrations"
-
-	_ "modernc.org/sqlite" // registers the "sqlite" driver
 )
 
 var (
@@ -35,10 +38,14 @@ var (
 // readConns is the size of the read pool.
 const readConns = 4
 
+// busyTimeout is how long a statement waits for another process's lock on
+// the file before it fails with SQLITE_BUSY (see storageError).
+const busyTimeout = 10 * time.Second
+
 // pragmas are set on every connection. busy_timeout comes first so the others
 // wait for a lock instead of failing with SQLITE_BUSY.
 var pragmas = []string{
-	"busy_timeout(10000)",
+	fmt.Sprintf("busy_timeout(%d)", busyTimeout.Milliseconds()),
 	"journal_mode(WAL)",
 	"synchronous(FULL)",
 	"foreign_keys(1)",
@@ -61,7 +68,9 @@ type Store struct {
 }
 
 // Open opens (creating if needed) the database at path, verifies it is in WAL
-// mode and applies the migrations it has not seen yet.
+// mode and applies the migrations it has not seen yet. Its errors do not name
+// path (callers do), but say why the file cannot be used: read-only, locked by
+// another process, disk full.
 func Open(ctx context.Context, path string) (*Store, error) {
 	if path == "" {
 		return nil, errors.New("open database: empty path")
@@ -70,6 +79,9 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		// The driver splits the DSN at the first '?', and an in-memory
 		// database would be a different one on every pooled connection.
 		return nil, fmt.Errorf("open database %q: want a plain file path", path)
+	}
+	if err := checkWritable(path); err != nil {
+		return nil, err
 	}
 	s := &Store{path: path, ids: make(map[audit.LockKey]int64), prepared: make(map[string]*sql.Stmt)}
 
@@ -85,11 +97,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 	if err := s.checkWAL(ctx); err != nil {
 		s.writer.Close()
-		return nil, err
+		return nil, storageError(err)
 	}
 	if err := s.migrate(ctx); err != nil {
 		s.writer.Close()
-		return nil, err
+		return nil, storageError(err)
 	}
 
 	// Readers map the file (no read syscall per page) and keep a bigger page
@@ -106,10 +118,65 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	s.reader.SetConnMaxIdleTime(0)
 	if err := s.reader.PingContext(ctx); err != nil {
 		s.Close()
-		return nil, fmt.Errorf("open read pool: %w", err)
+		return nil, storageError(fmt.Errorf("open read pool: %w", err))
 	}
 	return s, nil
 }
+
+// checkWritable fails with the operating system's reason when the database
+// file, or the directory where SQLite creates its -wal and -shm files, cannot
+// be written: SQLite itself says only "unable to open database file".
+func checkWritable(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644) // SQLite's own mode for a new file
+	if err != nil {
+		return fmt.Errorf("cannot write the database file: %w", err)
+	}
+	f.Close()
+	probe, err := os.CreateTemp(filepath.Dir(path), "."+filepath.Base(path)+".probe-*")
+	if err != nil {
+		return fmt.Errorf("cannot create files beside the database (SQLite keeps its -wal and -shm files there): %w", err)
+	}
+	probe.Close()
+	os.Remove(probe.Name())
+	return nil
+}
+
+// storageError adds to an SQLite failure that the operator can act on an
+// *audit.Error (EUNAVAILABLE) saying what is wrong, so the recorder answers
+// the request with 503 and that message; other errors come back unchanged.
+func storageError(err error) error {
+	var se *sqlitedriver.Error
+	if err == nil || !errors.As(err, &se) {
+		return err
+	}
+	var msg string
+	switch se.Code() & 0xff { // the primary result code
+	case sqlite3.SQLITE_FULL:
+		msg = "the database's disk is full"
+	case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+		msg = fmt.Sprintf("the database is locked by another process (waited %s)", busyTimeout)
+	case sqlite3.SQLITE_READONLY:
+		msg = "the database is read-only"
+	case sqlite3.SQLITE_CANTOPEN:
+		msg = "the database file cannot be opened"
+	case sqlite3.SQLITE_IOERR:
+		msg = "the database could not be read or written (I/O error)"
+	default:
+		return err
+	}
+	return &unavailableError{domain: audit.Errorf(audit.EUNAVAILABLE, "%s", msg), err: err}
+}
+
+// unavailableError is an SQLite failure with the domain error that explains
+// it. Its text is the explanation, then the full cause, for logs; errors.As
+// finds the *audit.Error, whose message alone reaches API clients.
+type unavailableError struct {
+	domain *audit.Error
+	err    error
+}
+
+func (e *unavailableError) Error() string   { return e.domain.Message + ": " + e.err.Error() }
+func (e *unavailableError) Unwrap() []error { return []error{e.domain, e.err} }
 
 func dsn(path string, extra ...string) string {
 	params := make([]string, 0, len(pragmas)+len(extra))
@@ -126,10 +193,10 @@ func dsn(path string, extra ...string) string {
 func (s *Store) checkWAL(ctx context.Context) error {
 	var mode string
 	if err := s.writer.QueryRowContext(ctx, "PRAGMA journal_mode").Scan(&mode); err != nil {
-		return fmt.Errorf("open database %s: read journal mode: %w", s.path, err)
+		return fmt.Errorf("read journal mode: %w", err)
 	}
 	if !strings.EqualFold(mode, "wal") {
-		return fmt.Errorf("open database %s: journal mode is %q, want \"wal\" (is the file on a filesystem without shared memory support?)", s.path, mode)
+		return fmt.Errorf("journal mode is %q, want \"wal\" (is the file on a filesystem without shared memory support?)", mode)
 	}
 	return nil
 }

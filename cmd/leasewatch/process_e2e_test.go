@@ -1,0 +1,234 @@
+package main
+
+import (
+	"database/sql"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The crash and disk tests run `leasewatch serve` as a process of its own, to
+// kill it with SIGKILL or starve it of disk. The process is this test binary
+// run with runMainEnv set: init hands it to leasewatch's main before any test
+// starts, so there is no second binary to build.
+const runMainEnv = "LEASEWATCH_E2E_RUN_MAIN"
+
+func init() {
+	if os.Getenv(runMainEnv) == "1" {
+		main() // exits
+	}
+}
+
+// serveProcess is one `leasewatch serve` process.
+type serveProcess struct {
+	cmd    *exec.Cmd
+	stderr *syncBuffer
+	done   chan struct{}
+	err    error // Wait's result, once done is closed
+}
+
+// startServeProcess starts `leasewatch serve --config configPath`. The test's
+// cleanup kills it if it still runs.
+func startServeProcess(t *testing.T, configPath string) *serveProcess {
+	t.Helper()
+	p := &serveProcess{stderr: &syncBuffer{}, done: make(chan struct{})}
+	p.cmd = exec.Command(os.Args[0], "serve", "--config", configPath)
+	p.cmd.Env = append(os.Environ(), runMainEnv+"=1")
+	p.cmd.Stderr = p.stderr
+	if err := p.cmd.Start(); err != nil {
+		t.Fatalf("start leasewatch serve: %v", err)
+	}
+	go func() {
+		p.err = p.cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(p.kill)
+	return p
+}
+
+var listeningURL = regexp.MustCompile(`msg="leasewatch listening" url=(http://\S+)`)
+
+// waitListening returns the process's base URL once it listens. It fails the
+// test if the process exits first.
+func (p *serveProcess) waitListening(t *testing.T, timeout time.Duration) string {
+	t.Helper()
+	var base string
+	eventually(t, timeout, "leasewatch serve to listen", func() bool {
+		select {
+		case <-p.done:
+			t.Fatalf("leasewatch serve exited (%v) before listening:\n%s", p.err, p.stderr.String())
+		default:
+		}
+		if m := listeningURL.FindStringSubmatch(p.stderr.String()); m != nil {
+			base = m[1]
+		}
+		return base != ""
+	})
+	return base
+}
+
+// kill ends the process with SIGKILL, as a crash or the OOM killer would, and
+// waits for it.
+func (p *serveProcess) kill() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+// interrupt stops the process as Ctrl-C does and returns its exit error.
+func (p *serveProcess) interrupt(t *testing.T) error {
+	t.Helper()
+	_ = p.cmd.Process.Signal(syscall.SIGINT)
+	select {
+	case <-p.done:
+		return p.err
+	case <-time.After(30 * time.Second):
+		p.kill()
+		t.Fatalf("leasewatch serve did not stop within 30s of SIGINT:\n%s", p.stderr.String())
+		return nil
+	}
+}
+
+// writeServeConfig writes a configuration for `leasewatch serve` with one
+// etcd source named source, and returns its path.
+func writeServeConfig(t *testing.T, dir, listen, database, source, endpoint string) string {
+	t.Helper()
+	path := filepath.Join(dir, "leasewatch.yaml")
+	config := fmt.Sprintf(`listen: %s
+database: %s
+ingest_tokens: [%q]
+sources:
+  - name: %s
+    kind: etcd
+    endpoints: [%q]
+    prefixes: ["/locks/"]
+`, listen, database, testIngestToken, source, endpoint)
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// openReadOnly opens the database at path without writing to it: no
+// checkpoint, no recovery written back, so what the next leasewatch finds is
+// what the last one left.
+func openReadOnly(t *testing.T, path string) *sql.DB {
+	t.Helper()
+	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
+	if err != nil {
+		t.Fatalf("open %s read-only: %v", path, err)
+	}
+	t.Cleanup(func() { db.Close() })
+	return db
+}
+
+// querier is a database or a transaction: the checks below read either.
+type querier interface {
+	Query(query string, args ...any) (*sql.Rows, error)
+	QueryRow(query string, args ...any) *sql.Row
+}
+
+// integrityCheck fails the test unless PRAGMA integrity_check is ok.
+func integrityCheck(t *testing.T, db querier) {
+	t.Helper()
+	rows, err := db.Query(`PRAGMA integrity_check`)
+	if err != nil {
+		t.Fatalf("integrity_check: %v", err)
+	}
+	defer rows.Close()
+	var problems []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			t.Fatalf("integrity_check: %v", err)
+		}
+		problems = append(problems, s)
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("integrity_check: %v", err)
+	}
+	if len(problems) != 1 || problems[0] != "ok" {
+		t.Fatalf("integrity_check = %q, want ok", problems)
+	}
+}
+
+// transitions reads every grant and release the store holds for source, per
+// lock in store order, and fails the test on any event that says the
+// collector lost its place: observed (a fresh start), blind, an inferred grant.
+func transitions(t *testing.T, db querier, source string) (grants, releases map[string][]int64) {
+	t.Helper()
+	rows, err := db.Query(`SELECT l.name, e.kind, coalesce(e.token, -1), e.inferred FROM events e JOIN locks l ON l.id = e.lock_id
+		WHERE l.source = ? AND e.kind IN ('grant', 'release', 'expire', 'observed', 'blind') ORDER BY e.id`, source)
+	if err != nil {
+		t.Fatalf("read transitions: %v", err)
+	}
+	defer rows.Close()
+	grants, releases = make(map[string][]int64), make(map[string][]int64)
+	for rows.Next() {
+		var (
+			lock, kind string
+			token      int64
+			inferred   bool
+		)
+		if err := rows.Scan(&lock, &kind, &token, &inferred); err != nil {
+			t.Fatalf("read transitions: %v", err)
+		}
+		switch {
+		case kind == "grant" && !inferred:
+			grants[lock] = append(grants[lock], token)
+		case kind == "release":
+			releases[lock] = append(releases[lock], token)
+		default:
+			t.Errorf("lock %s: %s event (inferred %v, token %d): the collector did not resume from its cursor", lock, kind, inferred, token)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("read transitions: %v", err)
+	}
+	return grants, releases
+}
+
+// requestIDs returns how many times each write report request_id is stored.
+func requestIDs(t *testing.T, db querier) map[string]int {
+	t.Helper()
+	rows, err := db.Query(`SELECT request_id, count(*) FROM events WHERE request_id IS NOT NULL GROUP BY request_id`)
+	if err != nil {
+		t.Fatalf("read request ids: %v", err)
+	}
+	defer rows.Close()
+	stored := make(map[string]int)
+	for rows.Next() {
+		var (
+			id string
+			n  int
+		)
+		if err := rows.Scan(&id, &n); err != nil {
+			t.Fatalf("read request ids: %v", err)
+		}
+		stored[id] = n
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatalf("read request ids: %v", err)
+	}
+	return stored
+}
+
+// cursor returns source's stored resume cursor, "" if none.
+func cursor(t *testing.T, db querier, source string) string {
+	t.Helper()
+	var pos string
+	err := db.QueryRow(`SELECT position FROM cursors WHERE source = ?`, source).Scan(&pos)
+	if err != nil && err != sql.ErrNoRows {
+		t.Fatalf("read cursor: %v", err)
+	}
+	return pos
+}
