@@ -65,6 +65,7 @@ type Store struct {
 	// Batch.SyncMark; a restart forgets it, as the recorder forgets its
 	// round.
 	syncMark int64
+	wal      walGuard
 }
 
 // Open opens (creating if needed) the database at path, verifies it is in WAL
@@ -83,7 +84,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := checkWritable(path); err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, ids: make(map[audit.LockKey]int64), prepared: make(map[string]*sql.Stmt)}
+	s := &Store{path: path, ids: make(map[audit.LockKey]int64), prepared: make(map[string]*sql.Stmt),
+		wal: walGuard{limit: walLimit, every: truncateEvery}}
 
 	var err error
 	s.writer, err = sql.Open("sqlite", dsn(path, "_txlock=immediate"))
