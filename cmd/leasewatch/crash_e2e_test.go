@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
@@ -136,43 +137,7 @@ func TestCrashKillNineWhileBusy(t *testing.T) {
 
 	acked, stats := wr.finish(t)
 	acquired, released := lc.finish(t)
-	db := openReadOnly(t, dbPath)
-	eventually(t, 30*time.Second, "the collector to record every acquisition and release", func() bool {
-		grants, releases := transitions(t, db, source)
-		for _, lock := range locks {
-			if len(grants[lock]) < len(acquired[lock]) || len(releases[lock]) < len(released[lock]) {
-				return false
-			}
-		}
-		return true
-	})
-	db.Close()
-	if err := p.interrupt(t); err != nil {
-		t.Fatalf("leasewatch serve exited with %v after SIGINT:\n%s", err, p.stderr.String())
-	}
-
-	db = openReadOnly(t, dbPath)
-	integrityCheck(t, db)
-	stored := requestIDs(t, db)
-	if len(stored) != len(acked) {
-		t.Errorf("%d reports stored, want the %d answered 202", len(stored), len(acked))
-	}
-	for id := range acked {
-		if stored[id] != 1 {
-			t.Errorf("report %s: stored %d times, want once", id, stored[id])
-		}
-	}
-	grants, releases := transitions(t, db, source)
-	var nGrants int
-	for _, lock := range locks {
-		if !slices.Equal(grants[lock], acquired[lock]) {
-			t.Errorf("lock %s: recorded grants %v, want each acquisition %v exactly once", lock, grants[lock], acquired[lock])
-		}
-		if !slices.Equal(releases[lock], released[lock]) {
-			t.Errorf("lock %s: recorded releases %v, want each release %v exactly once", lock, releases[lock], released[lock])
-		}
-		nGrants += len(acquired[lock])
-	}
+	nGrants := finalCheck(t, p, dbPath, source, locks, acquired, released, slices.Collect(maps.Keys(acked)))
 	if resumed == 0 {
 		t.Errorf("no restart logged resuming from its stored cursor")
 	}

@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -215,41 +214,8 @@ func TestDiskFullPausesAndRecovers(t *testing.T) {
 	})
 
 	acquired, released := lc.finish(t)
-	eventually(t, 30*time.Second, "the collector to catch up", func() bool {
-		grants, releases := transitions(t, db, source)
-		for _, lock := range locks {
-			if len(grants[lock]) < len(acquired[lock]) || len(releases[lock]) < len(released[lock]) {
-				return false
-			}
-		}
-		return true
-	})
 	db.Close()
-	if err := p.interrupt(t); err != nil {
-		t.Fatalf("leasewatch serve exited with %v after SIGINT:\n%s", err, p.stderr.String())
-	}
-	db = openReadOnly(t, dbPath)
-	integrityCheck(t, db)
-	stored = requestIDs(t, db)
-	for _, id := range acked {
-		if stored[id] != 1 {
-			t.Errorf("report %s: stored %d times, want once", id, stored[id])
-		}
-	}
-	if len(stored) != len(acked) {
-		t.Errorf("%d reports stored, want the %d answered 202", len(stored), len(acked))
-	}
-	grants, releases := transitions(t, db, source)
-	var n int
-	for _, lock := range locks {
-		if !slices.Equal(grants[lock], acquired[lock]) {
-			t.Errorf("lock %s: recorded grants %v, want each acquisition %v exactly once", lock, grants[lock], acquired[lock])
-		}
-		if !slices.Equal(releases[lock], released[lock]) {
-			t.Errorf("lock %s: recorded releases %v, want each release %v exactly once", lock, releases[lock], released[lock])
-		}
-		n += len(acquired[lock])
-	}
+	n := finalCheck(t, p, dbPath, source, locks, acquired, released, acked)
 	t.Logf("%d reports answered 202 before the disk filled; %d grants and releases recorded once across the pause", len(acked)-len(refused), n)
 }
 

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"syscall"
 	"testing"
 	"time"
@@ -231,4 +232,51 @@ func cursor(t *testing.T, db querier, source string) string {
 		t.Fatalf("read cursor: %v", err)
 	}
 	return pos
+}
+
+// finalCheck waits for the collector of source to record every acquisition
+// and release the lock clients logged, stops p, and checks the database at
+// dbPath: its integrity, every report in acked stored exactly once and
+// nothing else, and each acquisition and release of locks recorded exactly
+// once. It returns how many acquisitions there were.
+func finalCheck(t *testing.T, p *serveProcess, dbPath, source string, locks []string, acquired, released map[string][]int64, acked []string) int {
+	t.Helper()
+	db := openReadOnly(t, dbPath)
+	eventually(t, 30*time.Second, "the collector to record every acquisition and release", func() bool {
+		grants, releases := transitions(t, db, source)
+		for _, lock := range locks {
+			if len(grants[lock]) < len(acquired[lock]) || len(releases[lock]) < len(released[lock]) {
+				return false
+			}
+		}
+		return true
+	})
+	db.Close()
+	if err := p.interrupt(t); err != nil {
+		t.Fatalf("leasewatch serve exited with %v after SIGINT:\n%s", err, p.stderr.String())
+	}
+	db = openReadOnly(t, dbPath)
+	defer db.Close()
+	integrityCheck(t, db)
+	stored := requestIDs(t, db)
+	for _, id := range acked {
+		if stored[id] != 1 {
+			t.Errorf("report %s: stored %d times, want once", id, stored[id])
+		}
+	}
+	if len(stored) != len(acked) {
+		t.Errorf("%d reports stored, want the %d answered 202", len(stored), len(acked))
+	}
+	grants, releases := transitions(t, db, source)
+	var n int
+	for _, lock := range locks {
+		if !slices.Equal(grants[lock], acquired[lock]) {
+			t.Errorf("lock %s: recorded grants %v, want each acquisition %v exactly once", lock, grants[lock], acquired[lock])
+		}
+		if !slices.Equal(releases[lock], released[lock]) {
+			t.Errorf("lock %s: recorded releases %v, want each release %v exactly once", lock, releases[lock], released[lock])
+		}
+		n += len(acquired[lock])
+	}
+	return n
 }

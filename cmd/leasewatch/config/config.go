@@ -205,15 +205,7 @@ type SourceTLS struct {
 	InsecureSkipVerify bool   `yaml:"insecure_skip_verify"`
 }
 
-func (t *SourceTLS) validate() error {
-	switch {
-	case t.CertFile == "" && t.KeyFile != "":
-		return errors.New("cert_file: required with key_file")
-	case t.CertFile != "" && t.KeyFile == "":
-		return errors.New("key_file: required with cert_file")
-	}
-	return nil
-}
+func (t *SourceTLS) validate() error { return certPair(t.CertFile, t.KeyFile) }
 
 // ClientConfig reads the files and returns the client TLS configuration, or
 // nil when t is nil (no TLS). Errors name the field; none quotes key material.

@@ -25,11 +25,14 @@ type TLSConfig struct {
 // Enabled reports whether HTTPS is configured.
 func (t TLSConfig) Enabled() bool { return t.CertFile != "" }
 
-func (t *TLSConfig) validate() error {
+func (t *TLSConfig) validate() error { return certPair(t.CertFile, t.KeyFile) }
+
+// certPair checks that a certificate and its key are given together.
+func certPair(certFile, keyFile string) error {
 	switch {
-	case t.CertFile == "" && t.KeyFile != "":
+	case certFile == "" && keyFile != "":
 		return errors.New("cert_file: required with key_file")
-	case t.CertFile != "" && t.KeyFile == "":
+	case certFile != "" && keyFile == "":
 		return errors.New("key_file: required with cert_file")
 	}
 	return nil
