@@ -20,6 +20,7 @@ var landed = map[string]string{
 	"0006_event_indexes.sql":        "374d0a138472a15d353d11860659b8bbed17fc026cf9ca8a5638876585b02904",
 	"0007_finding_class.sql":        "e357fe700f19e76c99f6e0de4c426c82e7911bb45187d8f28bdcedd8ac5d00e3",
 	"0008_compact_renewals.sql":     "4bb245907484307a68e0d923afa0c36eaa5567515f78b0befd48407aa51702cb",
+	"0009_finding_lock_indexes.sql": "19807ff6334b4a216fc788cdcfddb3b43f0fdd575ea911181dea58d1839f5639",
 }
 
 func TestLandedMigrationsAreUnchanged(t *testing.T) {

@@ -29,44 +29,9 @@ import (
 //
 // Each sub-benchmark reports p50 and p95 in milliseconds besides ns/op.
 func BenchmarkPages(b *testing.B) {
-	const renewMargin = 0.25
 	ctx := context.Background()
-	root, err := repoRoot()
-	if err != nil {
-		b.Fatal(err)
-	}
 	spec := synth.Default()
-	path, sum, err := synth.Cached(ctx, filepath.Join(root, ".cache", "bench"), spec)
-	if err != nil {
-		b.Fatalf("generate benchmark database: %v", err)
-	}
-	store, err := sqlite.Open(ctx, path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer store.Close()
-	// Pages read through the recorder's overlay, as in leasewatch serve. The
-	// recorder is not started, so nothing writes to the cached database; the
-	// database is synced, so no renewal waits to be laid over its rows.
-	rec := audit.NewRecorder(store, audit.TrackerConfig{RenewMarginRatio: renewMargin}, nil)
-	srv, err := New(Config{
-		Store: rec.Fresh(store),
-		Sources: func() []audit.Source {
-			var out []audit.Source
-			for _, s := range sum.Sources {
-				out = append(out, audit.Source{Name: s, State: audit.SourceUp})
-			}
-			return out
-		},
-		Logger:           slog.New(slog.DiscardHandler),
-		Now:              func() time.Time { return spec.End },
-		RenewMarginRatio: renewMargin,
-	})
-	if err != nil {
-		b.Fatal(err)
-	}
-	h := srv.Handler()
-
+	h, store, sum := benchServer(b, spec)
 	busy, err := store.LockByKey(ctx, sum.Busiest)
 	if err != nil {
 		b.Fatal(err)
@@ -141,23 +106,114 @@ func BenchmarkPages(b *testing.B) {
 		{"APIFindingsCritical24h", "/api/v1/findings?severity=critical&from=" + day},
 		{"APIFindingsLock", "/api/v1/findings?lock=" + url.QueryEscape(busy.Source+"/"+busy.Name)},
 	} {
-		b.Run(p.name, func(b *testing.B) {
-			var times []time.Duration
-			for b.Loop() {
-				req := httptest.NewRequest(http.MethodGet, p.url, nil)
-				rec := httptest.NewRecorder()
-				start := time.Now()
-				h.ServeHTTP(rec, req)
-				times = append(times, time.Since(start))
-				if rec.Code != http.StatusOK {
-					b.Fatalf("GET %s = %d: %s", p.url, rec.Code, rec.Body.String())
-				}
-			}
-			slices.Sort(times)
-			b.ReportMetric(ms(percentile(times, 0.50)), "p50-ms")
-			b.ReportMetric(ms(percentile(times, 0.95)), "p95-ms")
-		})
+		benchPage(b, h, p.name, p.url)
 	}
+}
+
+// BenchmarkPagesWrites measures the lock page, the findings and the incident
+// review on locks that resources write to thousands of times an hour, as the
+// ingest load leaves them (synth.Writes: 20 such locks, each with about 6,500
+// write reports and 800 stale_write findings in the last hour, on top of a
+// week of ordinary history). Run with:
+// go test -run '^$' -bench PagesWrites -benchtime 30x ./web/
+func BenchmarkPagesWrites(b *testing.B) {
+	ctx := context.Background()
+	spec := synth.Writes()
+	h, store, sum := benchServer(b, spec)
+	hot, err := store.LockByKey(ctx, sum.Written[0])
+	if err != nil {
+		b.Fatal(err)
+	}
+	hotID := strconv.FormatInt(hot.ID, 10)
+	end := spec.End.Format(time.RFC3339)
+	hour := url.Values{"from": {spec.End.Add(-time.Hour).Format(time.RFC3339)}, "to": {end}}
+	hotHour := url.Values{"from": hour["from"], "to": hour["to"], "lock": {hotID}}
+	hot15m := url.Values{"from": {spec.End.Add(-15 * time.Minute).Format(time.RFC3339)}, "to": {end}, "lock": {hotID}}
+	written := url.Values{"from": hour["from"], "to": hour["to"]}
+	for _, k := range sum.Written {
+		written.Add("lock", k.String())
+	}
+	for _, p := range []struct{ name, url string }{
+		{"Lock1h", "/locks/" + hotID},
+		{"Lock15m", "/locks/" + hotID + "?window=15m"},
+		{"Lock6h", "/locks/" + hotID + "?window=6h"},
+		{"LockWrites", "/locks/" + hotID + "?kind=write_rejected"},
+		{"FindingsLock", "/findings?lock=" + hotID},
+		{"FindingsStale", "/findings?kind=stale_write"},
+		{"Review1h", "/review?" + hotHour.Encode()},
+		{"Review15m", "/review?" + hot15m.Encode()},
+		{"Review1hMarkdown", "/review.md?" + hotHour.Encode()},
+		{"Review1hJSON", "/review.json?" + hotHour.Encode()},
+		{"ReviewAllWritten1h", "/review?" + written.Encode()},
+		{"ReviewLastHour", "/review?" + hour.Encode()},
+		{"APIEvents", "/api/v1/locks/" + hotID + "/events"},
+		{"APIFindingsLock", "/api/v1/findings?lock=" + url.QueryEscape(sum.Written[0].String())},
+	} {
+		benchPage(b, h, p.name, p.url)
+	}
+}
+
+// benchServer serves spec's cached database (generated into .cache/bench/ at
+// the repository root on first use) through the recorder's overlay, as in
+// leasewatch serve, with the clock at the data's end.
+func benchServer(b *testing.B, spec synth.Spec) (http.Handler, *sqlite.Store, synth.Summary) {
+	b.Helper()
+	const renewMargin = 0.25
+	ctx := context.Background()
+	root, err := repoRoot()
+	if err != nil {
+		b.Fatal(err)
+	}
+	path, sum, err := synth.Cached(ctx, filepath.Join(root, ".cache", "bench"), spec)
+	if err != nil {
+		b.Fatalf("generate benchmark database: %v", err)
+	}
+	store, err := sqlite.Open(ctx, path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { store.Close() })
+	// The recorder is not started, so nothing writes to the cached database;
+	// the database is synced, so no renewal waits to be laid over its rows.
+	rec := audit.NewRecorder(store, audit.TrackerConfig{RenewMarginRatio: renewMargin}, nil)
+	srv, err := New(Config{
+		Store: rec.Fresh(store),
+		Sources: func() []audit.Source {
+			var out []audit.Source
+			for _, s := range sum.Sources {
+				out = append(out, audit.Source{Name: s, State: audit.SourceUp})
+			}
+			return out
+		},
+		Logger:           slog.New(slog.DiscardHandler),
+		Now:              func() time.Time { return spec.End },
+		RenewMarginRatio: renewMargin,
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return srv.Handler(), store, sum
+}
+
+// benchPage runs GET url as sub-benchmark name and reports its p50 and p95
+// server time in milliseconds besides ns/op.
+func benchPage(b *testing.B, h http.Handler, name, url string) {
+	b.Run(name, func(b *testing.B) {
+		var times []time.Duration
+		for b.Loop() {
+			req := httptest.NewRequest(http.MethodGet, url, nil)
+			rec := httptest.NewRecorder()
+			start := time.Now()
+			h.ServeHTTP(rec, req)
+			times = append(times, time.Since(start))
+			if rec.Code != http.StatusOK {
+				b.Fatalf("GET %s = %d: %s", url, rec.Code, rec.Body.String())
+			}
+		}
+		slices.Sort(times)
+		b.ReportMetric(ms(percentile(times, 0.50)), "p50-ms")
+		b.ReportMetric(ms(percentile(times, 0.95)), "p95-ms")
+	})
 }
 
 func percentile(sorted []time.Duration, p float64) time.Duration {

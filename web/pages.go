@@ -23,18 +23,22 @@ import (
 
 // How much each page shows at most. Longer lists page by keyset.
 const (
-	pageLocks         = 100
-	pageEvents        = 50
-	pageTenures       = 100
-	pageFindings      = 100
-	lockPageFindings  = 200
-	timelineTenures   = 2000
-	timelineRenewals  = 3000
-	timelineWrites    = 400
-	overviewList      = 10
-	overviewFindings  = 10
-	searchCountCap    = 1000
-	sourcesBlindLimit = 200
+	pageLocks        = 100
+	pageEvents       = 50
+	pageTenures      = 100
+	pageFindings     = 100
+	lockPageFindings = 200
+	timelineTenures  = 2000
+	timelineRenewals = 3000
+	timelineWrites   = 400
+	// timelineWriteCount is how many writes of each outcome a timeline
+	// counts exactly; beyond it, it says "at least".
+	timelineWriteCount = 100_000
+	eventTimesPage     = 10_000 // the most one store list call returns
+	overviewList       = 10
+	overviewFindings   = 10
+	searchCountCap     = 1000
+	sourcesBlindLimit  = 200
 	// Live regions poll this often (seconds).
 	refreshOverview = 5
 	refreshLock     = 10
@@ -379,23 +383,24 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	renewals, err := s.store.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineRenewals})
-	if err != nil {
-		return err
-	}
-	var renewalsFrom time.Time
-	if len(renewals) == timelineRenewals {
-		renewalsFrom = renewals[0]
-	}
-	var writes []audit.Event
-	for _, k := range []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected} {
-		ws, err := s.store.Events(ctx, id, audit.EventFilter{Kind: k, TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: timelineWrites}})
+	var (
+		renewals     []time.Time
+		renewalsFrom = w.To // none read: every tenure's renewals draw as a band
+	)
+	if needRenewalTimes(w.From, w.To, now, tenures) {
+		renewals, err = s.store.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineRenewals})
 		if err != nil {
 			return err
 		}
-		writes = append(writes, ws...)
+		renewalsFrom = time.Time{}
+		if len(renewals) == timelineRenewals {
+			renewalsFrom = renewals[0]
+		}
 	}
-	slices.SortStableFunc(writes, func(a, b audit.Event) int { return a.At.Compare(b.At) })
+	writes, bins, err := s.timelineWrites(ctx, id, w)
+	if err != nil {
+		return err
+	}
 	findings, err := s.store.Findings(ctx, audit.FindingFilter{LockID: id, Overlapping: true,
 		TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: lockPageFindings + 1}})
 	if err != nil {
@@ -448,7 +453,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		Timeline: buildTimeline(timelineInput{
 			Lock: l.Key().String(), From: w.From, To: w.To, Now: now, Loc: loc,
 			Tenures: tenures, Renewals: renewals, RenewalsFrom: renewalsFrom,
-			Writes: writes, Findings: findings,
+			Writes: writes, WriteBins: bins, Findings: findings,
 			Zoom: windowURL,
 			FindingHref: func(f audit.Finding) string {
 				return "#finding-" + strconv.FormatInt(f.ID, 10)
@@ -514,6 +519,102 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		p.EventsNewer = withQuery(base, pageQ, "before", "") + "#events"
 	}
 	return render(c, http.StatusOK, views.Lock(p))
+}
+
+// timelineWrites returns the writes the lock's timeline draws in window w:
+// every write, when there are at most timelineWrites of them; else their
+// times, counted exactly up to timelineWriteCount per outcome, and the
+// unfenced writes. Times come from the index alone, so counting thousands
+// costs little; whole rows would cost a page's budget.
+func (s *Server) timelineWrites(ctx context.Context, id int64, w window) ([]audit.Event, *writeBins, error) {
+	tf := audit.TimeFilter{From: w.From, To: w.To}
+	bins := &writeBins{EventsURL: fmt.Sprintf("/api/v1/locks/%d/events?kind=write_accepted", id)}
+	for _, k := range []struct {
+		kind  audit.EventKind
+		times *[]time.Time
+	}{{audit.EventWriteAccepted, &bins.Accepted}, {audit.EventWriteRejected, &bins.Rejected}} {
+		ts, more, err := eventTimes(ctx, s.store, id, k.kind, tf, timelineWriteCount, eventTimesPage)
+		if err != nil {
+			return nil, nil, err
+		}
+		*k.times, bins.AtLeast = ts, bins.AtLeast || more
+	}
+	if len(bins.Accepted)+len(bins.Rejected) <= timelineWrites {
+		var writes []audit.Event
+		for _, k := range []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected} {
+			ws, err := s.store.Events(ctx, id, audit.EventFilter{Kind: k, TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: timelineWrites}})
+			if err != nil {
+				return nil, nil, err
+			}
+			writes = append(writes, ws...)
+		}
+		slices.SortStableFunc(writes, func(a, b audit.Event) int { return a.At.Compare(b.At) })
+		return writes, nil, nil
+	}
+	unfenced, err := s.store.Findings(ctx, audit.FindingFilter{LockID: id, Kind: audit.FindingUnfencedWrite,
+		TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: timelineWrites + 1}})
+	if err != nil {
+		return nil, nil, err
+	}
+	bins.Unfenced = unfenced
+	if len(unfenced) > timelineWrites {
+		// Rare: count the rest, which the findings page lists.
+		bins.Unfenced = unfenced[1:]
+		all, err := s.store.Findings(ctx, audit.FindingFilter{LockID: id, Kind: audit.FindingUnfencedWrite,
+			TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: eventTimesPage}})
+		if err != nil {
+			return nil, nil, err
+		}
+		bins.UnfencedMore = len(all) - len(bins.Unfenced)
+		bins.AtLeast = bins.AtLeast || len(all) == eventTimesPage
+	}
+	return nil, bins, nil
+}
+
+// eventTimes returns the times of the lock's events of kind in tf's window,
+// in time order, at most most of them, the newest; more says there are more.
+// It pages through the store's EventTimes, page times a call, as a store
+// returns at most a list's maximum per call.
+func eventTimes(ctx context.Context, st audit.Store, id int64, kind audit.EventKind, tf audit.TimeFilter, most, page int) ([]time.Time, bool, error) {
+	var (
+		pages  [][]time.Time
+		n      int
+		cutOff bool // more than a page of events share one instant
+	)
+	tf.Limit = page
+	for n <= most {
+		ts, err := st.EventTimes(ctx, id, kind, tf)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(ts) < page {
+			pages, n = append(pages, ts), n+len(ts)
+			break
+		}
+		// The next page ends at this page's oldest time, inclusive, so
+		// events sharing that instant are all counted, once: they move to
+		// the next page.
+		oldest := ts[0]
+		i := 0
+		for i < len(ts) && ts[i].Equal(oldest) {
+			i++
+		}
+		if i == len(ts) {
+			pages, cutOff = append(pages, ts), true
+			break
+		}
+		pages, n = append(pages, ts[i:]), n+len(ts)-i
+		tf.To = oldest
+	}
+	var out []time.Time
+	for _, p := range slices.Backward(pages) {
+		out = append(out, p...)
+	}
+	more := cutOff || len(out) > most
+	if len(out) > most {
+		out = out[len(out)-most:]
+	}
+	return out, more, nil
 }
 
 // windowNav builds the lock page's window controls.

@@ -29,6 +29,11 @@ import (
 const (
 	reviewMaxLocks     = review.DefaultMaxLocks
 	reviewMaxHandovers = 100 // per lock on the page and in its exports; the newest are kept
+	reviewWriteRows    = 12  // writes listed per handover on the page; the rest are counted
+	// reviewPageHandovers caps the handovers on the page, shared equally
+	// among its locks (at least review.MinHandoversPerLock each); the
+	// exports keep reviewMaxHandovers per lock.
+	reviewPageHandovers = 50
 )
 
 // reviewQuery reads a review request's query string. It resolves the default
@@ -105,6 +110,7 @@ func (s *Server) handleReviewPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	rq.MaxHandoversTotal = reviewPageHandovers
 	r, err := review.Load(c.Request().Context(), s.store, rq)
 	page := reviewPage(rq, r, s.now())
 	if review.IsTooManyLocks(err) {
@@ -207,9 +213,11 @@ func reviewPage(rq review.Query, r review.Report, now time.Time) views.ReviewPag
 		}
 		switch {
 		case l.Omitted > 0:
-			vl.Omitted = fmt.Sprintf("%d earlier handovers in this window are not shown (at most %d per lock): narrow the window to see them.", l.Omitted, reviewMaxHandovers)
+			vl.Omitted = fmt.Sprintf("%d earlier handovers in this window are not shown (the page shows the newest %d of this lock; the exports up to %d): narrow the window or review this lock alone to see them.",
+				l.Omitted, len(l.Handovers), reviewMaxHandovers)
 		case l.Omitted < 0:
-			vl.Omitted = fmt.Sprintf("Earlier handovers in this window are not shown (at most %d per lock): narrow the window to see them.", reviewMaxHandovers)
+			vl.Omitted = fmt.Sprintf("Earlier handovers in this window are not shown (the page shows the newest %d of this lock; the exports up to %d): narrow the window or review this lock alone to see them.",
+				len(l.Handovers), reviewMaxHandovers)
 		}
 		for i, h := range l.Handovers {
 			vl.Handovers = append(vl.Handovers, handoverView(l.Lock.ID, i, h))
@@ -263,15 +271,61 @@ func handoverView(lockID int64, i int, h review.Handover) views.ReviewHandover {
 	for _, f := range h.Findings {
 		v.Findings = append(v.Findings, views.ReviewNote{Kind: string(f.Kind), Severity: string(f.Severity), Summary: f.Summary})
 	}
-	for _, w := range h.Writes {
+	v.WritesTotal = len(h.Writes)
+	listed := listedWrites(h.Writes, reviewWriteRows)
+	for i, w := range h.Writes {
+		v.Unfenced = v.Unfenced || w.Verdict == review.VerdictUnfenced
+		v.Stale = v.Stale || w.Verdict == review.VerdictStale
+		if !listed[i] {
+			continue
+		}
 		v.Writes = append(v.Writes, views.ReviewWrite{
 			At: reviewStamp(w.At), Resource: w.Resource, Holder: w.Holder, Token: reviewToken(w.Token),
 			Outcome: string(w.Outcome), Verdict: string(w.Verdict),
 		})
-		v.Unfenced = v.Unfenced || w.Verdict == review.VerdictUnfenced
-		v.Stale = v.Stale || w.Verdict == review.VerdictStale
+	}
+	if more := len(h.Writes) - len(v.Writes); more > 0 {
+		var accepted, rejected, flagged int
+		for i, w := range h.Writes {
+			if listed[i] {
+				continue
+			}
+			if w.Outcome == audit.WriteRejected {
+				rejected++
+			} else {
+				accepted++
+			}
+			if w.Verdict != review.VerdictNone {
+				flagged++
+			}
+		}
+		v.WritesMore = fmt.Sprintf("%d of %d writes are listed; %d more (%d accepted, %d rejected",
+			len(v.Writes), len(h.Writes), more, accepted, rejected)
+		if flagged > 0 {
+			v.WritesMore += fmt.Sprintf(", %d of them stale or unfenced", flagged)
+		}
+		v.WritesMore += ") are in the JSON and Markdown exports and on the lock's timeline."
 	}
 	return v
+}
+
+// listedWrites picks which of a handover's writes (in time order) the page
+// lists when there are more than n: the stale and unfenced ones first, then
+// the earliest, which tell how the handover went. The rest are counted.
+func listedWrites(ws []review.Write, n int) []bool {
+	listed := make([]bool, len(ws))
+	left := n
+	for i, w := range ws {
+		if left > 0 && w.Verdict != review.VerdictNone {
+			listed[i], left = true, left-1
+		}
+	}
+	for i := range ws {
+		if left > 0 && !listed[i] {
+			listed[i], left = true, left-1
+		}
+	}
+	return listed
 }
 
 func gapWords(h review.Handover) string {

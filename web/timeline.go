@@ -46,6 +46,10 @@ type timelineInput struct {
 	RenewalsFrom time.Time
 	Writes       []audit.Event   // write_accepted and write_rejected, in time order
 	Findings     []audit.Finding // overlapping the window
+	// WriteBins, when not nil, stands for Writes when the window holds too
+	// many writes to draw one by one: they are counted per stretch of time on
+	// a lane of their own.
+	WriteBins *writeBins
 	// Zoom returns the URL of the same page over another window.
 	Zoom func(from, to time.Time) string
 	// FindingHref returns the URL that explains a finding.
@@ -114,6 +118,10 @@ func buildTimeline(in timelineInput) views.Timeline {
 	for _, w := range in.Writes {
 		addLane(writerLane(w))
 	}
+	binned := 0
+	if in.WriteBins != nil {
+		binned = 1 // the last lane is the writes'
+	}
 	// With more holders than lanes, the earliest share the first lane: the
 	// holders nearest the window's end matter most.
 	merged := max(0, len(holders)-(tlMaxLanes-1))
@@ -128,9 +136,10 @@ func buildTimeline(in timelineInput) views.Timeline {
 		return max(0, i-merged+1)
 	}
 	n := min(len(holders), tlMaxLanes)
-	if n == 0 {
+	if n == 0 && binned == 0 {
 		n = 1
 	}
+	n += binned
 	tl.PlotY0 = tlTopPad
 	tl.PlotY1 = tlTopPad + float64(n)*tlLaneH
 	tl.AxisY = tl.PlotY1 + 18
@@ -139,6 +148,8 @@ func buildTimeline(in timelineInput) views.Timeline {
 		y := tlTopPad + float64(i)*tlLaneH
 		l := views.Lane{Y: y, H: tlLaneH, TextY: y + tlBarTop + tlBarH - 4, Odd: i%2 == 1}
 		switch {
+		case binned > 0 && i == n-1:
+			l.Label, l.Full = shorten(in.WriteBins.total(), tlLabelChars), in.WriteBins.note()
 		case len(holders) == 0:
 		case merged > 0 && i == 0:
 			l.Label = fmt.Sprintf("+%d earlier holders", merged)
@@ -307,14 +318,109 @@ func buildTimeline(in timelineInput) views.Timeline {
 		tl.Writes = append(tl.Writes, views.WriteMark{X: sc.x(e.At), Y: y, Kind: kind, Title: title})
 	}
 
+	writes := countOf(len(tl.Writes), "write", "writes")
+	if b := in.WriteBins; b != nil {
+		y := tlTopPad + float64(n-1)*tlLaneH
+		tl.Writes = append(tl.Writes, b.marks(sc, y, loc)...)
+		writes = b.total()
+	}
 	if len(tl.Bars) == 0 && len(tl.Writes) == 0 {
 		tl.Empty = "nothing held or written in this window"
 	}
 	tl.Title = fmt.Sprintf("Holder timeline of %s", printable(in.Lock))
 	tl.Desc = fmt.Sprintf("%s to %s: %s, %s, %s, %s.", stampText(in.From, loc), stampText(in.To, loc),
-		countOf(len(tl.Bars), "tenure", "tenures"), countOf(len(tl.Writes), "write", "writes"),
+		countOf(len(tl.Bars), "tenure", "tenures"), writes,
 		countOf(len(tl.Hazards), "hazard window", "hazard windows"), countOf(len(tl.Blinds), "blind window", "blind windows"))
+	if in.WriteBins != nil {
+		tl.Desc += " " + in.WriteBins.note()
+	}
 	return tl
+}
+
+// tlWriteBin is the width of the stretch of time one binned write mark
+// counts: wide enough for the marks not to touch.
+const tlWriteBin = 12.0
+
+// writeBins are a window's writes counted rather than drawn one by one: the
+// time of every accepted and rejected write, and the unfenced writes the
+// tracker found, which are few and always drawn one by one.
+type writeBins struct {
+	Accepted, Rejected []time.Time // in time order
+	// AtLeast says counting stopped at a cap: the counts are lower bounds.
+	AtLeast  bool
+	Unfenced []audit.Finding // unfenced_write findings in the window
+	// UnfencedMore counts unfenced writes in the window not in Unfenced.
+	UnfencedMore int
+	// Where every write is listed.
+	EventsURL string
+}
+
+// total counts the writes, as the writes lane's label.
+func (b *writeBins) total() string {
+	s := countOf(len(b.Accepted)+len(b.Rejected), "write", "writes")
+	if b.AtLeast {
+		s = "at least " + s
+	}
+	return s
+}
+
+// note says what the writes lane shows and where each write is listed.
+func (b *writeBins) note() string {
+	s := fmt.Sprintf("%s in this window (%d accepted, %d rejected", b.total(), len(b.Accepted), len(b.Rejected))
+	if n := len(b.Unfenced) + b.UnfencedMore; n > 0 {
+		s += fmt.Sprintf(", %s", countOf(n, "unfenced", "unfenced"))
+	}
+	s += "), too many to draw one by one: each mark on the writes lane counts the writes of its stretch of time"
+	if b.UnfencedMore > 0 {
+		s += fmt.Sprintf("; the newest %d unfenced writes are drawn one by one", len(b.Unfenced))
+	} else if len(b.Unfenced) > 0 {
+		s += "; unfenced writes are drawn one by one"
+	}
+	if b.AtLeast {
+		s += "; counting stopped there, zoom in for exact counts"
+	}
+	return s + ". Every write: " + b.EventsURL + " or the events API."
+}
+
+// marks draws the binned writes on the lane at y: per stretch of time, one
+// mark for its accepted writes and one for its rejected writes, each titled
+// with its count; and each unfenced write.
+func (b *writeBins) marks(sc timelineScale, y float64, loc *time.Location) []views.WriteMark {
+	bins := max(1, int(math.Ceil((sc.x1-sc.x0)/tlWriteBin)))
+	span := sc.to.Sub(sc.from)
+	binOf := func(t time.Time) int {
+		if span <= 0 {
+			return 0
+		}
+		return min(bins-1, max(0, int(float64(t.Sub(sc.from))/float64(span)*float64(bins))))
+	}
+	binTime := func(i int) time.Time { return sc.from.Add(time.Duration(float64(span) * float64(i) / float64(bins))) }
+	var out []views.WriteMark
+	for _, k := range []struct {
+		kind  string
+		times []time.Time
+		dy    float64
+	}{{"accepted", b.Accepted, 10}, {"rejected", b.Rejected, 26}} {
+		counts := make([]int, bins)
+		for _, t := range k.times {
+			counts[binOf(t)]++
+		}
+		for i, c := range counts {
+			if c == 0 {
+				continue
+			}
+			from, to := binTime(i), binTime(i+1)
+			out = append(out, views.WriteMark{
+				X: sc.x0 + (float64(i)+0.5)*(sc.x1-sc.x0)/float64(bins), Y: y + k.dy, Kind: k.kind,
+				Title: fmt.Sprintf("%s %s\n%s → %s", countOf(c, "write", "writes"), k.kind, stampText(from, loc), stampText(to, loc)),
+			})
+		}
+	}
+	for _, f := range b.Unfenced {
+		out = append(out, views.WriteMark{X: sc.x(f.At), Y: y + 18, Kind: "unfenced",
+			Title: fmt.Sprintf("unfenced write at %s\n%s", stampText(f.At, loc), printable(f.Summary))})
+	}
+	return out
 }
 
 // tenureEnd returns where a tenure's bar ends and how: its end, or while
@@ -338,6 +444,33 @@ func tenureEnd(t audit.Tenure, now, to time.Time) (time.Time, string) {
 		end = t.GrantedAt
 	}
 	return end, ""
+}
+
+// needRenewalTimes reports whether a timeline of tenures over from..to could
+// draw any renewal one by one. When every tenure is too narrow to carry ticks,
+// or has more renewals (its row counts them all) than fit in its width, each
+// is drawn as a band whatever the times, so they need not be read: on a lock
+// that changes hands every few seconds they are most of its events.
+func needRenewalTimes(from, to, now time.Time, tenures []audit.Tenure) bool {
+	sc := timelineScale{from: from, to: to, x0: tlGutter, x1: tlWidth - tlRightPad}
+	for _, t := range tenures {
+		end, _ := tenureEnd(t, now, to)
+		if end.Before(from) || t.GrantedAt.After(to) {
+			continue
+		}
+		width := sc.x(end) - sc.x(t.GrantedAt)
+		if width < tlDenseWidth {
+			continue // no ticks on a bar this narrow
+		}
+		whole := !t.GrantedAt.Before(from) && !end.After(to)
+		// A held tenure's row may lag its newest renewals: it counts
+		// fewer, never more.
+		if whole && t.Pruned == nil && float64(t.Renewals)*tlMinTickGap > width {
+			continue // all its renewals are in the window, and too many
+		}
+		return true
+	}
+	return false
 }
 
 // renewalMarks decides how a tenure's renewals are drawn: one tick each when

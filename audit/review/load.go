@@ -99,6 +99,10 @@ func Load(ctx context.Context, st audit.Store, q Query) (Report, error) {
 	if err != nil {
 		return Report{}, err
 	}
+	if opts.MaxHandoversTotal > 0 && len(locks) > 0 {
+		// Each lock gets an equal share of the report's handovers.
+		opts.MaxHandovers = min(opts.MaxHandovers, max(MinHandoversPerLock, opts.MaxHandoversTotal/len(locks)))
+	}
 	var (
 		data  []LockData
 		notes []string
@@ -185,7 +189,12 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 		return ld, nil, err
 	}
 	if len(tenures) == limit && w.Contains(tenures[0].GrantedAt) {
-		ld.Omitted = -1 // the store kept the newest: earlier grants in the window are missing
+		// The store kept the newest: earlier grants in the window are
+		// missing. Tenure numbers are consecutive, so the first one granted
+		// in the window says how many.
+		if ld.Omitted, err = omitted(ctx, st, l, w, tenures[0]); err != nil {
+			return ld, nil, err
+		}
 	}
 	if len(tenures) > 0 && tenures[0].Seq > 1 && ld.Omitted == 0 {
 		before, err := st.Tenures(ctx, l.ID, audit.TimeFilter{To: tenures[0].GrantedAt, Limit: 2})
@@ -256,6 +265,25 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 	}
 	ld.Findings = findings
 	return ld, notes, nil
+}
+
+// omitted counts the handovers in w up to and including the grant of first,
+// the oldest tenure read: those a report leaves out when it reads the
+// newest tenures only.
+func omitted(ctx context.Context, st audit.Store, l audit.Lock, w Window, first audit.Tenure) (int, error) {
+	before, err := st.Tenures(ctx, l.ID, audit.TimeFilter{To: w.From, Limit: 1})
+	if err != nil {
+		return 0, err
+	}
+	firstSeq := int64(1) // of the tenures granted in w
+	if n := len(before); n > 0 {
+		firstSeq = before[n-1].Seq
+		if before[n-1].GrantedAt.Before(w.From) {
+			firstSeq++
+		}
+	}
+	// The lock's first tenure is no handover: nobody held it before.
+	return int(max(0, first.Seq-max(firstSeq, 2)+1)), nil
 }
 
 // DefaultWindow is the window a report covers when none is given: the hour

@@ -176,6 +176,12 @@ func lateWrites(h Handover, esc escaper) []string {
 		after = "the end of its tenure"
 	}
 	var out []string
+	var rest []*group
+	if len(groups) > narrativeWriteGroups {
+		// Tell the first few in full and count the rest, so a handover that
+		// drew late writes from many resources still reads as a paragraph.
+		groups, rest = groups[:narrativeWriteGroups], groups[narrativeWriteGroups:]
+	}
 	for _, g := range groups {
 		verb := "was"
 		s := fmt.Sprintf("a write with token %d arrived %s after %s", g.token, human(g.first), after)
@@ -195,8 +201,24 @@ func lateWrites(h Handover, esc escaper) []string {
 		}
 		out = append(out, s)
 	}
+	if len(rest) > 0 {
+		n := 0
+		for _, g := range rest {
+			n += g.n
+		}
+		word := "writes"
+		if n == 1 {
+			word = "write"
+		}
+		out = append(out, fmt.Sprintf("%d more late %s (%d more groups by token, resource and outcome) are listed with the writes",
+			n, word, len(rest)))
+	}
 	return out
 }
+
+// narrativeWriteGroups is how many groups of late writes a narrative tells
+// one by one.
+const narrativeWriteGroups = 4
 
 // who names a holder for a sentence.
 func who(holder string, esc escaper) string {

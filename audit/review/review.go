@@ -165,7 +165,16 @@ type Options struct {
 	// MaxHandovers caps the handovers per lock; the newest are kept.
 	// Default 500.
 	MaxHandovers int
+	// MaxHandoversTotal, when positive, caps the handovers of a report Load
+	// builds: each lock may have its equal share of it, at least
+	// MinHandoversPerLock, when that is less than MaxHandovers. The
+	// handovers left out are counted (LockReport.Omitted).
+	MaxHandoversTotal int
 }
+
+// MinHandoversPerLock is the least share of Options.MaxHandoversTotal a lock
+// gets, however many locks a report covers.
+const MinHandoversPerLock = 3
 
 // Defaults of Options.
 const (

@@ -267,6 +267,12 @@ func TestFindingsBySourceOverlapAndCursor(t *testing.T) {
 	equal(t, "overlapping window of one lock", sums(audit.FindingFilter{LockID: idA, TimeFilter: window, Overlapping: true}), []string{"long"})
 	equal(t, "overlapping a window of one lock from before it", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
 		TimeFilter: audit.TimeFilter{From: at(15), To: at(20)}}), []string{"long", "instant"})
+	equal(t, "overlapping a window of one lock, the newest 2", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
+		TimeFilter: audit.TimeFilter{From: at(15), To: at(45), Limit: 2}}), []string{"instant", "late"})
+	equal(t, "overlapping a window of one lock, from before it, the newest 1", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
+		TimeFilter: audit.TimeFilter{From: at(25), To: at(45), Limit: 1}}), []string{"late"})
+	equal(t, "overlapping a window of one lock only from before it", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
+		TimeFilter: audit.TimeFilter{From: at(25), To: at(35), Limit: 1}}), []string{"long"})
 
 	all, _ := s.Findings(ctx, audit.FindingFilter{})
 	third := all[2] // k8s at 20, after "instant" at 20

@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"math"
@@ -78,6 +79,127 @@ func plainJSON(s string) bool {
 		}
 	}
 	return true
+}
+
+// decodeDetail decodes an event's detail as a json.Decoder with UseNumber
+// does: numbers as json.Number. The flat objects encodeDetail writes for
+// nearly every event (a write's highest_token, say) are read directly; a
+// page of thousands of writes would otherwise spend most of its time in
+// encoding/json. Anything else goes to encoding/json.
+func decodeDetail(raw []byte) (map[string]any, error) {
+	if m, ok := decodeFlatDetail(raw); ok {
+		return m, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.UseNumber()
+	var m map[string]any
+	if err := dec.Decode(&m); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// decodeFlatDetail reads a JSON object without spaces whose keys and string
+// values are printable ASCII without escapes and whose other values are
+// numbers, true or false. ok is false for anything else.
+func decodeFlatDetail(b []byte) (m map[string]any, ok bool) {
+	if len(b) < 2 || b[0] != '{' || b[len(b)-1] != '}' {
+		return nil, false
+	}
+	m = make(map[string]any, 2)
+	if len(b) == 2 {
+		return m, true
+	}
+	i := 1
+	for {
+		key, n := flatString(b[i:])
+		if n == 0 || i+n >= len(b) || b[i+n] != ':' {
+			return nil, false
+		}
+		i += n + 1
+		var v any
+		switch {
+		case i >= len(b):
+			return nil, false
+		case b[i] == '"':
+			s, n := flatString(b[i:])
+			if n == 0 {
+				return nil, false
+			}
+			v, i = s, i+n
+		case bytes.HasPrefix(b[i:], []byte("true")):
+			v, i = true, i+4
+		case bytes.HasPrefix(b[i:], []byte("false")):
+			v, i = false, i+5
+		default:
+			n := jsonNumber(b[i:])
+			if n == 0 {
+				return nil, false
+			}
+			v, i = json.Number(b[i:i+n]), i+n
+		}
+		m[key] = v
+		switch {
+		case i == len(b)-1 && b[i] == '}':
+			return m, true
+		case i < len(b)-1 && b[i] == ',':
+			i++
+		default:
+			return nil, false
+		}
+	}
+}
+
+// flatString reads a quoted string of printable ASCII without escapes at the
+// start of b, returning it and the bytes it took (0 if there is none).
+func flatString(b []byte) (string, int) {
+	if len(b) == 0 || b[0] != '"' {
+		return "", 0
+	}
+	for i := 1; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			return string(b[1:i]), i + 1
+		case c < 0x20 || c >= 0x7f || c == '\\':
+			return "", 0
+		}
+	}
+	return "", 0
+}
+
+// jsonNumber returns the length of the JSON number at the start of b, or 0.
+func jsonNumber(b []byte) int {
+	i := 0
+	digits := func() int {
+		n := 0
+		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
+			i, n = i+1, n+1
+		}
+		return n
+	}
+	if i < len(b) && b[i] == '-' {
+		i++
+	}
+	start := i
+	if n := digits(); n == 0 || n > 1 && b[start] == '0' {
+		return 0
+	}
+	if i < len(b) && b[i] == '.' {
+		i++
+		if digits() == 0 {
+			return 0
+		}
+	}
+	if i < len(b) && (b[i] == 'e' || b[i] == 'E') {
+		i++
+		if i < len(b) && (b[i] == '+' || b[i] == '-') {
+			i++
+		}
+		if digits() == 0 {
+			return 0
+		}
+	}
+	return i
 }
 
 // compactRenewal splits the two keys the tracker puts on every renewal's

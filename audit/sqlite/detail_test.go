@@ -3,6 +3,8 @@ package sqlite
 import (
 	"encoding/json"
 	"math"
+	"reflect"
+	"strings"
 	"testing"
 )
 
@@ -37,5 +39,42 @@ func TestEncodeDetailMatchesEncodingJSON(t *testing.T) {
 	}
 	if _, err := encodeDetail(map[string]any{"x": math.NaN()}); err == nil {
 		t.Error("encodeDetail(NaN) = nil error, want encoding/json's")
+	}
+}
+
+// decodeDetail reads every detail as a json.Decoder with UseNumber does,
+// whether its fast path takes it or not.
+func TestDecodeDetailMatchesEncodingJSON(t *testing.T) {
+	inputs := []string{
+		`{}`, `null`, `{"highest_token":42}`, `{"highest_token":9007199254740993,"request":"r-1"}`,
+		`{"a":-0}`, `{"a":-0.5E-3}`, `{"a":1e+5}`, `{"a":0.875}`, `{"a":true,"b":false}`, `{"a":1,"a":2}`,
+		`{"":1}`, `{"a":"<&>"}`, `{"a":"x\"y"}`, `{"a":"ü"}`, `{"a":"tab	"}`, `{"a":{"b":1}}`, `{"a":[1]}`,
+		`{"a":null}`, `{ "a":1}`, `{"a":1} `, `{"a":1}{"b":2}`,
+		// Not JSON: both fail.
+		`{"a":01}`, `{"a":-}`, `{"a":1.}`, `{"a":1e}`, `{"a":tru}`, `{"a":1,}`, `{,}`, `{"a"1}`, `{"a":}`, `{"a`, `{`, ``,
+	}
+	for _, d := range []map[string]any{
+		{"margin_ratio": -0.125, "renewed_at": "2026-11-29T11:00:00.123456789Z"},
+		{"superseded": "worker-7", "deleted": true, "n": 3, "big": int64(math.MaxInt64)},
+		{"tiny": 1e-7, "huge": 1e21, "third": 1.0 / 3},
+	} {
+		s, err := encodeDetail(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		inputs = append(inputs, s)
+	}
+	for _, in := range inputs {
+		dec := json.NewDecoder(strings.NewReader(in))
+		dec.UseNumber()
+		var want map[string]any
+		wantErr := dec.Decode(&want)
+		got, err := decodeDetail([]byte(in))
+		if (err != nil) != (wantErr != nil) || !reflect.DeepEqual(got, want) {
+			t.Errorf("decodeDetail(%s) = %#v, %v; want %#v, %v", in, got, err, want, wantErr)
+		}
+	}
+	if _, ok := decodeFlatDetail([]byte(`{"highest_token":42,"resource":"db-1"}`)); !ok {
+		t.Error("a write's detail does not take the fast path")
 	}
 }

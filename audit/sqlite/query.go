@@ -374,15 +374,20 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 		switch {
 		case f.LockID != 0 && !f.From.IsZero():
 			// Those that start in the window, and those that started
-			// before it and last into it: two index ranges, however many
-			// findings the lock has.
+			// before it and last into it.
 			to := int64(math.MaxInt64)
 			if !f.To.IsZero() {
 				to = f.To.UnixNano()
 			}
-			w.add(`f.id IN (SELECT id FROM findings WHERE lock_id = ? AND at BETWEEN ? AND ?
-				UNION SELECT id FROM findings WHERE lock_id = ? AND until >= ? AND at < ?)`,
-				f.LockID, f.From.UnixNano(), to, f.LockID, f.From.UnixNano(), f.From.UnixNano())
+			// One walk of the lock's findings newest first, which stops at
+			// the limit: from the window's end down to the earliest start
+			// among those lasting into it (both ranges read from the
+			// covering index on until alone).
+			from := f.From.UnixNano()
+			w.add(`f.at BETWEEN coalesce((SELECT min(at) FROM findings INDEXED BY findings_lock_until_at
+				WHERE lock_id = ? AND until >= ? AND at < ?), ?) AND ?`, f.LockID, from, from, from, to)
+			w.add(`(f.at >= ? OR f.id IN (SELECT id FROM findings INDEXED BY findings_lock_until_at
+				WHERE lock_id = ? AND until >= ? AND at < ?))`, from, f.LockID, from, from)
 		default:
 			if !f.To.IsZero() {
 				w.add("f.at <= ?", f.To.UnixNano())

@@ -1,7 +1,6 @@
 package sqlite
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"time"
@@ -94,10 +93,8 @@ func (d detailDest) Scan(v any) error {
 	default:
 		return fmt.Errorf("detail: unexpected %T", v)
 	}
-	dec := json.NewDecoder(bytes.NewReader(raw))
-	dec.UseNumber()
-	var m map[string]any
-	if err := dec.Decode(&m); err != nil {
+	m, err := decodeDetail(raw)
+	if err != nil {
 		return fmt.Errorf("detail: %w", err)
 	}
 	*d.m = m

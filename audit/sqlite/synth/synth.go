@@ -39,6 +39,13 @@ type Spec struct {
 	BusyLocks int     // locks renewing every few seconds for the whole history
 	BusyShare float64 // fraction of Events the busy locks write
 	Seed      uint64
+	// WriteLocks are etcd locks, beyond Locks, that change hands every few
+	// seconds in the history's last hour while WriteResources protected
+	// resources report every write to them, as the ingest load makes them:
+	// thousands of write reports and hundreds of stale_write findings per
+	// lock and hour. Zero leaves the spec's database as it always was.
+	WriteLocks     int `json:",omitempty"`
+	WriteResources int `json:",omitempty"`
 }
 
 // Default is the benchmark's database: 50,000 locks, about 10 million
@@ -48,6 +55,18 @@ func Default() Spec {
 	return Spec{
 		Locks: 50_000, Days: 30, End: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC),
 		Events: 12_200_000, BusyLocks: 5, BusyShare: 0.34, Seed: 1,
+	}
+}
+
+// Writes is the database of the write-heavy page benchmarks: a modest audit
+// log plus 20 locks that each took about 6,500 write reports, 800 stale
+// writes and a few unfenced writes in the last hour, like those the ingest
+// load (200 resources, 20 etcd locks) leaves behind.
+func Writes() Spec {
+	return Spec{
+		Locks: 2_000, Days: 7, End: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC),
+		Events: 600_000, BusyLocks: 2, BusyShare: 0.3, Seed: 1,
+		WriteLocks: 20, WriteResources: 10,
 	}
 }
 
@@ -70,6 +89,11 @@ type Summary struct {
 	Busiest         audit.LockKey
 	BusiestRenewals int
 	Sources         []string
+	// Written are the WriteLocks; WrittenWrites counts the first one's write
+	// reports and WrittenStale its stale_write findings.
+	Written       []audit.LockKey `json:",omitempty"`
+	WrittenWrites int             `json:",omitempty"`
+	WrittenStale  int             `json:",omitempty"`
 }
 
 // Sources of the synthetic data, one per backend kind.
@@ -98,7 +122,8 @@ const flushEvents = 250_000
 
 // Generate writes spec's audit log into store, which should be empty.
 func Generate(ctx context.Context, store *sqlite.Store, spec Spec) (Summary, error) {
-	if spec.Locks < 10 || spec.Days < 1 || spec.Events < spec.Locks || spec.BusyLocks < 0 || spec.BusyLocks >= spec.Locks {
+	if spec.Locks < 10 || spec.Days < 1 || spec.Events < spec.Locks || spec.BusyLocks < 0 || spec.BusyLocks >= spec.Locks ||
+		spec.WriteLocks < 0 || spec.WriteLocks > 0 && spec.WriteResources < 1 {
 		return Summary{}, fmt.Errorf("synth: spec %+v is too small", spec)
 	}
 	g := &generator{spec: spec, store: store, start: spec.End.Add(-time.Duration(spec.Days) * 24 * time.Hour)}
@@ -111,6 +136,14 @@ func Generate(ctx context.Context, store *sqlite.Store, spec Spec) (Summary, err
 			return g.sum, err
 		}
 		g.lock(i)
+		if len(g.batch.Events) >= flushEvents {
+			if err := g.flush(ctx); err != nil {
+				return g.sum, err
+			}
+		}
+	}
+	for i := range spec.WriteLocks {
+		g.writeLock(spec.Locks + i)
 		if len(g.batch.Events) >= flushEvents {
 			if err := g.flush(ctx); err != nil {
 				return g.sum, err

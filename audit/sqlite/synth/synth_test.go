@@ -135,3 +135,49 @@ func TestCachedKeysBySpec(t *testing.T) {
 		t.Errorf("Cached paths %s and %s: want one per spec under %s", pa, pb, dir)
 	}
 }
+
+// Write-heavy locks carry what their summary says: every write, one stale
+// write finding per rejected write, and a lock still held at the end.
+func TestGenerateWriteLocks(t *testing.T) {
+	ctx := context.Background()
+	spec := Spec{Locks: 20, Days: 1, End: time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC), Events: 2_000,
+		BusyLocks: 1, BusyShare: 0.3, Seed: 1, WriteLocks: 2, WriteResources: 3}
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "w.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	sum, err := Generate(ctx, store, spec)
+	if err != nil {
+		t.Fatalf("Generate: %v", err)
+	}
+	if len(sum.Written) != 2 || sum.Locks != 22 {
+		t.Fatalf("written locks %v of %d locks, want 2 of 22", sum.Written, sum.Locks)
+	}
+	l, err := store.LockByKey(ctx, sum.Written[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.State != audit.StateHeld {
+		t.Errorf("write-heavy lock %s is %s, want held at the end", l.Key(), l.State)
+	}
+	hour := audit.TimeFilter{From: spec.End.Add(-time.Hour), To: spec.End, Limit: 10_000}
+	accepted, err := store.EventTimes(ctx, l.ID, audit.EventWriteAccepted, hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rejected, err := store.EventTimes(ctx, l.ID, audit.EventWriteRejected, hour)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale, err := store.Findings(ctx, audit.FindingFilter{LockID: l.ID, Kind: audit.FindingStaleWrite, TimeFilter: hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := len(accepted) + len(rejected); got != sum.WrittenWrites || got < 1000 {
+		t.Errorf("writes in the last hour = %d, summary says %d; want over 1000", got, sum.WrittenWrites)
+	}
+	if len(stale) != len(rejected) || len(stale) != sum.WrittenStale || len(stale) < 100 {
+		t.Errorf("stale_write findings = %d, rejected writes %d, summary %d; want them equal and over 100", len(stale), len(rejected), sum.WrittenStale)
+	}
+}

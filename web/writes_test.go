@@ -1,0 +1,251 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/PuerkitoBio/goquery"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// busyWrites adds, to the recorded incident's /locks/orders, more writes than
+// a timeline draws one by one: accepted writes with worker-2's token 42 every
+// 10 ms from 4.6 s, and rejected late writes with worker-1's ended token 41
+// every 100 ms from 6.2 s, each on one of resources resources. It returns how
+// many accepted and rejected writes the orders lock has from base to 12 s.
+func busyWrites(t *testing.T, in *incident, accepted, rejected, resources int) (int, int) {
+	t.Helper()
+	var reports []audit.WriteReport
+	for i := range accepted {
+		reports = append(reports, audit.WriteReport{Source: incidentOrders.Source, Lock: incidentOrders.Name,
+			Resource: fmt.Sprintf("shard-%d", i%resources), Token: audit.Int64(42), Outcome: audit.WriteAccepted,
+			Holder: "worker-2", At: in.at(4600*time.Millisecond + time.Duration(i)*10*time.Millisecond),
+			RequestID: fmt.Sprintf("busy-accepted-%d", i)})
+	}
+	for i := range rejected {
+		reports = append(reports, audit.WriteReport{Source: incidentOrders.Source, Lock: incidentOrders.Name,
+			Resource: fmt.Sprintf("shard-%d", i%resources), Token: audit.Int64(41), Outcome: audit.WriteRejected,
+			Holder: "worker-1", At: in.at(6200*time.Millisecond + time.Duration(i)*100*time.Millisecond),
+			RequestID: fmt.Sprintf("busy-rejected-%d", i)})
+	}
+	if err := in.rec.ReportWrites(context.Background(), reports); err != nil {
+		t.Fatalf("report writes: %v", err)
+	}
+	// recordIncident's own writes to the lock: five accepted (one of them
+	// the unfenced late write with token 41) and one rejected.
+	return accepted + 5, rejected + 1
+}
+
+// A lock with more writes in the window than the timeline draws one by one
+// says exactly how many there are, draws them counted per stretch of time
+// (the counts adding up to the totals), and still draws the unfenced write.
+func TestLockPageCountsWritesItCannotDraw(t *testing.T) {
+	in := recordIncident(t, time.Date(2026, 5, 2, 9, 0, 0, 0, time.UTC))
+	accepted, rejected := busyWrites(t, in, 450, 30, 7)
+	h := reviewServer(t, in, in.at(12*time.Second))
+	orders := in.lock(t, incidentOrders)
+	_, body := getOK(t, h, "/locks/"+strconv.FormatInt(orders.ID, 10)+"?"+windowQuery(in.base, in.at(12*time.Second)), "text/html")
+
+	note := fmt.Sprintf("%d writes in this window (%d accepted, %d rejected, 1 unfenced)", accepted+rejected, accepted, rejected)
+	wantContains(t, "lock page", body, note, fmt.Sprintf("/api/v1/locks/%d/events?kind=write_accepted", orders.ID))
+	doc := parseHTML(t, body)
+	if got := doc.Find("svg.timeline desc").Text(); !strings.Contains(got, fmt.Sprintf("%d writes", accepted+rejected)) {
+		t.Errorf("timeline summary %q does not count %d writes", got, accepted+rejected)
+	}
+	sum := map[string]int{}
+	marks := 0
+	count := regexp.MustCompile(`^(\d+) writes? (accepted|rejected)\n`)
+	doc.Find("svg.timeline g.write").Each(func(_ int, g *goquery.Selection) {
+		marks++
+		title := g.Find("title").Text()
+		if strings.Contains(g.AttrOr("class", ""), "unfenced") {
+			sum["unfenced"]++
+			return
+		}
+		m := count.FindStringSubmatch(title)
+		if m == nil {
+			t.Errorf("write mark title %q does not count its writes", title)
+			return
+		}
+		n, _ := strconv.Atoi(m[1])
+		sum[m[2]] += n
+	})
+	if sum["accepted"] != accepted || sum["rejected"] != rejected || sum["unfenced"] != 1 {
+		t.Errorf("write marks count %v, want %d accepted, %d rejected and the 1 unfenced write", sum, accepted, rejected)
+	}
+	if marks >= accepted {
+		t.Errorf("%d write marks for %d writes: want them counted per stretch of time", marks, accepted+rejected)
+	}
+
+	t.Run("FewWritesDrawnOneByOne", func(t *testing.T) {
+		_, body := getOK(t, h, "/locks/"+strconv.FormatInt(orders.ID, 10)+"?"+windowQuery(in.base, in.at(4500*time.Millisecond)), "text/html")
+		wantNotContains(t, "lock page", body, "too many to draw one by one")
+		if n := parseHTML(t, body).Find("svg.timeline g.write").Length(); n != 2 {
+			t.Errorf("%d write marks before 4.5 s, want worker-1's 2 writes one by one", n)
+		}
+	})
+}
+
+// The review lists a page of a handover's writes and counts the rest exactly,
+// agreeing with the JSON export, which has every write.
+func TestReviewListsAPageOfWritesAndCountsTheRest(t *testing.T) {
+	in := recordIncident(t, time.Date(2026, 5, 2, 9, 0, 0, 0, time.UTC))
+	busyWrites(t, in, 450, 30, 7)
+	h := reviewServer(t, in, in.at(time.Minute))
+	q := windowQuery(in.base, in.at(time.Minute)) + "&lock=" + url.QueryEscape(incidentOrders.String())
+
+	_, js := getOK(t, h, "/review.json?"+q, "application/json")
+	var export struct {
+		Locks []struct {
+			Handovers []struct {
+				Writes []struct {
+					Outcome string `json:"outcome"`
+					Verdict string `json:"verdict"`
+				} `json:"writes"`
+			} `json:"handovers"`
+		} `json:"locks"`
+	}
+	if err := json.Unmarshal([]byte(js), &export); err != nil {
+		t.Fatalf("review.json: %v", err)
+	}
+	if len(export.Locks) != 1 || len(export.Locks[0].Handovers) == 0 {
+		t.Fatalf("review.json has %+v, want the orders lock's handovers", export.Locks)
+	}
+	_, body := getOK(t, h, "/review?"+q, "text/html")
+	doc := parseHTML(t, body)
+	articles := doc.Find("article.handover")
+	if articles.Length() != len(export.Locks[0].Handovers) {
+		t.Fatalf("page shows %d handovers, export %d", articles.Length(), len(export.Locks[0].Handovers))
+	}
+	busy := 0
+	for i, hv := range export.Locks[0].Handovers {
+		art := articles.Eq(i)
+		rows := art.Find("table.writes tbody tr").Length()
+		if len(hv.Writes) <= reviewWriteRows {
+			if rows != len(hv.Writes) {
+				t.Errorf("handover %d lists %d of its %d writes, want all", i+1, rows, len(hv.Writes))
+			}
+			continue
+		}
+		busy++
+		var acc, rej, flagged int
+		for _, w := range hv.Writes {
+			if w.Outcome == "rejected" {
+				rej++
+			} else {
+				acc++
+			}
+			if w.Verdict != "" {
+				flagged++
+			}
+		}
+		if rows != reviewWriteRows {
+			t.Errorf("handover %d lists %d writes, want %d", i+1, rows, reviewWriteRows)
+		}
+		// Every stale or unfenced write is listed before the ordinary ones.
+		if got := art.Find("table.writes .badge.sev-info, table.writes .badge.sev-critical").Length(); got != min(flagged, reviewWriteRows) {
+			t.Errorf("handover %d lists %d stale or unfenced writes, want %d", i+1, got, min(flagged, reviewWriteRows))
+		}
+		more := art.Find("p.warn").Text()
+		listedAcc := art.Find("table.writes tr.kind-write_accepted").Length()
+		want := fmt.Sprintf("%d of %d writes are listed; %d more (%d accepted, %d rejected", reviewWriteRows, len(hv.Writes),
+			len(hv.Writes)-reviewWriteRows, acc-listedAcc, rej-(reviewWriteRows-listedAcc))
+		if !strings.Contains(more, want) {
+			t.Errorf("handover %d says %q, want %q", i+1, more, want)
+		}
+	}
+	if busy == 0 {
+		t.Fatalf("no handover has more than %d writes: the test does not cover the cap", reviewWriteRows)
+	}
+	// The narrative tells the first groups of late writes and counts the rest.
+	wantContains(t, "review page", body, "more late writes (")
+}
+
+// eventTimes pages through the store and counts exactly, also when events
+// share the instant a page ends at; past its cap it keeps the newest and
+// says there are more.
+func TestEventTimesPagesExactly(t *testing.T) {
+	in := recordIncident(t, time.Date(2026, 5, 2, 9, 0, 0, 0, time.UTC))
+	var reports []audit.WriteReport
+	for i := range 23 {
+		// Three writes share each instant.
+		reports = append(reports, audit.WriteReport{Source: incidentOrders.Source, Lock: incidentOrders.Name,
+			Resource: fmt.Sprintf("r%d", i%3), Token: audit.Int64(42), Outcome: audit.WriteAccepted, Holder: "worker-2",
+			At: in.at(5*time.Second + time.Duration(i/3)*time.Millisecond), RequestID: fmt.Sprintf("same-%d", i)})
+	}
+	if err := in.rec.ReportWrites(context.Background(), reports); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	orders := in.lock(t, incidentOrders)
+	tf := audit.TimeFilter{From: in.base, To: in.at(time.Minute)}
+	all, err := in.store.EventTimes(ctx, orders.ID, audit.EventWriteAccepted, audit.TimeFilter{From: tf.From, To: tf.To, Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all) != 23+5 {
+		t.Fatalf("store has %d accepted writes, want 28", len(all))
+	}
+	for _, page := range []int{4, 5, 10, 1000} {
+		got, more, err := eventTimes(ctx, in.store, orders.ID, audit.EventWriteAccepted, tf, 1000, page)
+		if err != nil || more || !slices.EqualFunc(got, all, time.Time.Equal) {
+			t.Errorf("page %d: %d times, more %v, err %v; want the store's %d", page, len(got), more, err, len(all))
+		}
+		got, more, err = eventTimes(ctx, in.store, orders.ID, audit.EventWriteAccepted, tf, 10, page)
+		if err != nil || !more || !slices.EqualFunc(got, all[len(all)-10:], time.Time.Equal) {
+			t.Errorf("page %d, at most 10: %v, more %v, err %v; want the newest 10 and more", page, got, more, err)
+		}
+	}
+	// Every event of a page at one instant: counting stops, and says so.
+	got, more, err := eventTimes(ctx, in.store, orders.ID, audit.EventWriteAccepted, tf, 1000, 2)
+	if err != nil || !more || len(got) == 0 {
+		t.Errorf("pages of 2 at instants of 3: %d times, more %v, err %v; want a lower bound", len(got), more, err)
+	}
+}
+
+// Renewal times are skipped only when the timeline would draw every tenure's
+// renewals as a band anyway: the timeline is the same with and without them.
+func TestTimelineSkipsRenewalsOnlyWhenAllAreBands(t *testing.T) {
+	// A tenure every 5 s, renewed every second: 5 renewals in 5 units.
+	dense := baseInput()
+	dense.Tenures, dense.Renewals = nil, nil
+	for i := range 150 {
+		start := sec(100 + 5*i)
+		tn := audit.Tenure{Seq: int64(i + 1), Holder: fmt.Sprintf("h%d", i%3), Token: audit.Int64(int64(100 + i)),
+			GrantedAt: start, Renewals: 4, LastRenewedAt: start.Add(4 * time.Second), LeaseDuration: 3 * time.Second,
+			ExpiresAt: start.Add(7 * time.Second), EndedAt: start.Add(4500 * time.Millisecond), End: audit.EndReleased}
+		dense.Tenures = append(dense.Tenures, tn)
+		for k := 1; k <= 4; k++ {
+			dense.Renewals = append(dense.Renewals, start.Add(time.Duration(k)*time.Second))
+		}
+	}
+	if needRenewalTimes(dense.From, dense.To, dense.Now, dense.Tenures) {
+		t.Fatal("dense tenures: renewal times wanted, though none can be drawn one by one")
+	}
+	skipped := dense
+	skipped.Renewals, skipped.RenewalsFrom = nil, dense.To
+	with, without := buildTimeline(dense), buildTimeline(skipped)
+	if fmt.Sprintf("%+v", with) != fmt.Sprintf("%+v", without) {
+		t.Errorf("timeline differs without the renewal times:\nwith    %+v\nwithout %+v", with.Bars[:2], without.Bars[:2])
+	}
+
+	// Sparse renewals draw as ticks, so their times are needed; so are a
+	// tenure's whose renewals were partly pruned.
+	if !needRenewalTimes(tlFrom, tlTo, sec(900), baseInput().Tenures) {
+		t.Error("sparse tenures: renewal times not wanted, though they draw as ticks")
+	}
+	pruned := slices.Clone(dense.Tenures)
+	pruned[10].Pruned = &audit.RenewalSummary{Renewals: 3}
+	if !needRenewalTimes(dense.From, dense.To, dense.Now, pruned) {
+		t.Error("a tenure with pruned renewals: renewal times not wanted, though its count is no longer all in the window")
+	}
+}
