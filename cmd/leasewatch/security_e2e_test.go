@@ -2,17 +2,9 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
 	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -22,47 +14,9 @@ import (
 	"time"
 
 	"golang.org/x/crypto/bcrypt"
-)
 
-// writeTestCert writes a self-signed certificate for 127.0.0.1 and its key,
-// and returns a pool that trusts it.
-func writeTestCert(t *testing.T, dir string) (certFile, keyFile string, roots *x509.CertPool) {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(time.Now().UnixNano()), Subject: pkix.Name{CommonName: "leasewatch-e2e"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		IsCA:        true, BasicConstraintsValid: true,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert, err := x509.ParseCertificate(der)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	if err := os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	roots = x509.NewCertPool()
-	roots.AddCert(cert)
-	return certFile, keyFile, roots
-}
+	"github.com/leasewatch/leasewatch/collectors/testcert"
+)
 
 // `leasewatch serve` with every access control on: HTTPS, basic users for the
 // dashboard, an ingest token from the environment. Neither the token nor the
@@ -74,7 +28,9 @@ func TestServeWithTLSAndBasicAuth(t *testing.T) {
 	)
 	srv, _ := startEtcd(t)
 	dir := t.TempDir()
-	certFile, keyFile, roots := writeTestCert(t, dir)
+	ca := testcert.NewCA(t, dir, "leasewatch-e2e")
+	pair := ca.Server(t, "leasewatch-e2e")
+	certFile, keyFile, roots := pair.CertFile, pair.KeyFile, ca.Pool()
 	hash, err := bcrypt.GenerateFromPassword([]byte(password), bcrypt.MinCost)
 	if err != nil {
 		t.Fatal(err)
