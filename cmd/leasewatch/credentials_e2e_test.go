@@ -77,7 +77,7 @@ sources:
 	}
 
 	t.Run("Recorded", func(t *testing.T) {
-		base := startServe(t, config("password"))
+		base, _ := startServe(t, config("password"))
 		// The holder takes the lock on the plain port, as the default user.
 		cli := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
 		defer cli.Close()

@@ -6,7 +6,6 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -51,42 +50,6 @@ func kubeconfigWithContexts(t *testing.T, api *kubetest.Apiserver) string {
 		t.Fatal(err)
 	}
 	return path
-}
-
-// startServe runs `leasewatch serve --config` with the given file contents
-// and returns the service's base URL once it listens. The command must exit
-// cleanly when the test ends.
-func startServe(t *testing.T, config string) string {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "leasewatch.yaml")
-	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve", "--config", path}, &syncBuffer{}, &stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d: %s", code, stderr.String())
-		}
-	})
-	listening := regexp.MustCompile(`msg="leasewatch listening" url=(http://\S+)`)
-	var base string
-	eventually(t, 30*time.Second, "serve to listen", func() bool {
-		select {
-		case code := <-done:
-			done <- code
-			t.Fatalf("serve exited %d: %s", code, stderr.String())
-		default:
-		}
-		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
-			base = m[1]
-		}
-		return base != ""
-	})
-	return base
 }
 
 // runElector runs a client-go leader elector for Lease ns/name with short
@@ -138,7 +101,7 @@ func TestEndToEndServeKubernetesSource(t *testing.T) {
 		t.Fatalf("create namespace %s: %v", ns, err)
 	}
 
-	base := startServe(t, fmt.Sprintf(`
+	base, _ := startServe(t, fmt.Sprintf(`
 listen: 127.0.0.1:0
 database: %s
 sources:

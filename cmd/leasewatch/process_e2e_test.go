@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"os"
@@ -279,4 +280,39 @@ func finalCheck(t *testing.T, p *serveProcess, dbPath, source string, locks []st
 		n += len(acquired[lock])
 	}
 	return n
+}
+
+// startServe runs `leasewatch serve --config` in-process with the given file
+// contents and returns the service's base URL on 127.0.0.1 once it listens,
+// and its log. The command must exit cleanly when the test ends.
+func startServe(t *testing.T, config string) (base string, log *syncBuffer) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "leasewatch.yaml")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	stderr := &syncBuffer{}
+	done := make(chan int, 1)
+	go func() { done <- run(ctx, []string{"serve", "--config", path}, &syncBuffer{}, stderr) }()
+	t.Cleanup(func() {
+		cancel()
+		if code := <-done; code != 0 {
+			t.Errorf("serve exited %d: %s", code, stderr.String())
+		}
+	})
+	listening := regexp.MustCompile(`msg="leasewatch listening" url=(https?)://\S+:(\d+)`)
+	eventually(t, 30*time.Second, "serve to listen", func() bool {
+		select {
+		case code := <-done:
+			done <- code
+			t.Fatalf("serve exited %d: %s", code, stderr.String())
+		default:
+		}
+		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
+			base = m[1] + "://127.0.0.1:" + m[2]
+		}
+		return base != ""
+	})
+	return base, stderr
 }

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -36,8 +35,7 @@ func TestServeWithTLSAndBasicAuth(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Setenv("LEASEWATCH_E2E_INGEST_TOKEN", token)
-	path := filepath.Join(dir, "leasewatch.yaml")
-	if err := os.WriteFile(path, []byte(fmt.Sprintf(`
+	base, stderr := startServe(t, fmt.Sprintf(`
 listen: 0.0.0.0:0
 database: %s
 ingest_tokens_env: [LEASEWATCH_E2E_INGEST_TOKEN]
@@ -53,34 +51,7 @@ sources:
     kind: etcd
     endpoints: ["%s"]
     prefixes: ["/locks/"]
-`, filepath.Join(dir, "lw.db"), hash, certFile, keyFile, srv.Endpoint)), 0o600); err != nil {
-		t.Fatal(err)
-	}
-
-	ctx, cancel := context.WithCancel(context.Background())
-	var stderr syncBuffer
-	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"serve", "--config", path}, &syncBuffer{}, &stderr) }()
-	t.Cleanup(func() {
-		cancel()
-		if code := <-done; code != 0 {
-			t.Errorf("serve exited %d: %s", code, stderr.String())
-		}
-	})
-	listening := regexp.MustCompile(`msg="leasewatch listening" url=https://\S+:(\d+)`)
-	var base string
-	eventually(t, 30*time.Second, "serve to listen", func() bool {
-		select {
-		case code := <-done:
-			done <- code
-			t.Fatalf("serve exited %d: %s", code, stderr.String())
-		default:
-		}
-		if m := listening.FindStringSubmatch(stderr.String()); m != nil {
-			base = "https://127.0.0.1:" + m[1]
-		}
-		return base != ""
-	})
+`, filepath.Join(dir, "lw.db"), hash, certFile, keyFile, srv.Endpoint))
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: roots}}}
 	do := func(method, path, body string, header ...string) (int, string) {
