@@ -337,25 +337,12 @@ func jsonHasString(v any, s string) bool {
 	return false
 }
 
-// serveTCP serves f's server on a loopback port with timeouts for the test
-// and returns its address; the server stops when the test ends.
+// serveTCP serves a fixture's server on a loopback port with timeouts for
+// the test and returns its address; the server stops when the test ends.
 func serveTCP(t *testing.T, timeouts Timeouts) string {
 	t.Helper()
 	f := newFixture(t, func(c *Config) { c.Timeouts = timeouts })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- f.server.Serve(ctx, ln) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve: %v", err)
-		}
-	})
-	return ln.Addr().String()
+	return strings.TrimPrefix(serveReal(t, f.server), "http://")
 }
 
 // closedWithin reads from conn until the server closes it and returns how
