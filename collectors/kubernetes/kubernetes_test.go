@@ -501,29 +501,37 @@ func TestHeartbeatClassification(t *testing.T) {
 		return coordinationv1.LeaseSpec{HolderIdentity: ptr(node), LeaseDurationSeconds: ptr[int32](40), RenewTime: now()}
 	}
 	// A node lease that exists before the collector starts, as kubelet's
-	// would; the kube-apiserver's identity lease exists already.
+	// would, and an identity lease as a kube-apiserver keeps one. The test
+	// makes its own: the real apiserver's can be missing for a while when
+	// another test stops a second apiserver on the same host, which shares
+	// its name and deletes it on the way out.
 	createLease(t, NamespaceNodeLease, node, heartbeat())
+	identityName := fmt.Sprintf("%s%05d", apiserverIdentityPrefix, rand.IntN(100000))
+	identity := namespaceKubeSystem + "/" + identityName
+	ids := admin(t).CoordinationV1().Leases(namespaceKubeSystem)
+	if _, err := ids.Create(context.Background(), &coordinationv1.Lease{
+		ObjectMeta: metav1.ObjectMeta{Name: identityName, Labels: map[string]string{apiserverIdentityLabel: "kube-apiserver"}},
+		Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr(identityName), LeaseDurationSeconds: ptr[int32](3600), RenewTime: now()},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ids.Delete(context.Background(), identityName, metav1.DeleteOptions{}) })
 	s := newSink(t)
 	runCollector(t, s, Config{}) // every namespace, one watch
 	first := s.allInputs()[0]
 	if strings.Contains(first.Cursor, "=") {
 		t.Errorf("cursor %q, want a bare resourceVersion for an all-namespaces watch", first.Cursor)
 	}
-	// The kube-apiserver's identity lease, and those of any second
-	// apiserver another test runs: every one a heartbeat.
+	// Every identity lease, the test's and the apiservers' own, a heartbeat.
 	classes := map[string]audit.Class{}
-	var identity string
 	for _, ob := range first.Observations {
 		classes[ob.Lock.Name] = ob.Class
-		if strings.HasPrefix(ob.Lock.Name, "kube-system/"+apiserverIdentityPrefix) {
-			identity = ob.Lock.Name
-			if ob.Class != audit.ClassHeartbeat {
-				t.Errorf("snapshot class of %s = %s, want heartbeat", ob.Lock.Name, ob.Class)
-			}
+		if strings.HasPrefix(ob.Lock.Name, namespaceKubeSystem+"/"+apiserverIdentityPrefix) && ob.Class != audit.ClassHeartbeat {
+			t.Errorf("snapshot class of %s = %s, want heartbeat", ob.Lock.Name, ob.Class)
 		}
 	}
-	if classes[NamespaceNodeLease+"/"+node] != audit.ClassHeartbeat || identity == "" {
-		t.Fatalf("snapshot classes %v, want heartbeat for %s and a kube-apiserver identity lease", classes, node)
+	if classes[NamespaceNodeLease+"/"+node] != audit.ClassHeartbeat || classes[identity] != audit.ClassHeartbeat {
+		t.Fatalf("snapshot classes %v, want heartbeat for %s and %s", classes, node, identity)
 	}
 
 	// A node renewing, and a lock without leaseTransitions next to it.
