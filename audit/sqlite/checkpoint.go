@@ -2,60 +2,158 @@ package sqlite
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"os"
 	"time"
 )
 
-// The write-ahead log is copied into the database by SQLite's automatic
-// checkpoints, but only up to the oldest snapshot a reader still uses, and
-// the log starts over only once every reader has let go of it. While people
+// The write-ahead log is copied into the database file by checkpoints. The
+// writer does none itself (wal_autocheckpoint is 0): SQLite would run one in
+// the commit that takes the log past 1,000 pages, and under a steady stream
+// of renewals that is nearly every commit. Each copied every page the commit
+// touched, so a lock's index page renewed twice a second was written to the
+// database file twice a second, and the writer waited for it.
+//
+// A checkpointer goroutine, on a connection of its own, copies the log at
+// most every checkpointEvery instead: a page changed by many commits in
+// between is copied once, and the copying runs beside the writer. Then,
+// between two of the writer's transactions, it copies what was committed
+// meanwhile, so the log is complete in the database and SQLite starts it
+// over at the next transaction.
+//
+// Only up to the oldest snapshot a reader still uses can be copied, and the
+// log starts over only once every reader has let go of it. While people
 // browse, some read is nearly always open, so the log can grow without end
 // (a load of 50 browsers grew it to 218 MiB beside a 28 MiB database), and
-// every read gets slower as it grows. Past walLimit, a commit therefore asks
-// for a TRUNCATE checkpoint, which waits up to truncateWait for the reads
-// that still need the log (new reads go to the database file meanwhile),
-// copies all of it and empties the file. A try that times out costs the
-// writer truncateWait and is repeated at most every truncateEvery.
+// every read gets slower as it grows. Past walLimit the checkpointer
+// therefore asks for a TRUNCATE checkpoint, which waits up to truncateWait
+// for the reads that still need the log (new reads go to the database file
+// meanwhile), copies all of it and empties the file. A try that times out
+// costs the writer truncateWait and is repeated at most every truncateEvery.
 const (
-	walLimit      = 64 << 20
-	truncateWait  = 100 * time.Millisecond
-	truncateEvery = time.Second
+	checkpointEvery = time.Second
+	walLimit        = 64 << 20
+	truncateWait    = 100 * time.Millisecond
+	truncateEvery   = time.Second
 )
 
-// walGuard keeps the write-ahead log from growing past its limit. Its fields
-// are the writer's, guarded by Store.mu.
-type walGuard struct {
-	limit int64         // walLimit; tests lower it
-	every time.Duration // truncateEvery; tests lower it
-	tried time.Time     // the last TRUNCATE checkpoint attempted
-	// truncated counts successful TRUNCATE checkpoints, busy those that
-	// timed out waiting for readers.
-	truncated, busy int64
+// checkpointer copies the write-ahead log into the database file in the
+// background (see above).
+type checkpointer struct {
+	db   *sql.DB       // one connection, used only for checkpoints
+	kick chan struct{} // a commit happened; buffered, never blocks the writer
+	stop chan struct{}
+	done chan struct{}
+
+	// Guarded by Store.mu.
+	every     time.Duration // checkpointEvery; tests lower it
+	limit     int64         // walLimit; tests lower it
+	retry     time.Duration // truncateEvery; tests lower it
+	tried     time.Time     // the last TRUNCATE checkpoint attempted
+	passes    int64         // checkpoints that ran
+	truncated int64         // TRUNCATE checkpoints that emptied the log
+	busy      int64         // TRUNCATE checkpoints that timed out waiting for readers
+	failed    int64         // checkpoints that returned an error
 }
 
-// guardWAL runs a TRUNCATE checkpoint on the writer if the log has grown
-// past its limit. s.mu must be held and no transaction open. A checkpoint
-// that fails is not the commit's failure: it is counted and tried again
-// later.
-func (s *Store) guardWAL(ctx context.Context) {
-	g := &s.wal
+// startCheckpoints opens the checkpointer's connection and starts it.
+func (s *Store) startCheckpoints(ctx context.Context) error {
+	db, err := sql.Open("sqlite", dsn(s.path))
+	if err != nil {
+		return err
+	}
+	db.SetMaxOpenConns(1)
+	db.SetMaxIdleConns(1)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
+	if err := db.PingContext(ctx); err != nil {
+		db.Close()
+		return err
+	}
+	s.ckpt = checkpointer{db: db, every: checkpointEvery, kick: make(chan struct{}, 1),
+		stop: make(chan struct{}), done: make(chan struct{}), limit: walLimit, retry: truncateEvery}
+	go s.checkpoints()
+	return nil
+}
+
+// committed tells the checkpointer that the writer committed.
+func (c *checkpointer) committed() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+// close stops the checkpointer and closes its connection. Closing again
+// does nothing.
+func (c *checkpointer) close() error {
+	if c.db == nil {
+		return nil
+	}
+	close(c.stop)
+	<-c.done
+	err := c.db.Close()
+	c.db = nil
+	return err
+}
+
+func (s *Store) checkpoints() {
+	c := &s.ckpt
+	defer close(c.done)
+	for {
+		select {
+		case <-c.stop:
+			return
+		case <-c.kick:
+		}
+		// Let commits gather, so that a page they all change is copied once.
+		s.mu.Lock()
+		every := c.every
+		s.mu.Unlock()
+		select {
+		case <-c.stop:
+			return
+		case <-time.After(every):
+		}
+		s.checkpoint(context.Background())
+	}
+}
+
+// checkpoint copies the log into the database: the bulk beside the writer,
+// the rest between two of its transactions, or, past the limit, all of it,
+// emptying the file. Its errors are counted, not returned: a checkpoint
+// that fails leaves the log longer, and the next one tries again.
+func (s *Store) checkpoint(ctx context.Context) {
+	c := &s.ckpt
+	_, bulkErr := c.db.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c.passes++
+	if bulkErr != nil {
+		c.failed++
+	}
 	st, err := os.Stat(s.path + "-wal")
-	if err != nil || st.Size() < g.limit || time.Since(g.tried) < g.every {
+	if err == nil && st.Size() >= c.limit && time.Since(c.tried) >= c.retry {
+		c.tried = time.Now()
+		if err := s.truncateWAL(ctx); err != nil {
+			c.busy++
+			return
+		}
+		c.truncated++
 		return
 	}
-	g.tried = time.Now()
-	if err := s.truncateWAL(ctx); err != nil {
-		g.busy++
-		return
+	if _, err := c.db.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)"); err != nil {
+		c.failed++
 	}
-	g.truncated++
 }
 
 // truncateWAL copies the whole log into the database and empties it, waiting
-// at most truncateWait for readers.
+// at most truncateWait for readers. s.mu must be held, so that the writer has
+// no transaction open.
 func (s *Store) truncateWAL(ctx context.Context) error {
-	conn, err := s.writer.Conn(ctx)
+	conn, err := s.ckpt.db.Conn(ctx)
 	if err != nil {
 		return err
 	}
@@ -74,10 +172,11 @@ func (s *Store) truncateWAL(ctx context.Context) error {
 	return nil
 }
 
-// walStats reports the TRUNCATE checkpoints tried since Open: those that
-// emptied the log, and those that gave up waiting for readers.
-func (s *Store) walStats() (truncated, busy int64) {
+// checkpointStats reports the checkpoints run since Open, the TRUNCATE
+// checkpoints that emptied the log and those that gave up waiting for
+// readers, and the checkpoints that failed.
+func (s *Store) checkpointStats() (passes, truncated, busy, failed int64) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.wal.truncated, s.wal.busy
+	return s.ckpt.passes, s.ckpt.truncated, s.ckpt.busy, s.ckpt.failed
 }

@@ -66,7 +66,7 @@ func (s *Store) writeTx(ctx context.Context, fn func(*sql.Tx) error, committed f
 	if committed != nil {
 		committed()
 	}
-	s.guardWAL(ctx)
+	s.ckpt.committed()
 	return nil
 }
 

@@ -65,7 +65,7 @@ type Store struct {
 	// Batch.SyncMark; a restart forgets it, as the recorder forgets its
 	// round.
 	syncMark int64
-	wal      walGuard
+	ckpt     checkpointer
 }
 
 // Open opens (creating if needed) the database at path, verifies it is in WAL
@@ -84,11 +84,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := checkWritable(path); err != nil {
 		return nil, err
 	}
-	s := &Store{path: path, ids: make(map[audit.LockKey]int64), prepared: make(map[string]*sql.Stmt),
-		wal: walGuard{limit: walLimit, every: truncateEvery}}
+	s := &Store{path: path, ids: make(map[audit.LockKey]int64), prepared: make(map[string]*sql.Stmt)}
 
 	var err error
-	s.writer, err = sql.Open("sqlite", dsn(path, "_txlock=immediate"))
+	// The writer leaves checkpoints to the checkpointer (checkpoint.go).
+	s.writer, err = sql.Open("sqlite", dsn(path, "_txlock=immediate", "_pragma=wal_autocheckpoint(0)"))
 	if err != nil {
 		return nil, fmt.Errorf("open write pool: %w", err)
 	}
@@ -121,6 +121,10 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err := s.reader.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, storageError(fmt.Errorf("open read pool: %w", err))
+	}
+	if err := s.startCheckpoints(ctx); err != nil {
+		s.Close()
+		return nil, storageError(fmt.Errorf("open checkpoint connection: %w", err))
 	}
 	return s, nil
 }
@@ -260,6 +264,9 @@ func (s *Store) Close() error {
 		if err := s.reader.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close read pool: %w", err))
 		}
+	}
+	if err := s.ckpt.close(); err != nil {
+		errs = append(errs, fmt.Errorf("close checkpoint connection: %w", err))
 	}
 	s.mu.Lock()
 	for _, ps := range s.prepared {
