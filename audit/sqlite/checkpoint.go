@@ -126,7 +126,25 @@ func (s *Store) checkpoints() {
 // that fails leaves the log longer, and the next one tries again.
 func (s *Store) checkpoint(ctx context.Context) {
 	c := &s.ckpt
-	_, bulkErr := c.db.ExecContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)")
+	// Copying takes a while, and the writer commits meanwhile: copy again
+	// what it committed until that is little, so that the writer waits
+	// only for a little below.
+	var bulkErr error
+	copied := -1
+	for range maxBulkRounds {
+		var busy, log, done int
+		if bulkErr = c.db.QueryRowContext(ctx, "PRAGMA wal_checkpoint(PASSIVE)").Scan(&busy, &log, &done); bulkErr != nil {
+			break
+		}
+		fresh := done - copied
+		if copied < 0 || done < copied { // the first round, or the log started over
+			fresh = done
+		}
+		copied = done
+		if fresh <= restFrames {
+			break
+		}
+	}
 
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -148,6 +166,13 @@ func (s *Store) checkpoint(ctx context.Context) {
 		c.failed++
 	}
 }
+
+// A checkpoint copies the log beside the writer in up to maxBulkRounds
+// rounds, until a round copies at most restFrames pages (4 KiB each).
+const (
+	maxBulkRounds = 4
+	restFrames    = 256
+)
 
 // truncateWAL copies the whole log into the database and empties it, waiting
 // at most truncateWait for readers. s.mu must be held, so that the writer has

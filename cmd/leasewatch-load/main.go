@@ -133,3 +133,27 @@ func waitFor(ctx context.Context, timeout time.Duration, what string, cond func(
 	}
 	return nil
 }
+
+// waitProgress polls until done, or until progress has not grown for idle:
+// a backlog takes as long as it takes to work off, but one that has stopped
+// moving is not going to. It returns how long it waited.
+func waitProgress(ctx context.Context, idle time.Duration, check func() (done bool, progress float64)) time.Duration {
+	start := time.Now()
+	last, moved := -1.0, start
+	for {
+		done, progress := check()
+		if done {
+			return time.Since(start)
+		}
+		if progress > last {
+			last, moved = progress, time.Now()
+		} else if time.Since(moved) > idle {
+			return time.Since(start)
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -323,6 +323,28 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 	return out
 }
 
+// gone applies a read that found key gone at at, with no notification
+// before it, as applyEvents does; why explains the hold's end if its end
+// event never comes.
+func (s *instanceState) gone(key string, at time.Time, why string) []change {
+	queued := 0
+	if ks := s.keys[key]; ks != nil {
+		queued = len(ks.queue)
+	}
+	out := s.applyEvents(key, nil, false, holding{At: at}, holding{})
+	if ks := s.keys[key]; ks != nil && len(ks.queue) > queued && ks.queue[len(ks.queue)-1].waiting {
+		ks.queue[len(ks.queue)-1].Why = why // the end this read found, not one found before
+	}
+	return out
+}
+
+// Why a hold ended without its end event, when a read after notifications
+// found it gone, and when a periodic pass never found it.
+const (
+	readGone = "no end event for a key found gone"
+	passGone = "gone when every key was read again"
+)
+
 // resolvePending gives up waiting for the end events that are not coming:
 // the notification stream has delivered everything published before seen,
 // so a hold found gone by a read before then whose end event has not arrived
@@ -341,7 +363,11 @@ func (s *instanceState) resolvePending(seen time.Time) []change {
 	for _, key := range sortedKeys(due) {
 		ks := s.keys[key]
 		for len(ks.queue) > 0 && ks.queue[0].waiting && ks.queue[0].At.Before(seen) {
-			ks.queue[0] = inferredEnd(key, ks.queue[0].H, ks.queue[0].At, "no end event for a key found gone")
+			why := ks.queue[0].Why
+			if why == "" {
+				why = readGone
+			}
+			ks.queue[0] = inferredEnd(key, ks.queue[0].H, ks.queue[0].At, why)
 			out = append(out, ks.flush()...)
 		}
 		s.track(key, ks)

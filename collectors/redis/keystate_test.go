@@ -352,3 +352,48 @@ func TestPeriodicPassFindsKeysGoneWithoutAnEvent(t *testing.T) {
 		t.Errorf("lock:d still held after a page read it gone")
 	}
 }
+
+// TestPassGoneLeavesBacklogToCount: a periodic pass that ends while
+// notifications are still queued behind a backlog must not settle the keys
+// it never found then and there. A renewed lock whose renewals are still
+// queued, and which expired before the pass read its place, would lose
+// those renewals: once its state is gone they are notifications about a key
+// nobody holds. Found gone, it waits for its end event instead, counting the
+// renewals that arrive first, and ends inferred, for the pass's reason, only
+// once the stream has delivered everything published before the pass ended.
+func TestPassGoneLeavesBacklogToCount(t *testing.T) {
+	s := newInstanceState()
+	s.applyEvents("lock:a", evs(0, "set", "expire"), true, hold("A", 1, 2000), holding{})
+	s.applyEvents("lock:b", evs(0, "set", "expire"), true, hold("B", 1, 8000), holding{})
+	since := at(100)
+	unseen := s.unseen(map[string]bool{}, since)
+	if want := []string{"lock:a", "lock:b"}; !slices.Equal(unseen, want) {
+		t.Fatalf("unseen = %v, want %v", unseen, want)
+	}
+	for _, key := range unseen {
+		if got := describe(s.gone(key, at(3000), passGone)); got != "" {
+			t.Fatalf("%s found gone by the pass: changes %q, want none until its end event or the stream passes the pass", key, got)
+		}
+	}
+	// The backlog: a's renewals at 500 and 1000 and its expiry; the reads
+	// after them find it gone.
+	if got, want := describe(s.applyEvents("lock:a", evs(3100, "expire", "expire"), false, holding{At: at(3101)}, holding{})),
+		"renew A (overtaken) @3100, renew A (overtaken) @3100"; got != want {
+		t.Fatalf("a's queued renewals = %q, want %q: both counted, ahead of the end", got, want)
+	}
+	if got, want := describe(s.applyEvents("lock:a", evs(3200, "expired"), false, holding{At: at(3201)}, holding{})), "expired A @3000"; got != want {
+		t.Fatalf("a's end event = %q, want %q", got, want)
+	}
+	// b's end event never comes (FLUSHALL): it ends once the stream has
+	// passed the pass, for the pass's reason.
+	if got := describe(s.resolvePending(at(2999))); got != "" {
+		t.Fatalf("resolvePending before the stream passed the pass = %q", got)
+	}
+	got := s.resolvePending(at(3001))
+	if want := "released B (inferred) @3000"; describe(got) != want || got[0].Why != passGone {
+		t.Fatalf("resolvePending = %q (why %q), want %q for %q", describe(got), got[0].Why, want, passGone)
+	}
+	if len(s.keys) != 0 {
+		t.Fatalf("keys left after every hold ended: %v", s.keys)
+	}
+}

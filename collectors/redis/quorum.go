@@ -330,7 +330,7 @@ func goneEnd(ob audit.Observation, h holding, at time.Time) audit.Observation {
 			ob.At = h.Hi
 		}
 	}
-	addWhy(&ob, "gone when every key was read again")
+	addWhy(&ob, passGone)
 	return ob
 }
 

@@ -281,17 +281,31 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 	case msgPass:
 		// A page of a periodic pass, and at its end the keys it never
 		// found: only what changed, as for a poll.
+		//
+		// A key the pass found gone (SCAN listed it, but it was gone when
+		// read) or never found is gone, but its notifications may still be
+		// on their way behind a backlog: renewals first, then the end
+		// event. Each is a read that found its key gone (applyEvents): its
+		// hold waits for that end event, counting the renewals queued
+		// ahead of it, and ends inferred once the stream has delivered
+		// everything published before the read (resolvePending).
 		st := r.c.states[m.inst]
+		var obs []audit.Observation
 		keys := make([]string, 0, len(m.scan))
 		read := make(map[string]holding, len(m.scan))
 		for _, rd := range m.scan {
-			keys = append(keys, rd.Key)
-			if h, ok := r.c.rule.decode(rd); ok {
-				read[rd.Key] = h
+			h, ok := r.c.rule.decode(rd)
+			if !ok {
+				obs = append(obs, r.c.comb.apply(m.inst, st.gone(rd.Key, rd.At, passGone))...)
+				continue
 			}
+			keys = append(keys, rd.Key)
+			read[rd.Key] = h
 		}
 		if m.seen != nil {
-			keys = append(keys, st.unseen(m.seen, m.since)...)
+			for _, key := range st.unseen(m.seen, m.since) {
+				obs = append(obs, r.c.comb.apply(m.inst, st.gone(key, m.at, passGone))...)
+			}
 		}
 		keys = st.reconcile(keys, read)
 		holds := make(map[string]holding, len(keys))
@@ -301,7 +315,7 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 			}
 		}
 		r.c.comb.replaceKeys(m.inst, keys, holds)
-		obs := r.c.comb.reconcile(m.at, keys)
+		obs = append(obs, r.c.comb.reconcile(m.at, keys)...)
 		if len(obs) == 0 {
 			r.goodUntil = m.at
 			return nil
