@@ -123,11 +123,12 @@ func (ks *keyState) waiting() bool {
 	return false
 }
 
-// resolve gives the first waiting end its reason.
+// resolve gives the first waiting end its reason, from its end event: the
+// end is no longer inferred, so it needs no explanation.
 func (ks *keyState) resolve(r endReason) {
 	for i := range ks.queue {
 		if ks.queue[i].waiting {
-			ks.queue[i].waiting, ks.queue[i].Reason = false, r
+			ks.queue[i].waiting, ks.queue[i].Reason, ks.queue[i].Why = false, r, ""
 			return
 		}
 	}

@@ -381,8 +381,9 @@ func TestPassGoneLeavesBacklogToCount(t *testing.T) {
 		"renew A (overtaken) @3100, renew A (overtaken) @3100"; got != want {
 		t.Fatalf("a's queued renewals = %q, want %q: both counted, ahead of the end", got, want)
 	}
-	if got, want := describe(s.applyEvents("lock:a", evs(3200, "expired"), false, holding{At: at(3201)}, holding{})), "expired A @3000"; got != want {
-		t.Fatalf("a's end event = %q, want %q", got, want)
+	end := s.applyEvents("lock:a", evs(3200, "expired"), false, holding{At: at(3201)}, holding{})
+	if got, want := describe(end), "expired A @3000"; got != want || end[0].Why != "" {
+		t.Fatalf("a's end event = %q (why %q), want %q, which its event explains", got, end[0].Why, want)
 	}
 	// b's end event never comes (FLUSHALL): it ends once the stream has
 	// passed the pass, for the pass's reason.
