@@ -242,21 +242,8 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 		l.mu.Unlock()
 	}
 
-	// Drain: wait until leasewatch has recorded at least what the clients
-	// did and its counts have stopped moving, so a duplicate shows too.
-	drainStart := time.Now()
-	var drained string
-	last := [2]float64{-1, -1}
-	if err := waitFor(ctx, 60*time.Second, "leasewatch to record every grant and release", func() bool {
-		now := [2]float64{recorded(ctx, url, loadSource, "grant"), recorded(ctx, url, loadSource, "release")}
-		settled := now == last && now[0] >= float64(madeGrants) && now[1] >= float64(madeReleases)
-		last = now
-		return settled
-	}); err != nil {
-		drained = "not within 60s"
-	} else {
-		drained = "in " + time.Since(drainStart).Round(time.Millisecond).String()
-	}
+	// Drain: leasewatch must record what the clients did, once.
+	drained := drain(ctx, url, loadSource, map[string]float64{"grant": float64(madeGrants), "release": float64(madeReleases)})
 	gotGrants, gotReleases := recorded(ctx, url, loadSource, "grant"), recorded(ctx, url, loadSource, "release")
 	gotExpiries := recorded(ctx, url, loadSource, "expire")
 

@@ -133,15 +133,7 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 	}
 
 	// Drain: every renewal the load made must be recorded exactly once.
-	drainStart := time.Now()
-	var drained string
-	if err := waitFor(ctx, 30*time.Second, "leasewatch to record every renewal", func() bool {
-		return recorded(ctx, url, loadSource, "renew") >= float64(updates.Load())
-	}); err != nil {
-		drained = "not within 30s"
-	} else {
-		drained = "in " + time.Since(drainStart).Round(time.Millisecond).String()
-	}
+	drained := drain(ctx, url, loadSource, map[string]float64{"renew": float64(updates.Load())})
 	got := recorded(ctx, url, loadSource, "renew")
 	made := make(map[string]int64, len(heartbeats)+len(elections))
 	for _, l := range append(heartbeats, elections...) {

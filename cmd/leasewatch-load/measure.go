@@ -60,6 +60,35 @@ func recorded(ctx context.Context, url, source, kind string) float64 {
 	return counterSum(mfs, "leasewatch_events_recorded_total", labels)
 }
 
+// drainIdle is how long drain waits for leasewatch's counts to grow before
+// it gives up on what is still missing.
+const drainIdle = 10 * time.Second
+
+// drain waits, after a load stopped, until leasewatch at url has recorded
+// at least made[kind] events of each kind for source, and its counts held
+// still between two looks, so that a duplicate shows as well. A backlog
+// takes as long as it takes: drain waits while the counts grow, and gives
+// up once they have not for drainIdle. It says how long it waited.
+func drain(ctx context.Context, url, source string, made map[string]float64) string {
+	var last float64 = -1
+	done := false
+	took := waitProgress(ctx, drainIdle, func() (bool, float64) {
+		total, enough := 0.0, true
+		for kind, n := range made {
+			got := recorded(ctx, url, source, kind)
+			total += got
+			enough = enough && got >= n
+		}
+		done = enough && total == last
+		last = total
+		return done, total
+	}).Round(100 * time.Millisecond)
+	if !done {
+		return fmt.Sprintf("not in %s (no progress for %s)", took, drainIdle)
+	}
+	return "in " + took.String()
+}
+
 // write prints the window's figures as a Markdown table, after a title and
 // before the scenario's own rows.
 func (w window) write(out io.Writer, title string, extra [][2]string) {
