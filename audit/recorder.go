@@ -324,6 +324,14 @@ func (r *Recorder) loop() {
 func (r *Recorder) commit(group []*request, tick bool) {
 	ctx := context.Background()
 	var b Batch
+	n := 0 // about one event per observation and per write
+	for _, req := range group {
+		if req.input != nil {
+			n += len(req.input.Observations)
+		}
+		n += len(req.writes)
+	}
+	b.Events = make([]Event, 0, n)
 	if tick {
 		b.Append(r.hold(r.tracker.Tick(r.now())))
 	}

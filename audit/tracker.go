@@ -764,6 +764,7 @@ func (o *output) renewal(st *TrackState) { o.mark(st, changeRenewal) }
 // Renewed; every other changed lock to Locks, with a renewed tenure that the
 // step did not otherwise touch.
 func (o *output) batch() Batch {
+	o.b.Renewed = make([]Renewal, 0, len(o.locks))
 	for _, st := range o.locks {
 		c := o.changes[st]
 		if c == changeRenewal {

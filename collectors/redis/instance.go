@@ -489,8 +489,8 @@ func (in *instance) receive(ctx context.Context, ps *goredis.PubSub, out chan<- 
 // A PONG in the batch answers the oldest of pings: everything published
 // before that PING was sent is in the batch or before it.
 func (in *instance) handle(ctx context.Context, batch []received, pings *[]time.Time) error {
-	var order []string
-	byKey := make(map[string]*keyEvents)
+	var out []keyEvents // one per key, in the order of their first notification
+	byKey := make(map[string]int, len(batch))
 	var failed error
 	var live time.Time
 	for _, r := range batch {
@@ -511,26 +511,30 @@ func (in *instance) handle(ctx context.Context, batch []received, pings *[]time.
 		if !ok || in.c.rule.isCounterKey(key) {
 			continue
 		}
-		ke := byKey[key]
-		if ke == nil {
-			ke = &keyEvents{key: key}
-			byKey[key] = ke
-			order = append(order, key)
+		i, ok := byKey[key]
+		if !ok {
+			if out == nil {
+				out = make([]keyEvents, 0, len(batch))
+			}
+			i = len(out)
+			byKey[key] = i
+			out = append(out, keyEvents{key: key})
 		}
-		ke.events = append(ke.events, event{Name: m.Payload, At: r.at})
+		out[i].events = append(out[i].events, event{Name: m.Payload, At: r.at})
 	}
-	if len(order) == 0 && live.IsZero() {
+	if len(out) == 0 && live.IsZero() {
 		return failed
+	}
+	order := make([]string, len(out))
+	for i := range out {
+		order[i] = out[i].key
 	}
 	rds, err := in.read(ctx, order)
 	if err != nil {
 		return err
 	}
-	out := make([]keyEvents, 0, len(order))
-	for i, key := range order {
-		ke := byKey[key]
-		ke.rd = rds[i]
-		out = append(out, *ke)
+	for i := range out {
+		out[i].rd = rds[i]
 	}
 	if !in.send(ctx, instMsg{kind: msgEvents, at: in.now(), batch: out, live: live, behind: in.behind}) {
 		return ctx.Err()

@@ -105,7 +105,10 @@ func (c *combiner) quorumOf(key string, prefer *holding) (holding, int, bool) {
 // apply folds one instance's changes in and returns what they change about
 // the source's locks, in order.
 func (c *combiner) apply(inst int, changes []change) []audit.Observation {
-	var out []audit.Observation
+	if len(changes) == 0 {
+		return nil
+	}
+	out := make([]audit.Observation, 0, len(changes))
 	for _, ch := range changes {
 		key := ch.Key
 		if ch.Overtaken {

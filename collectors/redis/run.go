@@ -323,7 +323,7 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 		return r.record(ctx, audit.Input{At: m.at, Observations: obs})
 	case msgEvents:
 		st := r.c.states[m.inst]
-		var obs []audit.Observation
+		obs := make([]audit.Observation, 0, len(m.batch)) // about one per key
 		for _, ke := range m.batch {
 			h, present := r.c.rule.decode(ke.rd)
 			changes := st.applyEvents(ke.key, ke.events, present, h, r.c.rule.vanished(ke.rd))
