@@ -418,29 +418,21 @@ func (s *instanceState) replace(scan map[string]holding) {
 	clear(s.queued)
 }
 
-// reconcile makes reads of some keys (a page of a periodic pass; scan holds
-// those present) their state, as replace does for every key, with one
+// reconcile makes reads of some keys that found them held (a page of a
+// periodic pass) their state, as replace does for every key, with one
 // difference: a hold that kept its ID keeps its deadline whatever the read
 // found. A renewal the read ran after is the notification stream's to
 // report; taking its deadline here would leave the read that follows its
 // notification nothing new to show, and the renewal would count only as
-// overtaken. A key found gone that is waiting for its end event is left to
-// that event, which says how the hold ended. It returns the keys it
-// settled, in order.
-func (s *instanceState) reconcile(keys []string, scan map[string]holding) []string {
-	settled := make([]string, 0, len(keys))
-	for _, key := range keys {
-		old := s.keys[key]
-		h, ok := scan[key]
-		switch {
-		case !ok && old != nil && old.waiting():
-			continue
-		case ok && old != nil && old.cur != nil && old.cur.ID == h.ID:
+// overtaken. Keys a pass found gone are gone's, not reconcile's: their
+// notifications may still be on their way. It returns the keys, in order.
+func (s *instanceState) reconcile(read map[string]holding) []string {
+	settled := make([]string, 0, len(read))
+	for key, h := range read {
+		if old := s.keys[key]; old != nil && old.cur != nil && old.cur.ID == h.ID {
 			s.keys[key] = &keyState{cur: old.cur, afterWrite: old.afterWrite, touched: old.touched}
-		case ok:
+		} else {
 			s.keys[key] = &keyState{cur: &h}
-		default:
-			delete(s.keys, key)
 		}
 		delete(s.queued, key)
 		settled = append(settled, key)

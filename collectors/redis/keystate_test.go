@@ -298,7 +298,7 @@ func TestPeriodicScanLeavesRenewalsToNotifications(t *testing.T) {
 		s.applyEvents("lock:a", evs(0, "set", "expire"), true, hold("A", 0, 2000), holding{})
 		renewed := hold("A", 600, 2000) // extended at 600 ms
 		if keep {
-			s.reconcile([]string{"lock:a"}, map[string]holding{"lock:a": renewed})
+			s.reconcile(map[string]holding{"lock:a": renewed})
 		} else {
 			s.replace(map[string]holding{"lock:a": renewed})
 		}
@@ -332,14 +332,23 @@ func TestPeriodicPassFindsKeysGoneWithoutAnEvent(t *testing.T) {
 	s.applyEvents("lock:e", evs(160, "set", "expire"), true, hold("E", 161, 8000), holding{})
 	s.applyEvents("lock:e", evs(170, "expire"), false, holding{At: at(171)}, holding{})
 
-	// A page's reads: c taken by another holder, d gone, a's deadline
-	// read after a renewal whose notification is still to come.
-	settled := s.reconcile([]string{"lock:e", "lock:c", "lock:a", "lock:d"}, map[string]holding{"lock:a": hold("A", 600, 8000), "lock:c": hold("X", 600, 8000)})
-	if want := []string{"lock:a", "lock:c", "lock:d"}; !slices.Equal(settled, want) {
-		t.Errorf("settled = %v, want %v: e is its end event's to settle", settled, want)
+	// A page's reads: c taken by another holder, d gone, e still gone,
+	// a's deadline read after a renewal whose notification is still to
+	// come.
+	settled := s.reconcile(map[string]holding{"lock:a": hold("A", 600, 8000), "lock:c": hold("X", 600, 8000)})
+	if want := []string{"lock:a", "lock:c"}; !slices.Equal(settled, want) {
+		t.Errorf("settled = %v, want %v", settled, want)
+	}
+	for _, key := range []string{"lock:d", "lock:e"} {
+		if got := describe(s.gone(key, at(600), passGone)); got != "" {
+			t.Errorf("%s read gone: changes %q, want none until its end event", key, got)
+		}
 	}
 	if got := describe(s.applyEvents("lock:e", evs(180, "del"), false, holding{At: at(181)}, holding{})); got != "released E @171" {
-		t.Errorf("e's end event after the page = %q, want its release", got)
+		t.Errorf("e's end event after the page = %q, want its release, found by the read before the page", got)
+	}
+	if got, want := describe(s.resolvePending(at(601))), "released D (inferred) @600"; got != want {
+		t.Errorf("d, whose end event never comes = %q, want %q", got, want)
 	}
 	holds := s.holds()
 	if a := holds["lock:a"]; !a.Hi.Equal(at(11 + 8000)) {

@@ -291,7 +291,6 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 		// everything published before the read (resolvePending).
 		st := r.c.states[m.inst]
 		var obs []audit.Observation
-		keys := make([]string, 0, len(m.scan))
 		read := make(map[string]holding, len(m.scan))
 		for _, rd := range m.scan {
 			h, ok := r.c.rule.decode(rd)
@@ -299,7 +298,6 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 				obs = append(obs, r.c.comb.apply(m.inst, st.gone(rd.Key, rd.At, passGone))...)
 				continue
 			}
-			keys = append(keys, rd.Key)
 			read[rd.Key] = h
 		}
 		if m.seen != nil {
@@ -307,7 +305,7 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 				obs = append(obs, r.c.comb.apply(m.inst, st.gone(key, m.at, passGone))...)
 			}
 		}
-		keys = st.reconcile(keys, read)
+		keys := st.reconcile(read)
 		holds := make(map[string]holding, len(keys))
 		for _, key := range keys {
 			if ks := st.keys[key]; ks != nil && ks.cur != nil {
