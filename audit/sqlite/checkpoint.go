@@ -63,10 +63,7 @@ func (s *Store) startCheckpoints(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	db.SetMaxOpenConns(1)
-	db.SetMaxIdleConns(1)
-	db.SetConnMaxLifetime(0)
-	db.SetConnMaxIdleTime(0)
+	keepConns(db, 1)
 	if err := db.PingContext(ctx); err != nil {
 		db.Close()
 		return err

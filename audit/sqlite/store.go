@@ -92,10 +92,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open write pool: %w", err)
 	}
-	s.writer.SetMaxOpenConns(1)
-	s.writer.SetMaxIdleConns(1)
-	s.writer.SetConnMaxLifetime(0)
-	s.writer.SetConnMaxIdleTime(0)
+	keepConns(s.writer, 1)
 
 	if err := s.checkWAL(ctx); err != nil {
 		s.writer.Close()
@@ -113,11 +110,8 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		s.writer.Close()
 		return nil, fmt.Errorf("open read pool: %w", err)
 	}
+	keepConns(rdb, readConns)
 	s.reader = newReadPool(rdb)
-	s.reader.SetMaxOpenConns(readConns)
-	s.reader.SetMaxIdleConns(readConns)
-	s.reader.SetConnMaxLifetime(0)
-	s.reader.SetConnMaxIdleTime(0)
 	if err := s.reader.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, storageError(fmt.Errorf("open read pool: %w", err))
@@ -127,6 +121,15 @@ func Open(ctx context.Context, path string) (*Store, error) {
 		return nil, storageError(fmt.Errorf("open checkpoint connection: %w", err))
 	}
 	return s, nil
+}
+
+// keepConns sizes db's pool to n connections that stay open for good: each
+// keeps its pragmas, page cache and compiled statements.
+func keepConns(db *sql.DB, n int) {
+	db.SetMaxOpenConns(n)
+	db.SetMaxIdleConns(n)
+	db.SetConnMaxLifetime(0)
+	db.SetConnMaxIdleTime(0)
 }
 
 // checkWritable fails with the operating system's reason when the database
