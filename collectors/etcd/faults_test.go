@@ -196,33 +196,22 @@ func caughtUp(t *testing.T, sink *recorder, cli *clientv3.Client, ready time.Tim
 // (none if there is no key), within the backoff cap of etcd's return.
 func checkHolders(t *testing.T, sink *recorder, cli *clientv3.Client, locks []string, ready time.Time) {
 	t.Helper()
-	for deadline := time.Now().Add(faultBackoffCap + faultSlack + 10*time.Second); ; time.Sleep(10 * time.Millisecond) {
-		diff := ""
-		for _, name := range locks {
-			resp, err := cli.Get(context.Background(), name+"/", clientv3.WithFirstCreate()...)
-			if err != nil {
-				t.Fatalf("read %s: %v", name, err)
-			}
-			want := ""
-			if len(resp.Kvs) > 0 {
-				want = holderOf(resp.Kvs[0].Lease, string(resp.Kvs[0].Value))
-			}
-			got := ""
-			if st := sink.state(name); st.Lock.State == audit.StateHeld {
-				got = st.Lock.Holder
-			}
-			if got != want {
-				diff += fmt.Sprintf(" %s: tracker %q, etcd %q;", name, got, want)
-			}
+	agreed := faulttest.SameHolders(t, "etcd", locks, faultBackoffCap+faultSlack+10*time.Second, func(name string) (string, string) {
+		resp, err := cli.Get(context.Background(), name+"/", clientv3.WithFirstCreate()...)
+		if err != nil {
+			t.Fatalf("read %s: %v", name, err)
 		}
-		if diff == "" {
-			break
+		want := ""
+		if len(resp.Kvs) > 0 {
+			want = holderOf(resp.Kvs[0].Lease, string(resp.Kvs[0].Value))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for the tracker to show etcd's holders:%s", diff)
+		got := ""
+		if st := sink.state(name); st.Lock.State == audit.StateHeld {
+			got = st.Lock.Holder
 		}
-	}
-	faulttest.Reconnected(t, "etcd holders", ready, time.Now(), faultBackoffCap+faultSlack+time.Second)
+		return got, want
+	})
+	faulttest.Reconnected(t, "etcd holders", ready, agreed, faultBackoffCap+faultSlack+time.Second)
 }
 
 // checkRecordedOnce checks that every acquisition so far was recorded as

@@ -204,6 +204,27 @@ func Supervise(t testing.TB, sink collectors.Sink, c collectors.Collector, cfg c
 	return r
 }
 
+// SameHolders polls until leasewatch shows, for every lock, the holder the
+// backend has (holders reads both; "" is none), and fails if that takes
+// longer than wait. It returns when they agreed.
+func SameHolders(t testing.TB, backend string, locks []string, wait time.Duration, holders func(lock string) (shown, backendHas string)) time.Time {
+	t.Helper()
+	for deadline := time.Now().Add(wait); ; time.Sleep(10 * time.Millisecond) {
+		diff := ""
+		for _, lock := range locks {
+			if shown, want := holders(lock); shown != want {
+				diff += fmt.Sprintf(" %s: leasewatch %q, %s %q;", lock, shown, backend, want)
+			}
+		}
+		if diff == "" {
+			return time.Now()
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for leasewatch to show %s's holders:%s", backend, diff)
+		}
+	}
+}
+
 // Reconnected checks that the collector saw its backend again (at) within
 // limit of the backend's return (returned): its reconnect backoff is capped.
 func Reconnected(t testing.TB, what string, returned, at time.Time, limit time.Duration) time.Duration {

@@ -147,32 +147,21 @@ func waitBlind(t *testing.T, sk *sink, down, back time.Time) *audit.Blind {
 func checkHolders(t *testing.T, sk *sink, cli *goredis.Client, locks []string, back time.Time) {
 	t.Helper()
 	ctx := context.Background()
-	for deadline := time.Now().Add(faultBackoffCap + faultSlack + 5*time.Second); ; time.Sleep(10 * time.Millisecond) {
-		diff := ""
-		for _, key := range locks {
-			want, err := cli.Get(ctx, key).Result()
-			if errors.Is(err, goredis.Nil) {
-				want = ""
-			} else if err != nil {
-				t.Fatalf("GET %s: %v", key, err)
-			}
-			got := ""
-			l, err := sk.store.LockByKey(ctx, audit.LockKey{Source: testSource, Name: key})
-			if err == nil && l.State == audit.StateHeld {
-				got = l.Holder
-			} else if err != nil && audit.ErrorCode(err) != audit.ENOTFOUND {
-				t.Fatalf("lock %s: %v", key, err)
-			}
-			if got != want {
-				diff += fmt.Sprintf(" %s: stored %q, redis %q;", key, got, want)
-			}
+	agreed := faulttest.SameHolders(t, "redis", locks, faultBackoffCap+faultSlack+5*time.Second, func(key string) (string, string) {
+		want, err := cli.Get(ctx, key).Result()
+		if errors.Is(err, goredis.Nil) {
+			want = ""
+		} else if err != nil {
+			t.Fatalf("GET %s: %v", key, err)
 		}
-		if diff == "" {
-			break
+		got := ""
+		l, err := sk.store.LockByKey(ctx, audit.LockKey{Source: testSource, Name: key})
+		if err == nil && l.State == audit.StateHeld {
+			got = l.Holder
+		} else if err != nil && audit.ErrorCode(err) != audit.ENOTFOUND {
+			t.Fatalf("lock %s: %v", key, err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for the store to show Redis's holders:%s", diff)
-		}
-	}
-	faulttest.Reconnected(t, "redis holders", back, time.Now(), faultBackoffCap+faultSlack+time.Second)
+		return got, want
+	})
+	faulttest.Reconnected(t, "redis holders", back, agreed, faultBackoffCap+faultSlack+time.Second)
 }
