@@ -14,8 +14,9 @@ import (
 
 // metrics are the server's Prometheus collectors.
 type metrics struct {
-	duration *prometheus.HistogramVec
-	writes   *prometheus.CounterVec
+	duration       *prometheus.HistogramVec
+	writes         *prometheus.CounterVec
+	reviewsWaiting prometheus.Gauge
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -29,8 +30,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "leasewatch_ingest_writes_total",
 			Help: "Write reports accepted by POST /api/v1/writes, by reported outcome.",
 		}, []string{"outcome"}),
+		reviewsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "leasewatch_reviews_waiting",
+			Help: "Incident reviews (the page and its exports) waiting for a turn: a few are built at once.",
+		}),
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.writes} {
+	for _, c := range []prometheus.Collector{m.duration, m.writes, m.reviewsWaiting} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register http metrics: %w", err)
 		}

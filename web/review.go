@@ -2,6 +2,7 @@ package web
 
 import (
 	"bytes"
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -30,6 +31,7 @@ const (
 	reviewMaxLocks     = review.DefaultMaxLocks
 	reviewMaxHandovers = 100 // per lock on the page and in its exports; the newest are kept
 	reviewWriteRows    = 12  // writes listed per handover on the page; the rest are counted
+	reviewExportWrites = 200 // and in its exports
 	// reviewPageHandovers caps the handovers on the page, shared equally
 	// among its locks (at least review.MinHandoversPerLock each); the
 	// exports keep reviewMaxHandovers per lock.
@@ -111,7 +113,8 @@ func (s *Server) handleReviewPage(c echo.Context) error {
 		return err
 	}
 	rq.MaxHandoversTotal = reviewPageHandovers
-	r, err := review.Load(c.Request().Context(), s.store, rq)
+	rq.MaxWrites = reviewWriteRows
+	r, err := s.loadReview(c.Request().Context(), rq)
 	page := reviewPage(rq, r, s.now())
 	if review.IsTooManyLocks(err) {
 		// Not a failure: show the page with the message and the form to narrow it.
@@ -149,7 +152,8 @@ func (s *Server) exportReview(c echo.Context, ext, contentType string, write fun
 	if err != nil {
 		return fail(err)
 	}
-	r, err := review.Load(c.Request().Context(), s.store, rq)
+	rq.MaxWrites = reviewExportWrites
+	r, err := s.loadReview(c.Request().Context(), rq)
 	if err != nil {
 		return fail(err)
 	}
@@ -161,6 +165,23 @@ func (s *Server) exportReview(c echo.Context, ext, contentType string, write fun
 	h := c.Response().Header()
 	h.Set(echo.HeaderContentDisposition, fmt.Sprintf("attachment; filename=%q", name))
 	return c.Blob(http.StatusOK, contentType, buf.Bytes())
+}
+
+// loadReview builds a review. A review reads much more than a page, so a
+// few are built at a time, about one a core, and the rest wait their turn:
+// under many people at once they queue instead of dividing the CPU and
+// piling up in memory.
+func (s *Server) loadReview(ctx context.Context, rq review.Query) (review.Report, error) {
+	if !s.reviews.TryAcquire(1) {
+		s.metrics.reviewsWaiting.Inc()
+		err := s.reviews.Acquire(ctx, 1)
+		s.metrics.reviewsWaiting.Dec()
+		if err != nil {
+			return review.Report{}, err
+		}
+	}
+	defer s.reviews.Release(1)
+	return review.Load(ctx, s.store, rq)
 }
 
 // reviewPage builds the page's view model.
@@ -271,61 +292,26 @@ func handoverView(lockID int64, i int, h review.Handover) views.ReviewHandover {
 	for _, f := range h.Findings {
 		v.Findings = append(v.Findings, views.ReviewNote{Kind: string(f.Kind), Severity: string(f.Severity), Summary: f.Summary})
 	}
-	v.WritesTotal = len(h.Writes)
-	listed := listedWrites(h.Writes, reviewWriteRows)
-	for i, w := range h.Writes {
-		v.Unfenced = v.Unfenced || w.Verdict == review.VerdictUnfenced
-		v.Stale = v.Stale || w.Verdict == review.VerdictStale
-		if !listed[i] {
-			continue
-		}
+	c := h.WriteCount
+	v.WritesTotal = c.Total
+	v.Unfenced, v.Stale = c.Unfenced > 0, c.Stale > 0
+	var listed review.WriteCount // to count the writes not listed
+	for _, w := range h.Writes {
 		v.Writes = append(v.Writes, views.ReviewWrite{
 			At: reviewStamp(w.At), Resource: w.Resource, Holder: w.Holder, Token: reviewToken(w.Token),
 			Outcome: string(w.Outcome), Verdict: string(w.Verdict),
 		})
+		listed.Add(w)
 	}
-	if more := len(h.Writes) - len(v.Writes); more > 0 {
-		var accepted, rejected, flagged int
-		for i, w := range h.Writes {
-			if listed[i] {
-				continue
-			}
-			if w.Outcome == audit.WriteRejected {
-				rejected++
-			} else {
-				accepted++
-			}
-			if w.Verdict != review.VerdictNone {
-				flagged++
-			}
-		}
+	if more := c.Total - len(h.Writes); more > 0 {
 		v.WritesMore = fmt.Sprintf("%d of %d writes are listed; %d more (%d accepted, %d rejected",
-			len(v.Writes), len(h.Writes), more, accepted, rejected)
-		if flagged > 0 {
+			len(h.Writes), c.Total, more, c.Accepted-listed.Accepted, c.Rejected-listed.Rejected)
+		if flagged := c.Flagged() - listed.Flagged(); flagged > 0 {
 			v.WritesMore += fmt.Sprintf(", %d of them stale or unfenced", flagged)
 		}
-		v.WritesMore += ") are in the JSON and Markdown exports and on the lock's timeline."
+		v.WritesMore += fmt.Sprintf(") are left out. The exports list up to %d a handover; the lock's timeline and its events in the API show every one.", reviewExportWrites)
 	}
 	return v
-}
-
-// listedWrites picks which of a handover's writes (in time order) the page
-// lists when there are more than n: the stale and unfenced ones first, then
-// the earliest, which tell how the handover went. The rest are counted.
-func listedWrites(ws []review.Write, n int) []bool {
-	listed := make([]bool, len(ws))
-	left := n
-	for i, w := range ws {
-		if left > 0 && w.Verdict != review.VerdictNone {
-			listed[i], left = true, left-1
-		}
-	}
-	for i := range ws {
-		if left > 0 && !listed[i] {
-			listed[i], left = true, left-1
-		}
-	}
-	return listed
 }
 
 func gapWords(h review.Handover) string {

@@ -20,11 +20,13 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"time"
 
 	"github.com/labstack/echo/v4"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/semaphore"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
@@ -138,6 +140,7 @@ type Server struct {
 	auth    *authenticator // nil: open
 	tls     *tls.Config
 	timeout Timeouts
+	reviews *semaphore.Weighted // the incident reviews built at once
 	echo    *echo.Echo
 }
 
@@ -161,6 +164,7 @@ func New(cfg Config) (*Server, error) {
 		logger:  cfg.Logger,
 		tls:     cfg.TLS,
 		timeout: cfg.Timeouts.withDefaults(),
+		reviews: semaphore.NewWeighted(int64(max(2, runtime.GOMAXPROCS(0)))),
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -13,6 +17,7 @@ import (
 	"time"
 
 	"github.com/PuerkitoBio/goquery"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/leasewatch/leasewatch/audit"
 )
@@ -111,6 +116,9 @@ func TestReviewListsAPageOfWritesAndCountsTheRest(t *testing.T) {
 					Outcome string `json:"outcome"`
 					Verdict string `json:"verdict"`
 				} `json:"writes"`
+				Counts struct {
+					Total, Accepted, Rejected, Stale, Unfenced int
+				} `json:"write_counts"`
 			} `json:"handovers"`
 		} `json:"locks"`
 	}
@@ -130,35 +138,29 @@ func TestReviewListsAPageOfWritesAndCountsTheRest(t *testing.T) {
 	for i, hv := range export.Locks[0].Handovers {
 		art := articles.Eq(i)
 		rows := art.Find("table.writes tbody tr").Length()
-		if len(hv.Writes) <= reviewWriteRows {
-			if rows != len(hv.Writes) {
-				t.Errorf("handover %d lists %d of its %d writes, want all", i+1, rows, len(hv.Writes))
+		c := hv.Counts
+		if len(hv.Writes) != min(c.Total, reviewExportWrites) {
+			t.Errorf("handover %d: the export lists %d of its %d writes, want %d", i+1, len(hv.Writes), c.Total, min(c.Total, reviewExportWrites))
+		}
+		if c.Total <= reviewWriteRows {
+			if rows != c.Total {
+				t.Errorf("handover %d lists %d of its %d writes, want all", i+1, rows, c.Total)
 			}
 			continue
 		}
 		busy++
-		var acc, rej, flagged int
-		for _, w := range hv.Writes {
-			if w.Outcome == "rejected" {
-				rej++
-			} else {
-				acc++
-			}
-			if w.Verdict != "" {
-				flagged++
-			}
-		}
 		if rows != reviewWriteRows {
 			t.Errorf("handover %d lists %d writes, want %d", i+1, rows, reviewWriteRows)
 		}
 		// Every stale or unfenced write is listed before the ordinary ones.
+		flagged := c.Stale + c.Unfenced
 		if got := art.Find("table.writes .badge.sev-info, table.writes .badge.sev-critical").Length(); got != min(flagged, reviewWriteRows) {
 			t.Errorf("handover %d lists %d stale or unfenced writes, want %d", i+1, got, min(flagged, reviewWriteRows))
 		}
 		more := art.Find("p.warn").Text()
 		listedAcc := art.Find("table.writes tr.kind-write_accepted").Length()
-		want := fmt.Sprintf("%d of %d writes are listed; %d more (%d accepted, %d rejected", reviewWriteRows, len(hv.Writes),
-			len(hv.Writes)-reviewWriteRows, acc-listedAcc, rej-(reviewWriteRows-listedAcc))
+		want := fmt.Sprintf("%d of %d writes are listed; %d more (%d accepted, %d rejected", reviewWriteRows, c.Total,
+			c.Total-reviewWriteRows, c.Accepted-listedAcc, c.Rejected-(reviewWriteRows-listedAcc))
 		if !strings.Contains(more, want) {
 			t.Errorf("handover %d says %q, want %q", i+1, more, want)
 		}
@@ -247,5 +249,62 @@ func TestTimelineSkipsRenewalsOnlyWhenAllAreBands(t *testing.T) {
 	pruned[10].Pruned = &audit.RenewalSummary{Renewals: 3}
 	if !needRenewalTimes(dense.From, dense.To, dense.Now, pruned) {
 		t.Error("a tenure with pruned renewals: renewal times not wanted, though its count is no longer all in the window")
+	}
+}
+
+// Reviews are built about one a core at a time: while every turn is taken,
+// a review waits, and a person who gives up waiting gets nothing built; once
+// a turn is free it is served.
+func TestReviewsWaitTheirTurn(t *testing.T) {
+	in := recordIncident(t, time.Date(2026, 5, 2, 9, 0, 0, 0, time.UTC))
+	srv, err := New(Config{Store: in.store, KnownSources: incidentSources, Logger: slog.New(slog.DiscardHandler),
+		Now: func() time.Time { return in.at(time.Minute) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	turns := 0
+	for srv.reviews.TryAcquire(1) {
+		turns++
+	}
+	if want := max(2, runtime.GOMAXPROCS(0)); turns != want {
+		t.Fatalf("%d reviews at once, want %d", turns, want)
+	}
+	q := windowQuery(in.base, in.at(time.Minute))
+	for _, path := range []string{"/review", "/review.md", "/review.json"} {
+		ctx, cancel := context.WithCancel(context.Background())
+		cancel() // gave up waiting
+		req := httptest.NewRequestWithContext(ctx, http.MethodGet, path+"?"+q, nil)
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, req)
+		if rec.Code != statusClientClosed {
+			t.Errorf("GET %s while every turn is taken, then given up: %d, want %d", path, rec.Code, statusClientClosed)
+		}
+	}
+	// A review that comes now waits, and is served once a turn is free.
+	done := make(chan *httptest.ResponseRecorder)
+	go func() {
+		rec := httptest.NewRecorder()
+		srv.Handler().ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/review?"+q, nil))
+		done <- rec
+	}()
+	for testutil.ToFloat64(srv.metrics.reviewsWaiting) != 1 {
+		select {
+		case rec := <-done:
+			t.Fatalf("a review was served (%d) while every turn was taken", rec.Code)
+		case <-time.After(time.Millisecond):
+		}
+	}
+	srv.reviews.Release(1)
+	if rec := <-done; rec.Code != http.StatusOK {
+		t.Errorf("GET /review once a turn was free: %d: %s", rec.Code, rec.Body)
+	}
+	if n := testutil.ToFloat64(srv.metrics.reviewsWaiting); n != 0 {
+		t.Errorf("%v reviews still waiting, want 0", n)
+	}
+	for _, path := range []string{"/review", "/review.md", "/review.json"} {
+		res, body := get(t, srv.Handler(), path+"?"+q)
+		if res.StatusCode != http.StatusOK {
+			t.Errorf("GET %s with a turn free: %d: %s", path, res.StatusCode, body)
+		}
 	}
 }

@@ -41,6 +41,7 @@ type (
 		Overlap       *jsonInterval  `json:"overlap"`
 		Exposures     []jsonExposure `json:"exposures"`
 		Writes        []jsonWrite    `json:"writes"`
+		WriteCount    jsonWriteCount `json:"write_counts"`
 		Blind         []jsonBlind    `json:"blind_windows"`
 		Findings      []jsonNote     `json:"findings"`
 		Narrative     string         `json:"narrative"`
@@ -75,6 +76,15 @@ type (
 		Outcome      string  `json:"outcome"`
 		HighestToken *int64  `json:"highest_token"`
 		Verdict      *string `json:"verdict"`
+	}
+	// jsonWriteCount counts all of a handover's writes; "writes" lists them
+	// all unless the report capped them.
+	jsonWriteCount struct {
+		Total    int `json:"total"`
+		Accepted int `json:"accepted"`
+		Rejected int `json:"rejected"`
+		Stale    int `json:"stale"`
+		Unfenced int `json:"unfenced"`
 	}
 	jsonBlind struct {
 		jsonInterval
@@ -119,6 +129,7 @@ func toJSON(r Report) jsonReport {
 				GrantInferred: h.GrantInferred,
 				Exposures:     []jsonExposure{},
 				Writes:        []jsonWrite{},
+				WriteCount:    jsonWriteCount(h.WriteCount),
 				Blind:         []jsonBlind{},
 				Findings:      []jsonNote{},
 				Narrative:     h.Narrative,

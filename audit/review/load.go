@@ -104,18 +104,18 @@ func Load(ctx context.Context, st audit.Store, q Query) (Report, error) {
 		opts.MaxHandovers = min(opts.MaxHandovers, max(MinHandoversPerLock, opts.MaxHandoversTotal/len(locks)))
 	}
 	var (
-		data  []LockData
+		lrs   []LockReport
 		notes []string
 	)
 	for _, l := range locks {
-		ld, n, err := loadLock(ctx, st, l, q.Window, opts)
+		lr, n, err := loadLock(ctx, st, l, q.Window, opts)
 		if err != nil {
 			return Report{}, err
 		}
-		data = append(data, ld)
+		lrs = append(lrs, lr)
 		notes = append(notes, n...)
 	}
-	r := Build(q.Window, data, opts)
+	r := assemble(q.Window, lrs)
 	r.Sources = slices.Clone(q.Sources)
 	r.Notes = append(r.Notes, notes...)
 	return r, nil
@@ -173,9 +173,12 @@ func selectLocks(ctx context.Context, st audit.Store, q Query) ([]audit.Lock, er
 	return out, nil
 }
 
-// loadLock reads one lock's tenures, and the events and findings around the
-// handovers in the window.
-func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts Options) (LockData, []string, error) {
+// loadLock reads one lock's tenures and the events and findings around the
+// handovers in the window, and builds its part of the report. The writes
+// and the findings about them, which can be many, are read a page at a time
+// and gathered as they come, so that a report's memory is bounded by its
+// caps rather than by how busy the lock's resources were.
+func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts Options) (LockReport, []string, error) {
 	ld := LockData{Lock: l}
 	var notes []string
 	name := l.Key().String()
@@ -186,20 +189,20 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 	limit := opts.MaxHandovers + 1
 	tenures, err := st.Tenures(ctx, l.ID, audit.TimeFilter{From: w.From, To: w.To, Limit: limit})
 	if err != nil {
-		return ld, nil, err
+		return LockReport{}, nil, err
 	}
 	if len(tenures) == limit && w.Contains(tenures[0].GrantedAt) {
 		// The store kept the newest: earlier grants in the window are
 		// missing. Tenure numbers are consecutive, so the first one granted
 		// in the window says how many.
 		if ld.Omitted, err = omitted(ctx, st, l, w, tenures[0]); err != nil {
-			return ld, nil, err
+			return LockReport{}, nil, err
 		}
 	}
 	if len(tenures) > 0 && tenures[0].Seq > 1 && ld.Omitted == 0 {
 		before, err := st.Tenures(ctx, l.ID, audit.TimeFilter{To: tenures[0].GrantedAt, Limit: 2})
 		if err != nil {
-			return ld, nil, err
+			return LockReport{}, nil, err
 		}
 		for _, t := range before {
 			if t.Seq == tenures[0].Seq-1 {
@@ -229,19 +232,19 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 		}
 	}
 	if span.From.IsZero() {
-		return ld, nil, nil // no handover in the window
+		lr, _ := buildLock(w, ld, opts) // no handover in the window
+		return lr, nil, nil
 	}
 	// Late writes with an old token belong to their handover however late they
 	// come; the report looks for them until Trail after the window.
 	span.To = w.To.Add(opts.Trail)
+	inSpan := audit.TimeFilter{From: span.From, To: span.To, Limit: storeLimit}
+	paged := audit.TimeFilter{From: span.From, To: span.To, Limit: pageSize}
 
-	for _, kind := range []audit.EventKind{
-		audit.EventGrant, audit.EventRelease, audit.EventExpire,
-		audit.EventWriteAccepted, audit.EventWriteRejected,
-	} {
-		evs, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: audit.TimeFilter{From: span.From, To: span.To, Limit: storeLimit}, Kind: kind})
+	for _, kind := range []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventExpire} {
+		evs, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: inSpan, Kind: kind})
 		if err != nil {
-			return ld, nil, err
+			return LockReport{}, nil, err
 		}
 		if len(evs) == storeLimit {
 			notes = append(notes, fmt.Sprintf("%s: only the newest %d %s events were read; narrow the window", name, storeLimit, kind))
@@ -252,19 +255,84 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 	// past the span.
 	blind, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: audit.TimeFilter{From: span.From, Limit: storeLimit}, Kind: audit.EventBlind})
 	if err != nil {
-		return ld, nil, err
+		return LockReport{}, nil, err
 	}
 	ld.Events = append(ld.Events, blind...)
 
-	findings, err := st.Findings(ctx, audit.FindingFilter{LockID: l.ID, TimeFilter: audit.TimeFilter{From: span.From, To: span.To, Limit: storeLimit}})
+	// The findings: those about writes only say which writes were stale or
+	// unfenced; the others are kept.
+	verdicts := make(writeVerdicts)
+	more, err := eachPage(ctx, maxWriteItems,
+		func(before audit.EventCursor) ([]audit.Finding, error) {
+			return st.Findings(ctx, audit.FindingFilter{LockID: l.ID, TimeFilter: paged, Before: before})
+		},
+		func(f audit.Finding) audit.EventCursor { return audit.EventCursor{At: f.At, ID: f.ID} },
+		func(f audit.Finding) {
+			if !verdicts.note(f) && len(ld.Findings) < storeLimit {
+				ld.Findings = append(ld.Findings, f)
+			}
+		})
 	if err != nil {
-		return ld, nil, err
+		return LockReport{}, nil, err
 	}
-	if len(findings) == storeLimit {
-		notes = append(notes, fmt.Sprintf("%s: only the newest %d findings were read; narrow the window", name, storeLimit))
+	if more || len(ld.Findings) == storeLimit {
+		notes = append(notes, fmt.Sprintf("%s: only the newest findings were read; narrow the window", name))
 	}
-	ld.Findings = findings
-	return ld, notes, nil
+
+	lr, writes := buildLock(w, ld, opts)
+	writes.verdicts = verdicts
+	for _, kind := range []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected} {
+		more, err := eachPage(ctx, maxWriteItems,
+			func(before audit.EventCursor) ([]audit.Event, error) {
+				return st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: paged, Kind: kind, Before: before})
+			},
+			func(e audit.Event) audit.EventCursor { return audit.EventCursor{At: e.At, ID: e.ID} },
+			writes.add)
+		if err != nil {
+			return LockReport{}, nil, err
+		}
+		if more {
+			notes = append(notes, fmt.Sprintf("%s: only the newest %d %s events were read; narrow the window", name, maxWriteItems, kind))
+		}
+	}
+	writes.finish()
+	return lr, notes, nil
+}
+
+// pageSize is how many write events or findings a report reads at a time.
+const pageSize = 2000
+
+// maxWriteItems caps the write events of one kind, and the findings, that a
+// report reads of one lock: they are gathered a page at a time, so the cap
+// bounds the time a report takes rather than its memory.
+const maxWriteItems = 500_000
+
+// eachPage reads items newest first, pageSize a page, with read (given
+// the position before which to read; zero at first), and passes each to fn.
+// It stops after max items, and then reports whether there were more.
+func eachPage[T any](ctx context.Context, max int, read func(before audit.EventCursor) ([]T, error), at func(T) audit.EventCursor, fn func(T)) (more bool, err error) {
+	var before audit.EventCursor
+	for n := 0; ; {
+		page, err := read(before)
+		if err != nil {
+			return false, err
+		}
+		if n+len(page) > max {
+			page = page[len(page)-(max-n):] // the newest, within the cap
+			more = true
+		}
+		for _, item := range page {
+			fn(item)
+		}
+		n += len(page)
+		if more || len(page) < pageSize {
+			return more, nil
+		}
+		if err := ctx.Err(); err != nil {
+			return false, err
+		}
+		before = at(page[0])
+	}
 }
 
 // omitted counts the handovers in w up to and including the grant of first,

@@ -107,6 +107,10 @@ func WriteMarkdown(out io.Writer, r Report) error {
 				fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s |\n", at(wr.At), EscapeMarkdown(wr.Resource), mdWho(wr.Holder),
 					tokenText(wr.Token), wr.Outcome, verdictText(wr.Verdict))
 			}
+			if c := h.WriteCount; c.Total > len(h.Writes) {
+				fmt.Fprintf(w, "\n%d of %d writes listed (the stale and unfenced first, then the earliest); all told %d accepted, %d rejected, %d stale, %d unfenced.\n",
+					len(h.Writes), c.Total, c.Accepted, c.Rejected, c.Stale, c.Unfenced)
+			}
 		}
 	}
 	return w.Flush()

@@ -129,44 +129,11 @@ func narrate(h Handover, clock string, esc escaper) string {
 // with a token older than the new grant's, grouped by token, resource and
 // outcome.
 func lateWrites(h Handover, esc escaper) []string {
-	prev, next := h.Previous, h.Next
+	prev := h.Previous
 	if prev.EndedAt.IsZero() {
 		return nil
 	}
-	type group struct {
-		token    int64
-		resource string
-		outcome  audit.WriteOutcome
-		verdict  Verdict
-		first    time.Duration
-		last     time.Duration
-		n        int
-	}
-	var groups []*group
-	for _, w := range h.Writes {
-		if w.Token == nil || w.At.Before(prev.EndedAt) {
-			continue
-		}
-		late := w.Verdict != VerdictNone ||
-			(next.Token != nil && *w.Token < *next.Token) ||
-			(next.Token == nil && prev.Token != nil && *w.Token == *prev.Token)
-		if !late {
-			continue
-		}
-		d := w.At.Sub(prev.EndedAt)
-		var g *group
-		for _, x := range groups {
-			if x.token == *w.Token && x.resource == w.Resource && x.outcome == w.Outcome && x.verdict == w.Verdict {
-				g = x
-			}
-		}
-		if g == nil {
-			g = &group{token: *w.Token, resource: w.Resource, outcome: w.Outcome, verdict: w.Verdict, first: d}
-			groups = append(groups, g)
-		}
-		g.last = d
-		g.n++
-	}
+	groups := h.late
 	after := map[audit.EndReason]string{
 		audit.EndExpired:    "the expiry",
 		audit.EndReleased:   "the release",
@@ -176,7 +143,7 @@ func lateWrites(h Handover, esc escaper) []string {
 		after = "the end of its tenure"
 	}
 	var out []string
-	var rest []*group
+	var rest []*lateGroup
 	if len(groups) > narrativeWriteGroups {
 		// Tell the first few in full and count the rest, so a handover that
 		// drew late writes from many resources still reads as a paragraph.

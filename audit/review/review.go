@@ -84,8 +84,12 @@ type Handover struct {
 	// resource's first write with Next's token or a newer one, during which it
 	// still accepted Previous's token.
 	Exposures []Exposure
-	// Writes are the writes around the handover, in time order.
+	// Writes are the writes around the handover, in time order: all of
+	// them, or, when there are more than Options.MaxWrites, the stale and
+	// unfenced ones first and then the earliest, up to MaxWrites.
 	Writes []Write
+	// WriteCount counts all the handover's writes, listed or not.
+	WriteCount WriteCount
 	// Blind are the collector's blind windows that touch the handover.
 	Blind []Blind
 	// Findings are other findings about the handover (overlap, token
@@ -93,6 +97,8 @@ type Handover struct {
 	Findings []Note
 	// Narrative tells the handover in plain words.
 	Narrative string
+
+	late []*lateGroup // the late writes, grouped, for the narrative
 }
 
 // At is when the handover happened: Next's grant.
@@ -170,6 +176,9 @@ type Options struct {
 	// MinHandoversPerLock, when that is less than MaxHandovers. The
 	// handovers left out are counted (LockReport.Omitted).
 	MaxHandoversTotal int
+	// MaxWrites, when positive, caps the writes listed per handover; the
+	// rest are only counted (Handover.WriteCount). Zero lists every write.
+	MaxWrites int
 }
 
 // MinHandoversPerLock is the least share of Options.MaxHandoversTotal a lock
@@ -214,10 +223,27 @@ type LockData struct {
 // Locks without a handover in the window count as Quiet.
 func Build(w Window, locks []LockData, opts Options) Report {
 	opts = opts.withDefaults()
+	lrs := make([]LockReport, 0, len(locks))
+	for _, ld := range locks {
+		lr, writes := buildLock(w, ld, opts)
+		for _, f := range ld.Findings {
+			writes.verdicts.note(f)
+		}
+		for _, e := range ld.Events {
+			writes.add(e)
+		}
+		writes.finish()
+		lrs = append(lrs, lr)
+	}
+	return assemble(w, lrs)
+}
+
+// assemble makes the report of lock reports whose writes are in: it tells
+// each handover and counts the locks without one as quiet.
+func assemble(w Window, lrs []LockReport) Report {
 	r := Report{Window: w}
 	clock := clockFormat(w)
-	for _, ld := range locks {
-		lr := buildLock(w, ld, opts)
+	for _, lr := range lrs {
 		if len(lr.Handovers) == 0 && lr.Omitted == 0 {
 			r.Quiet++
 			continue
@@ -233,7 +259,9 @@ func Build(w Window, locks []LockData, opts Options) Report {
 	return r
 }
 
-func buildLock(w Window, ld LockData, opts Options) LockReport {
+// buildLock computes a lock's handovers from its tenures, events and findings
+// (writes aside), and returns the assigner that gives them their writes.
+func buildLock(w Window, ld LockData, opts Options) (LockReport, *writeAssigner) {
 	lr := LockReport{Lock: ld.Lock, Omitted: ld.Omitted}
 	tenures := slices.Clone(ld.Tenures)
 	slices.SortFunc(tenures, func(a, b audit.Tenure) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -252,28 +280,31 @@ func buildLock(w Window, ld LockData, opts Options) LockReport {
 		}
 		hs = hs[n-opts.MaxHandovers:]
 	}
+	lr.Handovers = hs
 	if len(hs) == 0 {
-		return lr
+		return lr, newWriteAssigner(nil, opts)
 	}
 
-	events := slices.Clone(ld.Events)
+	// The events that tell how tenures began and ended, and blind windows,
+	// in time order.
+	var events []audit.Event
+	for _, e := range ld.Events {
+		if e.Kind != audit.EventWriteAccepted && e.Kind != audit.EventWriteRejected {
+			events = append(events, e)
+		}
+	}
 	slices.SortStableFunc(events, func(a, b audit.Event) int {
 		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.ID, b.ID))
 	})
-	verdicts := writeVerdicts(ld.Findings)
 	for i := range hs {
 		h := &hs[i]
 		h.EndInferred, h.GrantInferred = inferred(events, h.Previous, h.Next)
 		h.Gap, h.Overlap = gap(h.Previous, h.Next)
 		h.Exposures = exposures(ld.Findings, h.Next)
 		h.Findings = related(ld.Findings, h.Previous, h.Next)
+		h.Blind = blinds(events, writeSpan(hs, i, opts))
 	}
-	assignWrites(hs, events, verdicts, opts)
-	for i := range hs {
-		hs[i].Blind = blinds(events, writeSpan(hs, i, opts))
-	}
-	lr.Handovers = hs
-	return lr
+	return lr, newWriteAssigner(hs, opts)
 }
 
 // effectiveEnd is when prev stopped holding the lock: when it ended, or, when a
@@ -355,31 +386,6 @@ func related(findings []audit.Finding, prev, next audit.Tenure) []Note {
 	return out
 }
 
-type writeKey struct {
-	resource string
-	at       int64
-	token    int64
-}
-
-// writeVerdicts maps each write a stale_write or unfenced_write finding is
-// about to its verdict.
-func writeVerdicts(findings []audit.Finding) map[writeKey]Verdict {
-	m := make(map[writeKey]Verdict)
-	for _, f := range findings {
-		if len(f.Tokens) == 0 {
-			continue
-		}
-		k := writeKey{f.Resource, f.At.UnixNano(), f.Tokens[0]}
-		switch f.Kind {
-		case audit.FindingStaleWrite:
-			m[k] = VerdictStale
-		case audit.FindingUnfencedWrite:
-			m[k] = VerdictUnfenced
-		}
-	}
-	return m
-}
-
 // writeSpan is the time span of handover i's writes: from Lead before the
 // previous tenure ended to Trail after the new grant, cut where the next
 // handover's span starts.
@@ -404,38 +410,6 @@ func writeSpan(hs []Handover, i int, opts Options) Interval {
 		span.To = span.From
 	}
 	return span
-}
-
-// assignWrites gives each write event to at most one handover: a write with a
-// handover's previous token after that tenure ended is a late write of that
-// handover, however late; one with its new token within Trail of the grant, or
-// with its previous token within Lead of the end, belongs to it too; any other
-// write belongs to the handover whose span holds it.
-func assignWrites(hs []Handover, events []audit.Event, verdicts map[writeKey]Verdict, opts Options) {
-	spans := make([]Interval, len(hs))
-	for i := range hs {
-		spans[i] = writeSpan(hs, i, opts)
-	}
-	for _, e := range events {
-		if e.Kind != audit.EventWriteAccepted && e.Kind != audit.EventWriteRejected {
-			continue
-		}
-		target := owner(hs, spans, e, opts)
-		if target < 0 {
-			continue
-		}
-		w := Write{At: e.At, Resource: e.Resource, Holder: e.Holder, Token: e.Token, Outcome: audit.WriteAccepted}
-		if e.Kind == audit.EventWriteRejected {
-			w.Outcome = audit.WriteRejected
-		}
-		if v, ok := e.Detail["highest_token"]; ok {
-			w.HighestToken = detailInt(v)
-		}
-		if e.Token != nil {
-			w.Verdict = verdicts[writeKey{e.Resource, e.At.UnixNano(), *e.Token}]
-		}
-		hs[target].Writes = append(hs[target].Writes, w)
-	}
 }
 
 // detailInt reads an integer from event detail: int64 as the tracker writes

@@ -39,6 +39,7 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	configPath := flags.String("config", "", "configuration file naming the database (default leasewatch.yaml)")
 	database := flags.String("database", "", "SQLite database file (instead of --config)")
 	maxHandovers := flags.Int("max-handovers", review.DefaultMaxHandovers, "most handovers per lock; the newest are kept")
+	maxWrites := flags.Int("max-writes", 0, "most writes listed per handover, the stale and unfenced first; the rest are counted (0: all)")
 	if err := parseFlags(flags, args, stderr); err != nil {
 		return err
 	}
@@ -79,6 +80,9 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if *maxHandovers <= 0 {
 		return usageError{errors.New("--max-handovers: must be a positive number")}
 	}
+	if *maxWrites < 0 {
+		return usageError{errors.New("--max-writes: must not be negative")}
+	}
 
 	path, err := reportDatabase(*configPath, *database)
 	if err != nil {
@@ -94,7 +98,7 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Window:   review.Window{From: from, To: to},
 		Locks:    locks,
 		MaxLocks: max(len(locks), review.DefaultMaxLocks),
-		Options:  review.Options{MaxHandovers: *maxHandovers},
+		Options:  review.Options{MaxHandovers: *maxHandovers, MaxWrites: *maxWrites},
 	})
 	if err != nil {
 		if code := audit.ErrorCode(err); code == audit.ENOTFOUND || code == audit.EINVALID {

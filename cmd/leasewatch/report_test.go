@@ -132,6 +132,35 @@ func TestReportCommand(t *testing.T) {
 			t.Errorf("report = %s, want one handover 41 → 42 after 1400 ms", out)
 		}
 	})
+	t.Run("MaxWritesListsTheStaleOneAndCountsAll", func(t *testing.T) {
+		code, out, stderr := runReport(t, append([]string{"--lock", "prod-etcd//locks/orders", "--database", db, "--format", "json", "--max-writes", "1"}, window...)...)
+		if code != 0 {
+			t.Fatalf("exit %d: %s", code, stderr)
+		}
+		var doc struct {
+			Locks []struct {
+				Handovers []struct {
+					Writes []struct {
+						Token   int64   `json:"token"`
+						Verdict *string `json:"verdict"`
+					} `json:"writes"`
+					Counts struct {
+						Total, Accepted, Rejected, Stale, Unfenced int
+					} `json:"write_counts"`
+				} `json:"handovers"`
+			} `json:"locks"`
+		}
+		if err := json.Unmarshal([]byte(out), &doc); err != nil {
+			t.Fatalf("output is not JSON: %v\n%s", err, out)
+		}
+		h := doc.Locks[0].Handovers[0]
+		if len(h.Writes) != 1 || h.Writes[0].Token != 41 || h.Writes[0].Verdict == nil || *h.Writes[0].Verdict != "stale" {
+			t.Errorf("writes = %+v, want only the stale write with token 41", h.Writes)
+		}
+		if c := h.Counts; c.Total != 3 || c.Accepted != 2 || c.Rejected != 1 || c.Stale != 1 || c.Unfenced != 0 {
+			t.Errorf("write_counts = %+v, want 3 writes: 2 accepted, 1 rejected and stale", c)
+		}
+	})
 
 	missing := filepath.Join(t.TempDir(), "none.db")
 	tests := []struct {
@@ -145,6 +174,7 @@ func TestReportCommand(t *testing.T) {
 		{"BadFrom", []string{"--lock", "a/b", "--database", db, "--from", "yesterday"}, 2, `--from: "yesterday": want an RFC 3339 time`},
 		{"BadTo", []string{"--lock", "a/b", "--database", db, "--from", "-1h", "--to", "soon"}, 2, `--to: "soon"`},
 		{"Backwards", []string{"--lock", "a/b", "--database", db, "--from", "2026-03-14T10:00:00Z", "--to", "2026-03-14T09:00:00Z"}, 2, "--to: 2026-03-14T09:00:00Z is before --from"},
+		{"NegativeMaxWrites", append([]string{"--lock", "a/b", "--database", db, "--max-writes", "-1"}, window...), 2, "--max-writes: must not be negative"},
 		{"BadFormat", append([]string{"--lock", "a/b", "--database", db, "--format", "pdf"}, window...), 2, `--format: "pdf": want md or json`},
 		{"ConfigAndDatabase", append([]string{"--lock", "a/b", "--database", db, "--config", "x.yaml"}, window...), 2, "--database: give --config or --database, not both"},
 		{"MissingDatabase", append([]string{"--lock", "a/b", "--database", missing}, window...), 1, "--database: database " + missing + " does not exist"},

@@ -1,0 +1,230 @@
+package review
+
+import (
+	"cmp"
+	"slices"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// WriteCount counts a handover's writes, listed or not.
+type WriteCount struct {
+	Total, Accepted, Rejected int
+	Stale, Unfenced           int // the writes with that verdict
+}
+
+// Flagged is how many writes were stale or unfenced.
+func (c WriteCount) Flagged() int { return c.Stale + c.Unfenced }
+
+// Add counts w.
+func (c *WriteCount) Add(w Write) {
+	c.Total++
+	if w.Outcome == audit.WriteRejected {
+		c.Rejected++
+	} else {
+		c.Accepted++
+	}
+	switch w.Verdict {
+	case VerdictStale:
+		c.Stale++
+	case VerdictUnfenced:
+		c.Unfenced++
+	}
+}
+
+// lateGroup is the writes with one token, resource, outcome and verdict
+// that arrived after the previous tenure ended with a token older than the
+// new grant's: the narrative tells them as one clause.
+type lateGroup struct {
+	token       int64
+	resource    string
+	outcome     audit.WriteOutcome
+	verdict     Verdict
+	first, last time.Duration // after the previous tenure's end
+	firstID     int64         // the event of the first write
+	n           int
+}
+
+// writeSet gathers one handover's writes as they come, in any order, in
+// memory bounded by its cap: it counts every write and groups the late ones,
+// and keeps, when there are more than max (max > 0), the earliest stale and
+// unfenced writes and then the earliest others.
+type writeSet struct {
+	max            int
+	flagged, plain []listedWrite // each in (at, id) order; at most max when max > 0
+	count          WriteCount
+	late           []*lateGroup
+}
+
+// listedWrite is a write and the id of its event, which orders writes at the
+// same instant.
+type listedWrite struct {
+	Write
+	id int64
+}
+
+func (a listedWrite) compare(b listedWrite) int {
+	return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.id, b.id))
+}
+
+func (s *writeSet) add(h *Handover, w Write, id int64) {
+	s.count.Add(w)
+	s.group(h, w, id)
+	lw := listedWrite{Write: w, id: id}
+	if w.Verdict != VerdictNone {
+		s.flagged = keepEarliest(s.flagged, lw, s.max)
+	} else {
+		s.plain = keepEarliest(s.plain, lw, s.max)
+	}
+}
+
+// keepEarliest inserts w in order into ws, and then drops the latest of ws
+// while it holds more than max (max > 0).
+func keepEarliest(ws []listedWrite, w listedWrite, max int) []listedWrite {
+	if max > 0 && len(ws) == max && w.compare(ws[max-1]) > 0 {
+		return ws // later than every write kept
+	}
+	i, _ := slices.BinarySearchFunc(ws, w, listedWrite.compare)
+	ws = slices.Insert(ws, i, w)
+	if max > 0 && len(ws) > max {
+		ws = ws[:max]
+	}
+	return ws
+}
+
+// group counts w in its late group if it is a late write: one that arrived
+// after the previous tenure ended, with a verdict or with a token older than
+// the new grant's (or, without a new token, with the previous one).
+func (s *writeSet) group(h *Handover, w Write, id int64) {
+	prev, next := h.Previous, h.Next
+	if prev.EndedAt.IsZero() || w.Token == nil || w.At.Before(prev.EndedAt) {
+		return
+	}
+	late := w.Verdict != VerdictNone ||
+		(next.Token != nil && *w.Token < *next.Token) ||
+		(next.Token == nil && prev.Token != nil && *w.Token == *prev.Token)
+	if !late {
+		return
+	}
+	d := w.At.Sub(prev.EndedAt)
+	for _, g := range s.late {
+		if g.token == *w.Token && g.resource == w.Resource && g.outcome == w.Outcome && g.verdict == w.Verdict {
+			if d < g.first || (d == g.first && id < g.firstID) {
+				g.first, g.firstID = d, id
+			}
+			g.last = max(g.last, d)
+			g.n++
+			return
+		}
+	}
+	s.late = append(s.late, &lateGroup{token: *w.Token, resource: w.Resource, outcome: w.Outcome, verdict: w.Verdict, first: d, last: d, firstID: id, n: 1})
+}
+
+// finish puts the set into h: the listed writes in time order (the stale and
+// unfenced first, then the earliest others, up to max), the counts, and the
+// late groups in the order of their first write.
+func (s *writeSet) finish(h *Handover) {
+	listed := s.flagged
+	if s.max > 0 {
+		listed = listed[:min(len(listed), s.max)]
+	}
+	n := len(s.plain)
+	if s.max > 0 {
+		n = min(n, s.max-len(listed))
+	}
+	listed = append(slices.Clip(listed), s.plain[:n]...)
+	slices.SortFunc(listed, listedWrite.compare)
+	h.Writes = make([]Write, len(listed))
+	for i, w := range listed {
+		h.Writes[i] = w.Write
+	}
+	h.WriteCount = s.count
+	slices.SortFunc(s.late, func(a, b *lateGroup) int {
+		return cmp.Or(cmp.Compare(a.first, b.first), cmp.Compare(a.firstID, b.firstID))
+	})
+	h.late = s.late
+}
+
+// writeAssigner gives each write event of a lock to at most one of its
+// handovers (see owner) and gathers it there. Writes may come in any order.
+type writeAssigner struct {
+	hs       []Handover
+	spans    []Interval
+	sets     []writeSet
+	verdicts writeVerdicts
+	opts     Options
+}
+
+func newWriteAssigner(hs []Handover, opts Options) *writeAssigner {
+	a := &writeAssigner{
+		hs:       hs,
+		spans:    make([]Interval, len(hs)),
+		sets:     make([]writeSet, len(hs)),
+		verdicts: make(writeVerdicts),
+		opts:     opts,
+	}
+	for i := range hs {
+		a.spans[i] = writeSpan(hs, i, opts)
+		a.sets[i].max = opts.MaxWrites
+	}
+	return a
+}
+
+type writeKey struct {
+	resource string
+	at       int64
+	token    int64
+}
+
+// writeVerdicts are the verdicts of the writes that stale_write and
+// unfenced_write findings are about.
+type writeVerdicts map[writeKey]Verdict
+
+// note notes the verdict of the write f is about, and reports whether f is
+// about a write.
+func (m writeVerdicts) note(f audit.Finding) bool {
+	var v Verdict
+	switch f.Kind {
+	case audit.FindingStaleWrite:
+		v = VerdictStale
+	case audit.FindingUnfencedWrite:
+		v = VerdictUnfenced
+	default:
+		return false
+	}
+	if len(f.Tokens) > 0 {
+		m[writeKey{f.Resource, f.At.UnixNano(), f.Tokens[0]}] = v
+	}
+	return true
+}
+
+// add assigns one event; events other than writes are ignored. Verdicts
+// must all be noted first.
+func (a *writeAssigner) add(e audit.Event) {
+	if e.Kind != audit.EventWriteAccepted && e.Kind != audit.EventWriteRejected {
+		return
+	}
+	target := owner(a.hs, a.spans, e, a.opts)
+	if target < 0 {
+		return
+	}
+	w := Write{At: e.At, Resource: e.Resource, Holder: e.Holder, Token: e.Token, Outcome: audit.WriteAccepted}
+	if e.Kind == audit.EventWriteRejected {
+		w.Outcome = audit.WriteRejected
+	}
+	if v, ok := e.Detail["highest_token"]; ok {
+		w.HighestToken = detailInt(v)
+	}
+	if e.Token != nil {
+		w.Verdict = a.verdicts[writeKey{e.Resource, e.At.UnixNano(), *e.Token}]
+	}
+	a.sets[target].add(&a.hs[target], w, e.ID)
+}
+
+// finish puts the gathered writes into the handovers.
+func (a *writeAssigner) finish() {
+	for i := range a.hs {
+		a.sets[i].finish(&a.hs[i])
+	}
+}
