@@ -41,6 +41,11 @@ type Tracker struct {
 	// live is, per source, the time up to which its collector has delivered
 	// every change (Input.Live): clock expiry never runs past it.
 	live map[string]time.Time
+	// dueFrom, when not zero, is a time no held lock that expires by the
+	// clock expires before, so Tick need not look at any lock until then.
+	// Every step lowers it to the expiry of each lock it changed; a Tick
+	// that looks at every lock sets it to the earliest expiry it saw.
+	dueFrom time.Time
 }
 
 // NewTracker returns an empty tracker.
@@ -57,6 +62,7 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 // Restore replaces the tracker's memory with states saved by a Journal.
 func (t *Tracker) Restore(states []TrackState) {
 	t.locks = make(map[LockKey]*TrackState, len(states))
+	t.dueFrom = time.Time{} // unknown until a Tick looks
 	for i := range states {
 		st := states[i].clone()
 		t.locks[st.Lock.Key()] = &st
@@ -129,7 +135,7 @@ func (t *Tracker) Observe(in Input) Batch {
 	if in.Cursor != "" {
 		o.b.Cursors = append(o.b.Cursors, Cursor{Source: in.Source, Position: in.Cursor, At: at})
 	}
-	return o.batch()
+	return t.done(o)
 }
 
 // Tick ends the tenures of locks whose backends never report expiry
@@ -138,9 +144,15 @@ func (t *Tracker) Observe(in Input) Batch {
 // or replaying, a renewal may yet arrive, so nothing expires.
 func (t *Tracker) Tick(now time.Time) Batch {
 	t.advance(now)
-	// Tick runs every quarter second over every lock: find the few due ones
-	// first, and sort only those, for a deterministic output order.
-	var due []LockKey
+	if !t.dueFrom.IsZero() && now.Before(t.dueFrom) {
+		return Batch{} // no lease can have run out yet
+	}
+	// Find the few due locks first, and sort only those, for a deterministic
+	// output order; note the earliest expiry of the others.
+	var (
+		due      []LockKey
+		earliest time.Time
+	)
 	for key, st := range t.locks {
 		cur := st.current()
 		if !st.ExpireByClock || cur == nil || cur.ExpiresAt.IsZero() {
@@ -152,7 +164,13 @@ func (t *Tracker) Tick(now time.Time) Batch {
 		}
 		if !limit.Before(cur.ExpiresAt) {
 			due = append(due, key)
+		} else if earliest.IsZero() || cur.ExpiresAt.Before(earliest) {
+			earliest = cur.ExpiresAt
 		}
+	}
+	t.dueFrom = earliest
+	if earliest.IsZero() {
+		t.dueFrom = maxTime // nothing held expires by the clock
 	}
 	sortKeys(due)
 	o := newOutput(len(due))
@@ -160,6 +178,22 @@ func (t *Tracker) Tick(now time.Time) Batch {
 		st := t.locks[key]
 		cur := st.current()
 		t.end(o, st, cur, EndExpired, cur.ExpiresAt, true, map[string]any{"reason": "no renewal within the lease duration"})
+	}
+	return t.done(o)
+}
+
+// maxTime is later than any lease's expiry.
+var maxTime = time.Unix(1<<62, 0)
+
+// done ends a step: it lowers dueFrom to the expiry of every lock the step
+// changed, and returns the step's batch.
+func (t *Tracker) done(o *output) Batch {
+	if !t.dueFrom.IsZero() {
+		for _, st := range o.locks {
+			if cur := st.current(); st.ExpireByClock && cur != nil && !cur.ExpiresAt.IsZero() && cur.ExpiresAt.Before(t.dueFrom) {
+				t.dueFrom = cur.ExpiresAt
+			}
+		}
 	}
 	return o.batch()
 }
@@ -190,7 +224,7 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 		o.changed(st)
 	}
 	if w.Token == nil {
-		return o.batch()
+		return t.done(o)
 	}
 	token := *w.Token
 	ten := st.tenureWithToken(token)
@@ -250,7 +284,7 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 				Summary: fmt.Sprintf("%s rejected a write with token %d, older than token %d it had already accepted: fencing stopped a stale holder", w.Resource, token, *w.HighestToken)})
 		}
 	}
-	return o.batch()
+	return t.done(o)
 }
 
 // observe applies one observation to one lock.

@@ -860,3 +860,51 @@ func cloneState(st audit.TrackState) audit.TrackState {
 	st.Recent = slices.Clone(st.Recent)
 	return st
 }
+
+// Tick looks at the locks only once the earliest lease can have run out. A
+// lock granted, or renewed with a shorter lease, after a Tick that saw only
+// long leases, or states restored from the journal, are still expired on
+// time.
+func TestTrackerTickExpiresLeasesThatCameAfterItLooked(t *testing.T) {
+	tr := audit.NewTracker(audit.TrackerConfig{})
+	observe := func(name string, kind audit.EventKind, when time.Time, lease time.Duration) {
+		t.Helper()
+		tr.Observe(audit.Input{Source: "src", Kind: audit.KindRedis, ExpireByClock: true, Live: true, At: when,
+			Observations: []audit.Observation{{Lock: audit.LockKey{Source: "src", Name: name}, Kind: kind, At: when,
+				Holder: "h-" + name, Token: audit.Int64(1), LeaseDuration: lease}}})
+	}
+	expired := func(now time.Time) []string {
+		tr.Observe(audit.Input{Source: "src", Kind: audit.KindRedis, ExpireByClock: true, Live: true, At: now})
+		var names []string
+		for _, e := range tr.Tick(now).Events {
+			if e.Kind == audit.EventExpire {
+				names = append(names, e.Lock.Name)
+			}
+		}
+		return names
+	}
+	observe("long", audit.EventGrant, at(0), time.Hour)
+	if got := expired(at(time.Second)); len(got) != 0 {
+		t.Fatalf("expired at 1s: %v, want none", got)
+	}
+	observe("short", audit.EventGrant, at(2*time.Second), 2*time.Second)
+	if got := expired(at(5 * time.Second)); !slices.Equal(got, []string{"short"}) {
+		t.Fatalf("expired at 5s: %v, want [short], granted after the last look with a 2s lease", got)
+	}
+	observe("long", audit.EventRenew, at(6*time.Second), time.Second)
+	if got := expired(at(8 * time.Second)); !slices.Equal(got, []string{"long"}) {
+		t.Fatalf("expired at 8s: %v, want [long], renewed with a 1s lease", got)
+	}
+
+	// A restored tracker has not looked yet.
+	observe("again", audit.EventGrant, at(10*time.Second), time.Hour)
+	if got := expired(at(11 * time.Second)); len(got) != 0 {
+		t.Fatalf("expired at 11s: %v, want none", got)
+	}
+	st, _ := tr.State(audit.LockKey{Source: "src", Name: "again"})
+	st.Recent[len(st.Recent)-1].ExpiresAt = at(12 * time.Second)
+	tr.Restore([]audit.TrackState{st})
+	if got := expired(at(13 * time.Second)); !slices.Equal(got, []string{"again"}) {
+		t.Fatalf("expired at 13s after a restore: %v, want [again]", got)
+	}
+}
