@@ -66,9 +66,10 @@ bench-ingest:
 bench-pages:
 	$(GO) test -run '^$$' -bench Pages -benchtime 60x -timeout 60m ./web/
 
-## bench-memory: heap per tracked lock, and alert evaluation over 100,000 locks against a full scan.
+## bench-memory: heap per tracked lock, the tracker's clock-expiry Tick and alert evaluation over 100,000 locks against a full scan.
 bench-memory:
 	$(GO) test -run '^$$' -bench TrackerMemory -benchtime 1x ./audit/
+	$(GO) test -run '^$$' -bench TrackerTick ./audit/
 	$(GO) test -run '^$$' -bench AlertingEvaluate ./cmd/leasewatch/
 
 ## soak: the retention soak (Redis, 2,000 events/s for 30 minutes, short retention; the size must level off).
