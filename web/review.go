@@ -7,6 +7,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -168,9 +169,8 @@ func (s *Server) exportReview(c echo.Context, ext, contentType string, write fun
 }
 
 // loadReview builds a review. A review reads much more than a page, so a
-// few are built at a time, about one a core, and the rest wait their turn:
-// under many people at once they queue instead of dividing the CPU and
-// piling up in memory.
+// few are built at a time, two a core, and the rest wait their turn: under
+// many people at once they queue instead of piling up in memory.
 func (s *Server) loadReview(ctx context.Context, rq review.Query) (review.Report, error) {
 	if !s.reviews.TryAcquire(1) {
 		s.metrics.reviewsWaiting.Inc()
@@ -183,6 +183,10 @@ func (s *Server) loadReview(ctx context.Context, rq review.Query) (review.Report
 	defer s.reviews.Release(1)
 	return review.Load(ctx, s.store, rq)
 }
+
+// reviewTurns is how many reviews are built at once: two a core, so that a
+// small review seldom waits behind a large one.
+func reviewTurns() int64 { return int64(2 * runtime.GOMAXPROCS(0)) }
 
 // reviewPage builds the page's view model.
 func reviewPage(rq review.Query, r review.Report, now time.Time) views.ReviewPage {

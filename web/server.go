@@ -20,7 +20,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"runtime"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -164,7 +163,7 @@ func New(cfg Config) (*Server, error) {
 		logger:  cfg.Logger,
 		tls:     cfg.TLS,
 		timeout: cfg.Timeouts.withDefaults(),
-		reviews: semaphore.NewWeighted(int64(max(2, runtime.GOMAXPROCS(0)))),
+		reviews: semaphore.NewWeighted(reviewTurns()),
 	}
 	if s.now == nil {
 		s.now = time.Now
