@@ -168,8 +168,8 @@ func (s *Server) exportReview(c echo.Context, ext, contentType string, write fun
 	return c.Blob(http.StatusOK, contentType, buf.Bytes())
 }
 
-// loadReview builds a review. A review reads much more than a page, so a
-// few are built at a time, two a core, and the rest wait their turn: under
+// loadReview builds a review. A review reads much more than a page, so at
+// most reviewTurns are built at a time, and the rest wait their turn: under
 // many people at once they queue instead of piling up in memory.
 func (s *Server) loadReview(ctx context.Context, rq review.Query) (review.Report, error) {
 	if !s.reviews.TryAcquire(1) {
@@ -184,9 +184,11 @@ func (s *Server) loadReview(ctx context.Context, rq review.Query) (review.Report
 	return review.Load(ctx, s.store, rq)
 }
 
-// reviewTurns is how many reviews are built at once: two a core, so that a
-// small review seldom waits behind a large one.
-func reviewTurns() int64 { return int64(2 * runtime.GOMAXPROCS(0)) }
+// reviewTurns is how many reviews are built at once: eight a core. A review
+// in progress holds a page of events (a few MB at most), so that bounds
+// their memory; and the Go scheduler shares the CPU among goroutines, so
+// fewer turns would starve reviews while hundreds of ingest requests run.
+func reviewTurns() int64 { return int64(8 * runtime.GOMAXPROCS(0)) }
 
 // reviewPage builds the page's view model.
 func reviewPage(rq review.Query, r review.Report, now time.Time) views.ReviewPage {

@@ -252,7 +252,7 @@ func TestTimelineSkipsRenewalsOnlyWhenAllAreBands(t *testing.T) {
 	}
 }
 
-// Reviews are built two a core at a time: while every turn is taken,
+// Reviews are built eight a core at a time: while every turn is taken,
 // a review waits, and a person who gives up waiting gets nothing built; once
 // a turn is free it is served.
 func TestReviewsWaitTheirTurn(t *testing.T) {
@@ -266,7 +266,7 @@ func TestReviewsWaitTheirTurn(t *testing.T) {
 	for srv.reviews.TryAcquire(1) {
 		turns++
 	}
-	if want := 2 * runtime.GOMAXPROCS(0); turns != want {
+	if want := 8 * runtime.GOMAXPROCS(0); turns != want {
 		t.Fatalf("%d reviews at once, want %d", turns, want)
 	}
 	q := windowQuery(in.base, in.at(time.Minute))

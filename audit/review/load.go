@@ -300,7 +300,7 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 }
 
 // pageSize is how many write events or findings a report reads at a time.
-const pageSize = 2000
+const pageSize = 1000
 
 // maxWriteItems caps the write events of one kind, and the findings, that a
 // report reads of one lock, the newest kept. They are gathered a page at a
