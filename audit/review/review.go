@@ -433,41 +433,6 @@ func detailInt(v any) *int64 {
 	return nil
 }
 
-// owner returns the index of the handover a write belongs to, or -1.
-func owner(hs []Handover, spans []Interval, e audit.Event, opts Options) int {
-	if e.Token != nil {
-		tok := *e.Token
-		// A late write of a previous holder, however late.
-		for i := len(hs) - 1; i >= 0; i-- {
-			p := hs[i].Previous
-			if p.Token != nil && *p.Token == tok && !p.EndedAt.IsZero() && !e.At.Before(p.EndedAt) {
-				return i
-			}
-		}
-		// The new holder's first writes, which end the exposure windows.
-		for i := len(hs) - 1; i >= 0; i-- {
-			n := hs[i].Next
-			if n.Token != nil && *n.Token == tok && !e.At.Before(n.GrantedAt) && !e.At.After(n.GrantedAt.Add(opts.Trail)) {
-				return i
-			}
-		}
-		// The previous holder's last writes before it lost the lock.
-		for i := len(hs) - 1; i >= 0; i-- {
-			p := hs[i].Previous
-			if p.Token != nil && *p.Token == tok && !p.EndedAt.IsZero() && !e.At.Before(p.EndedAt.Add(-opts.Lead)) {
-				return i
-			}
-		}
-	}
-	for i := len(hs) - 1; i >= 0; i-- {
-		// Spans are half-open, except the last, which keeps its end.
-		if !e.At.Before(spans[i].From) && (e.At.Before(spans[i].To) || (i == len(hs)-1 && e.At.Equal(spans[i].To))) {
-			return i
-		}
-	}
-	return -1
-}
-
 // blinds returns the blind windows that touch span.
 func blinds(events []audit.Event, span Interval) []Blind {
 	var out []Blind

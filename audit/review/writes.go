@@ -3,6 +3,7 @@ package review
 import (
 	"cmp"
 	"slices"
+	"sort"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -154,21 +155,84 @@ type writeAssigner struct {
 	sets     []writeSet
 	verdicts writeVerdicts
 	opts     Options
+	// The handovers whose previous and next tenures hold a token, in
+	// order, by token; ordered says the spans follow one another.
+	prevByToken, nextByToken map[int64][]int
+	ordered                  bool
 }
 
 func newWriteAssigner(hs []Handover, opts Options) *writeAssigner {
 	a := &writeAssigner{
-		hs:       hs,
-		spans:    make([]Interval, len(hs)),
-		sets:     make([]writeSet, len(hs)),
-		verdicts: make(writeVerdicts),
-		opts:     opts,
+		hs:          hs,
+		spans:       make([]Interval, len(hs)),
+		sets:        make([]writeSet, len(hs)),
+		verdicts:    make(writeVerdicts),
+		opts:        opts,
+		prevByToken: make(map[int64][]int),
+		nextByToken: make(map[int64][]int),
+		ordered:     true,
 	}
-	for i := range hs {
+	for i, h := range hs {
 		a.spans[i] = writeSpan(hs, i, opts)
 		a.sets[i].max = opts.MaxWrites
+		if t := h.Previous.Token; t != nil {
+			a.prevByToken[*t] = append(a.prevByToken[*t], i)
+		}
+		if t := h.Next.Token; t != nil {
+			a.nextByToken[*t] = append(a.nextByToken[*t], i)
+		}
+		if i > 0 && (a.spans[i].From.Before(a.spans[i-1].From) || a.spans[i].From.Before(a.spans[i-1].To)) {
+			a.ordered = false
+		}
 	}
 	return a
+}
+
+// owner returns the index of the handover a write belongs to, or -1: the
+// latest handover whose previous holder's token it carries and that ended
+// before it (a late write, however late), else whose new holder's token it
+// carries within Trail of the grant (the first writes, which end the
+// exposure windows), else whose previous holder's token it carries within
+// Lead of the end (the last writes before losing the lock), else whose span
+// holds it.
+func (a *writeAssigner) owner(e audit.Event) int {
+	if e.Token != nil {
+		prev, next := a.prevByToken[*e.Token], a.nextByToken[*e.Token]
+		for _, i := range slices.Backward(prev) {
+			if end := a.hs[i].Previous.EndedAt; !end.IsZero() && !e.At.Before(end) {
+				return i
+			}
+		}
+		for _, i := range slices.Backward(next) {
+			if g := a.hs[i].Next.GrantedAt; !e.At.Before(g) && !e.At.After(g.Add(a.opts.Trail)) {
+				return i
+			}
+		}
+		for _, i := range slices.Backward(prev) {
+			if end := a.hs[i].Previous.EndedAt; !end.IsZero() && !e.At.Before(end.Add(-a.opts.Lead)) {
+				return i
+			}
+		}
+	}
+	// Spans are half-open, except the last, which keeps its end.
+	holds := func(i int) bool {
+		sp := a.spans[i]
+		return !e.At.Before(sp.From) && (e.At.Before(sp.To) || (i == len(a.spans)-1 && e.At.Equal(sp.To)))
+	}
+	if a.ordered {
+		// Only the last span to start by e.At can hold it.
+		i := sort.Search(len(a.spans), func(i int) bool { return a.spans[i].From.After(e.At) }) - 1
+		if i >= 0 && holds(i) {
+			return i
+		}
+		return -1
+	}
+	for i := len(a.spans) - 1; i >= 0; i-- {
+		if holds(i) {
+			return i
+		}
+	}
+	return -1
 }
 
 type writeKey struct {
@@ -205,7 +269,7 @@ func (a *writeAssigner) add(e audit.Event) {
 	if e.Kind != audit.EventWriteAccepted && e.Kind != audit.EventWriteRejected {
 		return
 	}
-	target := owner(a.hs, a.spans, e, a.opts)
+	target := a.owner(e)
 	if target < 0 {
 		return
 	}
