@@ -163,7 +163,7 @@ func New(cfg Config) (*Server, error) {
 		logger:  cfg.Logger,
 		tls:     cfg.TLS,
 		timeout: cfg.Timeouts.withDefaults(),
-		reviews: semaphore.NewWeighted(reviewTurns()),
+		reviews: semaphore.NewWeighted(reviewTurns),
 	}
 	if s.now == nil {
 		s.now = time.Now
