@@ -3,7 +3,6 @@ package review_test
 import (
 	"context"
 	"fmt"
-	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
@@ -12,7 +11,6 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/review"
-	"github.com/leasewatch/leasewatch/audit/sqlite"
 )
 
 // A zombie holder that writes to many resources after its lease expired:
@@ -203,16 +201,7 @@ func TestMaxWritesListsFlaggedFirstAndCountsAll(t *testing.T) {
 // as Build given all of them at once.
 func TestLoadPagesThroughManyWrites(t *testing.T) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	rec := audit.NewRecorder(st, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{source: audit.KindEtcd}}, nil,
-		audit.WithClock(func() time.Time { return t0 }), audit.WithTickInterval(time.Hour))
-	if err := rec.Start(ctx); err != nil {
-		t.Fatalf("start recorder: %v", err)
-	}
+	st, rec := recorder(t)
 	defer rec.Close()
 	observe := func(kind audit.EventKind, when, holder string, token int64) {
 		t.Helper()

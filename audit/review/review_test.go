@@ -54,16 +54,7 @@ var ordersKey = audit.LockKey{Source: source, Name: lock}
 func incident(t *testing.T) *sqlite.Store {
 	t.Helper()
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
-	if err != nil {
-		t.Fatalf("open store: %v", err)
-	}
-	t.Cleanup(func() { st.Close() })
-	rec := audit.NewRecorder(st, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{source: audit.KindEtcd}}, nil,
-		audit.WithClock(func() time.Time { return t0 }), audit.WithTickInterval(time.Hour))
-	if err := rec.Start(ctx); err != nil {
-		t.Fatalf("start recorder: %v", err)
-	}
+	st, rec := recorder(t)
 	defer rec.Close()
 
 	observe := func(kind audit.EventKind, when, holder string, token int64, lease time.Duration, inferred bool) {
@@ -110,6 +101,25 @@ func incident(t *testing.T) *sqlite.Store {
 	// Outside the window: a grant after it.
 	observe(audit.EventGrant, "6m", "worker-3", 47, 5*time.Second, false)
 	return st
+}
+
+// recorder opens a store in a test's folder and starts a recorder of the etcd
+// source into it, with its clock at t0. The caller closes the recorder; the
+// store closes when the test ends.
+func recorder(t *testing.T) (*sqlite.Store, *audit.Recorder) {
+	t.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
+	if err != nil {
+		t.Fatalf("open store: %v", err)
+	}
+	t.Cleanup(func() { st.Close() })
+	rec := audit.NewRecorder(st, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{source: audit.KindEtcd}}, nil,
+		audit.WithClock(func() time.Time { return t0 }), audit.WithTickInterval(time.Hour))
+	if err := rec.Start(ctx); err != nil {
+		t.Fatalf("start recorder: %v", err)
+	}
+	return st, rec
 }
 
 func window() review.Window { return review.Window{From: t0, To: at("5m")} }
