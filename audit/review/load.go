@@ -232,7 +232,7 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 		}
 	}
 	if span.From.IsZero() {
-		lr, _ := buildLock(w, ld, opts) // no handover in the window
+		lr, _ := buildLock(w, ld, nil, opts) // no handover in the window
 		return lr, nil, nil
 	}
 	// Late writes with an old token belong to their handover however late they
@@ -279,8 +279,7 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 		notes = append(notes, fmt.Sprintf("%s: only the newest findings were read; narrow the window", name))
 	}
 
-	lr, writes := buildLock(w, ld, opts)
-	writes.verdicts = verdicts
+	lr, writes := buildLock(w, ld, verdicts, opts)
 	for _, kind := range []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected} {
 		more, err := eachPage(ctx, maxWriteItems,
 			func(before audit.EventCursor) ([]audit.Event, error) {

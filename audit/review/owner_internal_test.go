@@ -67,7 +67,7 @@ func TestOwnerAgreesWithAScan(t *testing.T) {
 		for i := 1; i < len(tenures); i++ {
 			hs = append(hs, Handover{Previous: tenures[i-1], Next: tenures[i]})
 		}
-		a := newWriteAssigner(hs, opts)
+		a := newWriteAssigner(hs, nil, opts)
 		if a.ordered {
 			searched++
 		}

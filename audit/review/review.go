@@ -228,10 +228,11 @@ func Build(w Window, locks []LockData, opts Options) Report {
 	opts = opts.withDefaults()
 	lrs := make([]LockReport, 0, len(locks))
 	for _, ld := range locks {
-		lr, writes := buildLock(w, ld, opts)
+		verdicts := make(writeVerdicts)
 		for _, f := range ld.Findings {
-			writes.verdicts.note(f)
+			verdicts.note(f)
 		}
+		lr, writes := buildLock(w, ld, verdicts, opts)
 		for _, e := range ld.Events {
 			writes.add(e)
 		}
@@ -263,8 +264,9 @@ func assemble(w Window, lrs []LockReport) Report {
 }
 
 // buildLock computes a lock's handovers from its tenures, events and findings
-// (writes aside), and returns the assigner that gives them their writes.
-func buildLock(w Window, ld LockData, opts Options) (LockReport, *writeAssigner) {
+// (writes aside), and returns the assigner that gives them their writes,
+// judged by verdicts.
+func buildLock(w Window, ld LockData, verdicts writeVerdicts, opts Options) (LockReport, *writeAssigner) {
 	lr := LockReport{Lock: ld.Lock, Omitted: ld.Omitted}
 	tenures := slices.Clone(ld.Tenures)
 	slices.SortFunc(tenures, func(a, b audit.Tenure) int { return cmp.Compare(a.Seq, b.Seq) })
@@ -285,7 +287,7 @@ func buildLock(w Window, ld LockData, opts Options) (LockReport, *writeAssigner)
 	}
 	lr.Handovers = hs
 	if len(hs) == 0 {
-		return lr, newWriteAssigner(nil, opts)
+		return lr, newWriteAssigner(nil, verdicts, opts)
 	}
 
 	// The events that tell how tenures began and ended, and blind windows,
@@ -307,7 +309,7 @@ func buildLock(w Window, ld LockData, opts Options) (LockReport, *writeAssigner)
 		h.Findings = related(ld.Findings, h.Previous, h.Next)
 		h.Blind = blinds(events, writeSpan(hs, i, opts))
 	}
-	return lr, newWriteAssigner(hs, opts)
+	return lr, newWriteAssigner(hs, verdicts, opts)
 }
 
 // effectiveEnd is when prev stopped holding the lock: when it ended, or, when a

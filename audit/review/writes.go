@@ -161,12 +161,12 @@ type writeAssigner struct {
 	ordered                  bool
 }
 
-func newWriteAssigner(hs []Handover, opts Options) *writeAssigner {
+func newWriteAssigner(hs []Handover, verdicts writeVerdicts, opts Options) *writeAssigner {
 	a := &writeAssigner{
 		hs:          hs,
 		spans:       make([]Interval, len(hs)),
 		sets:        make([]writeSet, len(hs)),
-		verdicts:    make(writeVerdicts),
+		verdicts:    verdicts,
 		opts:        opts,
 		prevByToken: make(map[int64][]int),
 		nextByToken: make(map[int64][]int),
@@ -263,8 +263,8 @@ func (m writeVerdicts) note(f audit.Finding) bool {
 	return true
 }
 
-// add assigns one event; events other than writes are ignored. Verdicts
-// must all be noted first.
+// add assigns one event; events other than writes are ignored. The
+// verdicts the assigner was given must be complete by then.
 func (a *writeAssigner) add(e audit.Event) {
 	if e.Kind != audit.EventWriteAccepted && e.Kind != audit.EventWriteRejected {
 		return
