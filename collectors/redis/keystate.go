@@ -80,7 +80,7 @@ const (
 type change struct {
 	Kind   changeKind
 	Key    string
-	H      holding
+	H      *holding // shared: never changed once made
 	At     time.Time
 	Reason endReason // changeEnd
 	// Inferred: the collector deduced it rather than saw it (an end whose
@@ -228,12 +228,12 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 			}
 			switch state {
 			case stCur:
-				ks.queue = appendOvertaken(ks.queue, key, *ks.cur, renewals)
+				ks.queue = appendOvertaken(ks.queue, key, ks.cur, renewals)
 				renewals = renewals[:0]
-				ks.queue = append(ks.queue, endChange(key, *ks.cur, ev.At, r, false, ""))
+				ks.queue = append(ks.queue, endChange(key, ks.cur, ev.At, r, false, ""))
 				ks.cur, ks.expectWrite = nil, false
 			case stUnknown:
-				ks.queue = append(ks.queue, vanishedGrant(key, vanished, wroteAt), endChange(key, vanished, ev.At, r, false, ""))
+				ks.queue = append(ks.queue, vanishedGrant(key, &vanished, wroteAt), endChange(key, &vanished, ev.At, r, false, ""))
 			}
 			state, overwritten = stNone, false
 			continue
@@ -273,9 +273,9 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 
 	switch {
 	case present && state == stCur && ks.cur.ID == h.ID:
-		prev := *ks.cur
+		prev := ks.cur
 		h.Token = prev.Token // the grant's: a re-entrant counter may have moved since
-		later, earlier := deadlineMoved(prev, h)
+		later, earlier := deadlineMoved(*prev, h)
 		counted := len(renewals) > 0 || wrote
 		if (later || earlier) && len(renewals) > 0 {
 			// The deadline read is the last renewal's; the ones
@@ -290,33 +290,33 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 			// did, and that notification will count it.
 			ks.cur = &h
 		case later || earlier:
-			ks.queue = append(ks.queue, change{Kind: changeRenew, Key: key, H: h, At: h.At})
+			ks.queue = append(ks.queue, change{Kind: changeRenew, Key: key, H: &h, At: h.At})
 			ks.cur = &h
 		default:
-			n := narrow(prev, h)
+			n := narrow(*prev, h)
 			n.Count = h.Count
 			ks.cur = &n
 		}
 	case present && state == stCur && overwritten:
 		// SET over a held lock: the tracker decides whether that
 		// superseded a valid lease (an overlap) or a lapsed one.
-		ks.queue = append(ks.queue, change{Kind: changeGrant, Key: key, H: h, At: h.At})
+		ks.queue = append(ks.queue, change{Kind: changeGrant, Key: key, H: &h, At: h.At})
 		ks.cur = &h
 	case present && state == stCur:
 		// The read ran ahead: the previous hold ended and this one began
 		// after the events seen so far.
-		ks.queue = appendOvertaken(ks.queue, key, *ks.cur, renewals)
-		ks.queue = append(ks.queue, waitingEnd(key, *ks.cur, h.At), change{Kind: changeGrant, Key: key, H: h, At: h.At})
+		ks.queue = appendOvertaken(ks.queue, key, ks.cur, renewals)
+		ks.queue = append(ks.queue, waitingEnd(key, ks.cur, h.At), change{Kind: changeGrant, Key: key, H: &h, At: h.At})
 		ks.cur, ks.expectWrite = &h, true
 	case present:
-		ks.queue = append(ks.queue, change{Kind: changeGrant, Key: key, H: h, At: h.At})
+		ks.queue = append(ks.queue, change{Kind: changeGrant, Key: key, H: &h, At: h.At})
 		ks.cur, ks.expectWrite = &h, state != stUnknown
 	case state == stCur:
-		ks.queue = appendOvertaken(ks.queue, key, *ks.cur, renewals)
-		ks.queue = append(ks.queue, waitingEnd(key, *ks.cur, h.At))
+		ks.queue = appendOvertaken(ks.queue, key, ks.cur, renewals)
+		ks.queue = append(ks.queue, waitingEnd(key, ks.cur, h.At))
 		ks.cur, ks.expectWrite = nil, false
 	case state == stUnknown:
-		ks.queue = append(ks.queue, vanishedGrant(key, vanished, wroteAt), waitingEnd(key, vanished, h.At))
+		ks.queue = append(ks.queue, vanishedGrant(key, &vanished, wroteAt), waitingEnd(key, &vanished, h.At))
 	}
 	out := ks.flush()
 	s.track(key, ks)
@@ -455,37 +455,37 @@ func (s *instanceState) unseen(seen map[string]bool, since time.Time) []string {
 	return sortedKeys(gone)
 }
 
-// holds returns every key's current hold.
-func (s *instanceState) holds() map[string]holding {
-	out := make(map[string]holding, len(s.keys))
+// holds returns every key's current hold, shared (see change.H).
+func (s *instanceState) holds() map[string]*holding {
+	out := make(map[string]*holding, len(s.keys))
 	for key, ks := range s.keys {
 		if ks.cur != nil {
-			out[key] = *ks.cur
+			out[key] = ks.cur
 		}
 	}
 	return out
 }
 
-func endChange(key string, h holding, at time.Time, r endReason, inferred bool, why string) change {
+func endChange(key string, h *holding, at time.Time, r endReason, inferred bool, why string) change {
 	return change{Kind: changeEnd, Key: key, H: h, At: at, Reason: r, Inferred: inferred, Why: why}
 }
 
 // appendOvertaken appends an overtaken renewal of h for each notification
 // time in at.
-func appendOvertaken(q []change, key string, h holding, at []time.Time) []change {
+func appendOvertaken(q []change, key string, h *holding, at []time.Time) []change {
 	for _, t := range at {
 		q = append(q, change{Kind: changeRenew, Key: key, H: h, At: t, Overtaken: true})
 	}
 	return q
 }
 
-func waitingEnd(key string, h holding, at time.Time) change {
+func waitingEnd(key string, h *holding, at time.Time) change {
 	return change{Kind: changeEnd, Key: key, H: h, At: at, waiting: true}
 }
 
 // inferredEnd ends h at at without knowing how: expired if its deadline had
 // surely passed by then, released otherwise.
-func inferredEnd(key string, h holding, at time.Time, why string) change {
+func inferredEnd(key string, h *holding, at time.Time, why string) change {
 	r := endReleased
 	if h.expires() && !at.Before(h.Lo) {
 		r = endExpired
@@ -493,7 +493,7 @@ func inferredEnd(key string, h holding, at time.Time, why string) change {
 	return endChange(key, h, at, r, true, why)
 }
 
-func vanishedGrant(key string, h holding, at time.Time) change {
+func vanishedGrant(key string, h *holding, at time.Time) change {
 	return change{Kind: changeGrant, Key: key, H: h, At: at, Inferred: true, Why: "the key was written and gone again before the collector could read it"}
 }
 

@@ -56,8 +56,9 @@ func (c *combiner) prune(key string) {
 // quorumOf returns the hold at least quorum instances hold of key, with its
 // deadline window narrowed to when the quorum-th instance lets go, and how
 // many instances hold it. A vanished hold (value unknown) counts only where
-// one instance is a quorum.
-func (c *combiner) quorumOf(key string, prefer *holding) (holding, int, bool) {
+// one instance is a quorum. The hold returned may be a view's own, shared:
+// callers copy it before changing it.
+func (c *combiner) quorumOf(key string, prefer *holding) (*holding, int, bool) {
 	counts := make(map[string]int)
 	for _, h := range c.views[key] {
 		if h == nil || (h.Vanished && c.quorum > 1) {
@@ -69,10 +70,10 @@ func (c *combiner) quorumOf(key string, prefer *holding) (holding, int, bool) {
 		if n < c.quorum {
 			continue
 		}
-		var members []holding
+		var members []*holding
 		for _, h := range c.views[key] {
 			if h != nil && h.ID == id && (!h.Vanished || c.quorum == 1) {
-				members = append(members, *h)
+				members = append(members, h)
 			}
 		}
 		q := members[0]
@@ -82,7 +83,7 @@ func (c *combiner) quorumOf(key string, prefer *holding) (holding, int, bool) {
 			}
 		}
 		if prefer != nil && prefer.ID == id && prefer.Vanished == q.Vanished {
-			q = *prefer
+			q = prefer
 		}
 		if q.expires() && c.quorum > 1 {
 			// Until the quorum-th latest deadline, quorum instances hold it.
@@ -92,14 +93,26 @@ func (c *combiner) quorumOf(key string, prefer *holding) (holding, int, bool) {
 			}
 			sort.Slice(los, func(i, j int) bool { return los[i].After(los[j]) })
 			sort.Slice(his, func(i, j int) bool { return his[i].After(his[j]) })
-			q.Lo, q.Hi = los[c.quorum-1], his[c.quorum-1]
-			if q.Lo.IsZero() || q.Hi.IsZero() {
-				q.Lo, q.Hi = time.Time{}, time.Time{} // some member has no expiry
+			w := *q
+			w.Lo, w.Hi = los[c.quorum-1], his[c.quorum-1]
+			if w.Lo.IsZero() || w.Hi.IsZero() {
+				w.Lo, w.Hi = time.Time{}, time.Time{} // some member has no expiry
 			}
+			q = &w
 		}
 		return q, n, true
 	}
-	return holding{}, 0, false
+	return nil, 0, false
+}
+
+// withToken returns h with token, copied only if it has another.
+func withToken(h *holding, token *int64) *holding {
+	if h.Token == token {
+		return h
+	}
+	n := *h
+	n.Token = token
+	return &n
 }
 
 // apply folds one instance's changes in and returns what they change about
@@ -125,15 +138,15 @@ func (c *combiner) apply(inst int, changes []change) []audit.Observation {
 		v := c.view(key)
 		h := ch.H
 		if h.Vanished && c.quorum == 1 {
-			h.Token = c.vanishedToken(key, h.Token)
+			h = withToken(h, c.vanishedToken(key, h.Token))
 		}
 		if ch.Kind == changeEnd {
 			v[inst] = nil
 		} else {
-			v[inst] = &h
+			v[inst] = h
 		}
 		prev := c.told[key]
-		prefer := &h
+		prefer := h
 		if ch.Kind == changeEnd {
 			prefer = nil
 		}
@@ -143,16 +156,16 @@ func (c *combiner) apply(inst int, changes []change) []audit.Observation {
 		case ok && (prev == nil || prev.ID != q.ID || prev.Vanished != q.Vanished):
 			// Over a different previous hold, the tracker decides whether
 			// it was superseded early (an overlap) or had lapsed.
-			ob := c.observation(key, audit.EventGrant, q, ch.At, count)
+			ob := c.observation(key, audit.EventGrant, *q, ch.At, count)
 			ob.Inferred = ch.Inferred
 			addWhy(&ob, ch.Why)
 			out = append(out, ob)
 			c.tell(key, q)
 		case ok:
-			q.Token = prev.Token
-			later, earlier := deadlineMoved(*prev, q)
+			q = withToken(q, prev.Token)
+			later, earlier := deadlineMoved(*prev, *q)
 			if !later && !earlier {
-				n := narrow(*prev, q)
+				n := narrow(*prev, *q)
 				n.Count = q.Count
 				c.told[key] = &n
 				continue
@@ -160,16 +173,16 @@ func (c *combiner) apply(inst int, changes []change) []audit.Observation {
 			if ch.Kind != changeRenew {
 				// Another instance joining the quorum moves when the
 				// quorum-th lets go, but nobody renewed.
-				c.told[key] = &q
+				c.told[key] = q
 				continue
 			}
-			ob := c.observation(key, audit.EventRenew, q, ch.At, count)
-			ob.RenewedAt = renewedAt(q, ch.At)
+			ob := c.observation(key, audit.EventRenew, *q, ch.At, count)
+			ob.RenewedAt = renewedAt(*q, ch.At)
 			if earlier {
 				setDetail(&ob, "shortened", true)
 			}
 			out = append(out, ob)
-			c.told[key] = &q
+			c.told[key] = q
 		case prev != nil:
 			ob := c.observation(key, audit.EventRelease, *prev, ch.At, count)
 			switch {
@@ -207,8 +220,8 @@ func (c *combiner) vanishedToken(key string, counter *int64) *int64 {
 	return counter
 }
 
-func (c *combiner) tell(key string, q holding) {
-	c.told[key] = &q
+func (c *combiner) tell(key string, q *holding) {
+	c.told[key] = q
 	if q.Token != nil {
 		c.lastToken[key] = *q.Token
 	}
@@ -216,7 +229,7 @@ func (c *combiner) tell(key string, q holding) {
 
 // replace makes scan (from the instance's state after a full scan) instance
 // inst's holds.
-func (c *combiner) replace(inst int, scan map[string]holding) {
+func (c *combiner) replace(inst int, scan map[string]*holding) {
 	for key, v := range c.views {
 		if _, ok := scan[key]; !ok {
 			v[inst] = nil
@@ -224,17 +237,16 @@ func (c *combiner) replace(inst int, scan map[string]holding) {
 		}
 	}
 	for key, h := range scan {
-		h := h
-		c.view(key)[inst] = &h
+		c.view(key)[inst] = h
 	}
 }
 
 // replaceKeys makes holds instance inst's holds of keys (a page of a
 // periodic pass): a key missing from holds is not held there.
-func (c *combiner) replaceKeys(inst int, keys []string, holds map[string]holding) {
+func (c *combiner) replaceKeys(inst int, keys []string, holds map[string]*holding) {
 	for _, key := range keys {
 		if h, ok := holds[key]; ok {
-			c.view(key)[inst] = &h
+			c.view(key)[inst] = h
 		} else if v := c.views[key]; v != nil {
 			v[inst] = nil
 			c.prune(key)
@@ -293,15 +305,15 @@ func (c *combiner) sync(keys []string, at time.Time, kind audit.EventKind, infer
 			continue
 		}
 		if prev != nil && prev.ID == q.ID && prev.Vanished == q.Vanished {
-			q.Token = prev.Token
-			ob := c.observation(key, kind, q, at, count)
+			q = withToken(q, prev.Token)
+			ob := c.observation(key, kind, *q, at, count)
 			ob.Inferred = inferred
-			if later, earlier := deadlineMoved(*prev, q); later || earlier {
-				ob.RenewedAt = renewedAt(q, at)
-				c.told[key] = &q
+			if later, earlier := deadlineMoved(*prev, *q); later || earlier {
+				ob.RenewedAt = renewedAt(*q, at)
+				c.told[key] = q
 				changed = true
 			} else {
-				n := narrow(*prev, q)
+				n := narrow(*prev, *q)
 				n.Count = q.Count
 				c.told[key] = &n
 				if !all {
@@ -311,7 +323,7 @@ func (c *combiner) sync(keys []string, at time.Time, kind audit.EventKind, infer
 			obs = append(obs, ob)
 			continue
 		}
-		ob := c.observation(key, kind, q, at, count)
+		ob := c.observation(key, kind, *q, at, count)
 		ob.Inferred = inferred
 		obs = append(obs, ob)
 		c.tell(key, q)

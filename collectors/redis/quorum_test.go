@@ -43,14 +43,17 @@ type qstep struct {
 	want string
 }
 
+// ptr returns a pointer to a copy of h.
+func ptr(h holding) *holding { return &h }
+
 func grantOn(key string, h holding) change {
-	return change{Kind: changeGrant, Key: key, H: h, At: h.At}
+	return change{Kind: changeGrant, Key: key, H: &h, At: h.At}
 }
 func renewOn(key string, h holding) change {
-	return change{Kind: changeRenew, Key: key, H: h, At: h.At}
+	return change{Kind: changeRenew, Key: key, H: &h, At: h.At}
 }
 func endOn(key string, h holding, ms int, r endReason) change {
-	return change{Kind: changeEnd, Key: key, H: h, At: at(ms), Reason: r}
+	return change{Kind: changeEnd, Key: key, H: &h, At: at(ms), Reason: r}
 }
 
 func TestRedlockQuorum(t *testing.T) {
@@ -70,7 +73,7 @@ func TestRedlockQuorum(t *testing.T) {
 			{1, renewOn(k, hold("V", 3003, 8000)), ""},
 			// An instance's overtaken renewal is no renewal of the
 			// quorum's: those are its deadline's moves.
-			{1, change{Kind: changeRenew, Key: k, H: hold("V", 3003, 8000), At: at(3004), Overtaken: true}, ""},
+			{1, change{Kind: changeRenew, Key: k, H: ptr(hold("V", 3003, 8000)), At: at(3004), Overtaken: true}, ""},
 			// Unlock deletes on every instance: it ends once fewer than two hold it.
 			{0, endOn(k, hold("V", 3003, 8000), 5000, endReleased), ""},
 			{1, endOn(k, hold("V", 3003, 8000), 5001, endReleased), "release lock:r V"},
@@ -99,8 +102,8 @@ func TestRedlockQuorum(t *testing.T) {
 			{1, endOn(k, hold("V", 2, 8000), 50, endEvicted), "expire lock:r V (evicted)"},
 		}},
 		{"VanishedHoldsNeverMakeAQuorum", []qstep{
-			{0, change{Kind: changeGrant, Key: k, H: holding{Vanished: true}, At: at(1), Inferred: true}, ""},
-			{1, change{Kind: changeGrant, Key: k, H: holding{Vanished: true}, At: at(1), Inferred: true}, ""},
+			{0, change{Kind: changeGrant, Key: k, H: &holding{Vanished: true}, At: at(1), Inferred: true}, ""},
+			{1, change{Kind: changeGrant, Key: k, H: &holding{Vanished: true}, At: at(1), Inferred: true}, ""},
 		}},
 	}
 	for _, tt := range tests {
@@ -184,19 +187,19 @@ func TestObservationDetails(t *testing.T) {
 func TestResync(t *testing.T) {
 	c := newCombiner("src", 1, 1)
 	a, b := hold("A", 1, 8000), hold("B", 1, 8000)
-	c.replace(0, map[string]holding{"lock:a": a, "lock:b": b})
+	c.replace(0, map[string]*holding{"lock:a": &a, "lock:b": &b})
 	obs, changed := c.resync(at(5), audit.EventObserved, false)
 	if got, want := renderObs(obs), "observed lock:a A, observed lock:b B"; got != want || !changed {
 		t.Fatalf("first snapshot = %q (changed %v), want %q", got, changed, want)
 	}
 	// Nothing moved: the same list, nothing changed.
-	c.replace(0, map[string]holding{"lock:a": hold("A", 1001, 7000), "lock:b": hold("B", 1001, 7000)})
+	c.replace(0, map[string]*holding{"lock:a": ptr(hold("A", 1001, 7000)), "lock:b": ptr(hold("B", 1001, 7000))})
 	obs, changed = c.resync(at(1005), audit.EventGrant, true)
 	if got, want := renderObs(obs), "grant lock:a A (inferred), grant lock:b B (inferred)"; got != want || changed {
 		t.Fatalf("unchanged snapshot = %q (changed %v), want %q", got, changed, want)
 	}
 	// a renewed unseen, b is gone (FLUSHALL), c is new.
-	c.replace(0, map[string]holding{"lock:a": hold("A", 3001, 8000), "lock:c": hold("C", 3001, 8000)})
+	c.replace(0, map[string]*holding{"lock:a": ptr(hold("A", 3001, 8000)), "lock:c": ptr(hold("C", 3001, 8000))})
 	obs, changed = c.resync(at(3005), audit.EventGrant, true)
 	if got, want := renderObs(obs), "grant lock:a A (inferred) (renewed), release lock:b B (inferred), grant lock:c C (inferred)"; got != want || !changed {
 		t.Fatalf("snapshot after changes = %q (changed %v), want %q", got, changed, want)
@@ -205,7 +208,7 @@ func TestResync(t *testing.T) {
 		t.Fatal("lock:b is still told after it vanished")
 	}
 	// Gone once its deadline may have passed: expired, at the deadline.
-	c.replace(0, map[string]holding{"lock:a": hold("A", 3001, 8000)})
+	c.replace(0, map[string]*holding{"lock:a": ptr(hold("A", 3001, 8000))})
 	obs, _ = c.resync(at(20000), audit.EventGrant, true)
 	if got, want := renderObs(obs), "grant lock:a A (inferred), expire lock:c C (inferred)"; got != want {
 		t.Fatalf("snapshot after c's deadline = %q, want %q", got, want)

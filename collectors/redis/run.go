@@ -306,10 +306,10 @@ func (r *run) apply(ctx context.Context, m instMsg) error {
 			}
 		}
 		keys := st.reconcile(read)
-		holds := make(map[string]holding, len(keys))
+		holds := make(map[string]*holding, len(keys))
 		for _, key := range keys {
 			if ks := st.keys[key]; ks != nil && ks.cur != nil {
-				holds[key] = *ks.cur
+				holds[key] = ks.cur
 			}
 		}
 		r.c.comb.replaceKeys(m.inst, keys, holds)
