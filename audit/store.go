@@ -136,6 +136,14 @@ type EventCursor struct {
 // IsZero reports whether the cursor is unset.
 func (c EventCursor) IsZero() bool { return c.ID == 0 && c.At.IsZero() }
 
+// DefaultListLimit is how many events or findings a list call returns when
+// its filter gives no Limit; MaxListLimit, the most it returns whatever the
+// filter asks.
+const (
+	DefaultListLimit = 1000
+	MaxListLimit     = 10000
+)
+
 // FindingFilter selects findings. LockID 0 means every lock; empty Class,
 // every class.
 type FindingFilter struct {

@@ -282,10 +282,14 @@ func (s *Server) handleAPIEvents(c echo.Context) error {
 		return err
 	}
 	out := make([]eventJSON, 0, len(events))
-	for _, e := range events {
+	var oldest audit.EventCursor
+	for i, e := range events {
+		if i == 0 {
+			oldest = audit.EventCursor{At: e.At, ID: e.ID}
+		}
 		out = append(out, toEventJSON(e))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"events": out})
+	return c.JSON(http.StatusOK, map[string]any{"events": out, "next": nextCursor(len(events), f.Limit, oldest)})
 }
 
 func (s *Server) handleAPITenures(c echo.Context) error {
@@ -318,10 +322,14 @@ func (s *Server) handleAPIFindings(c echo.Context) error {
 		return err
 	}
 	out := make([]findingJSON, 0, len(findings))
-	for _, fd := range findings {
+	var oldest audit.EventCursor
+	for i, fd := range findings {
+		if i == 0 {
+			oldest = audit.EventCursor{At: fd.At, ID: fd.ID}
+		}
 		out = append(out, toFindingJSON(fd))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"findings": out})
+	return c.JSON(http.StatusOK, map[string]any{"findings": out, "next": nextCursor(len(findings), f.Limit, oldest)})
 }
 
 // locks runs a locks query. The store cannot select locks by time, so a

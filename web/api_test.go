@@ -1,10 +1,15 @@
 package web
 
 import (
+	"context"
+	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
 )
 
 var lockFields = []string{"id", "source", "kind", "name", "class", "state", "holder", "token",
@@ -342,4 +347,72 @@ func TestAPIErrors(t *testing.T) {
 			t.Fatalf("DELETE lock = %d, want 405", res.StatusCode)
 		}
 	})
+}
+
+// TestAPIPagesByCursor: following next from the newest page back visits every
+// event, and every finding, of the list once and in order, although three
+// share each instant; the last page's next is null, and a cursor that is not
+// one answers 400.
+func TestAPIPagesByCursor(t *testing.T) {
+	f := newFixture(t)
+	key := audit.LockKey{Source: "prod-etcd", Name: "/locks/paged"}
+	b := audit.Batch{Locks: []audit.TrackState{{Lock: audit.Lock{Source: key.Source, Name: key.Name, Kind: audit.KindEtcd,
+		Class: audit.ClassLock, State: audit.StateFree, ChangedAt: t0}}}}
+	const n = 7
+	for i := range n {
+		at := t0.Add(time.Duration(i/3) * time.Second)
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: at, Holder: "worker-1",
+			Token: audit.Int64(1), Resource: "db", RequestID: fmt.Sprintf("paged-%d", i)})
+		b.Findings = append(b.Findings, audit.Finding{Lock: key, Kind: audit.FindingUnfencedWrite, Severity: audit.SeverityCritical,
+			At: at, Summary: fmt.Sprintf("write %d", i), Tokens: []int64{1, 2}, Resource: "db"})
+	}
+	if err := f.store.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	l, err := f.store.LockByKey(context.Background(), key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct{ name, base, list, field string }{
+		{"Events", "/api/v1/locks/" + itoa(l.ID) + "/events?limit=2", "events", "request_id"},
+		{"Findings", "/api/v1/findings?lock=" + itoa(l.ID) + "&limit=2", "findings", "summary"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			all := list(t, f.getJSON(t, strings.Replace(tc.base, "limit=2", "limit=100", 1), http.StatusOK), tc.list)
+			if len(all) != n {
+				t.Fatalf("unpaged: %d items, want %d", len(all), n)
+			}
+			var paged []map[string]any
+			target := tc.base
+			for pages := 0; ; pages++ {
+				if pages > n {
+					t.Fatal("next never ends")
+				}
+				m := f.getJSON(t, target, http.StatusOK)
+				paged = append(list(t, m, tc.list), paged...)
+				next, _ := m["next"].(string)
+				if m["next"] == nil {
+					break
+				}
+				if next == "" {
+					t.Fatalf("next = %#v, want a string or null", m["next"])
+				}
+				target = tc.base + "&before=" + url.QueryEscape(next)
+			}
+			if len(paged) != n {
+				t.Fatalf("paged: %d items, want %d", len(paged), n)
+			}
+			for i := range all {
+				if paged[i][tc.field] != all[i][tc.field] {
+					t.Errorf("item %d: paged %v, unpaged %v", i, paged[i][tc.field], all[i][tc.field])
+				}
+			}
+			if m := f.getJSON(t, strings.Replace(tc.base, "limit=2", "limit=100", 1), http.StatusOK); m["next"] != nil {
+				t.Errorf("a page that was not full has next %v", m["next"])
+			}
+			for _, bad := range []string{"yesterday", "12_", "_4", "12_0", "12_-3", "1_2_3"} {
+				wantError(t, f.getJSON(t, tc.base+"&before="+url.QueryEscape(bad), http.StatusBadRequest), "before")
+			}
+		})
+	}
 }

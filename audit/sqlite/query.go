@@ -18,8 +18,8 @@ import (
 const (
 	defaultLockLimit = 500
 	maxLockLimit     = 5000
-	defaultListLimit = 1000
-	maxListLimit     = 10000
+	defaultListLimit = audit.DefaultListLimit
+	maxListLimit     = audit.MaxListLimit
 )
 
 func limit(n, def, most int) int {
