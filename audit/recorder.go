@@ -43,6 +43,10 @@ type Recorder struct {
 	// Commit.Renewals; recording goroutine only.
 	renewedNow []Renewal
 
+	// trackMu guards the tracker: the recording goroutine holds it to step
+	// the tracker or restore it, Peek to read it.
+	trackMu sync.RWMutex
+
 	mu      sync.Mutex
 	cursors map[string]Cursor
 	// unsaved are renewals newer than the rows; written by the recording
@@ -171,7 +175,9 @@ func (r *Recorder) restore(ctx context.Context) error {
 			unsaved[e.Lock], _ = st.renewal()
 		}
 	}
+	r.trackMu.Lock()
 	r.tracker.Restore(states)
+	r.trackMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.cursors = make(map[string]Cursor, len(cursors))
@@ -194,6 +200,18 @@ func (r *Recorder) Close() {
 	r.mu.Unlock()
 	close(r.stop)
 	<-r.stopped
+}
+
+// Peek calls fn with lock, which returns a lock as the tracker has it: after
+// every step the recorder has taken, including those of a commit still being
+// written (which a failed write takes back). It lets a reader that follows
+// the tracker, such as alerting, look locks up instead of keeping a copy of
+// each. fn must be quick, as the recorder waits for it, and must not call the
+// recorder.
+func (r *Recorder) Peek(fn func(lock func(LockKey) (Lock, bool))) {
+	r.trackMu.RLock()
+	defer r.trackMu.RUnlock()
+	fn(r.tracker.Lock)
 }
 
 // Cursor returns the source's stored resume cursor and when it was reached.
@@ -333,13 +351,16 @@ func (r *Recorder) commit(group []*request, tick bool) {
 	}
 	b.Events = make([]Event, 0, n)
 	if tick {
+		r.trackMu.Lock()
 		b.Append(r.hold(r.tracker.Tick(r.now())))
+		r.trackMu.Unlock()
 	}
 	known, err := r.knownRequests(ctx, group)
 	if err != nil {
 		r.finish(group, b, err)
 		return
 	}
+	r.trackMu.Lock()
 	for _, req := range group {
 		if req.input != nil {
 			b.Append(r.hold(r.tracker.Observe(*req.input)))
@@ -354,6 +375,7 @@ func (r *Recorder) commit(group []*request, tick bool) {
 			b.Append(r.hold(r.tracker.ReportWrite(w)))
 		}
 	}
+	r.trackMu.Unlock()
 	b = r.sync(b, tick && r.now().Sub(r.lastSync) >= r.syncEvery)
 	if tick && b.Empty() {
 		b.Cursors = r.probe()

@@ -80,6 +80,15 @@ func (t *Tracker) State(key LockKey) (TrackState, bool) {
 	return st.clone(), true
 }
 
+// Lock returns a lock as the tracker has it.
+func (t *Tracker) Lock(key LockKey) (Lock, bool) {
+	st, ok := t.locks[key]
+	if !ok {
+		return Lock{}, false
+	}
+	return st.Lock, true
+}
+
 // Observe applies one collector input.
 func (t *Tracker) Observe(in Input) Batch {
 	at := in.At

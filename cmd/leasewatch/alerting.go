@@ -22,12 +22,14 @@ const evaluateEvery = 250 * time.Millisecond
 const maxResolved = 100
 
 // alerting keeps leasewatch's live alerts. It follows the tracker, not the
-// database: it starts from the lock rows and then takes every commit's
-// changed locks and renewals, so a renewal clears a near-expiry alert at
-// once although the rows get it only at the next sync. Every evaluateEvery
-// it evaluates the locks, the findings committed since and the collectors'
-// health. It hands notify (an Alertmanager sender), if any, the alerts that
-// started or resolved, and every firing alert again each resendEvery.
+// database: it looks locks up in the tracker (audit.Recorder.Peek) rather
+// than keeping a copy of each, and takes every commit's changed locks and
+// renewals to schedule them, so a renewal clears a near-expiry alert at once
+// although the rows get it only at the next sync. Every evaluateEvery it
+// evaluates the locks the schedule has due, the findings committed since and
+// the collectors' health. It hands notify (an Alertmanager sender), if any,
+// the alerts that started or resolved, and every firing alert again each
+// resendEvery.
 type alerting struct {
 	eval        *alert.Evaluator
 	sources     func() []audit.Source
@@ -37,7 +39,7 @@ type alerting struct {
 	lastResend  time.Time
 
 	mu       sync.Mutex
-	locks    map[audit.LockKey]lease
+	peek     peekFunc             // nil until follow
 	live     map[string]time.Time // alert.Input.Live
 	watch    *alert.WatchList
 	findings []audit.Finding // committed since the last evaluation
@@ -46,16 +48,19 @@ type alerting struct {
 	resolved []alert.Alert // newest first
 }
 
-// newAlerting returns an alerting with no locks yet: pass its observe to the
-// recorder as a commit hook, then load the locks once the recorder has
-// started. kinds are the configured sources: the leases of those whose
-// collectors vouch for being live are judged only as far as they have, and
-// not at all before they first do (the stored rows are as old as the last
-// run).
+// peekFunc calls fn with a look-up of the locks as the tracker has them:
+// audit.Recorder.Peek.
+type peekFunc func(fn func(lock func(audit.LockKey) (audit.Lock, bool)))
+
+// newAlerting returns an alerting that follows no tracker yet: pass its
+// observe to the recorder as a commit hook, then call follow once the
+// recorder has started. kinds are the configured sources: the leases of
+// those whose collectors vouch for being live are judged only as far as they
+// have, and not at all before they first do (the stored rows are as old as
+// the last run).
 func newAlerting(cfg alert.Config, kinds map[string]audit.SourceKind, sources func() []audit.Source, notify func([]alert.Alert), resendEvery time.Duration) *alerting {
 	a := &alerting{eval: alert.New(cfg), sources: sources, notify: notify, resendEvery: resendEvery,
-		locks: make(map[audit.LockKey]lease), live: make(map[string]time.Time), sent: make(map[string]bool),
-		watch: alert.NewWatchList(cfg)}
+		live: make(map[string]time.Time), sent: make(map[string]bool), watch: alert.NewWatchList(cfg)}
 	for name, kind := range kinds {
 		if kind.ExpiresByClock() {
 			a.live[name] = time.Time{}
@@ -64,10 +69,14 @@ func newAlerting(cfg alert.Config, kinds map[string]audit.SourceKind, sources fu
 	return a
 }
 
-// load reads every lock from store (the recorder's Fresh view, whose rows
-// carry renewals the last sync has not written). Locks that commits have
-// changed meanwhile are as new in store as in the hook's copy.
-func (a *alerting) load(ctx context.Context, store audit.Store) error {
+// follow makes alerting look locks up with peek and schedules every lock in
+// store (the recorder's Fresh view, whose rows carry renewals the last sync
+// has not written). Locks that commits have changed meanwhile are as new in
+// store as the commits said.
+func (a *alerting) follow(ctx context.Context, peek peekFunc, store audit.Store) error {
+	a.mu.Lock()
+	a.peek = peek
+	a.mu.Unlock()
 	const page = 5000
 	f := audit.LockFilter{Limit: page} // every class, state and source
 	for {
@@ -77,7 +86,7 @@ func (a *alerting) load(ctx context.Context, store audit.Store) error {
 		}
 		a.mu.Lock()
 		for _, l := range locks {
-			a.keep(l)
+			a.watch.Update(l)
 		}
 		a.mu.Unlock()
 		if len(locks) < page {
@@ -87,63 +96,22 @@ func (a *alerting) load(ctx context.Context, store audit.Store) error {
 	}
 }
 
-// lease is what alerting keeps of a lock: what evaluation reads of it, in
-// under half the room of an audit.Lock (at 100,000 locks the whole rows
-// took 42 MB). Times are Unix nanoseconds, 0 for the zero time.
-type lease struct {
-	holder                          string
-	class                           audit.Class
-	state                           audit.LockState
-	renewedAt, expiresAt, changedAt int64
-	duration                        time.Duration
-}
-
-func unixNano(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func fromUnixNano(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
-
-// keep records l as the tracker now has it and schedules it. a.mu must be
-// held.
-func (a *alerting) keep(l audit.Lock) {
-	a.locks[l.Key()] = lease{holder: l.Holder, class: l.Class, state: l.State, renewedAt: unixNano(l.RenewedAt),
-		expiresAt: unixNano(l.ExpiresAt), changedAt: unixNano(l.ChangedAt), duration: l.LeaseDuration}
-	a.watch.Update(l)
-}
-
-// lock returns the lock k as alerting keeps it. a.mu must be held.
-func (a *alerting) lock(k audit.LockKey) (audit.Lock, bool) {
-	s, ok := a.locks[k]
-	if !ok {
-		return audit.Lock{}, false
-	}
-	return audit.Lock{Source: k.Source, Name: k.Name, Holder: s.holder, Class: s.class, State: s.state,
-		RenewedAt: fromUnixNano(s.renewedAt), ExpiresAt: fromUnixNano(s.expiresAt), ChangedAt: fromUnixNano(s.changedAt),
-		LeaseDuration: s.duration}, true
-}
-
-// observe is the recorder's commit hook: it keeps the locks as the tracker
-// has them and collects the new findings.
+// observe is the recorder's commit hook: it schedules the locks the commit
+// changed or renewed, and collects the new findings.
 func (a *alerting) observe(c audit.Commit) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, st := range c.Batch.Locks {
-		a.keep(st.Lock)
+		a.watch.Update(st.Lock)
 	}
-	for _, rn := range c.Renewals {
-		if l, ok := a.lock(rn.Lock); ok {
-			l.RenewedAt, l.ExpiresAt, l.LeaseDuration = rn.RenewedAt, rn.ExpiresAt, rn.LeaseDuration
-			a.keep(l)
-		}
+	if len(c.Renewals) > 0 && a.peek != nil {
+		a.peek(func(lock func(audit.LockKey) (audit.Lock, bool)) {
+			for _, rn := range c.Renewals {
+				if l, ok := lock(rn.Lock); ok {
+					a.watch.Update(l)
+				}
+			}
+		})
 	}
 	a.findings = append(a.findings, c.Batch.Findings...)
 	for _, in := range c.Inputs {
@@ -204,34 +172,40 @@ func (a *alerting) evaluate(now time.Time) {
 	}
 }
 
-// toSend returns what of an evaluation's result notify needs: every alert
-// when a re-send is due, else the alerts that began firing and those that
-// resolved.
 // relevant appends to buf the locks an evaluation at now needs (see
-// alert.Input.Locks): those the watch list has due, and those the new
-// findings and the firing LeaseLost alerts name. a.mu must be held.
+// alert.Input.Locks), as the tracker has them: those the watch list has
+// due, and those the new findings and the firing LeaseLost alerts name.
+// a.mu must be held.
 func (a *alerting) relevant(now time.Time, buf []audit.Lock) []audit.Lock {
-	seen := make(map[audit.LockKey]bool)
-	add := func(k audit.LockKey) {
-		if l, ok := a.lock(k); ok && !seen[k] {
-			seen[k] = true
-			buf = append(buf, l)
+	if a.peek == nil {
+		return buf
+	}
+	a.peek(func(lock func(audit.LockKey) (audit.Lock, bool)) {
+		seen := make(map[audit.LockKey]bool)
+		add := func(k audit.LockKey) {
+			if l, ok := lock(k); ok && !seen[k] {
+				seen[k] = true
+				buf = append(buf, l)
+			}
 		}
-	}
-	for _, k := range a.watch.Due(now, a.live, a.lock) {
-		add(k)
-	}
-	for _, f := range a.findings {
-		add(f.Lock)
-	}
-	for _, al := range a.firing {
-		if al.Name() == alert.LeaseLost {
-			add(audit.LockKey{Source: al.Labels[alert.LabelSource], Name: al.Labels[alert.LabelLock]})
+		for _, k := range a.watch.Due(now, a.live, lock) {
+			add(k)
 		}
-	}
+		for _, f := range a.findings {
+			add(f.Lock)
+		}
+		for _, al := range a.firing {
+			if al.Name() == alert.LeaseLost {
+				add(audit.LockKey{Source: al.Labels[alert.LabelSource], Name: al.Labels[alert.LabelLock]})
+			}
+		}
+	})
 	return buf
 }
 
+// toSend returns what of an evaluation's result notify needs: every alert
+// when a re-send is due, else the alerts that began firing and those that
+// resolved.
 func (a *alerting) toSend(now time.Time, out []alert.Alert) []alert.Alert {
 	if now.Sub(a.lastResend) >= a.resendEvery {
 		a.lastResend = now

@@ -80,7 +80,7 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		return nil, err
 	}
 	svc.recorder = rec
-	if err := svc.alerts.load(ctx, rec.Fresh(store)); err != nil {
+	if err := svc.alerts.follow(ctx, rec.Peek, rec.Fresh(store)); err != nil {
 		svc.close()
 		return nil, fmt.Errorf("load locks for alerting: %w", err)
 	}
