@@ -16,8 +16,7 @@ type freshStore struct {
 func (r *Recorder) renewal(key LockKey) (Renewal, bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	rn, ok := r.unsaved[key]
-	return rn, ok
+	return r.unsaved.get(key)
 }
 
 // unsavedCount returns how many locks have unsaved renewals.

@@ -51,7 +51,7 @@ type Recorder struct {
 	cursors map[string]Cursor
 	// unsaved are renewals newer than the rows; written by the recording
 	// goroutine only.
-	unsaved map[LockKey]Renewal
+	unsaved unsavedRenewals
 	// round are the locks the sync in progress has yet to write (see
 	// syncChunk); recording goroutine only.
 	round []LockKey
@@ -135,7 +135,7 @@ func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...Reco
 		stop:      make(chan struct{}),
 		stopped:   make(chan struct{}),
 		cursors:   make(map[string]Cursor),
-		unsaved:   make(map[LockKey]Renewal),
+		unsaved:   make(unsavedRenewals),
 	}
 	for _, opt := range opts {
 		opt(r)
@@ -169,10 +169,12 @@ func (r *Recorder) restore(ctx context.Context) error {
 	for i := range states {
 		byKey[states[i].Lock.Key()] = &states[i]
 	}
-	unsaved := make(map[LockKey]Renewal)
+	unsaved := make(unsavedRenewals)
 	for _, e := range renewals {
 		if st := byKey[e.Lock]; st != nil && st.ReplayRenewal(e) {
-			unsaved[e.Lock], _ = st.renewal()
+			if rn, held := st.renewal(); held {
+				unsaved.put(rn)
+			}
 		}
 	}
 	r.trackMu.Lock()
@@ -412,7 +414,7 @@ func (r *Recorder) hold(b Batch) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rn := range b.Renewed {
-		r.unsaved[rn.Lock] = rn
+		r.unsaved.put(rn)
 	}
 	r.renewedNow = append(r.renewedNow, b.Renewed...)
 	b.Renewed = nil
@@ -423,7 +425,7 @@ func (r *Recorder) hold(b Batch) Batch {
 			continue
 		}
 		if rn, held := b.Locks[i].renewal(); held {
-			r.unsaved[key] = rn
+			r.unsaved.put(rn)
 		} else {
 			delete(r.unsaved, key) // its tenure ended, and was written in full
 		}
@@ -461,7 +463,7 @@ func (r *Recorder) sync(b Batch, due bool) Batch {
 	for n := 0; n < syncChunk && len(r.round) > 0; {
 		k := r.round[len(r.round)-1]
 		r.round = r.round[:len(r.round)-1]
-		if rn, ok := r.unsaved[k]; ok { // not if its tenure has ended since: written in full
+		if rn, ok := r.unsaved.get(k); ok { // not if its tenure has ended since: written in full
 			b.Renewed = append(b.Renewed, rn)
 			n++
 		}
@@ -475,7 +477,8 @@ func (r *Recorder) sync(b Batch, due bool) Batch {
 // syncAll adds every held renewal to b, ending any round in progress.
 // r.mu must be held.
 func (r *Recorder) syncAll(b Batch) Batch {
-	for _, rn := range r.unsaved {
+	for k := range r.unsaved {
+		rn, _ := r.unsaved.get(k)
 		b.Renewed = append(b.Renewed, rn)
 	}
 	if len(b.Events) > 0 || len(b.Renewed) > 0 {

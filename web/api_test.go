@@ -410,7 +410,7 @@ func TestAPIPagesByCursor(t *testing.T) {
 			if m := f.getJSON(t, strings.Replace(tc.base, "limit=2", "limit=100", 1), http.StatusOK); m["next"] != nil {
 				t.Errorf("a page that was not full has next %v", m["next"])
 			}
-			for _, bad := range []string{"yesterday", "12_", "_4", "12_0", "12_-3", "1_2_3"} {
+			for _, bad := range []string{"yesterday", "12-", "-4", "12-0", "12--3", "1-2-3"} {
 				wantError(t, f.getJSON(t, tc.base+"&before="+url.QueryEscape(bad), http.StatusBadRequest), "before")
 			}
 		})

@@ -683,9 +683,6 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 		return err
 	}
 	q := c.QueryParams()
-	if f.Before, err = parseCursor(q, "before"); err != nil {
-		return err
-	}
 	loc, err := parseZone(q)
 	if err != nil {
 		return err

@@ -50,22 +50,6 @@ func parseTimeFilter(q url.Values) (audit.TimeFilter, error) {
 	return f, nil
 }
 
-// parseBefore reads the optional keyset cursor before, as an earlier page's
-// next gives it: the list goes on with the items older than that page's.
-func parseBefore(q url.Values) (audit.EventCursor, error) {
-	s := q.Get("before")
-	if s == "" {
-		return audit.EventCursor{}, nil
-	}
-	at, id, ok := strings.Cut(s, "_")
-	ns, err := strconv.ParseInt(at, 10, 64)
-	n, err2 := strconv.ParseInt(id, 10, 64)
-	if !ok || err != nil || err2 != nil || n <= 0 {
-		return audit.EventCursor{}, audit.Errorf(audit.EINVALID, "before: must be the next cursor of an earlier page, such as 1772366400000000000_42")
-	}
-	return audit.EventCursor{At: time.Unix(0, ns).UTC(), ID: n}, nil
-}
-
 // nextCursor returns the before cursor of the page after a full one (n items
 // of limit, or of the default limit when limit is 0) whose oldest item is at
 // oldest; nil after a page that was not full, which was the last.
@@ -76,7 +60,7 @@ func nextCursor(n, limit int, oldest audit.EventCursor) *string {
 	if n == 0 || n < limit {
 		return nil
 	}
-	s := strconv.FormatInt(oldest.At.UnixNano(), 10) + "_" + strconv.FormatInt(oldest.ID, 10)
+	s := formatCursor(oldest.At, oldest.ID)
 	return &s
 }
 
@@ -219,7 +203,7 @@ func parseEventFilter(q url.Values) (audit.EventFilter, error) {
 		}
 		f.Kind = k
 	}
-	if f.Before, err = parseBefore(q); err != nil {
+	if f.Before, err = parseCursor(q, "before"); err != nil {
 		return f, err
 	}
 	return f, nil
@@ -249,7 +233,7 @@ func (s *Server) parseFindingFilter(c echo.Context) (audit.FindingFilter, error)
 	}
 	f.Resource = q.Get("resource")
 	f.Source = q.Get("source")
-	if f.Before, err = parseBefore(q); err != nil {
+	if f.Before, err = parseCursor(q, "before"); err != nil {
 		return f, err
 	}
 	if f.Class, err = parseFindingClass(q); err != nil {
