@@ -34,7 +34,7 @@ type recorderMetrics struct {
 	latest map[string]sourceLag // by source
 	// locks are the per-lock counters and last renewal margin of locks of
 	// class lock, kept here because they come from commits.
-	locks map[audit.LockKey]*lockSeries
+	locks map[audit.LockKey]lockSeries
 	// heartbeats are the locks known to be of class heartbeat: summarised,
 	// never given series of their own.
 	heartbeats map[audit.LockKey]bool
@@ -54,7 +54,7 @@ type lockSeries struct {
 	expiries    float64 // leases that expired while held
 	margin      float64 // margin_ratio of the held tenure's last renewal
 	hasMargin   bool
-	changedAt   time.Time // the last grant or end, to rank locks no longer held
+	changedAt   int64 // Unix nanoseconds of the last grant or end, to rank locks no longer held
 }
 
 func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
@@ -92,7 +92,7 @@ func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
 	}
 	reg.MustRegister(m.lag, m.events, m.commits, m.findings, m.writes, m.heartbeatExpiries, m.blindSeconds)
 	m.latest = make(map[string]sourceLag)
-	m.locks = make(map[audit.LockKey]*lockSeries)
+	m.locks = make(map[audit.LockKey]lockSeries)
 	m.heartbeats = make(map[audit.LockKey]bool)
 	return m
 }
@@ -220,22 +220,19 @@ func (m *recorderMetrics) lockEvent(b *audit.Batch, before *priorHolders, e audi
 		}
 		return
 	}
+	// Kept by value, in a map of 100,000 locks at scale.
 	ls := m.locks[e.Lock]
-	if ls == nil {
-		ls = &lockSeries{}
-		m.locks[e.Lock] = ls
-	}
 	switch e.Kind {
 	case audit.EventGrant:
-		prev, known := previousHolder(b, before, ls, e)
+		prev, known := previousHolder(b, before, &ls, e)
 		if !known || prev != e.Holder {
 			ls.changes++
 		}
 		ls.hasMargin = false
-		ls.changedAt = e.At
+		ls.changedAt = e.At.UnixNano()
 	case audit.EventObserved:
 		ls.hasMargin = false
-		ls.changedAt = e.At
+		ls.changedAt = e.At.UnixNano()
 	case audit.EventRenew:
 		if r, ok := e.Detail["margin_ratio"].(float64); ok {
 			ls.margin, ls.hasMargin = r, true
@@ -245,9 +242,10 @@ func (m *recorderMetrics) lockEvent(b *audit.Batch, before *priorHolders, e audi
 			ls.expiries++
 		}
 		ls.hasMargin = false
-		ls.changedAt = e.At
+		ls.changedAt = e.At.UnixNano()
 	}
 	ls.holder, ls.holderKnown = e.Holder, true
+	m.locks[e.Lock] = ls
 }
 
 // previousHolder returns the holder of the tenure before grant e, and false
@@ -452,14 +450,14 @@ func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCou
 		}
 		kept++
 		heldTotal[l.Source]--
-		ls := c.m.locks[l.Key()]
+		ls, tracked := c.m.locks[l.Key()]
 		if !l.ExpiresAt.IsZero() {
 			out = append(out, prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, l.ExpiresAt.Sub(now).Seconds(), l.Source, l.Name, l.Holder))
 		}
 		if l.LeaseDuration > 0 {
 			out = append(out, prometheus.MustNewConstMetric(durationDesc, prometheus.GaugeValue, l.LeaseDuration.Seconds(), l.Source, l.Name))
 		}
-		if ls != nil && ls.hasMargin {
+		if tracked && ls.hasMargin {
 			out = append(out, prometheus.MustNewConstMetric(marginDesc, prometheus.GaugeValue, ls.margin, l.Source, l.Name))
 		}
 		out = append(out, counters(l.Key(), ls)...)
@@ -481,7 +479,7 @@ func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCou
 		}
 	}
 	slices.SortFunc(rest, func(a, b audit.LockKey) int {
-		return cmp.Or(c.m.locks[b].changedAt.Compare(c.m.locks[a].changedAt), cmp.Compare(a.Source, b.Source), cmp.Compare(a.Name, b.Name))
+		return cmp.Or(cmp.Compare(c.m.locks[b].changedAt, c.m.locks[a].changedAt), cmp.Compare(a.Source, b.Source), cmp.Compare(a.Name, b.Name))
 	})
 	for _, key := range rest {
 		sources[key.Source] = true
@@ -499,14 +497,11 @@ func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCou
 }
 
 // counters sends a lock's counters, zero when nothing happened to it since
-// this process started, so increase() sees its first expiry.
-func counters(key audit.LockKey, ls *lockSeries) []prometheus.Metric {
-	var changes, expiries float64
-	if ls != nil {
-		changes, expiries = ls.changes, ls.expiries
-	}
+// this process started (ls is then the zero lockSeries), so increase() sees
+// its first expiry.
+func counters(key audit.LockKey, ls lockSeries) []prometheus.Metric {
 	return []prometheus.Metric{
-		prometheus.MustNewConstMetric(holderChangesDesc, prometheus.CounterValue, changes, key.Source, key.Name),
-		prometheus.MustNewConstMetric(expiriesDesc, prometheus.CounterValue, expiries, key.Source, key.Name),
+		prometheus.MustNewConstMetric(holderChangesDesc, prometheus.CounterValue, ls.changes, key.Source, key.Name),
+		prometheus.MustNewConstMetric(expiriesDesc, prometheus.CounterValue, ls.expiries, key.Source, key.Name),
 	}
 }

@@ -132,7 +132,7 @@ leasewatch_write_reports_total{outcome="rejected",resource="ledger",source="prod
 		"leasewatch_heartbeat_lease_expiries_total", "leasewatch_write_reports_total"); err != nil {
 		t.Error(err)
 	}
-	if ls := m.locks[orders]; ls == nil || ls.changes != 2 || ls.expiries != 1 {
+	if ls, ok := m.locks[orders]; !ok || ls.changes != 2 || ls.expiries != 1 {
 		t.Errorf("orders counts = %+v, want 2 holder changes and 1 expiry", ls)
 	}
 	if _, ok := m.locks[node]; ok {
