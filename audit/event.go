@@ -1,6 +1,9 @@
 package audit
 
-import "time"
+import (
+	"encoding/json"
+	"time"
+)
 
 // EventKind is the kind of a recorded event (contract).
 type EventKind string
@@ -147,6 +150,50 @@ type WriteReport struct {
 	Holder       string
 	At           time.Time
 	RequestID    string
+}
+
+// WriteEvent is a stored write report (a write_accepted or write_rejected
+// event) as Store.WriteEvents reads it.
+type WriteEvent struct {
+	ID           int64
+	At           time.Time
+	Outcome      WriteOutcome
+	Holder       string
+	Token        *int64
+	Resource     string
+	HighestToken *int64 // the highest token the resource had accepted, if it said
+}
+
+// WriteEventOf returns e as a WriteEvent, and false if e is not a write.
+func WriteEventOf(e Event) (WriteEvent, bool) {
+	w := WriteEvent{ID: e.ID, At: e.At, Outcome: WriteAccepted, Holder: e.Holder, Token: e.Token, Resource: e.Resource}
+	switch e.Kind {
+	case EventWriteAccepted:
+	case EventWriteRejected:
+		w.Outcome = WriteRejected
+	default:
+		return WriteEvent{}, false
+	}
+	w.HighestToken = detailInt(e.Detail["highest_token"])
+	return w, true
+}
+
+// detailInt reads an integer from event detail: int64 as the tracker writes
+// it, json.Number as the store reads it back, float64 from plain JSON.
+func detailInt(v any) *int64 {
+	switch x := v.(type) {
+	case json.Number:
+		if n, err := x.Int64(); err == nil {
+			return Int64(n)
+		}
+	case int64:
+		return Int64(x)
+	case int:
+		return Int64(int64(x))
+	case float64:
+		return Int64(int64(x))
+	}
+	return nil
 }
 
 // Key returns the report's lock key.

@@ -18,6 +18,12 @@ type Store interface {
 	// Events returns the lock's events in time order within f's window.
 	// Returns ENOTFOUND if the lock does not exist.
 	Events(ctx context.Context, lockID int64, f EventFilter) ([]Event, error)
+	// WriteEvents returns the lock's write events of one outcome
+	// (write_accepted or write_rejected) within f's window, in time order,
+	// with only what says what each write was: the cheap way to go through
+	// thousands. f.Kind is ignored. Returns ENOTFOUND if the lock does not
+	// exist.
+	WriteEvents(ctx context.Context, lockID int64, outcome WriteOutcome, f EventFilter) ([]WriteEvent, error)
 	// Tenures returns the lock's tenures that overlap f's window, in grant order.
 	// Returns ENOTFOUND if the lock does not exist.
 	Tenures(ctx context.Context, lockID int64, f TimeFilter) ([]Tenure, error)

@@ -280,18 +280,18 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 	}
 
 	lr, writes := buildLock(w, ld, verdicts, opts)
-	for _, kind := range []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected} {
+	for _, outcome := range []audit.WriteOutcome{audit.WriteAccepted, audit.WriteRejected} {
 		more, err := eachPage(ctx, maxWriteItems,
-			func(before audit.EventCursor) ([]audit.Event, error) {
-				return st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: paged, Kind: kind, Before: before})
+			func(before audit.EventCursor) ([]audit.WriteEvent, error) {
+				return st.WriteEvents(ctx, l.ID, outcome, audit.EventFilter{TimeFilter: paged, Before: before})
 			},
-			func(e audit.Event) audit.EventCursor { return audit.EventCursor{At: e.At, ID: e.ID} },
+			func(e audit.WriteEvent) audit.EventCursor { return audit.EventCursor{At: e.At, ID: e.ID} },
 			writes.add)
 		if err != nil {
 			return LockReport{}, nil, err
 		}
 		if more {
-			notes = append(notes, fmt.Sprintf("%s: only the newest %d %s events were read; narrow the window", name, maxWriteItems, kind))
+			notes = append(notes, fmt.Sprintf("%s: only the newest %d write_%s events were read; narrow the window", name, maxWriteItems, outcome))
 		}
 	}
 	writes.finish()

@@ -76,7 +76,7 @@ func TestOwnerAgreesWithAScan(t *testing.T) {
 			if rng.IntN(6) > 0 {
 				e.Token = audit.Int64(int64(rng.IntN(len(tenures) + 2)))
 			}
-			if got, want := a.owner(e), ownerByScan(hs, a.spans, e, opts); got != want {
+			if got, want := a.owner(e.At, e.Token), ownerByScan(hs, a.spans, e, opts); got != want {
 				t.Fatalf("seed %d: write at %v token %v: owner %d, want %d (ordered spans: %v)", seed, e.At, e.Token, got, want, a.ordered)
 			}
 		}

@@ -16,7 +16,6 @@ package review
 
 import (
 	"cmp"
-	"encoding/json"
 	"slices"
 	"time"
 
@@ -234,7 +233,9 @@ func Build(w Window, locks []LockData, opts Options) Report {
 		}
 		lr, writes := buildLock(w, ld, verdicts, opts)
 		for _, e := range ld.Events {
-			writes.add(e)
+			if w, ok := audit.WriteEventOf(e); ok {
+				writes.add(w)
+			}
 		}
 		writes.finish()
 		lrs = append(lrs, lr)
@@ -417,23 +418,6 @@ func writeSpan(hs []Handover, i int, opts Options) Interval {
 	return span
 }
 
-// detailInt reads an integer from event detail: int64 as the tracker writes
-// it, json.Number as the store reads it back, float64 from plain JSON.
-func detailInt(v any) *int64 {
-	switch x := v.(type) {
-	case json.Number:
-		if n, err := x.Int64(); err == nil {
-			return audit.Int64(n)
-		}
-	case int64:
-		return audit.Int64(x)
-	case int:
-		return audit.Int64(int64(x))
-	case float64:
-		return audit.Int64(int64(x))
-	}
-	return nil
-}
 
 // blinds returns the blind windows that touch span.
 func blinds(events []audit.Event, span Interval) []Blind {

@@ -195,21 +195,21 @@ func newWriteAssigner(hs []Handover, verdicts writeVerdicts, opts Options) *writ
 // exposure windows), else whose previous holder's token it carries within
 // Lead of the end (the last writes before losing the lock), else whose span
 // holds it.
-func (a *writeAssigner) owner(e audit.Event) int {
-	if e.Token != nil {
-		prev, next := a.prevByToken[*e.Token], a.nextByToken[*e.Token]
+func (a *writeAssigner) owner(at time.Time, token *int64) int {
+	if token != nil {
+		prev, next := a.prevByToken[*token], a.nextByToken[*token]
 		for _, i := range slices.Backward(prev) {
-			if end := a.hs[i].Previous.EndedAt; !end.IsZero() && !e.At.Before(end) {
+			if end := a.hs[i].Previous.EndedAt; !end.IsZero() && !at.Before(end) {
 				return i
 			}
 		}
 		for _, i := range slices.Backward(next) {
-			if g := a.hs[i].Next.GrantedAt; !e.At.Before(g) && !e.At.After(g.Add(a.opts.Trail)) {
+			if g := a.hs[i].Next.GrantedAt; !at.Before(g) && !at.After(g.Add(a.opts.Trail)) {
 				return i
 			}
 		}
 		for _, i := range slices.Backward(prev) {
-			if end := a.hs[i].Previous.EndedAt; !end.IsZero() && !e.At.Before(end.Add(-a.opts.Lead)) {
+			if end := a.hs[i].Previous.EndedAt; !end.IsZero() && !at.Before(end.Add(-a.opts.Lead)) {
 				return i
 			}
 		}
@@ -217,11 +217,11 @@ func (a *writeAssigner) owner(e audit.Event) int {
 	// Spans are half-open, except the last, which keeps its end.
 	holds := func(i int) bool {
 		sp := a.spans[i]
-		return !e.At.Before(sp.From) && (e.At.Before(sp.To) || (i == len(a.spans)-1 && e.At.Equal(sp.To)))
+		return !at.Before(sp.From) && (at.Before(sp.To) || (i == len(a.spans)-1 && at.Equal(sp.To)))
 	}
 	if a.ordered {
-		// Only the last span to start by e.At can hold it.
-		i := sort.Search(len(a.spans), func(i int) bool { return a.spans[i].From.After(e.At) }) - 1
+		// Only the last span to start by at can hold it.
+		i := sort.Search(len(a.spans), func(i int) bool { return a.spans[i].From.After(at) }) - 1
 		if i >= 0 && holds(i) {
 			return i
 		}
@@ -263,23 +263,14 @@ func (m writeVerdicts) note(f audit.Finding) bool {
 	return true
 }
 
-// add assigns one event; events other than writes are ignored. The
-// verdicts the assigner was given must be complete by then.
-func (a *writeAssigner) add(e audit.Event) {
-	if e.Kind != audit.EventWriteAccepted && e.Kind != audit.EventWriteRejected {
-		return
-	}
-	target := a.owner(e)
+// add assigns one write. The verdicts the assigner was given must be
+// complete by then.
+func (a *writeAssigner) add(e audit.WriteEvent) {
+	target := a.owner(e.At, e.Token)
 	if target < 0 {
 		return
 	}
-	w := Write{At: e.At, Resource: e.Resource, Holder: e.Holder, Token: e.Token, Outcome: audit.WriteAccepted}
-	if e.Kind == audit.EventWriteRejected {
-		w.Outcome = audit.WriteRejected
-	}
-	if v, ok := e.Detail["highest_token"]; ok {
-		w.HighestToken = detailInt(v)
-	}
+	w := Write{At: e.At, Resource: e.Resource, Holder: e.Holder, Token: e.Token, Outcome: e.Outcome, HighestToken: e.HighestToken}
 	if e.Token != nil {
 		w.Verdict = a.verdicts[writeKey{e.Resource, e.At.UnixNano(), *e.Token}]
 	}

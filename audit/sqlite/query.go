@@ -233,6 +233,26 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 	if err != nil {
 		return nil, err
 	}
+	w, args := eventQuery(lockID, f)
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+eventColumns+` FROM `+eventTables(eventIndex(f.Kind))+w.String()+
+		` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list events of lock %d: %w", lockID, err)
+	}
+	events, err := collect(rows, eventDest)
+	if err != nil {
+		return nil, fmt.Errorf("list events of lock %d: %w", lockID, err)
+	}
+	slices.Reverse(events)
+	for i := range events {
+		events[i].Lock = key
+	}
+	return events, nil
+}
+
+// eventQuery returns the conditions of a lock's events that f selects, and
+// their arguments with the limit last.
+func eventQuery(lockID int64, f audit.EventFilter) (where, []any) {
 	var w where
 	w.add("e.lock_id = ?", lockID)
 	if f.Kind != "" {
@@ -247,22 +267,40 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 		b := f.Before.At.UnixNano()
 		w.add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
 	}
-	args := append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
-	from := ` FROM ` + eventTables(eventIndex(f.Kind))
-	rows, err := s.reader.QueryContext(ctx, `SELECT `+eventColumns+from+w.String()+
-		` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
+	return w, append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
+}
+
+// WriteEvents returns the lock's write events of one outcome within f's
+// window (f.Kind is ignored), in time order; if more than f.Limit match, the
+// newest f.Limit. It reads six columns of each, where Events reads fifteen
+// and joins the tenures: a third of the time a row. Returns ENOTFOUND if the
+// lock does not exist.
+func (s *Store) WriteEvents(ctx context.Context, lockID int64, outcome audit.WriteOutcome, f audit.EventFilter) ([]audit.WriteEvent, error) {
+	if _, err := lockKey(ctx, s.reader, lockID); err != nil {
+		return nil, err
+	}
+	f.Kind = audit.EventWriteAccepted
+	if outcome == audit.WriteRejected {
+		f.Kind = audit.EventWriteRejected
+	}
+	w, args := eventQuery(lockID, f)
+	rows, err := s.reader.QueryContext(ctx, `SELECT e.id, e.at, e.holder, e.token, e.resource,
+			CAST(json_extract(e.detail, '$.highest_token') AS INTEGER)
+		FROM events e INDEXED BY `+eventIndex(f.Kind)+w.String()+` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
 	if err != nil {
-		return nil, fmt.Errorf("list events of lock %d: %w", lockID, err)
+		return nil, fmt.Errorf("list writes of lock %d: %w", lockID, err)
 	}
-	events, err := collect(rows, eventDest)
+	writes, err := collect(rows, func(e *audit.WriteEvent) []any {
+		return []any{&e.ID, timeDest{&e.At}, textDest[string]{&e.Holder}, tokenDest{&e.Token}, textDest[string]{&e.Resource}, tokenDest{&e.HighestToken}}
+	})
 	if err != nil {
-		return nil, fmt.Errorf("list events of lock %d: %w", lockID, err)
+		return nil, fmt.Errorf("list writes of lock %d: %w", lockID, err)
 	}
-	slices.Reverse(events)
-	for i := range events {
-		events[i].Lock = key
+	slices.Reverse(writes)
+	for i := range writes {
+		writes[i].Outcome = outcome
 	}
-	return events, nil
+	return writes, nil
 }
 
 // The indexes of a lock's events: its timeline, and the partial index of

@@ -826,6 +826,63 @@ func TestMissingLockIsNotFound(t *testing.T) {
 	check("Events", err, "12345")
 	_, err = s.Tenures(ctx, 12345, audit.TimeFilter{})
 	check("Tenures", err, "12345")
+	_, err = s.WriteEvents(ctx, 12345, audit.WriteAccepted, audit.EventFilter{})
+	check("WriteEvents", err, "12345")
+}
+
+// TestWriteEventsReadWhatEventsRead: the lean read of a lock's writes gives,
+// for each outcome and filter, what Events gives of the same writes: with and
+// without a token, with a highest token as the tracker writes it (int64) and
+// as JSON gives it (float64), none, or one among other detail.
+func TestWriteEventsReadWhatEventsRead(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	details := []map[string]any{nil, {"highest_token": int64(9)}, {"highest_token": 12.0}, {"note": "x", "highest_token": int64(3)}}
+	var b audit.Batch
+	for i := range 24 {
+		e := audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: at(i / 2), Holder: fmt.Sprint("w", i%3),
+			Resource: fmt.Sprint("db-", i%2), RequestID: fmt.Sprint("r", i), Detail: details[i%len(details)]}
+		if i%3 == 0 {
+			e.Kind = audit.EventWriteRejected
+		}
+		if i%5 != 0 {
+			e.Token = audit.Int64(int64(i))
+		}
+		b.Events = append(b.Events, e)
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventGrant, At: at(i / 2), Holder: "g"})
+	}
+	apply(t, s, b)
+	id := lockByKey(t, s, key).ID
+	for _, outcome := range []audit.WriteOutcome{audit.WriteAccepted, audit.WriteRejected} {
+		kind := audit.EventKind("write_" + string(outcome))
+		for _, f := range []audit.EventFilter{
+			{},
+			{TimeFilter: audit.TimeFilter{From: at(3), To: at(7)}},
+			{TimeFilter: audit.TimeFilter{Limit: 3}},
+			{Before: audit.EventCursor{At: at(6), ID: 15}, TimeFilter: audit.TimeFilter{Limit: 4}},
+		} {
+			events, err := s.Events(ctx, id, audit.EventFilter{TimeFilter: f.TimeFilter, Kind: kind, Before: f.Before})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var want []audit.WriteEvent
+			for _, e := range events {
+				w, ok := audit.WriteEventOf(e)
+				if !ok {
+					t.Fatalf("event %+v is no write", e)
+				}
+				want = append(want, w)
+			}
+			got, err := s.WriteEvents(ctx, id, outcome, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(want) == 0 || !reflect.DeepEqual(got, want) {
+				t.Errorf("%s %+v:\n got %+v\nwant %+v", outcome, f, got, want)
+			}
+		}
+	}
 }
 
 func TestReadersDoNotWaitForAnOpenWrite(t *testing.T) {
