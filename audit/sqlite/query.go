@@ -386,8 +386,25 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 // f.Limit. A LockID that does not exist matches nothing.
 func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Finding, error) {
 	var w where
-	if f.LockID != 0 {
+	columns, from := findingColumns, ` FROM findings f JOIN locks l ON l.id = f.lock_id`
+	var head []any // the arguments of columns
+	switch {
+	case f.LockID != 0:
+		key, err := lockKey(ctx, s.reader, f.LockID)
+		switch {
+		case audit.ErrorCode(err) == audit.ENOTFOUND:
+			return nil, nil
+		case err != nil:
+			return nil, fmt.Errorf("list findings: %w", err)
+		case f.Source != "" && f.Source != key.Source:
+			return nil, nil
+		}
+		// One lock's findings need no join with their lock: its key comes
+		// with the query.
+		columns, from, head = findingColumnsOf, ` FROM findings f`, []any{key.Source, key.Name}
 		w.add("f.lock_id = ?", f.LockID)
+	case f.Source != "":
+		w.add("l.source = ?", f.Source)
 	}
 	if f.Kind != "" {
 		w.add("f.kind = ?", string(f.Kind))
@@ -397,9 +414,6 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 	}
 	if f.Resource != "" {
 		w.add("f.resource = ?", f.Resource)
-	}
-	if f.Source != "" {
-		w.add("l.source = ?", f.Source)
 	}
 	if f.Class != "" {
 		// The unary + keeps the planner off findings_class_severity_at, made
@@ -441,8 +455,8 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 		b := f.Before.At.UnixNano()
 		w.add("f.at <= ? AND (f.at < ? OR f.id < ?)", b, b, f.Before.ID)
 	}
-	args := append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
-	rows, err := s.reader.QueryContext(ctx, `SELECT `+findingColumns+` FROM findings f JOIN locks l ON l.id = f.lock_id`+
+	args := append(append(head, w.args...), limit(f.Limit, defaultListLimit, maxListLimit))
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+columns+from+
 		w.String()+` ORDER BY f.at DESC, f.id DESC LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list findings: %w", err)

@@ -204,9 +204,13 @@ func tenureDest(t *audit.Tenure) []any {
 }
 
 // findingColumns are the columns findingDest scans, from findings aliased f
-// joined with locks aliased l.
-const findingColumns = `f.id, f.lock_id, l.source, l.name, f.kind, f.severity, f.at, f.until,
-	f.summary, f.tokens, f.holders, f.resource`
+// joined with locks aliased l; findingColumnsOf, from findings alone, for one
+// lock, whose source and name are the query's first two arguments.
+const (
+	findingColumns   = `f.id, f.lock_id, l.source, l.name, ` + findingFields
+	findingColumnsOf = `f.id, f.lock_id, ?, ?, ` + findingFields
+	findingFields    = `f.kind, f.severity, f.at, f.until, f.summary, f.tokens, f.holders, f.resource`
+)
 
 func findingDest(f *audit.Finding) []any {
 	return []any{&f.ID, &f.LockID, &f.Lock.Source, &f.Lock.Name, textDest[audit.FindingKind]{&f.Kind},

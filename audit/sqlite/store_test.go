@@ -767,6 +767,10 @@ func TestFindingsFilters(t *testing.T) {
 		{"WindowIsInclusive", audit.FindingFilter{TimeFilter: audit.TimeFilter{From: at(2), To: at(4)}}, []string{"2", "3", "4"}},
 		{"LimitReturnsNewestInTimeOrder", audit.FindingFilter{TimeFilter: audit.TimeFilter{Limit: 2}}, []string{"4", "5"}},
 		{"LockAndKindAndLimit", audit.FindingFilter{LockID: idA, Kind: audit.FindingOverlap, TimeFilter: audit.TimeFilter{Limit: 1}}, []string{"5"}},
+		{"LockAndItsSource", audit.FindingFilter{LockID: idA, Source: "src", Severity: audit.SeverityInfo}, []string{"2"}},
+		{"LockAndAnotherSource", audit.FindingFilter{LockID: idA, Source: "other"}, nil},
+		{"Source", audit.FindingFilter{Source: "src", Kind: audit.FindingLateRenewal}, []string{"4"}},
+		{"OtherSource", audit.FindingFilter{Source: "other"}, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := s.Findings(ctx, tc.f)
@@ -775,8 +779,8 @@ func TestFindingsFilters(t *testing.T) {
 			}
 			var sums []string
 			for _, f := range got {
-				if f.LockID == 0 || f.Lock.Source != "src" {
-					t.Errorf("finding %s: lock %s (%d), want it filled", f.Summary, f.Lock, f.LockID)
+				if want := map[int64]audit.LockKey{idA: a, lockByKey(t, s, bk).ID: bk}[f.LockID]; f.Lock != want || want.Name == "" {
+					t.Errorf("finding %s: lock %s (%d), want %s", f.Summary, f.Lock, f.LockID, want)
 				}
 				sums = append(sums, f.Summary)
 			}
