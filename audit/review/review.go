@@ -418,7 +418,6 @@ func writeSpan(hs []Handover, i int, opts Options) Interval {
 	return span
 }
 
-
 // blinds returns the blind windows that touch span.
 func blinds(events []audit.Event, span Interval) []Blind {
 	var out []Blind
