@@ -111,7 +111,7 @@ type keyState struct {
 	// that follows is that write's own TTL (SET PX emits set, then
 	// expire), not a renewal. It carries over between batches.
 	afterWrite bool
-	touched    time.Time // when the key's last notification was received
+	touched    int64 // when the key's last notification was received, Unix nanoseconds (0: never)
 }
 
 func (ks *keyState) waiting() bool {
@@ -196,7 +196,7 @@ func (s *instanceState) applyEvents(key string, events []event, present bool, h 
 		s.keys[key] = ks
 	}
 	if len(events) > 0 {
-		ks.touched = events[len(events)-1].At
+		ks.touched = events[len(events)-1].At.UnixNano()
 	}
 
 	const (
@@ -448,7 +448,7 @@ func (s *instanceState) reconcile(read map[string]holding) []string {
 func (s *instanceState) unseen(seen map[string]bool, since time.Time) []string {
 	gone := make(map[string]bool)
 	for key, ks := range s.keys {
-		if !seen[key] && ks.touched.Before(since) {
+		if !seen[key] && ks.touched < since.UnixNano() {
 			gone[key] = true
 		}
 	}

@@ -2,6 +2,7 @@ package redis
 
 import (
 	"fmt"
+	"maps"
 	"sort"
 	"time"
 
@@ -19,38 +20,36 @@ type combiner struct {
 	source string
 	n      int
 	quorum int
-	views  map[string][]*holding // by key, per instance
-	told   map[string]*holding   // the hold the tracker was last told of, by key
+	// held are each instance's holds, by key: a map per instance rather
+	// than a slice per key, which costs a single-instance source of 100,000
+	// keys half as much.
+	held []map[string]*holding
+	told map[string]*holding // the hold the tracker was last told of, by key
 	// lastToken is the newest token told per key, to tell whether a
 	// vanished hold's counter reading is its own token.
 	lastToken map[string]int64
 }
 
 func newCombiner(source string, n, quorum int) *combiner {
-	return &combiner{
+	c := &combiner{
 		source: source, n: n, quorum: quorum,
-		views:     make(map[string][]*holding),
+		held:      make([]map[string]*holding, n),
 		told:      make(map[string]*holding),
 		lastToken: make(map[string]int64),
 	}
+	for i := range c.held {
+		c.held[i] = make(map[string]*holding)
+	}
+	return c
 }
 
-func (c *combiner) view(key string) []*holding {
-	v := c.views[key]
-	if v == nil {
-		v = make([]*holding, c.n)
-		c.views[key] = v
+// hold makes h instance inst's hold of key; nil: it holds none.
+func (c *combiner) hold(inst int, key string, h *holding) {
+	if h == nil {
+		delete(c.held[inst], key)
+	} else {
+		c.held[inst][key] = h
 	}
-	return v
-}
-
-func (c *combiner) prune(key string) {
-	for _, h := range c.views[key] {
-		if h != nil {
-			return
-		}
-	}
-	delete(c.views, key)
 }
 
 // quorumOf returns the hold at least quorum instances hold of key, with its
@@ -60,19 +59,18 @@ func (c *combiner) prune(key string) {
 // callers copy it before changing it.
 func (c *combiner) quorumOf(key string, prefer *holding) (*holding, int, bool) {
 	counts := make(map[string]int)
-	for _, h := range c.views[key] {
-		if h == nil || (h.Vanished && c.quorum > 1) {
-			continue
+	for _, held := range c.held {
+		if h := held[key]; h != nil && (!h.Vanished || c.quorum == 1) {
+			counts[h.ID]++
 		}
-		counts[h.ID]++
 	}
 	for id, n := range counts {
 		if n < c.quorum {
 			continue
 		}
 		var members []*holding
-		for _, h := range c.views[key] {
-			if h != nil && h.ID == id && (!h.Vanished || c.quorum == 1) {
+		for _, held := range c.held {
+			if h := held[key]; h != nil && h.ID == id && (!h.Vanished || c.quorum == 1) {
 				members = append(members, h)
 			}
 		}
@@ -135,15 +133,14 @@ func (c *combiner) apply(inst int, changes []change) []audit.Observation {
 			}
 			continue
 		}
-		v := c.view(key)
 		h := ch.H
 		if h.Vanished && c.quorum == 1 {
 			h = withToken(h, c.vanishedToken(key, h.Token))
 		}
 		if ch.Kind == changeEnd {
-			v[inst] = nil
+			c.hold(inst, key, nil)
 		} else {
-			v[inst] = h
+			c.hold(inst, key, h)
 		}
 		prev := c.told[key]
 		prefer := h
@@ -151,7 +148,6 @@ func (c *combiner) apply(inst int, changes []change) []audit.Observation {
 			prefer = nil
 		}
 		q, count, ok := c.quorumOf(key, prefer)
-		c.prune(key)
 		switch {
 		case ok && (prev == nil || prev.ID != q.ID || prev.Vanished != q.Vanished):
 			// Over a different previous hold, the tracker decides whether
@@ -230,27 +226,14 @@ func (c *combiner) tell(key string, q *holding) {
 // replace makes scan (from the instance's state after a full scan) instance
 // inst's holds.
 func (c *combiner) replace(inst int, scan map[string]*holding) {
-	for key, v := range c.views {
-		if _, ok := scan[key]; !ok {
-			v[inst] = nil
-			c.prune(key)
-		}
-	}
-	for key, h := range scan {
-		c.view(key)[inst] = h
-	}
+	c.held[inst] = maps.Clone(scan)
 }
 
 // replaceKeys makes holds instance inst's holds of keys (a page of a
 // periodic pass): a key missing from holds is not held there.
 func (c *combiner) replaceKeys(inst int, keys []string, holds map[string]*holding) {
 	for _, key := range keys {
-		if h, ok := holds[key]; ok {
-			c.view(key)[inst] = h
-		} else if v := c.views[key]; v != nil {
-			v[inst] = nil
-			c.prune(key)
-		}
+		c.hold(inst, key, holds[key])
 	}
 }
 
@@ -280,9 +263,11 @@ func (c *combiner) reconcile(at time.Time, keys []string) []audit.Observation {
 // keys returns, in order, every key some instance holds or the tracker was
 // told of.
 func (c *combiner) keys() []string {
-	keys := make(map[string]bool, len(c.views)+len(c.told))
-	for k := range c.views {
-		keys[k] = true
+	keys := make(map[string]bool, len(c.held[0])+len(c.told))
+	for _, held := range c.held {
+		for k := range held {
+			keys[k] = true
+		}
 	}
 	for k := range c.told {
 		keys[k] = true
