@@ -165,6 +165,10 @@ type ingestSample struct {
 	procStats
 	db, wal    int64 // bytes of the database file and of its WAL
 	goroutines float64
+	// goHeap is the Go heap in use and goHeld what the Go runtime holds from
+	// the operating system (its memory less what it has released), from
+	// leasewatch's metrics; -1 when it does not answer.
+	goHeap, goHeld int64
 }
 
 // sampleLeasewatch reads the process pid, the database files in dir and the
@@ -174,7 +178,7 @@ func sampleLeasewatch(ctx context.Context, pid int, dir, base string) (ingestSam
 	if err != nil {
 		return ingestSample{}, err
 	}
-	smp := ingestSample{procStats: st, goroutines: -1}
+	smp := ingestSample{procStats: st, goroutines: -1, goHeap: -1, goHeld: -1}
 	if fi, err := os.Stat(filepath.Join(dir, "leasewatch.db")); err == nil {
 		smp.db = fi.Size()
 	}
@@ -184,6 +188,19 @@ func sampleLeasewatch(ctx context.Context, pid int, dir, base string) (ingestSam
 	if mfs, err := scrape(ctx, base); err == nil {
 		if g := labelled(mfs, "go_goroutines", nil); len(g) > 0 {
 			smp.goroutines = g[0].GetGauge().GetValue()
+		}
+		gauge := func(name string) (int64, bool) {
+			g := labelled(mfs, name, nil)
+			if len(g) == 0 {
+				return 0, false
+			}
+			return int64(g[0].GetGauge().GetValue()), true
+		}
+		heap, ok1 := gauge("go_memstats_heap_inuse_bytes")
+		sys, ok2 := gauge("go_memstats_sys_bytes")
+		released, ok3 := gauge("go_memstats_heap_released_bytes")
+		if ok1 && ok2 && ok3 {
+			smp.goHeap, smp.goHeld = heap, sys-released
 		}
 	}
 	return smp, nil
@@ -384,8 +401,8 @@ func (k *ingestLoad) execute(ctx context.Context, log io.Writer) (*ingestResult,
 			case <-tick.C:
 				if smp, err := sampleLeasewatch(ctx, pid, dir, rig.lw.url); err == nil {
 					res.samples = append(res.samples, smp)
-					fmt.Fprintf(log, "%8s  RSS %6.1f MiB (anonymous %6.1f, file %6.1f)  database %6.1f MiB, WAL %6.1f MiB  goroutines %4.0f  CPU %s\n",
-						smp.at.Sub(before.at).Round(time.Second), mib(smp.rss), mib(smp.anon), mib(smp.file), mib(smp.db), mib(smp.wal), smp.goroutines,
+					fmt.Fprintf(log, "%8s  RSS %6.1f MiB (anonymous %6.1f, file %6.1f; Go heap %6.1f)  database %6.1f MiB, WAL %6.1f MiB  goroutines %4.0f  CPU %s\n",
+						smp.at.Sub(before.at).Round(time.Second), mib(smp.rss), mib(smp.anon), mib(smp.file), mib(smp.goHeap), mib(smp.db), mib(smp.wal), smp.goroutines,
 						(smp.cpu - before.cpu).Round(10*time.Millisecond))
 				}
 			}
@@ -761,22 +778,41 @@ func memoryGrowth(samples []ingestSample, measure func(ingestSample) int64) (g g
 	}
 	settled := samples[len(samples)/5:]
 	half := len(settled) / 2
-	bounds := func(ss []ingestSample) (lo, hi int64) {
-		lo = measure(ss[0])
-		for _, s := range ss {
-			lo, hi = min(lo, measure(s)), max(hi, measure(s))
+	lo1, hi1, ok1 := bounds(settled[:half], measure)
+	lo2, hi2, ok2 := bounds(settled[half:], measure)
+	return growth{peak: float64(hi2)/float64(hi1) - 1, floor: float64(lo2)/float64(lo1) - 1}, ok1 && ok2
+}
+
+// bounds returns the least and greatest of measure over ss, leaving out
+// samples it has no value for (negative); ok is false if none has one.
+func bounds(ss []ingestSample, measure func(ingestSample) int64) (lo, hi int64, ok bool) {
+	for _, s := range ss {
+		v := measure(s)
+		switch {
+		case v < 0:
+		case !ok:
+			lo, hi, ok = v, v, true
+		default:
+			lo, hi = min(lo, v), max(hi, v)
 		}
-		return lo, hi
 	}
-	lo1, hi1 := bounds(settled[:half])
-	lo2, hi2 := bounds(settled[half:])
-	return growth{peak: float64(hi2)/float64(hi1) - 1, floor: float64(lo2)/float64(lo1) - 1}, true
+	return lo, hi, ok
 }
 
 func anonRSS(s ingestSample) int64  { return s.anon }
 func fileRSS(s ingestSample) int64  { return s.file }
 func totalRSS(s ingestSample) int64 { return s.rss }
 func walSize(s ingestSample) int64  { return s.wal }
+func goHeap(s ingestSample) int64   { return s.goHeap }
+
+// outsideGo is the anonymous memory the Go runtime does not hold: SQLite's
+// page caches, mostly. -1 when the metrics did not answer.
+func outsideGo(s ingestSample) int64 {
+	if s.goHeld < 0 {
+		return -1
+	}
+	return max(0, s.anon-s.goHeld)
+}
 
 // write prints the run's figures as Markdown tables.
 func (k *ingestLoad) write(out io.Writer, r *ingestResult) {
@@ -844,9 +880,9 @@ func (k *ingestLoad) write(out io.Writer, r *ingestResult) {
 
 	first, last := r.samples[0], r.samples[len(r.samples)-1]
 	memRange := func(measure func(ingestSample) int64) string {
-		lo, hi := measure(first), measure(first)
-		for _, s := range r.samples {
-			lo, hi = min(lo, measure(s)), max(hi, measure(s))
+		lo, hi, ok := bounds(r.samples, measure)
+		if !ok {
+			return "not measured"
 		}
 		level := "too short to compare the halves"
 		if g, ok := memoryGrowth(r.samples, measure); ok {
@@ -881,6 +917,8 @@ func (k *ingestLoad) write(out io.Writer, r *ingestResult) {
 		{"leasewatch RSS min / max / last", memRange(totalRSS) + fmt.Sprintf(" (kernel's peak %.1f MiB)", mib(last.hwm))},
 		{"of which anonymous (heaps)", memRange(anonRSS)},
 		{"of which file-backed (the binary, the mapped database)", memRange(fileRSS)},
+		{"Go heap in use (go_memstats_heap_inuse_bytes)", memRange(goHeap)},
+		{"anonymous memory the Go runtime does not hold (SQLite's page caches)", memRange(outsideGo)},
 		{"leasewatch goroutines min / max / last", fmt.Sprintf("%.0f / %.0f / %.0f", lowG, highG, last.goroutines)},
 		{"memory levels off", level},
 		{"database file at the end", fmt.Sprintf("%.1f MiB", mib(last.db))},
@@ -889,12 +927,12 @@ func (k *ingestLoad) write(out io.Writer, r *ingestResult) {
 	} {
 		fmt.Fprintf(out, "| %s | %s |\n", row[0], row[1])
 	}
-	fmt.Fprintf(out, "\n| minute | leasewatch RSS | anonymous | file-backed | goroutines | database | WAL | CPU so far |\n|---|---|---|---|---|---|---|---|\n")
+	fmt.Fprintf(out, "\n| minute | leasewatch RSS | anonymous | file-backed | Go heap in use | goroutines | database | WAL | CPU so far |\n|---|---|---|---|---|---|---|---|---|\n")
 	next := time.Duration(0)
 	for i, s := range r.samples {
 		at := s.at.Sub(first.at)
 		if at >= next || i == len(r.samples)-1 {
-			fmt.Fprintf(out, "| %.1f | %.1f MiB | %.1f MiB | %.1f MiB | %.0f | %.1f MiB | %.1f MiB | %s |\n", at.Minutes(), mib(s.rss), mib(s.anon), mib(s.file), s.goroutines, mib(s.db), mib(s.wal), (s.cpu - first.cpu).Round(100*time.Millisecond))
+			fmt.Fprintf(out, "| %.1f | %.1f MiB | %.1f MiB | %.1f MiB | %.1f MiB | %.0f | %.1f MiB | %.1f MiB | %s |\n", at.Minutes(), mib(s.rss), mib(s.anon), mib(s.file), mib(s.goHeap), s.goroutines, mib(s.db), mib(s.wal), (s.cpu - first.cpu).Round(100*time.Millisecond))
 			next = at.Truncate(time.Minute/2) + time.Minute/2
 		}
 	}
