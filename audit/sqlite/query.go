@@ -233,21 +233,32 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 	if err != nil {
 		return nil, err
 	}
-	w, args := eventQuery(lockID, f)
-	rows, err := s.reader.QueryContext(ctx, `SELECT `+eventColumns+` FROM `+eventTables(eventIndex(f.Kind))+w.String()+
-		` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
+	events, err := lockEvents(ctx, s, eventColumns, eventTables(eventIndex(f.Kind)), lockID, f, eventDest)
 	if err != nil {
-		return nil, fmt.Errorf("list events of lock %d: %w", lockID, err)
+		return nil, err
 	}
-	events, err := collect(rows, eventDest)
-	if err != nil {
-		return nil, fmt.Errorf("list events of lock %d: %w", lockID, err)
-	}
-	slices.Reverse(events)
 	for i := range events {
 		events[i].Lock = key
 	}
 	return events, nil
+}
+
+// lockEvents reads columns of the lock's events that f selects, from the
+// tables from (events aliased e), newest first up to f's limit, and returns
+// them scanned through dest in time order.
+func lockEvents[T any](ctx context.Context, s *Store, columns, from string, lockID int64, f audit.EventFilter, dest func(*T) []any) ([]T, error) {
+	w, args := eventQuery(lockID, f)
+	rows, err := s.reader.QueryContext(ctx, `SELECT `+columns+` FROM `+from+w.String()+
+		` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
+	if err != nil {
+		return nil, fmt.Errorf("list events of lock %d: %w", lockID, err)
+	}
+	out, err := collect(rows, dest)
+	if err != nil {
+		return nil, fmt.Errorf("list events of lock %d: %w", lockID, err)
+	}
+	slices.Reverse(out)
+	return out, nil
 }
 
 // eventQuery returns the conditions of a lock's events that f selects, and
@@ -283,20 +294,13 @@ func (s *Store) WriteEvents(ctx context.Context, lockID int64, outcome audit.Wri
 	if outcome == audit.WriteRejected {
 		f.Kind = audit.EventWriteRejected
 	}
-	w, args := eventQuery(lockID, f)
-	rows, err := s.reader.QueryContext(ctx, `SELECT e.id, e.at, e.holder, e.token, e.resource,
-			CAST(json_extract(e.detail, '$.highest_token') AS INTEGER)
-		FROM events e INDEXED BY `+eventIndex(f.Kind)+w.String()+` ORDER BY e.at DESC, e.id DESC LIMIT ?`, args...)
+	writes, err := lockEvents(ctx, s, `e.id, e.at, e.holder, e.token, e.resource, CAST(json_extract(e.detail, '$.highest_token') AS INTEGER)`,
+		`events e INDEXED BY `+eventIndex(f.Kind), lockID, f, func(e *audit.WriteEvent) []any {
+			return []any{&e.ID, timeDest{&e.At}, textDest[string]{&e.Holder}, tokenDest{&e.Token}, textDest[string]{&e.Resource}, tokenDest{&e.HighestToken}}
+		})
 	if err != nil {
-		return nil, fmt.Errorf("list writes of lock %d: %w", lockID, err)
+		return nil, err
 	}
-	writes, err := collect(rows, func(e *audit.WriteEvent) []any {
-		return []any{&e.ID, timeDest{&e.At}, textDest[string]{&e.Holder}, tokenDest{&e.Token}, textDest[string]{&e.Resource}, tokenDest{&e.HighestToken}}
-	})
-	if err != nil {
-		return nil, fmt.Errorf("list writes of lock %d: %w", lockID, err)
-	}
-	slices.Reverse(writes)
 	for i := range writes {
 		writes[i].Outcome = outcome
 	}
