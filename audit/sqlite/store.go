@@ -105,7 +105,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 
 	// Readers map the file (no read syscall per page) and keep a bigger page
 	// cache: dashboard pages walk index ranges of millions of events.
-	rdb, err := sql.Open("sqlite", dsn(path, "_pragma=query_only(1)", "_pragma=mmap_size(268435456)", "_pragma=cache_size(-16384)"))
+	rdb, err := sql.Open("sqlite", dsn(path, "_pragma=query_only(1)", fmt.Sprintf("_pragma=mmap_size(%d)", readMapSize), "_pragma=cache_size(-16384)"))
 	if err != nil {
 		s.writer.Close()
 		return nil, fmt.Errorf("open read pool: %w", err)
@@ -122,6 +122,13 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	return s, nil
 }
+
+// readMapSize is how much of the database file each read connection maps:
+// SQLite's largest (SQLITE_MAX_MMAP_SIZE, just under 2 GiB). Pages read
+// through the map are the kernel's file cache, which it can drop under
+// pressure; past the map, every page a read touches is copied into the
+// connection's own page cache, process memory that stays.
+const readMapSize = 2147418112
 
 // keepConns sizes db's pool to n connections that stay open for good: each
 // keeps its pragmas, page cache and compiled statements.

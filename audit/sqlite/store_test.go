@@ -1079,6 +1079,11 @@ func TestConnectionsCarryPragmas(t *testing.T) {
 	if got := pragma(s.reader.DB, "query_only"); got != 1 {
 		t.Errorf("reader: query_only = %d, want 1", got)
 	}
+	// A database larger than the map is read through the connections' own
+	// page caches, memory the process keeps: the map must be SQLite's largest.
+	if got := pragma(s.reader.DB, "mmap_size"); got != readMapSize {
+		t.Errorf("reader: mmap_size = %d, want %d", got, readMapSize)
+	}
 	if got := pragma(s.writer, "query_only"); got != 0 {
 		t.Errorf("writer: query_only = %d, want 0", got)
 	}
