@@ -165,20 +165,14 @@ func (r *Recorder) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restore tracker state: %w", err)
 	}
-	byKey := make(map[LockKey]*TrackState, len(states))
-	for i := range states {
-		byKey[states[i].Lock.Key()] = &states[i]
-	}
 	unsaved := make(unsavedRenewals)
-	for _, e := range renewals {
-		if st := byKey[e.Lock]; st != nil && st.ReplayRenewal(e) {
-			if rn, held := st.renewal(); held {
-				unsaved.put(rn)
-			}
-		}
-	}
 	r.trackMu.Lock()
 	r.tracker.Restore(states)
+	for _, e := range renewals {
+		if rn, ok := r.tracker.ReplayRenewal(e); ok {
+			unsaved.put(rn)
+		}
+	}
 	r.trackMu.Unlock()
 	r.mu.Lock()
 	defer r.mu.Unlock()

@@ -254,6 +254,20 @@ type Renewal struct {
 	LeaseDuration time.Duration
 }
 
+// renewalOf returns the renewal columns of a held tenure.
+func renewalOf(t Tenure) Renewal {
+	return Renewal{Lock: t.Lock, Seq: t.Seq, Renewals: t.Renewals, RenewedAt: t.LastRenewedAt, ExpiresAt: t.ExpiresAt, LeaseDuration: t.LeaseDuration}
+}
+
+// renewal returns the renewal columns of a held lock, for Batch.Renewed. It
+// is false when the lock is not held.
+func (st *TrackState) renewal() (Renewal, bool) {
+	if n := len(st.Recent); n > 0 && st.Recent[n-1].Held() {
+		return renewalOf(st.Recent[n-1]), true
+	}
+	return Renewal{}, false
+}
+
 // Cursor is a collector's resume position in its backend (etcd revision,
 // Kubernetes resourceVersion) and the collector-clock time it was reached.
 type Cursor struct {
@@ -272,7 +286,7 @@ type Journal interface {
 	// were written, which Unsynced's renewals may have overtaken.
 	Restore(ctx context.Context) ([]TrackState, []Cursor, error)
 	// Unsynced returns the renew events stored after the last Synced batch,
-	// in the order they were stored, for TrackState.ReplayRenewal.
+	// in the order they were stored, for Tracker.ReplayRenewal.
 	Unsynced(ctx context.Context) ([]Event, error)
 	// KnownRequests returns the subset of ids already stored as write-report
 	// request IDs.

@@ -36,7 +36,7 @@ const (
 // the Recorder owns one.
 type Tracker struct {
 	cfg   TrackerConfig
-	locks map[LockKey]*TrackState
+	locks map[LockKey]*lockState
 	now   time.Time // the latest time the tracker has been told of
 	// live is, per source, the time up to which its collector has delivered
 	// every change (Input.Live): clock expiry never runs past it.
@@ -56,18 +56,20 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 	if cfg.RecentTenures <= 0 {
 		cfg.RecentTenures = 16
 	}
-	return &Tracker{cfg: cfg, locks: make(map[LockKey]*TrackState), live: make(map[string]time.Time)}
+	return &Tracker{cfg: cfg, locks: make(map[LockKey]*lockState), live: make(map[string]time.Time)}
 }
 
-// Restore replaces the tracker's memory with states saved by a Journal.
+// Restore replaces the tracker's memory with states saved by a Journal. The
+// renewals stored since they were saved go on with ReplayRenewal.
 func (t *Tracker) Restore(states []TrackState) {
-	t.locks = make(map[LockKey]*TrackState, len(states))
+	t.locks = make(map[LockKey]*lockState, len(states))
 	t.dueFrom = time.Time{} // unknown until a Tick looks
 	for i := range states {
-		st := states[i].clone()
-		t.locks[st.Lock.Key()] = &st
-		t.advance(st.Lock.ChangedAt)
-		t.advance(st.Lock.RenewedAt)
+		st := lockStateOf(states[i])
+		t.locks[st.key] = st
+		l := st.lock()
+		t.advance(l.ChangedAt)
+		t.advance(l.RenewedAt)
 	}
 }
 
@@ -77,7 +79,7 @@ func (t *Tracker) State(key LockKey) (TrackState, bool) {
 	if !ok {
 		return TrackState{}, false
 	}
-	return st.clone(), true
+	return st.export(), true
 }
 
 // Lock returns a lock as the tracker has it.
@@ -86,7 +88,7 @@ func (t *Tracker) Lock(key LockKey) (Lock, bool) {
 	if !ok {
 		return Lock{}, false
 	}
-	return st.Lock, true
+	return st.lock(), true
 }
 
 // Observe applies one collector input.
@@ -118,13 +120,13 @@ func (t *Tracker) Observe(in Input) Batch {
 	}
 	for _, ob := range in.Observations {
 		st := t.lock(o, ob.Lock, in.Kind)
-		if st.ExpireByClock != in.ExpireByClock || st.SequentialTokens != in.SequentialTokens || (ob.Class != "" && ob.Class != st.Lock.Class) {
+		if st.expireByClock != in.ExpireByClock || st.sequentialTokens != in.SequentialTokens || (ob.Class != "" && ob.Class != st.class) {
 			o.changed(st)
 		}
-		st.ExpireByClock = in.ExpireByClock
-		st.SequentialTokens = in.SequentialTokens
+		st.expireByClock = in.ExpireByClock
+		st.sequentialTokens = in.SequentialTokens
 		if ob.Class != "" {
-			st.Lock.Class = ob.Class
+			st.class = ob.Class
 		}
 		t.observe(o, st, ob)
 		if seen != nil {
@@ -160,25 +162,33 @@ func (t *Tracker) Tick(now time.Time) Batch {
 	// output order; note the earliest expiry of the others.
 	var (
 		due      []LockKey
-		earliest time.Time
+		earliest int64 // 0: none
+		limits   = make(map[string]int64, len(t.live))
 	)
 	for key, st := range t.locks {
 		cur := st.current()
-		if !st.ExpireByClock || cur == nil || cur.ExpiresAt.IsZero() {
+		if !st.expireByClock || cur == nil || cur.expires == 0 {
 			continue
 		}
-		limit := t.live[key.Source]
-		if now.Before(limit) {
-			limit = now
+		limit, ok := limits[key.Source]
+		if !ok {
+			limit = math.MinInt64 // never live: nothing expires
+			if live := t.live[key.Source]; !live.IsZero() {
+				if now.Before(live) {
+					live = now
+				}
+				limit = nanos(live)
+			}
+			limits[key.Source] = limit
 		}
-		if !limit.Before(cur.ExpiresAt) {
+		if limit >= cur.expires {
 			due = append(due, key)
-		} else if earliest.IsZero() || cur.ExpiresAt.Before(earliest) {
-			earliest = cur.ExpiresAt
+		} else if earliest == 0 || cur.expires < earliest {
+			earliest = cur.expires
 		}
 	}
-	t.dueFrom = earliest
-	if earliest.IsZero() {
+	t.dueFrom = timeOf(earliest)
+	if earliest == 0 {
 		t.dueFrom = maxTime // nothing held expires by the clock
 	}
 	sortKeys(due)
@@ -186,7 +196,7 @@ func (t *Tracker) Tick(now time.Time) Batch {
 	for _, key := range due {
 		st := t.locks[key]
 		cur := st.current()
-		t.end(o, st, cur, EndExpired, cur.ExpiresAt, true, map[string]any{"reason": "no renewal within the lease duration"})
+		t.end(o, st, cur, EndExpired, cur.expiresAt(), true, map[string]any{"reason": "no renewal within the lease duration"})
 	}
 	return t.done(o)
 }
@@ -199,8 +209,8 @@ var maxTime = time.Unix(1<<62, 0)
 func (t *Tracker) done(o *output) Batch {
 	if !t.dueFrom.IsZero() {
 		for _, st := range o.locks {
-			if cur := st.current(); st.ExpireByClock && cur != nil && !cur.ExpiresAt.IsZero() && cur.ExpiresAt.Before(t.dueFrom) {
-				t.dueFrom = cur.ExpiresAt
+			if cur := st.current(); st.expireByClock && cur != nil && cur.expires != 0 && cur.expiresAt().Before(t.dueFrom) {
+				t.dueFrom = cur.expiresAt()
 			}
 		}
 	}
@@ -223,13 +233,13 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 	}
 	o.event(st, Event{Kind: kind, At: w.At, Holder: w.Holder, Token: w.Token, Resource: w.Resource, RequestID: w.RequestID, Detail: detail})
 
-	res := st.Resources[w.Resource]
+	res := st.resources[w.Resource]
 	if res == nil {
 		res = &ResourceState{}
-		if st.Resources == nil {
-			st.Resources = make(map[string]*ResourceState)
+		if st.resources == nil {
+			st.resources = make(map[string]*ResourceState)
 		}
-		st.Resources[w.Resource] = res
+		st.resources[w.Resource] = res
 		o.changed(st)
 	}
 	if w.Token == nil {
@@ -246,9 +256,9 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 		case newest != nil && token < *newest:
 			o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token, *newest}, Holders: holders(w.Holder, st.holderOf(*newest)), Resource: w.Resource,
 				Summary: fmt.Sprintf("%s accepted a write with token %d although token %d had already been granted to %s: fencing did not protect it", w.Resource, token, *newest, orUnknown(st.holderOf(*newest)))})
-		case ten != nil && !ten.Held() && w.At.After(ten.EndedAt):
-			o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.Holder, w.Holder), Resource: w.Resource,
-				Summary: fmt.Sprintf("%s accepted a write with token %d from %s %s after its tenure ended (%s)", w.Resource, token, orUnknown(ten.Holder), w.At.Sub(ten.EndedAt).Round(time.Millisecond), ten.End)})
+		case ten != nil && !ten.held() && w.At.After(ten.endedAt()):
+			o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.holder, w.Holder), Resource: w.Resource,
+				Summary: fmt.Sprintf("%s accepted a write with token %d from %s %s after its tenure ended (%s)", w.Resource, token, orUnknown(ten.holder), w.At.Sub(ten.endedAt()).Round(time.Millisecond), ten.end)})
 		}
 		if len(res.Pending) > 0 || res.Highest == nil || token > *res.Highest {
 			o.changed(st)
@@ -279,10 +289,10 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 		}
 	case WriteRejected:
 		switch {
-		case ten != nil && !ten.Held() && !w.At.Before(ten.EndedAt):
-			delay := w.At.Sub(ten.EndedAt)
-			o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.Holder, w.Holder), Resource: w.Resource,
-				Summary: fmt.Sprintf("%s rejected a write with token %d from %s %s after its tenure ended (%s): fencing stopped a zombie holder", w.Resource, token, orUnknown(ten.Holder), delay.Round(time.Millisecond), ten.End)})
+		case ten != nil && !ten.held() && !w.At.Before(ten.endedAt()):
+			delay := w.At.Sub(ten.endedAt())
+			o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.holder, w.Holder), Resource: w.Resource,
+				Summary: fmt.Sprintf("%s rejected a write with token %d from %s %s after its tenure ended (%s): fencing stopped a zombie holder", w.Resource, token, orUnknown(ten.holder), delay.Round(time.Millisecond), ten.end)})
 		case newest != nil && token < *newest:
 			o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token, *newest}, Holders: holders(w.Holder), Resource: w.Resource,
 				Summary: fmt.Sprintf("%s rejected a write with token %d, older than the newest grant %d: fencing stopped a stale holder", w.Resource, token, *newest)})
@@ -297,7 +307,7 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 }
 
 // observe applies one observation to one lock.
-func (t *Tracker) observe(o *output, st *TrackState, ob Observation) {
+func (t *Tracker) observe(o *output, st *lockState, ob Observation) {
 	cur := st.current()
 	same := cur != nil && st.sameTenure(cur, ob.Holder, ob.Token)
 	switch ob.Kind {
@@ -336,33 +346,33 @@ func (t *Tracker) observe(o *output, st *TrackState, ob Observation) {
 		t.end(o, st, cur, reason, ob.At, ob.Inferred, ob.Detail)
 		switch {
 		case ob.Deleted:
-			o.finding(st, Finding{Kind: FindingLockDeleted, At: ob.At, Tokens: tokens(cur.Token), Holders: holders(cur.Holder),
-				Summary: fmt.Sprintf("the lock object was deleted while %s held it: the holder may go on acting on a lease nobody else can see", orUnknown(cur.Holder))})
+			o.finding(st, Finding{Kind: FindingLockDeleted, At: ob.At, Tokens: tokens(cur.token), Holders: holders(cur.holder),
+				Summary: fmt.Sprintf("the lock object was deleted while %s held it: the holder may go on acting on a lease nobody else can see", orUnknown(cur.holder))})
 		case ob.Evicted:
-			o.finding(st, Finding{Kind: FindingLockEvicted, At: ob.At, Tokens: tokens(cur.Token), Holders: holders(cur.Holder),
-				Summary: fmt.Sprintf("the backend evicted the lock under memory pressure while %s held it, before its lease ran out", orUnknown(cur.Holder))})
+			o.finding(st, Finding{Kind: FindingLockEvicted, At: ob.At, Tokens: tokens(cur.token), Holders: holders(cur.holder),
+				Summary: fmt.Sprintf("the backend evicted the lock under memory pressure while %s held it, before its lease ran out", orUnknown(cur.holder))})
 		}
 	}
 }
 
-func (t *Tracker) grant(o *output, st *TrackState, prev *Tenure, ob Observation) {
+func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) {
 	detail := copyDetail(ob.Detail)
 	if prev != nil {
 		if ob.Inferred {
 			t.endInferred(o, st, prev, ob.At, "a new holder appeared while the collector was blind")
 		} else {
-			if !prev.ExpiresAt.IsZero() && ob.At.Before(prev.ExpiresAt) {
-				o.finding(st, Finding{Kind: FindingOverlap, At: ob.At, Until: prev.ExpiresAt, Tokens: tokens(prev.Token, ob.Token), Holders: holders(prev.Holder, ob.Holder),
-					Summary: fmt.Sprintf("%s was granted the lock while %s's lease was valid for %s more: both may believe they hold it", orUnknown(ob.Holder), orUnknown(prev.Holder), prev.ExpiresAt.Sub(ob.At).Round(time.Millisecond))})
+			if expires := prev.expiresAt(); !expires.IsZero() && ob.At.Before(expires) {
+				o.finding(st, Finding{Kind: FindingOverlap, At: ob.At, Until: expires, Tokens: tokens(prev.token, ob.Token), Holders: holders(prev.holder, ob.Holder),
+					Summary: fmt.Sprintf("%s was granted the lock while %s's lease was valid for %s more: both may believe they hold it", orUnknown(ob.Holder), orUnknown(prev.holder), expires.Sub(ob.At).Round(time.Millisecond))})
 			}
-			detail = withDetail(detail, "superseded", prev.Holder)
+			detail = withDetail(detail, "superseded", prev.holder)
 			t.end(o, st, prev, EndSuperseded, ob.At, false, nil)
 		}
 	}
 
 	if ob.Token != nil {
 		tok := *ob.Token
-		if last := st.LastGrantToken; last != nil {
+		if last := st.lastGrantToken; last != nil {
 			switch {
 			case tok < *last:
 				o.finding(st, Finding{Kind: FindingTokenRegression, At: ob.At, Tokens: []int64{*last, tok}, Holders: holders(st.holderOf(*last), ob.Holder),
@@ -370,14 +380,14 @@ func (t *Tracker) grant(o *output, st *TrackState, prev *Tenure, ob Observation)
 			case tok == *last:
 				o.finding(st, Finding{Kind: FindingTokenReuse, At: ob.At, Tokens: []int64{tok}, Holders: holders(st.holderOf(tok), ob.Holder),
 					Summary: fmt.Sprintf("token %d was granted again, to %s: a resource cannot tell the two tenures apart", tok, orUnknown(ob.Holder))})
-			case st.SequentialTokens && tok > *last+1:
+			case st.sequentialTokens && tok > *last+1:
 				o.finding(st, Finding{Kind: FindingTokenSkip, At: ob.At, Tokens: []int64{*last, tok},
 					Summary: fmt.Sprintf("token jumped from %d to %d: %d grant(s) happened that the collector never saw", *last, tok, tok-*last-1)})
 			}
 		}
-		st.LastGrantToken = Int64(tok)
-		for _, name := range sortedResources(st.Resources) {
-			res := st.Resources[name]
+		st.lastGrantToken = ob.Token
+		for _, name := range sortedResources(st.resources) {
+			res := st.resources[name]
 			// Writes reported before this grant reached the tracker but
 			// made after it, with an older token: they got through.
 			for _, wr := range res.Accepted {
@@ -393,38 +403,29 @@ func (t *Tracker) grant(o *output, st *TrackState, prev *Tenure, ob Observation)
 				res.Pending = append(res.Pending[:0], res.Pending[n-maxPendingGrants:]...)
 			}
 		}
-	} else if !st.UnfencedReported && st.Lock.Class != ClassHeartbeat && !(ob.Inferred && ob.Holder == "") {
+	} else if !st.unfencedReported && st.class != ClassHeartbeat && !(ob.Inferred && ob.Holder == "") {
 		// Heartbeats never carry tokens and guard nothing, and a grant the
 		// collector only inferred, without even its holder, says nothing
 		// about the lock's tokens: neither is a finding.
-		st.UnfencedReported = true
+		st.unfencedReported = true
 		o.finding(st, Finding{Kind: FindingUnfencedLock, At: ob.At, Holders: holders(ob.Holder),
 			Summary: "grants of this lock carry no fencing token: a resource cannot reject a paused holder's late writes"})
 	}
 
-	st.NextSeq++
+	st.nextSeq++
 	renewed := renewedAt(ob)
-	ten := Tenure{
-		Lock: st.Lock.Key(), Seq: st.NextSeq, Holder: ob.Holder, Token: ob.Token,
-		GrantedAt: ob.At, Observed: ob.Kind == EventObserved, Position: ob.Position,
-		LastRenewedAt: renewed, LeaseDuration: ob.LeaseDuration,
+	ten := tenure{
+		seq: st.nextSeq, holder: ob.Holder, token: ob.Token, position: ob.Position,
+		granted: nanos(ob.At), renewed: nanos(renewed), lease: ob.LeaseDuration, observed: ob.Kind == EventObserved,
 	}
 	if ob.LeaseDuration > 0 {
-		ten.ExpiresAt = renewed.Add(ob.LeaseDuration)
+		ten.expires = nanos(renewed.Add(ob.LeaseDuration))
 	}
-	st.Recent = append(st.Recent, ten)
-	if n := len(st.Recent); n > t.cfg.RecentTenures {
-		st.Recent = append(st.Recent[:0], st.Recent[n-t.cfg.RecentTenures:]...)
+	st.recent = append(st.recent, ten)
+	if n := len(st.recent); n > t.cfg.RecentTenures {
+		st.recent = append(st.recent[:0], st.recent[n-t.cfg.RecentTenures:]...)
 	}
-	o.tenure(st, &st.Recent[len(st.Recent)-1])
-
-	l := &st.Lock
-	l.State, l.Holder, l.Token = StateHeld, ob.Holder, ob.Token
-	l.AcquiredAt = ob.At
-	if ten.Observed {
-		l.AcquiredAt = time.Time{}
-	}
-	l.RenewedAt, l.ExpiresAt, l.LeaseDuration, l.ChangedAt = renewed, ten.ExpiresAt, ob.LeaseDuration, ob.At
+	o.tenure(st, &st.recent[len(st.recent)-1])
 	o.event(st, Event{Kind: ob.Kind, At: ob.At, Holder: ob.Holder, Token: ob.Token, TTL: ob.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
 }
 
@@ -434,85 +435,93 @@ func (t *Tracker) grant(o *output, st *TrackState, prev *Tenure, ob Observation)
 // go by its time. It may arrive after ten ended (the tracker's clock
 // expired it while the collector lagged): it still happened before the
 // end, so its event is placed no later than that.
-func (t *Tracker) overtaken(o *output, st *TrackState, ten *Tenure, ob Observation) {
-	ten.Renewals++
+func (t *Tracker) overtaken(o *output, st *lockState, ten *tenure, ob Observation) {
+	ten.renewals++
 	at := ob.At
-	if ten.Held() {
+	if ten.held() {
 		o.renewal(st)
 	} else {
 		o.tenure(st, ten)
-		if at.After(ten.EndedAt) {
-			at = ten.EndedAt
+		if ended := ten.endedAt(); at.After(ended) {
+			at = ended
 		}
 	}
-	detail := withDetail(withDetail(copyDetail(ob.Detail), "overtaken", true), "renewal", ten.Renewals)
-	o.event(st, Event{Kind: EventRenew, At: at, Holder: ten.Holder, Token: ten.Token, TTL: ten.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Seq: ten.Seq, Detail: detail})
+	detail := withDetail(withDetail(copyDetail(ob.Detail), "overtaken", true), "renewal", ten.renewals)
+	o.event(st, Event{Kind: EventRenew, At: at, Holder: ten.holder, Token: ten.token, TTL: ten.lease, Position: ob.Position, Inferred: ob.Inferred, Seq: ten.seq, Detail: detail})
 }
 
-func (t *Tracker) renew(o *output, st *TrackState, cur *Tenure, ob Observation) {
+func (t *Tracker) renew(o *output, st *lockState, cur *tenure, ob Observation) {
 	at := renewedAt(ob)
-	if !at.After(cur.LastRenewedAt) {
+	if !at.After(cur.renewedAt()) {
 		return // nothing new: a snapshot seeing the same tenure, or a replayed renewal
 	}
-	duration := cur.LeaseDuration
+	duration := cur.lease
 	if ob.LeaseDuration > 0 {
 		duration = ob.LeaseDuration
 	}
 	detail := copyDetail(ob.Detail)
-	if !cur.ExpiresAt.IsZero() && cur.LeaseDuration > 0 {
-		left := cur.ExpiresAt.Sub(at)
-		ratio := float64(left) / float64(cur.LeaseDuration)
+	if cur.expires != 0 && cur.lease > 0 {
+		left := cur.expiresAt().Sub(at)
+		ratio := float64(left) / float64(cur.lease)
 		detail = withDetail(detail, "margin_ratio", round3(ratio))
 		if ratio < t.cfg.RenewMarginRatio {
-			o.finding(st, Finding{Kind: FindingLateRenewal, At: at, Tokens: tokens(cur.Token), Holders: holders(cur.Holder),
-				Summary: fmt.Sprintf("%s renewed with %.0f%% of the lease left (%s of %s)", orUnknown(cur.Holder), 100*ratio, left.Round(time.Millisecond), cur.LeaseDuration)})
+			o.finding(st, Finding{Kind: FindingLateRenewal, At: at, Tokens: tokens(cur.token), Holders: holders(cur.holder),
+				Summary: fmt.Sprintf("%s renewed with %.0f%% of the lease left (%s of %s)", orUnknown(cur.holder), 100*ratio, left.Round(time.Millisecond), cur.lease)})
 		}
 	}
 	if !ob.RenewedAt.IsZero() {
 		detail = withDetail(detail, "renewed_at", ob.RenewedAt.UTC().Format(time.RFC3339Nano))
 	}
-	st.applyRenewal(cur, at, duration)
+	cur.renew(at, duration)
 	o.renewal(st)
-	o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.Holder, Token: cur.Token, TTL: duration, Position: ob.Position, Inferred: ob.Inferred, Seq: cur.Seq, Detail: detail})
+	o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.holder, Token: cur.token, TTL: duration, Position: ob.Position, Inferred: ob.Inferred, Seq: cur.seq, Detail: detail})
 }
 
-// applyRenewal is all a renewal changes: the held tenure cur renewed at at
-// for duration. A renewal is not a change of hands: Lock.ChangedAt stays.
-func (st *TrackState) applyRenewal(cur *Tenure, at time.Time, duration time.Duration) {
-	cur.Renewals++
-	cur.LastRenewedAt, cur.LeaseDuration = at, duration
+// renew is all a renewal changes: the held tenure renewed at at for
+// duration. A renewal is not a change of hands: Lock.ChangedAt stays.
+func (tn *tenure) renew(at time.Time, duration time.Duration) {
+	tn.renewals++
+	tn.renewed, tn.lease = nanos(at), duration
 	if duration > 0 {
-		cur.ExpiresAt = at.Add(duration)
+		tn.expires = nanos(at.Add(duration))
 	}
-	l := &st.Lock
-	l.RenewedAt, l.ExpiresAt, l.LeaseDuration = at, cur.ExpiresAt, duration
 }
 
 // renewal returns the renewal columns of a held lock, for Batch.Renewed. It
 // is false when the lock is not held.
-func (st *TrackState) renewal() (Renewal, bool) {
+func (st *lockState) renewal() (Renewal, bool) {
 	cur := st.current()
 	if cur == nil {
 		return Renewal{}, false
 	}
-	return Renewal{Lock: st.Lock.Key(), Seq: cur.Seq, Renewals: cur.Renewals, RenewedAt: cur.LastRenewedAt,
-		ExpiresAt: cur.ExpiresAt, LeaseDuration: cur.LeaseDuration}, true
+	return renewalOf(cur.export(st.key)), true
 }
 
-// ReplayRenewal applies a stored renew event to st exactly as the tracker
-// applied it when it made the event, for a journal whose lock rows may lag
-// their renew events (Batch.Renewed). It reports whether st changed: not when
-// st already holds the renewal or the event's tenure has ended since.
-func (st *TrackState) ReplayRenewal(e Event) bool {
+// ReplayRenewal applies a stored renew event to a restored lock exactly as
+// the tracker applied it when it made the event, for a journal whose lock
+// rows may lag their renew events (Batch.Renewed). It returns the lock's
+// renewal columns when the lock changed: not when it already holds the
+// renewal or the event's tenure has ended since.
+func (t *Tracker) ReplayRenewal(e Event) (Renewal, bool) {
+	st := t.locks[e.Lock]
+	if st == nil || !st.replayRenewal(e) {
+		return Renewal{}, false
+	}
+	r, _ := st.renewal()
+	t.advance(r.RenewedAt)
+	return r, true
+}
+
+func (st *lockState) replayRenewal(e Event) bool {
 	cur := st.current()
-	if e.Kind != EventRenew || cur == nil || !st.sameTenure(cur, e.Holder, e.Token) || (e.Seq != 0 && e.Seq != cur.Seq) {
+	if e.Kind != EventRenew || cur == nil || !st.sameTenure(cur, e.Holder, e.Token) || (e.Seq != 0 && e.Seq != cur.seq) {
 		return false
 	}
 	if n, ok := overtakenRenewal(e.Detail); ok {
-		if n <= cur.Renewals || e.At.Before(cur.GrantedAt) {
+		if n <= cur.renewals || e.At.Before(cur.grantedAt()) {
 			return false
 		}
-		cur.Renewals++
+		cur.renewals++
 		return true
 	}
 	at := e.At
@@ -521,10 +530,10 @@ func (st *TrackState) ReplayRenewal(e Event) bool {
 			at = t
 		}
 	}
-	if !at.After(cur.LastRenewedAt) {
+	if !at.After(cur.renewedAt()) {
 		return false
 	}
-	st.applyRenewal(cur, at, e.TTL)
+	cur.renew(at, e.TTL)
 	return true
 }
 
@@ -549,40 +558,36 @@ func overtakenRenewal(d map[string]any) (int64, bool) {
 
 // end closes cur. Superseded tenures get no event of their own: the grant
 // that superseded them records it.
-func (t *Tracker) end(o *output, st *TrackState, cur *Tenure, reason EndReason, at time.Time, inferred bool, detail map[string]any) {
+func (t *Tracker) end(o *output, st *lockState, cur *tenure, reason EndReason, at time.Time, inferred bool, detail map[string]any) {
 	// A lease can run out before the tracker first saw it: a holder whose
 	// clock is behind the collector's by more than the lease writes a
 	// renewal time that is already past. The tenure ends no earlier than it
 	// began.
-	if at.Before(cur.GrantedAt) {
-		at = cur.GrantedAt
+	if granted := cur.grantedAt(); at.Before(granted) {
+		at = granted
 	}
-	cur.EndedAt, cur.End = at, reason
+	cur.ended, cur.end = nanos(at), reason
+	at = cur.endedAt() // as it is kept, so that events, tenure and lock agree
 	o.tenure(st, cur)
-	l := &st.Lock
-	l.ChangedAt = at
 	switch reason {
 	case EndReleased:
-		l.State, l.Holder, l.Token = StateFree, "", nil
-		l.AcquiredAt, l.RenewedAt, l.ExpiresAt = time.Time{}, time.Time{}, time.Time{}
-		o.event(st, Event{Kind: EventRelease, At: at, Holder: cur.Holder, Token: cur.Token, TTL: cur.LeaseDuration, Inferred: inferred, Detail: copyDetail(detail)})
+		o.event(st, Event{Kind: EventRelease, At: at, Holder: cur.holder, Token: cur.token, TTL: cur.lease, Inferred: inferred, Detail: copyDetail(detail)})
 	case EndExpired:
-		l.State = StateExpired
-		o.event(st, Event{Kind: EventExpire, At: at, Holder: cur.Holder, Token: cur.Token, TTL: cur.LeaseDuration, Inferred: inferred, Detail: copyDetail(detail)})
+		o.event(st, Event{Kind: EventExpire, At: at, Holder: cur.holder, Token: cur.token, TTL: cur.lease, Inferred: inferred, Detail: copyDetail(detail)})
 		how := "stopped renewing"
 		if inferred {
 			how = "stopped renewing (inferred)"
 		}
-		o.finding(st, Finding{Kind: FindingLeaseExpired, At: at, Tokens: tokens(cur.Token), Holders: holders(cur.Holder),
-			Summary: fmt.Sprintf("%s %s: its lease expired instead of being released, %s after the last renewal", orUnknown(cur.Holder), how, at.Sub(cur.LastRenewedAt).Round(time.Millisecond))})
+		o.finding(st, Finding{Kind: FindingLeaseExpired, At: at, Tokens: tokens(cur.token), Holders: holders(cur.holder),
+			Summary: fmt.Sprintf("%s %s: its lease expired instead of being released, %s after the last renewal", orUnknown(cur.holder), how, at.Sub(cur.renewedAt()).Round(time.Millisecond))})
 	}
 }
 
 // endInferred closes a tenure that ended out of the collector's sight: expired
 // if its lease had run out by then, released otherwise.
-func (t *Tracker) endInferred(o *output, st *TrackState, cur *Tenure, at time.Time, why string) {
+func (t *Tracker) endInferred(o *output, st *lockState, cur *tenure, at time.Time, why string) {
 	reason := EndReleased
-	if !cur.ExpiresAt.IsZero() && !at.Before(cur.ExpiresAt) {
+	if expires := cur.expiresAt(); !expires.IsZero() && !at.Before(expires) {
 		reason = EndExpired
 	}
 	t.end(o, st, cur, reason, at, true, map[string]any{"reason": why})
@@ -602,15 +607,15 @@ func (t *Tracker) blind(o *output, source string, b Blind) {
 }
 
 // lock returns the lock's state, creating it on first sight.
-func (t *Tracker) lock(o *output, key LockKey, kind SourceKind) *TrackState {
+func (t *Tracker) lock(o *output, key LockKey, kind SourceKind) *lockState {
 	st, ok := t.locks[key]
 	if !ok {
-		st = &TrackState{Lock: Lock{Source: key.Source, Name: key.Name, Kind: kind, Class: ClassLock, State: StateFree}}
+		st = &lockState{key: key, kind: kind, class: ClassLock}
 		t.locks[key] = st
 		o.changed(st)
 	}
-	if st.Lock.Kind == "" && kind != "" {
-		st.Lock.Kind = kind
+	if st.kind == "" && kind != "" {
+		st.kind = kind
 		o.changed(st)
 	}
 	return st
@@ -654,9 +659,9 @@ func sortKeys(keys []LockKey) {
 }
 
 // current returns the held tenure, or nil when the lock is not held.
-func (st *TrackState) current() *Tenure {
-	if n := len(st.Recent); n > 0 && st.Recent[n-1].Held() {
-		return &st.Recent[n-1]
+func (st *lockState) current() *tenure {
+	if n := len(st.recent); n > 0 && st.recent[n-1].held() {
+		return &st.recent[n-1]
 	}
 	return nil
 }
@@ -666,22 +671,22 @@ func (st *TrackState) current() *Tenure {
 // decides: an election's Proclaim changes the value in the holder string but
 // not the tenure. Elsewhere a token can repeat across holders (Kubernetes
 // leaseTransitions), so the holder must match too.
-func (st *TrackState) sameTenure(cur *Tenure, holder string, token *int64) bool {
+func (st *lockState) sameTenure(cur *tenure, holder string, token *int64) bool {
 	switch {
-	case token == nil && holder != "" && cur.Token != nil:
-		return cur.Holder == holder // an end that names only the holder
-	case st.Lock.Kind == KindEtcd && token != nil:
-		return tokenEqual(cur.Token, token)
+	case token == nil && holder != "" && cur.token != nil:
+		return cur.holder == holder // an end that names only the holder
+	case st.kind == KindEtcd && token != nil:
+		return tokenEqual(cur.token, token)
 	}
-	return cur.Holder == holder && tokenEqual(cur.Token, token)
+	return cur.holder == holder && tokenEqual(cur.token, token)
 }
 
 // lastTenureOf returns the newest remembered tenure of holder and token,
 // held or not; nil if there is none.
-func (st *TrackState) lastTenureOf(holder string, token *int64) *Tenure {
-	for i := len(st.Recent) - 1; i >= 0; i-- {
-		if st.sameTenure(&st.Recent[i], holder, token) {
-			return &st.Recent[i]
+func (st *lockState) lastTenureOf(holder string, token *int64) *tenure {
+	for i := len(st.recent) - 1; i >= 0; i-- {
+		if st.sameTenure(&st.recent[i], holder, token) {
+			return &st.recent[i]
 		}
 	}
 	return nil
@@ -689,57 +694,38 @@ func (st *TrackState) lastTenureOf(holder string, token *int64) *Tenure {
 
 // newestTokenAt returns the token of the newest remembered grant made at or
 // before at, or nil if none is remembered.
-func (st *TrackState) newestTokenAt(at time.Time) *int64 {
-	for i := len(st.Recent) - 1; i >= 0; i-- {
-		if t := st.Recent[i]; t.Token != nil && !t.GrantedAt.After(at) {
-			return t.Token
+func (st *lockState) newestTokenAt(at time.Time) *int64 {
+	for i := len(st.recent) - 1; i >= 0; i-- {
+		if ten := &st.recent[i]; ten.token != nil && !ten.grantedAt().After(at) {
+			return ten.token
 		}
 	}
 	return nil
 }
 
 // tenureWithToken returns the newest remembered tenure granted token.
-func (st *TrackState) tenureWithToken(token int64) *Tenure {
-	for i := len(st.Recent) - 1; i >= 0; i-- {
-		if tk := st.Recent[i].Token; tk != nil && *tk == token {
-			return &st.Recent[i]
+func (st *lockState) tenureWithToken(token int64) *tenure {
+	for i := len(st.recent) - 1; i >= 0; i-- {
+		if tk := st.recent[i].token; tk != nil && *tk == token {
+			return &st.recent[i]
 		}
 	}
 	return nil
 }
 
-func (st *TrackState) holderOf(token int64) string {
+func (st *lockState) holderOf(token int64) string {
 	if ten := st.tenureWithToken(token); ten != nil {
-		return ten.Holder
+		return ten.holder
 	}
 	return ""
-}
-
-func (st *TrackState) clone() TrackState {
-	c := *st
-	c.Recent = append([]Tenure(nil), st.Recent...)
-	if st.LastGrantToken != nil {
-		c.LastGrantToken = Int64(*st.LastGrantToken)
-	}
-	if st.Resources != nil {
-		c.Resources = make(map[string]*ResourceState, len(st.Resources))
-		for name, r := range st.Resources {
-			rc := &ResourceState{Pending: append([]PendingGrant(nil), r.Pending...), Accepted: append([]AcceptedWrite(nil), r.Accepted...)}
-			if r.Highest != nil {
-				rc.Highest = Int64(*r.Highest)
-			}
-			c.Resources[name] = rc
-		}
-	}
-	return c
 }
 
 // output gathers one step's changes. Each changed lock's state and each
 // touched tenure is written once, as it stands at the end of the step.
 type output struct {
 	b       Batch
-	locks   []*TrackState
-	changes map[*TrackState]change
+	locks   []*lockState
+	changes map[*lockState]change
 	tenures map[tenureKey]int
 }
 
@@ -758,13 +744,13 @@ type tenureKey struct {
 
 // newOutput returns an output for a step of about n observations.
 func newOutput(n int) *output {
-	o := &output{changes: make(map[*TrackState]change, n), tenures: make(map[tenureKey]int)}
+	o := &output{changes: make(map[*lockState]change, n), tenures: make(map[tenureKey]int)}
 	o.b.Events = make([]Event, 0, n)
 	return o
 }
 
 // mark records that st changed by c.
-func (o *output) mark(st *TrackState, c change) {
+func (o *output) mark(st *lockState, c change) {
 	old, ok := o.changes[st]
 	if !ok {
 		o.locks = append(o.locks, st)
@@ -773,35 +759,35 @@ func (o *output) mark(st *TrackState, c change) {
 }
 
 // changed records a change to st beyond renewals.
-func (o *output) changed(st *TrackState) { o.mark(st, changeFull) }
+func (o *output) changed(st *lockState) { o.mark(st, changeFull) }
 
 // event and finding record what happened; the state changes that go with
 // them are marked by tenure, renewal and changed.
-func (o *output) event(st *TrackState, e Event) {
-	e.Lock = st.Lock.Key()
+func (o *output) event(st *lockState, e Event) {
+	e.Lock = st.key
 	o.b.Events = append(o.b.Events, e)
 }
 
-func (o *output) finding(st *TrackState, f Finding) {
-	f.Lock = st.Lock.Key()
+func (o *output) finding(st *lockState, f Finding) {
+	f.Lock = st.key
 	f.Severity = f.Kind.Severity()
 	o.b.Findings = append(o.b.Findings, f)
 }
 
 // tenure records a grant or an end of ten, a change beyond renewals.
-func (o *output) tenure(st *TrackState, ten *Tenure) {
+func (o *output) tenure(st *lockState, ten *tenure) {
 	o.changed(st)
-	k := tenureKey{st.Lock.Key(), ten.Seq}
+	k := tenureKey{st.key, ten.seq}
 	if i, ok := o.tenures[k]; ok {
-		o.b.Tenures[i] = *ten
+		o.b.Tenures[i] = ten.export(st.key)
 		return
 	}
 	o.tenures[k] = len(o.b.Tenures)
-	o.b.Tenures = append(o.b.Tenures, *ten)
+	o.b.Tenures = append(o.b.Tenures, ten.export(st.key))
 }
 
 // renewal records that st's held tenure was renewed.
-func (o *output) renewal(st *TrackState) { o.mark(st, changeRenewal) }
+func (o *output) renewal(st *lockState) { o.mark(st, changeRenewal) }
 
 // batch returns the step's changes: locks changed only by renewals go to
 // Renewed; every other changed lock to Locks, with a renewed tenure that the
@@ -817,11 +803,11 @@ func (o *output) batch() Batch {
 			}
 		}
 		if cur := st.current(); c&changeRenewal != 0 && cur != nil {
-			if _, ok := o.tenures[tenureKey{st.Lock.Key(), cur.Seq}]; !ok {
+			if _, ok := o.tenures[tenureKey{st.key, cur.seq}]; !ok {
 				o.tenure(st, cur)
 			}
 		}
-		o.b.Locks = append(o.b.Locks, st.clone())
+		o.b.Locks = append(o.b.Locks, st.export())
 	}
 	return o.b
 }

@@ -770,13 +770,17 @@ func TestReplayRenewalRebuildsState(t *testing.T) {
 	want, _ := tr.State(key)
 	for _, from := range []int{synced, 0} {
 		for _, stored := range []bool{false, true} {
-			st := cloneState(rows[key])
+			restored := audit.NewTracker(audit.TrackerConfig{})
+			restored.Restore([]audit.TrackState{rows[key]})
 			for _, e := range events[from:] {
 				if stored {
 					e.Detail = jsonRoundTrip(t, e.Detail)
 				}
-				st.ReplayRenewal(e)
+				if rn, ok := restored.ReplayRenewal(e); ok && (rn.Lock != key || rn.Seq != e.Seq && e.Seq != 0) {
+					t.Fatalf("replaying %+v: renewal %+v, want the lock's held tenure", e, rn)
+				}
 			}
+			st, _ := restored.State(key)
 			if !reflect.DeepEqual(st, want) {
 				t.Errorf("replayed from event %d (read back from a store: %v):\n got %+v\nwant %+v", from, stored, st, want)
 			}
@@ -854,11 +858,6 @@ func TestTrackerOvertakenRenewals(t *testing.T) {
 	if len(s.out.Events) != m {
 		t.Errorf("an overtaken renewal of a holder the lock never had made events %v", s.events()[m:])
 	}
-}
-
-func cloneState(st audit.TrackState) audit.TrackState {
-	st.Recent = slices.Clone(st.Recent)
-	return st
 }
 
 // Tick looks at the locks only once the earliest lease can have run out. A
