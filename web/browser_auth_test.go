@@ -15,11 +15,7 @@ import (
 func TestBrowserBasicAuthOverTLS(t *testing.T) {
 	chromium := chromiumPath(t)
 	certFile, keyFile, _ := selfSigned(t, t.TempDir(), "browser")
-	tc, err := TLSConfig(certFile, keyFile, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFixture(t, func(c *Config) { c.TLS = tc },
+	f := newFixture(t, func(c *Config) { c.TLS = serverTLS(t, certFile, keyFile) },
 		withAuth(Auth{Users: map[string]string{"alice": bcryptHash(t, "correct horse")}}))
 	base := serveReal(t, f.server)
 	// The certificate is self-signed: the browser is told to accept it, as a

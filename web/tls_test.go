@@ -53,8 +53,6 @@ func selfSigned(t *testing.T, dir, name string) (certFile, keyFile string, cert 
 		t.Fatal(err)
 	}
 	certFile, keyFile = filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
-	// Written beside and renamed, as cert-manager's atomic writer does, so a
-	// reload never reads half a file.
 	for _, f := range []struct {
 		path, typ string
 		der       []byte
@@ -75,20 +73,29 @@ func clientTrusting(certs ...*x509.Certificate) *http.Client {
 	for _, c := range certs {
 		pool.AddCert(c)
 	}
-	// No keep-alive: each request is a new handshake, so a reload shows.
+	// No keep-alive: each request is a new handshake.
 	return &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{
 		TLSClientConfig: &tls.Config{RootCAs: pool}, DisableKeepAlives: true,
 	}}
 }
 
-func TestServeTLS(t *testing.T) {
-	dir := t.TempDir()
-	certFile, keyFile, cert := selfSigned(t, dir, "first")
-	tc, err := TLSConfig(certFile, keyFile, nil)
+// serverTLS serves the pair. The configuration leasewatch serves, with its
+// minimum version and its reloading of renewed certificates, is config's
+// TLSConfig.ServerConfig, tested there.
+func serverTLS(t *testing.T, certFile, keyFile string) *tls.Config {
+	t.Helper()
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
 	if err != nil {
-		t.Fatalf("TLSConfig: %v", err)
+		t.Fatal(err)
 	}
-	f := newFixture(t, func(c *Config) { c.TLS = tc }, withAuth(Auth{Users: map[string]string{"alice": bcryptHash(t, "pw")}}))
+	return &tls.Config{Certificates: []tls.Certificate{cert}}
+}
+
+// The server serves HTTPS, with its security headers, when given a TLS
+// configuration.
+func TestServeTLS(t *testing.T) {
+	certFile, keyFile, cert := selfSigned(t, t.TempDir(), "first")
+	f := newFixture(t, func(c *Config) { c.TLS = serverTLS(t, certFile, keyFile) }, withAuth(Auth{Users: map[string]string{"alice": bcryptHash(t, "pw")}}))
 	base := serveReal(t, f.server)
 	if !strings.HasPrefix(base, "https://") {
 		t.Fatalf("base %q, want https", base)
@@ -121,63 +128,4 @@ func TestServeTLS(t *testing.T) {
 			}
 		}
 	})
-	t.Run("TLS11Refused", func(t *testing.T) {
-		conn, err := tls.Dial("tcp", strings.TrimPrefix(base, "https://"), &tls.Config{
-			MaxVersion: tls.VersionTLS11, InsecureSkipVerify: true, // only the version is under test
-		})
-		if err == nil {
-			conn.Close()
-			t.Fatal("a TLS 1.1 handshake succeeded")
-		}
-	})
-	var renewed *x509.Certificate
-	t.Run("RenewedCertificateServedWithoutRestart", func(t *testing.T) {
-		_, _, renewed = selfSigned(t, dir, "renewed")
-		// Set ahead, for file systems with coarse modification times.
-		touch(t, time.Now().Add(time.Second), certFile, keyFile)
-		res, _ := fetch(t, clientTrusting(renewed), http.MethodGet, base+"/healthz", nil)
-		if got := res.TLS.PeerCertificates[0].Subject.CommonName; got != "renewed" {
-			t.Errorf("after renewal the server presents %q, want renewed", got)
-		}
-	})
-	t.Run("BrokenRenewalKeepsTheLastCertificate", func(t *testing.T) {
-		if renewed == nil {
-			t.Skip("no renewed certificate")
-		}
-		if err := os.WriteFile(keyFile, []byte("not a key"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		touch(t, time.Now().Add(2*time.Second), keyFile)
-		res, _ := fetch(t, clientTrusting(renewed), http.MethodGet, base+"/healthz", nil)
-		if res.StatusCode != http.StatusOK || res.TLS.PeerCertificates[0].Subject.CommonName != "renewed" {
-			t.Errorf("with a broken key file: status %d, want 200 with the renewed certificate", res.StatusCode)
-		}
-	})
-}
-
-func touch(t *testing.T, at time.Time, paths ...string) {
-	t.Helper()
-	for _, p := range paths {
-		if err := os.Chtimes(p, at, at); err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func TestTLSConfigRejectsBadPair(t *testing.T) {
-	dir := t.TempDir()
-	certFile, _, _ := selfSigned(t, dir, "a")
-	other := t.TempDir()
-	_, otherKey, _ := selfSigned(t, other, "b")
-	for _, tt := range []struct{ name, cert, key string }{
-		{"Missing", filepath.Join(dir, "nope.crt"), filepath.Join(dir, "tls.key")},
-		{"KeyOfAnotherCertificate", certFile, otherKey},
-		{"KeyIsTheCertificate", certFile, certFile},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			if _, err := TLSConfig(tt.cert, tt.key, nil); err == nil {
-				t.Fatalf("TLSConfig(%s, %s) succeeded", tt.cert, tt.key)
-			}
-		})
-	}
 }

@@ -107,7 +107,7 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	webLog := logger.With("component", "web")
 	var tlsConfig *tls.Config
 	if cfg.TLS.Enabled() {
-		if tlsConfig, err = web.TLSConfig(cfg.TLS.CertFile, cfg.TLS.KeyFile, webLog); err != nil {
+		if tlsConfig, err = cfg.TLS.ServerConfig(webLog); err != nil {
 			svc.close()
 			return nil, fmt.Errorf("tls: %w", err)
 		}
@@ -164,7 +164,7 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 func newCollector(sc config.SourceConfig, cli *clientv3.Client, logger *slog.Logger) (collectors.Collector, error) {
 	// Load has read the password from password_file or password_env into
 	// Password, and checked these files once already.
-	tlsConfig, err := sc.TLS.ClientConfig()
+	tlsConfig, err := sc.TLS.ClientConfig(logger)
 	if err != nil {
 		return nil, fmt.Errorf("tls.%w", err)
 	}

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"regexp"
 	"slices"
@@ -196,7 +197,10 @@ type RedisTokenRule struct {
 //	  server_name: etcd.internal                 # the name to verify; default: the address's host
 //	  insecure_skip_verify: false                # never verify the server (testing only)
 //
-// The files are read once, at start.
+// The files are read at start, so a bad one stops leasewatch there. The
+// client certificate and key are read again when they change (cert-manager
+// renewing them) and used from the next connection on, without a restart;
+// the CA file is read only at start.
 type SourceTLS struct {
 	CAFile             string `yaml:"ca_file"`
 	CertFile           string `yaml:"cert_file"`
@@ -209,7 +213,9 @@ func (t *SourceTLS) validate() error { return certPair(t.CertFile, t.KeyFile) }
 
 // ClientConfig reads the files and returns the client TLS configuration, or
 // nil when t is nil (no TLS). Errors name the field; none quotes key material.
-func (t *SourceTLS) ClientConfig() (*tls.Config, error) {
+// A renewed client certificate that fails to load is logged to logger (nil:
+// discarded) and the previous one kept.
+func (t *SourceTLS) ClientConfig(logger *slog.Logger) (*tls.Config, error) {
 	if t == nil {
 		return nil, nil
 	}
@@ -228,27 +234,36 @@ func (t *SourceTLS) ClientConfig() (*tls.Config, error) {
 		}
 	}
 	if t.CertFile != "" {
-		certPEM, err := os.ReadFile(t.CertFile)
+		pair, err := newKeyPair(t.CertFile, t.KeyFile, t.loadKeyPair, logger)
 		if err != nil {
-			return nil, fmt.Errorf("cert_file: %w", err)
+			return nil, err
 		}
-		keyPEM, err := os.ReadFile(t.KeyFile)
-		if err != nil {
-			return nil, fmt.Errorf("key_file: %w", err)
-		}
-		if !holdsCertificate(certPEM) {
-			return nil, fmt.Errorf("cert_file: %s holds no PEM certificate", t.CertFile)
-		}
-		// With a certificate in cert_file, what can still fail is the key:
-		// missing, unreadable or another certificate's. crypto/tls's
-		// messages never quote key material.
-		pair, err := tls.X509KeyPair(certPEM, keyPEM)
-		if err != nil {
-			return nil, fmt.Errorf("key_file: %s is not the private key of cert_file %s: %w", t.KeyFile, t.CertFile, err)
-		}
-		cfg.Certificates = []tls.Certificate{pair}
+		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair.get(), nil }
 	}
 	return cfg, nil
+}
+
+// loadKeyPair reads the client certificate and its key.
+func (t *SourceTLS) loadKeyPair() (tls.Certificate, error) {
+	certPEM, err := os.ReadFile(t.CertFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("cert_file: %w", err)
+	}
+	keyPEM, err := os.ReadFile(t.KeyFile)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("key_file: %w", err)
+	}
+	if !holdsCertificate(certPEM) {
+		return tls.Certificate{}, fmt.Errorf("cert_file: %s holds no PEM certificate", t.CertFile)
+	}
+	// With a certificate in cert_file, what can still fail is the key:
+	// missing, unreadable or another certificate's. crypto/tls's messages
+	// never quote key material.
+	pair, err := tls.X509KeyPair(certPEM, keyPEM)
+	if err != nil {
+		return tls.Certificate{}, fmt.Errorf("key_file: %s is not the private key of cert_file %s: %w", t.KeyFile, t.CertFile, err)
+	}
+	return pair, nil
 }
 
 // holdsCertificate reports whether data has a PEM CERTIFICATE block.
@@ -337,7 +352,7 @@ func (s *SourceConfig) readSecrets() error {
 		}
 		s.Password = pw
 	}
-	if _, err := s.TLS.ClientConfig(); err != nil {
+	if _, err := s.TLS.ClientConfig(nil); err != nil {
 		return fmt.Errorf("tls.%w", err)
 	}
 	return nil

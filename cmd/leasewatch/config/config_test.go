@@ -339,8 +339,8 @@ sources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := cfg.Sources[0].TLS.ClientConfig()
-	if err != nil || tc == nil || tc.RootCAs != nil || len(tc.Certificates) != 0 || tc.InsecureSkipVerify {
+	tc, err := cfg.Sources[0].TLS.ClientConfig(nil)
+	if err != nil || tc == nil || tc.RootCAs != nil || tc.GetClientCertificate != nil || tc.InsecureSkipVerify {
 		t.Fatalf("tls: {} = %+v, %v; want TLS verified against the system's roots", tc, err)
 	}
 }
@@ -430,11 +430,11 @@ func TestLoadConfigSourceTLS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	tc, err := cfg.Sources[0].TLS.ClientConfig()
+	tc, err := cfg.Sources[0].TLS.ClientConfig(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if tc.RootCAs == nil || len(tc.Certificates) != 1 || tc.ServerName != "redis.internal" || tc.InsecureSkipVerify || tc.MinVersion != tls.VersionTLS12 {
+	if tc.RootCAs == nil || tc.GetClientCertificate == nil || tc.ServerName != "redis.internal" || tc.InsecureSkipVerify || tc.MinVersion != tls.VersionTLS12 {
 		t.Fatalf("client TLS = %+v, want the CA, the client certificate and the server name", tc)
 	}
 	garbageKey := writeFile(t, dir, "garbage.key", "-----BEGIN PRIVATE KEY-----\nc2VjcmV0\n-----END PRIVATE KEY-----\n")
