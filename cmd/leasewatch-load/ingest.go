@@ -783,6 +783,22 @@ func memoryGrowth(samples []ingestSample, measure func(ingestSample) int64) (g g
 	return growth{peak: float64(hi2)/float64(hi1) - 1, floor: float64(lo2)/float64(lo1) - 1}, ok1 && ok2
 }
 
+// floorsByPart returns the least of measure in each of parts equal spans of
+// the samples, in MiB: where memory levels off the later ones are alike,
+// whatever the first half held of the warm-up. A span with no value is "—".
+func floorsByPart(samples []ingestSample, measure func(ingestSample) int64, parts int) []string {
+	floors := make([]string, 0, parts)
+	for i := range parts {
+		lo, _, ok := bounds(samples[i*len(samples)/parts:(i+1)*len(samples)/parts], measure)
+		if !ok {
+			floors = append(floors, "—")
+			continue
+		}
+		floors = append(floors, fmt.Sprintf("%.1f", mib(lo)))
+	}
+	return floors
+}
+
 // bounds returns the least and greatest of measure over ss, leaving out
 // samples it has no value for (negative); ok is false if none has one.
 func bounds(ss []ingestSample, measure func(ingestSample) int64) (lo, hi int64, ok bool) {
@@ -921,6 +937,7 @@ func (k *ingestLoad) write(out io.Writer, r *ingestResult) {
 		{"anonymous memory the Go runtime does not hold (SQLite's page caches)", memRange(outsideGo)},
 		{"leasewatch goroutines min / max / last", fmt.Sprintf("%.0f / %.0f / %.0f", lowG, highG, last.goroutines)},
 		{"memory levels off", level},
+		{"anonymous memory's lowest sample in each fifth of the run", strings.Join(floorsByPart(r.samples, anonRSS, 5), ", ") + " MiB"},
 		{"database file at the end", fmt.Sprintf("%.1f MiB", mib(last.db))},
 		{"its WAL min / max / last", memRange(walSize)},
 		{"machine load average (1 min) at start / end", r.loadAvg[0] + " / " + r.loadAvg[1]},

@@ -129,3 +129,23 @@ func TestIngestLoadRefusesBadFlags(t *testing.T) {
 		t.Errorf("the defaults: %v", err)
 	}
 }
+
+// The floors by fifth show a climb that levels off, and a span without a
+// value says so rather than showing zero.
+func TestFloorsByPart(t *testing.T) {
+	var samples []ingestSample
+	for i, anon := range []int64{10, 12, 30, 28, 40, 41, 40, 39, 42, 40} {
+		s := ingestSample{goHeap: -1}
+		s.anon = anon << 20
+		if i >= 8 {
+			s.goHeap = 5 << 20
+		}
+		samples = append(samples, s)
+	}
+	if got, want := strings.Join(floorsByPart(samples, anonRSS, 5), ", "), "10.0, 28.0, 40.0, 39.0, 40.0"; got != want {
+		t.Errorf("anonymous floors = %s, want %s", got, want)
+	}
+	if got, want := strings.Join(floorsByPart(samples, goHeap, 5), ", "), "—, —, —, —, 5.0"; got != want {
+		t.Errorf("Go heap floors = %s, want %s", got, want)
+	}
+}
