@@ -86,7 +86,7 @@ func (t TLSConfig) ServerConfig(logger *slog.Logger) (*tls.Config, error) {
 		cert, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile)
 		if err != nil {
 			// The error names the file that failed; it never quotes key material.
-			return cert, fmt.Errorf("cert_file %s, key_file %s: %w", t.CertFile, t.KeyFile, err)
+			return cert, fmt.Errorf("cert_file, key_file: %w", err)
 		}
 		return cert, nil
 	}, logger)

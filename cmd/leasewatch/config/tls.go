@@ -1,10 +1,6 @@
 package config
 
-import (
-	"crypto/tls"
-	"errors"
-	"fmt"
-)
+import "errors"
 
 // TLSConfig is tls: serve HTTPS with this certificate. Optional, added to the
 // contract; without it leasewatch serves plain HTTP (behind a terminating
@@ -44,9 +40,6 @@ func (t *TLSConfig) check() error {
 	if !t.Enabled() {
 		return nil
 	}
-	if _, err := tls.LoadX509KeyPair(t.CertFile, t.KeyFile); err != nil {
-		// The error names the file that failed; it never quotes key material.
-		return fmt.Errorf("cert_file, key_file: %w", err)
-	}
-	return nil
+	_, err := t.ServerConfig(nil)
+	return err
 }
