@@ -57,11 +57,7 @@ func selfSigned(t *testing.T, dir, name string) (certFile, keyFile string, cert 
 		path, typ string
 		der       []byte
 	}{{certFile, "CERTIFICATE", der}, {keyFile, "PRIVATE KEY", keyDER}} {
-		tmp := f.path + ".new"
-		if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.Rename(tmp, f.path); err != nil {
+		if err := os.WriteFile(f.path, pem.EncodeToMemory(&pem.Block{Type: f.typ, Bytes: f.der}), 0o600); err != nil {
 			t.Fatal(err)
 		}
 	}

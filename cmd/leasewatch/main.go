@@ -44,7 +44,7 @@ Usage:
 
 // gcPercent is the garbage collector's target (GOGC) that serve and demo
 // run with unless the GOGC environment variable sets one. Most of
-// leasewatch's heap is long-lived (every lock's state, about 1.5 KB a lock
+// leasewatch's heap is long-lived (every lock's state, about 1.1 KB a lock
 // in all), so at Go's default of 100 the heap grows to twice what is live
 // before each collection; at 50 it grows to one and a half times, for a
 // little more collector CPU (BENCHMARKS.md, Memory).

@@ -447,8 +447,9 @@ func (s *instanceState) reconcile(read map[string]holding) []string {
 // is not found but is touched.
 func (s *instanceState) unseen(seen map[string]bool, since time.Time) []string {
 	gone := make(map[string]bool)
+	before := since.UnixNano()
 	for key, ks := range s.keys {
-		if !seen[key] && ks.touched < since.UnixNano() {
+		if !seen[key] && ks.touched < before {
 			gone[key] = true
 		}
 	}

@@ -2,7 +2,6 @@ package redis
 
 import (
 	"fmt"
-	"maps"
 	"sort"
 	"time"
 
@@ -224,9 +223,9 @@ func (c *combiner) tell(key string, q *holding) {
 }
 
 // replace makes scan (from the instance's state after a full scan) instance
-// inst's holds.
+// inst's holds. The combiner keeps scan: the caller hands it over.
 func (c *combiner) replace(inst int, scan map[string]*holding) {
-	c.held[inst] = maps.Clone(scan)
+	c.held[inst] = scan
 }
 
 // replaceKeys makes holds instance inst's holds of keys (a page of a
