@@ -46,12 +46,54 @@ type Store interface {
 	// It is the cheap way to draw many renewals. Returns ENOTFOUND if the lock
 	// does not exist.
 	EventTimes(ctx context.Context, lockID int64, kind EventKind, f TimeFilter) ([]time.Time, error)
+	// WriteCounts counts the lock's write events of one outcome within f's
+	// window per equal stretch of it, without returning them: the way to
+	// draw a window of millions of writes in memory that does not grow with
+	// them. Returns EINVALID if f does not cut a window into bins, ENOTFOUND
+	// if the lock does not exist.
+	WriteCounts(ctx context.Context, lockID int64, outcome WriteOutcome, f BinFilter) (Histogram, error)
 	// BlindWindows returns the intervals over which sources' collectors were
 	// blind that overlap f's window, in time order; if more than f.Limit
 	// match, the newest f.Limit.
 	BlindWindows(ctx context.Context, f BlindFilter) ([]BlindWindow, error)
 	// Cursors returns every source's stored resume cursor, by source name.
 	Cursors(ctx context.Context) ([]Cursor, error)
+}
+
+// BinFilter cuts the window From..To (both ends set and inclusive) into Bins
+// stretches of equal width. Limit, when positive, counts only the newest
+// Limit events.
+type BinFilter struct {
+	From, To time.Time
+	Bins     int
+	Limit    int
+}
+
+// Histogram is how many events fell in each stretch of a BinFilter's window:
+// Counts[i] those from From+i*Width, up to but not including the next
+// stretch. Width is the window's span over the bins, rounded up to a whole
+// nanosecond, so the last stretch may reach past To; it also holds To.
+type Histogram struct {
+	From   time.Time
+	Width  time.Duration
+	Counts []int
+	// AtLeast says more events matched than the filter's Limit: Counts hold
+	// the newest Limit, and the totals are lower bounds.
+	AtLeast bool
+}
+
+// Total is how many events were counted.
+func (h Histogram) Total() int {
+	n := 0
+	for _, c := range h.Counts {
+		n += c
+	}
+	return n
+}
+
+// Bin returns where stretch i starts and where the next starts.
+func (h Histogram) Bin(i int) (from, to time.Time) {
+	return h.From.Add(time.Duration(i) * h.Width), h.From.Add(time.Duration(i+1) * h.Width)
 }
 
 // LockSort orders a locks list.

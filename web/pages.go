@@ -34,11 +34,12 @@ const (
 	// timelineWriteCount is how many writes of each outcome a timeline
 	// counts exactly; beyond it, it says "at least".
 	timelineWriteCount = 100_000
-	eventTimesPage     = 10_000 // the most one store list call returns
-	overviewList       = 10
-	overviewFindings   = 10
-	searchCountCap     = 1000
-	sourcesBlindLimit  = 200
+	// unfencedCount is how many unfenced writes a timeline counts.
+	unfencedCount     = audit.MaxListLimit
+	overviewList      = 10
+	overviewFindings  = 10
+	searchCountCap    = 1000
+	sourcesBlindLimit = 200
 	// Live regions poll this often (seconds).
 	refreshOverview = 5
 	refreshLock     = 10
@@ -523,23 +524,23 @@ func (s *Server) handleLockPage(c echo.Context) error {
 
 // timelineWrites returns the writes the lock's timeline draws in window w:
 // every write, when there are at most timelineWrites of them; else their
-// times, counted exactly up to timelineWriteCount per outcome, and the
-// unfenced writes. Times come from the index alone, so counting thousands
-// costs little; whole rows would cost a page's budget.
+// counts per stretch of the window, exact up to timelineWriteCount per
+// outcome, and the unfenced writes. The store counts them, so a window of
+// millions of writes costs the page no more memory than one of hundreds.
 func (s *Server) timelineWrites(ctx context.Context, id int64, w window) ([]audit.Event, *writeBins, error) {
-	tf := audit.TimeFilter{From: w.From, To: w.To}
 	bins := &writeBins{EventsURL: fmt.Sprintf("/api/v1/locks/%d/events?kind=write_accepted", id)}
+	f := audit.BinFilter{From: w.From, To: w.To, Bins: tlWriteBins, Limit: timelineWriteCount}
 	for _, k := range []struct {
-		kind  audit.EventKind
-		times *[]time.Time
-	}{{audit.EventWriteAccepted, &bins.Accepted}, {audit.EventWriteRejected, &bins.Rejected}} {
-		ts, more, err := eventTimes(ctx, s.store, id, k.kind, tf, timelineWriteCount, eventTimesPage)
+		outcome audit.WriteOutcome
+		counts  *audit.Histogram
+	}{{audit.WriteAccepted, &bins.Accepted}, {audit.WriteRejected, &bins.Rejected}} {
+		h, err := s.store.WriteCounts(ctx, id, k.outcome, f)
 		if err != nil {
 			return nil, nil, err
 		}
-		*k.times, bins.AtLeast = ts, bins.AtLeast || more
+		*k.counts, bins.AtLeast = h, bins.AtLeast || h.AtLeast
 	}
-	if len(bins.Accepted)+len(bins.Rejected) <= timelineWrites {
+	if bins.Accepted.Total()+bins.Rejected.Total() <= timelineWrites {
 		var writes []audit.Event
 		for _, k := range []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected} {
 			ws, err := s.store.Events(ctx, id, audit.EventFilter{Kind: k, TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: timelineWrites}})
@@ -561,60 +562,14 @@ func (s *Server) timelineWrites(ctx context.Context, id int64, w window) ([]audi
 		// Rare: count the rest, which the findings page lists.
 		bins.Unfenced = unfenced[1:]
 		all, err := s.store.Findings(ctx, audit.FindingFilter{LockID: id, Kind: audit.FindingUnfencedWrite,
-			TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: eventTimesPage}})
+			TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: unfencedCount}})
 		if err != nil {
 			return nil, nil, err
 		}
 		bins.UnfencedMore = len(all) - len(bins.Unfenced)
-		bins.AtLeast = bins.AtLeast || len(all) == eventTimesPage
+		bins.AtLeast = bins.AtLeast || len(all) == unfencedCount
 	}
 	return nil, bins, nil
-}
-
-// eventTimes returns the times of the lock's events of kind in tf's window,
-// in time order, at most most of them, the newest; more says there are more.
-// It pages through the store's EventTimes, page times a call, as a store
-// returns at most a list's maximum per call.
-func eventTimes(ctx context.Context, st audit.Store, id int64, kind audit.EventKind, tf audit.TimeFilter, most, page int) ([]time.Time, bool, error) {
-	var (
-		pages  [][]time.Time
-		n      int
-		cutOff bool // more than a page of events share one instant
-	)
-	tf.Limit = page
-	for n <= most {
-		ts, err := st.EventTimes(ctx, id, kind, tf)
-		if err != nil {
-			return nil, false, err
-		}
-		if len(ts) < page {
-			pages, n = append(pages, ts), n+len(ts)
-			break
-		}
-		// The next page ends at this page's oldest time, inclusive, so
-		// events sharing that instant are all counted, once: they move to
-		// the next page.
-		oldest := ts[0]
-		i := 0
-		for i < len(ts) && ts[i].Equal(oldest) {
-			i++
-		}
-		if i == len(ts) {
-			pages, cutOff = append(pages, ts), true
-			break
-		}
-		pages, n = append(pages, ts[i:]), n+len(ts)-i
-		tf.To = oldest
-	}
-	var out []time.Time
-	for _, p := range slices.Backward(pages) {
-		out = append(out, p...)
-	}
-	more := cutOff || len(out) > most
-	if len(out) > most {
-		out = out[len(out)-most:]
-	}
-	return out, more, nil
 }
 
 // windowNav builds the lock page's window controls.

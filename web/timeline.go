@@ -337,15 +337,16 @@ func buildTimeline(in timelineInput) views.Timeline {
 	return tl
 }
 
-// tlWriteBin is the width of the stretch of time one binned write mark
-// counts: wide enough for the marks not to touch.
-const tlWriteBin = 12.0
+// tlWriteBins is how many stretches of time binned write marks count: each
+// about 12 units wide, so that the marks do not touch.
+const tlWriteBins = 85
 
 // writeBins are a window's writes counted rather than drawn one by one: the
-// time of every accepted and rejected write, and the unfenced writes the
-// tracker found, which are few and always drawn one by one.
+// accepted and rejected writes counted per stretch of the window, and the
+// unfenced writes the tracker found, which are few and always drawn one by
+// one.
 type writeBins struct {
-	Accepted, Rejected []time.Time // in time order
+	Accepted, Rejected audit.Histogram
 	// AtLeast says counting stopped at a cap: the counts are lower bounds.
 	AtLeast  bool
 	Unfenced []audit.Finding // unfenced_write findings in the window
@@ -357,7 +358,7 @@ type writeBins struct {
 
 // total counts the writes, as the writes lane's label.
 func (b *writeBins) total() string {
-	s := countOf(len(b.Accepted)+len(b.Rejected), "write", "writes")
+	s := countOf(b.Accepted.Total()+b.Rejected.Total(), "write", "writes")
 	if b.AtLeast {
 		s = "at least " + s
 	}
@@ -366,7 +367,7 @@ func (b *writeBins) total() string {
 
 // note says what the writes lane shows and where each write is listed.
 func (b *writeBins) note() string {
-	s := fmt.Sprintf("%s in this window (%d accepted, %d rejected", b.total(), len(b.Accepted), len(b.Rejected))
+	s := fmt.Sprintf("%s in this window (%d accepted, %d rejected", b.total(), b.Accepted.Total(), b.Rejected.Total())
 	if n := len(b.Unfenced) + b.UnfencedMore; n > 0 {
 		s += fmt.Sprintf(", %s", countOf(n, "unfenced", "unfenced"))
 	}
@@ -386,33 +387,20 @@ func (b *writeBins) note() string {
 // mark for its accepted writes and one for its rejected writes, each titled
 // with its count; and each unfenced write.
 func (b *writeBins) marks(sc timelineScale, y float64, loc *time.Location) []views.WriteMark {
-	bins := max(1, int(math.Ceil((sc.x1-sc.x0)/tlWriteBin)))
-	span := sc.to.Sub(sc.from)
-	binOf := func(t time.Time) int {
-		if span <= 0 {
-			return 0
-		}
-		return min(bins-1, max(0, int(float64(t.Sub(sc.from))/float64(span)*float64(bins))))
-	}
-	binTime := func(i int) time.Time { return sc.from.Add(time.Duration(float64(span) * float64(i) / float64(bins))) }
 	var out []views.WriteMark
 	for _, k := range []struct {
-		kind  string
-		times []time.Time
-		dy    float64
+		kind   string
+		counts audit.Histogram
+		dy     float64
 	}{{"accepted", b.Accepted, 10}, {"rejected", b.Rejected, 26}} {
-		counts := make([]int, bins)
-		for _, t := range k.times {
-			counts[binOf(t)]++
-		}
-		for i, c := range counts {
+		for i, c := range k.counts.Counts {
 			if c == 0 {
 				continue
 			}
-			from, to := binTime(i), binTime(i+1)
+			from, to := k.counts.Bin(i)
 			out = append(out, views.WriteMark{
-				X: sc.x0 + (float64(i)+0.5)*(sc.x1-sc.x0)/float64(bins), Y: y + k.dy, Kind: k.kind,
-				Title: fmt.Sprintf("%s %s\n%s → %s", countOf(c, "write", "writes"), k.kind, stampText(from, loc), stampText(to, loc)),
+				X: sc.x(from.Add(k.counts.Width / 2)), Y: y + k.dy, Kind: k.kind,
+				Title: fmt.Sprintf("%s %s\n%s → %s", countOf(c, "write", "writes"), k.kind, stampText(from, loc), stampText(minTime(to, sc.to), loc)),
 			})
 		}
 	}

@@ -171,48 +171,6 @@ func TestReviewListsAPageOfWritesAndCountsTheRest(t *testing.T) {
 	wantContains(t, "review page", body, "more late writes (")
 }
 
-// eventTimes pages through the store and counts exactly, also when events
-// share the instant a page ends at; past its cap it keeps the newest and
-// says there are more.
-func TestEventTimesPagesExactly(t *testing.T) {
-	in := recordIncident(t, time.Date(2026, 5, 2, 9, 0, 0, 0, time.UTC))
-	var reports []audit.WriteReport
-	for i := range 23 {
-		// Three writes share each instant.
-		reports = append(reports, audit.WriteReport{Source: incidentOrders.Source, Lock: incidentOrders.Name,
-			Resource: fmt.Sprintf("r%d", i%3), Token: audit.Int64(42), Outcome: audit.WriteAccepted, Holder: "worker-2",
-			At: in.at(5*time.Second + time.Duration(i/3)*time.Millisecond), RequestID: fmt.Sprintf("same-%d", i)})
-	}
-	if err := in.rec.ReportWrites(context.Background(), reports); err != nil {
-		t.Fatal(err)
-	}
-	ctx := context.Background()
-	orders := in.lock(t, incidentOrders)
-	tf := audit.TimeFilter{From: in.base, To: in.at(time.Minute)}
-	all, err := in.store.EventTimes(ctx, orders.ID, audit.EventWriteAccepted, audit.TimeFilter{From: tf.From, To: tf.To, Limit: 1000})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(all) != 23+5 {
-		t.Fatalf("store has %d accepted writes, want 28", len(all))
-	}
-	for _, page := range []int{4, 5, 10, 1000} {
-		got, more, err := eventTimes(ctx, in.store, orders.ID, audit.EventWriteAccepted, tf, 1000, page)
-		if err != nil || more || !slices.EqualFunc(got, all, time.Time.Equal) {
-			t.Errorf("page %d: %d times, more %v, err %v; want the store's %d", page, len(got), more, err, len(all))
-		}
-		got, more, err = eventTimes(ctx, in.store, orders.ID, audit.EventWriteAccepted, tf, 10, page)
-		if err != nil || !more || !slices.EqualFunc(got, all[len(all)-10:], time.Time.Equal) {
-			t.Errorf("page %d, at most 10: %v, more %v, err %v; want the newest 10 and more", page, got, more, err)
-		}
-	}
-	// Every event of a page at one instant: counting stops, and says so.
-	got, more, err := eventTimes(ctx, in.store, orders.ID, audit.EventWriteAccepted, tf, 1000, 2)
-	if err != nil || !more || len(got) == 0 {
-		t.Errorf("pages of 2 at instants of 3: %d times, more %v, err %v; want a lower bound", len(got), more, err)
-	}
-}
-
 // Renewal times are skipped only when the timeline would draw every tenure's
 // renewals as a band anyway: the timeline is the same with and without them.
 func TestTimelineSkipsRenewalsOnlyWhenAllAreBands(t *testing.T) {

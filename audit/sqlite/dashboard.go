@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"slices"
 	"time"
 
@@ -166,6 +167,75 @@ func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKi
 	}
 	slices.Reverse(out)
 	return out, nil
+}
+
+// WriteCounts counts the lock's writes of one outcome within f's window per
+// stretch of it, in SQL: however many writes there are, it holds only the
+// counts. It reads only the kind index; with a Limit, the newest Limit+1
+// rows, to tell whether there are more.
+func (s *Store) WriteCounts(ctx context.Context, lockID int64, outcome audit.WriteOutcome, f audit.BinFilter) (audit.Histogram, error) {
+	kind := audit.EventWriteAccepted
+	switch outcome {
+	case audit.WriteAccepted:
+	case audit.WriteRejected:
+		kind = audit.EventWriteRejected
+	default:
+		return audit.Histogram{}, audit.Errorf(audit.EINVALID, "outcome: want accepted or rejected, not %q", outcome)
+	}
+	span := f.To.Sub(f.From)
+	switch {
+	case f.From.IsZero() || f.To.IsZero():
+		return audit.Histogram{}, audit.Errorf(audit.EINVALID, "from, to: a histogram needs both ends of its window")
+	case span < 0:
+		return audit.Histogram{}, audit.Errorf(audit.EINVALID, "to: before from")
+	case span == math.MaxInt64:
+		return audit.Histogram{}, audit.Errorf(audit.EINVALID, "from, to: window too long")
+	case f.Bins < 1 || f.Bins > maxListLimit:
+		return audit.Histogram{}, audit.Errorf(audit.EINVALID, "bins: want 1 to %d, not %d", maxListLimit, f.Bins)
+	}
+	h := audit.Histogram{From: f.From, Width: max(1, (span+time.Duration(f.Bins)-1)/time.Duration(f.Bins)),
+		Counts: make([]int, f.Bins)}
+	if _, err := lockKey(ctx, s.reader, lockID); err != nil {
+		return audit.Histogram{}, err
+	}
+	lim := -1 // no limit, to SQLite
+	if f.Limit > 0 {
+		lim = f.Limit + 1
+	}
+	from := f.From.UnixNano()
+	rows, err := s.reader.QueryContext(ctx, `SELECT min((at - ?1) / ?2, ?3), count(*) FROM (
+		SELECT at FROM events INDEXED BY `+rareKindIndex+`
+		WHERE lock_id = ?4 AND kind = ?5 AND `+notRenewal("kind")+` AND at >= ?1 AND at <= ?6
+		ORDER BY at DESC LIMIT ?7)
+		GROUP BY 1`, from, int64(h.Width), f.Bins-1, lockID, string(kind), f.To.UnixNano(), lim)
+	if err != nil {
+		return audit.Histogram{}, fmt.Errorf("count writes of lock %d: %w", lockID, err)
+	}
+	defer rows.Close()
+	n := 0
+	for rows.Next() {
+		var bin, c int
+		if err := rows.Scan(&bin, &c); err != nil {
+			return audit.Histogram{}, fmt.Errorf("count writes of lock %d: %w", lockID, err)
+		}
+		h.Counts[bin] = c
+		n += c
+	}
+	if err := rows.Err(); err != nil {
+		return audit.Histogram{}, fmt.Errorf("count writes of lock %d: %w", lockID, err)
+	}
+	if f.Limit > 0 && n > f.Limit {
+		// The one past the limit is the oldest, in the first stretch
+		// counted.
+		h.AtLeast = true
+		for i, c := range h.Counts {
+			if c > 0 {
+				h.Counts[i]--
+				break
+			}
+		}
+	}
+	return h, nil
 }
 
 // BlindWindows returns the blind intervals that overlap f's window, in time

@@ -3,6 +3,9 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -232,6 +235,121 @@ func TestEventTimes(t *testing.T) {
 	equal(t, "renew times among others", got, []time.Time{at(7), at(8), at(11)})
 	if _, err := s.EventTimes(ctx, 999, audit.EventRenew, audit.TimeFilter{}); audit.ErrorCode(err) != audit.ENOTFOUND {
 		t.Errorf("EventTimes(missing lock) err = %v, want ENOTFOUND", err)
+	}
+}
+
+// WriteCounts bins a window's writes of one outcome, both ends inclusive,
+// keeps the newest when limited and says so, and refuses a filter that does
+// not cut a window into bins.
+func TestWriteCounts(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	var b audit.Batch
+	for _, sec := range []int{-1, 0, 1, 1, 3, 10, 11} {
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: at(sec)})
+	}
+	b.Events = append(b.Events,
+		audit.Event{Lock: key, Kind: audit.EventWriteRejected, At: at(4)},
+		audit.Event{Lock: key, Kind: audit.EventGrant, At: at(2)},
+		audit.Event{Lock: key, Kind: audit.EventRenew, At: at(4)})
+	apply(t, s, b)
+	id := lockByKey(t, s, key).ID
+
+	counts := func(outcome audit.WriteOutcome, f audit.BinFilter) audit.Histogram {
+		t.Helper()
+		h, err := s.WriteCounts(ctx, id, outcome, f)
+		if err != nil {
+			t.Fatalf("WriteCounts(%s, %+v): %v", outcome, f, err)
+		}
+		return h
+	}
+	window := audit.BinFilter{From: at(0), To: at(10), Bins: 5}
+	h := counts(audit.WriteAccepted, window)
+	equal(t, "accepted per 2 s", h, audit.Histogram{From: at(0), Width: 2 * time.Second, Counts: []int{3, 1, 0, 0, 1}})
+	if h.Total() != 5 {
+		t.Errorf("Total = %d, want 5", h.Total())
+	}
+	if from, to := h.Bin(4); !from.Equal(at(8)) || !to.Equal(at(10)) {
+		t.Errorf("Bin(4) = %v..%v, want %v..%v", from, to, at(8), at(10))
+	}
+	equal(t, "rejected per 2 s", counts(audit.WriteRejected, window).Counts, []int{0, 0, 1, 0, 0})
+
+	// The newest Limit are counted; one fewer than match says "at least".
+	for _, c := range []struct {
+		limit   int
+		want    []int
+		atLeast bool
+	}{{3, []int{1, 1, 0, 0, 1}, true}, {4, []int{2, 1, 0, 0, 1}, true}, {5, []int{3, 1, 0, 0, 1}, false}, {0, []int{3, 1, 0, 0, 1}, false}} {
+		f := window
+		f.Limit = c.limit
+		h := counts(audit.WriteAccepted, f)
+		if !slices.Equal(h.Counts, c.want) || h.AtLeast != c.atLeast {
+			t.Errorf("limit %d: counts %v at least %v, want %v at least %v", c.limit, h.Counts, h.AtLeast, c.want, c.atLeast)
+		}
+	}
+
+	// A width that does not divide the window rounds up; the end still
+	// lands in the last bin.
+	h = counts(audit.WriteAccepted, audit.BinFilter{From: at(0), To: at(10), Bins: 3})
+	equal(t, "accepted in thirds", h.Counts, []int{4, 0, 1})
+	if h.Width != 3333333334*time.Nanosecond {
+		t.Errorf("width of thirds of 10 s = %v, want 3.333333334s", h.Width)
+	}
+	// A window of one instant is one bin.
+	equal(t, "one instant", counts(audit.WriteAccepted, audit.BinFilter{From: at(1), To: at(1), Bins: 4}).Counts, []int{2, 0, 0, 0})
+
+	for _, c := range []struct {
+		outcome audit.WriteOutcome
+		f       audit.BinFilter
+		field   string
+	}{
+		{audit.WriteAccepted, audit.BinFilter{From: at(0), To: at(10)}, "bins"},
+		{audit.WriteAccepted, audit.BinFilter{From: at(0), To: at(10), Bins: maxListLimit + 1}, "bins"},
+		{audit.WriteAccepted, audit.BinFilter{From: at(10), To: at(0), Bins: 5}, "to"},
+		{audit.WriteAccepted, audit.BinFilter{To: at(10), Bins: 5}, "from"},
+		{"maybe", window, "outcome"},
+	} {
+		_, err := s.WriteCounts(ctx, id, c.outcome, c.f)
+		if audit.ErrorCode(err) != audit.EINVALID || !strings.HasPrefix(audit.ErrorMessage(err), c.field) {
+			t.Errorf("WriteCounts(%s, %+v) err = %v, want EINVALID naming %s", c.outcome, c.f, err, c.field)
+		}
+	}
+	if _, err := s.WriteCounts(ctx, 999, audit.WriteAccepted, window); audit.ErrorCode(err) != audit.ENOTFOUND {
+		t.Errorf("WriteCounts(missing lock) err = %v, want ENOTFOUND", err)
+	}
+}
+
+// WriteCounts agrees with binning every write's time in Go.
+func TestWriteCountsMatchesBinningTimes(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	rng := rand.New(rand.NewPCG(1, 2))
+	from, to := at(0), at(0).Add(time.Hour)
+	var (
+		b     audit.Batch
+		times []time.Time
+	)
+	for range 5000 {
+		ts := from.Add(time.Duration(rng.Int64N(int64(time.Hour + time.Minute))))
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteRejected, At: ts})
+		if !ts.After(to) {
+			times = append(times, ts)
+		}
+	}
+	apply(t, s, b)
+	id := lockByKey(t, s, key).ID
+	for _, bins := range []int{1, 7, 85, 1000} {
+		h, err := s.WriteCounts(ctx, id, audit.WriteRejected, audit.BinFilter{From: from, To: to, Bins: bins})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := make([]int, bins)
+		for _, ts := range times {
+			want[min(bins-1, int(ts.Sub(from)/h.Width))]++
+		}
+		equal(t, fmt.Sprintf("%d bins", bins), h.Counts, want)
 	}
 }
 
