@@ -62,9 +62,10 @@ crash:
 bench-ingest:
 	$(GO) test -run '^$$' -bench Ingest -benchtime 300x ./audit/sqlite/
 
-## bench-pages: server time of every page and the main API on 11.7M generated events (BENCHMARKS.md).
+## bench-pages: server time of every page and the main API on 11.7M generated events, and the lock page's memory as its writes grow (BENCHMARKS.md).
 bench-pages:
 	$(GO) test -run '^$$' -bench Pages -benchtime 60x -timeout 60m ./web/
+	$(GO) test -run '^$$' -bench LockPageWriteStrip -benchmem -benchtime 20x ./web/
 
 ## bench-memory: heap per tracked lock, the tracker's clock-expiry Tick and alert evaluation over 100,000 locks against a full scan.
 bench-memory:
