@@ -162,15 +162,14 @@ func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
 }
 
 func newCollector(sc config.SourceConfig, cli *clientv3.Client, logger *slog.Logger) (collectors.Collector, error) {
-	// Load has read the password from password_file or password_env into
-	// Password, and checked these files once already.
+	// Load has checked the password file and these files once already.
 	tlsConfig, err := sc.TLS.ClientConfig(logger)
 	if err != nil {
 		return nil, fmt.Errorf("tls.%w", err)
 	}
 	switch audit.SourceKind(sc.Kind) {
 	case audit.KindEtcd:
-		ec := etcd.Config{Name: sc.Name, Endpoints: sc.Endpoints, Prefixes: sc.Prefixes, Username: sc.Username, Password: sc.Password, TLS: tlsConfig}
+		ec := etcd.Config{Name: sc.Name, Endpoints: sc.Endpoints, Prefixes: sc.Prefixes, Username: sc.Username, Password: sc.Secret(), TLS: tlsConfig}
 		if cli != nil {
 			return etcd.NewWithClient(ec, cli, logger)
 		}

@@ -3,6 +3,8 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -14,6 +16,7 @@ import (
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
 	"github.com/leasewatch/leasewatch/collectors/testcert"
 )
@@ -72,7 +75,7 @@ func TestAuthUserWithReadRole(t *testing.T) {
 	const password = "lw-etcd-pass-91c2"
 	ep, root := startEtcdWithAuth(t, password)
 	cfg := testConfig([]string{"/locks/"}, ep)
-	cfg.Username, cfg.Password = "leasewatch", password
+	cfg.Username, cfg.Password = "leasewatch", collectors.Password(password)
 
 	t.Run("Recorded", func(t *testing.T) {
 		rec := newRecorder()
@@ -97,6 +100,67 @@ func TestAuthUserWithReadRole(t *testing.T) {
 		}
 	})
 
+	// The password is rotated while the collector runs: etcd refuses the
+	// old one from the collector's next call (Run fails, and the Runner
+	// restarts it), and the next Run connects with the file's new password.
+	t.Run("RotatedPasswordFile", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "password")
+		write := func(pw string) {
+			t.Helper()
+			if err := os.WriteFile(path, []byte(pw+"\n"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+		write(password)
+		fromFile := cfg
+		fromFile.Password = collectors.PasswordFile(path)
+		c, err := New(fromFile, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := newRecorder()
+		cr := startCollector(t, c, rec)
+
+		const rotated = "lw-etcd-pass-rotated-5e07"
+		ctx := context.Background()
+		setPassword := func(pw string) {
+			t.Helper()
+			if _, err := root.UserChangePassword(ctx, "leasewatch", pw); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setPassword(rotated)
+		t.Cleanup(func() { setPassword(password) })
+		write(rotated)
+		// The watch may outlive the old token; the first call the collector
+		// makes for a new holder (its lease's TTL) cannot.
+		s := newSession(t, root, 5)
+		m := lockMutex(t, s, "/locks/rotated")
+		// The old token refused on the watch stream, or the old password
+		// refused when the client logs in again for a call.
+		if err := cr.failed(t, 15*time.Second); err == nil ||
+			!slices.ContainsFunc([]string{"invalid auth token", "authentication failed"}, func(w string) bool { return strings.Contains(err.Error(), w) }) {
+			t.Fatalf("Run after the rotation: err = %v, want the old token or password refused", err)
+		}
+
+		// Resumed from its cursor, the collector sees the grant it missed.
+		startCollector(t, c, rec)
+		if g := rec.waitObs(t, 10*time.Second, "/locks/rotated", 1, audit.EventGrant)[0]; g.Holder != leaseHolder(s) {
+			t.Fatalf("grant = %+v, want %s's", g, leaseHolder(s))
+		}
+		unlock(t, root, m)
+
+		if err := os.Remove(path); err != nil {
+			t.Fatal(err)
+		}
+		runCtx, cancel := context.WithTimeout(ctx, 15*time.Second)
+		defer cancel()
+		err = c.Run(runCtx, newRecorder(), func() { t.Error("collector ready without its password file") })
+		if err == nil || !strings.Contains(err.Error(), "password file: open "+path) {
+			t.Fatalf("Run without the password file: err = %v, want one naming the file", err)
+		}
+	})
+
 	for _, tt := range []struct {
 		name, user, password, want string
 	}{
@@ -107,7 +171,7 @@ func TestAuthUserWithReadRole(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			bad := cfg
-			bad.Username, bad.Password = tt.user, tt.password
+			bad.Username, bad.Password = tt.user, collectors.Password(tt.password)
 			c, err := New(bad, testLogger(t))
 			if err != nil {
 				t.Fatal(err)

@@ -48,8 +48,12 @@ type Config struct {
 	// renewals. Default 500ms.
 	PollInterval time.Duration
 	// Username and Password authenticate with etcd's auth (a user whose role
-	// may read the prefixes). clientv3 sends them only together.
-	Username, Password string
+	// may read the prefixes). clientv3 sends them only together. A password
+	// file is read on each connect: after a rotation, the first failure
+	// (an expired auth token renewed with the old password, or a lost
+	// connection) restarts the collector with the new one.
+	Username string
+	Password collectors.Secret
 	// TLS, when set, connects over TLS with this configuration: its
 	// RootCAs verify the server and its Certificates are the client
 	// certificate, which etcd's --client-cert-auth requires. Endpoints must
@@ -154,10 +158,10 @@ func (c *Collector) validate() error {
 	if cfg.PollInterval < 0 {
 		return audit.Errorf(audit.EINVALID, "poll_interval: must not be negative")
 	}
-	if cfg.Password != "" && cfg.Username == "" {
+	if !cfg.Password.IsZero() && cfg.Username == "" {
 		return audit.Errorf(audit.EINVALID, "username: required with a password")
 	}
-	if cfg.Username != "" && cfg.Password == "" {
+	if cfg.Username != "" && cfg.Password.IsZero() {
 		return audit.Errorf(audit.EINVALID, "password: required with a username")
 	}
 	return nil
@@ -208,14 +212,17 @@ func (c *Collector) Kind() audit.SourceKind { return audit.KindEtcd }
 func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func()) error {
 	cli := c.client
 	if cli == nil {
-		var err error
+		password, err := c.cfg.Password.Get()
+		if err != nil {
+			return fmt.Errorf("connect to etcd %v: password file: %w", c.cfg.Endpoints, err)
+		}
 		cli, err = clientv3.New(clientv3.Config{
 			Endpoints:            c.cfg.Endpoints,
 			DialTimeout:          c.cfg.DialTimeout,
 			DialKeepAliveTime:    10 * time.Second,
 			DialKeepAliveTimeout: 5 * time.Second,
 			Username:             c.cfg.Username,
-			Password:             c.cfg.Password,
+			Password:             password,
 			TLS:                  c.cfg.TLS,
 			Logger:               zap.NewNop(),
 			Context:              ctx,

@@ -15,6 +15,7 @@ import (
 	"go.etcd.io/etcd/client/v3/concurrency"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -30,7 +31,7 @@ func TestNewValidates(t *testing.T) {
 		{"NoPrefixes", func(c *Config) { c.Prefixes = nil }, "prefixes: at least one required"},
 		{"EmptyPrefix", func(c *Config) { c.Prefixes = []string{"/locks/", ""} }, "prefixes[1]: empty"},
 		{"NegativePoll", func(c *Config) { c.PollInterval = -time.Second }, "poll_interval: must not be negative"},
-		{"PasswordWithoutUser", func(c *Config) { c.Password = "x" }, "username: required with a password"},
+		{"PasswordWithoutUser", func(c *Config) { c.Password = collectors.Password("x") }, "username: required with a password"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

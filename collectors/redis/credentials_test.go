@@ -3,6 +3,8 @@ package redis
 import (
 	"context"
 	"crypto/tls"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -11,6 +13,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/testcert"
 )
 
@@ -51,7 +54,7 @@ func TestTLSClientCertAndACLUser(t *testing.T) {
 	cfg := Config{
 		Name: testSource, Patterns: []string{"lock:*"},
 		Token:    TokenRule{CounterKey: "{key}:fence"},
-		Username: "leasewatch", Password: password,
+		Username: "leasewatch", Password: collectors.Password(password),
 		DialTimeout: 2 * time.Second, PollInterval: 100 * time.Millisecond,
 	}
 	srv := startTLSRedis(t, password, cfg)
@@ -100,13 +103,62 @@ func TestTLSClientCertAndACLUser(t *testing.T) {
 		}
 	})
 
+	// The password is rotated while the collector runs: the ACL user gets
+	// a new password, the file gets it too, and the server drops the
+	// user's connections. The collector reconnects with the file's new
+	// password and goes on recording, with no restart.
+	t.Run("RotatedPasswordFile", func(t *testing.T) {
+		path := filepath.Join(t.TempDir(), "password")
+		if err := os.WriteFile(path, []byte(password+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		fromFile := cfg
+		fromFile.Password = collectors.PasswordFile(path)
+		sk := newSink(t)
+		runCollector(t, fromFile, sk)
+		ctx := context.Background()
+		cli := srv.client(t)
+		if err := cli.Eval(ctx, AcquireScript, []string{"lock:before", "lock:before:fence"}, "holder-a", 60000).Err(); err != nil {
+			t.Fatal(err)
+		}
+		sk.waitEvents(t, 5*time.Second, "lock:before", 1, audit.EventGrant)
+
+		const rotated = "lw-acl-pass-rotated-41d8"
+		setPassword := func(pw string) {
+			t.Helper()
+			if err := cli.Do(ctx, "ACL", "SETUSER", "leasewatch", "resetpass", ">"+pw).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setPassword(rotated)
+		t.Cleanup(func() { setPassword(password) })
+		if err := os.WriteFile(path, []byte(rotated+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		killed, err := cli.Do(ctx, "CLIENT", "KILL", "USER", "leasewatch").Int()
+		if err != nil || killed == 0 {
+			t.Fatalf("CLIENT KILL USER leasewatch = %d, %v; want the collector's connections closed", killed, err)
+		}
+		if err := cli.Eval(ctx, AcquireScript, []string{"lock:after", "lock:after:fence"}, "holder-b", 60000).Err(); err != nil {
+			t.Fatal(err)
+		}
+		sk.waitEvents(t, 10*time.Second, "lock:after", 1, audit.EventGrant)
+		// Every connection the collector has now is the user's, with the
+		// new password: the old one no longer authenticates.
+		user := goredis.NewClient(&goredis.Options{Addr: srv.addr, Username: "leasewatch", Password: password, TLSConfig: cfg.TLS, Protocol: 2})
+		defer user.Close()
+		if err := user.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+			t.Fatalf("PING with the old password: err = %v, want WRONGPASS", err)
+		}
+	})
+
 	other := testcert.NewCA(t, t.TempDir(), "other")
 	for _, tt := range []struct {
 		name   string
 		change func(*Config)
 		want   []string // one of
 	}{
-		{"WrongPassword", func(c *Config) { c.Password = "not-" + password }, []string{"WRONGPASS"}},
+		{"WrongPassword", func(c *Config) { c.Password = collectors.Password("not-" + password) }, []string{"WRONGPASS"}},
 		{"UnknownUser", func(c *Config) { c.Username = "nobody" }, []string{"WRONGPASS"}},
 		// With TLS 1.3 the client finishes its handshake before the server
 		// checks the client's certificate, so the server's alert races the

@@ -100,8 +100,11 @@ type Config struct {
 	Quorum int
 	DB     int
 	// Username and Password authenticate every connection (AUTH, or an ACL
-	// user); an empty Username is the default user.
-	Username, Password string
+	// user); an empty Username is the default user. A password file is
+	// read for each new connection, so a rotated password is used from the
+	// next one on.
+	Username string
+	Password collectors.Secret
 	// TLS, when set, connects to every address over TLS with this
 	// configuration (its Certificates are the client certificate, which
 	// tls-auth-clients requires), the pub/sub connections included. The
@@ -269,7 +272,7 @@ func validate(cfg *Config) error {
 	if cfg.DB < 0 {
 		return errorf("db: must not be negative")
 	}
-	if cfg.Username != "" && cfg.Password == "" {
+	if cfg.Username != "" && cfg.Password.IsZero() {
 		// go-redis authenticates only with a password: without one the
 		// client would go on as the default user.
 		return errorf("password: required with a username")
@@ -388,17 +391,24 @@ func dialAddr(addr string) (network, address string) {
 	return "tcp", addr
 }
 
+// credentials gives go-redis the user and password for a new connection.
+func (c *Collector) credentials(context.Context) (user, password string, err error) {
+	if password, err = c.cfg.Password.Get(); err != nil {
+		return "", "", fmt.Errorf("password file: %w", err)
+	}
+	return c.cfg.Username, password, nil
+}
+
 // client returns a go-redis client for one address. Every connection it
 // makes, pub/sub included, uses the source's credentials and TLS.
 func (c *Collector) client(addr string) *goredis.Client {
 	network, address := dialAddr(addr)
 	return goredis.NewClient(&goredis.Options{
-		Network:   network,
-		Addr:      address,
-		Username:  c.cfg.Username,
-		Password:  c.cfg.Password,
-		TLSConfig: c.cfg.TLS,
-		DB:        c.cfg.DB,
+		Network:                    network,
+		Addr:                       address,
+		CredentialsProviderContext: c.credentials,
+		TLSConfig:                  c.cfg.TLS,
+		DB:                         c.cfg.DB,
 		// RESP2: pub/sub messages as plain replies, and no maintenance
 		// notifications (they need RESP3).
 		Protocol:                 2,

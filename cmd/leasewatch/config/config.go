@@ -22,6 +22,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
+	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/redis"
 )
 
@@ -137,7 +138,9 @@ type SourceConfig struct {
 
 	// etcd and redis credentials. The password may instead come from a
 	// file (a mounted Secret) or an environment variable, so it stays out of
-	// the configuration file; Load reads it into Password.
+	// the configuration file. Load reads password_env into Password, and
+	// checks password_file, which the collector reads again on each
+	// connection (Secret).
 	Username     string     `yaml:"username"`
 	Password     string     `yaml:"password"`
 	PasswordFile string     `yaml:"password_file"`
@@ -168,7 +171,7 @@ type SourceConfig struct {
 func (s SourceConfig) RedisConfig(tlsConfig *tls.Config) redis.Config {
 	rc := redis.Config{
 		Name: s.Name, Addrs: s.Addrs, Quorum: s.Quorum, DB: s.DB,
-		Username: s.Username, Password: s.Password, TLS: tlsConfig, Patterns: s.Patterns,
+		Username: s.Username, Password: s.Secret(), TLS: tlsConfig, Patterns: s.Patterns,
 	}
 	if s.Addr != "" {
 		rc.Addrs = []string{s.Addr}
@@ -177,6 +180,15 @@ func (s SourceConfig) RedisConfig(tlsConfig *tls.Config) redis.Config {
 		rc.Token = redis.TokenRule{CounterKey: s.Token.CounterKey, ValuePattern: s.Token.ValuePattern}
 	}
 	return rc
+}
+
+// Secret is the source's password for its collector: password_file read
+// on each connection, or the password given or read from password_env.
+func (s SourceConfig) Secret() collectors.Secret {
+	if s.PasswordFile != "" {
+		return collectors.PasswordFile(s.PasswordFile)
+	}
+	return collectors.Password(s.Password)
 }
 
 // RedisTokenRule says where a Redis lock's fencing token comes from.
@@ -333,17 +345,13 @@ func (c *Config) readSecrets() error {
 	return nil
 }
 
-// readSecrets reads the source's password from password_file or
-// password_env into Password, and checks its TLS files.
+// readSecrets checks that the source's password_file holds a password,
+// reads password_env into Password, and checks its TLS files.
 func (s *SourceConfig) readSecrets() error {
 	switch {
 	case s.PasswordFile != "":
-		pw, err := os.ReadFile(s.PasswordFile)
-		if err != nil {
+		if _, err := s.Secret().Get(); err != nil {
 			return fmt.Errorf("password_file: %w", err)
-		}
-		if s.Password = strings.TrimSpace(string(pw)); s.Password == "" {
-			return fmt.Errorf("password_file: %s is empty", s.PasswordFile)
 		}
 	case s.PasswordEnv != "":
 		pw, err := envSecret(s.PasswordEnv)
@@ -624,7 +632,7 @@ func (s *SourceConfig) validate() error {
 			tlsConfig = &tls.Config{}
 		}
 		rc := s.RedisConfig(tlsConfig)
-		rc.Username, rc.Password = "", ""
+		rc.Username, rc.Password = "", collectors.Secret{}
 		if err := redis.Validate(rc); err != nil {
 			return err
 		}

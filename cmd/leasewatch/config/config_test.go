@@ -395,10 +395,24 @@ func TestLoadConfigSourcePassword(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	if got := cfg.Sources[0].Password; got != "s3cret from a file" {
+	secret := func(i int) string {
+		t.Helper()
+		pw, err := cfg.Sources[i].Secret().Get()
+		if err != nil {
+			t.Fatalf("sources[%d] password: %v", i, err)
+		}
+		return pw
+	}
+	if got := secret(0); got != "s3cret from a file" {
 		t.Errorf("password from password_file = %q, want the file's line", got)
 	}
-	if got := cfg.Sources[1].Password; got != "s3cret from env" {
+	// The collector reads the file on each connection: a rotated password
+	// needs no restart.
+	writeFile(t, dir, "etcd-password", "rotated s3cret\n")
+	if got := secret(0); got != "rotated s3cret" {
+		t.Errorf("password from password_file after a rotation = %q, want the file's new line", got)
+	}
+	if got := secret(1); got != "s3cret from env" {
 		t.Errorf("password from password_env = %q, want the variable's value", got)
 	}
 

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"unicode/utf8"
 
+	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/redis"
 )
 
@@ -75,7 +76,7 @@ func FuzzParse(f *testing.F) {
 				tlsConfig = &tls.Config{}
 			}
 			rc := s.RedisConfig(tlsConfig)
-			rc.Username, rc.Password = "", ""
+			rc.Username, rc.Password = "", collectors.Secret{}
 			if _, err := redis.New(rc, nil); err != nil {
 				t.Fatalf("sources[%d] accepted, but the Redis collector refuses it: %v", i, err)
 			}
