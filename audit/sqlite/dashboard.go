@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"math"
 	"slices"
@@ -195,19 +196,36 @@ func (s *Store) WriteCounts(ctx context.Context, lockID int64, outcome audit.Wri
 	}
 	h := audit.Histogram{From: f.From, Width: max(1, (span+time.Duration(f.Bins)-1)/time.Duration(f.Bins)),
 		Counts: make([]int, f.Bins)}
-	if _, err := lockKey(ctx, s.reader, lockID); err != nil {
+	// One snapshot for the limit's cut and the counts.
+	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+	if err != nil {
+		return audit.Histogram{}, fmt.Errorf("count writes: %w", err)
+	}
+	defer tx.Rollback()
+	if _, err := lockKey(ctx, tx, lockID); err != nil {
 		return audit.Histogram{}, err
 	}
-	lim := -1 // no limit, to SQLite
+	from, to, width := f.From.UnixNano(), f.To.UnixNano(), int64(h.Width)
+	writes := `FROM events INDEXED BY ` + rareKindIndex + ` WHERE lock_id = ?1 AND kind = ?2 AND ` + notRenewal("kind")
+	// With a limit, the newest Limit writes are those after the time of
+	// the one past them, and some of those at that time.
+	lo, cut := from, int64(0)
 	if f.Limit > 0 {
-		lim = f.Limit + 1
+		err := tx.QueryRowContext(ctx, `SELECT at `+writes+` AND at >= ?3 AND at <= ?4 ORDER BY at DESC LIMIT 1 OFFSET ?5`,
+			lockID, string(kind), from, to, f.Limit).Scan(&cut)
+		switch {
+		case err == nil:
+			h.AtLeast, lo = true, cut+1
+		case !errors.Is(err, sql.ErrNoRows):
+			return audit.Histogram{}, fmt.Errorf("count writes of lock %d: %w", lockID, err)
+		}
 	}
-	from := f.From.UnixNano()
-	rows, err := s.reader.QueryContext(ctx, `SELECT min((at - ?1) / ?2, ?3), count(*) FROM (
-		SELECT at FROM events INDEXED BY `+rareKindIndex+`
-		WHERE lock_id = ?4 AND kind = ?5 AND `+notRenewal("kind")+` AND at >= ?1 AND at <= ?6
-		ORDER BY at DESC LIMIT ?7)
-		GROUP BY 1`, from, int64(h.Width), f.Bins-1, lockID, string(kind), f.To.UnixNano(), lim)
+	// One index range count per bin, the last one up to To: grouping the
+	// rows instead would sort them all in memory first.
+	rows, err := tx.QueryContext(ctx, `WITH RECURSIVE bin(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM bin WHERE i + 1 < ?3)
+		SELECT i, (SELECT count(*) `+writes+` AND at >= max(?4 + i * ?5, ?6)
+			AND at <= CASE WHEN i + 1 < ?3 THEN min(?4 + (i + 1) * ?5 - 1, ?7) ELSE ?7 END) FROM bin`,
+		lockID, string(kind), f.Bins, from, width, lo, to)
 	if err != nil {
 		return audit.Histogram{}, fmt.Errorf("count writes of lock %d: %w", lockID, err)
 	}
@@ -224,16 +242,8 @@ func (s *Store) WriteCounts(ctx context.Context, lockID int64, outcome audit.Wri
 	if err := rows.Err(); err != nil {
 		return audit.Histogram{}, fmt.Errorf("count writes of lock %d: %w", lockID, err)
 	}
-	if f.Limit > 0 && n > f.Limit {
-		// The one past the limit is the oldest, in the first stretch
-		// counted.
-		h.AtLeast = true
-		for i, c := range h.Counts {
-			if c > 0 {
-				h.Counts[i]--
-				break
-			}
-		}
+	if h.AtLeast {
+		h.Counts[min(f.Bins-1, int((cut-from)/width))] += f.Limit - n
 	}
 	return h, nil
 }
