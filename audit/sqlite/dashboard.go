@@ -172,8 +172,8 @@ func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKi
 
 // WriteCounts counts the lock's writes of one outcome within f's window per
 // stretch of it, in SQL: however many writes there are, it holds only the
-// counts. It reads only the kind index; with a Limit, the newest Limit+1
-// rows, to tell whether there are more.
+// counts. It reads only the kind index: one range count per stretch, and
+// with a Limit, one read past the newest Limit for where they start.
 func (s *Store) WriteCounts(ctx context.Context, lockID int64, outcome audit.WriteOutcome, f audit.BinFilter) (audit.Histogram, error) {
 	kind := audit.EventWriteAccepted
 	switch outcome {
