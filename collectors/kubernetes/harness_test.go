@@ -63,13 +63,16 @@ func newSink(t *testing.T) *sink {
 	return &sink{rec: rec, store: st}
 }
 
+// Observe stores in and then notes it, holding mu throughout: a test that
+// has seen the input's events in the store and then asks for inputs waits
+// until the input is noted.
 func (s *sink) Observe(ctx context.Context, in audit.Input) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	if err := s.rec.Observe(ctx, in); err != nil {
 		return err
 	}
-	s.mu.Lock()
 	s.inputs = append(s.inputs, in)
-	s.mu.Unlock()
 	return nil
 }
 
