@@ -52,6 +52,23 @@ func TestServeRedisSourceWithTLSAndACLUser(t *testing.T) {
 	}
 	t.Cleanup(srv.Stop)
 
+	bundle := filepath.Join(dir, "ca-bundle.crt") // what ca_file names
+	installCA := func(from string, ahead time.Duration) {
+		t.Helper()
+		data, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bundle, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(ahead) // a rewrite within the file system's time resolution still shows
+		if err := os.Chtimes(bundle, at, at); err != nil {
+			t.Fatal(err)
+		}
+	}
+	installCA(ca.CertFile, 0)
+
 	config := func(passwordFile string) string {
 		pw := filepath.Join(dir, passwordFile)
 		return fmt.Sprintf(`listen: 127.0.0.1:0
@@ -68,7 +85,7 @@ sources:
       ca_file: %s
       cert_file: %s
       key_file: %s
-`, filepath.Join(dir, passwordFile+".db"), tlsPort, pw, ca.CertFile, client.CertFile, client.KeyFile)
+`, filepath.Join(dir, passwordFile+".db"), tlsPort, pw, bundle, client.CertFile, client.KeyFile)
 	}
 	for name, body := range map[string]string{"password": password + "\n", "wrong-password": "not-" + password + "\n"} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o600); err != nil {
@@ -107,6 +124,38 @@ sources:
 		if len(users) < 2 || slices.ContainsFunc(users, func(u string) bool { return u != "user=leasewatch" }) {
 			t.Fatalf("connections on the TLS port are %q, want the collector's (two or more) as user=leasewatch", users)
 		}
+	})
+
+	// The server's certificate moves to a new CA, and ca_file is replaced
+	// with the new CA while serve runs: once the server drops the
+	// collector's connections, it reconnects trusting the new file.
+	t.Run("RotatedCAFile", func(t *testing.T) {
+		base, _ := startServe(t, config("password"))
+		cli := goredis.NewClient(&goredis.Options{Addr: srv.Addr})
+		defer cli.Close()
+		held := func(lock, holder string) {
+			t.Helper()
+			if err := cli.Eval(ctx, lwredis.AcquireScript, []string{lock, lock + ":fence"}, holder, 60000).Err(); err != nil {
+				t.Fatal(err)
+			}
+			eventually(t, 15*time.Second, lock+" held by 1:"+holder, func() bool {
+				var resp struct{ Locks []apiLock }
+				getJSON(t, base, "/api/v1/locks?source=cache&name="+lock, &resp)
+				return len(resp.Locks) == 1 && resp.Locks[0].State == "held" && resp.Locks[0].Holder == "1:"+holder
+			})
+		}
+		held("lock:before-rotation", "holder-a")
+
+		next := testcert.NewCA(t, dir, "redis-next")
+		rotated := next.Server(t, "redis-server")
+		installCA(next.CertFile, time.Second)
+		if err := cli.Do(ctx, "CONFIG", "SET", "tls-cert-file", rotated.CertFile, "tls-key-file", rotated.KeyFile).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if err := cli.Do(ctx, "CLIENT", "KILL", "USER", "leasewatch").Err(); err != nil {
+			t.Fatal(err)
+		}
+		held("lock:after-rotation", "holder-b")
 	})
 
 	t.Run("WrongPasswordLogged", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -208,10 +209,11 @@ func TestTLSWithClientCertificate(t *testing.T) {
 		t.Fatalf("endpoint = %s, want https://", ep)
 	}
 	cfg := testConfig([]string{"/locks/"}, ep)
-	cfg.TLS = testcert.ClientTLS(t, ca, client)
+	clientTLS := testcert.ClientTLS(t, ca, client)
+	cfg.TLS = collectors.StaticTLS(clientTLS)
 
 	t.Run("Recorded", func(t *testing.T) {
-		locker, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, TLS: cfg.TLS, Logger: zap.NewNop()})
+		locker, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, TLS: clientTLS, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -231,7 +233,39 @@ func TestTLSWithClientCertificate(t *testing.T) {
 		}
 	})
 
+	// The collector asks for its TLS configuration on each connect: after
+	// a handshake the old trust fails (a server certificate moved to a new
+	// CA), its next Run trusts what the configuration gives then.
 	other := testcert.NewCA(t, dir, "other")
+	t.Run("AskedOnEachConnect", func(t *testing.T) {
+		var trusted atomic.Pointer[tls.Config]
+		trusted.Store(testcert.ClientTLS(t, other, client))
+		rotating := cfg
+		rotating.TLS = func() (*tls.Config, error) { return trusted.Load(), nil }
+		c, err := New(rotating, testLogger(t))
+		if err != nil {
+			t.Fatal(err)
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		defer cancel()
+		err = c.Run(ctx, newRecorder(), func() { t.Error("collector ready over an untrusted server") })
+		if err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+			t.Fatalf("Run trusting another CA: err = %v, want an unknown authority", err)
+		}
+		trusted.Store(clientTLS)
+		rec := newRecorder()
+		startCollector(t, c, rec)
+		locker, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, TLS: clientTLS, Logger: zap.NewNop()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { locker.Close() })
+		m := lockMutex(t, newSession(t, locker, 5), "/locks/tls-rotated")
+		if g := rec.waitObs(t, 10*time.Second, "/locks/tls-rotated", 1, audit.EventGrant)[0]; tokenOf(g) != token(t, locker, m.Key()) {
+			t.Fatalf("grant = %+v, want the mutex's token", g)
+		}
+	})
+
 	for _, tt := range []struct {
 		name   string
 		change func(*Config)
@@ -240,13 +274,15 @@ func TestTLSWithClientCertificate(t *testing.T) {
 		// In TLS 1.3 the server refuses a missing certificate after the
 		// client has finished its handshake: the client reads the alert,
 		// or, when its first write races it, finds the connection closed.
-		{"NoClientCertificate", func(c *Config) { c.TLS = testcert.ClientTLS(t, ca, testcert.Pair{}) },
+		{"NoClientCertificate", func(c *Config) { c.TLS = collectors.StaticTLS(testcert.ClientTLS(t, ca, testcert.Pair{})) },
 			[]string{"tls: certificate required", "broken pipe", "connection reset by peer"}},
 		// etcd names the CAs it accepts, and crypto/tls sends no certificate
 		// that none of them signed.
-		{"ClientCertificateOfAnotherCA", func(c *Config) { c.TLS = testcert.ClientTLS(t, ca, other.Client(t, "leasewatch")) },
+		{"ClientCertificateOfAnotherCA", func(c *Config) {
+			c.TLS = collectors.StaticTLS(testcert.ClientTLS(t, ca, other.Client(t, "leasewatch")))
+		},
 			[]string{"tls: certificate required", "broken pipe", "connection reset by peer"}},
-		{"ServerNotTrusted", func(c *Config) { c.TLS = testcert.ClientTLS(t, other, client) }, []string{"certificate signed by unknown authority"}},
+		{"ServerNotTrusted", func(c *Config) { c.TLS = collectors.StaticTLS(testcert.ClientTLS(t, other, client)) }, []string{"certificate signed by unknown authority"}},
 		{"PlainText", func(c *Config) { c.TLS = nil; c.Endpoints = []string{strings.Replace(ep, "https://", "http://", 1)} }, []string{"error reading server preface"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
@@ -278,8 +314,8 @@ func TestNewValidatesCredentials(t *testing.T) {
 		want string
 	}{
 		{"UserWithoutPassword", Config{Username: "leasewatch"}, "password: required with a username"},
-		{"TLSToHTTPEndpoint", Config{Endpoints: []string{"etcd-0:2379", "http://etcd-1:2379"}, TLS: &tls.Config{}}, "endpoints[1]: http://etcd-1:2379 is plain text"},
-		{"TLSToUnixEndpoint", Config{Endpoints: []string{"unix://etcd.sock"}, TLS: &tls.Config{}}, "endpoints[0]: unix://etcd.sock is plain text"},
+		{"TLSToHTTPEndpoint", Config{Endpoints: []string{"etcd-0:2379", "http://etcd-1:2379"}, TLS: collectors.StaticTLS(&tls.Config{})}, "endpoints[1]: http://etcd-1:2379 is plain text"},
+		{"TLSToUnixEndpoint", Config{Endpoints: []string{"unix://etcd.sock"}, TLS: collectors.StaticTLS(&tls.Config{})}, "endpoints[0]: unix://etcd.sock is plain text"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := tt.cfg
@@ -294,7 +330,7 @@ func TestNewValidatesCredentials(t *testing.T) {
 		})
 	}
 	// With TLS, https:// and scheme-less endpoints are fine.
-	if _, err := New(Config{Name: "e", Endpoints: []string{"https://etcd-0:2379", "etcd-1:2379"}, Prefixes: []string{"/locks/"}, TLS: &tls.Config{}}, nil); err != nil {
+	if _, err := New(Config{Name: "e", Endpoints: []string{"https://etcd-0:2379", "etcd-1:2379"}, Prefixes: []string{"/locks/"}, TLS: collectors.StaticTLS(&tls.Config{})}, nil); err != nil {
 		t.Fatalf("New with TLS to https:// and bare endpoints: %v", err)
 	}
 }

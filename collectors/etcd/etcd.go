@@ -13,7 +13,6 @@ package etcd
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -54,11 +53,13 @@ type Config struct {
 	// connection) restarts the collector with the new one.
 	Username string
 	Password collectors.Secret
-	// TLS, when set, connects over TLS with this configuration: its
-	// RootCAs verify the server and its Certificates are the client
-	// certificate, which etcd's --client-cert-auth requires. Endpoints must
-	// then be https:// or without a scheme.
-	TLS *tls.Config
+	// TLS, when set, connects over TLS with the configuration it gives,
+	// asked for on each connect: its RootCAs verify the server and its
+	// client certificate is what etcd's --client-cert-auth requires. A CA
+	// replaced in a rotation is used from the next connect, which follows
+	// the first handshake the old one fails. Endpoints must then be
+	// https:// or without a scheme.
+	TLS collectors.TLS
 }
 
 // Option adjusts a Collector.
@@ -216,6 +217,10 @@ func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func())
 		if err != nil {
 			return fmt.Errorf("connect to etcd %v: password file: %w", c.cfg.Endpoints, err)
 		}
+		tlsConfig, err := c.cfg.TLS.Get()
+		if err != nil {
+			return fmt.Errorf("connect to etcd %v: %w", c.cfg.Endpoints, err)
+		}
 		cli, err = clientv3.New(clientv3.Config{
 			Endpoints:            c.cfg.Endpoints,
 			DialTimeout:          c.cfg.DialTimeout,
@@ -223,7 +228,7 @@ func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func())
 			DialKeepAliveTimeout: 5 * time.Second,
 			Username:             c.cfg.Username,
 			Password:             password,
-			TLS:                  c.cfg.TLS,
+			TLS:                  tlsConfig,
 			Logger:               zap.NewNop(),
 			Context:              ctx,
 		})

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,9 +23,10 @@ import (
 // password and the rules ACLRules gives for cfg.
 type tlsRedis struct {
 	*redisServer
-	addr string
-	ca   *testcert.CA
-	cert testcert.Pair
+	addr       string
+	ca         *testcert.CA
+	cert       testcert.Pair // a client certificate
+	serverCert testcert.Pair
 }
 
 func startTLSRedis(t *testing.T, password string, cfg Config) *tlsRedis {
@@ -42,7 +44,7 @@ func startTLSRedis(t *testing.T, password string, cfg Config) *tlsRedis {
 		"notify-keyspace-events Kg$hxe",
 		"user leasewatch on >"+password+" "+ACLRules(cfg),
 	)
-	return &tlsRedis{redisServer: srv, addr: "127.0.0.1:" + port, ca: ca, cert: ca.Client(t, "leasewatch")}
+	return &tlsRedis{redisServer: srv, addr: "127.0.0.1:" + port, ca: ca, cert: ca.Client(t, "leasewatch"), serverCert: server}
 }
 
 // TestTLSClientCertAndACLUser records a fenced grant through TLS with a
@@ -59,11 +61,12 @@ func TestTLSClientCertAndACLUser(t *testing.T) {
 	}
 	srv := startTLSRedis(t, password, cfg)
 	cfg.Addrs = []string{srv.addr}
-	cfg.TLS = testcert.ClientTLS(t, srv.ca, srv.cert)
+	clientTLS := testcert.ClientTLS(t, srv.ca, srv.cert)
+	cfg.TLS = collectors.StaticTLS(clientTLS)
 
 	t.Run("Recorded", func(t *testing.T) {
 		// The ACL is in force: the user may read lock keys, nothing else.
-		user := goredis.NewClient(&goredis.Options{Addr: srv.addr, Username: "leasewatch", Password: password, TLSConfig: cfg.TLS, Protocol: 2})
+		user := goredis.NewClient(&goredis.Options{Addr: srv.addr, Username: "leasewatch", Password: password, TLSConfig: clientTLS, Protocol: 2})
 		defer user.Close()
 		ctx := context.Background()
 		if err := user.Get(ctx, "other").Err(); err == nil || !strings.HasPrefix(err.Error(), "NOPERM") {
@@ -145,10 +148,57 @@ func TestTLSClientCertAndACLUser(t *testing.T) {
 		sk.waitEvents(t, 10*time.Second, "lock:after", 1, audit.EventGrant)
 		// Every connection the collector has now is the user's, with the
 		// new password: the old one no longer authenticates.
-		user := goredis.NewClient(&goredis.Options{Addr: srv.addr, Username: "leasewatch", Password: password, TLSConfig: cfg.TLS, Protocol: 2})
+		user := goredis.NewClient(&goredis.Options{Addr: srv.addr, Username: "leasewatch", Password: password, TLSConfig: clientTLS, Protocol: 2})
 		defer user.Close()
 		if err := user.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Fatalf("PING with the old password: err = %v, want WRONGPASS", err)
+		}
+	})
+
+	// The server's certificate moves to a new CA while the collector runs:
+	// the server takes a certificate the new CA signed and drops the user's
+	// connections, and the source's TLS now trusts the new CA. The
+	// collector's new connections ask for the TLS configuration again and
+	// go on recording, within the same Run.
+	t.Run("RotatedCA", func(t *testing.T) {
+		newCA := testcert.NewCA(t, t.TempDir(), "redis-next")
+		var trusted atomic.Pointer[tls.Config]
+		trusted.Store(clientTLS)
+		rotating := cfg
+		rotating.TLS = func() (*tls.Config, error) { return trusted.Load(), nil }
+		sk := newSink(t)
+		runCollector(t, rotating, sk)
+		ctx := context.Background()
+		cli := srv.client(t)
+		if err := cli.Eval(ctx, AcquireScript, []string{"lock:old-ca", "lock:old-ca:fence"}, "holder-a", 60000).Err(); err != nil {
+			t.Fatal(err)
+		}
+		sk.waitEvents(t, 5*time.Second, "lock:old-ca", 1, audit.EventGrant)
+
+		setCert := func(p testcert.Pair) {
+			t.Helper()
+			if err := cli.Do(ctx, "CONFIG", "SET", "tls-cert-file", p.CertFile, "tls-key-file", p.KeyFile).Err(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setCert(newCA.Server(t, "redis-server"))
+		t.Cleanup(func() { setCert(srv.serverCert) })
+		next := clientTLS.Clone()
+		next.RootCAs = newCA.Pool()
+		trusted.Store(next)
+		killed, err := cli.Do(ctx, "CLIENT", "KILL", "USER", "leasewatch").Int()
+		if err != nil || killed == 0 {
+			t.Fatalf("CLIENT KILL USER leasewatch = %d, %v; want the collector's connections closed", killed, err)
+		}
+		if err := cli.Eval(ctx, AcquireScript, []string{"lock:new-ca", "lock:new-ca:fence"}, "holder-b", 60000).Err(); err != nil {
+			t.Fatal(err)
+		}
+		sk.waitEvents(t, 10*time.Second, "lock:new-ca", 1, audit.EventGrant)
+		// The server no longer passes the old trust.
+		old := goredis.NewClient(&goredis.Options{Addr: srv.addr, Username: "leasewatch", Password: password, TLSConfig: clientTLS, Protocol: 2})
+		defer old.Close()
+		if err := old.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+			t.Fatalf("PING trusting the old CA: err = %v, want an unknown authority", err)
 		}
 	})
 
@@ -164,11 +214,13 @@ func TestTLSClientCertAndACLUser(t *testing.T) {
 		// checks the client's certificate, so the server's alert races the
 		// client's first write: the client reads the alert, or finds the
 		// connection gone.
-		{"NoClientCertificate", func(c *Config) { c.TLS = testcert.ClientTLS(t, srv.ca, testcert.Pair{}) },
+		{"NoClientCertificate", func(c *Config) { c.TLS = collectors.StaticTLS(testcert.ClientTLS(t, srv.ca, testcert.Pair{})) },
 			[]string{"tls: certificate required", "broken pipe", "connection reset"}},
-		{"ClientCertificateOfAnotherCA", func(c *Config) { c.TLS = testcert.ClientTLS(t, srv.ca, other.Client(t, "leasewatch")) },
+		{"ClientCertificateOfAnotherCA", func(c *Config) {
+			c.TLS = collectors.StaticTLS(testcert.ClientTLS(t, srv.ca, other.Client(t, "leasewatch")))
+		},
 			[]string{"tls: unknown certificate authority", "broken pipe", "connection reset"}},
-		{"ServerNotTrusted", func(c *Config) { c.TLS = testcert.ClientTLS(t, other, srv.cert) }, []string{"certificate signed by unknown authority"}},
+		{"ServerNotTrusted", func(c *Config) { c.TLS = collectors.StaticTLS(testcert.ClientTLS(t, other, srv.cert)) }, []string{"certificate signed by unknown authority"}},
 		// The TLS port hangs up on a client speaking plain text.
 		{"PlainTextToTLSPort", func(c *Config) { c.TLS = nil }, []string{"connection reset", "EOF"}},
 	} {
@@ -220,7 +272,7 @@ func TestNewValidatesCredentials(t *testing.T) {
 		cfg  Config
 		want string
 	}{
-		{"TLSToUnixSocket", Config{Addrs: []string{"127.0.0.1:6379", "/run/redis.sock"}, TLS: &tls.Config{}}, "addrs[1]: /run/redis.sock is a Unix socket"},
+		{"TLSToUnixSocket", Config{Addrs: []string{"127.0.0.1:6379", "/run/redis.sock"}, TLS: collectors.StaticTLS(&tls.Config{})}, "addrs[1]: /run/redis.sock is a Unix socket"},
 		{"UserWithoutPassword", Config{Addrs: []string{"127.0.0.1:6379"}, Username: "leasewatch"}, "password: required with a username"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

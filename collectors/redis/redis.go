@@ -23,10 +23,10 @@ package redis
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"sort"
 	"strings"
 	"sync"
@@ -105,11 +105,13 @@ type Config struct {
 	// next one on.
 	Username string
 	Password collectors.Secret
-	// TLS, when set, connects to every address over TLS with this
-	// configuration (its Certificates are the client certificate, which
-	// tls-auth-clients requires), the pub/sub connections included. The
-	// server name to verify defaults to each address's host.
-	TLS *tls.Config
+	// TLS, when set, connects to every address over TLS with the
+	// configuration it gives (its client certificate is what
+	// tls-auth-clients requires), the pub/sub connections included. It is
+	// asked for on every new connection, so a CA replaced in a rotation is
+	// used from the next one. The server name to verify defaults to each
+	// address's host.
+	TLS collectors.TLS
 	// Patterns are glob-style key patterns (as for SCAN MATCH and PSUBSCRIBE):
 	// every matching key is a lock, except the token rule's counter keys.
 	Patterns []string
@@ -399,15 +401,26 @@ func (c *Collector) credentials(context.Context) (user, password string, err err
 	return c.cfg.Username, password, nil
 }
 
+// dial opens a new connection as go-redis would, with the source's TLS
+// configuration as it is now.
+func (c *Collector) dial(ctx context.Context, network, addr string) (net.Conn, error) {
+	tlsConfig, err := c.cfg.TLS.Get()
+	if err != nil {
+		return nil, err
+	}
+	return goredis.NewDialer(&goredis.Options{DialTimeout: c.cfg.DialTimeout, TLSConfig: tlsConfig})(ctx, network, addr)
+}
+
 // client returns a go-redis client for one address. Every connection it
-// makes, pub/sub included, uses the source's credentials and TLS.
+// makes, pub/sub included, uses the source's credentials and TLS, as they
+// are when it connects.
 func (c *Collector) client(addr string) *goredis.Client {
 	network, address := dialAddr(addr)
 	return goredis.NewClient(&goredis.Options{
 		Network:                    network,
 		Addr:                       address,
 		CredentialsProviderContext: c.credentials,
-		TLSConfig:                  c.cfg.TLS,
+		Dialer:                     c.dial,
 		DB:                         c.cfg.DB,
 		// RESP2: pub/sub messages as plain replies, and no maintenance
 		// notifications (they need RESP3).

@@ -168,7 +168,7 @@ type SourceConfig struct {
 
 // RedisConfig returns the Redis collector's configuration for s, a redis
 // source, connecting with tlsConfig (nil: plain text).
-func (s SourceConfig) RedisConfig(tlsConfig *tls.Config) redis.Config {
+func (s SourceConfig) RedisConfig(tlsConfig collectors.TLS) redis.Config {
 	rc := redis.Config{
 		Name: s.Name, Addrs: s.Addrs, Quorum: s.Quorum, DB: s.DB,
 		Username: s.Username, Password: s.Secret(), TLS: tlsConfig, Patterns: s.Patterns,
@@ -209,10 +209,10 @@ type RedisTokenRule struct {
 //	  server_name: etcd.internal                 # the name to verify; default: the address's host
 //	  insecure_skip_verify: false                # never verify the server (testing only)
 //
-// The files are read at start, so a bad one stops leasewatch there. The
-// client certificate and key are read again when they change (cert-manager
-// renewing them) and used from the next connection on, without a restart;
-// the CA file is read only at start.
+// The files are read at start, so a bad one stops leasewatch there. They
+// are read again when they change (cert-manager renewing the client
+// certificate, a CA bundle replaced in a rotation) and used from the next
+// connection on, without a restart.
 type SourceTLS struct {
 	CAFile             string `yaml:"ca_file"`
 	CertFile           string `yaml:"cert_file"`
@@ -223,59 +223,74 @@ type SourceTLS struct {
 
 func (t *SourceTLS) validate() error { return certPair(t.CertFile, t.KeyFile) }
 
-// ClientConfig reads the files and returns the client TLS configuration, or
-// nil when t is nil (no TLS). Errors name the field; none quotes key material.
-// A renewed client certificate that fails to load is logged to logger (nil:
-// discarded) and the previous one kept.
-func (t *SourceTLS) ClientConfig(logger *slog.Logger) (*tls.Config, error) {
+// ClientConfig reads the files and returns the client TLS configuration
+// for each connection, or nil when t is nil (no TLS). Errors name the
+// field; none quotes key material. A changed file is read again when a
+// connection asks for the configuration; one that fails to load is logged
+// to logger (nil: discarded) and the previous content kept.
+func (t *SourceTLS) ClientConfig(logger *slog.Logger) (collectors.TLS, error) {
 	if t == nil {
 		return nil, nil
 	}
 	if err := t.validate(); err != nil {
 		return nil, err
 	}
-	cfg := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
-	if t.CAFile != "" {
-		data, err := os.ReadFile(t.CAFile)
-		if err != nil {
-			return nil, fmt.Errorf("ca_file: %w", err)
-		}
-		cfg.RootCAs = x509.NewCertPool()
-		if !cfg.RootCAs.AppendCertsFromPEM(data) {
-			return nil, fmt.Errorf("ca_file: %s holds no PEM certificate", t.CAFile)
-		}
-	}
+	base := &tls.Config{MinVersion: tls.VersionTLS12, ServerName: t.ServerName, InsecureSkipVerify: t.InsecureSkipVerify}
 	if t.CertFile != "" {
-		pair, err := newKeyPair(t.CertFile, t.KeyFile, t.loadKeyPair, logger)
+		pair, err := watch("tls client certificate", t.loadKeyPair, logger, t.CertFile, t.KeyFile)
 		if err != nil {
 			return nil, err
 		}
-		cfg.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair.get(), nil }
+		base.GetClientCertificate = func(*tls.CertificateRequestInfo) (*tls.Certificate, error) { return pair.get(), nil }
 	}
-	return cfg, nil
+	if t.CAFile == "" {
+		return collectors.StaticTLS(base), nil
+	}
+	roots, err := watch("tls ca_file", t.loadCA, logger, t.CAFile)
+	if err != nil {
+		return nil, err
+	}
+	return func() (*tls.Config, error) {
+		cfg := base.Clone()
+		cfg.RootCAs = roots.get()
+		return cfg, nil
+	}, nil
+}
+
+// loadCA reads the CAs that sign the server's certificate.
+func (t *SourceTLS) loadCA() (*x509.CertPool, error) {
+	data, err := os.ReadFile(t.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("ca_file: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("ca_file: %s holds no PEM certificate", t.CAFile)
+	}
+	return pool, nil
 }
 
 // loadKeyPair reads the client certificate and its key.
-func (t *SourceTLS) loadKeyPair() (tls.Certificate, error) {
+func (t *SourceTLS) loadKeyPair() (*tls.Certificate, error) {
 	certPEM, err := os.ReadFile(t.CertFile)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("cert_file: %w", err)
+		return nil, fmt.Errorf("cert_file: %w", err)
 	}
 	keyPEM, err := os.ReadFile(t.KeyFile)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("key_file: %w", err)
+		return nil, fmt.Errorf("key_file: %w", err)
 	}
 	if !holdsCertificate(certPEM) {
-		return tls.Certificate{}, fmt.Errorf("cert_file: %s holds no PEM certificate", t.CertFile)
+		return nil, fmt.Errorf("cert_file: %s holds no PEM certificate", t.CertFile)
 	}
 	// With a certificate in cert_file, what can still fail is the key:
 	// missing, unreadable or another certificate's. crypto/tls's messages
 	// never quote key material.
 	pair, err := tls.X509KeyPair(certPEM, keyPEM)
 	if err != nil {
-		return tls.Certificate{}, fmt.Errorf("key_file: %s is not the private key of cert_file %s: %w", t.KeyFile, t.CertFile, err)
+		return nil, fmt.Errorf("key_file: %s is not the private key of cert_file %s: %w", t.KeyFile, t.CertFile, err)
 	}
-	return pair, nil
+	return &pair, nil
 }
 
 // holdsCertificate reports whether data has a PEM CERTIFICATE block.
@@ -627,9 +642,9 @@ func (s *SourceConfig) validate() error {
 		// What the collector checks besides: addrs listed twice, a Unix
 		// socket with tls, the token rule's counter key and pattern. The
 		// TLS files and the password are Load's to read, later.
-		var tlsConfig *tls.Config
+		var tlsConfig collectors.TLS
 		if s.TLS != nil {
-			tlsConfig = &tls.Config{}
+			tlsConfig = collectors.StaticTLS(&tls.Config{})
 		}
 		rc := s.RedisConfig(tlsConfig)
 		rc.Username, rc.Password = "", collectors.Secret{}

@@ -339,7 +339,7 @@ sources:
 	if err != nil {
 		t.Fatal(err)
 	}
-	tc, err := cfg.Sources[0].TLS.ClientConfig(nil)
+	tc, err := clientTLS(cfg.Sources[0].TLS)
 	if err != nil || tc == nil || tc.RootCAs != nil || tc.GetClientCertificate != nil || tc.InsecureSkipVerify {
 		t.Fatalf("tls: {} = %+v, %v; want TLS verified against the system's roots", tc, err)
 	}
@@ -444,7 +444,7 @@ func TestLoadConfigSourceTLS(t *testing.T) {
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
-	tc, err := cfg.Sources[0].TLS.ClientConfig(nil)
+	tc, err := clientTLS(cfg.Sources[0].TLS)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -71,9 +71,9 @@ func FuzzParse(f *testing.F) {
 			}
 			// As serve builds it (service.go), without reading TLS files
 			// or secrets.
-			var tlsConfig *tls.Config
+			var tlsConfig collectors.TLS
 			if s.TLS != nil {
-				tlsConfig = &tls.Config{}
+				tlsConfig = collectors.StaticTLS(&tls.Config{})
 			}
 			rc := s.RedisConfig(tlsConfig)
 			rc.Username, rc.Password = "", collectors.Secret{}

@@ -43,6 +43,15 @@ type handshake struct {
 	err   error
 }
 
+// clientTLS is the configuration src gives the next connection.
+func clientTLS(src *SourceTLS) (*tls.Config, error) {
+	get, err := src.ClientConfig(nil)
+	if err != nil {
+		return nil, err
+	}
+	return get.Get()
+}
+
 // serialOf returns the serial number of the certificate in a PEM file.
 func serialOf(t *testing.T, p testcert.Pair) *big.Int {
 	t.Helper()
@@ -160,7 +169,7 @@ func TestClientConfigPresentsRenewedCertificate(t *testing.T) {
 	})
 	client := ca.Client(t, "leasewatch")
 	src := &SourceTLS{CAFile: ca.CertFile, CertFile: client.CertFile, KeyFile: client.KeyFile}
-	cfg, err := src.ClientConfig(nil)
+	cfg, err := clientTLS(src)
 	if err != nil {
 		t.Fatalf("ClientConfig: %v", err)
 	}
@@ -191,5 +200,64 @@ func TestClientConfigPresentsRenewedCertificate(t *testing.T) {
 	breakKey(t, renewed, 2*time.Second)
 	if got := presented(); got.Cmp(want) != 0 {
 		t.Fatalf("with a broken key file presented serial %v, want the last good %v", got, want)
+	}
+}
+
+// A CA bundle replaced during a rotation is trusted from the next
+// connection on, without a restart; a replacement that holds no certificate
+// leaves the last good bundle in use.
+func TestClientConfigTrustsReplacedCA(t *testing.T) {
+	dir := t.TempDir()
+	oldCA, newCA := testcert.NewCA(t, dir, "old"), testcert.NewCA(t, dir, "new")
+	server := newCA.Server(t, "redis")
+	serverCert, err := tls.LoadX509KeyPair(server.CertFile, server.KeyFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, states := tlsListener(t, &tls.Config{Certificates: []tls.Certificate{serverCert}, MinVersion: tls.VersionTLS12})
+	bundle := filepath.Join(dir, "ca.crt")
+	install := func(from string, ahead time.Duration) {
+		t.Helper()
+		data, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(bundle, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		touch(t, ahead, bundle)
+	}
+	install(oldCA.CertFile, 0)
+	get, err := (&SourceTLS{CAFile: bundle}).ClientConfig(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dial := func() error {
+		t.Helper()
+		cfg, err := get.Get()
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn, err := tls.Dial("tcp", addr, cfg)
+		if err == nil {
+			conn.Close()
+		}
+		<-states
+		return err
+	}
+
+	if err := dial(); err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		t.Fatalf("dial trusting only the old CA: %v, want an unknown authority", err)
+	}
+	install(newCA.CertFile, time.Second)
+	if err := dial(); err != nil {
+		t.Fatalf("dial after the CA file was replaced: %v", err)
+	}
+	if err := os.WriteFile(bundle, []byte("not a certificate"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	touch(t, 2*time.Second, bundle)
+	if err := dial(); err != nil {
+		t.Fatalf("dial with a broken CA file: %v, want the last good bundle in use", err)
 	}
 }
