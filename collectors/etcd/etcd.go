@@ -56,9 +56,9 @@ type Config struct {
 	// TLS, when set, connects over TLS with the configuration it gives,
 	// asked for on each connect: its RootCAs verify the server and its
 	// client certificate is what etcd's --client-cert-auth requires. A CA
-	// replaced in a rotation is used from the next connect, which follows
-	// the first handshake the old one fails. Endpoints must then be
-	// https:// or without a scheme.
+	// replaced in a rotation is used from the next connect: Run fails, as
+	// in any outage, once its watch finds the server unreachable with the
+	// old one. Endpoints must then be https:// or without a scheme.
 	TLS collectors.TLS
 }
 
