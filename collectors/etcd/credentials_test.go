@@ -3,6 +3,7 @@ package etcd
 import (
 	"context"
 	"crypto/tls"
+	"crypto/x509"
 	"os"
 	"path/filepath"
 	"slices"
@@ -19,6 +20,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
+	"github.com/leasewatch/leasewatch/collectors/faulttest"
 	"github.com/leasewatch/leasewatch/collectors/testcert"
 )
 
@@ -333,4 +335,71 @@ func TestNewValidatesCredentials(t *testing.T) {
 	if _, err := New(Config{Name: "e", Endpoints: []string{"https://etcd-0:2379", "etcd-1:2379"}, Prefixes: []string{"/locks/"}, TLS: collectors.StaticTLS(&tls.Config{})}, nil); err != nil {
 		t.Fatalf("New with TLS to https:// and bare endpoints: %v", err)
 	}
+}
+
+// TestTLSCARotatedWhileRunning moves etcd's serving certificate to a new CA
+// across a restart while the Runner keeps the collector going, and the
+// source's TLS trusts the new CA from then on: the collector, which failed
+// as in any outage, reconnects with the configuration it asks for anew and
+// records the next grant.
+func TestTLSCARotatedWhileRunning(t *testing.T) {
+	dir := t.TempDir()
+	oldCA, newCA := testcert.NewCA(t, dir, "etcd-old"), testcert.NewCA(t, dir, "etcd-new")
+	serving := testcert.Pair{CertFile: filepath.Join(dir, "serving.crt"), KeyFile: filepath.Join(dir, "serving.key")}
+	install := func(p testcert.Pair) {
+		t.Helper()
+		for from, to := range map[string]string{p.CertFile: serving.CertFile, p.KeyFile: serving.KeyFile} {
+			data, err := os.ReadFile(from)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(to, data, 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	install(oldCA.Server(t, "etcd-server"))
+	srv := startEtcdProcessTLS(t, serving.CertFile, serving.KeyFile)
+
+	// The lock holders trust both CAs; the collector, only the current one.
+	both := x509.NewCertPool()
+	for _, ca := range []*testcert.CA{oldCA, newCA} {
+		data, err := os.ReadFile(ca.CertFile)
+		if err != nil || !both.AppendCertsFromPEM(data) {
+			t.Fatalf("read %s: %v", ca.CertFile, err)
+		}
+	}
+	locker, err := clientv3.New(clientv3.Config{Endpoints: []string{srv.endpoint}, DialTimeout: 5 * time.Second,
+		TLS: &tls.Config{RootCAs: both, MinVersion: tls.VersionTLS12}, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { locker.Close() })
+	var trusted atomic.Pointer[tls.Config]
+	trusted.Store(testcert.ClientTLS(t, oldCA, testcert.Pair{}))
+	cfg := testConfig([]string{"/locks/"}, srv.endpoint)
+	cfg.TLS = func() (*tls.Config, error) { return trusted.Load(), nil }
+	c, err := New(cfg, testLogger(t), WithProgressInterval(300*time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec := newRecorder()
+	faulttest.Supervise(t, rec, c, collectors.RunnerConfig{
+		Logger: testLogger(t), MinBackoff: 100 * time.Millisecond, MaxBackoff: faultBackoffCap,
+	})
+	grant := func(name string) {
+		t.Helper()
+		m := lockMutex(t, newSession(t, locker, 10), name)
+		want := token(t, locker, m.Key())
+		if g := rec.waitObs(t, faultBackoffCap+faultSlack+5*time.Second, name, 1, audit.EventGrant)[0]; tokenOf(g) != want {
+			t.Fatalf("grant of %s = %+v, want token %d", name, g, want)
+		}
+	}
+	grant("/locks/before-rotation")
+
+	srv.stop()
+	install(newCA.Server(t, "etcd-server"))
+	trusted.Store(testcert.ClientTLS(t, newCA, testcert.Pair{}))
+	srv.start()
+	grant("/locks/after-rotation")
 }

@@ -31,12 +31,13 @@ func TestMain(m *testing.M) {
 }
 
 // serveEtcdProcess runs etcd as described by spec (data dir, client URL and
-// peer URL, separated by spaces) until SIGTERM. Unlike embedded.Start it
-// keeps its ports, so a restarted etcd is where its clients look for it.
+// peer URL, and for an https client URL the server's certificate and key
+// files, separated by spaces) until SIGTERM. Unlike embedded.Start it keeps
+// its ports, so a restarted etcd is where its clients look for it.
 func serveEtcdProcess(spec string) int {
 	f := strings.Fields(spec)
-	if len(f) != 3 {
-		fmt.Fprintf(os.Stderr, "%s=%q: want dir, client URL, peer URL\n", etcdProcEnv, spec)
+	if len(f) != 3 && len(f) != 5 {
+		fmt.Fprintf(os.Stderr, "%s=%q: want dir, client URL, peer URL[, cert file, key file]\n", etcdProcEnv, spec)
 		return 2
 	}
 	client, err1 := url.Parse(f[1])
@@ -53,6 +54,9 @@ func serveEtcdProcess(spec string) int {
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{*peer}, []url.URL{*peer}
 	cfg.InitialCluster = cfg.InitialClusterFromName(cfg.Name)
 	cfg.WatchProgressNotifyInterval = 200 * time.Millisecond
+	if len(f) == 5 {
+		cfg.ClientTLSInfo.CertFile, cfg.ClientTLSInfo.KeyFile = f[3], f[4]
+	}
 	stop := make(chan os.Signal, 1)
 	signal.Notify(stop, syscall.SIGTERM, syscall.SIGINT)
 	e, err := embed.StartEtcd(cfg)
@@ -94,7 +98,21 @@ type etcdProcess struct {
 func startEtcdProcess(t *testing.T) *etcdProcess {
 	t.Helper()
 	client, peer := freeURL(t), freeURL(t)
-	p := &etcdProcess{t: t, spec: strings.Join([]string{t.TempDir(), client, peer}, " "), endpoint: client}
+	return runEtcdProcess(t, client, []string{t.TempDir(), client, peer})
+}
+
+// startEtcdProcessTLS is startEtcdProcess serving clients over TLS with the
+// certificate and key in these files, read again at each start (and by
+// etcd at each handshake).
+func startEtcdProcessTLS(t *testing.T, certFile, keyFile string) *etcdProcess {
+	t.Helper()
+	client := strings.Replace(freeURL(t), "http://", "https://", 1)
+	return runEtcdProcess(t, client, []string{t.TempDir(), client, freeURL(t), certFile, keyFile})
+}
+
+func runEtcdProcess(t *testing.T, client string, spec []string) *etcdProcess {
+	t.Helper()
+	p := &etcdProcess{t: t, spec: strings.Join(spec, " "), endpoint: client}
 	t.Cleanup(p.stop)
 	p.start()
 	return p
