@@ -53,21 +53,7 @@ func TestServeRedisSourceWithTLSAndACLUser(t *testing.T) {
 	t.Cleanup(srv.Stop)
 
 	bundle := filepath.Join(dir, "ca-bundle.crt") // what ca_file names
-	installCA := func(from string, ahead time.Duration) {
-		t.Helper()
-		data, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(bundle, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		at := time.Now().Add(ahead) // a rewrite within the file system's time resolution still shows
-		if err := os.Chtimes(bundle, at, at); err != nil {
-			t.Fatal(err)
-		}
-	}
-	installCA(ca.CertFile, 0)
+	testcert.Install(t, bundle, ca.CertFile)
 
 	config := func(passwordFile string) string {
 		pw := filepath.Join(dir, passwordFile)
@@ -148,7 +134,7 @@ sources:
 
 		next := testcert.NewCA(t, dir, "redis-next")
 		rotated := next.Server(t, "redis-server")
-		installCA(next.CertFile, time.Second)
+		testcert.Install(t, bundle, next.CertFile)
 		if err := cli.Do(ctx, "CONFIG", "SET", "tls-cert-file", rotated.CertFile, "tls-key-file", rotated.KeyFile).Err(); err != nil {
 			t.Fatal(err)
 		}

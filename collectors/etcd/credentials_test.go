@@ -348,15 +348,8 @@ func TestTLSCARotatedWhileRunning(t *testing.T) {
 	serving := testcert.Pair{CertFile: filepath.Join(dir, "serving.crt"), KeyFile: filepath.Join(dir, "serving.key")}
 	install := func(p testcert.Pair) {
 		t.Helper()
-		for from, to := range map[string]string{p.CertFile: serving.CertFile, p.KeyFile: serving.KeyFile} {
-			data, err := os.ReadFile(from)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(to, data, 0o600); err != nil {
-				t.Fatal(err)
-			}
-		}
+		testcert.Install(t, serving.CertFile, p.CertFile)
+		testcert.Install(t, serving.KeyFile, p.KeyFile)
 	}
 	install(oldCA.Server(t, "etcd-server"))
 	srv := startEtcdProcessTLS(t, serving.CertFile, serving.KeyFile)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/tls"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -45,6 +46,34 @@ func startTLSRedis(t *testing.T, password string, cfg Config) *tlsRedis {
 		"user leasewatch on >"+password+" "+ACLRules(cfg),
 	)
 	return &tlsRedis{redisServer: srv, addr: "127.0.0.1:" + port, ca: ca, cert: ca.Client(t, "leasewatch"), serverCert: server}
+}
+
+// recordsAcrossRotation runs a collector with cfg and checks that it
+// records a grant, then that it records another after rotate (given a
+// client of the server's plain port) changes a credential while it runs
+// and the server drops the user's connections: the collector's new
+// connections must use what the configuration gives then.
+func (srv *tlsRedis) recordsAcrossRotation(t *testing.T, cfg Config, rotate func(cli *goredis.Client)) {
+	t.Helper()
+	sk := newSink(t)
+	runCollector(t, cfg, sk)
+	ctx := context.Background()
+	cli := srv.client(t)
+	grant := func(lock, holder string, timeout time.Duration) {
+		t.Helper()
+		if err := cli.Eval(ctx, AcquireScript, []string{lock, lock + ":fence"}, holder, 60000).Err(); err != nil {
+			t.Fatal(err)
+		}
+		sk.waitEvents(t, timeout, lock, 1, audit.EventGrant)
+	}
+	lock := "lock:" + path.Base(t.Name()) // one per subtest: the locks stay held
+	grant(lock+"-before", "holder-a", 5*time.Second)
+	rotate(cli)
+	killed, err := cli.Do(ctx, "CLIENT", "KILL", "USER", "leasewatch").Int()
+	if err != nil || killed == 0 {
+		t.Fatalf("CLIENT KILL USER leasewatch = %d, %v; want the collector's connections closed", killed, err)
+	}
+	grant(lock+"-after", "holder-b", 10*time.Second)
 }
 
 // TestTLSClientCertAndACLUser records a fenced grant through TLS with a
@@ -117,40 +146,25 @@ func TestTLSClientCertAndACLUser(t *testing.T) {
 		}
 		fromFile := cfg
 		fromFile.Password = collectors.PasswordFile(path)
-		sk := newSink(t)
-		runCollector(t, fromFile, sk)
-		ctx := context.Background()
-		cli := srv.client(t)
-		if err := cli.Eval(ctx, AcquireScript, []string{"lock:before", "lock:before:fence"}, "holder-a", 60000).Err(); err != nil {
-			t.Fatal(err)
-		}
-		sk.waitEvents(t, 5*time.Second, "lock:before", 1, audit.EventGrant)
-
 		const rotated = "lw-acl-pass-rotated-41d8"
-		setPassword := func(pw string) {
-			t.Helper()
-			if err := cli.Do(ctx, "ACL", "SETUSER", "leasewatch", "resetpass", ">"+pw).Err(); err != nil {
+		srv.recordsAcrossRotation(t, fromFile, func(cli *goredis.Client) {
+			setPassword := func(pw string) {
+				t.Helper()
+				if err := cli.Do(context.Background(), "ACL", "SETUSER", "leasewatch", "resetpass", ">"+pw).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+			setPassword(rotated)
+			t.Cleanup(func() { setPassword(password) })
+			if err := os.WriteFile(path, []byte(rotated+"\n"), 0o600); err != nil {
 				t.Fatal(err)
 			}
-		}
-		setPassword(rotated)
-		t.Cleanup(func() { setPassword(password) })
-		if err := os.WriteFile(path, []byte(rotated+"\n"), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		killed, err := cli.Do(ctx, "CLIENT", "KILL", "USER", "leasewatch").Int()
-		if err != nil || killed == 0 {
-			t.Fatalf("CLIENT KILL USER leasewatch = %d, %v; want the collector's connections closed", killed, err)
-		}
-		if err := cli.Eval(ctx, AcquireScript, []string{"lock:after", "lock:after:fence"}, "holder-b", 60000).Err(); err != nil {
-			t.Fatal(err)
-		}
-		sk.waitEvents(t, 10*time.Second, "lock:after", 1, audit.EventGrant)
+		})
 		// Every connection the collector has now is the user's, with the
 		// new password: the old one no longer authenticates.
 		user := goredis.NewClient(&goredis.Options{Addr: srv.addr, Username: "leasewatch", Password: password, TLSConfig: clientTLS, Protocol: 2})
 		defer user.Close()
-		if err := user.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
+		if err := user.Ping(context.Background()).Err(); err == nil || !strings.Contains(err.Error(), "WRONGPASS") {
 			t.Fatalf("PING with the old password: err = %v, want WRONGPASS", err)
 		}
 	})
@@ -166,38 +180,23 @@ func TestTLSClientCertAndACLUser(t *testing.T) {
 		trusted.Store(clientTLS)
 		rotating := cfg
 		rotating.TLS = func() (*tls.Config, error) { return trusted.Load(), nil }
-		sk := newSink(t)
-		runCollector(t, rotating, sk)
-		ctx := context.Background()
-		cli := srv.client(t)
-		if err := cli.Eval(ctx, AcquireScript, []string{"lock:old-ca", "lock:old-ca:fence"}, "holder-a", 60000).Err(); err != nil {
-			t.Fatal(err)
-		}
-		sk.waitEvents(t, 5*time.Second, "lock:old-ca", 1, audit.EventGrant)
-
-		setCert := func(p testcert.Pair) {
-			t.Helper()
-			if err := cli.Do(ctx, "CONFIG", "SET", "tls-cert-file", p.CertFile, "tls-key-file", p.KeyFile).Err(); err != nil {
-				t.Fatal(err)
+		srv.recordsAcrossRotation(t, rotating, func(cli *goredis.Client) {
+			setCert := func(p testcert.Pair) {
+				t.Helper()
+				if err := cli.Do(context.Background(), "CONFIG", "SET", "tls-cert-file", p.CertFile, "tls-key-file", p.KeyFile).Err(); err != nil {
+					t.Fatal(err)
+				}
 			}
-		}
-		setCert(newCA.Server(t, "redis-server"))
-		t.Cleanup(func() { setCert(srv.serverCert) })
-		next := clientTLS.Clone()
-		next.RootCAs = newCA.Pool()
-		trusted.Store(next)
-		killed, err := cli.Do(ctx, "CLIENT", "KILL", "USER", "leasewatch").Int()
-		if err != nil || killed == 0 {
-			t.Fatalf("CLIENT KILL USER leasewatch = %d, %v; want the collector's connections closed", killed, err)
-		}
-		if err := cli.Eval(ctx, AcquireScript, []string{"lock:new-ca", "lock:new-ca:fence"}, "holder-b", 60000).Err(); err != nil {
-			t.Fatal(err)
-		}
-		sk.waitEvents(t, 10*time.Second, "lock:new-ca", 1, audit.EventGrant)
+			setCert(newCA.Server(t, "redis-server"))
+			t.Cleanup(func() { setCert(srv.serverCert) })
+			next := clientTLS.Clone()
+			next.RootCAs = newCA.Pool()
+			trusted.Store(next)
+		})
 		// The server no longer passes the old trust.
 		old := goredis.NewClient(&goredis.Options{Addr: srv.addr, Username: "leasewatch", Password: password, TLSConfig: clientTLS, Protocol: 2})
 		defer old.Close()
-		if err := old.Ping(ctx).Err(); err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		if err := old.Ping(context.Background()).Err(); err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 			t.Fatalf("PING trusting the old CA: err = %v, want an unknown authority", err)
 		}
 	})

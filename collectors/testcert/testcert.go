@@ -142,3 +142,25 @@ func writePEM(t testing.TB, path, typ string, der []byte) string {
 	}
 	return path
 }
+
+// Install writes src's content to dst, as a rotation replaces a mounted
+// file, and sets dst's modification time to now, or to a second past its
+// previous one if that is later, so that a watcher on a file system whose
+// times are coarse still sees the change.
+func Install(t testing.TB, dst, src string) {
+	t.Helper()
+	data, err := os.ReadFile(src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Now()
+	if fi, err := os.Stat(dst); err == nil && at.Before(fi.ModTime().Add(time.Second)) {
+		at = fi.ModTime().Add(time.Second)
+	}
+	if err := os.WriteFile(dst, data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(dst, at, at); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -216,18 +216,7 @@ func TestClientConfigTrustsReplacedCA(t *testing.T) {
 	}
 	addr, states := tlsListener(t, &tls.Config{Certificates: []tls.Certificate{serverCert}, MinVersion: tls.VersionTLS12})
 	bundle := filepath.Join(dir, "ca.crt")
-	install := func(from string, ahead time.Duration) {
-		t.Helper()
-		data, err := os.ReadFile(from)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(bundle, data, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		touch(t, ahead, bundle)
-	}
-	install(oldCA.CertFile, 0)
+	testcert.Install(t, bundle, oldCA.CertFile)
 	get, err := (&SourceTLS{CAFile: bundle}).ClientConfig(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -249,7 +238,7 @@ func TestClientConfigTrustsReplacedCA(t *testing.T) {
 	if err := dial(); err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 		t.Fatalf("dial trusting only the old CA: %v, want an unknown authority", err)
 	}
-	install(newCA.CertFile, time.Second)
+	testcert.Install(t, bundle, newCA.CertFile)
 	if err := dial(); err != nil {
 		t.Fatalf("dial after the CA file was replaced: %v", err)
 	}
