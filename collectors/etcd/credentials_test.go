@@ -179,13 +179,7 @@ func TestAuthUserWithReadRole(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			err = c.Run(ctx, newRecorder(), func() { t.Error("collector ready with credentials that cannot read /locks/") })
-			if err == nil {
-				t.Fatal("Run returned nil, want an error (or it ran 15s)")
-			}
-			t.Logf("Run: %v", err)
+			err = refusedRun(t, c, "with credentials that cannot read /locks/")
 			if !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("Run: err = %v, want one containing %q", err, tt.want)
 			}
@@ -248,10 +242,7 @@ func TestTLSWithClientCertificate(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-		defer cancel()
-		err = c.Run(ctx, newRecorder(), func() { t.Error("collector ready over an untrusted server") })
-		if err == nil || !strings.Contains(err.Error(), "certificate signed by unknown authority") {
+		if err := refusedRun(t, c, "over an untrusted server"); !strings.Contains(err.Error(), "certificate signed by unknown authority") {
 			t.Fatalf("Run trusting another CA: err = %v, want an unknown authority", err)
 		}
 		trusted.Store(clientTLS)
@@ -294,19 +285,27 @@ func TestTLSWithClientCertificate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-			defer cancel()
-			start := time.Now()
-			err = c.Run(ctx, newRecorder(), func() { t.Error("collector ready over a refused connection") })
-			t.Logf("Run after %s: %v", time.Since(start).Round(time.Millisecond), err)
-			if err == nil {
-				t.Fatal("Run returned nil, want an error (or it ran 15s)")
-			}
+			err = refusedRun(t, c, "over a refused connection")
 			if !slices.ContainsFunc(tt.want, func(w string) bool { return strings.Contains(err.Error(), w) }) {
 				t.Fatalf("Run: err = %v, want one containing one of %q", err, tt.want)
 			}
 		})
 	}
+}
+
+// refusedRun runs c once, as a collector that must not get ready (ready
+// says how), and returns Run's error: there must be one within 15s.
+func refusedRun(t *testing.T, c *Collector, ready string) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	start := time.Now()
+	err := c.Run(ctx, newRecorder(), func() { t.Errorf("collector ready %s", ready) })
+	t.Logf("Run after %s: %v", time.Since(start).Round(time.Millisecond), err)
+	if err == nil {
+		t.Fatal("Run returned nil, want an error (or it ran 15s)")
+	}
+	return err
 }
 
 func TestNewValidatesCredentials(t *testing.T) {
