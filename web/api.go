@@ -12,7 +12,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 )
 
-// JSON shapes of the API (DESIGN.md, "HTTP API"). Field names are a contract:
+// JSON shapes of the API (README.md, "HTTP API"). Field names are a contract:
 // add fields, never rename or remove them.
 
 type sourceJSON struct {

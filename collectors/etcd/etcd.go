@@ -8,7 +8,7 @@
 // by reading the lease after an owner's key is deleted, and polls the owners'
 // leases to see renewals, which never reach the watch stream. Its cursor is
 // the etcd revision its inputs cover, so a restart resumes exactly there.
-// See reference/backends.md, section A, for the etcd behaviour relied on.
+// See collectors/backends.md, section A, for the etcd behaviour relied on.
 package etcd
 
 import (

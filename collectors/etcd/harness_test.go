@@ -269,7 +269,7 @@ func newSession(t *testing.T, cli *clientv3.Client, ttl int) *concurrency.Sessio
 }
 
 // token is what a client presents as its fencing token: the CreateRevision
-// of its own key (reference/backends.md A.4).
+// of its own key (collectors/backends.md A.4).
 func token(t *testing.T, cli *clientv3.Client, key string) int64 {
 	t.Helper()
 	resp, err := cli.Get(context.Background(), key)

@@ -15,7 +15,7 @@
 // restart resumes the watch exactly there. When the apiserver no longer has
 // that history (410 Gone), the collector records a blind window, lists the
 // Leases again and records what it finds as inferred grants.
-// See reference/backends.md, section B, for the Kubernetes behaviour relied on.
+// See collectors/backends.md, section B, for the Kubernetes behaviour relied on.
 package kubernetes
 
 import (

@@ -98,7 +98,7 @@ func seenOf(ob audit.Observation) seen {
 // continuedBy reports whether ob, a held Lease, continues the tenure s: the
 // same holder and token, written before s's lease ran out. After that the
 // holder is taking the Lease anew, and client-go keeps leaseTransitions when
-// the holder's identity is unchanged (reference/backends.md B.2).
+// the holder's identity is unchanged (collectors/backends.md B.2).
 func (s seen) continuedBy(ob audit.Observation, now time.Time) bool {
 	return s.holder == ob.Holder && tokenEqual(s.token, ob.Token) &&
 		!expired(audit.Observation{LeaseDuration: s.duration, RenewedAt: s.renewedAt}, now)

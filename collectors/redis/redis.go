@@ -18,7 +18,7 @@
 // lag: the collector reports each hold's deadline (read time + PTTL) and the
 // tracker expires it by that clock; the expired event then confirms it.
 //
-// See reference/backends.md, section C, for the Redis behaviour relied on.
+// See collectors/backends.md, section C, for the Redis behaviour relied on.
 package redis
 
 import (

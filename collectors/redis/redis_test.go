@@ -211,7 +211,7 @@ func TestRedislockObtainRefreshRelease(t *testing.T) {
 }
 
 // Redisson's RLock scripts (RedissonLock.java, RedissonBaseLock.java; see
-// reference/backends.md C.1), replayed with EVAL: a hash whose field is the
+// collectors/backends.md C.1), replayed with EVAL: a hash whose field is the
 // holder (<client UUID>:<thread id>) and whose value is the re-entry count.
 var (
 	redissonAcquire = goredis.NewScript(`

@@ -1,5 +1,5 @@
 // Package config reads and validates leasewatch's configuration file
-// (DESIGN.md, "Configuration file").
+// (README.md, "Configuration").
 package config
 
 import (
