@@ -174,7 +174,7 @@ func TestTrackerFindings(t *testing.T) {
 				s.grant("A", 3, at(0), lease)
 				s.grant("B", 5, at(30*time.Second), lease) // after A expired: no overlap
 			},
-			want: []audit.FindingKind{audit.FindingTokenSkip},
+			want: []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingTokenSkip},
 			check: func(t *testing.T, s *story) {
 				if f := s.finding(audit.FindingTokenSkip); f.Severity != audit.SeverityWarning || !reflect.DeepEqual(f.Tokens, []int64{3, 5}) {
 					t.Fatalf("finding = %+v, want warning with tokens [3 5]", f)
@@ -212,13 +212,21 @@ func TestTrackerFindings(t *testing.T) {
 			},
 		},
 		{
+			// A's lease ran out at 10 s, as B was granted: A expired, even
+			// though no tick came in between.
 			name: "NoOverlapAfterPreviousLeaseRanOut",
 			kind: audit.KindKubernetes,
 			story: func(s *story) {
 				s.grant("A", 1, at(0), lease)
 				s.grant("B", 2, at(10*time.Second), lease)
 			},
-			want: nil,
+			want: []audit.FindingKind{audit.FindingLeaseExpired},
+			check: func(t *testing.T, s *story) {
+				st, _ := s.tr.State(s.key())
+				if a := st.Recent[0]; a.End != audit.EndExpired || !a.EndedAt.Equal(at(10*time.Second)) {
+					t.Fatalf("A's tenure = %+v, want expired at %s", a, at(10*time.Second))
+				}
+			},
 		},
 		{
 			// A pauses, its lease passes to B, and A's late write lands because
@@ -1019,6 +1027,24 @@ func TestTrackerEndsDoNotDependOnTicks(t *testing.T) {
 			then:  func(s *story) { s.release("A", ms(9900)) },
 			after: ms(11000),
 			want:  []tenureEnd{{"A", audit.EndReleased, ms(9900)}},
+		},
+		{
+			// client-go's release writes renewTime, by the holder's clock, as
+			// the lease's: A released at 9.9 s, and the collector got it at
+			// 10.3 s, having vouched only for 9 s.
+			name: "ReleaseInTimeDeliveredLate",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.live(ms(9000))
+			},
+			tick:    ms(10100),
+			stalled: true,
+			then: func(s *story) {
+				s.observe(audit.Observation{Kind: audit.EventRelease, At: ms(10300), RenewedAt: ms(9900), Holder: "A", Token: audit.Int64(1)})
+			},
+			after: ms(11000),
+			want:  []tenureEnd{{"A", audit.EndReleased, ms(10300)}},
 		},
 		{
 			// A renews at 10.5 s by its own clock, half a second after its
