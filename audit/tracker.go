@@ -655,14 +655,19 @@ func (t *Tracker) end(o *output, st *lockState, cur *tenure, reason EndReason, a
 }
 
 // endInferred closes a tenure that ended out of the collector's sight by at:
-// expired, at its expiry, if its lease had run out by then; released at at
-// otherwise.
+// expired if its lease had run out by then, released at at otherwise. An
+// expiry by the clock is placed at the lease's expiry, as a tick places it;
+// elsewhere (etcd) the tracker's expiry is only the collector's last TTL
+// reading, and the backend's own expiry may have come any time up to at.
 func (t *Tracker) endInferred(o *output, st *lockState, cur *tenure, at time.Time, why string) {
+	reason := EndReleased
 	if expires := cur.expiresAt(); !expires.IsZero() && !at.Before(expires) {
-		t.end(o, st, cur, EndExpired, expires, true, map[string]any{"reason": why})
-		return
+		reason = EndExpired
+		if st.expireByClock {
+			at = expires
+		}
 	}
-	t.end(o, st, cur, EndReleased, at, true, map[string]any{"reason": why})
+	t.end(o, st, cur, reason, at, true, map[string]any{"reason": why})
 }
 
 func (t *Tracker) blind(o *output, source string, b Blind) {
