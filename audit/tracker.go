@@ -108,8 +108,9 @@ func (t *Tracker) Observe(in Input) Batch {
 	t.advance(at)
 
 	o := newOutput(len(in.Observations))
-	// What the collector had vouched for before this input: its own Live
-	// covers its observations, which come after any tick before it.
+	// What the collector had vouched for before this input, as a tick just
+	// before it would have seen it: the input's own Live arrives with its
+	// observations, so it cannot expire a lease they renew.
 	vouched := t.vouched(in.Source)
 	if in.Live && at.After(t.live[in.Source]) {
 		t.live[in.Source] = at
