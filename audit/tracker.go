@@ -108,6 +108,10 @@ func (t *Tracker) Observe(in Input) Batch {
 	t.advance(at)
 
 	o := newOutput(len(in.Observations))
+	// What the collector had vouched for before this input, as a tick just
+	// before it would have seen it: the input's own Live arrives with its
+	// observations, so it cannot expire a lease they renew.
+	vouched := t.vouched(in.Source)
 	if in.Live && at.After(t.live[in.Source]) {
 		t.live[in.Source] = at
 	}
@@ -128,6 +132,7 @@ func (t *Tracker) Observe(in Input) Batch {
 		if ob.Class != "" {
 			st.class = ob.Class
 		}
+		t.expireRunOut(o, st, max(vouched, seenUpTo(st, ob, in.Snapshot)))
 		t.observe(o, st, ob)
 		if seen != nil {
 			seen[ob.Lock] = true
@@ -138,7 +143,7 @@ func (t *Tracker) Observe(in Input) Batch {
 		// could not see them; how, it can only guess from the lease.
 		for _, key := range t.sourceLocks(in.Source) {
 			st := t.locks[key]
-			if cur := st.current(); cur != nil && !seen[key] {
+			if cur := st.current(); cur != nil && !seen[key] && !t.expireRunOut(o, st, vouched) {
 				t.endInferred(o, st, cur, at, "missing from snapshot")
 			}
 		}
@@ -172,16 +177,10 @@ func (t *Tracker) Tick(now time.Time) Batch {
 		}
 		limit, ok := limits[key.Source]
 		if !ok {
-			limit = math.MinInt64 // never live: nothing expires
-			if live := t.live[key.Source]; !live.IsZero() {
-				if now.Before(live) {
-					live = now
-				}
-				limit = nanos(live)
-			}
+			limit = min(t.vouched(key.Source), nanos(now))
 			limits[key.Source] = limit
 		}
-		if limit >= cur.expires {
+		if st.runOut(limit) {
 			due = append(due, key)
 		} else if earliest == 0 || cur.expires < earliest {
 			earliest = cur.expires
@@ -194,11 +193,72 @@ func (t *Tracker) Tick(now time.Time) Batch {
 	sortKeys(due)
 	o := newOutput(len(due))
 	for _, key := range due {
-		st := t.locks[key]
-		cur := st.current()
-		t.end(o, st, cur, EndExpired, cur.expiresAt(), true, map[string]any{"reason": "no renewal within the lease duration"})
+		t.expireRunOut(o, t.locks[key], limits[key.Source])
 	}
 	return t.done(o)
+}
+
+// How a lease that runs out by the clock ends. A tenure of a lock that
+// expires by the clock (Input.ExpireByClock) has run out once the tracker
+// knows the lock's history, without a renewal, up to its expiry: from the
+// collector's Live vouching, or from an observation of the lock that the
+// collector saw as it happened (seenUpTo), which follows every earlier
+// change of the lock in the backend's order. Either way it ends expired at
+// its expiry, with its lease_expired finding. Tick applies the rule to every
+// lock, and every step that touches a lock applies it first, so when ticks
+// come changes when an expiry is recorded, never whether or when it
+// happened.
+
+// runOut reports whether the held tenure of st expires by the clock and had
+// run out by by (Unix nanoseconds).
+func (st *lockState) runOut(by int64) bool {
+	cur := st.current()
+	return st.expireByClock && cur != nil && cur.expires != 0 && by >= cur.expires
+}
+
+// expireRunOut ends the held tenure of st at its expiry if it had run out by
+// by, and reports whether it did.
+func (t *Tracker) expireRunOut(o *output, st *lockState, by int64) bool {
+	if !st.runOut(by) {
+		return false
+	}
+	cur := st.current()
+	t.end(o, st, cur, EndExpired, cur.expiresAt(), true, map[string]any{"reason": "no renewal within the lease duration"})
+	return true
+}
+
+// vouched returns the time up to which source's collector has delivered every
+// change (Input.Live), in Unix nanoseconds; math.MinInt64 if it never said.
+func (t *Tracker) vouched(source string) int64 {
+	if live := t.live[source]; !live.IsZero() {
+		return nanos(live)
+	}
+	return math.MinInt64
+}
+
+// seenUpTo returns the time up to which ob shows the history of its lock
+// complete, in Unix nanoseconds, when the collector saw it as it happened in
+// the backend's order: a new holder's grant time (At, as the overlap finding
+// judges it); for a renewal, a repeat of the held tenure or a release, the
+// time the holder wrote it where the backend tells it (RenewedAt: the same
+// clock as the lease's expiry, so a write made in time but delivered late
+// is in time), else At. It is math.MinInt64 for what the collector only
+// read or inferred (a snapshot, an observed holder, an inferred change,
+// after which changes may have been missed) and for an overtaken renewal,
+// whose time is unknown. An expiry, seen or inferred, says the lease had run
+// out by its time.
+func seenUpTo(st *lockState, ob Observation, snapshot bool) int64 {
+	switch {
+	case ob.Kind == EventExpire:
+		return nanos(ob.At)
+	case snapshot || ob.Inferred || ob.Overtaken || ob.Kind == EventObserved:
+		return math.MinInt64
+	case ob.Kind == EventGrant:
+		if cur := st.current(); cur == nil || !st.sameTenure(cur, ob.Holder, ob.Token) {
+			return nanos(ob.At)
+		}
+	}
+	return nanos(renewedAt(ob))
 }
 
 // maxTime is later than any lease's expiry.
@@ -223,6 +283,8 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 	t.advance(w.At)
 	o := newOutput(1)
 	st := t.lock(o, w.Key(), t.cfg.SourceKinds[w.Source])
+	// Judged against the lock as a tick would have left it.
+	t.expireRunOut(o, st, t.vouched(w.Source))
 	kind := EventWriteAccepted
 	if w.Outcome == WriteRejected {
 		kind = EventWriteRejected
@@ -358,9 +420,17 @@ func (t *Tracker) observe(o *output, st *lockState, ob Observation) {
 func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) {
 	detail := copyDetail(ob.Detail)
 	if prev != nil {
-		if ob.Inferred {
+		switch {
+		case ob.Inferred:
 			t.endInferred(o, st, prev, ob.At, "a new holder appeared while the collector was blind")
-		} else {
+		case t.expireRunOut(o, st, nanos(ob.At)):
+			// A grant made once the lease had run out, of a snapshot's
+			// holder too: an expiry, as a tick would have made it.
+		default:
+			// Superseded: by the backend's word where the backend ends
+			// leases itself (etcd deletes the key; the tracker's expiry
+			// is only the collector's last reading), or while the lease
+			// still ran.
 			if expires := prev.expiresAt(); !expires.IsZero() && ob.At.Before(expires) {
 				o.finding(st, Finding{Kind: FindingOverlap, At: ob.At, Until: expires, Tokens: tokens(prev.token, ob.Token), Holders: holders(prev.holder, ob.Holder),
 					Summary: fmt.Sprintf("%s was granted the lock while %s's lease was valid for %s more: both may believe they hold it", orUnknown(ob.Holder), orUnknown(prev.holder), expires.Sub(ob.At).Round(time.Millisecond))})
@@ -460,7 +530,9 @@ func (t *Tracker) renew(o *output, st *lockState, cur *tenure, ob Observation) {
 		duration = ob.LeaseDuration
 	}
 	detail := copyDetail(ob.Detail)
-	if cur.expires != 0 && cur.lease > 0 {
+	// A renewal read after a blind window or at a start stands for renewals
+	// the collector did not see: its margin says nothing.
+	if cur.expires != 0 && cur.lease > 0 && !ob.Inferred && ob.Kind != EventObserved {
 		left := cur.expiresAt().Sub(at)
 		ratio := float64(left) / float64(cur.lease)
 		detail = withDetail(detail, "margin_ratio", round3(ratio))
@@ -583,12 +655,18 @@ func (t *Tracker) end(o *output, st *lockState, cur *tenure, reason EndReason, a
 	}
 }
 
-// endInferred closes a tenure that ended out of the collector's sight: expired
-// if its lease had run out by then, released otherwise.
+// endInferred closes a tenure that ended out of the collector's sight by at:
+// expired if its lease had run out by then, released at at otherwise. An
+// expiry by the clock is placed at the lease's expiry, as a tick places it;
+// elsewhere (etcd) the tracker's expiry is only the collector's last TTL
+// reading, and the backend's own expiry may have come any time up to at.
 func (t *Tracker) endInferred(o *output, st *lockState, cur *tenure, at time.Time, why string) {
 	reason := EndReleased
 	if expires := cur.expiresAt(); !expires.IsZero() && !at.Before(expires) {
 		reason = EndExpired
+		if st.expireByClock {
+			at = expires
+		}
 	}
 	t.end(o, st, cur, reason, at, true, map[string]any{"reason": why})
 }

@@ -27,7 +27,11 @@ import (
 //     or expired) or, superseded, its lease still ran, the store holds an
 //     overlap finding at the later grant;
 //   - a grant whose token is lower than the last token granted before it
-//     always has a token_regression finding naming both tokens.
+//     always has a token_regression finding naming both tokens;
+//   - ticks change when the tracker records an end, never what it records:
+//     the same script run without its ticks, and with a tick before every
+//     step, then followed by one last tick long after, ends every tenure
+//     with the same reason at the same time, and makes the same findings.
 //
 // And nothing panics. Run longer with
 // go test -run '^$' -fuzz FuzzTracker -fuzztime 10m ./audit
@@ -35,6 +39,11 @@ func FuzzTracker(f *testing.F) {
 	for _, seed := range [][]byte{
 		// etcd: A granted token 41, renews, B granted 42 while A's lease runs (overlap).
 		{0x00, 0x00, 0x00, 41, 0xc2, 0x20, 0x00, 41, 0x05, 0x00, 0x01, 42, 0x45},
+		// Clock expiry: the collector vouches for 4.1 s (a grant on the other
+		// lock) after A's lease ran out at 3 s; B's grant comes at 4.4 s.
+		{0x06, 0x00, 0x00, 1, 0x80, 0x10, 0x02, 5, 0x29, 0x00, 0x01, 2, 0x83},
+		// Clock expiry: A renews after its lease ran out, then releases late.
+		{0x06, 0x00, 0x00, 1, 0x40, 0x02, 0x00, 1, 0x0b, 0x10, 0x01, 3, 0x0b, 0x03, 0x00, 1, 0x13, 0x05, 0x00, 0, 0x01},
 		// Kubernetes, clock expiry: A (1) expires by the tracker's clock, B (0) regresses.
 		{0x03, 0x00, 0x00, 2, 0x85, 0x05, 0x00, 0, 0x3f, 0x00, 0x01, 1, 0x41},
 		// Redis, counter tokens: a skip, a release, a snapshot without the lock.
@@ -66,29 +75,8 @@ func FuzzTracker(f *testing.F) {
 		// Each run has a source of its own in the shared store.
 		source := fmt.Sprintf("src-%d", runs.Add(1))
 		script := decodeTrackerScript(source, data)
-		tr := audit.NewTracker(audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{source: script.kind}})
-		var all audit.Batch
-		for _, step := range script.steps {
-			switch {
-			case step.tick:
-				all.Append(tr.Tick(step.at))
-			case step.write != nil:
-				all.Append(tr.ReportWrite(*step.write))
-			default:
-				all.Append(tr.Observe(step.input))
-			}
-		}
-		// The tracker's own output, each tenure as its last write left it.
-		emitted := make(map[audit.LockKey][]audit.Tenure)
-		for _, ten := range all.Tenures {
-			list := emitted[ten.Lock]
-			if i := int(ten.Seq) - 1; i >= 0 && i < len(list) {
-				list[i] = ten
-			} else {
-				list = append(list, ten)
-			}
-			emitted[ten.Lock] = list
-		}
+		_, all := script.run(ticksAsScripted)
+		emitted := tenuresOf(all)
 		for _, key := range script.locks {
 			var findings []audit.Finding
 			for _, fd := range all.Findings {
@@ -98,6 +86,7 @@ func FuzzTracker(f *testing.F) {
 			}
 			checkTenures(t, key, emitted[key], findings, script)
 		}
+		checkTicksChangeNothing(t, script)
 		if !withStore {
 			return
 		}
@@ -126,6 +115,108 @@ func FuzzTracker(f *testing.F) {
 			checkTenures(t, key, tenures, findings, script)
 		}
 	})
+}
+
+// Where a script's ticks go, for checkTicksChangeNothing.
+const (
+	ticksAsScripted = iota
+	ticksNone
+	ticksBeforeEveryStep
+)
+
+// run drives a new tracker through the script, with its ticks placed as
+// ticks says, and returns the tracker and everything it emitted.
+func (s trackerScript) run(ticks int) (*audit.Tracker, audit.Batch) {
+	tr := audit.NewTracker(audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{s.locks[0].Source: s.kind}})
+	var all audit.Batch
+	for _, step := range s.steps {
+		if ticks == ticksBeforeEveryStep {
+			all.Append(tr.Tick(step.at))
+		}
+		switch {
+		case step.tick:
+			if ticks == ticksAsScripted {
+				all.Append(tr.Tick(step.at))
+			}
+		case step.write != nil:
+			all.Append(tr.ReportWrite(*step.write))
+		default:
+			all.Append(tr.Observe(step.input))
+		}
+	}
+	return tr, all
+}
+
+// tenuresOf returns the tenures in b by lock, each as its last write left it.
+func tenuresOf(b audit.Batch) map[audit.LockKey][]audit.Tenure {
+	out := make(map[audit.LockKey][]audit.Tenure)
+	for _, ten := range b.Tenures {
+		list := out[ten.Lock]
+		if i := int(ten.Seq) - 1; i >= 0 && i < len(list) {
+			list[i] = ten
+		} else {
+			list = append(list, ten)
+		}
+		out[ten.Lock] = list
+	}
+	return out
+}
+
+// checkTicksChangeNothing runs the script without its ticks and with a tick
+// before every step, each followed by the collector vouching for an hour
+// later and a tick then, so that every lease has run out, and checks that
+// every tenure ends the same way at the same time, with the same findings,
+// as the script itself followed by the same.
+func checkTicksChangeNothing(t *testing.T, script trackerScript) {
+	t.Helper()
+	type end struct {
+		seq     int64
+		holder  string
+		token   string
+		granted time.Time
+		end     audit.EndReason
+		ended   time.Time
+	}
+	type outcome struct {
+		ends     map[audit.LockKey][]end
+		findings []string
+	}
+	if len(script.steps) == 0 {
+		return
+	}
+	// Every step carries the source's input flags; the last input keeps them.
+	late := script.steps[len(script.steps)-1].at.Add(time.Hour)
+	vouch := script.steps[0].input
+	vouch.At, vouch.Live, vouch.Blind, vouch.Snapshot, vouch.Observations = late, true, nil, false, nil
+	outcomeOf := func(ticks int) outcome {
+		tr, b := script.run(ticks)
+		b.Append(tr.Observe(vouch))
+		b.Append(tr.Tick(late))
+		o := outcome{ends: make(map[audit.LockKey][]end)}
+		for key, list := range tenuresOf(b) {
+			for _, ten := range list {
+				o.ends[key] = append(o.ends[key], end{ten.Seq, ten.Holder, fmtToken(ten.Token), ten.GrantedAt, ten.End, ten.EndedAt})
+			}
+		}
+		for _, f := range b.Findings {
+			o.findings = append(o.findings, fmt.Sprintf("%s %s at %v tokens %v", f.Lock.Name, f.Kind, f.At.Sub(script.base), f.Tokens))
+		}
+		slices.Sort(o.findings)
+		return o
+	}
+	want := outcomeOf(ticksAsScripted)
+	for _, ticks := range []int{ticksNone, ticksBeforeEveryStep} {
+		got := outcomeOf(ticks)
+		name := map[int]string{ticksNone: "without its ticks", ticksBeforeEveryStep: "with a tick before every step"}[ticks]
+		for _, key := range script.locks {
+			if !slices.Equal(got.ends[key], want.ends[key]) {
+				t.Fatalf("%s: run %s, tenures\n  %+v\nwant, as scripted,\n  %+v\n%s", key, name, got.ends[key], want.ends[key], script)
+			}
+		}
+		if !slices.Equal(got.findings, want.findings) {
+			t.Fatalf("run %s, findings\n  %v\nwant, as scripted,\n  %v\n%s", name, got.findings, want.findings, script)
+		}
+	}
 }
 
 // checkTenures checks one lock's stored tenures against its findings.

@@ -174,7 +174,7 @@ func TestTrackerFindings(t *testing.T) {
 				s.grant("A", 3, at(0), lease)
 				s.grant("B", 5, at(30*time.Second), lease) // after A expired: no overlap
 			},
-			want: []audit.FindingKind{audit.FindingTokenSkip},
+			want: []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingTokenSkip},
 			check: func(t *testing.T, s *story) {
 				if f := s.finding(audit.FindingTokenSkip); f.Severity != audit.SeverityWarning || !reflect.DeepEqual(f.Tokens, []int64{3, 5}) {
 					t.Fatalf("finding = %+v, want warning with tokens [3 5]", f)
@@ -212,13 +212,21 @@ func TestTrackerFindings(t *testing.T) {
 			},
 		},
 		{
+			// A's lease ran out at 10 s, as B was granted: A expired, even
+			// though no tick came in between.
 			name: "NoOverlapAfterPreviousLeaseRanOut",
 			kind: audit.KindKubernetes,
 			story: func(s *story) {
 				s.grant("A", 1, at(0), lease)
 				s.grant("B", 2, at(10*time.Second), lease)
 			},
-			want: nil,
+			want: []audit.FindingKind{audit.FindingLeaseExpired},
+			check: func(t *testing.T, s *story) {
+				st, _ := s.tr.State(s.key())
+				if a := st.Recent[0]; a.End != audit.EndExpired || !a.EndedAt.Equal(at(10*time.Second)) {
+					t.Fatalf("A's tenure = %+v, want expired at %s", a, at(10*time.Second))
+				}
+			},
 		},
 		{
 			// A pauses, its lease passes to B, and A's late write lands because
@@ -905,5 +913,372 @@ func TestTrackerTickExpiresLeasesThatCameAfterItLooked(t *testing.T) {
 	tr.Restore([]audit.TrackState{st})
 	if got := expired(at(13 * time.Second)); !slices.Equal(got, []string{"again"}) {
 		t.Fatalf("expired at 13s after a restore: %v, want [again]", got)
+	}
+}
+
+// tenureEnd is how a tenure ended, for the tests of end reasons: End is
+// empty, and At zero, while it is held.
+type tenureEnd struct {
+	Holder string
+	End    audit.EndReason
+	At     time.Time
+}
+
+func (s *story) ends() []tenureEnd {
+	st, _ := s.tr.State(s.key())
+	var out []tenureEnd
+	for _, ten := range st.Recent {
+		out = append(out, tenureEnd{ten.Holder, ten.End, ten.EndedAt})
+	}
+	return out
+}
+
+// tickOnly moves the tracker's clock without the collector vouching for
+// anything new, as a Recorder's ticker does between the collector's Live
+// inputs.
+func (s *story) tickOnly(when time.Time) { s.out.Append(s.tr.Tick(when)) }
+
+// TestTrackerEndsDoNotDependOnTicks races the tracker's clock against the
+// observation that follows a lease's end: each story runs with a tick between
+// the lease's end and the observation, with a tick after it, and with no tick
+// at all, and every order must end every tenure the same way, at the same
+// time, with the same findings.
+func TestTrackerEndsDoNotDependOnTicks(t *testing.T) {
+	const lease = 10 * time.Second
+	ms := func(n int) time.Time { return at(time.Duration(n) * time.Millisecond) }
+	renewAt := func(s *story, holder string, token int64, renewed, seen time.Time) {
+		s.observe(audit.Observation{Kind: audit.EventRenew, At: seen, RenewedAt: renewed, Holder: holder, Token: audit.Int64(token)})
+	}
+	races := []struct {
+		name     string
+		kind     audit.SourceKind
+		setup    func(s *story) // what happened before the race
+		tick     time.Time      // the tick that comes first, after the lease ran out
+		then     func(s *story) // the observation that races the clock
+		after    time.Time      // the tick that comes after it
+		stalled  bool           // the collector vouches for nothing after setup: the ticks only move the clock
+		want     []tenureEnd
+		findings []audit.FindingKind // sorted
+	}{
+		{
+			// A renewed at 2 s, so its lease ran out at 12 s; B's grant
+			// reaches the tracker 342 ms later.
+			name: "GrantAfterTheLeaseRanOut",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.renew("A", 1, at(2*time.Second))
+			},
+			tick:     ms(12100),
+			then:     func(s *story) { s.grant("B", 2, ms(12342), lease) },
+			after:    ms(13000),
+			want:     []tenureEnd{{"A", audit.EndExpired, ms(12000)}, {"B", "", time.Time{}}},
+			findings: []audit.FindingKind{audit.FindingLeaseExpired},
+		},
+		{
+			// At the very instant the lease runs out it is no longer valid:
+			// an expiry, not an overlap.
+			name: "GrantAtTheInstantTheLeaseRanOut",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+			},
+			tick:     ms(10000),
+			then:     func(s *story) { s.grant("B", 2, ms(10000), lease) },
+			after:    ms(10500),
+			want:     []tenureEnd{{"A", audit.EndExpired, ms(10000)}, {"B", "", time.Time{}}},
+			findings: []audit.FindingKind{audit.FindingLeaseExpired},
+		},
+		{
+			// The one order that is not a race: B was granted while A's lease
+			// ran, so A was superseded, with an overlap, whenever ticks come.
+			name: "GrantWhileTheLeaseRan",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+			},
+			tick:     ms(9000),
+			then:     func(s *story) { s.grant("B", 2, ms(9500), lease) },
+			after:    ms(11000),
+			want:     []tenureEnd{{"A", audit.EndSuperseded, ms(9500)}, {"B", "", time.Time{}}},
+			findings: []audit.FindingKind{audit.FindingOverlap},
+		},
+		{
+			// A release the collector sees after the lease ran out is too
+			// late: the lock was free for anyone from 10 s.
+			name: "ReleaseAfterTheLeaseRanOut",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+			},
+			tick:     ms(10100),
+			then:     func(s *story) { s.release("A", ms(10300)) },
+			after:    ms(11000),
+			want:     []tenureEnd{{"A", audit.EndExpired, ms(10000)}},
+			findings: []audit.FindingKind{audit.FindingLeaseExpired},
+		},
+		{
+			name: "ReleaseWhileTheLeaseRan",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+			},
+			tick:  ms(9000),
+			then:  func(s *story) { s.release("A", ms(9900)) },
+			after: ms(11000),
+			want:  []tenureEnd{{"A", audit.EndReleased, ms(9900)}},
+		},
+		{
+			// client-go's release writes renewTime, by the holder's clock, as
+			// the lease's: A released at 9.9 s, and the collector got it at
+			// 10.3 s, having vouched only for 9 s.
+			name: "ReleaseInTimeDeliveredLate",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.live(ms(9000))
+			},
+			tick:    ms(10100),
+			stalled: true,
+			then: func(s *story) {
+				s.observe(audit.Observation{Kind: audit.EventRelease, At: ms(10300), RenewedAt: ms(9900), Holder: "A", Token: audit.Int64(1)})
+			},
+			after: ms(11000),
+			want:  []tenureEnd{{"A", audit.EndReleased, ms(10300)}},
+		},
+		{
+			// A renews at 10.5 s by its own clock, half a second after its
+			// lease ran out by the same clock: the lease expired, and A took
+			// the lock anew (client-go keeps leaseTransitions, hence the
+			// reused token).
+			name: "RenewalAfterTheLeaseRanOut",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+			},
+			tick:     ms(10200),
+			then:     func(s *story) { renewAt(s, "A", 1, ms(10500), ms(10600)) },
+			after:    ms(11000),
+			want:     []tenureEnd{{"A", audit.EndExpired, ms(10000)}, {"A", "", time.Time{}}},
+			findings: []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingTokenReuse},
+		},
+		{
+			// A renewed in time (9.8 s) but the collector got it late. The
+			// collector had vouched only up to 9 s, so no tick expires A.
+			name: "RenewalInTimeDeliveredLate",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.live(ms(9000))
+			},
+			tick:     ms(10200),
+			stalled:  true,
+			then:     func(s *story) { renewAt(s, "A", 1, ms(9800), ms(10400)) },
+			after:    ms(11000),
+			want:     []tenureEnd{{"A", "", time.Time{}}},
+			findings: []audit.FindingKind{audit.FindingLateRenewal},
+		},
+		{
+			// Redis's own expired notification comes after the lease's end:
+			// the tenure ended when the lease did, not when the news arrived.
+			name: "BackendExpiryAfterTheLeaseRanOut",
+			kind: audit.KindRedis,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+			},
+			tick:     ms(10100),
+			then:     func(s *story) { s.expire("A", ms(10400)) },
+			after:    ms(11000),
+			want:     []tenureEnd{{"A", audit.EndExpired, ms(10000)}},
+			findings: []audit.FindingKind{audit.FindingLeaseExpired},
+		},
+		{
+			// The collector vouched for 11 s, past A's lease, then went blind;
+			// the snapshot after the blind window shows B.
+			name: "SnapshotAfterABlindWindowThatBeganAfterTheLeaseRanOut",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.live(ms(11000))
+			},
+			tick: ms(11000),
+			then: func(s *story) {
+				s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true,
+					Blind:        &audit.Blind{From: ms(11000), To: at(time.Minute)},
+					Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(time.Minute), RenewedAt: at(58 * time.Second), Holder: "B", Token: audit.Int64(2), LeaseDuration: lease, Inferred: true}}}))
+			},
+			after:    at(61 * time.Second),
+			want:     []tenureEnd{{"A", audit.EndExpired, ms(10000)}, {"B", "", time.Time{}}},
+			findings: []audit.FindingKind{audit.FindingBlindWindow, audit.FindingLeaseExpired},
+		},
+		{
+			// The same, but the snapshot shows A holding a renewed lease: the
+			// collector had seen it run out before going blind, so A holds
+			// the lock anew.
+			name: "SnapshotShowsTheHolderAgainAfterItsLeaseRanOut",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.live(ms(11000))
+			},
+			tick: ms(11000),
+			then: func(s *story) {
+				s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true,
+					Blind:        &audit.Blind{From: ms(11000), To: at(time.Minute)},
+					Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(time.Minute), RenewedAt: at(58 * time.Second), Holder: "A", Token: audit.Int64(1), LeaseDuration: lease, Inferred: true}}}))
+			},
+			after:    at(61 * time.Second),
+			want:     []tenureEnd{{"A", audit.EndExpired, ms(10000)}, {"A", "", time.Time{}}},
+			findings: []audit.FindingKind{audit.FindingBlindWindow, audit.FindingLeaseExpired, audit.FindingTokenReuse},
+		},
+		{
+			// Blind from 5 s, before the lease ran out: the renewals that the
+			// snapshot shows happened unseen, and no tick may expire A.
+			name: "SnapshotAfterABlindWindowThatBeganWhileTheLeaseRan",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.live(ms(5000))
+			},
+			tick:    ms(30000),
+			stalled: true,
+			then: func(s *story) {
+				s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true,
+					Blind:        &audit.Blind{From: ms(5000), To: at(time.Minute)},
+					Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(time.Minute), RenewedAt: at(58 * time.Second), Holder: "A", Token: audit.Int64(1), LeaseDuration: lease, Inferred: true}}}))
+			},
+			after:    at(61 * time.Second),
+			want:     []tenureEnd{{"A", "", time.Time{}}},
+			findings: []audit.FindingKind{audit.FindingBlindWindow},
+		},
+		{
+			// A full snapshot without the lock, after its lease ran out.
+			name: "SnapshotWithoutTheLockAfterItsLeaseRanOut",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.live(ms(10500))
+			},
+			tick: ms(10500),
+			then: func(s *story) {
+				s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true}))
+			},
+			after:    at(61 * time.Second),
+			want:     []tenureEnd{{"A", audit.EndExpired, ms(10000)}},
+			findings: []audit.FindingKind{audit.FindingLeaseExpired},
+		},
+		{
+			// A write with A's token at 12 s, after A's lease ran out at
+			// 10 s and the collector vouched for 11 s: unfenced, tick or not.
+			name: "WriteAfterTheLeaseRanOut",
+			kind: audit.KindKubernetes,
+			setup: func(s *story) {
+				s.grant("A", 1, at(0), lease)
+				s.live(ms(11000))
+			},
+			tick:     ms(11000),
+			then:     func(s *story) { s.write("ledger", 1, audit.WriteAccepted, ms(12000)) },
+			after:    ms(12500),
+			want:     []tenureEnd{{"A", audit.EndExpired, ms(10000)}},
+			findings: []audit.FindingKind{audit.FindingLeaseExpired, audit.FindingUnfencedWrite},
+		},
+		{
+			// etcd deletes a key whose lease ran out, and the collector
+			// reports that: until it does, the lease is the backend's to
+			// end, not the clock's (the expiry the tracker has is only the
+			// collector's last TTL reading). A grant of another key without
+			// it ends A as superseded, tick or not.
+			name: "EtcdGrantWithoutTheBackendsExpiry",
+			kind: audit.KindEtcd,
+			setup: func(s *story) {
+				s.grant("A", 41, at(0), lease)
+			},
+			tick:  ms(11000),
+			then:  func(s *story) { s.grant("B", 42, ms(12000), lease) },
+			after: ms(13000),
+			want:  []tenureEnd{{"A", audit.EndSuperseded, ms(12000)}, {"B", "", time.Time{}}},
+		},
+	}
+	orders := []struct {
+		name string
+		run  func(s *story, tick, after func(), then func(*story))
+	}{
+		{"TickThenObservation", func(s *story, tick, _ func(), then func(*story)) { tick(); then(s) }},
+		{"ObservationThenTick", func(s *story, _, after func(), then func(*story)) { then(s); after() }},
+		{"ObservationWithNoTick", func(s *story, _, _ func(), then func(*story)) { then(s) }},
+	}
+	for _, r := range races {
+		for _, order := range orders {
+			t.Run(r.name+"/"+order.name, func(t *testing.T) {
+				s := newStory(t, r.kind)
+				r.setup(s)
+				tick, after := func() { s.tick(r.tick) }, func() { s.tick(r.after) }
+				if r.stalled {
+					tick, after = func() { s.tickOnly(r.tick) }, func() { s.tickOnly(r.after) }
+				}
+				order.run(s, tick, after, r.then)
+				if got := s.ends(); !slices.Equal(got, r.want) {
+					t.Errorf("tenures = %+v, want %+v", got, r.want)
+				}
+				got := s.findings()
+				slices.Sort(got)
+				if !slices.Equal(got, r.findings) {
+					t.Errorf("findings = %v, want %v", got, r.findings)
+				}
+				// An expiry's event and finding are at the lease's end too.
+				for _, e := range s.ends() {
+					if e.End != audit.EndExpired {
+						continue
+					}
+					if !slices.ContainsFunc(s.out.Events, func(ev audit.Event) bool { return ev.Kind == audit.EventExpire && ev.At.Equal(e.At) }) {
+						t.Errorf("no expire event at %v; events = %v", e.At, s.events())
+					}
+					if f := s.finding(audit.FindingLeaseExpired); !f.At.Equal(e.At) {
+						t.Errorf("lease_expired at %v, want %v", f.At, e.At)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestTrackerClientGoHolderCrashedWithoutReleasing is the case seen in
+// production: a client-go leader election on a loaded machine, whose leader
+// crashed without releasing. Its lease (15 s, renewed every 2 s) ran out; the
+// recorder's ticker ran while the collector had vouched only for a moment
+// before that; the new leader's grant arrived 342 ms after the lease ran out,
+// before the next tick. It was recorded as superseded, with no finding.
+func TestTrackerClientGoHolderCrashedWithoutReleasing(t *testing.T) {
+	const lease = 15 * time.Second
+	s := newStory(t, audit.KindKubernetes)
+	s.grant("pod-a", 4, at(0), lease)
+	var last time.Time
+	for renewed := 2 * time.Second; renewed <= 20*time.Second; renewed += 2 * time.Second {
+		// renewTime is pod-a's clock; the collector gets it a little later.
+		s.observe(audit.Observation{Kind: audit.EventRenew, At: at(renewed + 30*time.Millisecond), RenewedAt: at(renewed), Holder: "pod-a", Token: audit.Int64(4)})
+		s.tick(at(renewed + 250*time.Millisecond))
+		last = at(renewed)
+	}
+	expiry := last.Add(lease)
+	s.live(expiry.Add(-200 * time.Millisecond))    // the last probe answered before the expiry
+	s.tickOnly(expiry.Add(100 * time.Millisecond)) // nothing to expire yet, as far as the collector vouched
+	s.observe(audit.Observation{Kind: audit.EventGrant, At: expiry.Add(342 * time.Millisecond), RenewedAt: expiry.Add(300 * time.Millisecond),
+		Holder: "pod-b", Token: audit.Int64(5), LeaseDuration: lease})
+	s.tick(expiry.Add(600 * time.Millisecond))
+
+	want := []tenureEnd{{"pod-a", audit.EndExpired, expiry}, {"pod-b", "", time.Time{}}}
+	if got := s.ends(); !slices.Equal(got, want) {
+		t.Fatalf("tenures = %+v, want %+v", got, want)
+	}
+	if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingLeaseExpired}) {
+		t.Fatalf("findings = %v, want [lease_expired]", got)
+	}
+	if f := s.finding(audit.FindingLeaseExpired); !f.At.Equal(expiry) || !slices.Equal(f.Holders, []string{"pod-a"}) {
+		t.Fatalf("lease_expired = %+v, want pod-a's at %v", f, expiry)
+	}
+	for _, e := range s.out.Events {
+		if e.Kind == audit.EventGrant && e.Holder == "pod-b" && e.Detail["superseded"] != nil {
+			t.Fatalf("pod-b's grant %+v says it superseded pod-a, whose lease had run out", e)
+		}
 	}
 }

@@ -27,7 +27,8 @@ const (
 //
 // Token is leaseTransitions (nil when unset, as in node heartbeats);
 // RenewedAt is renewTime, or acquireTime when a writer sets only that, both
-// on the holder's clock; Position is the write's resourceVersion.
+// on the holder's clock (for a release too); Position is the write's
+// resourceVersion.
 func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Observation, bool) {
 	ob := audit.Observation{
 		Lock:     audit.LockKey{Name: l.Namespace + "/" + l.Name},
@@ -55,7 +56,15 @@ func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Ob
 		ob.Detail = detail
 	}
 
+	switch {
+	case spec.RenewTime != nil && !spec.RenewTime.IsZero():
+		ob.RenewedAt = spec.RenewTime.Time
+	case spec.AcquireTime != nil && !spec.AcquireTime.IsZero():
+		ob.RenewedAt = spec.AcquireTime.Time
+	}
 	if spec.HolderIdentity == nil || *spec.HolderIdentity == "" {
+		// client-go's release writes its own time as renewTime: the tracker
+		// tells a release made in time but delivered late by it.
 		ob.Kind = audit.EventRelease
 		return ob, false
 	}
@@ -66,12 +75,6 @@ func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Ob
 	}
 	if spec.LeaseDurationSeconds != nil && *spec.LeaseDurationSeconds > 0 {
 		ob.LeaseDuration = time.Duration(*spec.LeaseDurationSeconds) * time.Second
-	}
-	switch {
-	case spec.RenewTime != nil && !spec.RenewTime.IsZero():
-		ob.RenewedAt = spec.RenewTime.Time
-	case spec.AcquireTime != nil && !spec.AcquireTime.IsZero():
-		ob.RenewedAt = spec.AcquireTime.Time
 	}
 	return ob, true
 }

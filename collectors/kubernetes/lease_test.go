@@ -65,7 +65,7 @@ func TestDecodeLease(t *testing.T) {
 		}),
 		held: false,
 		want: audit.Observation{
-			Lock: audit.LockKey{Name: "default/controller"}, Kind: audit.EventRelease, Class: audit.ClassLock, Position: "4711",
+			Lock: audit.LockKey{Name: "default/controller"}, Kind: audit.EventRelease, Class: audit.ClassLock, Position: "4711", RenewedAt: t1,
 			Detail: map[string]any{"uid": "uid-1", "lease_transitions": int64(3), "acquire_time": "2026-03-01T12:00:07.123456Z"},
 		},
 	}, {
