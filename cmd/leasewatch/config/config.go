@@ -430,17 +430,23 @@ func (c *Config) readTokensFile() error {
 }
 
 // Parse decodes a configuration file, fills defaults and validates it.
-// Errors name the offending field, e.g. `sources[1].endpoints: ...`.
+// Errors name the offending field, e.g. `sources[1].endpoints: ...`, in
+// block and flow style alike.
 func Parse(data []byte) (*Config, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
 		return nil, fmt.Errorf("config is not valid YAML: %w", err)
+	}
+	if problems := checkFields(&doc); len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "; "))
 	}
 	cfg := &Config{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
-		return nil, nameFields(err, &root)
+		// checkFields finds what the decoder refuses; this is for what it
+		// refuses as a whole, such as excessive aliasing.
+		return nil, hideValues(err)
 	}
 	cfg.SetDefaults()
 	return cfg, cfg.Validate()
@@ -754,10 +760,8 @@ func SplitHostPort(addr string) (string, int, error) {
 	return addr[:i], port, nil
 }
 
-var (
-	lineRE  = regexp.MustCompile(`line (\d+): `)
-	quoteRE = regexp.MustCompile("`[^`]*`")
-)
+// quoteRE is a value yaml quotes in a message: "cannot unmarshal !!str `change-...`".
+var quoteRE = regexp.MustCompile("`[^`]*`")
 
 // secretField reports whether the field at path holds a secret, whose value
 // must not reach an error message (and so the log).
@@ -766,66 +770,16 @@ func secretField(path string) bool {
 		strings.HasSuffix(path, ".password")
 }
 
-// nameFields rewrites yaml's "line N: ..." messages to name the field at that
-// line, e.g. "sources[0].endpoints (line 7): cannot unmarshal ...".
-func nameFields(err error, root *yaml.Node) error {
-	paths := make(map[int]string)
-	walkPaths(root, "", paths)
-	var te *yaml.TypeError
+// hideValues rewrites an error of yaml's decoder as one line, without the
+// values yaml quotes: not knowing the field, it cannot tell a secret's.
+func hideValues(err error) error {
 	msgs := []string{err.Error()}
+	var te *yaml.TypeError
 	if errors.As(err, &te) {
 		msgs = te.Errors
 	}
 	for i, m := range msgs {
-		// yaml quotes the first characters of a value it cannot decode
-		// ("cannot unmarshal !!str `change-...`"): of a token, too much.
-		secret := true
-		msgs[i] = lineRE.ReplaceAllStringFunc(m, func(s string) string {
-			n, _ := strconv.Atoi(lineRE.FindStringSubmatch(s)[1])
-			if p, ok := paths[n]; ok {
-				secret = secretField(p)
-				return fmt.Sprintf("%s (line %d): ", p, n)
-			}
-			return s
-		})
-		if secret {
-			msgs[i] = quoteRE.ReplaceAllString(msgs[i], "(value hidden)")
-		}
-		msgs[i] = strings.TrimPrefix(msgs[i], "yaml: unmarshal errors:\n  ")
+		msgs[i] = quoteRE.ReplaceAllString(m, "(value hidden)")
 	}
 	return errors.New(strings.Join(msgs, "; "))
-}
-
-func walkPaths(n *yaml.Node, path string, out map[int]string) {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			walkPaths(c, path, out)
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			p := k.Value
-			switch {
-			case secretField(path) && path != "auth.users":
-				// A key inside a secret (a token or password mistyped as a
-				// map) is part of it; auth.users' keys are user names.
-				p = path
-			case path != "":
-				p = path + "." + k.Value
-			}
-			if _, ok := out[k.Line]; !ok || v.Kind == yaml.ScalarNode {
-				out[k.Line] = p
-			}
-			walkPaths(v, p, out)
-		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			p := fmt.Sprintf("%s[%d]", path, i)
-			if _, ok := out[c.Line]; !ok {
-				out[c.Line] = p
-			}
-			walkPaths(c, p, out)
-		}
-	}
 }

@@ -1,11 +1,16 @@
 package config
 
 import (
+	"bytes"
 	"crypto/tls"
+	"errors"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/redis"
@@ -45,10 +50,16 @@ func FuzzParse(f *testing.F) {
 		"sources:\n  - name: c\n    kind: redis\n    addr: /run/redis.sock\n    tls: {}\n    patterns: [\"lock:*\"]\n",
 		"sources:\n  - name: c\n    kind: redis\n    addr: h:1\n    patterns: [\"lock:*\"]\n    token: {value_pattern: '('}\n",
 		"sources:\n  - name: c\n    kind: redis\n    addr: h:1\n    patterns: [\"lock:*\"]\n    token: {counter_key: 'fence'}\n",
+		"auth: {mode: basic, users: [\"alice:x\"]}\n",
+		"retention: {events: 0s, findings: -5d}\n",
+		"base: &b {kind: etcd, endpoints: [e], prefixes: [p]}\n",
+		"sources:\n  - &b {name: x, kind: etcd, endpoints: [e], prefixes: [p]}\n  - {<<: *b, name: y, endpoint: z}\n",
+		"auth:\n  mode: basic\n  mode: proxy\n",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		checkFieldsAsTheDecoder(t, data)
 		cfg, err := Parse(data)
 		if err != nil {
 			msg := err.Error()
@@ -82,4 +93,27 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkFieldsAsTheDecoder checks that checkFields finds a problem in data
+// exactly when yaml's decoder refuses it, so that every error Parse
+// reports names its field, and Parse refuses nothing the decoder takes.
+func checkFieldsAsTheDecoder(t *testing.T, data []byte) {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return
+	}
+	problems := checkFields(&doc)
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	err := dec.Decode(new(Config))
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if err != nil && strings.Contains(err.Error(), "excessive aliasing") {
+		return // refused as a whole, no field to name
+	}
+	if (len(problems) > 0) != (err != nil) {
+		t.Fatalf("checkFields found %q, the decoder %v", problems, err)
+	}
 }
