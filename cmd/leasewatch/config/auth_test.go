@@ -181,6 +181,7 @@ func TestLoadConfigIngestTokensEnv(t *testing.T) {
 	t.Setenv("LW_TEST_TOKEN_NEW", "  new-token\n")
 	t.Setenv("LW_TEST_TOKEN_OLD", "old-token")
 	t.Setenv("LW_TEST_TOKEN_EMPTY", " ")
+	t.Setenv("LW_TEST_TOKEN_CONTROL", "bad\x01token")
 	cfg, err := Load(writeFile(t, dir, "lw.yaml", "ingest_tokens: [a]\ningest_tokens_env: [LW_TEST_TOKEN_NEW, LW_TEST_TOKEN_OLD]\n"))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
@@ -189,15 +190,16 @@ func TestLoadConfigIngestTokensEnv(t *testing.T) {
 		t.Fatalf("tokens = %q, want %q", cfg.IngestTokens, want)
 	}
 	for name, tt := range map[string]struct{ env, want string }{
-		"Unset": {"LW_TEST_TOKEN_UNSET", "ingest_tokens_env[1]: environment variable LW_TEST_TOKEN_UNSET is not set"},
-		"Empty": {"LW_TEST_TOKEN_EMPTY", "ingest_tokens_env[1]: environment variable LW_TEST_TOKEN_EMPTY is empty"},
+		"Unset":   {"LW_TEST_TOKEN_UNSET", "ingest_tokens_env[1]: environment variable LW_TEST_TOKEN_UNSET is not set"},
+		"Empty":   {"LW_TEST_TOKEN_EMPTY", "ingest_tokens_env[1]: environment variable LW_TEST_TOKEN_EMPTY is empty"},
+		"Control": {"LW_TEST_TOKEN_CONTROL", "ingest_tokens_env[1]: environment variable LW_TEST_TOKEN_CONTROL holds a control character"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(writeFile(t, dir, "lw.yaml", "ingest_tokens_env: [LW_TEST_TOKEN_OLD, "+tt.env+"]\n"))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want %q", err, tt.want)
 			}
-			if strings.Contains(err.Error(), "old-token") {
+			if strings.Contains(err.Error(), "old-token") || strings.Contains(err.Error(), "bad") {
 				t.Errorf("error %q shows a token", err)
 			}
 		})

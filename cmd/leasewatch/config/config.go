@@ -394,6 +394,24 @@ func envSecret(name string) (string, error) {
 	return strings.TrimSpace(v), nil
 }
 
+// checkToken refuses an ingest token that no request could match: the
+// server trims white space from the token it receives, and no HTTP client
+// sends control characters in one. Its messages never quote the token.
+// Tokens from ingest_tokens_file and ingest_tokens_env are trimmed before
+// (a file's line and a Secret's value often end in a newline); one in
+// ingest_tokens is taken as written, so white space there is refused.
+func checkToken(tok string) error {
+	switch {
+	case strings.TrimSpace(tok) == "":
+		return errors.New("must not be empty")
+	case strings.TrimSpace(tok) != tok:
+		return errors.New("has white space at its start or end, which the server trims from the token a client sends, so no request could match it: remove it")
+	case strings.ContainsFunc(tok, isControl):
+		return errors.New("holds a control character, which no HTTP client sends in a token")
+	}
+	return nil
+}
+
 // readTokensEnv adds the tokens of ingest_tokens_env to IngestTokens. Errors
 // name the variable, never its value.
 func (c *Config) readTokensEnv() error {
@@ -401,6 +419,9 @@ func (c *Config) readTokensEnv() error {
 		tok, err := envSecret(name)
 		if err != nil {
 			return fmt.Errorf("ingest_tokens_env[%d]: %w", i, err)
+		}
+		if err := checkToken(tok); err != nil {
+			return fmt.Errorf("ingest_tokens_env[%d]: environment variable %s %w", i, name, err)
 		}
 		c.IngestTokens = append(c.IngestTokens, tok)
 	}
@@ -417,11 +438,16 @@ func (c *Config) readTokensFile() error {
 		return fmt.Errorf("ingest_tokens_file: %w", err)
 	}
 	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if tok := strings.TrimSpace(line); tok != "" && !strings.HasPrefix(tok, "#") {
-			c.IngestTokens = append(c.IngestTokens, tok)
-			n++
+	for i, line := range strings.Split(string(data), "\n") {
+		tok := strings.TrimSpace(line)
+		if tok == "" || strings.HasPrefix(tok, "#") {
+			continue
 		}
+		if err := checkToken(tok); err != nil {
+			return fmt.Errorf("ingest_tokens_file: %s line %d: %w", c.IngestTokensFile, i+1, err)
+		}
+		c.IngestTokens = append(c.IngestTokens, tok)
+		n++
 	}
 	if n == 0 {
 		return fmt.Errorf("ingest_tokens_file: %s holds no token", c.IngestTokensFile)
@@ -485,8 +511,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	for i, tok := range c.IngestTokens {
-		if strings.TrimSpace(tok) == "" {
-			return fmt.Errorf("ingest_tokens[%d]: must not be empty", i)
+		if err := checkToken(tok); err != nil {
+			return fmt.Errorf("ingest_tokens[%d]: %w", i, err)
 		}
 	}
 	for i, name := range c.IngestTokensEnv {

@@ -199,6 +199,9 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"RatioOutOfRange", "alerts:\n  renew_margin_ratio: 1.5\n", "alerts.renew_margin_ratio"},
 		{"BadListen", "listen: localhost\n", "listen"},
 		{"EmptyIngestToken", "ingest_tokens: [\"ok\", \"\"]\n", "ingest_tokens[1]"},
+		{"IngestTokenLeadingSpace", "ingest_tokens: [\"ok\", \" tok\"]\n", "ingest_tokens[1]: has white space at its start or end"},
+		{"IngestTokenTrailingNewline", "ingest_tokens:\n  - ok\n  - |\n    tok\n", "ingest_tokens[1]: has white space at its start or end"},
+		{"IngestTokenControl", "ingest_tokens: [\"to\\x00k\"]\n", "ingest_tokens[0]: holds a control character"},
 		{"MissingName", "sources:\n  - kind: etcd\n", "sources[0].name"},
 		{"SlashInName", "sources:\n  - name: a/b\n    kind: etcd\n", "sources[0].name"},
 		{"UnknownKind", "sources:\n  - name: x\n    kind: zookeeper\n", "sources[0].kind"},
@@ -268,6 +271,16 @@ func TestLoadConfigIngestTokensFile(t *testing.T) {
 	}
 	if want := []string{"a", "new-token", "old-token"}; !slices.Equal(cfg.IngestTokens, want) {
 		t.Fatalf("tokens = %q, want %q", cfg.IngestTokens, want)
+	}
+	// A token the server could never match is refused, naming the line
+	// and never quoting the token.
+	control := filepath.Join(dir, "control")
+	if err := os.WriteFile(control, []byte("good\nbad\x7fs3cret\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Load(write("ingest_tokens_file: " + control + "\n"))
+	if want := "ingest_tokens_file: " + control + " line 2: holds a control character"; err == nil || !strings.Contains(err.Error(), want) || strings.Contains(err.Error(), "s3cret") {
+		t.Errorf("token with a control character: err = %v, want %q", err, want)
 	}
 	empty := filepath.Join(dir, "empty")
 	if err := os.WriteFile(empty, []byte("# no tokens yet\n"), 0o600); err != nil {

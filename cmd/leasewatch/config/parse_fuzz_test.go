@@ -55,6 +55,7 @@ func FuzzParse(f *testing.F) {
 		"base: &b {kind: etcd, endpoints: [e], prefixes: [p]}\n",
 		"sources:\n  - &b {name: x, kind: etcd, endpoints: [e], prefixes: [p]}\n  - {<<: *b, name: y, endpoint: z}\n",
 		"auth:\n  mode: basic\n  mode: proxy\n",
+		"ingest_tokens: [\"ok\", \" padded \", \"ctl\\x01\"]\n",
 	} {
 		f.Add([]byte(s))
 	}
