@@ -8,7 +8,7 @@ import (
 
 func TestParseConfigAlertmanager(t *testing.T) {
 	t.Run("Defaults", func(t *testing.T) {
-		cfg, err := Parse(nil)
+		cfg, err := Parse([]byte("{}"))
 		if err != nil {
 			t.Fatalf("Parse: %v", err)
 		}

@@ -39,7 +39,7 @@ func writeFile(t *testing.T, dir, name, body string) string {
 
 func TestParseConfigAuth(t *testing.T) {
 	t.Run("DefaultsOpenOnLoopback", func(t *testing.T) {
-		cfg, err := Parse(nil)
+		cfg, err := Parse([]byte("{}"))
 		if err != nil {
 			t.Fatalf("Parse: %v", err)
 		}

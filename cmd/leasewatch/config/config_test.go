@@ -91,9 +91,9 @@ sources:
 }
 
 func TestParseConfigDefaults(t *testing.T) {
-	cfg, err := Parse(nil)
+	cfg, err := Parse([]byte("{}"))
 	if err != nil {
-		t.Fatalf("Parse(empty): %v", err)
+		t.Fatalf("Parse({}): %v", err)
 	}
 	if cfg.Listen != DefaultListen || cfg.Database != DefaultDatabase || cfg.Alerts.RenewMarginRatio != DefaultRenewMarginRatio {
 		t.Fatalf("defaults = %+v", cfg)
@@ -156,7 +156,7 @@ sources:
 }
 
 func TestParseConfigRetention(t *testing.T) {
-	defaults, err := Parse(nil)
+	defaults, err := Parse([]byte("{}"))
 	if err != nil {
 		t.Fatal(err)
 	}

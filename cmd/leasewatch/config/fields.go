@@ -14,14 +14,16 @@ import (
 // checkFields walks a configuration document along the types it decodes
 // into, as yaml's decoder does, and returns each problem it finds, naming
 // the field by its path: a value of the wrong type, an unknown key, a key
-// given twice.
+// given twice, and a zero written for a field tagged lw:"nonzero", whose
+// zero value means "the default" (so that a Config built in code may leave
+// it out), where the file would silently get the default instead.
 //
 // yaml's own messages carry only a line, and in flow style
 // (auth: {mode: basic, users: [...]}) one line holds several fields, so a
 // field found from the line would often be the wrong one. The path found
 // by the walk is the same in any style.
 func checkFields(doc *yaml.Node) []string {
-	c := &fieldChecker{budget: maxCheckedNodes}
+	c := &fieldChecker{budget: maxCheckedNodes, zeros: true}
 	c.value(doc, reflect.TypeFor[Config](), "")
 	return c.problems
 }
@@ -32,7 +34,8 @@ const maxCheckedNodes = 100_000
 
 type fieldChecker struct {
 	problems []string
-	budget   int
+	budget   int  // nodes left to visit
+	zeros    bool // refuse explicit zeros of lw:"nonzero" fields
 }
 
 var unmarshalerType = reflect.TypeFor[yaml.Unmarshaler]()
@@ -46,7 +49,13 @@ func (c *fieldChecker) add(path string, line int, msg string) {
 	if path == "" {
 		path = "the top level"
 	}
-	c.problems = append(c.problems, fmt.Sprintf("%s (line %d): %s", path, line, msg))
+	c.problems = append(c.problems, oneLine(fmt.Sprintf("%s (line %d): %s", path, line, msg)))
+}
+
+// oneLine makes msg one line of valid text: the start of a value yaml
+// quotes may hold a line break, and may end inside a character.
+func oneLine(msg string) string {
+	return strings.ToValidUTF8(strings.NewReplacer("\n", `\n`, "\r", `\r`).Replace(msg), "\uFFFD")
 }
 
 // value checks n as a value of type t at path.
@@ -74,6 +83,9 @@ func (c *fieldChecker) value(n *yaml.Node, t reflect.Type, path string) {
 				return
 			}
 			c.value(v, f.Type, join(path, name))
+			if c.zeros && f.Tag.Get("lw") == "nonzero" {
+				c.explicitZero(v, f.Type, join(path, name))
+			}
 		})
 	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
 		c.mapping(n, path, func(k, v *yaml.Node, name string) {
@@ -153,6 +165,20 @@ func (c *fieldChecker) leaf(n *yaml.Node, t reflect.Type, path string) {
 	}
 	for _, m := range msgs {
 		c.add(path, n.Line, leadingLineRE.ReplaceAllString(m, ""))
+	}
+}
+
+// explicitZero records a zero written for a key whose zero value means
+// "the default": the file would silently get the default instead of what
+// it says.
+func (c *fieldChecker) explicitZero(n *yaml.Node, t reflect.Type, path string) {
+	n = resolve(n)
+	if n == nil || n.Kind != yaml.ScalarNode || n.ShortTag() == "!!null" {
+		return
+	}
+	v := reflect.New(t)
+	if n.Decode(v.Interface()) == nil && v.Elem().IsZero() {
+		c.add(path, n.Line, fmt.Sprintf("%s would silently mean the default: leave the key out for the default, or give another value", n.Value))
 	}
 }
 

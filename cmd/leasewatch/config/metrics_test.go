@@ -4,9 +4,9 @@ import "testing"
 
 func TestParseConfigMetrics(t *testing.T) {
 	t.Run("DefaultCap", func(t *testing.T) {
-		cfg, err := Parse(nil)
+		cfg, err := Parse([]byte("{}"))
 		if err != nil {
-			t.Fatalf("Parse(empty): %v", err)
+			t.Fatalf("Parse({}): %v", err)
 		}
 		if got := cfg.Metrics.MaxLockSeries; got != DefaultMaxLockSeries {
 			t.Fatalf("metrics.max_lock_series = %d, want the default %d", got, DefaultMaxLockSeries)

@@ -24,7 +24,7 @@ import (
 //     as it is, and whose Redis sources the Redis collector takes: a
 //     configuration Parse accepts is one `serve` can start from.
 //
-// Seeds: the contract's example and the shapes config_test.go uses, plus
+// Seeds: the contract's example and the shapes the tests use, plus
 // what testdata/fuzz/FuzzParse holds. Run longer with
 // go test -run '^$' -fuzz FuzzParse -fuzztime 10m ./cmd/leasewatch/config
 func FuzzParse(f *testing.F) {
@@ -56,6 +56,12 @@ func FuzzParse(f *testing.F) {
 		"sources:\n  - &b {name: x, kind: etcd, endpoints: [e], prefixes: [p]}\n  - {<<: *b, name: y, endpoint: z}\n",
 		"auth:\n  mode: basic\n  mode: proxy\n",
 		"ingest_tokens: [\"ok\", \" padded \", \"ctl\\x01\"]\n",
+		"{}\n",
+		"# only a comment\n",
+		"listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n",
+		"sources:\n  - name: e\n    kind: etcd\n    endpoints: [e]\n    prefixes: [p]\n    patterns: [\"lock:*\"]\n",
+		"sources:\n  - {name: k, kind: kubernetes, token: {counter_key: c}}\n",
+		"metrics: {max_lock_series: 0}\nalerts: {blind_after: 0s, rules: [{lock: x, lost_hold: 0s}]}\n",
 	} {
 		f.Add([]byte(s))
 	}
@@ -104,7 +110,9 @@ func checkFieldsAsTheDecoder(t *testing.T, data []byte) {
 	if yaml.Unmarshal(data, &doc) != nil {
 		return
 	}
-	problems := checkFields(&doc)
+	c := &fieldChecker{budget: maxCheckedNodes} // explicit zeros are Parse's, not the decoder's
+	c.value(&doc, reflect.TypeFor[Config](), "")
+	problems := c.problems
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
 	err := dec.Decode(new(Config))
