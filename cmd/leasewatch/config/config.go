@@ -53,7 +53,8 @@ type MetricsConfig struct {
 	// MaxLockSeries caps how many locks get per-lock series (expiry,
 	// duration, renewal margin, holder changes, expiries); the rest are
 	// counted in leasewatch_lock_series_limit_exceeded. Default 1000; a
-	// Config built in code may leave it 0 for the default.
+	// Config built in code may leave it 0 for the default, and a file that
+	// writes 0 is refused (it does not mean "no lock series").
 	MaxLockSeries int `yaml:"max_lock_series" lw:"nonzero"`
 }
 
