@@ -50,13 +50,13 @@ func anyLine(want string) *regexp.Regexp {
 // then want must be the syntax error's.
 func parseFailsInEachStyle(t *testing.T, config, want string, check func(t *testing.T, err error)) {
 	t.Helper()
-	run := func(config string, want *regexp.Regexp) func(t *testing.T) {
+	run := func(config string, match *regexp.Regexp) func(t *testing.T) {
 		return func(t *testing.T) {
 			_, err := Parse([]byte(config))
 			if err == nil {
 				t.Fatalf("Parse accepted %q, want an error naming %q", config, want)
 			}
-			if !want.MatchString(err.Error()) {
+			if !match.MatchString(err.Error()) {
 				t.Fatalf("Parse(%q): error = %q, want it to name %q", config, err, want)
 			}
 			if check != nil {
