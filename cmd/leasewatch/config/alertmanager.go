@@ -20,9 +20,9 @@ import (
 type AlertmanagerConfig struct {
 	URLs        []string      `yaml:"urls"`
 	ExternalURL string        `yaml:"external_url"`
-	ResendEvery time.Duration `yaml:"resend_every"`
-	Timeout     time.Duration `yaml:"timeout"`
-	Queue       int           `yaml:"queue"`
+	ResendEvery time.Duration `yaml:"resend_every" lw:"nonzero"`
+	Timeout     time.Duration `yaml:"timeout" lw:"nonzero"`
+	Queue       int           `yaml:"queue" lw:"nonzero"`
 }
 
 // Defaults for omitted alerts.alertmanager keys.

@@ -39,7 +39,7 @@ func writeFile(t *testing.T, dir, name, body string) string {
 
 func TestParseConfigAuth(t *testing.T) {
 	t.Run("DefaultsOpenOnLoopback", func(t *testing.T) {
-		cfg, err := Parse(nil)
+		cfg, err := Parse([]byte("{}"))
 		if err != nil {
 			t.Fatalf("Parse: %v", err)
 		}
@@ -140,16 +140,11 @@ func TestParseConfigAuthErrorsNameTheField(t *testing.T) {
 		{"UnknownTLSKey", "tls:\n  cert: /c\n", "tls.cert"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.yaml))
-			if err == nil {
-				t.Fatalf("Parse accepted %q", tt.yaml)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Fatalf("error = %q, want it to name %q", err, tt.want)
-			}
-			if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), aliceHash) {
-				t.Errorf("error %q quotes a secret", err)
-			}
+			parseFailsInEachStyle(t, tt.yaml, tt.want, func(t *testing.T, err error) {
+				if strings.Contains(err.Error(), "hunter2") || strings.Contains(err.Error(), aliceHash) {
+					t.Errorf("error %q quotes a secret", err)
+				}
+			})
 		})
 	}
 }
@@ -167,16 +162,11 @@ func TestParseConfigErrorsHideSecrets(t *testing.T) {
 		{"UserHashNotBcrypt", "auth:\n  mode: basic\n  users:\n    alice: " + secret + "\n", "auth.users.alice"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := Parse([]byte(tt.yaml))
-			if err == nil {
-				t.Fatalf("Parse accepted %q", tt.yaml)
-			}
-			if !strings.Contains(err.Error(), tt.want) {
-				t.Errorf("error = %q, want it to name %q", err, tt.want)
-			}
-			if strings.Contains(err.Error(), secret[:4]) {
-				t.Errorf("error %q shows the secret", err)
-			}
+			parseFailsInEachStyle(t, tt.yaml, tt.want, func(t *testing.T, err error) {
+				if strings.Contains(err.Error(), secret[:4]) {
+					t.Errorf("error %q shows the secret", err)
+				}
+			})
 		})
 	}
 	// Other fields keep the value: it helps, and it is no secret.
@@ -191,6 +181,7 @@ func TestLoadConfigIngestTokensEnv(t *testing.T) {
 	t.Setenv("LW_TEST_TOKEN_NEW", "  new-token\n")
 	t.Setenv("LW_TEST_TOKEN_OLD", "old-token")
 	t.Setenv("LW_TEST_TOKEN_EMPTY", " ")
+	t.Setenv("LW_TEST_TOKEN_CONTROL", "bad\x01token")
 	cfg, err := Load(writeFile(t, dir, "lw.yaml", "ingest_tokens: [a]\ningest_tokens_env: [LW_TEST_TOKEN_NEW, LW_TEST_TOKEN_OLD]\n"))
 	if err != nil {
 		t.Fatalf("Load: %v", err)
@@ -199,15 +190,16 @@ func TestLoadConfigIngestTokensEnv(t *testing.T) {
 		t.Fatalf("tokens = %q, want %q", cfg.IngestTokens, want)
 	}
 	for name, tt := range map[string]struct{ env, want string }{
-		"Unset": {"LW_TEST_TOKEN_UNSET", "ingest_tokens_env[1]: environment variable LW_TEST_TOKEN_UNSET is not set"},
-		"Empty": {"LW_TEST_TOKEN_EMPTY", "ingest_tokens_env[1]: environment variable LW_TEST_TOKEN_EMPTY is empty"},
+		"Unset":   {"LW_TEST_TOKEN_UNSET", "ingest_tokens_env[1]: environment variable LW_TEST_TOKEN_UNSET is not set"},
+		"Empty":   {"LW_TEST_TOKEN_EMPTY", "ingest_tokens_env[1]: environment variable LW_TEST_TOKEN_EMPTY is empty"},
+		"Control": {"LW_TEST_TOKEN_CONTROL", "ingest_tokens_env[1]: environment variable LW_TEST_TOKEN_CONTROL holds a control character"},
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := Load(writeFile(t, dir, "lw.yaml", "ingest_tokens_env: [LW_TEST_TOKEN_OLD, "+tt.env+"]\n"))
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want %q", err, tt.want)
 			}
-			if strings.Contains(err.Error(), "old-token") {
+			if strings.Contains(err.Error(), "old-token") || strings.Contains(err.Error(), "bad") {
 				t.Errorf("error %q shows a token", err)
 			}
 		})

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -52,8 +53,9 @@ type MetricsConfig struct {
 	// MaxLockSeries caps how many locks get per-lock series (expiry,
 	// duration, renewal margin, holder changes, expiries); the rest are
 	// counted in leasewatch_lock_series_limit_exceeded. Default 1000; a
-	// Config built in code may leave it 0 for the default.
-	MaxLockSeries int `yaml:"max_lock_series"`
+	// Config built in code may leave it 0 for the default, and a file that
+	// writes 0 is refused (it does not mean "no lock series").
+	MaxLockSeries int `yaml:"max_lock_series" lw:"nonzero"`
 }
 
 // LockSeries returns the cap on per-lock series, the default when unset.
@@ -81,14 +83,14 @@ type AlertsConfig struct {
 	// RenewMarginRatio: a renewal with less than this fraction of the lease
 	// left is late, and a held lease with less left and no renewal is near
 	// expiry.
-	RenewMarginRatio float64 `yaml:"renew_margin_ratio"`
+	RenewMarginRatio float64 `yaml:"renew_margin_ratio" lw:"nonzero"`
 	// BlindAfter is how long a source may be blind before CollectorBlind fires.
-	BlindAfter time.Duration `yaml:"blind_after"`
+	BlindAfter time.Duration `yaml:"blind_after" lw:"nonzero"`
 	// FencingHold is how long FencingViolation fires after a lock's latest
 	// critical finding.
-	FencingHold time.Duration `yaml:"fencing_hold"`
+	FencingHold time.Duration `yaml:"fencing_hold" lw:"nonzero"`
 	// LostHold is how long LeaseLost fires after a lease expired while held.
-	LostHold time.Duration `yaml:"lost_hold"`
+	LostHold time.Duration `yaml:"lost_hold" lw:"nonzero"`
 	// IncludeHeartbeats alerts on heartbeat-class leases too.
 	IncludeHeartbeats bool `yaml:"include_heartbeats"`
 	// Rules override the thresholds above for one source, for the locks
@@ -103,10 +105,10 @@ type AlertsConfig struct {
 type AlertRule struct {
 	Source           string        `yaml:"source"`
 	Lock             string        `yaml:"lock"` // a path.Match pattern: '*' does not cross '/'
-	RenewMarginRatio float64       `yaml:"renew_margin_ratio"`
-	BlindAfter       time.Duration `yaml:"blind_after"` // only in a rule without lock
-	FencingHold      time.Duration `yaml:"fencing_hold"`
-	LostHold         time.Duration `yaml:"lost_hold"`
+	RenewMarginRatio float64       `yaml:"renew_margin_ratio" lw:"nonzero"`
+	BlindAfter       time.Duration `yaml:"blind_after" lw:"nonzero"` // only in a rule without lock
+	FencingHold      time.Duration `yaml:"fencing_hold" lw:"nonzero"`
+	LostHold         time.Duration `yaml:"lost_hold" lw:"nonzero"`
 }
 
 // Alert returns the alert evaluator's configuration.
@@ -131,7 +133,9 @@ func (a AlertsConfig) Alert() alert.Config {
 	return cfg
 }
 
-// SourceConfig is one backend endpoint. Which fields apply depends on Kind.
+// SourceConfig is one backend endpoint. Which fields apply depends on Kind:
+// a field's kinds tag lists the kinds it applies to (none: every kind), and
+// a field set for another kind is refused, since it would have no effect.
 type SourceConfig struct {
 	Name string `yaml:"name"`
 	Kind string `yaml:"kind"`
@@ -141,29 +145,29 @@ type SourceConfig struct {
 	// the configuration file. Load reads password_env into Password, and
 	// checks password_file, which the collector reads again on each
 	// connection (Secret).
-	Username     string     `yaml:"username"`
-	Password     string     `yaml:"password"`
-	PasswordFile string     `yaml:"password_file"`
-	PasswordEnv  string     `yaml:"password_env"`
-	TLS          *SourceTLS `yaml:"tls"` // nil: plain text (etcd: unless an endpoint is https://)
+	Username     string     `yaml:"username" kinds:"etcd,redis"`
+	Password     string     `yaml:"password" kinds:"etcd,redis"`
+	PasswordFile string     `yaml:"password_file" kinds:"etcd,redis"`
+	PasswordEnv  string     `yaml:"password_env" kinds:"etcd,redis"`
+	TLS          *SourceTLS `yaml:"tls" kinds:"etcd,redis"` // nil: plain text (etcd: unless an endpoint is https://)
 
 	// etcd
-	Endpoints []string `yaml:"endpoints"`
-	Prefixes  []string `yaml:"prefixes"`
+	Endpoints []string `yaml:"endpoints" kinds:"etcd"`
+	Prefixes  []string `yaml:"prefixes" kinds:"etcd"`
 
 	// kubernetes
-	Kubeconfig          string   `yaml:"kubeconfig"`
-	Context             string   `yaml:"context"`
-	Namespaces          []string `yaml:"namespaces"`
-	HeartbeatNamespaces []string `yaml:"heartbeat_namespaces"`
+	Kubeconfig          string   `yaml:"kubeconfig" kinds:"kubernetes"`
+	Context             string   `yaml:"context" kinds:"kubernetes"`
+	Namespaces          []string `yaml:"namespaces" kinds:"kubernetes"`
+	HeartbeatNamespaces []string `yaml:"heartbeat_namespaces" kinds:"kubernetes"`
 
 	// redis
-	Addr     string          `yaml:"addr"`
-	Addrs    []string        `yaml:"addrs"`  // several instances: Redlock
-	Quorum   int             `yaml:"quorum"` // Redlock quorum; default len(addrs)/2+1
-	DB       int             `yaml:"db"`
-	Patterns []string        `yaml:"patterns"`
-	Token    *RedisTokenRule `yaml:"token"`
+	Addr     string          `yaml:"addr" kinds:"redis"`
+	Addrs    []string        `yaml:"addrs" kinds:"redis"`               // several instances: Redlock
+	Quorum   int             `yaml:"quorum" kinds:"redis" lw:"nonzero"` // Redlock quorum; default len(addrs)/2+1
+	DB       int             `yaml:"db" kinds:"redis"`
+	Patterns []string        `yaml:"patterns" kinds:"redis"`
+	Token    *RedisTokenRule `yaml:"token" kinds:"redis"`
 }
 
 // RedisConfig returns the Redis collector's configuration for s, a redis
@@ -394,6 +398,24 @@ func envSecret(name string) (string, error) {
 	return strings.TrimSpace(v), nil
 }
 
+// checkToken refuses an ingest token that no request could match: the
+// server trims white space from the token it receives, and no HTTP client
+// sends control characters in one. Its messages never quote the token.
+// Tokens from ingest_tokens_file and ingest_tokens_env are trimmed before
+// (a file's line and a Secret's value often end in a newline); one in
+// ingest_tokens is taken as written, so white space there is refused.
+func checkToken(tok string) error {
+	switch {
+	case strings.TrimSpace(tok) == "":
+		return errors.New("must not be empty")
+	case strings.TrimSpace(tok) != tok:
+		return errors.New("has white space at its start or end, which the server trims from the token a client sends, so no request could match it: remove it")
+	case strings.ContainsFunc(tok, isControl):
+		return errors.New("holds a control character, which no HTTP client sends in a token")
+	}
+	return nil
+}
+
 // readTokensEnv adds the tokens of ingest_tokens_env to IngestTokens. Errors
 // name the variable, never its value.
 func (c *Config) readTokensEnv() error {
@@ -401,6 +423,9 @@ func (c *Config) readTokensEnv() error {
 		tok, err := envSecret(name)
 		if err != nil {
 			return fmt.Errorf("ingest_tokens_env[%d]: %w", i, err)
+		}
+		if err := checkToken(tok); err != nil {
+			return fmt.Errorf("ingest_tokens_env[%d]: environment variable %s %w", i, name, err)
 		}
 		c.IngestTokens = append(c.IngestTokens, tok)
 	}
@@ -417,11 +442,16 @@ func (c *Config) readTokensFile() error {
 		return fmt.Errorf("ingest_tokens_file: %w", err)
 	}
 	n := 0
-	for _, line := range strings.Split(string(data), "\n") {
-		if tok := strings.TrimSpace(line); tok != "" && !strings.HasPrefix(tok, "#") {
-			c.IngestTokens = append(c.IngestTokens, tok)
-			n++
+	for i, line := range strings.Split(string(data), "\n") {
+		tok := strings.TrimSpace(line)
+		if tok == "" || strings.HasPrefix(tok, "#") {
+			continue
 		}
+		if err := checkToken(tok); err != nil {
+			return fmt.Errorf("ingest_tokens_file: %s line %d: %w", c.IngestTokensFile, i+1, err)
+		}
+		c.IngestTokens = append(c.IngestTokens, tok)
+		n++
 	}
 	if n == 0 {
 		return fmt.Errorf("ingest_tokens_file: %s holds no token", c.IngestTokensFile)
@@ -430,20 +460,55 @@ func (c *Config) readTokensFile() error {
 }
 
 // Parse decodes a configuration file, fills defaults and validates it.
-// Errors name the offending field, e.g. `sources[1].endpoints: ...`.
+// Errors name the offending field, e.g. `sources[1].endpoints: ...`, in
+// block and flow style alike. The file must be one YAML document that sets
+// something: an empty file, one of only comments, a bare null, and a second
+// document are refused, since each would be ignored; {} asks for every
+// default.
 func Parse(data []byte) (*Config, error) {
-	var root yaml.Node
-	if err := yaml.Unmarshal(data, &root); err != nil {
-		return nil, fmt.Errorf("config is not valid YAML: %w", err)
+	doc, err := document(data)
+	if err != nil {
+		return nil, err
+	}
+	if problems := checkFields(doc); len(problems) > 0 {
+		return nil, errors.New(strings.Join(problems, "; "))
 	}
 	cfg := &Config{}
 	dec := yaml.NewDecoder(bytes.NewReader(data))
 	dec.KnownFields(true)
-	if err := dec.Decode(cfg); err != nil && !errors.Is(err, io.EOF) { // io.EOF: an empty file
-		return nil, nameFields(err, &root)
+	if err := dec.Decode(cfg); err != nil {
+		// checkFields finds what the decoder refuses; this is for what it
+		// refuses as a whole, such as excessive aliasing.
+		return nil, hideValues(err)
 	}
 	cfg.SetDefaults()
 	return cfg, cfg.Validate()
+}
+
+// errNoSettings is the error for a file that sets nothing.
+var errNoSettings = errors.New("config sets nothing (the file is empty, only comments, or null): write {} to run on every default")
+
+// document reads the one YAML document of a configuration file.
+func document(data []byte) (*yaml.Node, error) {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	var doc, next yaml.Node
+	switch err := dec.Decode(&doc); {
+	case errors.Is(err, io.EOF):
+		return nil, errNoSettings
+	case err != nil:
+		return nil, fmt.Errorf("config is not valid YAML: %w", err)
+	}
+	switch err := dec.Decode(&next); {
+	case errors.Is(err, io.EOF):
+	case err != nil:
+		return nil, fmt.Errorf("config is not valid YAML: %w", err)
+	default:
+		return nil, fmt.Errorf("line %d: a second YAML document starts here, which leasewatch would ignore: a configuration is one document", next.Line)
+	}
+	if n := resolve(&doc); n == nil || n.Kind == yaml.ScalarNode && n.ShortTag() == "!!null" {
+		return nil, errNoSettings
+	}
+	return &doc, nil
 }
 
 // SetDefaults fills the keys left zero with their defaults, as Parse does;
@@ -479,8 +544,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("listen: %w", err)
 	}
 	for i, tok := range c.IngestTokens {
-		if strings.TrimSpace(tok) == "" {
-			return fmt.Errorf("ingest_tokens[%d]: must not be empty", i)
+		if err := checkToken(tok); err != nil {
+			return fmt.Errorf("ingest_tokens[%d]: %w", i, err)
 		}
 	}
 	for i, name := range c.IngestTokensEnv {
@@ -596,6 +661,9 @@ func (s *SourceConfig) validate() error {
 	if !supportedKinds[kind] {
 		return fmt.Errorf("kind: %q sources are not supported by this version yet (supported: etcd, kubernetes, redis)", s.Kind)
 	}
+	if err := s.keysOfKind(kind); err != nil {
+		return err
+	}
 	if err := s.validateCredentials(kind); err != nil {
 		return err
 	}
@@ -663,6 +731,25 @@ func (s *SourceConfig) validate() error {
 	return nil
 }
 
+// keysOfKind refuses a field set for a kind of source other than kind,
+// where it would have no effect: patterns on an etcd source, say. The
+// field's kinds tag lists the kinds it applies to.
+func (s *SourceConfig) keysOfKind(kind audit.SourceKind) error {
+	v := reflect.ValueOf(s).Elem()
+	for _, f := range reflect.VisibleFields(v.Type()) {
+		kinds := f.Tag.Get("kinds")
+		if kinds == "" || v.FieldByIndex(f.Index).IsZero() || slices.Contains(strings.Split(kinds, ","), string(kind)) {
+			continue
+		}
+		err := fmt.Errorf("%s: applies only to %s sources, not %s", yamlKey(f), strings.ReplaceAll(kinds, ",", " and "), kind)
+		if kind == audit.KindKubernetes && kinds == "etcd,redis" {
+			err = fmt.Errorf("%w: a kubernetes source takes its credentials and TLS from its kubeconfig", err)
+		}
+		return err
+	}
+	return nil
+}
+
 // validateCredentials checks username, the password keys and tls.
 func (s *SourceConfig) validateCredentials(kind audit.SourceKind) error {
 	var set []string
@@ -675,16 +762,7 @@ func (s *SourceConfig) validateCredentials(kind audit.SourceKind) error {
 		}
 	}
 	if kind == audit.KindKubernetes {
-		if s.Username != "" || len(set) > 0 || s.TLS != nil {
-			field := "tls"
-			if s.Username != "" {
-				field = "username"
-			} else if len(set) > 0 {
-				field = set[0]
-			}
-			return fmt.Errorf("%s: applies only to etcd and redis sources; a kubernetes source takes its credentials and TLS from its kubeconfig", field)
-		}
-		return nil
+		return nil // keysOfKind refuses them
 	}
 	switch {
 	case len(set) > 1:
@@ -754,10 +832,8 @@ func SplitHostPort(addr string) (string, int, error) {
 	return addr[:i], port, nil
 }
 
-var (
-	lineRE  = regexp.MustCompile(`line (\d+): `)
-	quoteRE = regexp.MustCompile("`[^`]*`")
-)
+// quoteRE is a value yaml quotes in a message: "cannot unmarshal !!str `change-...`".
+var quoteRE = regexp.MustCompile("`[^`]*`")
 
 // secretField reports whether the field at path holds a secret, whose value
 // must not reach an error message (and so the log).
@@ -766,66 +842,16 @@ func secretField(path string) bool {
 		strings.HasSuffix(path, ".password")
 }
 
-// nameFields rewrites yaml's "line N: ..." messages to name the field at that
-// line, e.g. "sources[0].endpoints (line 7): cannot unmarshal ...".
-func nameFields(err error, root *yaml.Node) error {
-	paths := make(map[int]string)
-	walkPaths(root, "", paths)
-	var te *yaml.TypeError
+// hideValues rewrites an error of yaml's decoder as one line, without the
+// values yaml quotes: not knowing the field, it cannot tell a secret's.
+func hideValues(err error) error {
 	msgs := []string{err.Error()}
+	var te *yaml.TypeError
 	if errors.As(err, &te) {
 		msgs = te.Errors
 	}
 	for i, m := range msgs {
-		// yaml quotes the first characters of a value it cannot decode
-		// ("cannot unmarshal !!str `change-...`"): of a token, too much.
-		secret := true
-		msgs[i] = lineRE.ReplaceAllStringFunc(m, func(s string) string {
-			n, _ := strconv.Atoi(lineRE.FindStringSubmatch(s)[1])
-			if p, ok := paths[n]; ok {
-				secret = secretField(p)
-				return fmt.Sprintf("%s (line %d): ", p, n)
-			}
-			return s
-		})
-		if secret {
-			msgs[i] = quoteRE.ReplaceAllString(msgs[i], "(value hidden)")
-		}
-		msgs[i] = strings.TrimPrefix(msgs[i], "yaml: unmarshal errors:\n  ")
+		msgs[i] = quoteRE.ReplaceAllString(m, "(value hidden)")
 	}
-	return errors.New(strings.Join(msgs, "; "))
-}
-
-func walkPaths(n *yaml.Node, path string, out map[int]string) {
-	switch n.Kind {
-	case yaml.DocumentNode:
-		for _, c := range n.Content {
-			walkPaths(c, path, out)
-		}
-	case yaml.MappingNode:
-		for i := 0; i+1 < len(n.Content); i += 2 {
-			k, v := n.Content[i], n.Content[i+1]
-			p := k.Value
-			switch {
-			case secretField(path) && path != "auth.users":
-				// A key inside a secret (a token or password mistyped as a
-				// map) is part of it; auth.users' keys are user names.
-				p = path
-			case path != "":
-				p = path + "." + k.Value
-			}
-			if _, ok := out[k.Line]; !ok || v.Kind == yaml.ScalarNode {
-				out[k.Line] = p
-			}
-			walkPaths(v, p, out)
-		}
-	case yaml.SequenceNode:
-		for i, c := range n.Content {
-			p := fmt.Sprintf("%s[%d]", path, i)
-			if _, ok := out[c.Line]; !ok {
-				out[c.Line] = p
-			}
-			walkPaths(c, p, out)
-		}
-	}
+	return errors.New(oneLine(strings.Join(msgs, "; ")))
 }

@@ -1,11 +1,16 @@
 package config
 
 import (
+	"bytes"
 	"crypto/tls"
+	"errors"
+	"io"
 	"reflect"
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"go.yaml.in/yaml/v3"
 
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/redis"
@@ -19,7 +24,7 @@ import (
 //     as it is, and whose Redis sources the Redis collector takes: a
 //     configuration Parse accepts is one `serve` can start from.
 //
-// Seeds: the contract's example and the shapes config_test.go uses, plus
+// Seeds: the contract's example and the shapes the tests use, plus
 // what testdata/fuzz/FuzzParse holds. Run longer with
 // go test -run '^$' -fuzz FuzzParse -fuzztime 10m ./cmd/leasewatch/config
 func FuzzParse(f *testing.F) {
@@ -45,10 +50,23 @@ func FuzzParse(f *testing.F) {
 		"sources:\n  - name: c\n    kind: redis\n    addr: /run/redis.sock\n    tls: {}\n    patterns: [\"lock:*\"]\n",
 		"sources:\n  - name: c\n    kind: redis\n    addr: h:1\n    patterns: [\"lock:*\"]\n    token: {value_pattern: '('}\n",
 		"sources:\n  - name: c\n    kind: redis\n    addr: h:1\n    patterns: [\"lock:*\"]\n    token: {counter_key: 'fence'}\n",
+		"auth: {mode: basic, users: [\"alice:x\"]}\n",
+		"retention: {events: 0s, findings: -5d}\n",
+		"base: &b {kind: etcd, endpoints: [e], prefixes: [p]}\n",
+		"sources:\n  - &b {name: x, kind: etcd, endpoints: [e], prefixes: [p]}\n  - {<<: *b, name: y, endpoint: z}\n",
+		"auth:\n  mode: basic\n  mode: proxy\n",
+		"ingest_tokens: [\"ok\", \" padded \", \"ctl\\x01\"]\n",
+		"{}\n",
+		"# only a comment\n",
+		"listen: 127.0.0.1:1\n---\nlisten: 127.0.0.1:2\n",
+		"sources:\n  - name: e\n    kind: etcd\n    endpoints: [e]\n    prefixes: [p]\n    patterns: [\"lock:*\"]\n",
+		"sources:\n  - {name: k, kind: kubernetes, token: {counter_key: c}}\n",
+		"metrics: {max_lock_series: 0}\nalerts: {blind_after: 0s, rules: [{lock: x, lost_hold: 0s}]}\n",
 	} {
 		f.Add([]byte(s))
 	}
 	f.Fuzz(func(t *testing.T, data []byte) {
+		checkFieldsAsTheDecoder(t, data)
 		cfg, err := Parse(data)
 		if err != nil {
 			msg := err.Error()
@@ -82,4 +100,29 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 	})
+}
+
+// checkFieldsAsTheDecoder checks that checkFields finds a problem in data
+// exactly when yaml's decoder refuses it, so that every error Parse
+// reports names its field, and Parse refuses nothing the decoder takes.
+func checkFieldsAsTheDecoder(t *testing.T, data []byte) {
+	var doc yaml.Node
+	if yaml.Unmarshal(data, &doc) != nil {
+		return
+	}
+	c := &fieldChecker{budget: maxCheckedNodes} // explicit zeros are Parse's, not the decoder's
+	c.value(&doc, reflect.TypeFor[Config](), "")
+	problems := c.problems
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	dec.KnownFields(true)
+	err := dec.Decode(new(Config))
+	if errors.Is(err, io.EOF) {
+		err = nil
+	}
+	if err != nil && strings.Contains(err.Error(), "excessive aliasing") {
+		return // refused as a whole, no field to name
+	}
+	if (len(problems) > 0) != (err != nil) {
+		t.Fatalf("checkFields found %q, the decoder %v", problems, err)
+	}
 }
