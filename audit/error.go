@@ -12,6 +12,7 @@ const (
 	EUNAUTHORIZED = "unauthorized" // missing or wrong credentials
 	ETOOLARGE     = "too_large"    // the request body is over its limit
 	EUNAVAILABLE  = "unavailable"  // the service cannot take the request now (shutting down, disk full)
+	ECONFLICT     = "conflict"     // the request contradicts what is stored (a request_id reused for another write)
 	EINTERNAL     = "internal"
 )
 

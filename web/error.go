@@ -26,6 +26,8 @@ func httpStatus(code string) int {
 		return http.StatusNotFound
 	case audit.ETOOLARGE:
 		return http.StatusRequestEntityTooLarge
+	case audit.ECONFLICT:
+		return http.StatusConflict
 	case audit.EUNAVAILABLE:
 		return http.StatusServiceUnavailable
 	default:

@@ -253,7 +253,7 @@ func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now t
 		return w, bad("outcome", `required: "accepted" or "rejected"`)
 	}
 	if w.At.IsZero() {
-		w.At = now
+		w.At, w.AtDefaulted = now, true
 	}
 	return w, nil
 }

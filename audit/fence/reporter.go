@@ -79,7 +79,10 @@ type Write struct {
 	Holder string
 	// At is when the resource decided, on its own clock. Default: Report's time.
 	At time.Time
-	// RequestID makes the report idempotent. Default: 128 random bits in hex.
+	// RequestID makes the report idempotent: a report with the RequestID of
+	// one already stored for the same source, lock and resource is a retry,
+	// stored once, and refused (409) if it reports a different write.
+	// Default: 128 random bits in hex.
 	RequestID string
 }
 
