@@ -28,6 +28,8 @@ func httpStatus(code string) int {
 		return http.StatusRequestEntityTooLarge
 	case audit.ECONFLICT:
 		return http.StatusConflict
+	case audit.EUNSUPPORTED:
+		return http.StatusUnsupportedMediaType
 	case audit.EUNAVAILABLE:
 		return http.StatusServiceUnavailable
 	default:
