@@ -270,6 +270,10 @@ func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now t
 		return w, bad("resource", "required")
 	case w.Outcome == "":
 		return w, bad("outcome", `required: "accepted" or "rejected"`)
+	case w.Outcome == audit.WriteRejected && w.Token != nil && w.HighestToken != nil && *w.Token > *w.HighestToken:
+		// Fencing rejects a token below the highest accepted, never above it.
+		return w, bad("highest_token", "%d is below the rejected write's token %d; a resource rejects only tokens up to its highest",
+			*w.HighestToken, *w.Token)
 	}
 	if w.At.IsZero() {
 		w.At, w.AtDefaulted = now, true
