@@ -88,10 +88,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="leasewatch"`)
 	}
 
+	// A HEAD answer is rendered as GET's, for the same headers; net/http
+	// drops its body.
 	var werr error
 	switch {
-	case req.Method == http.MethodHead:
-		werr = c.NoContent(status)
 	case isAPI(req):
 		werr = c.JSON(status, map[string]string{"error": msg})
 	default:
