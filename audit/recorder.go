@@ -42,6 +42,9 @@ type Recorder struct {
 	// renewedNow are the renewals of the commit in progress, for its
 	// Commit.Renewals; recording goroutine only.
 	renewedNow []Renewal
+	// writeOnly bounds the locks only write reports name; recording
+	// goroutine only (and Start).
+	writeOnly writeOnlyLocks
 
 	// trackMu guards the tracker: the recording goroutine holds it to step
 	// the tracker or restore it, Peek to read it.
@@ -99,7 +102,7 @@ func WithClock(now func() time.Time) RecorderOption { return func(r *Recorder) {
 type Commit struct {
 	At     time.Time // when it became durable, by the recorder's clock
 	Inputs []*Input  // the collector inputs it covers
-	Writes int       // the write reports it covers, duplicates included
+	Writes int       // the write reports it covers, retries included, refused requests not
 	Batch  *Batch    // what it wrote
 	// Renewals are the renewals it recorded (as renew events) whose lock
 	// and tenure rows wait for a later sync: with Batch.Locks, what a
@@ -136,6 +139,7 @@ func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...Reco
 		stopped:   make(chan struct{}),
 		cursors:   make(map[string]Cursor),
 		unsaved:   make(unsavedRenewals),
+		writeOnly: writeOnlyLocks{max: DefaultWriteOnlyLocks},
 	}
 	for _, opt := range opts {
 		opt(r)
@@ -168,6 +172,7 @@ func (r *Recorder) restore(ctx context.Context) error {
 	unsaved := make(unsavedRenewals)
 	r.trackMu.Lock()
 	r.tracker.Restore(states)
+	r.writeOnly.reset(states)
 	for _, e := range renewals {
 		if rn, ok := r.tracker.ReplayRenewal(e); ok {
 			unsaved.put(rn)
@@ -362,12 +367,18 @@ func (r *Recorder) commit(group []*request, tick bool) {
 	r.trackMu.Lock()
 	for i, req := range group {
 		if req.input != nil {
-			b.Append(r.hold(r.tracker.Observe(*req.input)))
+			step := r.tracker.Observe(*req.input)
+			r.writeOnly.update(step)
+			b.Append(r.hold(step))
 		}
 		if len(req.writes) == 0 {
 			continue
 		}
-		fresh, err := claimRequests(known, req.writes)
+		err := r.writeOnly.admit(req.writes, r.tracks)
+		var fresh []WriteReport
+		if err == nil {
+			fresh, err = claimRequests(known, req.writes)
+		}
 		if err != nil {
 			if refused == nil {
 				refused = make([]error, len(group))
@@ -376,7 +387,9 @@ func (r *Recorder) commit(group []*request, tick bool) {
 			continue
 		}
 		for _, w := range fresh {
-			b.Append(r.hold(r.tracker.ReportWrite(w)))
+			step := r.tracker.ReportWrite(w)
+			r.writeOnly.update(step)
+			b.Append(r.hold(step))
 		}
 	}
 	r.trackMu.Unlock()
@@ -385,6 +398,12 @@ func (r *Recorder) commit(group []*request, tick bool) {
 		b.Cursors = r.probe()
 	}
 	r.finish(group, b, nil, refused)
+}
+
+// tracks reports whether the tracker has the lock; trackMu must be held.
+func (r *Recorder) tracks(key LockKey) bool {
+	_, ok := r.tracker.Lock(key)
+	return ok
 }
 
 // probe returns a stored cursor to write again, unchanged, when the last write

@@ -1,9 +1,6 @@
 package audit
 
-import (
-	"fmt"
-	"maps"
-)
+import "maps"
 
 // RequestKey is the scope within which a write report's RequestID is unique:
 // one source, lock and resource. A retry reports the same write to the same
@@ -65,11 +62,8 @@ func claimRequests(known map[RequestKey]WriteReport, writes []WriteReport) ([]Wr
 		}
 		if seen {
 			if !w.SameWrite(prev) {
-				field := "request_id"
-				if len(writes) > 1 {
-					field = fmt.Sprintf("writes[%d].request_id", i)
-				}
-				return nil, Errorf(ECONFLICT, "%s: already used for a different write report of this source, lock and resource; a retry must repeat the report unchanged", field)
+				return nil, Errorf(ECONFLICT, "%s: already used for a different write report of this source, lock and resource; a retry must repeat the report unchanged",
+					writeField(i, len(writes), "request_id"))
 			}
 			continue
 		}

@@ -197,3 +197,64 @@ func TestRecorderConflictRefusesOnlyItsRequest(t *testing.T) {
 		t.Fatalf("a refused request made the recorder unready: %v", err)
 	}
 }
+
+// Write reports create lock rows under any name; the locks no collector has
+// granted are bounded per source, across restarts.
+func TestRecorderBoundsWriteOnlyLocks(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "lw.db")
+	st := openStore(t, path)
+	rec := startRecorder(t, st, audit.WithWriteOnlyLocks(3))
+	ctx := context.Background()
+	if err := rec.Observe(ctx, grantInput("A", 41, at(0), "")); err != nil {
+		t.Fatal(err)
+	}
+	write := func(source, lock string) audit.WriteReport {
+		return audit.WriteReport{Source: source, Lock: lock, Resource: "db", Token: audit.Int64(41), Outcome: audit.WriteAccepted, At: at(time.Second)}
+	}
+	report := func(rec *audit.Recorder, ws ...audit.WriteReport) error { return rec.ReportWrites(ctx, ws) }
+	refused := func(err error, field string) {
+		t.Helper()
+		if audit.ErrorCode(err) != audit.EINVALID || !strings.HasPrefix(audit.ErrorMessage(err), field+": ") {
+			t.Fatalf("err = %v (%s), want %s naming %s", err, audit.ErrorCode(err), audit.EINVALID, field)
+		}
+	}
+	exists := func(lock string) bool {
+		_, err := st.LockByKey(ctx, audit.LockKey{Source: "src", Name: lock})
+		return err == nil
+	}
+
+	if err := report(rec, write("src", "x1"), write("src", "x2"), write("src", "x1"), write("src", "x3")); err != nil {
+		t.Fatalf("three unknown locks: %v", err)
+	}
+	refused(report(rec, write("src", "x4")), "lock")
+	refused(report(rec, write("src", "orders"), write("src", "x4")), "writes[1].lock")
+	if exists("x4") || len(storedWrites(t, st, "orders")) != 0 {
+		t.Fatal("a refused request stored some of its writes")
+	}
+	for _, w := range []audit.WriteReport{write("src", "orders"), write("src", "x1"), write("other", "y1")} {
+		if err := report(rec, w); err != nil {
+			t.Fatalf("write to %s (a granted lock, a known one, another source's): %v", w.Key(), err)
+		}
+	}
+
+	// A grant makes x1 the collector's: room for one more.
+	in := grantInput("B", 7, at(2*time.Second), "")
+	in.Observations[0].Lock.Name = "x1"
+	if err := rec.Observe(ctx, in); err != nil {
+		t.Fatal(err)
+	}
+	if err := report(rec, write("src", "x4")); err != nil {
+		t.Fatalf("after x1's grant: %v", err)
+	}
+	refused(report(rec, write("src", "x5")), "lock")
+
+	rec.Close()
+	rec = startRecorder(t, st, audit.WithWriteOnlyLocks(3))
+	refused(report(rec, write("src", "x5")), "lock")
+	if err := report(rec, write("src", "x2")); err != nil {
+		t.Fatalf("after a restart, a known lock: %v", err)
+	}
+	if exists("x5") {
+		t.Fatal("x5 stored")
+	}
+}
