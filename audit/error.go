@@ -12,6 +12,8 @@ const (
 	EUNAUTHORIZED = "unauthorized" // missing or wrong credentials
 	ETOOLARGE     = "too_large"    // the request body is over its limit
 	EUNAVAILABLE  = "unavailable"  // the service cannot take the request now (shutting down, disk full)
+	ECONFLICT     = "conflict"     // the request contradicts what is stored (a request_id reused for another write)
+	EUNSUPPORTED  = "unsupported"  // the request's encoding is not one leasewatch takes
 	EINTERNAL     = "internal"
 )
 

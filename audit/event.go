@@ -149,7 +149,11 @@ type WriteReport struct {
 	HighestToken *int64 // the highest token the resource had accepted, if it says
 	Holder       string
 	At           time.Time
-	RequestID    string
+	// AtDefaulted says the reporter gave no time and At is when the report
+	// was received, which a retry does not repeat (see SameWrite).
+	AtDefaulted bool
+	// RequestID makes the report idempotent within its RequestKey.
+	RequestID string
 }
 
 // WriteEvent is a stored write report (a write_accepted or write_rejected

@@ -42,6 +42,9 @@ type Recorder struct {
 	// renewedNow are the renewals of the commit in progress, for its
 	// Commit.Renewals; recording goroutine only.
 	renewedNow []Renewal
+	// writeOnly bounds the locks only write reports name; recording
+	// goroutine only (and Start).
+	writeOnly writeOnlyLocks
 
 	// trackMu guards the tracker: the recording goroutine holds it to step
 	// the tracker or restore it, Peek to read it.
@@ -99,7 +102,7 @@ func WithClock(now func() time.Time) RecorderOption { return func(r *Recorder) {
 type Commit struct {
 	At     time.Time // when it became durable, by the recorder's clock
 	Inputs []*Input  // the collector inputs it covers
-	Writes int       // the write reports it covers, duplicates included
+	Writes int       // the write reports it covers, retries included, refused requests not
 	Batch  *Batch    // what it wrote
 	// Renewals are the renewals it recorded (as renew events) whose lock
 	// and tenure rows wait for a later sync: with Batch.Locks, what a
@@ -136,6 +139,7 @@ func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...Reco
 		stopped:   make(chan struct{}),
 		cursors:   make(map[string]Cursor),
 		unsaved:   make(unsavedRenewals),
+		writeOnly: writeOnlyLocks{max: DefaultWriteOnlyLocks},
 	}
 	for _, opt := range opts {
 		opt(r)
@@ -168,6 +172,7 @@ func (r *Recorder) restore(ctx context.Context) error {
 	unsaved := make(unsavedRenewals)
 	r.trackMu.Lock()
 	r.tracker.Restore(states)
+	r.writeOnly.reset(states)
 	for _, e := range renewals {
 		if rn, ok := r.tracker.ReplayRenewal(e); ok {
 			unsaved.put(rn)
@@ -243,8 +248,10 @@ func (r *Recorder) Observe(ctx context.Context, in Input) error {
 }
 
 // ReportWrites records write reports and returns once they are durable. A
-// report whose RequestID is already stored is acknowledged without being
-// stored again.
+// report whose RequestKey is already stored (or earlier among reports) with
+// the same write is a retry, acknowledged without being stored again; one
+// whose RequestKey is stored with a different write fails the call with
+// ECONFLICT, and nothing of reports is recorded.
 func (r *Recorder) ReportWrites(ctx context.Context, reports []WriteReport) error {
 	return r.do(ctx, &request{writes: reports})
 }
@@ -324,7 +331,7 @@ func (r *Recorder) loop() {
 				case req := <-r.reqs:
 					r.commit([]*request{req}, false)
 				default:
-					r.finish(nil, r.syncAllNow(Batch{}), nil)
+					r.finish(nil, r.syncAllNow(Batch{}), nil, nil)
 					return
 				}
 			}
@@ -351,24 +358,38 @@ func (r *Recorder) commit(group []*request, tick bool) {
 		b.Append(r.hold(r.tracker.Tick(r.now())))
 		r.trackMu.Unlock()
 	}
-	known, err := r.knownRequests(ctx, group)
+	known, err := r.storedRequests(ctx, group)
 	if err != nil {
-		r.finish(group, b, err)
+		r.finish(group, b, err, nil)
 		return
 	}
+	var refused []error // by group index: a request refused on its own, with nothing of it recorded
 	r.trackMu.Lock()
-	for _, req := range group {
+	for i, req := range group {
 		if req.input != nil {
-			b.Append(r.hold(r.tracker.Observe(*req.input)))
+			step := r.tracker.Observe(*req.input)
+			r.writeOnly.update(step)
+			b.Append(r.hold(step))
 		}
-		for _, w := range req.writes {
-			if w.RequestID != "" {
-				if known[w.RequestID] {
-					continue
-				}
-				known[w.RequestID] = true // a duplicate later in this group is a retry too
+		if len(req.writes) == 0 {
+			continue
+		}
+		err := r.writeOnly.admit(req.writes, r.tracks)
+		var fresh []WriteReport
+		if err == nil {
+			fresh, err = claimRequests(known, req.writes)
+		}
+		if err != nil {
+			if refused == nil {
+				refused = make([]error, len(group))
 			}
-			b.Append(r.hold(r.tracker.ReportWrite(w)))
+			refused[i] = err
+			continue
+		}
+		for _, w := range fresh {
+			step := r.tracker.ReportWrite(w)
+			r.writeOnly.update(step)
+			b.Append(r.hold(step))
 		}
 	}
 	r.trackMu.Unlock()
@@ -376,7 +397,13 @@ func (r *Recorder) commit(group []*request, tick bool) {
 	if tick && b.Empty() {
 		b.Cursors = r.probe()
 	}
-	r.finish(group, b, nil)
+	r.finish(group, b, nil, refused)
+}
+
+// tracks reports whether the tracker has the lock; trackMu must be held.
+func (r *Recorder) tracks(key LockKey) bool {
+	_, ok := r.tracker.Lock(key)
+	return ok
 }
 
 // probe returns a stored cursor to write again, unchanged, when the last write
@@ -490,7 +517,9 @@ func (r *Recorder) syncAllNow(b Batch) Batch {
 	return r.syncAll(b)
 }
 
-func (r *Recorder) knownRequests(ctx context.Context, group []*request) (map[string]bool, error) {
+// storedRequests returns the stored write reports that share a request id
+// with the group's, by RequestKey.
+func (r *Recorder) storedRequests(ctx context.Context, group []*request) (map[RequestKey]WriteReport, error) {
 	var ids []string
 	for _, req := range group {
 		for _, w := range req.writes {
@@ -499,21 +528,28 @@ func (r *Recorder) knownRequests(ctx context.Context, group []*request) (map[str
 			}
 		}
 	}
-	known := make(map[string]bool)
+	known := make(map[RequestKey]WriteReport)
 	if len(ids) == 0 {
 		return known, nil
 	}
-	stored, err := r.journal.KnownRequests(ctx, ids)
+	stored, err := r.journal.StoredWrites(ctx, ids)
 	if err != nil {
 		return nil, fmt.Errorf("look up request ids: %w", err)
 	}
-	for id, ok := range stored {
-		known[id] = ok
+	for _, e := range stored {
+		if w, ok := writeReportOf(e); ok {
+			if key, ok := w.RequestKey(); ok {
+				known[key] = w
+			}
+		}
 	}
 	return known, nil
 }
 
-func (r *Recorder) finish(group []*request, b Batch, err error) {
+// finish writes b, unless err already failed the group, and answers every
+// request: with its own refusal if it has one (nothing of it is in b), else
+// with the outcome of the write.
+func (r *Recorder) finish(group []*request, b Batch, err error, refused []error) {
 	wrote := err != nil // a failed look-up counts as a failed write
 	if err == nil && !b.Empty() {
 		wrote = true
@@ -531,11 +567,13 @@ func (r *Recorder) finish(group []*request, b Batch, err error) {
 	r.renewedNow = nil
 	if err == nil && r.onCommit != nil {
 		c := Commit{At: r.now(), Batch: &b, Renewals: renewals}
-		for _, req := range group {
+		for i, req := range group {
 			if req.input != nil {
 				c.Inputs = append(c.Inputs, req.input)
 			}
-			c.Writes += len(req.writes)
+			if refused == nil || refused[i] == nil {
+				c.Writes += len(req.writes)
+			}
 		}
 		r.onCommit(c)
 	}
@@ -569,7 +607,11 @@ func (r *Recorder) finish(group []*request, b Batch, err error) {
 		}
 	}
 	r.mu.Unlock()
-	for _, req := range group {
+	for i, req := range group {
+		if refused != nil && refused[i] != nil {
+			req.done <- refused[i]
+			continue
+		}
 		req.done <- err
 	}
 }

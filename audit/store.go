@@ -330,9 +330,10 @@ type Journal interface {
 	// Unsynced returns the renew events stored after the last Synced batch,
 	// in the order they were stored, for Tracker.ReplayRenewal.
 	Unsynced(ctx context.Context) ([]Event, error)
-	// KnownRequests returns the subset of ids already stored as write-report
-	// request IDs.
-	KnownRequests(ctx context.Context, ids []string) (map[string]bool, error)
+	// StoredWrites returns the write events stored with any of the request
+	// ids, under any lock and resource, each with its Lock set: the
+	// recorder tells a retry from a conflicting reuse of an id by them.
+	StoredWrites(ctx context.Context, ids []string) ([]Event, error)
 }
 
 // TrackState is everything the tracker remembers about one lock. The store

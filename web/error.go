@@ -26,6 +26,10 @@ func httpStatus(code string) int {
 		return http.StatusNotFound
 	case audit.ETOOLARGE:
 		return http.StatusRequestEntityTooLarge
+	case audit.ECONFLICT:
+		return http.StatusConflict
+	case audit.EUNSUPPORTED:
+		return http.StatusUnsupportedMediaType
 	case audit.EUNAVAILABLE:
 		return http.StatusServiceUnavailable
 	default:
@@ -84,10 +88,10 @@ func (s *Server) handleError(err error, c echo.Context) {
 		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="leasewatch"`)
 	}
 
+	// A HEAD answer is rendered as GET's, for the same headers; net/http
+	// drops its body.
 	var werr error
 	switch {
-	case req.Method == http.MethodHead:
-		werr = c.NoContent(status)
 	case isAPI(req):
 		werr = c.JSON(status, map[string]string{"error": msg})
 	default:

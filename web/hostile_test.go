@@ -153,7 +153,7 @@ func TestIngestHugeArrays(t *testing.T) {
 			t.Fatalf("POST %d reports in %d bytes = %d %v, want 202", n, len(body), res.StatusCode, m)
 		}
 		wantNumber(t, "accepted", m["accepted"], float64(n))
-		known, err := f.store.KnownRequests(context.Background(), ids)
+		known, err := f.store.StoredWrites(context.Background(), ids)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -61,6 +61,9 @@ func (s *Server) handleIngest(c echo.Context) error {
 	if s.writes == nil {
 		return audit.Errorf(audit.EUNAVAILABLE, "ingest is not available")
 	}
+	if err := identityEncoding(c); err != nil {
+		return err
+	}
 	if req.ContentLength > maxIngestBody {
 		return audit.Errorf(audit.ETOOLARGE, "request body too large: over %d bytes", maxIngestBody)
 	}
@@ -83,6 +86,22 @@ func (s *Server) handleIngest(c echo.Context) error {
 		s.metrics.writes.WithLabelValues(string(r.Outcome)).Inc()
 	}
 	return c.JSON(http.StatusAccepted, map[string]int{"accepted": len(reports)})
+}
+
+// identityEncoding refuses a body sent with a content coding (gzip, br, ...):
+// ingest reads bodies as they are, so a compressed one is neither misread as
+// JSON nor inflated past the body limit.
+func identityEncoding(c echo.Context) error {
+	for _, v := range c.Request().Header.Values(echo.HeaderContentEncoding) {
+		for _, coding := range strings.Split(v, ",") {
+			if coding = strings.TrimSpace(coding); coding != "" && !strings.EqualFold(coding, "identity") {
+				c.Response().Header().Set(echo.HeaderAcceptEncoding, "identity") // RFC 9110 §15.5.16
+				return audit.Errorf(audit.EUNSUPPORTED, "Content-Encoding: %s is not supported; send the body uncompressed",
+					strconv.Quote(truncate(coding, 64)))
+			}
+		}
+	}
+	return nil
 }
 
 // decodeWrites decodes a body of one write report or an array of them. It
@@ -251,9 +270,13 @@ func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now t
 		return w, bad("resource", "required")
 	case w.Outcome == "":
 		return w, bad("outcome", `required: "accepted" or "rejected"`)
+	case w.Outcome == audit.WriteRejected && w.Token != nil && w.HighestToken != nil && *w.Token > *w.HighestToken:
+		// Fencing rejects a token below the highest accepted, never above it.
+		return w, bad("highest_token", "%d is below the rejected write's token %d; a resource rejects only tokens up to its highest",
+			*w.HighestToken, *w.Token)
 	}
 	if w.At.IsZero() {
-		w.At = now
+		w.At, w.AtDefaulted = now, true
 	}
 	return w, nil
 }

@@ -30,6 +30,7 @@ import (
 func FuzzDecodeWrites(f *testing.F) {
 	for _, s := range []string{
 		`{"source":"prod-etcd","lock":"/locks/orders","resource":"orders-db","token":42,"outcome":"accepted","highest_token":42,"holder":"worker-2","at":"2025-03-01T11:00:00.5Z","request_id":"r-100"}`,
+		`{"source":"prod-etcd","lock":"/locks/orders","resource":"orders-db","token":43,"outcome":"rejected","highest_token":42}`,
 		`[{"source":"cache","lock":"lock:cart","resource":"carts","token":7,"outcome":"accepted"},{"source":"cache","lock":"lock:cart","resource":"carts","token":null,"outcome":"rejected","holder":"h"}]`,
 		`{"source":"cache","lock":"l","resource":"r","outcome":"rejected","token":null,"holder":null,"at":null}`,
 		`{"source":"cache","lock":"l` + "\uFFFD" + `","resource":"\ufffd","outcome":"accepted"}`,
@@ -118,6 +119,9 @@ func checkDecodedReport(t *testing.T, i int, r audit.WriteReport) {
 		if tok != nil && *tok < 0 {
 			t.Fatalf("report %d: negative token %d", i, *tok)
 		}
+	}
+	if r.Outcome == audit.WriteRejected && r.Token != nil && r.HighestToken != nil && *r.Token > *r.HighestToken {
+		t.Fatalf("report %d: rejected token %d above the highest token %d", i, *r.Token, *r.HighestToken)
 	}
 	if r.At.IsZero() || r.At.Location() != time.UTC {
 		t.Fatalf("report %d: at %v, want a UTC time", i, r.At)

@@ -134,6 +134,11 @@ type lockQuery struct {
 	Window audit.TimeFilter
 }
 
+// maxQuery bounds q, the locks search, in characters: well past any lock name
+// or holder ingest takes, and far inside SQLite's 50,000-byte LIKE pattern
+// limit even when every character is escaped.
+const maxQuery = 1024
+
 // parseLockQuery reads the locks list parameters. class is parsed by the
 // caller: the API and the page treat an empty class differently.
 func parseLockQuery(q url.Values) (lockQuery, error) {
@@ -148,6 +153,9 @@ func parseLockQuery(q url.Values) (lockQuery, error) {
 	lq.Source = q.Get("source")
 	lq.Name = q.Get("name")
 	lq.Q = q.Get("q")
+	if utf8.RuneCountInString(lq.Q) > maxQuery {
+		return lq, audit.Errorf(audit.EINVALID, "q: must be at most %d characters", maxQuery)
+	}
 	lq.Limit = lq.Window.Limit
 	return lq, nil
 }

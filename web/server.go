@@ -201,35 +201,40 @@ func New(cfg Config) (*Server, error) {
 		e.Use(s.auth.middleware)
 	}
 
-	e.GET("/", s.handleOverview)
-	e.GET("/locks", s.handleLocksPage)
-	e.GET("/locks/:id", s.handleLockPage)
-	e.GET("/findings", s.handleFindingsPage)
-	e.GET("/sources", s.handleSourcesPage)
-	e.GET("/alerts", s.handleAlertsPage)
-	e.GET("/review", s.handleReviewPage)
-	e.GET("/review.md", s.handleReviewMarkdown)
-	e.GET("/review.json", s.handleReviewJSON)
-	e.StaticFS("/static/", static.FS)
+	e.Match(getHead, "/", s.handleOverview)
+	e.Match(getHead, "/locks", s.handleLocksPage)
+	e.Match(getHead, "/locks/:id", s.handleLockPage)
+	e.Match(getHead, "/findings", s.handleFindingsPage)
+	e.Match(getHead, "/sources", s.handleSourcesPage)
+	e.Match(getHead, "/alerts", s.handleAlertsPage)
+	e.Match(getHead, "/review", s.handleReviewPage)
+	e.Match(getHead, "/review.md", s.handleReviewMarkdown)
+	e.Match(getHead, "/review.json", s.handleReviewJSON)
+	e.Match(getHead, "/static/*", echo.StaticDirectoryHandler(static.FS, !e.EnablePathUnescapingStaticFiles))
 
-	e.GET("/healthz", s.handleHealthz)
-	e.GET("/readyz", s.handleReadyz)
-	e.GET("/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+	e.Match(getHead, "/healthz", s.handleHealthz)
+	e.Match(getHead, "/readyz", s.handleReadyz)
+	e.Match(getHead, "/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
 		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
 	})))
 
 	api := e.Group("/api/v1")
-	api.GET("/sources", s.handleAPISources)
-	api.GET("/locks", s.handleAPILocks)
-	api.GET("/locks/:id", s.handleAPILock)
-	api.GET("/locks/:id/events", s.handleAPIEvents)
-	api.GET("/locks/:id/tenures", s.handleAPITenures)
-	api.GET("/findings", s.handleAPIFindings)
+	api.Match(getHead, "/sources", s.handleAPISources)
+	api.Match(getHead, "/locks", s.handleAPILocks)
+	api.Match(getHead, "/locks/:id", s.handleAPILock)
+	api.Match(getHead, "/locks/:id/events", s.handleAPIEvents)
+	api.Match(getHead, "/locks/:id/tenures", s.handleAPITenures)
+	api.Match(getHead, "/findings", s.handleAPIFindings)
 	api.POST("/writes", s.handleIngest)
 
 	s.echo = e
 	return s, nil
 }
+
+// getHead are the methods of every read: HEAD works wherever GET does (RFC
+// 9110 9.3.2), for probes and link checkers, and net/http drops the body of
+// a HEAD answer.
+var getHead = []string{http.MethodGet, http.MethodHead}
 
 // Handler returns the server's HTTP handler, for tests and embedding.
 func (s *Server) Handler() http.Handler { return s.echo }

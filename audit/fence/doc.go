@@ -64,7 +64,11 @@
 // write path: when leasewatch is slow or down, writes wait in a bounded queue,
 // and when the queue is full further writes are dropped and counted in
 // [Stats]. Failed requests are retried with the same request IDs, so
-// leasewatch stores each write once however often it was sent.
+// leasewatch stores each write once however often it was sent. A request ID
+// is unique per source, lock and resource: leasewatch stores the same ID
+// from another resource or for another lock as another write, and refuses
+// with 409 a report that reuses an ID of its own resource and lock for a
+// different write (the Reporter drops and counts such a batch as refused).
 //
 //	r, err := fence.NewReporter(fence.Config{
 //		URL:      "http://127.0.0.1:8080",

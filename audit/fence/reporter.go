@@ -79,7 +79,10 @@ type Write struct {
 	Holder string
 	// At is when the resource decided, on its own clock. Default: Report's time.
 	At time.Time
-	// RequestID makes the report idempotent. Default: 128 random bits in hex.
+	// RequestID makes the report idempotent: a report with the RequestID of
+	// one already stored for the same source, lock and resource is a retry,
+	// stored once, and refused (409) if it reports a different write.
+	// Default: 128 random bits in hex.
 	RequestID string
 }
 
@@ -205,7 +208,8 @@ func NewReporter(cfg Config) (*Reporter, error) {
 // Report queues w for sending and returns at once. It fills in At (now) and
 // RequestID (random) when they are empty. A write is dropped, and counted in
 // Stats.Dropped, when the queue is full, when the Reporter is closed, or when
-// w is invalid (no Lock, or an Outcome other than Accepted and Rejected).
+// w is invalid (no Lock, an Outcome other than Accepted and Rejected, or a
+// rejected write whose Token is above its HighestToken).
 // Report copies what it needs, so w's pointers may be reused afterwards.
 func (r *Reporter) Report(w Write) {
 	now := time.Now()
@@ -255,6 +259,10 @@ func (r *Reporter) encode(w Write) ([]byte, error) {
 	}
 	if !w.Outcome.Valid() {
 		return nil, fmt.Errorf("outcome %q: want %q or %q", w.Outcome, Accepted, Rejected)
+	}
+	if w.Outcome == Rejected && w.Token != nil && w.HighestToken != nil && *w.Token > *w.HighestToken {
+		// leasewatch refuses it, and with it the whole batch.
+		return nil, fmt.Errorf("highest token %d is below the rejected write's token %d", *w.HighestToken, *w.Token)
 	}
 	body, err := json.Marshal(wireWrite{
 		Source:       r.cfg.Source,

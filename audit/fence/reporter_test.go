@@ -565,13 +565,14 @@ func TestReporterDropsRefusedBatch(t *testing.T) {
 func TestReporterDropsInvalidWrites(t *testing.T) {
 	s := newIngest(t)
 	r := newReporter(t, s, fence.Config{})
-	r.Report(fence.Write{Token: ptr(1), Outcome: fence.Accepted})                   // no lock
-	r.Report(fence.Write{Lock: "/locks/a", Token: ptr(1), Outcome: "maybe"})        // bad outcome
-	r.Report(fence.Write{Lock: "/locks/a", Token: ptr(1), Outcome: fence.Accepted}) // fine
+	r.Report(fence.Write{Token: ptr(1), Outcome: fence.Accepted})                                         // no lock
+	r.Report(fence.Write{Lock: "/locks/a", Token: ptr(1), Outcome: "maybe"})                              // bad outcome
+	r.Report(fence.Write{Lock: "/locks/a", Token: ptr(2), HighestToken: ptr(1), Outcome: fence.Rejected}) // rejected above the highest
+	r.Report(fence.Write{Lock: "/locks/a", Token: ptr(1), Outcome: fence.Accepted})                       // fine
 	if err := flush(t, r); err != nil {
 		t.Fatalf("Flush: %v", err)
 	}
-	checkStats(t, r, fence.Stats{Sent: 1, Dropped: 2})
+	checkStats(t, r, fence.Stats{Sent: 1, Dropped: 3})
 	if _, requests := s.count(); requests != 1 {
 		t.Errorf("requests = %d, want 1", requests)
 	}

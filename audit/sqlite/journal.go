@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -646,36 +647,40 @@ func (s *Store) Unsynced(ctx context.Context) ([]audit.Event, error) {
 // SQLITE_MAX_VARIABLE_NUMBER (999 in old builds).
 const maxVars = 500
 
-// KnownRequests returns the subset of ids already stored as write-report
-// request IDs; the map holds only those, each true.
-func (s *Store) KnownRequests(ctx context.Context, ids []string) (map[string]bool, error) {
-	known := make(map[string]bool)
+// StoredWrites returns the write events stored with any of the request ids,
+// under any lock and resource, each with its Lock set. It reads the
+// request id index (migration 0010), whose first column is request_id.
+func (s *Store) StoredWrites(ctx context.Context, ids []string) ([]audit.Event, error) {
+	// Each id once: chunks must not meet the same rows twice.
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	var events []audit.Event
 	for start := 0; start < len(ids); start += maxVars {
 		chunk := ids[start:min(start+maxVars, len(ids))]
 		args := make([]any, len(chunk))
 		for i, id := range chunk {
 			args[i] = id
 		}
-		q := `SELECT request_id FROM events WHERE request_id IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
+		q := `SELECT ` + eventColumns + `, l.source, l.name FROM ` + eventTables("") + ` JOIN locks l ON l.id = e.lock_id
+			WHERE e.request_id IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
 		// Unprepared: a text per chunk length would crowd the kept
 		// statements out.
 		rows, err := s.reader.DB.QueryContext(ctx, q, args...)
 		if err != nil {
-			return nil, fmt.Errorf("known requests: %w", storageError(err))
+			return nil, fmt.Errorf("stored writes: %w", storageError(err))
 		}
 		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
+			var e audit.Event
+			if err := rows.Scan(append(eventDest(&e), &e.Lock.Source, &e.Lock.Name)...); err != nil {
 				rows.Close()
-				return nil, fmt.Errorf("known requests: %w", err)
+				return nil, fmt.Errorf("stored writes: %w", err)
 			}
-			known[id] = true
+			events = append(events, e)
 		}
 		err = rows.Err()
 		rows.Close()
 		if err != nil {
-			return nil, fmt.Errorf("known requests: %w", err)
+			return nil, fmt.Errorf("stored writes: %w", err)
 		}
 	}
-	return known, nil
+	return events, nil
 }

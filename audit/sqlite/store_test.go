@@ -377,7 +377,9 @@ func TestApplyFailureRollsBackEverything(t *testing.T) {
 		Tenures: []audit.Tenure{{Lock: newKey, Seq: 1, Holder: "b", GrantedAt: at(1)}},
 		Events: []audit.Event{
 			{Lock: newKey, Kind: audit.EventWriteAccepted, At: at(1), RequestID: "dup"},
-			{Lock: audit.LockKey{Source: "src", Name: "bare"}, Kind: audit.EventWriteAccepted, At: at(1), RequestID: "dup"},
+			// A request id is unique per lock and resource (migration 0010).
+			{Lock: audit.LockKey{Source: "src", Name: "bare"}, Kind: audit.EventWriteAccepted, At: at(1), Resource: "r", RequestID: "dup"},
+			{Lock: audit.LockKey{Source: "src", Name: "bare"}, Kind: audit.EventWriteAccepted, At: at(2), Resource: "r", RequestID: "dup"},
 		},
 		Findings: []audit.Finding{{Lock: newKey, Kind: audit.FindingTokenSkip, At: at(1)}},
 		Cursors:  []audit.Cursor{{Source: "src", Position: "200", At: at(1)}},
@@ -409,12 +411,12 @@ func TestApplyFailureRollsBackEverything(t *testing.T) {
 				t.Fatalf("Restore: %v", err)
 			}
 			equal(t, "cursors after rollback", cursors, good.Cursors)
-			known, err := s.KnownRequests(ctx, []string{"dup"})
+			known, err := s.StoredWrites(ctx, []string{"dup"})
 			if err != nil {
-				t.Fatalf("KnownRequests: %v", err)
+				t.Fatalf("StoredWrites: %v", err)
 			}
-			if known["dup"] {
-				t.Error("request dup is known after rollback, want unknown")
+			if len(known) != 0 {
+				t.Errorf("request dup is stored after rollback: %+v", known)
 			}
 			findings, err := s.Findings(ctx, audit.FindingFilter{})
 			if err != nil {
@@ -524,7 +526,7 @@ func TestRestoreEmptyDatabase(t *testing.T) {
 	}
 }
 
-func TestKnownRequests(t *testing.T) {
+func TestStoredWrites(t *testing.T) {
 	s, _ := openStore(t)
 	ctx := context.Background()
 	key := audit.LockKey{Source: "src", Name: "orders"}
@@ -544,27 +546,34 @@ func TestKnownRequests(t *testing.T) {
 		ids = append(ids, fmt.Sprintf("req-%d", i))
 	}
 	ids = append(ids, "", "req-5")
-	known, err := s.KnownRequests(ctx, ids)
+	stored, err := s.StoredWrites(ctx, ids)
 	if err != nil {
-		t.Fatalf("KnownRequests: %v", err)
+		t.Fatalf("StoredWrites: %v", err)
 	}
-	if len(known) != 700 {
-		t.Errorf("got %d known ids, want 700", len(known))
+	known := make(map[string]int)
+	for _, e := range stored {
+		if e.Lock != key || e.Kind != audit.EventWriteAccepted {
+			t.Fatalf("stored write %+v, want a write_accepted of %s", e, key)
+		}
+		known[e.RequestID]++
+	}
+	if len(stored) != 700 || len(known) != 700 {
+		t.Errorf("got %d stored writes under %d ids, want 700 under 700", len(stored), len(known))
 	}
 	for _, id := range []string{"req-0", "req-599", "req-1100", "req-1199"} {
-		if !known[id] {
-			t.Errorf("known[%s] = false, want true", id)
+		if known[id] != 1 {
+			t.Errorf("%s stored %d times, want once", id, known[id])
 		}
 	}
 	for _, id := range []string{"req-600", "req-1200", ""} {
-		if known[id] {
-			t.Errorf("known[%q] = true, want false", id)
+		if known[id] != 0 {
+			t.Errorf("%q stored %d times, want never", id, known[id])
 		}
 	}
 
-	none, err := s.KnownRequests(ctx, nil)
+	none, err := s.StoredWrites(ctx, nil)
 	if err != nil || len(none) != 0 {
-		t.Errorf("KnownRequests(nil) = %v, %v; want empty, nil", none, err)
+		t.Errorf("StoredWrites(nil) = %v, %v; want empty, nil", none, err)
 	}
 }
 
