@@ -162,12 +162,12 @@ func (t *Tracker) Tick(now time.Time) Batch {
 	// output order; note the earliest expiry of the others.
 	var (
 		due      []LockKey
-		earliest int64 // 0: none
+		earliest = NoNanos // none yet
 		limits   = make(map[string]int64, len(t.live))
 	)
 	for key, st := range t.locks {
 		cur := st.current()
-		if !st.expireByClock || cur == nil || cur.expires == 0 {
+		if !st.expireByClock || cur == nil || cur.expires == NoNanos {
 			continue
 		}
 		limit, ok := limits[key.Source]
@@ -183,12 +183,12 @@ func (t *Tracker) Tick(now time.Time) Batch {
 		}
 		if limit >= cur.expires {
 			due = append(due, key)
-		} else if earliest == 0 || cur.expires < earliest {
+		} else if earliest == NoNanos || cur.expires < earliest {
 			earliest = cur.expires
 		}
 	}
 	t.dueFrom = timeOf(earliest)
-	if earliest == 0 {
+	if earliest == NoNanos {
 		t.dueFrom = maxTime // nothing held expires by the clock
 	}
 	sortKeys(due)
@@ -209,7 +209,7 @@ var maxTime = time.Unix(1<<62, 0)
 func (t *Tracker) done(o *output) Batch {
 	if !t.dueFrom.IsZero() {
 		for _, st := range o.locks {
-			if cur := st.current(); st.expireByClock && cur != nil && cur.expires != 0 && cur.expiresAt().Before(t.dueFrom) {
+			if cur := st.current(); st.expireByClock && cur != nil && cur.expires != NoNanos && cur.expiresAt().Before(t.dueFrom) {
 				t.dueFrom = cur.expiresAt()
 			}
 		}
@@ -416,7 +416,7 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 	renewed := renewedAt(ob)
 	ten := tenure{
 		seq: st.nextSeq, holder: ob.Holder, token: ob.Token, position: ob.Position,
-		granted: nanos(ob.At), renewed: nanos(renewed), lease: ob.LeaseDuration, observed: ob.Kind == EventObserved,
+		granted: nanos(ob.At), renewed: nanos(renewed), expires: NoNanos, ended: NoNanos, lease: ob.LeaseDuration, observed: ob.Kind == EventObserved,
 	}
 	if ob.LeaseDuration > 0 {
 		ten.expires = nanos(renewed.Add(ob.LeaseDuration))
@@ -460,7 +460,7 @@ func (t *Tracker) renew(o *output, st *lockState, cur *tenure, ob Observation) {
 		duration = ob.LeaseDuration
 	}
 	detail := copyDetail(ob.Detail)
-	if cur.expires != 0 && cur.lease > 0 {
+	if cur.expires != NoNanos && cur.lease > 0 {
 		left := cur.expiresAt().Sub(at)
 		ratio := float64(left) / float64(cur.lease)
 		detail = withDetail(detail, "margin_ratio", round3(ratio))
