@@ -37,6 +37,17 @@ func ClampTime(t time.Time) time.Time {
 	return t
 }
 
+// BoundTime returns t, a bound that was given (a query window's from or to),
+// in UTC and within the range. Unlike ClampTime it never returns the zero
+// time: 0001-01-01T00:00:00Z given as a bound is the zero time.Time, yet it
+// is a bound, not "none", and becomes EarliestTime.
+func BoundTime(t time.Time) time.Time {
+	if t.Before(EarliestTime) {
+		return EarliestTime
+	}
+	return ClampTime(t).UTC()
+}
+
 // Nanos returns t as Unix nanoseconds, clamped to the range, and NoNanos for
 // the zero time.
 func Nanos(t time.Time) int64 {

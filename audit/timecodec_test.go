@@ -45,10 +45,17 @@ func TestTimeCodecRoundTrip(t *testing.T) {
 			if got := ClampTime(tt.in); !got.Equal(want) {
 				t.Errorf("ClampTime(%v) = %v, want %v", tt.in, got, want.UTC())
 			}
+			if got := BoundTime(tt.in); !got.Equal(want) || got.Location() != time.UTC {
+				t.Errorf("BoundTime(%v) = %v, want %v in UTC", tt.in, got, want.UTC())
+			}
 		})
 	}
 	if n := Nanos(time.Time{}); n != NoNanos || !TimeOf(NoNanos).IsZero() || !ClampTime(time.Time{}).IsZero() {
 		t.Errorf("the zero time: Nanos %d, back %v; want NoNanos and the zero time", n, TimeOf(NoNanos))
+	}
+	// A bound given as 0001-01-01T00:00:00Z is a bound, not "none".
+	if b := BoundTime(time.Time{}); !b.Equal(EarliestTime) {
+		t.Errorf("BoundTime(0001-01-01) = %v, want %v", b, EarliestTime)
 	}
 }
 
