@@ -1,9 +1,6 @@
 package audit
 
-import (
-	"math"
-	"time"
-)
+import "time"
 
 // lockState is what the tracker keeps of one lock: a TrackState in compact
 // form. The lock's current state is not kept but derived from its newest
@@ -23,8 +20,8 @@ type lockState struct {
 }
 
 // tenure is a Tenure as the tracker keeps it: without the lock's key, which
-// its lockState has, and with times as Unix nanoseconds (see nanos), 0 for
-// none.
+// its lockState has, and with times as Unix nanoseconds (see Nanos), NoNanos
+// for none.
 type tenure struct {
 	seq      int64
 	holder   string
@@ -32,8 +29,8 @@ type tenure struct {
 	position string
 	granted  int64
 	renewed  int64
-	expires  int64 // 0 when unknown
-	ended    int64 // 0 while held
+	expires  int64 // NoNanos when unknown
+	ended    int64 // NoNanos while held
 	lease    time.Duration
 	renewals int64
 	end      EndReason // empty while held
@@ -145,36 +142,6 @@ func cloneResources(m map[string]*ResourceState) map[string]*ResourceState {
 	return c
 }
 
-// Bounds of the times a tenure keeps: int64 nanoseconds since 1970 reach from
-// 1677 to 2262. A backend's time beyond them (a Kubernetes Lease's
-// renewTime is whatever its client wrote) is kept as the nearest bound.
-var (
-	earliestNanos = time.Unix(0, math.MinInt64)
-	latestNanos   = time.Unix(0, math.MaxInt64)
-)
-
-// nanos returns t as Unix nanoseconds, 0 for the zero time. The instant
-// 1970-01-01T00:00:00Z itself becomes a nanosecond after it, so that 0 stays
-// "none".
-func nanos(t time.Time) int64 {
-	switch {
-	case t.IsZero():
-		return 0
-	case t.Before(earliestNanos):
-		return math.MinInt64
-	case t.After(latestNanos):
-		return math.MaxInt64
-	}
-	if n := t.UnixNano(); n != 0 {
-		return n
-	}
-	return 1
-}
-
-// timeOf is the inverse of nanos, in UTC.
-func timeOf(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
-}
+// nanos and timeOf are the tracker's short names for the time codec.
+func nanos(t time.Time) int64  { return Nanos(t) }
+func timeOf(n int64) time.Time { return TimeOf(n) }

@@ -167,12 +167,12 @@ func (t *Tracker) Tick(now time.Time) Batch {
 	// output order; note the earliest expiry of the others.
 	var (
 		due      []LockKey
-		earliest int64 // 0: none
+		earliest = NoNanos // none yet
 		limits   = make(map[string]int64, len(t.live))
 	)
 	for key, st := range t.locks {
 		cur := st.current()
-		if !st.expireByClock || cur == nil || cur.expires == 0 {
+		if !st.expireByClock || cur == nil || cur.expires == NoNanos {
 			continue
 		}
 		limit, ok := limits[key.Source]
@@ -182,12 +182,12 @@ func (t *Tracker) Tick(now time.Time) Batch {
 		}
 		if st.runOut(limit) {
 			due = append(due, key)
-		} else if earliest == 0 || cur.expires < earliest {
+		} else if earliest == NoNanos || cur.expires < earliest {
 			earliest = cur.expires
 		}
 	}
 	t.dueFrom = timeOf(earliest)
-	if earliest == 0 {
+	if earliest == NoNanos {
 		t.dueFrom = maxTime // nothing held expires by the clock
 	}
 	sortKeys(due)
@@ -213,7 +213,7 @@ func (t *Tracker) Tick(now time.Time) Batch {
 // run out by by (Unix nanoseconds).
 func (st *lockState) runOut(by int64) bool {
 	cur := st.current()
-	return st.expireByClock && cur != nil && cur.expires != 0 && by >= cur.expires
+	return st.expireByClock && cur != nil && cur.expires != NoNanos && by >= cur.expires
 }
 
 // expireRunOut ends the held tenure of st at its expiry if it had run out by
@@ -269,7 +269,7 @@ var maxTime = time.Unix(1<<62, 0)
 func (t *Tracker) done(o *output) Batch {
 	if !t.dueFrom.IsZero() {
 		for _, st := range o.locks {
-			if cur := st.current(); st.expireByClock && cur != nil && cur.expires != 0 && cur.expiresAt().Before(t.dueFrom) {
+			if cur := st.current(); st.expireByClock && cur != nil && cur.expires != NoNanos && cur.expiresAt().Before(t.dueFrom) {
 				t.dueFrom = cur.expiresAt()
 			}
 		}
@@ -486,7 +486,7 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 	renewed := renewedAt(ob)
 	ten := tenure{
 		seq: st.nextSeq, holder: ob.Holder, token: ob.Token, position: ob.Position,
-		granted: nanos(ob.At), renewed: nanos(renewed), lease: ob.LeaseDuration, observed: ob.Kind == EventObserved,
+		granted: nanos(ob.At), renewed: nanos(renewed), expires: NoNanos, ended: NoNanos, lease: ob.LeaseDuration, observed: ob.Kind == EventObserved,
 	}
 	if ob.LeaseDuration > 0 {
 		ten.expires = nanos(renewed.Add(ob.LeaseDuration))
@@ -532,7 +532,7 @@ func (t *Tracker) renew(o *output, st *lockState, cur *tenure, ob Observation) {
 	detail := copyDetail(ob.Detail)
 	// A renewal read after a blind window or at a start stands for renewals
 	// the collector did not see: its margin says nothing.
-	if cur.expires != 0 && cur.lease > 0 && !ob.Inferred && ob.Kind != EventObserved {
+	if cur.expires != NoNanos && cur.lease > 0 && !ob.Inferred && ob.Kind != EventObserved {
 		left := cur.expiresAt().Sub(at)
 		ratio := float64(left) / float64(cur.lease)
 		detail = withDetail(detail, "margin_ratio", round3(ratio))

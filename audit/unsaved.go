@@ -10,13 +10,13 @@ type unsavedRenewals map[LockKey]packedRenewal
 
 type packedRenewal struct {
 	seq, renewals        int64
-	renewedAt, expiresAt int64 // Unix nanoseconds; 0 for the zero time
+	renewedAt, expiresAt int64 // as Nanos encodes them
 	duration             time.Duration
 }
 
 func (m unsavedRenewals) put(rn Renewal) {
-	m[rn.Lock] = packedRenewal{seq: rn.Seq, renewals: rn.Renewals, renewedAt: packTime(rn.RenewedAt),
-		expiresAt: packTime(rn.ExpiresAt), duration: rn.LeaseDuration}
+	m[rn.Lock] = packedRenewal{seq: rn.Seq, renewals: rn.Renewals, renewedAt: Nanos(rn.RenewedAt),
+		expiresAt: Nanos(rn.ExpiresAt), duration: rn.LeaseDuration}
 }
 
 func (m unsavedRenewals) get(key LockKey) (Renewal, bool) {
@@ -24,20 +24,6 @@ func (m unsavedRenewals) get(key LockKey) (Renewal, bool) {
 	if !ok {
 		return Renewal{}, false
 	}
-	return Renewal{Lock: key, Seq: p.seq, Renewals: p.renewals, RenewedAt: unpackTime(p.renewedAt),
-		ExpiresAt: unpackTime(p.expiresAt), LeaseDuration: p.duration}, true
-}
-
-func packTime(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
-
-func unpackTime(n int64) time.Time {
-	if n == 0 {
-		return time.Time{}
-	}
-	return time.Unix(0, n).UTC()
+	return Renewal{Lock: key, Seq: p.seq, Renewals: p.renewals, RenewedAt: TimeOf(p.renewedAt),
+		ExpiresAt: TimeOf(p.expiresAt), LeaseDuration: p.duration}, true
 }

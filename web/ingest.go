@@ -254,6 +254,9 @@ func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now t
 				if err != nil {
 					return w, bad(name, "must be an RFC 3339 time such as 2006-01-02T15:04:05.5Z")
 				}
+				if problem := reportTimeProblem(t, now); problem != "" {
+					return w, bad(name, "%s", problem)
+				}
 				w.At = t.UTC()
 			}
 		default:

@@ -21,7 +21,8 @@ import (
 //   - return at least one report, each of which passes what the store and
 //     the pages rely on: a configured source, a lock, a resource and an
 //     outcome; strings of valid UTF-8 without control characters within
-//     their limits; tokens that are not negative; a UTC time. A report
+//     their limits; tokens that are not negative; a UTC time from 1678 to
+//     maxReportSkew past receipt, which the store keeps as itself. A report
 //     encoded again decodes to itself.
 //
 // Seeds: the examples of the API contract and of ingest_test.go, plus what
@@ -45,6 +46,19 @@ func FuzzDecodeWrites(f *testing.F) {
 		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
 		`{"source":{"a":{"b":{"c":[1,2,3]}}},"lock":"l","resource":"r","outcome":"accepted"}`,
 		`[]`, `{}`, `null`, `42`, ``, ` `, `{"source":`,
+		// The time range: its bounds, the epoch, the zero time.Time, and
+		// times past what int64 nanoseconds hold.
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"1970-01-01T00:00:00Z"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"1678-01-01T00:00:00Z"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"1677-12-31T23:59:59.999999999Z"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"1677-09-21T00:12:43.145224192Z"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"0001-01-01T00:00:00Z"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"0000-01-01T00:00:00Z"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"2262-04-11T23:47:16.854775807Z"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"2200-01-01T00:00:00Z"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"9999-12-31T23:59:59Z"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"` + now.Add(maxReportSkew).Format(time.RFC3339Nano) + `"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"` + now.Add(maxReportSkew+time.Nanosecond).Format(time.RFC3339Nano) + `"}`,
 	} {
 		f.Add([]byte(s))
 	}
@@ -125,6 +139,14 @@ func checkDecodedReport(t *testing.T, i int, r audit.WriteReport) {
 	}
 	if r.At.IsZero() || r.At.Location() != time.UTC {
 		t.Fatalf("report %d: at %v, want a UTC time", i, r.At)
+	}
+	// The time policy: from 1678 to the allowed skew past receipt, and so
+	// a time the store keeps as itself.
+	if r.At.Before(earliestReport) || r.At.After(now.Add(maxReportSkew)) {
+		t.Fatalf("report %d: at %v, want from %v to %v", i, r.At, earliestReport, now.Add(maxReportSkew))
+	}
+	if back := audit.TimeOf(audit.Nanos(r.At)); !back.Equal(r.At) {
+		t.Fatalf("report %d: at %v is kept as %v", i, r.At, back)
 	}
 }
 

@@ -64,7 +64,9 @@ func nextCursor(n, limit int, oldest audit.EventCursor) *string {
 	return &s
 }
 
-// parseTime reads an optional RFC 3339 time parameter.
+// parseTime reads an optional RFC 3339 time parameter, clamped to the times
+// the store keeps (see audit.BoundTime): a time given is never the zero time, which
+// means the parameter is absent.
 func parseTime(q url.Values, name string) (time.Time, error) {
 	s := q.Get(name)
 	if s == "" {
@@ -74,7 +76,7 @@ func parseTime(q url.Values, name string) (time.Time, error) {
 	if err != nil {
 		return time.Time{}, audit.Errorf(audit.EINVALID, "%s: must be an RFC 3339 time such as 2006-01-02T15:04:05Z", name)
 	}
-	return t.UTC(), nil
+	return audit.BoundTime(t), nil
 }
 
 // parseLimit reads an optional positive limit; above maxLimit it is capped.
@@ -380,11 +382,11 @@ func parseWindowTime(q url.Values, name string, loc *time.Location) (time.Time, 
 		return time.Time{}, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC(), nil
+		return audit.BoundTime(t), nil
 	}
 	for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05"} {
 		if t, err := time.ParseInLocation(layout, s, loc); err == nil {
-			return t.UTC(), nil
+			return audit.BoundTime(t), nil
 		}
 	}
 	return time.Time{}, audit.Errorf(audit.EINVALID, "%s: must be an RFC 3339 time such as 2006-01-02T15:04:05Z", name)

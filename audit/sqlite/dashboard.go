@@ -32,12 +32,12 @@ func (s *Store) LockCounts(ctx context.Context) ([]audit.LockCount, error) {
 // FindingCounts returns how many findings of locks of f.Class started within
 // f's window, per severity; severities without findings are absent.
 func (s *Store) FindingCounts(ctx context.Context, f audit.FindingCountFilter) (map[audit.Severity]int, error) {
-	from, to := int64(0), int64(1<<63-1)
+	from, to := nanos(audit.EarliestTime), nanos(audit.LatestTime)
 	if !f.From.IsZero() {
-		from = f.From.UnixNano()
+		from = nanos(f.From)
 	}
 	if !f.To.IsZero() {
-		to = f.To.UnixNano()
+		to = nanos(f.To)
 	}
 	// One index range per severity, counted in the index: of
 	// findings_class_severity_at for a class, else of findings_severity_at.
@@ -205,7 +205,7 @@ func (s *Store) WriteCounts(ctx context.Context, lockID int64, outcome audit.Wri
 	if _, err := lockKey(ctx, tx, lockID); err != nil {
 		return audit.Histogram{}, err
 	}
-	from, to, width := f.From.UnixNano(), f.To.UnixNano(), int64(h.Width)
+	from, to, width := nanos(f.From), nanos(f.To), int64(h.Width)
 	writes := `FROM events INDEXED BY ` + rareKindIndex + ` WHERE lock_id = ?1 AND kind = ?2 AND ` + notRenewal("kind")
 	// With a limit, the newest Limit writes are those after the time of
 	// the one past them, and some of those at that time.
@@ -256,10 +256,10 @@ func (s *Store) BlindWindows(ctx context.Context, f audit.BlindFilter) ([]audit.
 		w.add("source = ?", f.Source)
 	}
 	if !f.From.IsZero() {
-		w.add("to_at >= ?", f.From.UnixNano())
+		w.add("to_at >= ?", nanos(f.From))
 	}
 	if !f.To.IsZero() {
-		w.add("from_at <= ?", f.To.UnixNano())
+		w.add("from_at <= ?", nanos(f.To))
 	}
 	rows, err := s.reader.QueryContext(ctx, `SELECT source, from_at, to_at, reason, locks FROM source_blinds`+
 		w.String()+` ORDER BY to_at DESC, source DESC LIMIT ?`, append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))...)

@@ -302,8 +302,8 @@ func (w *batchWriter) lockID(ctx context.Context, key audit.LockKey) (int64, err
 	var id int64
 	err := w.tx.QueryRowContext(ctx, `SELECT id FROM locks WHERE source = ? AND name = ?`, key.Source, key.Name).Scan(&id)
 	if errors.Is(err, sql.ErrNoRows) {
-		err = w.tx.QueryRowContext(ctx, `INSERT INTO locks (source, name) VALUES (?, ?) RETURNING id`,
-			key.Source, key.Name).Scan(&id)
+		err = w.tx.QueryRowContext(ctx, `INSERT INTO locks (source, name, acquired_at, renewed_at, expires_at, changed_at)
+			VALUES (?1, ?2, ?3, ?3, ?3, ?3) RETURNING id`, key.Source, key.Name, audit.NoNanos).Scan(&id)
 	}
 	if err != nil {
 		return 0, fmt.Errorf("resolve lock %s: %w", key, err)
@@ -378,8 +378,8 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 		chunk := events[start:min(start+eventsPerInsert, len(events))]
 		args = args[:0]
 		for _, e := range chunk {
-			if at := nanos(e.At); at > last[e.Lock.Source] {
-				last[e.Lock.Source] = at
+			if newest, ok := last[e.Lock.Source]; !e.At.IsZero() && (!ok || nanos(e.At) > newest) {
+				last[e.Lock.Source] = nanos(e.At)
 			}
 			if e.Kind == audit.EventBlind {
 				if err := w.putBlindReason(ctx, e); err != nil {

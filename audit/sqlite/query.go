@@ -43,10 +43,10 @@ func (w *where) add(cond string, args ...any) {
 // window adds col's bounds from f; zero bounds stay open.
 func (w *where) window(col string, f audit.TimeFilter) {
 	if !f.From.IsZero() {
-		w.add(col+" >= ?", f.From.UnixNano())
+		w.add(col+" >= ?", nanos(f.From))
 	}
 	if !f.To.IsZero() {
-		w.add(col+" <= ?", f.To.UnixNano())
+		w.add(col+" <= ?", nanos(f.To))
 	}
 }
 
@@ -171,8 +171,8 @@ func lockWhere(f audit.LockFilter) where {
 	}
 	if f.ExpiringBy > 0 {
 		// expires_at - at < ratio * lease, in nanoseconds.
-		w.add("l.state = 'held' AND l.expires_at > 0 AND l.lease_duration_ms > 0 AND l.expires_at - ? < l.lease_duration_ms * ?",
-			nanos(f.ExpiringAt), f.ExpiringBy*float64(time.Millisecond))
+		w.add("l.state = 'held' AND l.expires_at <> ? AND l.lease_duration_ms > 0 AND l.expires_at - ? < l.lease_duration_ms * ?",
+			audit.NoNanos, nanos(f.ExpiringAt), f.ExpiringBy*float64(time.Millisecond))
 	}
 	return w
 }
@@ -275,7 +275,7 @@ func eventQuery(lockID int64, f audit.EventFilter) (where, []any) {
 	w.window("e.at", f.TimeFilter)
 	if !f.Before.IsZero() {
 		// The plain bound lets the index range stop at the cursor.
-		b := f.Before.At.UnixNano()
+		b := nanos(f.Before.At)
 		w.add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
 	}
 	return w, append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
@@ -343,14 +343,14 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 		var w where
 		w.add("t.lock_id = ?", lockID)
 		if !f.To.IsZero() {
-			w.add("t.granted_at <= ?", f.To.UnixNano())
+			w.add("t.granted_at <= ?", nanos(f.To))
 		}
 		rows, err = s.reader.QueryContext(ctx, `SELECT `+tenureColumns+`, `+summaryColumns+` FROM `+tenureTables+w.String()+
 			` ORDER BY t.seq DESC LIMIT ?`, append(w.args, lim)...)
 	} else {
 		to := int64(math.MaxInt64)
 		if !f.To.IsZero() {
-			to = f.To.UnixNano()
+			to = nanos(f.To)
 		}
 		// A lock's tenures follow one another, so those overlapping a window
 		// are the ones that ended inside it, plus the few granted last before
@@ -362,12 +362,10 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 				UNION
 				SELECT seq FROM (SELECT seq, ended_at FROM tenures WHERE lock_id = ?1 AND granted_at <= ?3
 					ORDER BY granted_at DESC LIMIT 64)
-				WHERE ended_at IS NULL OR ended_at = 0 OR ended_at > ?3
+				WHERE ended_at IS NULL OR ended_at > ?3
 				UNION
-				SELECT seq FROM tenures WHERE lock_id = ?1 AND ended_at IS NULL
-				UNION
-				SELECT seq FROM tenures WHERE lock_id = ?1 AND ended_at = 0)
-			ORDER BY t.seq DESC LIMIT ?4`, lockID, f.From.UnixNano(), to, lim)
+				SELECT seq FROM tenures WHERE lock_id = ?1 AND ended_at IS NULL)
+			ORDER BY t.seq DESC LIMIT ?4`, lockID, nanos(f.From), to, lim)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("list tenures of lock %d: %w", lockID, err)
@@ -433,30 +431,30 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 			// before it and last into it.
 			to := int64(math.MaxInt64)
 			if !f.To.IsZero() {
-				to = f.To.UnixNano()
+				to = nanos(f.To)
 			}
 			// One walk of the lock's findings newest first, which stops at
 			// the limit: from the window's end down to the earliest start
 			// among those lasting into it (both ranges read from the
 			// covering index on until alone).
-			from := f.From.UnixNano()
+			from := nanos(f.From)
 			w.add(`f.at BETWEEN coalesce((SELECT min(at) FROM findings INDEXED BY findings_lock_until_at
 				WHERE lock_id = ? AND until >= ? AND at < ?), ?) AND ?`, f.LockID, from, from, from, to)
 			w.add(`(f.at >= ? OR f.id IN (SELECT id FROM findings INDEXED BY findings_lock_until_at
 				WHERE lock_id = ? AND until >= ? AND at < ?))`, from, f.LockID, from, from)
 		default:
 			if !f.To.IsZero() {
-				w.add("f.at <= ?", f.To.UnixNano())
+				w.add("f.at <= ?", nanos(f.To))
 			}
 			if !f.From.IsZero() {
-				w.add("coalesce(f.until, f.at) >= ?", f.From.UnixNano())
+				w.add("coalesce(f.until, f.at) >= ?", nanos(f.From))
 			}
 		}
 	} else {
 		w.window("f.at", f.TimeFilter)
 	}
 	if !f.Before.IsZero() {
-		b := f.Before.At.UnixNano()
+		b := nanos(f.Before.At)
 		w.add("f.at <= ? AND (f.at < ? OR f.id < ?)", b, b, f.Before.ID)
 	}
 	args := append(append(head, w.args...), limit(f.Limit, defaultListLimit, maxListLimit))
@@ -491,7 +489,7 @@ func (s *Store) LastEventAt(ctx context.Context) (map[string]time.Time, error) {
 		if err := rows.Scan(&source, &at); err != nil {
 			return nil, fmt.Errorf("last event per source: %w", err)
 		}
-		last[source] = time.Unix(0, at).UTC()
+		last[source] = audit.TimeOf(at)
 	}
 	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("last event per source: %w", err)

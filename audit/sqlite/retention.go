@@ -26,7 +26,7 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 		return res, fmt.Errorf("prune events: limit %d must be positive", step.Limit)
 	}
 	governed, args := ruleCondition(step.Rule)
-	before := step.Before.UnixNano()
+	before := nanos(step.Before)
 
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		// The window's last id, and the first event in it the rule keeps.
@@ -120,7 +120,7 @@ func (s *Store) PruneFindings(ctx context.Context, before time.Time, limit int) 
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		r, err := tx.ExecContext(ctx, `DELETE FROM findings WHERE id IN (
 			SELECT id FROM findings INDEXED BY findings_at WHERE at < ?1 AND coalesce(until, at) < ?1 ORDER BY at LIMIT ?2)`,
-			before.UnixNano(), limit)
+			nanos(before), limit)
 		if err != nil {
 			return err
 		}

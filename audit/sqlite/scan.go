@@ -10,7 +10,8 @@ import (
 
 // Scan destinations that convert the schema's encodings back to domain types.
 
-// timeDest scans unix nanoseconds; NULL and 0 are the zero time.
+// timeDest scans unix nanoseconds as nanos stores them; NULL and
+// audit.NoNanos are the zero time.
 type timeDest struct{ t *time.Time }
 
 func (d timeDest) Scan(v any) error {
@@ -18,11 +19,7 @@ func (d timeDest) Scan(v any) error {
 	case nil:
 		*d.t = time.Time{}
 	case int64:
-		if v == 0 {
-			*d.t = time.Time{}
-		} else {
-			*d.t = time.Unix(0, v).UTC()
-		}
+		*d.t = audit.TimeOf(v)
 	default:
 		return fmt.Errorf("time: unexpected %T", v)
 	}

@@ -290,13 +290,12 @@ func (s *Store) Close() error {
 	return errors.Join(errs...)
 }
 
-// Times are stored as unix nanoseconds; 0 is the zero time.
-func nanos(t time.Time) int64 {
-	if t.IsZero() {
-		return 0
-	}
-	return t.UnixNano()
-}
+// Times are stored as audit.Nanos encodes them: unix nanoseconds, clamped to
+// what an int64 holds, and audit.NoNanos for the zero time in the NOT NULL
+// columns (migration 0011), so 0 is 1970-01-01T00:00:00Z like any other
+// instant. The bounds of a query window go through it too, so a window that
+// reaches past 2262 is clamped rather than wrapped.
+func nanos(t time.Time) int64 { return audit.Nanos(t) }
 
 // nullNanos stores the zero time as NULL, for columns where NULL means "not
 // yet" (a tenure's end, a finding's until).
@@ -304,7 +303,7 @@ func nullNanos(t time.Time) any {
 	if t.IsZero() {
 		return nil
 	}
-	return t.UnixNano()
+	return audit.Nanos(t)
 }
 
 func ms(d time.Duration) int64 { return d.Milliseconds() }

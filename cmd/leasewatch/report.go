@@ -45,16 +45,22 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 
 	now := time.Now().UTC()
+	// Both required flags are named when both are missing, so the error
+	// never blames only --lock for a missing --from.
+	var missing []error
 	if len(locks) == 0 {
-		return usageError{errors.New("--lock: a lock is required, as SOURCE/NAME")}
+		missing = append(missing, errors.New("--lock: a lock is required, as SOURCE/NAME"))
+	}
+	if *fromFlag == "" {
+		missing = append(missing, errors.New("--from: a start time is required, e.g. 2006-01-02T15:04:05Z or -1h"))
+	}
+	if len(missing) > 0 {
+		return usageError{errors.Join(missing...)}
 	}
 	for _, l := range locks {
 		if strings.TrimSpace(l) == "" {
 			return usageError{errors.New("--lock: must not be empty")}
 		}
-	}
-	if *fromFlag == "" {
-		return usageError{errors.New("--from: a start time is required, e.g. 2006-01-02T15:04:05Z or -1h")}
 	}
 	from, err := parseReportTime(*fromFlag, now)
 	if err != nil {
@@ -94,12 +100,17 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	defer store.Close()
 
-	r, err := review.Load(ctx, store, review.Query{
+	q := review.Query{
 		Window:   review.Window{From: from, To: to},
 		Locks:    locks,
 		MaxLocks: max(len(locks), review.DefaultMaxLocks),
 		Options:  review.Options{MaxHandovers: *maxHandovers, MaxWrites: *maxWrites},
-	})
+	}
+	if err := q.Validate(); err != nil {
+		// Its message starts with the field it is about: from, to or lock.
+		return usageError{fmt.Errorf("--%s", audit.ErrorMessage(err))}
+	}
+	r, err := review.Load(ctx, store, q)
 	if err != nil {
 		if code := audit.ErrorCode(err); code == audit.ENOTFOUND || code == audit.EINVALID {
 			return fmt.Errorf("--lock: %s", audit.ErrorMessage(err))
@@ -141,16 +152,19 @@ func reportDatabase(configPath, database string) (string, error) {
 }
 
 // parseReportTime reads an RFC 3339 time, "now", or a duration before now
-// such as -90m (a leading minus is optional).
+// such as -90m (a leading minus is optional). Like the dashboard's from and
+// to, the time is clamped to what the database keeps (audit.BoundTime), so
+// --to 2300-01-01T00:00:00Z covers everything up to 2262 and
+// --from 0001-01-01T00:00:00Z everything since 1677.
 func parseReportTime(s string, now time.Time) (time.Time, error) {
 	if s == "now" {
 		return now, nil
 	}
 	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-		return t.UTC(), nil
+		return audit.BoundTime(t), nil
 	}
 	if d, err := time.ParseDuration(strings.TrimPrefix(s, "-")); err == nil && d >= 0 {
-		return now.Add(-d), nil
+		return audit.BoundTime(now.Add(-d)), nil
 	}
 	return time.Time{}, fmt.Errorf("%q: want an RFC 3339 time such as 2006-01-02T15:04:05Z, now, or a duration before now such as -1h", s)
 }

@@ -221,3 +221,39 @@ func TestParseReportTime(t *testing.T) {
 		t.Errorf("parseReportTime(--1h) accepted")
 	}
 }
+
+// A window given beyond what the database keeps is clamped, not refused or
+// emptied, and --from 0001-01-01T00:00:00Z is a start like any other, not
+// a missing --from blamed on --lock.
+func TestReportWindowBeyondTheRange(t *testing.T) {
+	db := reportDB(t)
+	for _, window := range [][]string{
+		{"--from", "0001-01-01T00:00:00Z", "--to", "2026-03-14T10:05:00Z"},
+		{"--from", "2026-03-14T10:00:00Z", "--to", "2300-01-01T00:00:00Z"},
+		{"--from", "0000-01-01T00:00:00Z", "--to", "9999-12-31T23:59:59Z"},
+	} {
+		t.Run(strings.Join(window, " "), func(t *testing.T) {
+			code, out, stderr := runReport(t, append([]string{"--lock", "prod-etcd//locks/orders", "--database", db, "--format", "json"}, window...)...)
+			if code != 0 {
+				t.Fatalf("exit %d: %s", code, stderr)
+			}
+			var doc struct {
+				From      string `json:"from"`
+				To        string `json:"to"`
+				Handovers int    `json:"handovers"`
+			}
+			if err := json.Unmarshal([]byte(out), &doc); err != nil {
+				t.Fatalf("output is not JSON: %v\n%s", err, out)
+			}
+			if doc.Handovers != 1 || doc.From > "2026-03-14T10:00:00Z" || doc.To < "2026-03-14T10:05:00Z" {
+				t.Errorf("report from %s to %s with %d handovers, want the window clamped around the one handover", doc.From, doc.To, doc.Handovers)
+			}
+		})
+	}
+	t.Run("NeitherLockNorFrom", func(t *testing.T) {
+		code, _, stderr := runReport(t, "--database", db)
+		if code != 2 || !strings.Contains(stderr, "--from: a start time is required") || !strings.Contains(stderr, "--lock: a lock is required") {
+			t.Fatalf("exit %d, stderr %q; want exit 2 naming --lock and --from", code, stderr)
+		}
+	})
+}

@@ -27,7 +27,9 @@ const (
 //
 // Token is leaseTransitions (nil when unset, as in node heartbeats);
 // RenewedAt is renewTime, or acquireTime when a writer sets only that, both
-// on the holder's clock (for a release too); Position is the write's
+// on the holder's clock (for a release too) and clamped to
+// audit.EarliestTime..LatestTime (the acquire_time detail keeps the Lease's
+// own text); Position is the write's
 // resourceVersion.
 func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Observation, bool) {
 	ob := audit.Observation{
@@ -56,11 +58,13 @@ func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Ob
 		ob.Detail = detail
 	}
 
+	// The apiserver takes any year from 0000 to 9999 here; a time beyond
+	// what the audit trail keeps is kept as the nearest bound.
 	switch {
 	case spec.RenewTime != nil && !spec.RenewTime.IsZero():
-		ob.RenewedAt = spec.RenewTime.Time
+		ob.RenewedAt = audit.ClampTime(spec.RenewTime.Time)
 	case spec.AcquireTime != nil && !spec.AcquireTime.IsZero():
-		ob.RenewedAt = spec.AcquireTime.Time
+		ob.RenewedAt = audit.ClampTime(spec.AcquireTime.Time)
 	}
 	if spec.HolderIdentity == nil || *spec.HolderIdentity == "" {
 		// client-go's release writes its own time as renewTime: the tracker
