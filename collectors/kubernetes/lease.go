@@ -7,6 +7,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
 )
 
 // Marks of the kube-apiserver identity Leases: one per apiserver in
@@ -27,7 +28,8 @@ const (
 //
 // Token is leaseTransitions (nil when unset, as in node heartbeats);
 // RenewedAt is renewTime, or acquireTime when a writer sets only that, both
-// on the holder's clock; Position is the write's resourceVersion.
+// on the holder's clock; Position is the write's resourceVersion. Its
+// strings are made text by collectors.AsText.
 func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Observation, bool) {
 	ob := audit.Observation{
 		Lock:     audit.LockKey{Name: l.Namespace + "/" + l.Name},
@@ -57,6 +59,7 @@ func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Ob
 
 	if spec.HolderIdentity == nil || *spec.HolderIdentity == "" {
 		ob.Kind = audit.EventRelease
+		collectors.AsText(&ob)
 		return ob, false
 	}
 	ob.Kind = audit.EventGrant
@@ -73,6 +76,7 @@ func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Ob
 	case spec.AcquireTime != nil && !spec.AcquireTime.IsZero():
 		ob.RenewedAt = spec.AcquireTime.Time
 	}
+	collectors.AsText(&ob)
 	return ob, true
 }
 
