@@ -35,6 +35,15 @@ func printable(s string) string {
 	return b.String()
 }
 
+// printables is printable of each of ss.
+func printables(ss []string) []string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = printable(s)
+	}
+	return out
+}
+
 // stamp formats t for pages, in UTC to millisecond precision.
 func stamp(t time.Time) views.Stamp { return stampIn(t, time.UTC) }
 

@@ -215,6 +215,11 @@ func TestHostileStringsFromIngestToPages(t *testing.T) {
 	} {
 		body := f.page(t, target, http.StatusOK)
 		noElementsFromData(t, target, body)
+		// A bidirectional override would reorder the page's text around
+		// it, a terminal escape the text of whoever saves the page.
+		if i := strings.IndexAny(body, "\x1b\u202e"); i >= 0 {
+			t.Errorf("%s shows a raw control character or bidirectional override: %q", target, body[max(0, i-60):min(len(body), i+20)])
+		}
 	}
 	// The data is there, as text.
 	lockPage := htmlDoc(t, "lock page", f.page(t, "/locks/"+id+"?"+win, http.StatusOK))

@@ -1,10 +1,12 @@
 package web
 
 import (
+	"errors"
 	"net/http"
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 )
 
@@ -51,5 +53,33 @@ func TestHTTPMetricsLabelTheRoute(t *testing.T) {
 	}
 	if n := testutil.CollectAndCount(f.server.metrics.duration); n != len(got) {
 		t.Errorf("%d series collected, %d gathered", n, len(got))
+	}
+}
+
+// brokenCollector reports one series it cannot make, as a collector fed a
+// label value that is not valid UTF-8 would.
+type brokenCollector struct{ desc *prometheus.Desc }
+
+func (c brokenCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+func (c brokenCollector) Collect(ch chan<- prometheus.Metric) {
+	ch <- prometheus.NewInvalidMetric(c.desc, errors.New(`label value "lock:\xff" is not valid UTF-8`))
+}
+
+// One collector that fails costs only its own series: /metrics answers 200
+// with every other series, and its body carries no error text.
+func TestMetricsScrapeSurvivesABrokenCollector(t *testing.T) {
+	f := newFixture(t)
+	f.registry.MustRegister(brokenCollector{prometheus.NewDesc("leasewatch_test_broken", "A series that cannot be made.", []string{"lock"}, nil)})
+	res, body := f.do(t, http.MethodGet, "/metrics", nil)
+	if res.StatusCode != http.StatusOK {
+		t.Fatalf("GET /metrics = %d, want 200:\n%s", res.StatusCode, body)
+	}
+	if !strings.Contains(string(body), "leasewatch_ingest_writes_total") {
+		t.Errorf("GET /metrics lacks the other series:\n%s", body)
+	}
+	for _, leak := range []string{"not valid UTF-8", "leasewatch_test_broken", "goroutine", ".go:"} {
+		if strings.Contains(string(body), leak) {
+			t.Errorf("GET /metrics carries %q:\n%s", leak, body)
+		}
 	}
 }

@@ -118,7 +118,7 @@ func (s *Server) handleReviewPage(c echo.Context) error {
 	page := reviewPage(rq, r, s.now())
 	if review.IsTooManyLocks(err) {
 		// Not a failure: show the page with the message and the form to narrow it.
-		page.Message = err.Error()
+		page.Message = printable(err.Error())
 		return render(c, http.StatusOK, views.Review(page))
 	}
 	if err != nil {
@@ -202,7 +202,7 @@ func reviewPage(rq review.Query, r review.Report, now time.Time) views.ReviewPag
 		Window:      windowText(rq.Window),
 		MarkdownURL: reviewURL("/review.md", v),
 		JSONURL:     reviewURL("/review.json", v),
-		Notes:       r.Notes,
+		Notes:       printables(r.Notes),
 		Quiet:       r.Quiet,
 		Handovers:   r.Handovers(),
 	}
@@ -234,8 +234,8 @@ func reviewPage(rq review.Query, r review.Report, now time.Time) views.ReviewPag
 	for _, l := range r.Locks {
 		vl := views.ReviewLock{
 			ID:          l.Lock.ID,
-			Source:      l.Lock.Source,
-			Name:        l.Lock.Name,
+			Source:      printable(l.Lock.Source),
+			Name:        printable(l.Lock.Name),
 			Kind:        string(l.Lock.Kind),
 			TimelineURL: timelineURL(l.Lock.ID, rq.Window.From, rq.Window.To),
 		}
@@ -267,7 +267,7 @@ func handoverView(lockID int64, i int, h review.Handover) views.ReviewHandover {
 		Anchor:       fmt.Sprintf("handover-%d-%d", lockID, i+1),
 		At:           reviewStamp(h.At()),
 		TimelineURL:  timelineURL(lockID, from.Add(-time.Minute), next.GrantedAt.Add(time.Minute)),
-		PrevHolder:   prev.Holder,
+		PrevHolder:   printable(prev.Holder),
 		PrevToken:    reviewToken(prev.Token),
 		PrevGranted:  reviewStamp(prev.GrantedAt),
 		PrevRenewed:  reviewStamp(prev.LastRenewedAt),
@@ -277,27 +277,27 @@ func handoverView(lockID int64, i int, h review.Handover) views.ReviewHandover {
 		PrevEnded:    reviewStamp(prev.EndedAt),
 		End:          string(prev.End),
 		EndInferred:  h.EndInferred,
-		NextHolder:   next.Holder,
+		NextHolder:   printable(next.Holder),
 		NextToken:    reviewToken(next.Token),
 		NextInferred: h.GrantInferred,
 		Gap:          gapWords(h),
-		Narrative:    h.Narrative,
+		Narrative:    printable(h.Narrative),
 	}
 	if h.Overlap != nil {
 		v.Overlap = review.Human(h.Overlap.Duration())
 	}
 	for _, e := range h.Exposures {
-		v.Exposures = append(v.Exposures, views.ReviewExposure{Resource: e.Resource, Duration: review.Human(e.Duration()), From: reviewStamp(e.From), To: reviewStamp(e.To)})
+		v.Exposures = append(v.Exposures, views.ReviewExposure{Resource: printable(e.Resource), Duration: review.Human(e.Duration()), From: reviewStamp(e.From), To: reviewStamp(e.To)})
 	}
 	for _, b := range h.Blind {
 		text := fmt.Sprintf("%s to %s", reviewStamp(b.From).Text, reviewStamp(b.To).Text)
 		if b.Reason != "" {
 			text += " (" + b.Reason + ")"
 		}
-		v.Blind = append(v.Blind, text)
+		v.Blind = append(v.Blind, printable(text))
 	}
 	for _, f := range h.Findings {
-		v.Findings = append(v.Findings, views.ReviewNote{Kind: string(f.Kind), Severity: string(f.Severity), Summary: f.Summary})
+		v.Findings = append(v.Findings, views.ReviewNote{Kind: string(f.Kind), Severity: string(f.Severity), Summary: printable(f.Summary)})
 	}
 	c := h.WriteCount
 	v.WritesTotal = c.Total
@@ -305,7 +305,7 @@ func handoverView(lockID int64, i int, h review.Handover) views.ReviewHandover {
 	var listed review.WriteCount // to count the writes not listed
 	for _, w := range h.Writes {
 		v.Writes = append(v.Writes, views.ReviewWrite{
-			At: reviewStamp(w.At), Resource: w.Resource, Holder: w.Holder, Token: reviewToken(w.Token),
+			At: reviewStamp(w.At), Resource: printable(w.Resource), Holder: printable(w.Holder), Token: reviewToken(w.Token),
 			Outcome: string(w.Outcome), Verdict: string(w.Verdict),
 		})
 		listed.Add(w)

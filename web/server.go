@@ -214,8 +214,11 @@ func New(cfg Config) (*Server, error) {
 
 	e.Match(getHead, "/healthz", s.handleHealthz)
 	e.Match(getHead, "/readyz", s.handleReadyz)
+	// A collector that fails costs its own series, logged, never the scrape
+	// (nor a 500 whose body would show its error to anyone).
 	e.Match(getHead, "/metrics", echo.WrapHandler(promhttp.HandlerFor(reg, promhttp.HandlerOpts{
-		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
+		ErrorLog:      slog.NewLogLogger(s.logger.Handler(), slog.LevelError),
+		ErrorHandling: promhttp.ContinueOnError,
 	})))
 
 	api := e.Group("/api/v1")

@@ -378,7 +378,9 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 			if !src.BlindSince.IsZero() {
 				blind = 1
 			}
-			ch <- prometheus.MustNewConstMetric(blindDesc, prometheus.GaugeValue, blind, src.Name)
+			for _, m := range c.series(nil, blindDesc, prometheus.GaugeValue, blind, src.Name) {
+				ch <- m
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), scrapeTimeout)
@@ -424,7 +426,7 @@ func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCou
 	}
 	for src, byState := range heartbeats {
 		for _, state := range []audit.LockState{audit.StateHeld, audit.StateExpired, audit.StateFree} {
-			out = append(out, prometheus.MustNewConstMetric(heartbeatDesc, prometheus.GaugeValue, float64(byState[state]), src, string(state)))
+			out = c.series(out, heartbeatDesc, prometheus.GaugeValue, float64(byState[state]), src, string(state))
 		}
 	}
 
@@ -452,15 +454,15 @@ func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCou
 		heldTotal[l.Source]--
 		ls, tracked := c.m.locks[l.Key()]
 		if !l.ExpiresAt.IsZero() {
-			out = append(out, prometheus.MustNewConstMetric(expiryDesc, prometheus.GaugeValue, l.ExpiresAt.Sub(now).Seconds(), l.Source, l.Name, l.Holder))
+			out = c.series(out, expiryDesc, prometheus.GaugeValue, l.ExpiresAt.Sub(now).Seconds(), l.Source, l.Name, l.Holder)
 		}
 		if l.LeaseDuration > 0 {
-			out = append(out, prometheus.MustNewConstMetric(durationDesc, prometheus.GaugeValue, l.LeaseDuration.Seconds(), l.Source, l.Name))
+			out = c.series(out, durationDesc, prometheus.GaugeValue, l.LeaseDuration.Seconds(), l.Source, l.Name)
 		}
 		if tracked && ls.hasMargin {
-			out = append(out, prometheus.MustNewConstMetric(marginDesc, prometheus.GaugeValue, ls.margin, l.Source, l.Name))
+			out = c.series(out, marginDesc, prometheus.GaugeValue, ls.margin, l.Source, l.Name)
 		}
-		out = append(out, counters(l.Key(), ls)...)
+		out = c.counters(out, l.Key(), ls)
 	}
 	for src, n := range heldTotal {
 		if n > 0 {
@@ -488,20 +490,30 @@ func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCou
 			continue
 		}
 		kept++
-		out = append(out, counters(key, c.m.locks[key])...)
+		out = c.counters(out, key, c.m.locks[key])
 	}
 	for src := range sources {
-		out = append(out, prometheus.MustNewConstMetric(limitDesc, prometheus.GaugeValue, float64(excluded[src]), src))
+		out = c.series(out, limitDesc, prometheus.GaugeValue, float64(excluded[src]), src)
 	}
 	return out
 }
 
-// counters sends a lock's counters, zero when nothing happened to it since
-// this process started (ls is then the zero lockSeries), so increase() sees
-// its first expiry.
-func counters(key audit.LockKey, ls lockSeries) []prometheus.Metric {
-	return []prometheus.Metric{
-		prometheus.MustNewConstMetric(holderChangesDesc, prometheus.CounterValue, ls.changes, key.Source, key.Name),
-		prometheus.MustNewConstMetric(expiriesDesc, prometheus.CounterValue, ls.expiries, key.Source, key.Name),
+// counters adds a lock's counters to out, zero when nothing happened to it
+// since this process started (ls is then the zero lockSeries), so increase()
+// sees its first expiry.
+func (c *leaseCollector) counters(out []prometheus.Metric, key audit.LockKey, ls lockSeries) []prometheus.Metric {
+	out = c.series(out, holderChangesDesc, prometheus.CounterValue, ls.changes, key.Source, key.Name)
+	return c.series(out, expiriesDesc, prometheus.CounterValue, ls.expiries, key.Source, key.Name)
+}
+
+// series adds one series to out, or logs why it cannot be made and leaves
+// it out: one bad label value (a name not valid UTF-8, stored before
+// collectors made backend bytes text) costs its own series, never the scrape.
+func (c *leaseCollector) series(out []prometheus.Metric, desc *prometheus.Desc, typ prometheus.ValueType, v float64, labels ...string) []prometheus.Metric {
+	m, err := prometheus.NewConstMetric(desc, typ, v, labels...)
+	if err != nil {
+		c.log.Warn("metrics: series left out", "series", desc.String(), "err", err)
+		return out
 	}
+	return append(out, m)
 }

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -397,4 +398,46 @@ leasewatch_retention_pruned_total{table="findings"} 3
 		}
 	}
 	t.Error("leasewatch_database_bytes not exported")
+}
+
+// A lock whose name is not valid UTF-8 (stored before collectors escaped
+// backend bytes) costs its own series, logged, and not the other locks'.
+func TestLeaseMetricsLeaveOutANameNotUTF8(t *testing.T) {
+	ctx := context.Background()
+	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	m := newRecorderMetrics(prometheus.NewRegistry())
+	rec := audit.NewRecorder(store, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{"cache": audit.KindRedis}},
+		nil, audit.WithCommitHook(m.observe))
+	if err := rec.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(rec.Close)
+	for _, name := range []string{"lock:ok", "lock:\xff"} {
+		if err := rec.Observe(ctx, audit.Input{Source: "cache", Kind: audit.KindRedis, Observations: []audit.Observation{{
+			Lock: audit.LockKey{Source: "cache", Name: name}, Kind: audit.EventGrant, At: t0, Holder: "w1", LeaseDuration: 10 * time.Second,
+		}}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var logs syncBuffer
+	reg := prometheus.NewRegistry()
+	c := m.newLeaseCollector(store, nil, 100, slog.New(slog.NewTextHandler(&logs, nil)))
+	c.now = func() time.Time { return t0 }
+	reg.MustRegister(c)
+	want := `
+# HELP leasewatch_lease_duration_seconds Lease duration (TTL) of a held lock of class lock.
+# TYPE leasewatch_lease_duration_seconds gauge
+leasewatch_lease_duration_seconds{lock="lock:ok",source="cache"} 10
+`
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "leasewatch_lease_duration_seconds"); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logs.String(), "series left out") {
+		t.Errorf("the series left out was not logged; log:\n%s", logs.String())
+	}
 }

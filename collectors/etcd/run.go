@@ -599,8 +599,9 @@ func (r *run) observeSteps(ctx context.Context, steps []step) ([]audit.Observati
 	return obs, behind, nil
 }
 
-// observation describes holding h; LeaseDuration and RenewedAt come from the
-// lease's last poll.
+// observation describes holding h, its strings made text by
+// collectors.AsText; LeaseDuration and RenewedAt come from the lease's last
+// poll.
 func (r *run) observation(h holding, kind audit.EventKind, at time.Time, pos string) audit.Observation {
 	ob := audit.Observation{
 		Lock:     audit.LockKey{Source: r.c.cfg.Name, Name: h.lock},
@@ -617,6 +618,7 @@ func (r *run) observation(h holding, kind audit.EventKind, at time.Time, pos str
 			ob.RenewedAt = rn
 		}
 	}
+	collectors.AsText(&ob)
 	return ob
 }
 

@@ -7,6 +7,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
 )
 
 // Marks of the kube-apiserver identity Leases: one per apiserver in
@@ -29,8 +30,8 @@ const (
 // RenewedAt is renewTime, or acquireTime when a writer sets only that, both
 // on the holder's clock (for a release too) and clamped to
 // audit.EarliestTime..LatestTime (the acquire_time detail keeps the Lease's
-// own text); Position is the write's
-// resourceVersion.
+// own text); Position is the write's resourceVersion. Its strings are made
+// text by collectors.AsText.
 func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Observation, bool) {
 	ob := audit.Observation{
 		Lock:     audit.LockKey{Name: l.Namespace + "/" + l.Name},
@@ -70,6 +71,7 @@ func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Ob
 		// client-go's release writes its own time as renewTime: the tracker
 		// tells a release made in time but delivered late by it.
 		ob.Kind = audit.EventRelease
+		collectors.AsText(&ob)
 		return ob, false
 	}
 	ob.Kind = audit.EventGrant
@@ -80,6 +82,7 @@ func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Ob
 	if spec.LeaseDurationSeconds != nil && *spec.LeaseDurationSeconds > 0 {
 		ob.LeaseDuration = time.Duration(*spec.LeaseDurationSeconds) * time.Second
 	}
+	collectors.AsText(&ob)
 	return ob, true
 }
 

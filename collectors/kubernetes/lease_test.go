@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"reflect"
+	"strings"
 	"testing"
 	"time"
 
@@ -9,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -145,6 +147,20 @@ func TestDecodeLease(t *testing.T) {
 			Lock: audit.LockKey{Name: "kube-system/kube-controller-manager"}, Kind: audit.EventGrant, Class: audit.ClassLock,
 			Holder: "cp-1", Token: audit.Int64(0), LeaseDuration: 15 * time.Second, RenewedAt: t1, Position: "4711",
 			Detail: map[string]any{"uid": "uid-1", "lease_transitions": int64(0), "strategy": "OldestEmulationVersion", "preferred_holder": "cp-2"},
+		},
+	}, {
+		// Any writer with update rights can put anything in holderIdentity
+		// and preferredHolder: they are recorded as collectors.Text makes them.
+		name: "HostileHolderStrings",
+		lease: lease("default", "controller", coordinationv1.LeaseSpec{
+			HolderIdentity: ptr("evil\u202e\xff"), LeaseDurationSeconds: ptr[int32](15), RenewTime: &metav1.MicroTime{Time: t1},
+			PreferredHolder: ptr(strings.Repeat("p", 100_000)),
+		}),
+		held: true,
+		want: audit.Observation{
+			Lock: audit.LockKey{Name: "default/controller"}, Kind: audit.EventGrant, Class: audit.ClassLock,
+			Holder: `evil\xe2\x80\xae\xff`, LeaseDuration: 15 * time.Second, RenewedAt: t1, Position: "4711",
+			Detail: map[string]any{"uid": "uid-1", "preferred_holder": collectors.Text(strings.Repeat("p", 100_000))},
 		},
 	}}
 	for _, tt := range tests {

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
 )
 
 // combiner derives a source's locks from its instances' holds. A lock is
@@ -333,7 +334,8 @@ func goneEnd(ob audit.Observation, h holding, at time.Time) audit.Observation {
 	return ob
 }
 
-// observation describes hold h of key.
+// observation describes hold h of key, its strings made text by
+// collectors.AsText: the combiner keeps the raw key.
 func (c *combiner) observation(key string, kind audit.EventKind, h holding, at time.Time, count int) audit.Observation {
 	ob := audit.Observation{
 		Lock:          audit.LockKey{Source: c.source, Name: key},
@@ -358,6 +360,7 @@ func (c *combiner) observation(key string, kind audit.EventKind, h holding, at t
 	if h.Vanished {
 		setDetail(&ob, "holder", "unknown")
 	}
+	collectors.AsText(&ob)
 	return ob
 }
 
