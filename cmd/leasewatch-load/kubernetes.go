@@ -177,21 +177,22 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 	if err != nil {
 		return err
 	}
-	matched, diffs := checkLeases(all, events)
+	check := checkLeases(all, events)
 	offered := float64(k.heartbeats)/k.heartbeatEvery.Seconds() + float64(k.elections)/k.electionEvery.Seconds()
 	w.write(out, fmt.Sprintf("leasewatch-load kubernetes: %d heartbeat Leases every %s + %d election Leases every %s (%.0f renewals/s offered), %s measured after %s warm-up; lag is renewTime → stored",
 		k.heartbeats, k.heartbeatEvery, k.elections, k.electionEvery, offered, k.duration, k.warmup), [][2]string{
 		{"renewals achieved", fmt.Sprintf("%.0f/s (%d skipped while the apiserver was behind)", float64(updates.Load())/(k.warmup+k.duration).Seconds(), skipped.Load())},
-		{"writes committed / recorded as made", fmt.Sprintf("%d / %d (update conflicts %d; outcome unknown %d; drained %s)", want.writes, matched, conflicts.Load(), want.unknown, drained)},
-		{"writes after the Lease ran out", fmt.Sprintf("%d, each an expiry and a grant (%d expiries recorded)", want.ranOut, int64(recorded(ctx, url, loadSource, "expire")))},
-		{"Leases that differ", fmt.Sprintf("%d", len(diffs))},
+		{"writes committed / recorded as made", fmt.Sprintf("%d / %d (update conflicts %d; outcome unknown %d; drained %s)", want.writes, check.matched, conflicts.Load(), want.unknown, drained)},
+		{"writes after the Lease ran out", fmt.Sprintf("%d: recorded as %d grants, %d renewals (within %s of the deadline either is taken); %.0f expiries recorded",
+			want.ranOut, check.ranOutAs["grant"], check.ranOutAs["renew"], judgedLate, recorded(ctx, url, loadSource, "expire"))},
+		{"Leases that differ", fmt.Sprintf("%d", len(check.diffs))},
 	})
-	if len(diffs) > 0 {
+	if len(check.diffs) > 0 {
 		fmt.Fprintf(out, "\nLeases whose committed writes and recorded events differ:\n")
-		for _, d := range diffs {
+		for _, d := range check.diffs {
 			fmt.Fprintf(out, "- %s\n", d)
 		}
-		return fmt.Errorf("%d Leases differ between what the apiserver committed and what leasewatch recorded (listed above)", len(diffs))
+		return fmt.Errorf("%d Leases differ between what the apiserver committed and what leasewatch recorded (listed above)", len(check.diffs))
 	}
 	return nil
 }
@@ -417,7 +418,8 @@ func recordedWrites(ctx context.Context, dir, source string) (map[string][]store
 // must be there exactly once, as the kind it was. It returns how many writes
 // matched and a line for each Lease that differs. The Lease as created may be
 // stored once: observed by the first snapshot, or a grant seen by the watch.
-func checkLeases(leases []*lease, stored map[string][]storedEvent) (matched int, diffs []string) {
+func checkLeases(leases []*lease, stored map[string][]storedEvent) (c leaseCheck) {
+	c.ranOutAs = make(map[string]int)
 	for _, l := range leases {
 		l.mu.Lock()
 		name := l.obj.Namespace + "/" + l.obj.Name
@@ -438,7 +440,10 @@ func checkLeases(leases []*lease, stored map[string][]storedEvent) (matched int,
 				problems = append(problems, fmt.Sprintf("resourceVersion %s (renewTime %s, %s the deadline %s) recorded as %s, want %s",
 					w.rv, w.renewed.UTC().Format(time.RFC3339Nano), beforeOrAfter(w), w.deadline.UTC().Format(time.RFC3339Nano), got[0], strings.Join(want, " or ")))
 			default:
-				matched++
+				c.matched++
+				if w.ranOut() {
+					c.ranOutAs[got[0]]++
+				}
 			}
 		}
 		if got := byPos[l.created]; len(got) == 1 && (got[0] == "observed" || got[0] == "grant") {
@@ -448,11 +453,20 @@ func checkLeases(leases []*lease, stored map[string][]storedEvent) (matched int,
 			problems = append(problems, fmt.Sprintf("resourceVersion %s recorded as %v, but the load wrote no such version", pos, byPos[pos]))
 		}
 		if len(problems) > 0 {
-			diffs = append(diffs, fmt.Sprintf("%s: %d writes committed; %s", name, len(l.writes), strings.Join(problems, "; ")))
+			c.diffs = append(c.diffs, fmt.Sprintf("%s: %d writes committed; %s", name, len(l.writes), strings.Join(problems, "; ")))
 		}
 		l.mu.Unlock()
 	}
-	return matched, diffs
+	return c
+}
+
+// leaseCheck is the outcome of checkLeases.
+type leaseCheck struct {
+	matched int      // writes recorded once, as a kind they may be
+	diffs   []string // one line per Lease that differs
+	// ranOutAs counts, by the kind recorded, the matched writes made after
+	// their Lease ran out.
+	ranOutAs map[string]int
 }
 
 func beforeOrAfter(w leaseWrite) string {

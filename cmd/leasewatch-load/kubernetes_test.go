@@ -104,9 +104,9 @@ func TestKubeLoadChecksWritesAfterTheLeaseRanOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	matched, diffs := checkLeases(all, stored)
-	if matched != want.writes || len(diffs) != 0 {
-		t.Fatalf("%d of %d writes matched; differences:\n%s", matched, want.writes, strings.Join(diffs, "\n"))
+	c := checkLeases(all, stored)
+	if c.matched != want.writes || len(c.diffs) != 0 || c.ranOutAs["grant"] != n {
+		t.Fatalf("%d of %d writes matched, %v of the ones after the Lease ran out; differences:\n%s", c.matched, want.writes, c.ranOutAs, strings.Join(c.diffs, "\n"))
 	}
 
 	// The check is not blind: a write leasewatch did not record, or
@@ -119,7 +119,7 @@ func TestKubeLoadChecksWritesAfterTheLeaseRanOut(t *testing.T) {
 			stored[leases[2].obj.Namespace+"/"+leases[2].obj.Name][i].kind = "renew"
 		}
 	}
-	if _, diffs := checkLeases(leases, stored); len(diffs) != 3 ||
+	if diffs := checkLeases(leases, stored).diffs; len(diffs) != 3 ||
 		!strings.Contains(diffs[0], "resourceVersion 1 (") || !strings.Contains(diffs[1], "not recorded") || !strings.Contains(diffs[2], "recorded as renew, want grant") {
 		t.Fatalf("differences = \n%s\nwant one per Lease: a write not recorded, writes not recorded, a grant recorded as a renewal", strings.Join(diffs, "\n"))
 	}
