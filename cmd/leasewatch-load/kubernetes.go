@@ -2,10 +2,15 @@ package main
 
 import (
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
+	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,13 +47,34 @@ const (
 	heartbeatNS     = "kube-node-lease"
 )
 
-// lease is one Lease the load renews, with the object last written and how
-// many renewals the apiserver applied.
+// lease is one Lease the load renews: the object last written, and every
+// write of the load that the apiserver committed, which is what leasewatch
+// must have recorded.
 type lease struct {
-	mu       sync.Mutex
-	obj      *coordinationv1.Lease
-	renewals int64
+	mu      sync.Mutex
+	created string // the resourceVersion the Lease was created (or found) at
+	obj     *coordinationv1.Lease
+	writes  []leaseWrite
+	// unknown counts renewals whose outcome the load could not learn: the
+	// Update failed with neither success nor conflict, and reading the
+	// Lease back failed too.
+	unknown int
 }
+
+// leaseWrite is one renewal the apiserver committed.
+type leaseWrite struct {
+	rv      string    // the Lease's resourceVersion after it
+	renewed time.Time // its renewTime
+	// deadline is when the Lease ran out before this write: the previous
+	// renewTime plus the lease duration. A write at or after it does not
+	// renew the tenure, it takes the Lease anew (client-go's slow path keeps
+	// leaseTransitions for the same identity): leasewatch records the
+	// expiry and a grant.
+	deadline time.Time
+}
+
+// ranOut reports whether the Lease had run out before w.
+func (w leaseWrite) ranOut() bool { return !w.renewed.Before(w.deadline) }
 
 func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 	dir, err := os.MkdirTemp("", "leasewatch-load-")
@@ -79,6 +105,16 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 
+	// Build leasewatch before the Leases exist: a build on a busy machine
+	// can take longer than an election Lease lasts, and a Lease whose first
+	// renewal comes after it ran out is taken anew, not renewed.
+	bin := k.leasewatch
+	if bin == "" {
+		if bin, err = buildLeasewatch(ctx, dir, log); err != nil {
+			return err
+		}
+	}
+
 	fmt.Fprintf(log, "creating %d heartbeat and %d election Leases\n", k.heartbeats, k.elections)
 	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: loadElectionsNS}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -92,7 +128,7 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 
-	lw, err := startLeasewatch(ctx, k.leasewatch, dir, fmt.Sprintf(`  - name: %s
+	lw, err := startLeasewatch(ctx, bin, dir, fmt.Sprintf(`  - name: %s
     kind: kubernetes
     kubeconfig: %s
     namespaces: [%s, %s]
@@ -132,31 +168,31 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 
-	// Drain: every renewal the load made must be recorded exactly once.
-	drained := drain(ctx, url, loadSource, map[string]float64{"renew": float64(updates.Load())})
-	got := recorded(ctx, url, loadSource, "renew")
-	made := make(map[string]int64, len(heartbeats)+len(elections))
-	for _, l := range append(heartbeats, elections...) {
-		l.mu.Lock()
-		if l.renewals > 0 {
-			made[l.obj.Namespace+"/"+l.obj.Name] = l.renewals
-		}
-		l.mu.Unlock()
-	}
-	perLease, err := recordedPerLock(ctx, dir, loadSource, "renew")
+	// Drain: every write the apiserver committed must be recorded exactly
+	// once, as what it was.
+	all := append(heartbeats, elections...)
+	want := expectedKinds(all)
+	drained := drain(ctx, url, loadSource, map[string]float64{"renew": float64(want.renew), "grant": float64(want.grant)})
+	events, err := recordedWrites(ctx, dir, loadSource)
 	if err != nil {
 		return err
 	}
-	differ, perLock := compareCounts(made, perLease)
+	check := checkLeases(all, events)
 	offered := float64(k.heartbeats)/k.heartbeatEvery.Seconds() + float64(k.elections)/k.electionEvery.Seconds()
 	w.write(out, fmt.Sprintf("leasewatch-load kubernetes: %d heartbeat Leases every %s + %d election Leases every %s (%.0f renewals/s offered), %s measured after %s warm-up; lag is renewTime → stored",
 		k.heartbeats, k.heartbeatEvery, k.elections, k.electionEvery, offered, k.duration, k.warmup), [][2]string{
 		{"renewals achieved", fmt.Sprintf("%.0f/s (%d skipped while the apiserver was behind)", float64(updates.Load())/(k.warmup+k.duration).Seconds(), skipped.Load())},
-		{"renewals written / recorded", fmt.Sprintf("%d / %.0f (missed %.0f, update conflicts %d; drained %s)", updates.Load(), got, float64(updates.Load())-got, conflicts.Load(), drained)},
-		{"Leases whose renewals differ", fmt.Sprintf("%d: %s", differ, perLock)},
+		{"writes committed / recorded as made", fmt.Sprintf("%d / %d (update conflicts %d; outcome unknown %d; drained %s)", want.writes, check.matched, conflicts.Load(), want.unknown, drained)},
+		{"writes after the Lease ran out", fmt.Sprintf("%d: recorded as %d grants, %d renewals (within %s of the deadline either is taken); %.0f expiries recorded",
+			want.ranOut, check.ranOutAs["grant"], check.ranOutAs["renew"], judgedLate, recorded(ctx, url, loadSource, "expire"))},
+		{"Leases that differ", fmt.Sprintf("%d", len(check.diffs))},
 	})
-	if got != float64(updates.Load()) || differ > 0 {
-		return fmt.Errorf("leasewatch recorded %.0f renewals of the %d made; %d Leases differ", got, updates.Load(), differ)
+	if len(check.diffs) > 0 {
+		fmt.Fprintf(out, "\nLeases whose committed writes and recorded events differ:\n")
+		for _, d := range check.diffs {
+			fmt.Fprintf(out, "- %s\n", d)
+		}
+		return fmt.Errorf("%d Leases differ between what the apiserver committed and what leasewatch recorded (listed above)", len(check.diffs))
 	}
 	return nil
 }
@@ -187,7 +223,7 @@ func createLeases(ctx context.Context, cs kubernetes.Interface, ns, prefix strin
 				errs <- err
 				return
 			}
-			out[i] = &lease{obj: created}
+			out[i] = &lease{obj: created, created: created.ResourceVersion}
 		}()
 	}
 	wg.Wait()
@@ -234,27 +270,210 @@ func renewLoop(ctx context.Context, cs kubernetes.Interface, leases []*lease, ev
 }
 
 // renew writes a new renewTime as the holder would; a conflict re-reads.
+// Any other failure leaves open whether the apiserver committed the write
+// (a timeout after the commit): the Lease is read back, and the write counts
+// if it is there.
 func renew(ctx context.Context, cs kubernetes.Interface, l *lease, conflicts *atomic.Int64) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	leases := cs.CoordinationV1().Leases(l.obj.Namespace)
 	for attempt := 0; attempt < 3; attempt++ {
 		obj := l.obj.DeepCopy()
-		obj.Spec.RenewTime = ptr.To(metav1.NewMicroTime(time.Now()))
-		updated, err := cs.CoordinationV1().Leases(obj.Namespace).Update(ctx, obj, metav1.UpdateOptions{})
+		// renewTime is stored at microsecond precision (MicroTime).
+		sent := time.Now().Truncate(time.Microsecond)
+		obj.Spec.RenewTime = ptr.To(metav1.NewMicroTime(sent))
+		updated, err := leases.Update(ctx, obj, metav1.UpdateOptions{})
 		if err == nil {
-			l.obj = updated
-			l.renewals++
+			l.committed(updated)
 			return true
 		}
 		if !apierrors.IsConflict(err) {
+			readCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			defer cancel()
+			fresh, gerr := leases.Get(readCtx, obj.Name, metav1.GetOptions{})
+			switch {
+			case gerr != nil:
+				l.unknown++
+			case fresh.Spec.RenewTime != nil && fresh.Spec.RenewTime.Time.Equal(sent):
+				l.committed(fresh) // only the load writes its Leases
+				return true
+			default:
+				l.obj = fresh
+			}
 			return false
 		}
 		conflicts.Add(1)
-		if fresh, err := cs.CoordinationV1().Leases(obj.Namespace).Get(ctx, obj.Name, metav1.GetOptions{}); err == nil {
+		if fresh, err := leases.Get(ctx, obj.Name, metav1.GetOptions{}); err == nil {
 			l.obj = fresh
 		}
 	}
 	return false
+}
+
+// committed notes a write the apiserver committed. l.mu is held.
+func (l *lease) committed(updated *coordinationv1.Lease) {
+	w := leaseWrite{rv: updated.ResourceVersion, renewed: renewTimeOf(updated)}
+	if prev := renewTimeOf(l.obj); !prev.IsZero() && l.obj.Spec.LeaseDurationSeconds != nil {
+		w.deadline = prev.Add(time.Duration(*l.obj.Spec.LeaseDurationSeconds) * time.Second)
+	}
+	l.obj = updated
+	l.writes = append(l.writes, w)
+}
+
+func renewTimeOf(l *coordinationv1.Lease) time.Time {
+	if l.Spec.RenewTime == nil {
+		return time.Time{}
+	}
+	return l.Spec.RenewTime.Time
+}
+
+// judgedLate is how far from a Lease's deadline a write may be and still be
+// recorded as either a renewal or an expiry and a grant: leasewatch judges
+// whether the Lease had run out when it sees the write, up to its lag after
+// the write, and its clock expires a lease on a tick.
+const judgedLate = 2 * time.Second
+
+// writeTally is what the load's committed writes must have left in
+// leasewatch's database.
+type writeTally struct {
+	writes  int // committed writes
+	renew   int // of them, ones that must be renewals
+	grant   int // ones that took a Lease that had run out: a grant
+	ranOut  int // writes at or after their Lease's deadline
+	unknown int // renewals whose outcome the load could not learn
+}
+
+// expectedKinds tallies the leases' committed writes. A write within
+// judgedLate of its deadline counts toward neither renew nor grant.
+func expectedKinds(leases []*lease) writeTally {
+	var t writeTally
+	for _, l := range leases {
+		l.mu.Lock()
+		t.unknown += l.unknown
+		for _, w := range l.writes {
+			t.writes++
+			if w.ranOut() {
+				t.ranOut++
+			}
+			switch kinds := w.kinds(); {
+			case len(kinds) > 1:
+			case kinds[0] == "renew":
+				t.renew++
+			default:
+				t.grant++
+			}
+		}
+		l.mu.Unlock()
+	}
+	return t
+}
+
+// kinds are the event kinds leasewatch may record w as.
+func (w leaseWrite) kinds() []string {
+	switch {
+	case w.deadline.IsZero():
+		return []string{"renew"}
+	case w.renewed.Sub(w.deadline).Abs() < judgedLate:
+		return []string{"renew", "grant"}
+	case w.ranOut():
+		return []string{"grant"}
+	}
+	return []string{"renew"}
+}
+
+// storedEvent is one event leasewatch stored for a Lease.
+type storedEvent struct {
+	kind, position string
+}
+
+// recordedWrites returns, from leasewatch's database in dir, the events of
+// source that stand for a Lease write (observed, grant, renew), by lock name
+// in the order stored.
+func recordedWrites(ctx context.Context, dir, source string) (map[string][]storedEvent, error) {
+	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "leasewatch.db")+"?mode=ro")
+	if err != nil {
+		return nil, err
+	}
+	defer db.Close()
+	rows, err := db.QueryContext(ctx, `SELECT l.name, e.kind, e.position FROM events e JOIN locks l ON l.id = e.lock_id
+		WHERE l.source = ? AND e.kind IN ('observed', 'grant', 'renew') ORDER BY e.id`, source)
+	if err != nil {
+		return nil, fmt.Errorf("read stored Lease writes: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[string][]storedEvent)
+	for rows.Next() {
+		var name string
+		var e storedEvent
+		if err := rows.Scan(&name, &e.kind, &e.position); err != nil {
+			return nil, err
+		}
+		out[name] = append(out[name], e)
+	}
+	return out, rows.Err()
+}
+
+// checkLeases compares, Lease by Lease, every write the apiserver committed
+// (by the resourceVersion it left) with the events leasewatch stored: each
+// must be there exactly once, as the kind it was. It returns how many writes
+// matched and a line for each Lease that differs. The Lease as created may be
+// stored once: observed by the first snapshot, or a grant seen by the watch.
+func checkLeases(leases []*lease, stored map[string][]storedEvent) (c leaseCheck) {
+	c.ranOutAs = make(map[string]int)
+	for _, l := range leases {
+		l.mu.Lock()
+		name := l.obj.Namespace + "/" + l.obj.Name
+		byPos := make(map[string][]string)
+		for _, e := range stored[name] {
+			byPos[e.position] = append(byPos[e.position], e.kind)
+		}
+		var problems []string
+		for _, w := range l.writes {
+			got := byPos[w.rv]
+			delete(byPos, w.rv)
+			switch want := w.kinds(); {
+			case len(got) == 0:
+				problems = append(problems, fmt.Sprintf("resourceVersion %s (renewTime %s) not recorded", w.rv, w.renewed.UTC().Format(time.RFC3339Nano)))
+			case len(got) > 1:
+				problems = append(problems, fmt.Sprintf("resourceVersion %s recorded %d times (%v)", w.rv, len(got), got))
+			case !slices.Contains(want, got[0]):
+				problems = append(problems, fmt.Sprintf("resourceVersion %s (renewTime %s, %s the deadline %s) recorded as %s, want %s",
+					w.rv, w.renewed.UTC().Format(time.RFC3339Nano), beforeOrAfter(w), w.deadline.UTC().Format(time.RFC3339Nano), got[0], strings.Join(want, " or ")))
+			default:
+				c.matched++
+				if w.ranOut() {
+					c.ranOutAs[got[0]]++
+				}
+			}
+		}
+		if got := byPos[l.created]; len(got) == 1 && (got[0] == "observed" || got[0] == "grant") {
+			delete(byPos, l.created)
+		}
+		for _, pos := range slices.Sorted(maps.Keys(byPos)) {
+			problems = append(problems, fmt.Sprintf("resourceVersion %s recorded as %v, but the load wrote no such version", pos, byPos[pos]))
+		}
+		if len(problems) > 0 {
+			c.diffs = append(c.diffs, fmt.Sprintf("%s: %d writes committed; %s", name, len(l.writes), strings.Join(problems, "; ")))
+		}
+		l.mu.Unlock()
+	}
+	return c
+}
+
+// leaseCheck is the outcome of checkLeases.
+type leaseCheck struct {
+	matched int      // writes recorded once, as a kind they may be
+	diffs   []string // one line per Lease that differs
+	// ranOutAs counts, by the kind recorded, the matched writes made after
+	// their Lease ran out.
+	ranOutAs map[string]int
+}
+
+func beforeOrAfter(w leaseWrite) string {
+	if w.ranOut() {
+		return w.renewed.Sub(w.deadline).Round(time.Millisecond).String() + " after"
+	}
+	return w.deadline.Sub(w.renewed).Round(time.Millisecond).String() + " before"
 }
 
 func sleep(ctx context.Context, d time.Duration) error {
