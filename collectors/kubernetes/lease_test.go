@@ -8,6 +8,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
@@ -236,5 +237,37 @@ func TestCursor(t *testing.T) {
 		if rvs, err := decodeCursor(tt.pos, tt.scopes); err == nil {
 			t.Errorf("decode %q for %q = %v, want an error", tt.pos, tt.scopes, rvs)
 		}
+	}
+}
+
+// TestRenewalKindDoesNotDependOnDelivery: whether a write of the same holder
+// and token renews its tenure or takes the Lease anew is decided by when the
+// holder wrote it, not by when the watch delivered it.
+func TestRenewalKindDoesNotDependOnDelivery(t *testing.T) {
+	spec := func(renewed time.Time) coordinationv1.LeaseSpec {
+		return coordinationv1.LeaseSpec{HolderIdentity: ptr("a"), LeaseDurationSeconds: ptr(int32(15)),
+			LeaseTransitions: ptr(int32(3)), RenewTime: &metav1.MicroTime{Time: renewed}}
+	}
+	for _, tt := range []struct {
+		name      string
+		written   time.Duration // after the previous renewal, on the holder's clock
+		delivered time.Duration // after the previous renewal, on the collector's clock
+		want      audit.EventKind
+	}{
+		{"InTimeDeliveredInTime", 2 * time.Second, 2 * time.Second, audit.EventRenew},
+		{"InTimeDeliveredLate", 14 * time.Second, 20 * time.Second, audit.EventRenew},
+		{"AfterTheLeaseRanOutDeliveredAtOnce", 16 * time.Second, 16 * time.Second, audit.EventGrant},
+		{"AfterTheLeaseRanOutDeliveredLate", 16 * time.Second, time.Minute, audit.EventGrant},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &run{c: &Collector{cfg: Config{Name: "k"}}, leases: make(map[string]seen)}
+			if ob, _ := r.observe(watch.Modified, lease("ns", "l", spec(t0)), t0); ob.Kind != audit.EventGrant {
+				t.Fatalf("first write: kind = %s, want grant", ob.Kind)
+			}
+			ob, _ := r.observe(watch.Modified, lease("ns", "l", spec(t0.Add(tt.written))), t0.Add(tt.delivered))
+			if ob.Kind != tt.want {
+				t.Errorf("write at +%s delivered at +%s: kind = %s, want %s", tt.written, tt.delivered, ob.Kind, tt.want)
+			}
+		})
 	}
 }

@@ -99,9 +99,18 @@ func seenOf(ob audit.Observation) seen {
 // same holder and token, written before s's lease ran out. After that the
 // holder is taking the Lease anew, and client-go keeps leaseTransitions when
 // the holder's identity is unchanged (collectors/backends.md B.2).
+//
+// When the write was made is its renewTime, on the holder's clock like the
+// lease it extends, so a renewal made in time but delivered late (a slow
+// watch, a busy collector) is still a renewal. Only a write without a
+// renewTime is judged by when it arrived (now).
 func (s seen) continuedBy(ob audit.Observation, now time.Time) bool {
+	written := ob.RenewedAt
+	if written.IsZero() {
+		written = now
+	}
 	return s.holder == ob.Holder && tokenEqual(s.token, ob.Token) &&
-		!expired(audit.Observation{LeaseDuration: s.duration, RenewedAt: s.renewedAt}, now)
+		!expired(audit.Observation{LeaseDuration: s.duration, RenewedAt: s.renewedAt}, written)
 }
 
 func newRun(c *Collector, sink collectors.Sink) *run {
