@@ -19,6 +19,8 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
+
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // leasewatchProc is a leasewatch serve process under measurement.
@@ -38,7 +40,7 @@ func startLeasewatch(ctx context.Context, bin, dir, sources string, log io.Write
 			return nil, err
 		}
 	}
-	port, err := freePort()
+	port, err := testproc.FreePort()
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/faulttest"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // Fault-test timings: electors' leases a little longer than the package's
@@ -120,7 +121,7 @@ func startPeerApiserver(t *testing.T) *peerApiserver {
 	a, err := apiserver.StartPeer(ctx, filepath.Join(dir, "peer"), logFile)
 	if err != nil {
 		logFile.Close()
-		t.Fatalf("peer kube-apiserver: %v\n%s", err, tail(logFile.Name(), 30))
+		t.Fatalf("peer kube-apiserver: %v\n%s", err, testproc.TailFile(logFile.Name(), 30))
 	}
 	p := &peerApiserver{Apiserver: a, t: t, running: true}
 	t.Cleanup(func() {

@@ -9,7 +9,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,6 +23,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // How the test forces a 410. Compacting etcd is not enough against the
@@ -75,7 +75,7 @@ func startPeer(t *testing.T) *rest.Config {
 
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := testproc.FreePort()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -115,7 +115,7 @@ func startPeer(t *testing.T) *rest.Config {
 		}
 		stop()
 	}
-	t.Fatalf("peer kube-apiserver never became ready: %v\n%s", lastErr, tail(filepath.Join(dir, "kube-apiserver.log"), 30))
+	t.Fatalf("peer kube-apiserver never became ready: %v\n%s", lastErr, testproc.TailFile(filepath.Join(dir, "kube-apiserver.log"), 30))
 	return nil
 }
 
@@ -147,15 +147,6 @@ func waitReady(ctx context.Context, cfg *rest.Config, exited chan error) error {
 			return fmt.Errorf("not ready after 90s: %v", err)
 		}
 	}
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // compactEtcd compacts the shared etcd's history up to its current revision

@@ -1,7 +1,6 @@
 package kubernetes
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"os"
@@ -10,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // apiserver is the package's one real kube-apiserver, shared by every test;
@@ -44,7 +44,7 @@ func runTests(m *testing.M) int {
 	apiserver, apiserverErr = kubetest.Start(ctx, filepath.Join(dir, "cluster"), logFile)
 	cancel()
 	if apiserverErr != nil {
-		fmt.Fprintf(os.Stderr, "kube-apiserver: %v\n%s", apiserverErr, tail(logPath, 40))
+		fmt.Fprintf(os.Stderr, "kube-apiserver: %v\n%s", apiserverErr, testproc.TailFile(logPath, 40))
 		if os.Getenv("CI") == "true" {
 			// In CI a missing apiserver is a failure, never a skip.
 			return 1
@@ -62,17 +62,4 @@ func needAPIServer(t *testing.T) {
 	if apiserver == nil {
 		t.Skipf("no kube-apiserver: %v", apiserverErr)
 	}
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) []byte {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil
-	}
-	lines := bytes.Split(b, []byte("\n"))
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return bytes.Join(lines, []byte("\n"))
 }

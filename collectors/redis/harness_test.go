@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -21,6 +20,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 const testSource = "test-redis"
@@ -82,7 +82,7 @@ func startRedis(t *testing.T, extra ...string) *redisServer {
 		s.stop()
 		if t.Failed() {
 			if log, err := os.ReadFile(filepath.Join(dir, "redis.log")); err == nil {
-				t.Logf("redis.log:\n%s", tail(string(log), 40))
+				t.Logf("redis.log:\n%s", testproc.Tail(string(log), 40))
 			}
 		}
 		os.RemoveAll(dir)
@@ -155,20 +155,11 @@ func (s *redisServer) client(t *testing.T) *goredis.Client {
 // moment ago.
 func freePort(t *testing.T) string {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := testproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return strconv.Itoa(l.Addr().(*net.TCPAddr).Port)
-}
-
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
+	return strconv.Itoa(port)
 }
 
 // sink feeds a collector's inputs to a real audit.Recorder writing to a real

@@ -49,6 +49,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // What the manifests must agree on.
@@ -105,7 +106,7 @@ func run(m *testing.M) int {
 	apiserver, apiserverErr = kubetest.Start(ctx, filepath.Join(dir, "apiserver"), logFile)
 	cancel()
 	if apiserverErr != nil {
-		apiserverErr = fmt.Errorf("%w\nlast lines of the kube-apiserver log:\n%s", apiserverErr, tail(logPath, 40))
+		apiserverErr = fmt.Errorf("%w\nlast lines of the kube-apiserver log:\n%s", apiserverErr, testproc.TailFile(logPath, 40))
 	} else {
 		defer apiserver.Stop()
 	}
@@ -125,18 +126,6 @@ func requireApiserver(t *testing.T) *kubetest.Apiserver {
 		t.Skipf("kube-apiserver unavailable: %v", apiserverErr)
 	}
 	return apiserver
-}
-
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
 
 // manifest is one YAML document of one file.

@@ -14,7 +14,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -26,6 +25,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/deploy/gotool"
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // Version is the Alertmanager module version the tests run.
@@ -58,7 +58,7 @@ func binary(t testing.TB) string {
 		binaryPath, binaryErr = Binary(ctx, &binaryLog)
 	})
 	if binaryErr != nil {
-		unavailable(t, fmt.Errorf("%w\n%s", binaryErr, tail(binaryLog.String(), 30)))
+		unavailable(t, fmt.Errorf("%w\n%s", binaryErr, testproc.Tail(binaryLog.String(), 30)))
 	}
 	return binaryPath
 }
@@ -111,7 +111,7 @@ func Start(t testing.TB) *Alertmanager {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var port int
-		if port, err = freePort(); err != nil {
+		if port, err = testproc.FreePort(); err != nil {
 			t.Fatal(err)
 		}
 		am.Addr = "127.0.0.1:" + strconv.Itoa(port)
@@ -121,7 +121,7 @@ func Start(t testing.TB) *Alertmanager {
 			return am
 		}
 	}
-	t.Fatalf("alertmanager never became ready: %v\nlast lines of its log:\n%s", err, tail(readFile(am.logPath), 30))
+	t.Fatalf("alertmanager never became ready: %v\nlast lines of its log:\n%s", err, testproc.Tail(readFile(am.logPath), 30))
 	return nil
 }
 
@@ -136,7 +136,7 @@ func (am *Alertmanager) Start() {
 			return
 		}
 	}
-	am.t.Fatalf("alertmanager did not restart on %s: %v\nlast lines of its log:\n%s", am.Addr, err, tail(readFile(am.logPath), 30))
+	am.t.Fatalf("alertmanager did not restart on %s: %v\nlast lines of its log:\n%s", am.Addr, err, testproc.Tail(readFile(am.logPath), 30))
 }
 
 func (am *Alertmanager) start() error {
@@ -242,16 +242,7 @@ func (am *Alertmanager) Alerts(ctx context.Context) ([]Alert, error) {
 }
 
 // Log returns the end of the alertmanager's log, for failure messages.
-func (am *Alertmanager) Log() string { return tail(readFile(am.logPath), 30) }
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
+func (am *Alertmanager) Log() string { return testproc.Tail(readFile(am.logPath), 30) }
 
 func readFile(path string) string {
 	b, err := os.ReadFile(path)
@@ -259,13 +250,4 @@ func readFile(path string) string {
 		return err.Error()
 	}
 	return string(b)
-}
-
-// tail returns the last n lines of s.
-func tail(s string, n int) string {
-	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

@@ -32,6 +32,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // ErrNotInstalled means no PostgreSQL server binaries were found.
@@ -147,7 +149,7 @@ func (s *Server) setUp(ctx context.Context, opts Options) error {
 	// then try another.
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
-		if s.Port, err = freePort(); err != nil {
+		if s.Port, err = testproc.FreePort(); err != nil {
 			return err
 		}
 		s.Addr = net.JoinHostPort("127.0.0.1", strconv.Itoa(s.Port))
@@ -224,7 +226,7 @@ func (s *Server) start(ctx context.Context) error {
 	s.proc = p
 	if err := s.waitReady(ctx, p); err != nil {
 		s.killProcess()
-		return fmt.Errorf("%w\nlast lines of %s:\n%s", err, s.LogFile, tail(s.LogFile, 20))
+		return fmt.Errorf("%w\nlast lines of %s:\n%s", err, s.LogFile, testproc.TailFile(s.LogFile, 20))
 	}
 	return nil
 }
@@ -523,26 +525,4 @@ func databaseName(prefix string, n int) string {
 		name = "db_" + name
 	}
 	return name + "_" + strconv.Itoa(n)
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }

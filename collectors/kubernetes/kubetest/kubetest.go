@@ -20,7 +20,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -34,6 +33,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // Apiserver is a running kube-apiserver and its etcd.
@@ -127,7 +127,7 @@ func startApiserver(ctx context.Context, bin, dir string, etcd *embedded.Server,
 	}
 	var lastErr error
 	for attempt := 0; attempt < 3; attempt++ {
-		port, err := freePort()
+		port, err := testproc.FreePort()
 		if err != nil {
 			return nil, err
 		}
@@ -241,13 +241,4 @@ func writeFiles(dir string) (files, error) {
 		os.WriteFile(f.tokens, []byte(adminToken+`,admin,admin,"system:masters"`+"\n"), 0o600),
 	)
 	return f, err
-}
-
-func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }

@@ -5,9 +5,10 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"sync"
 	"time"
+
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // startBudget bounds a shared apiserver's start, a cold build included.
@@ -68,7 +69,7 @@ func (s *Shared) start() {
 	ctx, cancel := context.WithTimeout(context.Background(), startBudget)
 	defer cancel()
 	if s.api, s.err = Start(ctx, filepath.Join(s.dir, "apiserver"), log); s.err != nil {
-		s.err = fmt.Errorf("%w\nlast lines of the kube-apiserver log:\n%s", s.err, tail(logPath, 40))
+		s.err = fmt.Errorf("%w\nlast lines of the kube-apiserver log:\n%s", s.err, testproc.TailFile(logPath, 40))
 	}
 }
 
@@ -80,17 +81,4 @@ func (s *Shared) Stop() {
 	if s.dir != "" {
 		os.RemoveAll(s.dir)
 	}
-}
-
-// tail returns the last n lines of a file.
-func tail(path string, n int) string {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return err.Error()
-	}
-	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
-	if len(lines) > n {
-		lines = lines[len(lines)-n:]
-	}
-	return strings.Join(lines, "\n")
 }
