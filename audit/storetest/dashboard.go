@@ -127,7 +127,7 @@ func testLockCounts(t *testing.T, h Harness) {
 		{Source: "src", Class: audit.ClassLock, State: audit.StateHeld, N: 5},
 	})
 
-	// The counts follow state changes (kept by triggers, not recomputed).
+	// The counts follow state changes (a store may keep them as it goes).
 	st := heldLock("src", "n0", "h0", 0, 0)
 	st.Lock.State = audit.StateExpired
 	Apply(t, s, audit.Batch{Locks: []audit.TrackState{st}})

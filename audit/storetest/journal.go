@@ -116,9 +116,11 @@ func testApplyRoundTripsEveryField(t *testing.T, h Harness) {
 	Equal(t, "cursors", cursors, []audit.Cursor{{Source: "prod-etcd", Position: "1234", At: At(12)}})
 }
 
-// Renewals that name their tenure are stored without holder, token or their
-// margin and renewal time as JSON (journal.go's eventArgs); they must read
-// back exactly as the tracker made them, as older full rows do.
+// Renewals are most of what is stored, and a store may keep them compact
+// (SQLite drops the holder and token a renewal's tenure already has, and
+// keeps margin and renewal time out of the JSON): whatever it keeps, they
+// read back exactly as the tracker made them, through Events and Unsynced,
+// with odd details and without a tenure.
 func testCompactRenewalsReadBackWhole(t *testing.T, h Harness) {
 	s := h.Open(t)
 	ctx := context.Background()
@@ -244,7 +246,7 @@ func testApplyFailureRollsBackEverything(t *testing.T, h Harness) {
 		Tenures: []audit.Tenure{{Lock: newKey, Seq: 1, Holder: "b", GrantedAt: At(1)}},
 		Events: []audit.Event{
 			{Lock: newKey, Kind: audit.EventWriteAccepted, At: At(1), RequestID: "dup"},
-			// A request id is unique per lock and resource (migration 0010).
+			// A request id is unique per lock and resource: the third write fails.
 			{Lock: audit.LockKey{Source: "src", Name: "bare"}, Kind: audit.EventWriteAccepted, At: At(1), Resource: "r", RequestID: "dup"},
 			{Lock: audit.LockKey{Source: "src", Name: "bare"}, Kind: audit.EventWriteAccepted, At: At(2), Resource: "r", RequestID: "dup"},
 		},
@@ -293,8 +295,8 @@ func testApplyFailureRollsBackEverything(t *testing.T, h Harness) {
 				t.Errorf("got %d findings after rollback, want 0", len(findings))
 			}
 
-			// The rolled-back lock ids must not linger in the cache: the same
-			// keys resolve to fresh rows in the next batch.
+			// Ids of rolled-back lock rows must not linger in any memory of
+			// the store: the same keys resolve to fresh rows in the next batch.
 			fixed := tc.b
 			fixed.Events = []audit.Event{tc.b.Events[0], {Lock: audit.LockKey{Source: "src", Name: "bare"}, Kind: audit.EventWriteAccepted, At: At(2), RequestID: "other"}}
 			Apply(t, s, fixed)
@@ -398,7 +400,8 @@ func testStoredWrites(t *testing.T, h Harness) {
 	ctx := context.Background()
 	key := audit.LockKey{Source: "src", Name: "orders"}
 	var b audit.Batch
-	// More ids than one IN list holds, so chunking is exercised.
+	// More ids than a store is likely to ask for in one query (SQLite's
+	// IN lists are chunked).
 	for i := range 1200 {
 		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: At(i), RequestID: fmt.Sprintf("req-%d", i)})
 	}
