@@ -1,0 +1,105 @@
+// Package storetest is the contract every audit store keeps: the behaviour
+// the recorder, the retainer, the web server and reports rely on, checked
+// through the audit interfaces alone. A store's tests run it with a Harness
+// that opens that store; a new store is written against this suite.
+package storetest
+
+import (
+	"context"
+	"testing"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// Store is every part of a store the service relies on: the read side, the
+// journal the recorder writes through, the pruner of retention, and the
+// database size the metrics report.
+type Store interface {
+	audit.Store
+	audit.Journal
+	audit.Pruner
+	// Size returns the bytes the database takes.
+	Size(ctx context.Context) (int64, error)
+	Close() error
+}
+
+// Harness says how to get a store under test.
+type Harness struct {
+	// Open returns a new, empty store (its own database) for one test,
+	// closed at the test's end.
+	Open func(t *testing.T) Store
+	// Reopen closes s and opens the same database again, as a restart
+	// would. The store it returns is closed at the test's end.
+	Reopen func(t *testing.T, s Store) Store
+	// AddLocks, if set, stores n lock rows of source "bulk" named
+	// bulk-00000, bulk-00001, ... (and nothing else) quicker than one batch
+	// through Apply would: setup for the test that needs thousands of locks.
+	// Nil means through Apply.
+	AddLocks func(t *testing.T, s Store, n int)
+}
+
+// Run runs the contract suite as subtests of t. Each subtest opens its own
+// store, so they pass in any order and alone (go test -run Contract/Name).
+func Run(t *testing.T, h Harness) {
+	t.Helper()
+	if h.Open == nil || h.Reopen == nil {
+		t.Fatal("storetest: Harness needs Open and Reopen")
+	}
+	for _, c := range contract {
+		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+	}
+}
+
+// contract is the suite, grouped by the side of the store each part checks.
+var contract = []struct {
+	name string
+	run  func(*testing.T, Harness)
+}{
+	// The journal: what the recorder writes and restores.
+	{"ApplyRoundTripsEveryField", testApplyRoundTripsEveryField},
+	{"CompactRenewalsReadBackWhole", testCompactRenewalsReadBackWhole},
+	{"ApplyLaterEntriesReplaceEarlier", testApplyLaterEntriesReplaceEarlier},
+	{"ApplyFailureRollsBackEverything", testApplyFailureRollsBackEverything},
+	{"ApplyEmptyBatchIsNoop", testApplyEmptyBatchIsNoop},
+	{"ErrorsWrapContext", testErrorsWrapContext},
+	{"RestoreRoundTripsTrackState", testRestoreRoundTripsTrackState},
+	{"RestoreEmptyDatabase", testRestoreEmptyDatabase},
+	{"StoredWrites", testStoredWrites},
+	{"RenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced", testRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced},
+	{"ConcurrentReadsDuringWrites", testConcurrentReadsDuringWrites},
+	{"ReopenKeepsData", testReopenKeepsData},
+	{"SizeGrowsWithEvents", testSizeGrowsWithEvents},
+
+	// The read side: lists, filters, pages and errors.
+	{"LocksFilters", testLocksFilters},
+	{"LocksDefaultAndMaxLimit", testLocksDefaultAndMaxLimit},
+	{"LocksSortsAndKeysetPages", testLocksSortsAndKeysetPages},
+	{"EventsFilters", testEventsFilters},
+	{"EventsBeforeCursorPagesBack", testEventsBeforeCursorPagesBack},
+	{"WriteEventsReadWhatEventsRead", testWriteEventsReadWhatEventsRead},
+	{"TenuresOverlappingWindow", testTenuresOverlappingWindow},
+	{"FindingsFilters", testFindingsFilters},
+	{"FindingsBySourceOverlapAndCursor", testFindingsBySourceOverlapAndCursor},
+	{"FindingsByLockClass", testFindingsByLockClass},
+	{"LastEventAtPerSource", testLastEventAtPerSource},
+	{"MissingLockIsNotFound", testMissingLockIsNotFound},
+
+	// The dashboard's aggregates.
+	{"LockCounts", testLockCounts},
+	{"LockCountsAcrossBatches", testLockCountsAcrossBatches},
+	{"EventTimes", testEventTimes},
+	{"WriteCounts", testWriteCounts},
+	{"WriteCountsMatchesBinningTimes", testWriteCountsMatchesBinningTimes},
+	{"BlindWindowsOnePerSourceInterval", testBlindWindowsOnePerSourceInterval},
+	{"Cursors", testCursors},
+
+	// Retention.
+	{"RetentionPrunesByKindAndKeepsRenewalSummaries", testRetentionPrunesByKindAndKeepsRenewalSummaries},
+	{"RetentionKeepsUnsyncedRenewals", testRetentionKeepsUnsyncedRenewals},
+	{"RetentionSummarisesRenewalsStoredWithoutTheirTenure", testRetentionSummarisesRenewalsStoredWithoutTheirTenure},
+	{"PruneEventsRejectsANonPositiveLimit", testPruneEventsRejectsANonPositiveLimit},
+
+	// Times at the ends of the range.
+	{"EpochRoundTripsThroughTheDatabase", testEpochRoundTripsThroughTheDatabase},
+	{"WindowBeyondTheRangeReturnsWhatIsInside", testWindowBeyondTheRangeReturnsWhatIsInside},
+}
