@@ -220,7 +220,7 @@ func (s *Store) checkWAL(ctx context.Context) error {
 // migrate applies every migration not yet recorded in schema_migrations, each
 // in its own transaction together with its record.
 func (s *Store) migrate(ctx context.Context) error {
-	ms, err := migrations.Load(migrations.FS)
+	ms, err := migrations.Load(migrations.SQLite)
 	if err != nil {
 		return err
 	}

@@ -85,7 +85,7 @@ func heldLock(source, name, holder string, token int64, sec int) audit.TrackStat
 func TestOpenAppliesMigrationsOnceAcrossReopen(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "leasewatch.db")
-	want, err := migrations.Load(migrations.FS)
+	want, err := migrations.Load(migrations.SQLite)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -1163,7 +1163,7 @@ func migratedTo(t *testing.T, path string, version int) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := migrations.Load(migrations.FS)
+	ms, err := migrations.Load(migrations.SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}
