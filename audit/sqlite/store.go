@@ -297,31 +297,6 @@ func (s *Store) Close() error {
 // reaches past 2262 is clamped rather than wrapped.
 func nanos(t time.Time) int64 { return audit.Nanos(t) }
 
-// nullNanos stores the zero time as NULL, for columns where NULL means "not
-// yet" (a tenure's end, a finding's until).
-func nullNanos(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return audit.Nanos(t)
-}
-
-func ms(d time.Duration) int64 { return d.Milliseconds() }
-
-func nullToken(t *int64) any {
-	if t == nil {
-		return nil
-	}
-	return *t
-}
-
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
-
 // Size returns the bytes the database's pages take (indexes included, free
 // pages not), as of the last committed batch.
 func (s *Store) Size(ctx context.Context) (int64, error) {
