@@ -17,8 +17,8 @@ import (
 // List limits: the default when a filter's Limit is <= 0, and the most one
 // call returns.
 const (
-	defaultLockLimit = 500
-	maxLockLimit     = 5000
+	defaultLockLimit = rowcodec.DefaultLockLimit
+	maxLockLimit     = rowcodec.MaxLockLimit
 	defaultListLimit = audit.DefaultListLimit
 	maxListLimit     = audit.MaxListLimit
 )
