@@ -15,6 +15,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
 	"time"
@@ -181,7 +182,9 @@ func storageError(err error) error {
 		default:
 			return err
 		}
-	case errors.As(err, &ne), pgconn.SafeToRetry(err), pgconn.Timeout(err):
+	case errors.As(err, &ne), errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), pgconn.SafeToRetry(err), pgconn.Timeout(err):
+		// The connection failed or was lost mid-statement.
 		msg = "the database server cannot be reached"
 	default:
 		var ce *pgconn.ConnectError
