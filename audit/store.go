@@ -192,6 +192,14 @@ const (
 	MaxListLimit     = 10000
 )
 
+// DefaultLockLimit is how many locks Locks returns when its filter gives no
+// Limit; MaxLockLimit, the most it returns whatever the filter asks. A
+// caller that pages through every lock may ask for MaxLockLimit at once.
+const (
+	DefaultLockLimit = 500
+	MaxLockLimit     = 5000
+)
+
 // FindingFilter selects findings. LockID 0 means every lock; empty Class,
 // every class.
 type FindingFilter struct {

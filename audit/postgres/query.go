@@ -131,7 +131,7 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 			order, reverse = backOrder, true
 		}
 	}
-	lim := w.arg(rowcodec.Limit(f.Limit, rowcodec.DefaultLockLimit, rowcodec.MaxLockLimit))
+	lim := w.arg(rowcodec.Limit(f.Limit, audit.DefaultLockLimit, audit.MaxLockLimit))
 	off := w.arg(max(f.Offset, 0))
 	rows, err := tx.Query(ctx, `SELECT `+lockColumns+` FROM locks l`+w.String()+
 		` ORDER BY `+order+` LIMIT `+lim+` OFFSET `+off, w.args...)

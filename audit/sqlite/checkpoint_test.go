@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/storetest"
 )
 
 // TestWALStaysBoundedUnderConstantReads commits batches while two readers
@@ -78,10 +79,10 @@ func TestWALStaysBoundedUnderConstantReads(t *testing.T) {
 	for batch := range 120 {
 		b := audit.Batch{}
 		for i := range 500 {
-			b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: at(batch*500 + i),
+			b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: storetest.At(batch*500 + i),
 				Holder: "worker-1", Token: audit.Int64(7), Resource: "orders-db", RequestID: fmt.Sprintf("r-%d-%d", batch, i)})
 		}
-		apply(t, s, b)
+		storetest.Apply(t, s, b)
 		if st, err := os.Stat(path + "-wal"); err == nil {
 			largest = max(largest, st.Size())
 		}
@@ -122,10 +123,10 @@ func TestLogStartsOverWhileCommitting(t *testing.T) {
 				b := audit.Batch{}
 				for i := range locks {
 					key := audit.LockKey{Source: "redis", Name: fmt.Sprintf("job-%04d", i)}
-					b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: at(batch*locks + i),
+					b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: storetest.At(batch*locks + i),
 						Holder: "worker-1", Token: audit.Int64(int64(batch)), Resource: "orders-db"})
 				}
-				apply(t, s, b)
+				storetest.Apply(t, s, b)
 				st, err := os.Stat(path + "-wal")
 				if err != nil {
 					t.Fatal(err)

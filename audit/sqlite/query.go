@@ -17,8 +17,8 @@ import (
 // List limits: the default when a filter's Limit is <= 0, and the most one
 // call returns.
 const (
-	defaultLockLimit = rowcodec.DefaultLockLimit
-	maxLockLimit     = rowcodec.MaxLockLimit
+	defaultLockLimit = audit.DefaultLockLimit
+	maxLockLimit     = audit.MaxLockLimit
 	defaultListLimit = audit.DefaultListLimit
 	maxListLimit     = audit.MaxListLimit
 )

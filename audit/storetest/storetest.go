@@ -31,12 +31,75 @@ type Harness struct {
 	// Reopen closes s and opens the same database again, as a restart
 	// would. The store it returns is closed at the test's end.
 	Reopen func(t *testing.T, s Store) Store
+	// AddLocks, if set, stores n lock rows of source "bulk" named
+	// bulk-00000, bulk-00001, ... (and nothing else) quicker than one batch
+	// through Apply would: setup for the test that needs thousands of locks.
+	// Nil means through Apply.
+	AddLocks func(t *testing.T, s Store, n int)
 }
 
-// Run runs the contract suite as subtests of t.
+// Run runs the contract suite as subtests of t. Each subtest opens its own
+// store, so they pass in any order and alone (go test -run Contract/Name).
 func Run(t *testing.T, h Harness) {
 	t.Helper()
 	if h.Open == nil || h.Reopen == nil {
 		t.Fatal("storetest: Harness needs Open and Reopen")
 	}
+	for _, c := range contract {
+		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+	}
+}
+
+// contract is the suite, grouped by the side of the store each part checks.
+var contract = []struct {
+	name string
+	run  func(*testing.T, Harness)
+}{
+	// The journal: what the recorder writes and restores.
+	{"ApplyRoundTripsEveryField", testApplyRoundTripsEveryField},
+	{"CompactRenewalsReadBackWhole", testCompactRenewalsReadBackWhole},
+	{"ApplyLaterEntriesReplaceEarlier", testApplyLaterEntriesReplaceEarlier},
+	{"ApplyFailureRollsBackEverything", testApplyFailureRollsBackEverything},
+	{"ApplyEmptyBatchIsNoop", testApplyEmptyBatchIsNoop},
+	{"ErrorsWrapContext", testErrorsWrapContext},
+	{"RestoreRoundTripsTrackState", testRestoreRoundTripsTrackState},
+	{"RestoreEmptyDatabase", testRestoreEmptyDatabase},
+	{"StoredWrites", testStoredWrites},
+	{"RenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced", testRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced},
+	{"ConcurrentReadsDuringWrites", testConcurrentReadsDuringWrites},
+	{"ReopenKeepsData", testReopenKeepsData},
+	{"SizeGrowsWithEvents", testSizeGrowsWithEvents},
+
+	// The read side: lists, filters, pages and errors.
+	{"LocksFilters", testLocksFilters},
+	{"LocksDefaultAndMaxLimit", testLocksDefaultAndMaxLimit},
+	{"LocksSortsAndKeysetPages", testLocksSortsAndKeysetPages},
+	{"EventsFilters", testEventsFilters},
+	{"EventsBeforeCursorPagesBack", testEventsBeforeCursorPagesBack},
+	{"WriteEventsReadWhatEventsRead", testWriteEventsReadWhatEventsRead},
+	{"TenuresOverlappingWindow", testTenuresOverlappingWindow},
+	{"FindingsFilters", testFindingsFilters},
+	{"FindingsBySourceOverlapAndCursor", testFindingsBySourceOverlapAndCursor},
+	{"FindingsByLockClass", testFindingsByLockClass},
+	{"LastEventAtPerSource", testLastEventAtPerSource},
+	{"MissingLockIsNotFound", testMissingLockIsNotFound},
+
+	// The dashboard's aggregates.
+	{"LockCounts", testLockCounts},
+	{"LockCountsAcrossBatches", testLockCountsAcrossBatches},
+	{"EventTimes", testEventTimes},
+	{"WriteCounts", testWriteCounts},
+	{"WriteCountsMatchesBinningTimes", testWriteCountsMatchesBinningTimes},
+	{"BlindWindowsOnePerSourceInterval", testBlindWindowsOnePerSourceInterval},
+	{"Cursors", testCursors},
+
+	// Retention.
+	{"RetentionPrunesByKindAndKeepsRenewalSummaries", testRetentionPrunesByKindAndKeepsRenewalSummaries},
+	{"RetentionKeepsUnsyncedRenewals", testRetentionKeepsUnsyncedRenewals},
+	{"RetentionSummarisesRenewalsStoredWithoutTheirTenure", testRetentionSummarisesRenewalsStoredWithoutTheirTenure},
+	{"PruneEventsRejectsANonPositiveLimit", testPruneEventsRejectsANonPositiveLimit},
+
+	// Times at the ends of the range.
+	{"EpochRoundTripsThroughTheDatabase", testEpochRoundTripsThroughTheDatabase},
+	{"WindowBeyondTheRangeReturnsWhatIsInside", testWindowBeyondTheRangeReturnsWhatIsInside},
 }

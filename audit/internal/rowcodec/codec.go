@@ -176,11 +176,3 @@ func Limit(n, def, most int) int {
 	}
 	return min(n, most)
 }
-
-// The locks list's limits: the default when a filter's Limit is <= 0, and
-// the most one call returns. Events and findings use audit.DefaultListLimit
-// and audit.MaxListLimit.
-const (
-	DefaultLockLimit = 500
-	MaxLockLimit     = 5000
-)

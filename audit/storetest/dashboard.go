@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -22,14 +22,14 @@ func lockKeys(ls []audit.Lock) []string {
 
 // sortedLocks stores locks n0..n5 whose change times run backwards and whose
 // expiries are shuffled, plus a heartbeat.
-func sortedLocks(t *testing.T, s *Store) map[string]int64 {
+func sortedLocks(t *testing.T, s Store) map[string]int64 {
 	t.Helper()
 	var states []audit.TrackState
 	expiries := []int{50, 20, 40, 10, 60, 30}
 	for i, exp := range expiries {
 		st := heldLock("src", fmt.Sprintf("n%d", i), fmt.Sprintf("h%d", i%2), int64(i), 0)
-		st.Lock.ChangedAt = at(100 - i)
-		st.Lock.ExpiresAt = at(exp)
+		st.Lock.ChangedAt = At(100 - i)
+		st.Lock.ExpiresAt = At(exp)
 		if i == 5 {
 			st.Lock.Kind = audit.KindRedis
 			st.Lock.State = audit.StateFree
@@ -39,16 +39,16 @@ func sortedLocks(t *testing.T, s *Store) map[string]int64 {
 	hb := heldLock("src", "hb", "node", 1, 0)
 	hb.Lock.Class = audit.ClassHeartbeat
 	states = append(states, hb)
-	apply(t, s, audit.Batch{Locks: states})
+	Apply(t, s, audit.Batch{Locks: states})
 	ids := map[string]int64{}
 	for _, st := range states {
-		ids[st.Lock.Name] = lockByKey(t, s, st.Lock.Key()).ID
+		ids[st.Lock.Name] = LockByKey(t, s, st.Lock.Key()).ID
 	}
 	return ids
 }
 
-func TestLocksSortsAndKeysetPages(t *testing.T) {
-	s, _ := openStore(t)
+func testLocksSortsAndKeysetPages(t *testing.T, h Harness) {
+	s := h.Open(t)
 	ctx := context.Background()
 	ids := sortedLocks(t, s)
 	lock := audit.ClassLock
@@ -71,15 +71,15 @@ func TestLocksSortsAndKeysetPages(t *testing.T) {
 		{"HolderIsExact", audit.LockFilter{Holder: "h"}, nil},
 		// At 15s, 25% of a 10s lease left means expiring before 17.5s; n3
 		// (10s) is past expiry, n1 (20s) has half its lease left, n5 is free.
-		{"ExpiringBy", audit.LockFilter{Class: lock, ExpiringBy: 0.25, ExpiringAt: at(15)}, []string{"n3"}},
-		{"ExpiringByWide", audit.LockFilter{Class: lock, ExpiringBy: 0.6, ExpiringAt: at(15), Sort: audit.SortExpiry}, []string{"n3", "n1"}},
+		{"ExpiringBy", audit.LockFilter{Class: lock, ExpiringBy: 0.25, ExpiringAt: At(15)}, []string{"n3"}},
+		{"ExpiringByWide", audit.LockFilter{Class: lock, ExpiringBy: 0.6, ExpiringAt: At(15), Sort: audit.SortExpiry}, []string{"n3", "n1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := s.Locks(ctx, tc.f)
 			if err != nil {
 				t.Fatalf("Locks(%+v): %v", tc.f, err)
 			}
-			equal(t, "locks", lockKeys(got), tc.want)
+			Equal(t, "locks", lockKeys(got), tc.want)
 			cf := tc.f
 			cf.Limit = 0
 			n, err := s.CountLocks(ctx, cf)
@@ -114,14 +114,14 @@ func TestLocksSortsAndKeysetPages(t *testing.T) {
 	})
 }
 
-func TestLockCounts(t *testing.T) {
-	s, _ := openStore(t)
+func testLockCounts(t *testing.T, h Harness) {
+	s := h.Open(t)
 	sortedLocks(t, s)
 	got, err := s.LockCounts(context.Background())
 	if err != nil {
 		t.Fatalf("LockCounts: %v", err)
 	}
-	equal(t, "counts", got, []audit.LockCount{
+	Equal(t, "counts", got, []audit.LockCount{
 		{Source: "src", Class: audit.ClassHeartbeat, State: audit.StateHeld, N: 1},
 		{Source: "src", Class: audit.ClassLock, State: audit.StateFree, N: 1},
 		{Source: "src", Class: audit.ClassLock, State: audit.StateHeld, N: 5},
@@ -130,12 +130,12 @@ func TestLockCounts(t *testing.T) {
 	// The counts follow state changes (kept by triggers, not recomputed).
 	st := heldLock("src", "n0", "h0", 0, 0)
 	st.Lock.State = audit.StateExpired
-	apply(t, s, audit.Batch{Locks: []audit.TrackState{st}})
+	Apply(t, s, audit.Batch{Locks: []audit.TrackState{st}})
 	got, err = s.LockCounts(context.Background())
 	if err != nil {
 		t.Fatalf("LockCounts: %v", err)
 	}
-	equal(t, "counts after n0 expired", got, []audit.LockCount{
+	Equal(t, "counts after n0 expired", got, []audit.LockCount{
 		{Source: "src", Class: audit.ClassHeartbeat, State: audit.StateHeld, N: 1},
 		{Source: "src", Class: audit.ClassLock, State: audit.StateExpired, N: 1},
 		{Source: "src", Class: audit.ClassLock, State: audit.StateFree, N: 1},
@@ -146,33 +146,33 @@ func TestLockCounts(t *testing.T) {
 // Lock rows made bare (by an event), then given state by the tracker, one
 // batch after another, all count: the update moves a lock between counts
 // that already exist.
-func TestLockCountsAcrossBatches(t *testing.T) {
-	s, _ := openStore(t)
+func testLockCountsAcrossBatches(t *testing.T, h Harness) {
+	s := h.Open(t)
 	for i := range 3 {
-		apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "src", Name: fmt.Sprint("bare", i)}, Kind: audit.EventGrant, At: at(i)}}})
-		apply(t, s, audit.Batch{Locks: []audit.TrackState{heldLock("src", fmt.Sprint("bare", i), "h", 1, i)}})
-		apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "src", Name: fmt.Sprint("free", i)}, Kind: audit.EventGrant, At: at(i)}}})
+		Apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "src", Name: fmt.Sprint("bare", i)}, Kind: audit.EventGrant, At: At(i)}}})
+		Apply(t, s, audit.Batch{Locks: []audit.TrackState{heldLock("src", fmt.Sprint("bare", i), "h", 1, i)}})
+		Apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "src", Name: fmt.Sprint("free", i)}, Kind: audit.EventGrant, At: At(i)}}})
 	}
 	got, err := s.LockCounts(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "counts", got, []audit.LockCount{
+	Equal(t, "counts", got, []audit.LockCount{
 		{Source: "src", Class: audit.ClassLock, State: audit.StateFree, N: 3},
 		{Source: "src", Class: audit.ClassLock, State: audit.StateHeld, N: 3},
 	})
 }
 
-func TestEventsBeforeCursorPagesBack(t *testing.T) {
-	s, _ := openStore(t)
+func testEventsBeforeCursorPagesBack(t *testing.T, h Harness) {
+	s := h.Open(t)
 	ctx := context.Background()
 	key := audit.LockKey{Source: "src", Name: "orders"}
 	var b audit.Batch
 	for i := range 6 {
-		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventRenew, At: at(i / 2), Holder: fmt.Sprint(i)})
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventRenew, At: At(i / 2), Holder: fmt.Sprint(i)})
 	}
-	apply(t, s, b)
-	id := lockByKey(t, s, key).ID
+	Apply(t, s, b)
+	id := LockByKey(t, s, key).ID
 	page, err := s.Events(ctx, id, audit.EventFilter{TimeFilter: audit.TimeFilter{Limit: 2}})
 	if err != nil {
 		t.Fatal(err)
@@ -190,11 +190,11 @@ func TestEventsBeforeCursorPagesBack(t *testing.T) {
 		}
 	}
 	// Events at the same instant page by id, so none is skipped or repeated.
-	equal(t, "newest-first pages", got, []string{"5", "4", "3", "2", "1", "0"})
+	Equal(t, "newest-first pages", got, []string{"5", "4", "3", "2", "1", "0"})
 }
 
-func TestEventTimes(t *testing.T) {
-	s, _ := openStore(t)
+func testEventTimes(t *testing.T, h Harness) {
+	s := h.Open(t)
 	ctx := context.Background()
 	key := audit.LockKey{Source: "src", Name: "orders"}
 	var b audit.Batch
@@ -203,36 +203,36 @@ func TestEventTimes(t *testing.T) {
 		if i%3 == 0 {
 			kind = audit.EventGrant
 		}
-		b.Events = append(b.Events, audit.Event{Lock: key, Kind: kind, At: at(i)})
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: kind, At: At(i)})
 	}
-	apply(t, s, b)
-	id := lockByKey(t, s, key).ID
-	got, err := s.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{From: at(2), To: at(8), Limit: 3})
+	Apply(t, s, b)
+	id := LockByKey(t, s, key).ID
+	got, err := s.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{From: At(2), To: At(8), Limit: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "renew times", got, []time.Time{at(5), at(7), at(8)})
-	got, err = s.EventTimes(ctx, id, audit.EventGrant, audit.TimeFilter{From: at(2), To: at(9)})
+	Equal(t, "renew times", got, []time.Time{At(5), At(7), At(8)})
+	got, err = s.EventTimes(ctx, id, audit.EventGrant, audit.TimeFilter{From: At(2), To: At(9)})
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "grant times", got, []time.Time{at(3), at(6), at(9)})
+	Equal(t, "grant times", got, []time.Time{At(3), At(6), At(9)})
 
 	// Renewal times are the timeline less the other kinds: a write report
 	// and a renewal at the same instant leave that renewal, and the newest
 	// renewals fill the limit past a run of other events.
-	apply(t, s, audit.Batch{Events: []audit.Event{
-		{Lock: key, Kind: audit.EventWriteAccepted, At: at(8)},
-		{Lock: key, Kind: audit.EventRelease, At: at(10)},
-		{Lock: key, Kind: audit.EventRenew, At: at(11)},
-		{Lock: key, Kind: audit.EventWriteRejected, At: at(12)},
-		{Lock: key, Kind: audit.EventWriteRejected, At: at(13)},
+	Apply(t, s, audit.Batch{Events: []audit.Event{
+		{Lock: key, Kind: audit.EventWriteAccepted, At: At(8)},
+		{Lock: key, Kind: audit.EventRelease, At: At(10)},
+		{Lock: key, Kind: audit.EventRenew, At: At(11)},
+		{Lock: key, Kind: audit.EventWriteRejected, At: At(12)},
+		{Lock: key, Kind: audit.EventWriteRejected, At: At(13)},
 	}})
 	got, err = s.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{Limit: 3})
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "renew times among others", got, []time.Time{at(7), at(8), at(11)})
+	Equal(t, "renew times among others", got, []time.Time{At(7), At(8), At(11)})
 	if _, err := s.EventTimes(ctx, 999, audit.EventRenew, audit.TimeFilter{}); audit.ErrorCode(err) != audit.ENOTFOUND {
 		t.Errorf("EventTimes(missing lock) err = %v, want ENOTFOUND", err)
 	}
@@ -241,20 +241,20 @@ func TestEventTimes(t *testing.T) {
 // WriteCounts bins a window's writes of one outcome, both ends inclusive,
 // keeps the newest when limited and says so, and refuses a filter that does
 // not cut a window into bins.
-func TestWriteCounts(t *testing.T) {
-	s, _ := openStore(t)
+func testWriteCounts(t *testing.T, harness Harness) {
+	s := harness.Open(t)
 	ctx := context.Background()
 	key := audit.LockKey{Source: "src", Name: "orders"}
 	var b audit.Batch
 	for _, sec := range []int{-1, 0, 1, 1, 3, 10, 11} {
-		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: at(sec)})
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: At(sec)})
 	}
 	b.Events = append(b.Events,
-		audit.Event{Lock: key, Kind: audit.EventWriteRejected, At: at(4)},
-		audit.Event{Lock: key, Kind: audit.EventGrant, At: at(2)},
-		audit.Event{Lock: key, Kind: audit.EventRenew, At: at(4)})
-	apply(t, s, b)
-	id := lockByKey(t, s, key).ID
+		audit.Event{Lock: key, Kind: audit.EventWriteRejected, At: At(4)},
+		audit.Event{Lock: key, Kind: audit.EventGrant, At: At(2)},
+		audit.Event{Lock: key, Kind: audit.EventRenew, At: At(4)})
+	Apply(t, s, b)
+	id := LockByKey(t, s, key).ID
 
 	counts := func(outcome audit.WriteOutcome, f audit.BinFilter) audit.Histogram {
 		t.Helper()
@@ -264,16 +264,16 @@ func TestWriteCounts(t *testing.T) {
 		}
 		return h
 	}
-	window := audit.BinFilter{From: at(0), To: at(10), Bins: 5}
+	window := audit.BinFilter{From: At(0), To: At(10), Bins: 5}
 	h := counts(audit.WriteAccepted, window)
-	equal(t, "accepted per 2 s", h, audit.Histogram{From: at(0), Width: 2 * time.Second, Counts: []int{3, 1, 0, 0, 1}})
+	Equal(t, "accepted per 2 s", h, audit.Histogram{From: At(0), Width: 2 * time.Second, Counts: []int{3, 1, 0, 0, 1}})
 	if h.Total() != 5 {
 		t.Errorf("Total = %d, want 5", h.Total())
 	}
-	if from, to := h.Bin(4); !from.Equal(at(8)) || !to.Equal(at(10)) {
-		t.Errorf("Bin(4) = %v..%v, want %v..%v", from, to, at(8), at(10))
+	if from, to := h.Bin(4); !from.Equal(At(8)) || !to.Equal(At(10)) {
+		t.Errorf("Bin(4) = %v..%v, want %v..%v", from, to, At(8), At(10))
 	}
-	equal(t, "rejected per 2 s", counts(audit.WriteRejected, window).Counts, []int{0, 0, 1, 0, 0})
+	Equal(t, "rejected per 2 s", counts(audit.WriteRejected, window).Counts, []int{0, 0, 1, 0, 0})
 
 	// The newest Limit are counted; one fewer than match says "at least".
 	for _, c := range []struct {
@@ -291,23 +291,23 @@ func TestWriteCounts(t *testing.T) {
 
 	// A width that does not divide the window rounds up; the end still
 	// lands in the last bin.
-	h = counts(audit.WriteAccepted, audit.BinFilter{From: at(0), To: at(10), Bins: 3})
-	equal(t, "accepted in thirds", h.Counts, []int{4, 0, 1})
+	h = counts(audit.WriteAccepted, audit.BinFilter{From: At(0), To: At(10), Bins: 3})
+	Equal(t, "accepted in thirds", h.Counts, []int{4, 0, 1})
 	if h.Width != 3333333334*time.Nanosecond {
 		t.Errorf("width of thirds of 10 s = %v, want 3.333333334s", h.Width)
 	}
 	// A window of one instant is one bin.
-	equal(t, "one instant", counts(audit.WriteAccepted, audit.BinFilter{From: at(1), To: at(1), Bins: 4}).Counts, []int{2, 0, 0, 0})
+	Equal(t, "one instant", counts(audit.WriteAccepted, audit.BinFilter{From: At(1), To: At(1), Bins: 4}).Counts, []int{2, 0, 0, 0})
 
 	for _, c := range []struct {
 		outcome audit.WriteOutcome
 		f       audit.BinFilter
 		field   string
 	}{
-		{audit.WriteAccepted, audit.BinFilter{From: at(0), To: at(10)}, "bins"},
-		{audit.WriteAccepted, audit.BinFilter{From: at(0), To: at(10), Bins: maxListLimit + 1}, "bins"},
-		{audit.WriteAccepted, audit.BinFilter{From: at(10), To: at(0), Bins: 5}, "to"},
-		{audit.WriteAccepted, audit.BinFilter{To: at(10), Bins: 5}, "from"},
+		{audit.WriteAccepted, audit.BinFilter{From: At(0), To: At(10)}, "bins"},
+		{audit.WriteAccepted, audit.BinFilter{From: At(0), To: At(10), Bins: audit.MaxListLimit + 1}, "bins"},
+		{audit.WriteAccepted, audit.BinFilter{From: At(10), To: At(0), Bins: 5}, "to"},
+		{audit.WriteAccepted, audit.BinFilter{To: At(10), Bins: 5}, "from"},
 		{"maybe", window, "outcome"},
 	} {
 		_, err := s.WriteCounts(ctx, id, c.outcome, c.f)
@@ -321,12 +321,12 @@ func TestWriteCounts(t *testing.T) {
 }
 
 // WriteCounts agrees with binning every write's time in Go.
-func TestWriteCountsMatchesBinningTimes(t *testing.T) {
-	s, _ := openStore(t)
+func testWriteCountsMatchesBinningTimes(t *testing.T, harness Harness) {
+	s := harness.Open(t)
 	ctx := context.Background()
 	key := audit.LockKey{Source: "src", Name: "orders"}
 	rng := rand.New(rand.NewPCG(1, 2))
-	from, to := at(0), at(0).Add(time.Hour)
+	from, to := At(0), At(0).Add(time.Hour)
 	var (
 		b     audit.Batch
 		times []time.Time
@@ -338,8 +338,8 @@ func TestWriteCountsMatchesBinningTimes(t *testing.T) {
 			times = append(times, ts)
 		}
 	}
-	apply(t, s, b)
-	id := lockByKey(t, s, key).ID
+	Apply(t, s, b)
+	id := LockByKey(t, s, key).ID
 	for _, bins := range []int{1, 7, 85, 1000} {
 		h, err := s.WriteCounts(ctx, id, audit.WriteRejected, audit.BinFilter{From: from, To: to, Bins: bins})
 		if err != nil {
@@ -349,20 +349,20 @@ func TestWriteCountsMatchesBinningTimes(t *testing.T) {
 		for _, ts := range times {
 			want[min(bins-1, int(ts.Sub(from)/h.Width))]++
 		}
-		equal(t, fmt.Sprintf("%d bins", bins), h.Counts, want)
+		Equal(t, fmt.Sprintf("%d bins", bins), h.Counts, want)
 	}
 }
 
-func TestFindingsBySourceOverlapAndCursor(t *testing.T) {
-	s, _ := openStore(t)
+func testFindingsBySourceOverlapAndCursor(t *testing.T, h Harness) {
+	s := h.Open(t)
 	ctx := context.Background()
 	a := audit.LockKey{Source: "etcd", Name: "a"}
 	k := audit.LockKey{Source: "k8s", Name: "ns/b"}
-	apply(t, s, audit.Batch{Findings: []audit.Finding{
-		{Lock: a, Kind: audit.FindingOverlap, At: at(10), Until: at(30), Summary: "long"},
-		{Lock: a, Kind: audit.FindingStaleWrite, At: at(20), Summary: "instant"},
-		{Lock: k, Kind: audit.FindingLateRenewal, At: at(20), Summary: "k8s"},
-		{Lock: a, Kind: audit.FindingLeaseExpired, At: at(40), Summary: "late"},
+	Apply(t, s, audit.Batch{Findings: []audit.Finding{
+		{Lock: a, Kind: audit.FindingOverlap, At: At(10), Until: At(30), Summary: "long"},
+		{Lock: a, Kind: audit.FindingStaleWrite, At: At(20), Summary: "instant"},
+		{Lock: k, Kind: audit.FindingLateRenewal, At: At(20), Summary: "k8s"},
+		{Lock: a, Kind: audit.FindingLeaseExpired, At: At(40), Summary: "late"},
 	}})
 	sums := func(f audit.FindingFilter) []string {
 		t.Helper()
@@ -376,49 +376,49 @@ func TestFindingsBySourceOverlapAndCursor(t *testing.T) {
 		}
 		return out
 	}
-	equal(t, "source", sums(audit.FindingFilter{Source: "k8s"}), []string{"k8s"})
-	window := audit.TimeFilter{From: at(25), To: at(35)}
-	equal(t, "starting in window", sums(audit.FindingFilter{TimeFilter: window}), []string(nil))
-	equal(t, "overlapping window", sums(audit.FindingFilter{TimeFilter: window, Overlapping: true}), []string{"long"})
+	Equal(t, "source", sums(audit.FindingFilter{Source: "k8s"}), []string{"k8s"})
+	window := audit.TimeFilter{From: At(25), To: At(35)}
+	Equal(t, "starting in window", sums(audit.FindingFilter{TimeFilter: window}), []string(nil))
+	Equal(t, "overlapping window", sums(audit.FindingFilter{TimeFilter: window, Overlapping: true}), []string{"long"})
 
-	idA := lockByKey(t, s, a).ID
-	equal(t, "overlapping window of one lock", sums(audit.FindingFilter{LockID: idA, TimeFilter: window, Overlapping: true}), []string{"long"})
-	equal(t, "overlapping a window of one lock from before it", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
-		TimeFilter: audit.TimeFilter{From: at(15), To: at(20)}}), []string{"long", "instant"})
-	equal(t, "overlapping a window of one lock, the newest 2", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
-		TimeFilter: audit.TimeFilter{From: at(15), To: at(45), Limit: 2}}), []string{"instant", "late"})
-	equal(t, "overlapping a window of one lock, from before it, the newest 1", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
-		TimeFilter: audit.TimeFilter{From: at(25), To: at(45), Limit: 1}}), []string{"late"})
-	equal(t, "overlapping a window of one lock only from before it", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
-		TimeFilter: audit.TimeFilter{From: at(25), To: at(35), Limit: 1}}), []string{"long"})
+	idA := LockByKey(t, s, a).ID
+	Equal(t, "overlapping window of one lock", sums(audit.FindingFilter{LockID: idA, TimeFilter: window, Overlapping: true}), []string{"long"})
+	Equal(t, "overlapping a window of one lock from before it", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
+		TimeFilter: audit.TimeFilter{From: At(15), To: At(20)}}), []string{"long", "instant"})
+	Equal(t, "overlapping a window of one lock, the newest 2", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
+		TimeFilter: audit.TimeFilter{From: At(15), To: At(45), Limit: 2}}), []string{"instant", "late"})
+	Equal(t, "overlapping a window of one lock, from before it, the newest 1", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
+		TimeFilter: audit.TimeFilter{From: At(25), To: At(45), Limit: 1}}), []string{"late"})
+	Equal(t, "overlapping a window of one lock only from before it", sums(audit.FindingFilter{LockID: idA, Overlapping: true,
+		TimeFilter: audit.TimeFilter{From: At(25), To: At(35), Limit: 1}}), []string{"long"})
 
 	all, _ := s.Findings(ctx, audit.FindingFilter{})
 	third := all[2] // k8s at 20, after "instant" at 20
-	equal(t, "before cursor", sums(audit.FindingFilter{Before: audit.EventCursor{At: third.At, ID: third.ID}}), []string{"long", "instant"})
+	Equal(t, "before cursor", sums(audit.FindingFilter{Before: audit.EventCursor{At: third.At, ID: third.ID}}), []string{"long", "instant"})
 
-	counts, err := s.FindingCounts(ctx, audit.FindingCountFilter{TimeFilter: audit.TimeFilter{From: at(15)}})
+	counts, err := s.FindingCounts(ctx, audit.FindingCountFilter{TimeFilter: audit.TimeFilter{From: At(15)}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "counts since 15s", counts, map[audit.Severity]int{audit.SeverityInfo: 1, audit.SeverityWarning: 2})
+	Equal(t, "counts since 15s", counts, map[audit.Severity]int{audit.SeverityInfo: 1, audit.SeverityWarning: 2})
 }
 
 // A node's heartbeat lease running out is recorded like any lease expiry;
 // the class filter, on the lock's class, is how the default views leave it
 // out of the findings list and counts.
-func TestFindingsByLockClass(t *testing.T) {
-	s, _ := openStore(t)
+func testFindingsByLockClass(t *testing.T, h Harness) {
+	s := h.Open(t)
 	ctx := context.Background()
 	orders := heldLock("k8s", "ns/orders", "a", 1, 0)
 	node := heldLock("k8s", "kube-node-lease/node-1", "node-1", 0, 0)
 	node.Lock.Class = audit.ClassHeartbeat
-	apply(t, s, audit.Batch{
+	Apply(t, s, audit.Batch{
 		Locks: []audit.TrackState{orders, node},
 		Findings: []audit.Finding{
-			{Lock: orders.Lock.Key(), Kind: audit.FindingLateRenewal, At: at(10), Summary: "orders late"},
-			{Lock: node.Lock.Key(), Kind: audit.FindingLeaseExpired, At: at(20), Summary: "node-1 expired"},
-			{Lock: node.Lock.Key(), Kind: audit.FindingLateRenewal, At: at(30), Summary: "node-1 late"},
-			{Lock: orders.Lock.Key(), Kind: audit.FindingOverlap, At: at(40), Summary: "orders overlap"},
+			{Lock: orders.Lock.Key(), Kind: audit.FindingLateRenewal, At: At(10), Summary: "orders late"},
+			{Lock: node.Lock.Key(), Kind: audit.FindingLeaseExpired, At: At(20), Summary: "node-1 expired"},
+			{Lock: node.Lock.Key(), Kind: audit.FindingLateRenewal, At: At(30), Summary: "node-1 late"},
+			{Lock: orders.Lock.Key(), Kind: audit.FindingOverlap, At: At(40), Summary: "orders overlap"},
 		},
 	})
 	sums := func(f audit.FindingFilter) []string {
@@ -434,24 +434,24 @@ func TestFindingsByLockClass(t *testing.T) {
 		return out
 	}
 	lock, hb := audit.ClassLock, audit.ClassHeartbeat
-	equal(t, "class lock", sums(audit.FindingFilter{Class: lock}), []string{"orders late", "orders overlap"})
-	equal(t, "class heartbeat", sums(audit.FindingFilter{Class: hb}), []string{"node-1 expired", "node-1 late"})
-	equal(t, "every class", sums(audit.FindingFilter{}), []string{"orders late", "node-1 expired", "node-1 late", "orders overlap"})
-	equal(t, "class lock, newest 1", sums(audit.FindingFilter{Class: lock, TimeFilter: audit.TimeFilter{Limit: 1}}), []string{"orders overlap"})
-	equal(t, "class heartbeat, one kind", sums(audit.FindingFilter{Class: hb, Kind: audit.FindingLeaseExpired}), []string{"node-1 expired"})
-	equal(t, "class lock, source", sums(audit.FindingFilter{Class: lock, Source: "k8s", TimeFilter: audit.TimeFilter{From: at(15)}}), []string{"orders overlap"})
+	Equal(t, "class lock", sums(audit.FindingFilter{Class: lock}), []string{"orders late", "orders overlap"})
+	Equal(t, "class heartbeat", sums(audit.FindingFilter{Class: hb}), []string{"node-1 expired", "node-1 late"})
+	Equal(t, "every class", sums(audit.FindingFilter{}), []string{"orders late", "node-1 expired", "node-1 late", "orders overlap"})
+	Equal(t, "class lock, newest 1", sums(audit.FindingFilter{Class: lock, TimeFilter: audit.TimeFilter{Limit: 1}}), []string{"orders overlap"})
+	Equal(t, "class heartbeat, one kind", sums(audit.FindingFilter{Class: hb, Kind: audit.FindingLeaseExpired}), []string{"node-1 expired"})
+	Equal(t, "class lock, source", sums(audit.FindingFilter{Class: lock, Source: "k8s", TimeFilter: audit.TimeFilter{From: At(15)}}), []string{"orders overlap"})
 
 	counts := func(class audit.Class) map[audit.Severity]int {
 		t.Helper()
-		got, err := s.FindingCounts(ctx, audit.FindingCountFilter{Class: class, TimeFilter: audit.TimeFilter{From: at(5), To: at(35)}})
+		got, err := s.FindingCounts(ctx, audit.FindingCountFilter{Class: class, TimeFilter: audit.TimeFilter{From: At(5), To: At(35)}})
 		if err != nil {
 			t.Fatal(err)
 		}
 		return got
 	}
-	equal(t, "counts of locks", counts(lock), map[audit.Severity]int{audit.SeverityWarning: 1})
-	equal(t, "counts of heartbeats", counts(hb), map[audit.Severity]int{audit.SeverityWarning: 2})
-	equal(t, "counts of every class", counts(""), map[audit.Severity]int{audit.SeverityWarning: 3})
+	Equal(t, "counts of locks", counts(lock), map[audit.Severity]int{audit.SeverityWarning: 1})
+	Equal(t, "counts of heartbeats", counts(hb), map[audit.Severity]int{audit.SeverityWarning: 2})
+	Equal(t, "counts of every class", counts(""), map[audit.Severity]int{audit.SeverityWarning: 3})
 
 	// A finding stored before its lock's row (the lock named by a finding
 	// alone) is counted as a lock's until the row says heartbeat; a lock
@@ -459,56 +459,56 @@ func TestFindingsByLockClass(t *testing.T) {
 	// findings along.
 	node2 := heldLock("k8s", "kube-node-lease/node-2", "node-2", 0, 0)
 	node2.Lock.Class = audit.ClassHeartbeat
-	apply(t, s, audit.Batch{Findings: []audit.Finding{{Lock: node2.Lock.Key(), Kind: audit.FindingLateRenewal, At: at(25), Summary: "node-2 late"}}})
-	equal(t, "counts of locks, node-2's row not yet stored", counts(lock), map[audit.Severity]int{audit.SeverityWarning: 2})
-	apply(t, s, audit.Batch{Locks: []audit.TrackState{node2}})
-	equal(t, "counts of locks, node-2 a heartbeat", counts(lock), map[audit.Severity]int{audit.SeverityWarning: 1})
-	equal(t, "counts of heartbeats, node-2 a heartbeat", counts(hb), map[audit.Severity]int{audit.SeverityWarning: 3})
+	Apply(t, s, audit.Batch{Findings: []audit.Finding{{Lock: node2.Lock.Key(), Kind: audit.FindingLateRenewal, At: At(25), Summary: "node-2 late"}}})
+	Equal(t, "counts of locks, node-2's row not yet stored", counts(lock), map[audit.Severity]int{audit.SeverityWarning: 2})
+	Apply(t, s, audit.Batch{Locks: []audit.TrackState{node2}})
+	Equal(t, "counts of locks, node-2 a heartbeat", counts(lock), map[audit.Severity]int{audit.SeverityWarning: 1})
+	Equal(t, "counts of heartbeats, node-2 a heartbeat", counts(hb), map[audit.Severity]int{audit.SeverityWarning: 3})
 	node.Lock.Class = audit.ClassLock
-	apply(t, s, audit.Batch{Locks: []audit.TrackState{node}})
-	equal(t, "counts of heartbeats, node-1 a lock", counts(hb), map[audit.Severity]int{audit.SeverityWarning: 1})
-	equal(t, "class lock, node-1 a lock", sums(audit.FindingFilter{Class: lock}), []string{"orders late", "node-1 expired", "node-1 late", "orders overlap"})
-	equal(t, "class heartbeat, node-1 a lock", sums(audit.FindingFilter{Class: hb}), []string{"node-2 late"})
+	Apply(t, s, audit.Batch{Locks: []audit.TrackState{node}})
+	Equal(t, "counts of heartbeats, node-1 a lock", counts(hb), map[audit.Severity]int{audit.SeverityWarning: 1})
+	Equal(t, "class lock, node-1 a lock", sums(audit.FindingFilter{Class: lock}), []string{"orders late", "node-1 expired", "node-1 late", "orders overlap"})
+	Equal(t, "class heartbeat, node-1 a lock", sums(audit.FindingFilter{Class: hb}), []string{"node-2 late"})
 }
 
-func TestBlindWindowsOnePerSourceInterval(t *testing.T) {
-	s, _ := openStore(t)
+func testBlindWindowsOnePerSourceInterval(t *testing.T, h Harness) {
+	s := h.Open(t)
 	ctx := context.Background()
-	detail := map[string]any{"from": at(10).Format(time.RFC3339Nano), "to": at(70).Format(time.RFC3339Nano), "reason": "etcd compaction"}
+	detail := map[string]any{"from": At(10).Format(time.RFC3339Nano), "to": At(70).Format(time.RFC3339Nano), "reason": "etcd compaction"}
 	var b audit.Batch
 	for _, name := range []string{"a", "b", "c"} {
 		key := audit.LockKey{Source: "etcd", Name: name}
-		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventBlind, At: at(70), Detail: detail})
-		b.Findings = append(b.Findings, audit.Finding{Lock: key, Kind: audit.FindingBlindWindow, At: at(10), Until: at(70)})
+		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventBlind, At: At(70), Detail: detail})
+		b.Findings = append(b.Findings, audit.Finding{Lock: key, Kind: audit.FindingBlindWindow, At: At(10), Until: At(70)})
 	}
-	apply(t, s, b)
-	apply(t, s, audit.Batch{Findings: []audit.Finding{
-		{Lock: audit.LockKey{Source: "k8s", Name: "x"}, Kind: audit.FindingBlindWindow, At: at(100), Until: at(110)},
+	Apply(t, s, b)
+	Apply(t, s, audit.Batch{Findings: []audit.Finding{
+		{Lock: audit.LockKey{Source: "k8s", Name: "x"}, Kind: audit.FindingBlindWindow, At: At(100), Until: At(110)},
 	}})
 	got, err := s.BlindWindows(ctx, audit.BlindFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "blind windows", got, []audit.BlindWindow{
-		{Source: "etcd", From: at(10), To: at(70), Reason: "etcd compaction", Locks: 3},
-		{Source: "k8s", From: at(100), To: at(110), Locks: 1},
+	Equal(t, "blind windows", got, []audit.BlindWindow{
+		{Source: "etcd", From: At(10), To: At(70), Reason: "etcd compaction", Locks: 3},
+		{Source: "k8s", From: At(100), To: At(110), Locks: 1},
 	})
-	got, _ = s.BlindWindows(ctx, audit.BlindFilter{Source: "etcd", TimeFilter: audit.TimeFilter{From: at(80)}})
-	equal(t, "etcd after 80s", got, []audit.BlindWindow(nil))
+	got, _ = s.BlindWindows(ctx, audit.BlindFilter{Source: "etcd", TimeFilter: audit.TimeFilter{From: At(80)}})
+	Equal(t, "etcd after 80s", got, []audit.BlindWindow(nil))
 
 	last, err := s.LastEventAt(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "last event", last, map[string]time.Time{"etcd": at(70)})
+	Equal(t, "last event", last, map[string]time.Time{"etcd": At(70)})
 }
 
-func TestCursors(t *testing.T) {
-	s, _ := openStore(t)
-	apply(t, s, audit.Batch{Cursors: []audit.Cursor{{Source: "b", Position: "9", At: at(3)}, {Source: "a", Position: "7", At: at(1)}}})
+func testCursors(t *testing.T, h Harness) {
+	s := h.Open(t)
+	Apply(t, s, audit.Batch{Cursors: []audit.Cursor{{Source: "b", Position: "9", At: At(3)}, {Source: "a", Position: "7", At: At(1)}}})
 	got, err := s.Cursors(context.Background())
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "cursors", got, []audit.Cursor{{Source: "a", Position: "7", At: at(1)}, {Source: "b", Position: "9", At: at(3)}})
+	Equal(t, "cursors", got, []audit.Cursor{{Source: "a", Position: "7", At: At(1)}, {Source: "b", Position: "9", At: At(3)}})
 }

@@ -1,4 +1,4 @@
-package sqlite
+package storetest
 
 import (
 	"context"
@@ -13,36 +13,36 @@ import (
 // with an accepted write at 15; the second granted at 40 and renewed at 50
 // and 60. Findings at 20 (an instant) and 30 lasting to 70. Everything is
 // synced into the lock rows.
-func retentionStory(t *testing.T, s *Store) audit.LockKey {
+func retentionStory(t *testing.T, s Store) audit.LockKey {
 	t.Helper()
 	key := audit.LockKey{Source: "cache", Name: "lock:orders"}
-	first := audit.Tenure{Lock: key, Seq: 1, Holder: "a", Token: audit.Int64(1), GrantedAt: at(0), Renewals: 3,
-		LastRenewedAt: at(30), EndedAt: at(35), End: audit.EndReleased}
-	second := audit.Tenure{Lock: key, Seq: 2, Holder: "b", Token: audit.Int64(2), GrantedAt: at(40), Renewals: 2, LastRenewedAt: at(60)}
+	first := audit.Tenure{Lock: key, Seq: 1, Holder: "a", Token: audit.Int64(1), GrantedAt: At(0), Renewals: 3,
+		LastRenewedAt: At(30), EndedAt: At(35), End: audit.EndReleased}
+	second := audit.Tenure{Lock: key, Seq: 2, Holder: "b", Token: audit.Int64(2), GrantedAt: At(40), Renewals: 2, LastRenewedAt: At(60)}
 	renew := func(sec int, ten audit.Tenure, margin float64) audit.Event {
-		return audit.Event{Lock: key, Kind: audit.EventRenew, At: at(sec), Holder: ten.Holder, Token: ten.Token,
+		return audit.Event{Lock: key, Kind: audit.EventRenew, At: At(sec), Holder: ten.Holder, Token: ten.Token,
 			Seq: ten.Seq, Detail: map[string]any{"margin_ratio": margin}}
 	}
 	events := []audit.Event{
-		{Lock: key, Kind: audit.EventGrant, At: at(0), Holder: "a", Token: audit.Int64(1)},
+		{Lock: key, Kind: audit.EventGrant, At: At(0), Holder: "a", Token: audit.Int64(1)},
 		renew(10, first, 0.9),
-		{Lock: key, Kind: audit.EventWriteAccepted, At: at(15), Holder: "a", Token: audit.Int64(1), Resource: "db"},
+		{Lock: key, Kind: audit.EventWriteAccepted, At: At(15), Holder: "a", Token: audit.Int64(1), Resource: "db"},
 		renew(20, first, 0.2),
 		renew(30, first, 0.5),
-		{Lock: key, Kind: audit.EventRelease, At: at(35), Holder: "a", Token: audit.Int64(1)},
-		{Lock: key, Kind: audit.EventGrant, At: at(40), Holder: "b", Token: audit.Int64(2)},
+		{Lock: key, Kind: audit.EventRelease, At: At(35), Holder: "a", Token: audit.Int64(1)},
+		{Lock: key, Kind: audit.EventGrant, At: At(40), Holder: "b", Token: audit.Int64(2)},
 		renew(50, second, 0.75),
 		renew(60, second, 0.8),
 	}
 	findings := []audit.Finding{
-		{Lock: key, Kind: audit.FindingLateRenewal, At: at(20)},
-		{Lock: key, Kind: audit.FindingOverlap, At: at(30), Until: at(70)},
+		{Lock: key, Kind: audit.FindingLateRenewal, At: At(20)},
+		{Lock: key, Kind: audit.FindingOverlap, At: At(30), Until: At(70)},
 	}
-	apply(t, s, audit.Batch{Tenures: []audit.Tenure{first, second}, Events: events, Findings: findings, Synced: true})
+	Apply(t, s, audit.Batch{Tenures: []audit.Tenure{first, second}, Events: events, Findings: findings, Synced: true})
 	return key
 }
 
-func eventTimes(t *testing.T, s *Store, id int64) map[audit.EventKind][]int {
+func eventTimes(t *testing.T, s Store, id int64) map[audit.EventKind][]int {
 	t.Helper()
 	events, err := s.Events(context.Background(), id, audit.EventFilter{})
 	if err != nil {
@@ -50,18 +50,18 @@ func eventTimes(t *testing.T, s *Store, id int64) map[audit.EventKind][]int {
 	}
 	out := make(map[audit.EventKind][]int)
 	for _, e := range events {
-		out[e.Kind] = append(out[e.Kind], int(e.At.Sub(t0)/time.Second))
+		out[e.Kind] = append(out[e.Kind], int(e.At.Sub(T0)/time.Second))
 	}
 	return out
 }
 
-func TestRetentionPrunesByKindAndKeepsRenewalSummaries(t *testing.T) {
-	s, _ := openStore(t)
+func testRetentionPrunesByKindAndKeepsRenewalSummaries(t *testing.T, h Harness) {
+	s := h.Open(t)
 	ctx := context.Background()
 	key := retentionStory(t, s)
-	id := lockByKey(t, s, key).ID
+	id := LockByKey(t, s, key).ID
 
-	now := at(100)
+	now := At(100)
 	pruned := map[string]int{}
 	r := &audit.Retainer{
 		Store: s,
@@ -76,12 +76,12 @@ func TestRetentionPrunesByKindAndKeepsRenewalSummaries(t *testing.T) {
 	if err := r.Pass(ctx); err != nil {
 		t.Fatalf("Pass: %v", err)
 	}
-	equal(t, "events left", eventTimes(t, s, id), map[audit.EventKind][]int{
+	Equal(t, "events left", eventTimes(t, s, id), map[audit.EventKind][]int{
 		audit.EventRenew:   {50, 60},
 		audit.EventRelease: {35},
 		audit.EventGrant:   {40},
 	})
-	equal(t, "pruned", pruned, map[string]int{"events": 5, "findings": 1})
+	Equal(t, "pruned", pruned, map[string]int{"events": 5, "findings": 1})
 
 	findings, err := s.Findings(ctx, audit.FindingFilter{})
 	if err != nil {
@@ -98,8 +98,8 @@ func TestRetentionPrunesByKindAndKeepsRenewalSummaries(t *testing.T) {
 	if len(tenures) != 2 {
 		t.Fatalf("got %d tenures, want both kept", len(tenures))
 	}
-	equal(t, "first tenure's pruned renewals", tenures[0].Pruned,
-		&audit.RenewalSummary{Renewals: 3, First: at(10), Last: at(30), MinMarginRatio: audit.Float64(0.2)})
+	Equal(t, "first tenure's pruned renewals", tenures[0].Pruned,
+		&audit.RenewalSummary{Renewals: 3, First: At(10), Last: At(30), MinMarginRatio: audit.Float64(0.2)})
 	if tenures[0].Renewals != 3 {
 		t.Errorf("first tenure's renewals = %d, want its count kept at 3", tenures[0].Renewals)
 	}
@@ -109,11 +109,11 @@ func TestRetentionPrunesByKindAndKeepsRenewalSummaries(t *testing.T) {
 
 	// Later, the walk goes on from where it stopped and adds to the
 	// summaries.
-	now = at(115)
+	now = At(115)
 	if err := r.Pass(ctx); err != nil {
 		t.Fatalf("Pass: %v", err)
 	}
-	equal(t, "events left later", eventTimes(t, s, id), map[audit.EventKind][]int{
+	Equal(t, "events left later", eventTimes(t, s, id), map[audit.EventKind][]int{
 		audit.EventRenew:   {60},
 		audit.EventRelease: {35},
 	})
@@ -121,27 +121,27 @@ func TestRetentionPrunesByKindAndKeepsRenewalSummaries(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "second tenure's pruned renewals", tenures[1].Pruned,
-		&audit.RenewalSummary{Renewals: 1, First: at(50), Last: at(50), MinMarginRatio: audit.Float64(0.75)})
+	Equal(t, "second tenure's pruned renewals", tenures[1].Pruned,
+		&audit.RenewalSummary{Renewals: 1, First: At(50), Last: At(50), MinMarginRatio: audit.Float64(0.75)})
 }
 
 // Renewals not yet folded into their lock rows are what a restart replays:
 // retention leaves them, however old.
-func TestRetentionKeepsUnsyncedRenewals(t *testing.T) {
-	s, _ := openStore(t)
+func testRetentionKeepsUnsyncedRenewals(t *testing.T, h Harness) {
+	s := h.Open(t)
 	ctx := context.Background()
 	key := retentionStory(t, s)
-	id := lockByKey(t, s, key).ID
+	id := LockByKey(t, s, key).ID
 	ten := audit.Tenure{Lock: key, Seq: 2, Holder: "b", Token: audit.Int64(2)}
-	apply(t, s, audit.Batch{Events: []audit.Event{{Lock: key, Kind: audit.EventRenew, At: at(65), Holder: "b",
+	Apply(t, s, audit.Batch{Events: []audit.Event{{Lock: key, Kind: audit.EventRenew, At: At(65), Holder: "b",
 		Token: ten.Token, Seq: 2}}})
 
 	r := &audit.Retainer{Store: s, Retention: audit.Retention{Kinds: map[audit.EventKind]time.Duration{audit.EventRenew: time.Second}},
-		Now: func() time.Time { return at(1000) }}
+		Now: func() time.Time { return At(1000) }}
 	if err := r.Pass(ctx); err != nil {
 		t.Fatalf("Pass: %v", err)
 	}
-	equal(t, "renewals left", eventTimes(t, s, id)[audit.EventRenew], []int{65})
+	Equal(t, "renewals left", eventTimes(t, s, id)[audit.EventRenew], []int{65})
 	unsynced, err := s.Unsynced(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -153,37 +153,37 @@ func TestRetentionKeepsUnsyncedRenewals(t *testing.T) {
 
 // A renewal stored before renewals named their tenure is summarised under
 // the tenure granted last before it, with the margin from its detail.
-func TestRetentionSummarisesRenewalsStoredWithoutTheirTenure(t *testing.T) {
-	s, _ := openStore(t)
+func testRetentionSummarisesRenewalsStoredWithoutTheirTenure(t *testing.T, h Harness) {
+	s := h.Open(t)
 	ctx := context.Background()
 	key := audit.LockKey{Source: "cache", Name: "lock:old"}
 	tenures := []audit.Tenure{
-		{Lock: key, Seq: 1, Holder: "a", GrantedAt: at(0), EndedAt: at(20), End: audit.EndExpired},
-		{Lock: key, Seq: 2, Holder: "b", GrantedAt: at(20)},
+		{Lock: key, Seq: 1, Holder: "a", GrantedAt: At(0), EndedAt: At(20), End: audit.EndExpired},
+		{Lock: key, Seq: 2, Holder: "b", GrantedAt: At(20)},
 	}
 	events := []audit.Event{
-		{Lock: key, Kind: audit.EventRenew, At: at(5), Holder: "a", Detail: map[string]any{"margin_ratio": 0.4}},
-		{Lock: key, Kind: audit.EventRenew, At: at(25), Holder: "b", Detail: map[string]any{"margin_ratio": 0.6}},
-		{Lock: key, Kind: audit.EventRenew, At: at(30), Holder: "b"},
+		{Lock: key, Kind: audit.EventRenew, At: At(5), Holder: "a", Detail: map[string]any{"margin_ratio": 0.4}},
+		{Lock: key, Kind: audit.EventRenew, At: At(25), Holder: "b", Detail: map[string]any{"margin_ratio": 0.6}},
+		{Lock: key, Kind: audit.EventRenew, At: At(30), Holder: "b"},
 	}
-	apply(t, s, audit.Batch{Tenures: tenures, Events: events, Synced: true})
+	Apply(t, s, audit.Batch{Tenures: tenures, Events: events, Synced: true})
 	r := &audit.Retainer{Store: s, Retention: audit.Retention{Kinds: map[audit.EventKind]time.Duration{audit.EventRenew: time.Second}},
-		Now: func() time.Time { return at(100) }}
+		Now: func() time.Time { return At(100) }}
 	if err := r.Pass(ctx); err != nil {
 		t.Fatalf("Pass: %v", err)
 	}
-	got, err := s.Tenures(ctx, lockByKey(t, s, key).ID, audit.TimeFilter{})
+	got, err := s.Tenures(ctx, LockByKey(t, s, key).ID, audit.TimeFilter{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	equal(t, "summaries", []*audit.RenewalSummary{got[0].Pruned, got[1].Pruned}, []*audit.RenewalSummary{
-		{Renewals: 1, First: at(5), Last: at(5), MinMarginRatio: audit.Float64(0.4)},
-		{Renewals: 2, First: at(25), Last: at(30), MinMarginRatio: audit.Float64(0.6)},
+	Equal(t, "summaries", []*audit.RenewalSummary{got[0].Pruned, got[1].Pruned}, []*audit.RenewalSummary{
+		{Renewals: 1, First: At(5), Last: At(5), MinMarginRatio: audit.Float64(0.4)},
+		{Renewals: 2, First: At(25), Last: At(30), MinMarginRatio: audit.Float64(0.6)},
 	})
 }
 
-func TestPruneEventsRejectsANonPositiveLimit(t *testing.T) {
-	s, _ := openStore(t)
+func testPruneEventsRejectsANonPositiveLimit(t *testing.T, h Harness) {
+	s := h.Open(t)
 	if _, err := s.PruneEvents(context.Background(), audit.PruneStep{Rule: audit.EventRule{Others: true}}); err == nil {
 		t.Error("PruneEvents with limit 0 = nil error, want one")
 	}
