@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -36,18 +37,18 @@ func openURL(t *testing.T, url string) *Store {
 }
 
 func TestContract(t *testing.T) {
-	urls := make(map[storetest.Store]string)
+	var urls sync.Map // storetest.Store → its database's URL
 	storetest.Run(t, storetest.Harness{
 		Open: func(t *testing.T) storetest.Store {
 			s, url := open(t)
-			urls[s] = url
+			urls.Store(s, url)
 			return s
 		},
 		Reopen: func(t *testing.T, s storetest.Store) storetest.Store {
-			url := urls[s]
+			url, _ := urls.Load(s)
 			s.Close()
-			r := openURL(t, url)
-			urls[r] = url
+			r := openURL(t, url.(string))
+			urls.Store(r, url)
 			return r
 		},
 	})
