@@ -3,6 +3,7 @@ package migrations
 import (
 	"crypto/sha256"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"strings"
 	"testing"
@@ -11,46 +12,81 @@ import (
 
 // landed pins the SHA-256 of every migration that has shipped. A migration is
 // never edited after it lands: add the next number instead, and its hash here.
-var landed = map[string]string{
-	"0001_init.sql":                 "542aeee7059700075fa72ae08afc3b7706f91d8c45c952d62af02d2b0d8249f4",
-	"0002_dashboard.sql":            "de5c1a3144d320cc4bafec9a08b30cbcecbf7cf3b4e90b910534fb27ddc05aea",
-	"0003_lock_list_cover.sql":      "5ac15b6497d5cfd277769f51a2690238fc5ae83ff762924de1250be30b07fe16",
-	"0004_lock_counts_triggers.sql": "a79992b0a278cc6584614ae08e0d662c317dff075ad463b62fa655eb96865f60",
-	"0005_renewal_rows.sql":         "c3413529e30806274c62e900608aa69d1afcf2233358146b6a26a724105927ad",
-	"0006_event_indexes.sql":        "374d0a138472a15d353d11860659b8bbed17fc026cf9ca8a5638876585b02904",
-	"0007_finding_class.sql":        "e357fe700f19e76c99f6e0de4c426c82e7911bb45187d8f28bdcedd8ac5d00e3",
-	"0008_compact_renewals.sql":     "4bb245907484307a68e0d923afa0c36eaa5567515f78b0befd48407aa51702cb",
-	"0009_finding_lock_indexes.sql": "19807ff6334b4a216fc788cdcfddb3b43f0fdd575ea911181dea58d1839f5639",
+var landed = map[string]map[string]string{
+	"sqlite": {
+		"0001_init.sql":                 "542aeee7059700075fa72ae08afc3b7706f91d8c45c952d62af02d2b0d8249f4",
+		"0002_dashboard.sql":            "de5c1a3144d320cc4bafec9a08b30cbcecbf7cf3b4e90b910534fb27ddc05aea",
+		"0003_lock_list_cover.sql":      "5ac15b6497d5cfd277769f51a2690238fc5ae83ff762924de1250be30b07fe16",
+		"0004_lock_counts_triggers.sql": "a79992b0a278cc6584614ae08e0d662c317dff075ad463b62fa655eb96865f60",
+		"0005_renewal_rows.sql":         "c3413529e30806274c62e900608aa69d1afcf2233358146b6a26a724105927ad",
+		"0006_event_indexes.sql":        "374d0a138472a15d353d11860659b8bbed17fc026cf9ca8a5638876585b02904",
+		"0007_finding_class.sql":        "e357fe700f19e76c99f6e0de4c426c82e7911bb45187d8f28bdcedd8ac5d00e3",
+		"0008_compact_renewals.sql":     "4bb245907484307a68e0d923afa0c36eaa5567515f78b0befd48407aa51702cb",
+		"0009_finding_lock_indexes.sql": "19807ff6334b4a216fc788cdcfddb3b43f0fdd575ea911181dea58d1839f5639",
+		"0010_request_id_scope.sql":     "1fcfb9b85e963851ab80ecb6b49c1229a8efd049827e3a5501b9787ec4b5329f",
+		"0011_time_none.sql":            "a00b0439a89fa60ee6032c6fc26ec9ec4c1384cd2b3fa8cf3ab1ce81c10eba4a",
+	},
 }
 
+// sets are the embedded migration sets by engine.
+var sets = map[string]fs.FS{"sqlite": SQLite, "postgres": Postgres}
+
 func TestLandedMigrationsAreUnchanged(t *testing.T) {
-	for name, want := range landed {
-		b, err := fs.ReadFile(FS, name)
-		if err != nil {
-			t.Errorf("landed migration %s is missing: %v", name, err)
-			continue
-		}
-		sum := sha256.Sum256(b)
-		if got := hex.EncodeToString(sum[:]); got != want {
-			t.Errorf("%s sha256 = %s, want %s: landed migrations are append-only; add a new file instead", name, got, want)
+	for engine, files := range landed {
+		for name, want := range files {
+			b, err := fs.ReadFile(sets[engine], name)
+			if err != nil {
+				t.Errorf("landed migration %s/%s is missing: %v", engine, name, err)
+				continue
+			}
+			sum := sha256.Sum256(b)
+			if got := hex.EncodeToString(sum[:]); got != want {
+				t.Errorf("%s/%s sha256 = %s, want %s: landed migrations are append-only; add a new file instead", engine, name, got, want)
+			}
 		}
 	}
 }
 
 func TestEmbeddedMigrationsAreNumberedFromOneWithoutGaps(t *testing.T) {
-	ms, err := Load(FS)
-	if err != nil {
-		t.Fatalf("Load: %v", err)
-	}
-	if len(ms) == 0 {
-		t.Fatal("no migrations embedded")
-	}
-	for i, m := range ms {
-		if m.Version != i+1 {
-			t.Errorf("migration %d is %s (version %d), want version %d", i, m.Name, m.Version, i+1)
+	for engine, set := range sets {
+		ms, err := Load(set)
+		if err != nil {
+			t.Fatalf("Load %s: %v", engine, err)
 		}
-		if strings.TrimSpace(m.SQL) == "" {
-			t.Errorf("migration %s is empty", m.Name)
+		if len(ms) == 0 {
+			t.Fatalf("no %s migrations embedded", engine)
+		}
+		for i, m := range ms {
+			if m.Version != i+1 {
+				t.Errorf("%s migration %d is %s (version %d), want version %d", engine, i, m.Name, m.Version, i+1)
+			}
+			if strings.TrimSpace(m.SQL) == "" {
+				t.Errorf("%s migration %s is empty", engine, m.Name)
+			}
+		}
+	}
+}
+
+// TestSQLiteSetKeepsItsVersions pins the version and name of every SQLite
+// migration: databases record them in schema_migrations, so moving or
+// renaming a file must not give one a new version, or an existing database
+// would apply it again.
+func TestSQLiteSetKeepsItsVersions(t *testing.T) {
+	ms, err := Load(SQLite)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := make(map[string]int)
+	for _, m := range ms {
+		got[m.Name] = m.Version
+	}
+	for name := range landed["sqlite"] {
+		var v int
+		if _, err := fmt.Sscanf(name, "%04d_", &v); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if got[name] != v {
+			t.Errorf("%s loads as version %d, want %d", name, got[name], v)
 		}
 	}
 }

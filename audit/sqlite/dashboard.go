@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
 )
 
 // LockCounts returns how many locks there are per source, class and state,
@@ -21,7 +22,7 @@ func (s *Store) LockCounts(ctx context.Context) ([]audit.LockCount, error) {
 		return nil, fmt.Errorf("count locks: %w", err)
 	}
 	counts, err := collect(rows, func(c *audit.LockCount) []any {
-		return []any{&c.Source, textDest[audit.Class]{&c.Class}, textDest[audit.LockState]{&c.State}, &c.N}
+		return []any{&c.Source, rowcodec.TextDest[audit.Class]{P: &c.Class}, rowcodec.TextDest[audit.LockState]{P: &c.State}, &c.N}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("count locks: %w", err)
@@ -92,7 +93,7 @@ func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKi
 	if _, err := lockKey(ctx, tx, lockID); err != nil {
 		return nil, err
 	}
-	lim := limit(f.Limit, defaultListLimit, maxListLimit)
+	lim := rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit)
 	times := func(cond string, args ...any) (*sql.Rows, error) {
 		var w where
 		w.add("lock_id = ?", lockID)
@@ -262,12 +263,12 @@ func (s *Store) BlindWindows(ctx context.Context, f audit.BlindFilter) ([]audit.
 		w.add("from_at <= ?", nanos(f.To))
 	}
 	rows, err := s.reader.QueryContext(ctx, `SELECT source, from_at, to_at, reason, locks FROM source_blinds`+
-		w.String()+` ORDER BY to_at DESC, source DESC LIMIT ?`, append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))...)
+		w.String()+` ORDER BY to_at DESC, source DESC LIMIT ?`, append(w.args, rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))...)
 	if err != nil {
 		return nil, fmt.Errorf("blind windows: %w", err)
 	}
 	out, err := collect(rows, func(b *audit.BlindWindow) []any {
-		return []any{&b.Source, timeDest{&b.From}, timeDest{&b.To}, &b.Reason, &b.Locks}
+		return []any{&b.Source, rowcodec.TimeDest{P: &b.From}, rowcodec.TimeDest{P: &b.To}, &b.Reason, &b.Locks}
 	})
 	if err != nil {
 		return nil, fmt.Errorf("blind windows: %w", err)
@@ -282,7 +283,7 @@ func (s *Store) Cursors(ctx context.Context) ([]audit.Cursor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cursors: %w", err)
 	}
-	out, err := collect(rows, func(c *audit.Cursor) []any { return []any{&c.Source, &c.Position, timeDest{&c.At}} })
+	out, err := collect(rows, func(c *audit.Cursor) []any { return []any{&c.Source, &c.Position, rowcodec.TimeDest{P: &c.At}} })
 	if err != nil {
 		return nil, fmt.Errorf("cursors: %w", err)
 	}

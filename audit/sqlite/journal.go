@@ -3,14 +3,13 @@ package sqlite
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
 )
 
 // Apply writes b in one transaction: lock rows and the tracker's memory of
@@ -108,16 +107,11 @@ func (w *batchWriter) stmt(ctx context.Context, q string) (*sql.Stmt, error) {
 }
 
 func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
-	locks := lastBy(b.Locks, func(st audit.TrackState) audit.LockKey { return st.Lock.Key() })
-	if err := w.putLocks(ctx, locks); err != nil {
+	shaped := rowcodec.Shape(b)
+	if err := w.putLocks(ctx, shaped.Locks); err != nil {
 		return err
 	}
-	type tenureKey struct {
-		lock audit.LockKey
-		seq  int64
-	}
-	tenures := lastBy(b.Tenures, func(t audit.Tenure) tenureKey { return tenureKey{t.Lock, t.Seq} })
-	if err := w.putTenures(ctx, tenures); err != nil {
+	if err := w.putTenures(ctx, shaped.Tenures); err != nil {
 		return err
 	}
 	if err := w.putEvents(ctx, b.Events); err != nil {
@@ -126,16 +120,14 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	if err := w.putFindings(ctx, b.Findings); err != nil {
 		return err
 	}
-	cursors := lastBy(b.Cursors, func(c audit.Cursor) string { return c.Source })
-	for _, c := range cursors {
+	for _, c := range shaped.Cursors {
 		if _, err := w.tx.ExecContext(ctx, `INSERT INTO cursors (source, position, at) VALUES (?, ?, ?)
 			ON CONFLICT (source) DO UPDATE SET position = excluded.position, at = excluded.at`,
 			c.Source, c.Position, nanos(c.At)); err != nil {
 			return fmt.Errorf("cursor of %s: %w", c.Source, err)
 		}
 	}
-	renewed := lastBy(b.Renewed, func(r audit.Renewal) audit.LockKey { return r.Lock })
-	if err := w.putRenewed(ctx, renewed); err != nil {
+	if err := w.putRenewed(ctx, shaped.Renewed); err != nil {
 		return err
 	}
 	if b.Synced {
@@ -156,28 +148,6 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 		}
 	}
 	return nil
-}
-
-// lastBy returns the last of the items sharing each key, in the order of those
-// last occurrences.
-func lastBy[T any, K comparable](items []T, key func(T) K) []T {
-	if len(items) < 2 {
-		return items
-	}
-	seen := make(map[K]bool, len(items))
-	out := make([]T, 0, len(items))
-	for i := len(items) - 1; i >= 0; i-- {
-		k := key(items[i])
-		if seen[k] {
-			continue
-		}
-		seen[k] = true
-		out = append(out, items[i])
-	}
-	for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
-		out[i], out[j] = out[j], out[i]
-	}
-	return out
 }
 
 const lockUpsert = `INSERT INTO locks (source, name, kind, class, state, holder, token,
@@ -207,9 +177,9 @@ func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) e
 	}
 	for _, st := range states {
 		l := st.Lock
-		state, err := json.Marshal(st)
+		state, err := rowcodec.EncodeTrackState(st)
 		if err != nil {
-			return fmt.Errorf("lock %s: encode track state: %w", l.Key(), err)
+			return err
 		}
 		class := l.Class
 		if class == "" {
@@ -217,14 +187,12 @@ func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) e
 		}
 		var id int64
 		if err := locks.QueryRowContext(ctx, l.Source, l.Name, string(l.Kind), string(class), string(l.State),
-			l.Holder, nullToken(l.Token), nanos(l.AcquiredAt), nanos(l.RenewedAt), nanos(l.ExpiresAt),
-			ms(l.LeaseDuration), nanos(l.ChangedAt)).Scan(&id); err != nil {
+			l.Holder, rowcodec.NullToken(l.Token), nanos(l.AcquiredAt), nanos(l.RenewedAt), nanos(l.ExpiresAt),
+			rowcodec.Ms(l.LeaseDuration), nanos(l.ChangedAt)).Scan(&id); err != nil {
 			return fmt.Errorf("lock %s: %w", l.Key(), err)
 		}
 		w.added[l.Key()] = id
-		// Recent runs up to NextSeq without gaps: the tenures from here on.
-		recentFrom := st.NextSeq - int64(len(st.Recent)) + 1
-		if _, err := tracks.ExecContext(ctx, id, recentFrom, string(state)); err != nil {
+		if _, err := tracks.ExecContext(ctx, id, rowcodec.RecentFrom(st), state); err != nil {
 			return fmt.Errorf("lock %s: track state: %w", l.Key(), err)
 		}
 	}
@@ -272,8 +240,8 @@ func (w *batchWriter) putRenewed(ctx context.Context, renewals []audit.Renewal) 
 			if err != nil {
 				return err
 			}
-			lockArgs = append(lockArgs, id, nanos(r.RenewedAt), nanos(r.ExpiresAt), ms(r.LeaseDuration))
-			tenureArgs = append(tenureArgs, id, r.Seq, r.Renewals, nanos(r.RenewedAt), ms(r.LeaseDuration), nanos(r.ExpiresAt))
+			lockArgs = append(lockArgs, id, nanos(r.RenewedAt), nanos(r.ExpiresAt), rowcodec.Ms(r.LeaseDuration))
+			tenureArgs = append(tenureArgs, id, r.Seq, r.Renewals, nanos(r.RenewedAt), rowcodec.Ms(r.LeaseDuration), nanos(r.ExpiresAt))
 		}
 		// A short last chunk repeats its first row: updating a row twice to
 		// the same values changes nothing.
@@ -334,9 +302,9 @@ func (w *batchWriter) putTenures(ctx context.Context, tenures []audit.Tenure) er
 		if err != nil {
 			return err
 		}
-		if _, err := stmt.ExecContext(ctx, id, t.Seq, t.Holder, nullToken(t.Token), nanos(t.GrantedAt),
-			t.Observed, t.Position, t.Renewals, nanos(t.LastRenewedAt), ms(t.LeaseDuration),
-			nanos(t.ExpiresAt), nullNanos(t.EndedAt), nullString(string(t.End))); err != nil {
+		if _, err := stmt.ExecContext(ctx, id, t.Seq, t.Holder, rowcodec.NullToken(t.Token), nanos(t.GrantedAt),
+			t.Observed, t.Position, t.Renewals, nanos(t.LastRenewedAt), rowcodec.Ms(t.LeaseDuration),
+			nanos(t.ExpiresAt), rowcodec.NullNanos(t.EndedAt), rowcodec.NullString(string(t.End))); err != nil {
 			return fmt.Errorf("tenure %d of lock %s: %w", t.Seq, t.Lock, err)
 		}
 	}
@@ -422,48 +390,37 @@ func (w *batchWriter) eventArgs(ctx context.Context, e audit.Event) ([]any, erro
 	if err != nil {
 		return nil, err
 	}
-	holder, token, detail := e.Holder, nullToken(e.Token), e.Detail
+	holder, token, detail := e.Holder, rowcodec.NullToken(e.Token), e.Detail
 	var seq, margin, renewedAt any
 	if e.Kind == audit.EventRenew && e.Seq > 0 {
 		holder, token, seq = "", nil, e.Seq
-		margin, renewedAt, detail = compactRenewal(e.Detail)
+		margin, renewedAt, detail = rowcodec.CompactRenewal(e.Detail)
 	}
 	var encoded any
 	if detail != nil {
-		s, err := encodeDetail(detail)
+		s, err := rowcodec.EncodeDetail(detail)
 		if err != nil {
 			return nil, fmt.Errorf("%s event of lock %s: encode detail: %w", e.Kind, e.Lock, err)
 		}
 		encoded = s
 	}
-	return []any{id, string(e.Kind), nanos(e.At), holder, token, ms(e.TTL), e.Position, e.Inferred,
-		e.Resource, nullString(e.RequestID), encoded, seq, margin, renewedAt}, nil
+	return []any{id, string(e.Kind), nanos(e.At), holder, token, rowcodec.Ms(e.TTL), e.Position, e.Inferred,
+		e.Resource, rowcodec.NullString(e.RequestID), encoded, seq, margin, renewedAt}, nil
 }
 
 // putBlindReason records a blind event's interval and reason once per source:
 // the tracker writes one event per lock, the sources page wants one row.
 func (w *batchWriter) putBlindReason(ctx context.Context, e audit.Event) error {
-	from, err1 := detailTime(e.Detail, "from")
-	to, err2 := detailTime(e.Detail, "to")
-	if err1 != nil || err2 != nil {
-		return nil // not a tracker-made blind event; its finding still counts
+	from, to, reason, ok := rowcodec.BlindInterval(e)
+	if !ok {
+		return nil
 	}
-	reason, _ := e.Detail["reason"].(string)
 	if _, err := w.tx.ExecContext(ctx, `INSERT INTO source_blinds (source, from_at, to_at, reason) VALUES (?, ?, ?, ?)
 		ON CONFLICT (source, from_at, to_at) DO UPDATE SET reason = excluded.reason`,
 		e.Lock.Source, nanos(from), nanos(to), reason); err != nil {
 		return fmt.Errorf("blind window of source %s: %w", e.Lock.Source, err)
 	}
 	return nil
-}
-
-// detailTime reads an RFC 3339 time from an event detail.
-func detailTime(d map[string]any, key string) (time.Time, error) {
-	s, ok := d[key].(string)
-	if !ok {
-		return time.Time{}, fmt.Errorf("detail %s: not a string", key)
-	}
-	return time.Parse(time.RFC3339Nano, s)
 }
 
 // findingInsert copies the lock's class into the finding (migration 0007):
@@ -485,27 +442,21 @@ func (w *batchWriter) putFindings(ctx context.Context, findings []audit.Finding)
 		if err != nil {
 			return err
 		}
-		sev := f.Severity
-		if sev == "" {
-			sev = f.Kind.Severity()
-		}
-		tokens, err := jsonArray(f.Tokens)
+		sev := rowcodec.Severity(f)
+		tokens, err := rowcodec.JSONArray(f.Tokens)
 		if err != nil {
 			return fmt.Errorf("%s finding of lock %s: %w", f.Kind, f.Lock, err)
 		}
-		holders, err := jsonArray(f.Holders)
+		holders, err := rowcodec.JSONArray(f.Holders)
 		if err != nil {
 			return fmt.Errorf("%s finding of lock %s: %w", f.Kind, f.Lock, err)
 		}
-		if _, err := stmt.ExecContext(ctx, id, string(f.Kind), string(sev), nanos(f.At), nullNanos(f.Until),
+		if _, err := stmt.ExecContext(ctx, id, string(f.Kind), string(sev), nanos(f.At), rowcodec.NullNanos(f.Until),
 			f.Summary, tokens, holders, f.Resource); err != nil {
 			return fmt.Errorf("%s finding of lock %s: %w", f.Kind, f.Lock, err)
 		}
 		if f.Kind == audit.FindingBlindWindow {
-			until := f.Until
-			if until.IsZero() {
-				until = f.At
-			}
+			until := rowcodec.BlindUntil(f)
 			if _, err := w.tx.ExecContext(ctx, `INSERT INTO source_blinds (source, from_at, to_at, locks) VALUES (?, ?, ?, 1)
 				ON CONFLICT (source, from_at, to_at) DO UPDATE SET locks = locks + 1`,
 				f.Lock.Source, nanos(f.At), nanos(until)); err != nil {
@@ -514,15 +465,6 @@ func (w *batchWriter) putFindings(ctx context.Context, findings []audit.Finding)
 		}
 	}
 	return nil
-}
-
-// jsonArray encodes a slice as a JSON array, nil as [].
-func jsonArray[T any](v []T) (string, error) {
-	if len(v) == 0 {
-		return "[]", nil
-	}
-	b, err := json.Marshal(v)
-	return string(b), err
 }
 
 // Restore returns the tracker's saved memory of every lock, with Lock filled
@@ -550,16 +492,14 @@ func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor
 			raw     sql.NullString
 			lastSeq sql.NullInt64
 		)
-		dest := append(lockDest(&st.Lock), &raw, &lastSeq)
+		dest := append(rowcodec.LockDest(&st.Lock), &raw, &lastSeq)
 		if err := rows.Scan(dest...); err != nil {
 			return nil, nil, fmt.Errorf("restore locks: %w", err)
 		}
 		if raw.Valid {
-			lock := st.Lock
-			if err := json.Unmarshal([]byte(raw.String), &st); err != nil {
-				return nil, nil, fmt.Errorf("restore lock %s: decode track state: %w", lock.Key(), err)
+			if err := rowcodec.DecodeTrackState(&st, raw.String); err != nil {
+				return nil, nil, err
 			}
-			st.Lock = lock
 		} else {
 			// A lock the tracker never saved: only its tenure numbering
 			// must carry on.
@@ -583,7 +523,7 @@ func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor
 	defer rows.Close()
 	for rows.Next() {
 		var t audit.Tenure
-		if err := rows.Scan(tenureDest(&t)...); err != nil {
+		if err := rows.Scan(rowcodec.TenureDest(&t)...); err != nil {
 			return nil, nil, fmt.Errorf("restore tenures: %w", err)
 		}
 		i, ok := index[t.LockID]
@@ -607,7 +547,7 @@ func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor
 	var cursors []audit.Cursor
 	for rows.Next() {
 		var c audit.Cursor
-		if err := rows.Scan(&c.Source, &c.Position, timeDest{&c.At}); err != nil {
+		if err := rows.Scan(&c.Source, &c.Position, rowcodec.TimeDest{P: &c.At}); err != nil {
 			return nil, nil, fmt.Errorf("restore cursors: %w", err)
 		}
 		cursors = append(cursors, c)
@@ -632,7 +572,7 @@ func (s *Store) Unsynced(ctx context.Context) ([]audit.Event, error) {
 	var events []audit.Event
 	for rows.Next() {
 		var e audit.Event
-		if err := rows.Scan(append(eventDest(&e), &e.Lock.Source, &e.Lock.Name)...); err != nil {
+		if err := rows.Scan(append(rowcodec.EventDest(&e), &e.Lock.Source, &e.Lock.Name)...); err != nil {
 			return nil, fmt.Errorf("unsynced renewals: %w", err)
 		}
 		events = append(events, e)
@@ -670,7 +610,7 @@ func (s *Store) StoredWrites(ctx context.Context, ids []string) ([]audit.Event, 
 		}
 		for rows.Next() {
 			var e audit.Event
-			if err := rows.Scan(append(eventDest(&e), &e.Lock.Source, &e.Lock.Name)...); err != nil {
+			if err := rows.Scan(append(rowcodec.EventDest(&e), &e.Lock.Source, &e.Lock.Name)...); err != nil {
 				rows.Close()
 				return nil, fmt.Errorf("stored writes: %w", err)
 			}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
 )
 
 // List limits: the default when a filter's Limit is <= 0, and the most one
@@ -21,13 +22,6 @@ const (
 	defaultListLimit = audit.DefaultListLimit
 	maxListLimit     = audit.MaxListLimit
 )
-
-func limit(n, def, most int) int {
-	if n <= 0 {
-		return def
-	}
-	return min(n, most)
-}
 
 // where accumulates the conditions and arguments of a query.
 type where struct {
@@ -123,7 +117,7 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 			order, reverse = backOrder, true
 		}
 	}
-	args := append(w.args, limit(f.Limit, defaultLockLimit, maxLockLimit), max(f.Offset, 0))
+	args := append(w.args, rowcodec.Limit(f.Limit, defaultLockLimit, maxLockLimit), max(f.Offset, 0))
 	// The page's ids come from an index alone (every filter and order has a
 	// covering one); only the page's rows are then read, so filters never
 	// drag whole lock rows, tracker state included, through the scan.
@@ -133,7 +127,7 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 	if err != nil {
 		return nil, fmt.Errorf("list locks: %w", err)
 	}
-	locks, err := collect(rows, lockDest)
+	locks, err := collect(rows, rowcodec.LockDest)
 	if err != nil {
 		return nil, fmt.Errorf("list locks: %w", err)
 	}
@@ -197,7 +191,7 @@ func (s *Store) CountLocks(ctx context.Context, f audit.LockFilter) (int, error)
 // Lock returns one lock. Returns ENOTFOUND if it does not exist.
 func (s *Store) Lock(ctx context.Context, id int64) (audit.Lock, error) {
 	var l audit.Lock
-	err := s.reader.QueryRowContext(ctx, `SELECT `+lockColumns+` FROM locks l WHERE l.id = ?`, id).Scan(lockDest(&l)...)
+	err := s.reader.QueryRowContext(ctx, `SELECT `+lockColumns+` FROM locks l WHERE l.id = ?`, id).Scan(rowcodec.LockDest(&l)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return audit.Lock{}, audit.Errorf(audit.ENOTFOUND, "lock %d not found", id)
 	}
@@ -212,7 +206,7 @@ func (s *Store) Lock(ctx context.Context, id int64) (audit.Lock, error) {
 func (s *Store) LockByKey(ctx context.Context, key audit.LockKey) (audit.Lock, error) {
 	var l audit.Lock
 	err := s.reader.QueryRowContext(ctx, `SELECT `+lockColumns+` FROM locks l WHERE l.source = ? AND l.name = ?`,
-		key.Source, key.Name).Scan(lockDest(&l)...)
+		key.Source, key.Name).Scan(rowcodec.LockDest(&l)...)
 	if errors.Is(err, sql.ErrNoRows) {
 		return audit.Lock{}, audit.Errorf(audit.ENOTFOUND, "lock %s not found", key)
 	}
@@ -233,7 +227,7 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 	if err != nil {
 		return nil, err
 	}
-	events, err := lockEvents(ctx, s, eventColumns, eventTables(eventIndex(f.Kind)), lockID, f, eventDest)
+	events, err := lockEvents(ctx, s, eventColumns, eventTables(eventIndex(f.Kind)), lockID, f, rowcodec.EventDest)
 	if err != nil {
 		return nil, err
 	}
@@ -278,7 +272,7 @@ func eventQuery(lockID int64, f audit.EventFilter) (where, []any) {
 		b := nanos(f.Before.At)
 		w.add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
 	}
-	return w, append(w.args, limit(f.Limit, defaultListLimit, maxListLimit))
+	return w, append(w.args, rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
 }
 
 // WriteEvents returns the lock's write events of one outcome within f's
@@ -296,7 +290,7 @@ func (s *Store) WriteEvents(ctx context.Context, lockID int64, outcome audit.Wri
 	}
 	writes, err := lockEvents(ctx, s, `e.id, e.at, e.holder, e.token, e.resource, CAST(json_extract(e.detail, '$.highest_token') AS INTEGER)`,
 		`events e INDEXED BY `+eventIndex(f.Kind), lockID, f, func(e *audit.WriteEvent) []any {
-			return []any{&e.ID, timeDest{&e.At}, textDest[string]{&e.Holder}, tokenDest{&e.Token}, textDest[string]{&e.Resource}, tokenDest{&e.HighestToken}}
+			return []any{&e.ID, rowcodec.TimeDest{P: &e.At}, rowcodec.TextDest[string]{P: &e.Holder}, rowcodec.TokenDest{P: &e.Token}, rowcodec.TextDest[string]{P: &e.Resource}, rowcodec.TokenDest{P: &e.HighestToken}}
 		})
 	if err != nil {
 		return nil, err
@@ -337,7 +331,7 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 	if err != nil {
 		return nil, err
 	}
-	lim := limit(f.Limit, defaultListLimit, maxListLimit)
+	lim := rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit)
 	var rows *sql.Rows
 	if f.From.IsZero() {
 		var w where
@@ -371,7 +365,7 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 		return nil, fmt.Errorf("list tenures of lock %d: %w", lockID, err)
 	}
 	tenures, err := collect(rows, func(t *audit.Tenure) []any {
-		return append(tenureDest(t), summaryDest{&t.Pruned})
+		return append(rowcodec.TenureDest(t), rowcodec.SummaryDest{P: &t.Pruned})
 	})
 	if err != nil {
 		return nil, fmt.Errorf("list tenures of lock %d: %w", lockID, err)
@@ -457,13 +451,13 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 		b := nanos(f.Before.At)
 		w.add("f.at <= ? AND (f.at < ? OR f.id < ?)", b, b, f.Before.ID)
 	}
-	args := append(append(head, w.args...), limit(f.Limit, defaultListLimit, maxListLimit))
+	args := append(append(head, w.args...), rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
 	rows, err := s.reader.QueryContext(ctx, `SELECT `+columns+from+
 		w.String()+` ORDER BY f.at DESC, f.id DESC LIMIT ?`, args...)
 	if err != nil {
 		return nil, fmt.Errorf("list findings: %w", err)
 	}
-	findings, err := collect(rows, findingDest)
+	findings, err := collect(rows, rowcodec.FindingDest)
 	if err != nil {
 		return nil, fmt.Errorf("list findings: %w", err)
 	}

@@ -220,7 +220,7 @@ func (s *Store) checkWAL(ctx context.Context) error {
 // migrate applies every migration not yet recorded in schema_migrations, each
 // in its own transaction together with its record.
 func (s *Store) migrate(ctx context.Context) error {
-	ms, err := migrations.Load(migrations.FS)
+	ms, err := migrations.Load(migrations.SQLite)
 	if err != nil {
 		return err
 	}
@@ -296,31 +296,6 @@ func (s *Store) Close() error {
 // instant. The bounds of a query window go through it too, so a window that
 // reaches past 2262 is clamped rather than wrapped.
 func nanos(t time.Time) int64 { return audit.Nanos(t) }
-
-// nullNanos stores the zero time as NULL, for columns where NULL means "not
-// yet" (a tenure's end, a finding's until).
-func nullNanos(t time.Time) any {
-	if t.IsZero() {
-		return nil
-	}
-	return audit.Nanos(t)
-}
-
-func ms(d time.Duration) int64 { return d.Milliseconds() }
-
-func nullToken(t *int64) any {
-	if t == nil {
-		return nil
-	}
-	return *t
-}
-
-func nullString(s string) any {
-	if s == "" {
-		return nil
-	}
-	return s
-}
 
 // Size returns the bytes the database's pages take (indexes included, free
 // pages not), as of the last committed batch.

@@ -63,7 +63,7 @@ func TestContract(t *testing.T) {
 func TestOpenAppliesMigrationsOnceAcrossReopen(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "leasewatch.db")
-	want, err := migrations.Load(migrations.FS)
+	want, err := migrations.Load(migrations.SQLite)
 	if err != nil {
 		t.Fatalf("Load: %v", err)
 	}
@@ -252,7 +252,7 @@ func migratedTo(t *testing.T, path string, version int) *sql.DB {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ms, err := migrations.Load(migrations.FS)
+	ms, err := migrations.Load(migrations.SQLite)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -1,4 +1,4 @@
-package sqlite
+package rowcodec
 
 import (
 	"encoding/json"
@@ -29,20 +29,20 @@ func TestEncodeDetailMatchesEncodingJSON(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := encodeDetail(d)
+		got, err := EncodeDetail(d)
 		if err != nil {
-			t.Fatalf("encodeDetail(%v): %v", d, err)
+			t.Fatalf("EncodeDetail(%v): %v", d, err)
 		}
 		if got != string(want) {
-			t.Errorf("encodeDetail(%v) = %s, want %s", d, got, want)
+			t.Errorf("EncodeDetail(%v) = %s, want %s", d, got, want)
 		}
 	}
-	if _, err := encodeDetail(map[string]any{"x": math.NaN()}); err == nil {
-		t.Error("encodeDetail(NaN) = nil error, want encoding/json's")
+	if _, err := EncodeDetail(map[string]any{"x": math.NaN()}); err == nil {
+		t.Error("EncodeDetail(NaN) = nil error, want encoding/json's")
 	}
 }
 
-// decodeDetail reads every detail as a json.Decoder with UseNumber does,
+// DecodeDetail reads every detail as a json.Decoder with UseNumber does,
 // whether its fast path takes it or not.
 func TestDecodeDetailMatchesEncodingJSON(t *testing.T) {
 	inputs := []string{
@@ -58,7 +58,7 @@ func TestDecodeDetailMatchesEncodingJSON(t *testing.T) {
 		{"superseded": "worker-7", "deleted": true, "n": 3, "big": int64(math.MaxInt64)},
 		{"tiny": 1e-7, "huge": 1e21, "third": 1.0 / 3},
 	} {
-		s, err := encodeDetail(d)
+		s, err := EncodeDetail(d)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -69,9 +69,9 @@ func TestDecodeDetailMatchesEncodingJSON(t *testing.T) {
 		dec.UseNumber()
 		var want map[string]any
 		wantErr := dec.Decode(&want)
-		got, err := decodeDetail([]byte(in))
+		got, err := DecodeDetail([]byte(in))
 		if (err != nil) != (wantErr != nil) || !reflect.DeepEqual(got, want) {
-			t.Errorf("decodeDetail(%s) = %#v, %v; want %#v, %v", in, got, err, want, wantErr)
+			t.Errorf("DecodeDetail(%s) = %#v, %v; want %#v, %v", in, got, err, want, wantErr)
 		}
 	}
 	if _, ok := decodeFlatDetail([]byte(`{"highest_token":42,"resource":"db-1"}`)); !ok {

@@ -1,4 +1,4 @@
-package sqlite
+package rowcodec
 
 import (
 	"bytes"
@@ -10,11 +10,11 @@ import (
 	"time"
 )
 
-// encodeDetail encodes an event's detail as encoding/json does, byte for
+// EncodeDetail encodes an event's detail as encoding/json does, byte for
 // byte. Nearly every event carries a small flat detail (a renewal's margin
 // ratio), so the common shapes are written directly rather than by
 // reflection; anything else goes to encoding/json.
-func encodeDetail(d map[string]any) (string, error) {
+func EncodeDetail(d map[string]any) (string, error) {
 	if len(d) > 8 {
 		return marshalDetail(d)
 	}
@@ -81,12 +81,12 @@ func plainJSON(s string) bool {
 	return true
 }
 
-// decodeDetail decodes an event's detail as a json.Decoder with UseNumber
-// does: numbers as json.Number. The flat objects encodeDetail writes for
+// DecodeDetail decodes an event's detail as a json.Decoder with UseNumber
+// does: numbers as json.Number. The flat objects EncodeDetail writes for
 // nearly every event (a write's highest_token, say) are read directly; a
 // page of thousands of writes would otherwise spend most of its time in
 // encoding/json. Anything else goes to encoding/json.
-func decodeDetail(raw []byte) (map[string]any, error) {
+func DecodeDetail(raw []byte) (map[string]any, error) {
 	if m, ok := decodeFlatDetail(raw); ok {
 		return m, nil
 	}
@@ -202,12 +202,12 @@ func jsonNumber(b []byte) int {
 	return i
 }
 
-// compactRenewal splits the two keys the tracker puts on every renewal's
+// CompactRenewal splits the two keys the tracker puts on every renewal's
 // detail, margin_ratio and renewed_at, into integer columns: margin_permille
 // and renewed_at (unix ns). It returns nil for a key missing or not exactly
 // representable (so that renewalDetail gives back the same JSON), and the
 // rest of the detail, nil when nothing else is left. d is not modified.
-func compactRenewal(d map[string]any) (margin, renewedAt any, rest map[string]any) {
+func CompactRenewal(d map[string]any) (margin, renewedAt any, rest map[string]any) {
 	taken := 0
 	if v, ok := d["margin_ratio"].(float64); ok {
 		if p := math.Round(v * 1000); math.Abs(p) < 1e12 && p/1000 == v {
@@ -217,7 +217,7 @@ func compactRenewal(d map[string]any) (margin, renewedAt any, rest map[string]an
 	}
 	if s, ok := d["renewed_at"].(string); ok {
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
-			if ns := t.UnixNano(); formatNanos(ns) == s {
+			if ns := t.UnixNano(); FormatNanos(ns) == s {
 				renewedAt = ns
 				taken++
 			}
@@ -239,32 +239,32 @@ func compactRenewal(d map[string]any) (margin, renewedAt any, rest map[string]an
 	return margin, renewedAt, rest
 }
 
-func formatNanos(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
+func FormatNanos(ns int64) string { return time.Unix(0, ns).UTC().Format(time.RFC3339Nano) }
 
-// marginDest scans margin_permille back into a detail's margin_ratio, as
-// detailDest would have decoded it. It must scan after the detail column.
-type marginDest struct{ m *map[string]any }
+// MarginDest scans margin_permille back into a detail's margin_ratio, as
+// DetailDest would have decoded it. It must scan after the detail column.
+type MarginDest struct{ P *map[string]any }
 
-func (d marginDest) Scan(v any) error {
+func (d MarginDest) Scan(v any) error {
 	switch v := v.(type) {
 	case nil:
 	case int64:
-		setDetail(d.m, "margin_ratio", json.Number(strconv.FormatFloat(float64(v)/1000, 'f', -1, 64)))
+		setDetail(d.P, "margin_ratio", json.Number(strconv.FormatFloat(float64(v)/1000, 'f', -1, 64)))
 	default:
 		return fmt.Errorf("margin: unexpected %T", v)
 	}
 	return nil
 }
 
-// renewedAtDest scans the renewed_at column back into a detail's renewed_at.
+// RenewedAtDest scans the renewed_at column back into a detail's renewed_at.
 // It must scan after the detail column.
-type renewedAtDest struct{ m *map[string]any }
+type RenewedAtDest struct{ P *map[string]any }
 
-func (d renewedAtDest) Scan(v any) error {
+func (d RenewedAtDest) Scan(v any) error {
 	switch v := v.(type) {
 	case nil:
 	case int64:
-		setDetail(d.m, "renewed_at", formatNanos(v))
+		setDetail(d.P, "renewed_at", FormatNanos(v))
 	default:
 		return fmt.Errorf("renewed_at: unexpected %T", v)
 	}

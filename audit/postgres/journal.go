@@ -1,0 +1,465 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
+)
+
+// Apply writes b in one transaction: lock rows and the tracker's memory of
+// them, tenures, events, findings, cursors, then the renewal columns of
+// b.Renewed. Later entries for the same lock, tenure or cursor replace
+// earlier ones. Locks are matched by key (TrackState.Lock.ID is ignored); a
+// lock referenced only by a tenure, event or finding gets a bare row (class
+// lock, state free). An empty Finding.Severity is filled from its kind.
+// Concurrent calls are serialized. A failure rolls back the whole batch.
+//
+// Three round trips carry a batch of any size: the lock upserts (whose ids
+// the rest need), the events by COPY, and every other statement in one
+// pipeline. Events are most of every batch and COPY streams them in the
+// binary format with no statement to plan and no limit on parameters, where
+// a multi-row INSERT would be cut into chunks of at most 65,535 parameters;
+// nothing that COPY cannot do is needed of them (no ON CONFLICT: a retried
+// write report is caught by the recorder before, and a duplicate that slips
+// through fails the batch, as in SQLite).
+func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
+	if b.Empty() {
+		return nil
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	w := &batchWriter{s: s, added: make(map[audit.LockKey]int64)}
+	err := pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
+		w.tx = tx
+		return w.write(ctx, b)
+	})
+	if err != nil {
+		return fmt.Errorf("apply batch: %w", storageError(err))
+	}
+	// Only now are the new rows' ids real; had the transaction rolled
+	// back, they would name no row.
+	for k, id := range w.added {
+		s.ids[k] = id
+	}
+	if w.mark != nil {
+		s.syncMark = *w.mark
+	}
+	return nil
+}
+
+// batchWriter writes one batch inside one transaction.
+type batchWriter struct {
+	s     *Store // its ids and syncMark are read only here: those of committed batches
+	tx    pgx.Tx
+	added map[audit.LockKey]int64 // ids resolved or created in this transaction
+	mark  *int64                  // the batch's Batch.SyncMark, once it is committed
+
+	pipe  pgx.Batch
+	names []string // what each statement of pipe writes, for its error
+}
+
+// queue adds a statement without results to the pipeline.
+func (w *batchWriter) queue(name, sql string, args ...any) {
+	w.pipe.Queue(sql, args...)
+	w.names = append(w.names, name)
+}
+
+func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
+	shaped := rowcodec.Shape(b)
+	if err := w.putLocks(ctx, shaped.Locks); err != nil {
+		return err
+	}
+	if err := w.resolve(ctx, b, shaped); err != nil {
+		return err
+	}
+	for _, t := range shaped.Tenures {
+		w.queue(fmt.Sprintf("tenure %d of lock %s", t.Seq, t.Lock), tenureUpsert, w.added[t.Lock], t.Seq, t.Holder,
+			rowcodec.NullToken(t.Token), audit.Nanos(t.GrantedAt), t.Observed, t.Position, t.Renewals,
+			audit.Nanos(t.LastRenewedAt), rowcodec.Ms(t.LeaseDuration), audit.Nanos(t.ExpiresAt),
+			rowcodec.NullNanos(t.EndedAt), rowcodec.NullString(string(t.End)))
+	}
+	if err := w.putEvents(ctx, b.Events); err != nil {
+		return err
+	}
+	if err := w.putFindings(b.Findings); err != nil {
+		return err
+	}
+	for _, c := range shaped.Cursors {
+		w.queue("cursor of "+c.Source, `INSERT INTO cursors (source, position, at) VALUES ($1, $2, $3)
+			ON CONFLICT (source) DO UPDATE SET position = excluded.position, at = excluded.at`,
+			c.Source, c.Position, audit.Nanos(c.At))
+	}
+	w.putRenewed(shaped.Renewed)
+	if b.Synced {
+		w.queue("sync", `UPDATE journal SET synced_event = (SELECT coalesce(max(id), 0) FROM events)`)
+	}
+	var mark int64
+	if b.SyncMark {
+		w.pipe.Queue(`SELECT coalesce(max(id), 0) FROM events`).QueryRow(func(row pgx.Row) error { return row.Scan(&mark) })
+		w.names = append(w.names, "sync mark")
+	}
+	if b.SyncedToMark {
+		// A mark of this batch is read above, within the pipeline's order.
+		w.queue("sync", `UPDATE journal SET synced_event = greatest(synced_event, CASE WHEN $1 THEN (SELECT coalesce(max(id), 0) FROM events) ELSE $2 END)`,
+			b.SyncMark, w.s.syncMark)
+	}
+	if w.pipe.Len() > 0 {
+		res := w.tx.SendBatch(ctx, &w.pipe)
+		for _, name := range w.names {
+			if _, err := res.Exec(); err != nil {
+				res.Close()
+				return fmt.Errorf("%s: %w", name, err)
+			}
+		}
+		if err := res.Close(); err != nil {
+			return err
+		}
+	}
+	if b.SyncMark {
+		w.mark = &mark
+	}
+	return nil
+}
+
+const lockUpsert = `INSERT INTO locks (source, name, kind, class, state, holder, token,
+		acquired_at, renewed_at, expires_at, lease_duration_ms, changed_at)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+	ON CONFLICT (source, name) DO UPDATE SET
+		kind = excluded.kind, class = excluded.class, state = excluded.state,
+		holder = excluded.holder, token = excluded.token, acquired_at = excluded.acquired_at,
+		renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
+		lease_duration_ms = excluded.lease_duration_ms, changed_at = excluded.changed_at
+	RETURNING id`
+
+const trackUpsert = `INSERT INTO lock_tracks (lock_id, recent_from, state) VALUES ($1, $2, $3)
+	ON CONFLICT (lock_id) DO UPDATE SET recent_from = excluded.recent_from, state = excluded.state`
+
+// putLocks upserts the lock rows in one pipeline, for their ids, and
+// queues their track states.
+func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) error {
+	if len(states) == 0 {
+		return nil
+	}
+	var pipe pgx.Batch
+	ids := make([]int64, len(states))
+	encoded := make([]string, len(states))
+	for i, st := range states {
+		l := st.Lock
+		var err error
+		if encoded[i], err = rowcodec.EncodeTrackState(st); err != nil {
+			return err
+		}
+		class := l.Class
+		if class == "" {
+			class = audit.ClassLock
+		}
+		pipe.Queue(lockUpsert, l.Source, l.Name, string(l.Kind), string(class), string(l.State),
+			l.Holder, rowcodec.NullToken(l.Token), audit.Nanos(l.AcquiredAt), audit.Nanos(l.RenewedAt),
+			audit.Nanos(l.ExpiresAt), rowcodec.Ms(l.LeaseDuration), audit.Nanos(l.ChangedAt)).
+			QueryRow(func(row pgx.Row) error { return row.Scan(&ids[i]) })
+	}
+	if err := w.tx.SendBatch(ctx, &pipe).Close(); err != nil {
+		return fmt.Errorf("%d locks from %s: %w", len(states), states[0].Lock.Key(), err)
+	}
+	for i, st := range states {
+		w.added[st.Lock.Key()] = ids[i]
+		w.queue("track state of lock "+st.Lock.Key().String(), trackUpsert, ids[i], rowcodec.RecentFrom(st), encoded[i])
+	}
+	return nil
+}
+
+// resolve finds or creates the rows of every lock the batch names besides
+// its lock rows.
+func (w *batchWriter) resolve(ctx context.Context, b audit.Batch, shaped rowcodec.Shaped) error {
+	for _, t := range shaped.Tenures {
+		if err := w.lockID(ctx, t.Lock); err != nil {
+			return err
+		}
+	}
+	for _, e := range b.Events {
+		if err := w.lockID(ctx, e.Lock); err != nil {
+			return err
+		}
+	}
+	for _, f := range b.Findings {
+		if err := w.lockID(ctx, f.Lock); err != nil {
+			return err
+		}
+	}
+	for _, r := range shaped.Renewed {
+		if err := w.lockID(ctx, r.Lock); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// lockID resolves a lock key into w.added, inserting a bare lock row if
+// there is none.
+func (w *batchWriter) lockID(ctx context.Context, key audit.LockKey) error {
+	if _, ok := w.added[key]; ok {
+		return nil
+	}
+	if id, ok := w.s.ids[key]; ok {
+		w.added[key] = id
+		return nil
+	}
+	var id int64
+	err := w.tx.QueryRow(ctx, `SELECT id FROM locks WHERE source = $1 AND name = $2`, key.Source, key.Name).Scan(&id)
+	if errors.Is(err, pgx.ErrNoRows) {
+		err = w.tx.QueryRow(ctx, `INSERT INTO locks (source, name) VALUES ($1, $2) RETURNING id`, key.Source, key.Name).Scan(&id)
+	}
+	if err != nil {
+		return fmt.Errorf("resolve lock %s: %w", key, err)
+	}
+	w.added[key] = id
+	return nil
+}
+
+const tenureUpsert = `INSERT INTO tenures (lock_id, seq, holder, token, granted_at,
+		observed, position, renewals, last_renewed_at, lease_duration_ms, expires_at, ended_at, end_reason)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)
+	ON CONFLICT (lock_id, seq) DO UPDATE SET
+		holder = excluded.holder, token = excluded.token, granted_at = excluded.granted_at,
+		observed = excluded.observed, position = excluded.position, renewals = excluded.renewals,
+		last_renewed_at = excluded.last_renewed_at, lease_duration_ms = excluded.lease_duration_ms,
+		expires_at = excluded.expires_at, ended_at = excluded.ended_at, end_reason = excluded.end_reason`
+
+var eventCopyColumns = []string{"lock_id", "kind", "at", "holder", "token", "ttl_ms", "position",
+	"inferred", "resource", "request_id", "detail", "seq", "margin_permille", "renewed_at"}
+
+// putEvents copies the events in, and queues the newest event per source and
+// the blind windows' reasons.
+func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
+	last := make(map[string]int64) // newest event per source in this batch
+	var sources []string
+	rows := make([][]any, 0, len(events))
+	for _, e := range events {
+		at := audit.Nanos(e.At)
+		if newest, ok := last[e.Lock.Source]; !e.At.IsZero() && (!ok || at > newest) {
+			if !ok {
+				sources = append(sources, e.Lock.Source)
+			}
+			last[e.Lock.Source] = at
+		}
+		if e.Kind == audit.EventBlind {
+			if from, to, reason, ok := rowcodec.BlindInterval(e); ok {
+				w.queue("blind window of source "+e.Lock.Source, `INSERT INTO source_blinds (source, from_at, to_at, reason)
+					VALUES ($1, $2, $3, $4) ON CONFLICT (source, from_at, to_at) DO UPDATE SET reason = excluded.reason`,
+					e.Lock.Source, audit.Nanos(from), audit.Nanos(to), reason)
+			}
+		}
+		row, err := w.eventRow(e)
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row)
+	}
+	if _, err := w.tx.CopyFrom(ctx, pgx.Identifier{"events"}, eventCopyColumns, pgx.CopyFromRows(rows)); err != nil {
+		return fmt.Errorf("%d events from %s event of lock %s: %w", len(events), events[0].Kind, events[0].Lock, err)
+	}
+	for _, src := range sources {
+		w.queue("last event of source "+src, `INSERT INTO source_events (source, last_event_at) VALUES ($1, $2)
+			ON CONFLICT (source) DO UPDATE SET last_event_at = greatest(source_events.last_event_at, excluded.last_event_at)`,
+			src, last[src])
+	}
+	return nil
+}
+
+// eventRow returns the column values of one event row. A renewal that names
+// its tenure is stored compactly (rowcodec.CompactRenewal).
+func (w *batchWriter) eventRow(e audit.Event) ([]any, error) {
+	holder, token, detail := e.Holder, rowcodec.NullToken(e.Token), e.Detail
+	var seq, margin, renewedAt any
+	if e.Kind == audit.EventRenew && e.Seq > 0 {
+		holder, token, seq = "", nil, e.Seq
+		margin, renewedAt, detail = rowcodec.CompactRenewal(e.Detail)
+	}
+	var encoded any
+	if detail != nil {
+		s, err := rowcodec.EncodeDetail(detail)
+		if err != nil {
+			return nil, fmt.Errorf("%s event of lock %s: encode detail: %w", e.Kind, e.Lock, err)
+		}
+		encoded = s
+	}
+	return []any{w.added[e.Lock], string(e.Kind), audit.Nanos(e.At), holder, token, rowcodec.Ms(e.TTL),
+		e.Position, e.Inferred, e.Resource, rowcodec.NullString(e.RequestID), encoded, seq, margin, renewedAt}, nil
+}
+
+// findingInsert copies the lock's class into the finding: the batch's lock
+// rows are written before its findings.
+const findingInsert = `INSERT INTO findings (lock_id, class, kind, severity, at, until,
+		summary, tokens, holders, resource)
+	VALUES ($1, coalesce((SELECT class FROM locks WHERE id = $1), 'lock'), $2, $3, $4, $5, $6, $7, $8, $9)`
+
+func (w *batchWriter) putFindings(findings []audit.Finding) error {
+	for _, f := range findings {
+		name := fmt.Sprintf("%s finding of lock %s", f.Kind, f.Lock)
+		tokens, err := rowcodec.JSONArray(f.Tokens)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		holders, err := rowcodec.JSONArray(f.Holders)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		w.queue(name, findingInsert, w.added[f.Lock], string(f.Kind), string(rowcodec.Severity(f)),
+			audit.Nanos(f.At), rowcodec.NullNanos(f.Until), f.Summary, tokens, holders, f.Resource)
+		if f.Kind == audit.FindingBlindWindow {
+			w.queue("blind window of source "+f.Lock.Source, `INSERT INTO source_blinds (source, from_at, to_at, locks)
+				VALUES ($1, $2, $3, 1) ON CONFLICT (source, from_at, to_at) DO UPDATE SET locks = source_blinds.locks + 1`,
+				f.Lock.Source, audit.Nanos(f.At), audit.Nanos(rowcodec.BlindUntil(f)))
+		}
+	}
+	return nil
+}
+
+// putRenewed queues the renewal columns of locks and their held tenures,
+// touching no other column: two statements over arrays, however many locks a
+// sync writes.
+func (w *batchWriter) putRenewed(renewals []audit.Renewal) {
+	if len(renewals) == 0 {
+		return
+	}
+	n := len(renewals)
+	ids, seqs, counts := make([]int64, n), make([]int64, n), make([]int64, n)
+	renewed, expires, durations := make([]int64, n), make([]int64, n), make([]int64, n)
+	for i, r := range renewals {
+		ids[i], seqs[i], counts[i] = w.added[r.Lock], r.Seq, r.Renewals
+		renewed[i], expires[i], durations[i] = audit.Nanos(r.RenewedAt), audit.Nanos(r.ExpiresAt), rowcodec.Ms(r.LeaseDuration)
+	}
+	w.queue(fmt.Sprintf("renewals of %d locks from %s", n, renewals[0].Lock), `UPDATE locks l
+		SET renewed_at = v.renewed_at, expires_at = v.expires_at, lease_duration_ms = v.ms
+		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v (id, renewed_at, expires_at, ms)
+		WHERE l.id = v.id`, ids, renewed, expires, durations)
+	w.queue(fmt.Sprintf("renewals of the tenures of %d locks from %s", n, renewals[0].Lock), `UPDATE tenures t
+		SET renewals = v.renewals, last_renewed_at = v.renewed_at, lease_duration_ms = v.ms, expires_at = v.expires_at
+		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[])
+			AS v (lock_id, seq, renewals, renewed_at, ms, expires_at)
+		WHERE t.lock_id = v.lock_id AND t.seq = v.seq`, ids, seqs, counts, renewed, durations, expires)
+}
+
+// Restore returns the tracker's saved memory of every lock, with Lock filled
+// from the lock row and Recent from its tenures, and every cursor, read in
+// one snapshot.
+func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor, error) {
+	tx, err := s.reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore: %w", storageError(err))
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+
+	rows, err := tx.Query(ctx, `SELECT `+lockColumns+`, k.state,
+			(SELECT max(seq) FROM tenures t WHERE t.lock_id = l.id)
+		FROM locks l LEFT JOIN lock_tracks k ON k.lock_id = l.id ORDER BY l.id`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore locks: %w", storageError(err))
+	}
+	var states []audit.TrackState
+	index := make(map[int64]int) // lock id → states index
+	for rows.Next() {
+		var (
+			st      audit.TrackState
+			raw     *string
+			lastSeq *int64
+		)
+		if err := rows.Scan(append(rowcodec.LockDest(&st.Lock), &raw, &lastSeq)...); err != nil {
+			rows.Close()
+			return nil, nil, fmt.Errorf("restore locks: %w", err)
+		}
+		switch {
+		case raw != nil:
+			if err := rowcodec.DecodeTrackState(&st, *raw); err != nil {
+				rows.Close()
+				return nil, nil, err
+			}
+		case lastSeq != nil:
+			// A lock the tracker never saved: only its tenure numbering
+			// must carry on.
+			st.NextSeq = *lastSeq
+		}
+		index[st.Lock.ID] = len(states)
+		states = append(states, st)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, nil, fmt.Errorf("restore locks: %w", storageError(err))
+	}
+
+	rows, err = tx.Query(ctx, `SELECT `+tenureColumns+`
+		FROM lock_tracks k JOIN tenures t ON t.lock_id = k.lock_id AND t.seq >= k.recent_from
+		ORDER BY t.lock_id, t.seq`)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore tenures: %w", storageError(err))
+	}
+	tenures, err := collect(rows, rowcodec.TenureDest)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore tenures: %w", storageError(err))
+	}
+	for _, t := range tenures {
+		i, ok := index[t.LockID]
+		if !ok {
+			continue
+		}
+		st := &states[i]
+		t.Lock = st.Lock.Key()
+		st.Recent = append(st.Recent, t)
+	}
+
+	cursors, err := s.cursors(ctx, tx)
+	if err != nil {
+		return nil, nil, fmt.Errorf("restore cursors: %w", err)
+	}
+	return states, cursors, nil
+}
+
+// Unsynced returns the renew events stored after the last Synced batch, in
+// the order they were stored.
+func (s *Store) Unsynced(ctx context.Context) ([]audit.Event, error) {
+	rows, err := s.reader.Query(ctx, `SELECT `+eventColumns+`, l.source, l.name
+		FROM `+eventTables+` JOIN locks l ON l.id = e.lock_id
+		WHERE e.id > (SELECT synced_event FROM journal) AND e.kind = 'renew'
+		ORDER BY e.id`)
+	if err != nil {
+		return nil, fmt.Errorf("unsynced renewals: %w", storageError(err))
+	}
+	events, err := collect(rows, eventWithKey)
+	if err != nil {
+		return nil, fmt.Errorf("unsynced renewals: %w", storageError(err))
+	}
+	return events, nil
+}
+
+func eventWithKey(e *audit.Event) []any {
+	return append(rowcodec.EventDest(e), &e.Lock.Source, &e.Lock.Name)
+}
+
+// StoredWrites returns the write events stored with any of the request ids,
+// under any lock and resource, each with its Lock set: one array parameter,
+// read from the request id index.
+func (s *Store) StoredWrites(ctx context.Context, ids []string) ([]audit.Event, error) {
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
+	rows, err := s.reader.Query(ctx, `SELECT `+eventColumns+`, l.source, l.name FROM `+eventTables+`
+		JOIN locks l ON l.id = e.lock_id WHERE e.request_id = ANY($1)`, ids)
+	if err != nil {
+		return nil, fmt.Errorf("stored writes: %w", storageError(err))
+	}
+	events, err := collect(rows, eventWithKey)
+	if err != nil {
+		return nil, fmt.Errorf("stored writes: %w", storageError(err))
+	}
+	return events, nil
+}

@@ -1,0 +1,208 @@
+// Package postgres stores leasewatch's audit log in PostgreSQL, through
+// github.com/jackc/pgx/v5. It implements the same contract as audit/sqlite:
+// audit.Journal, the recorder's write side, audit.Store, the read side,
+// audit.Pruner and Size, with the same round trip (times in UTC, durations
+// in whole milliseconds, details as decoded JSON); both encode rows through
+// audit/internal/rowcodec.
+//
+// Writes go through a pool of one connection, serialized by the store as
+// SQLite's are (the recorder is the one writer); reads through a pool of
+// their own, so a long page never holds up a batch. The schema is
+// migrations/postgres, applied by Open.
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/migrations"
+)
+
+var (
+	_ audit.Store   = (*Store)(nil)
+	_ audit.Journal = (*Store)(nil)
+	_ audit.Pruner  = (*Store)(nil)
+)
+
+// Options tune a store. The zero value is the defaults.
+type Options struct {
+	// ReadConns is the size of the read pool; 0 means 4.
+	ReadConns int
+}
+
+// Store is the PostgreSQL audit log. It is safe for concurrent use.
+type Store struct {
+	writer *pgxpool.Pool // one connection
+	reader *pgxpool.Pool
+
+	mu  sync.Mutex              // serializes writes and guards ids and syncMark
+	ids map[audit.LockKey]int64 // lock key → locks.id, for committed rows only
+	// syncMark is the newest event id as of the last committed
+	// Batch.SyncMark; a restart forgets it, as the recorder forgets its
+	// round.
+	syncMark int64
+}
+
+// Open connects to the database at url (postgres:// or postgresql://, or a
+// pgx key=value string), applies the migrations it has not seen yet and
+// returns the store. The database must exist.
+func Open(ctx context.Context, url string, opts Options) (*Store, error) {
+	wcfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	rcfg := wcfg.Copy()
+	wcfg.MinConns, wcfg.MaxConns = 1, 1
+	rcfg.MaxConns = int32(opts.ReadConns)
+	if rcfg.MaxConns <= 0 {
+		rcfg.MaxConns = 4
+	}
+	s := &Store{ids: make(map[audit.LockKey]int64)}
+	if s.writer, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
+		return nil, fmt.Errorf("open write pool: %w", err)
+	}
+	if err := s.migrate(ctx); err != nil {
+		s.writer.Close()
+		return nil, storageError(err)
+	}
+	if s.reader, err = pgxpool.NewWithConfig(ctx, rcfg); err != nil {
+		s.writer.Close()
+		return nil, fmt.Errorf("open read pool: %w", err)
+	}
+	return s, nil
+}
+
+// migrationLock is the advisory lock key that serializes migrations across
+// processes opening the same database ("lwmigr" in ASCII).
+const migrationLock = 0x6c776d696772
+
+// migrate applies every migration not yet recorded in schema_migrations,
+// each in its own transaction together with its record.
+func (s *Store) migrate(ctx context.Context) error {
+	ms, err := migrations.Load(migrations.Postgres)
+	if err != nil {
+		return err
+	}
+	err = pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS schema_migrations (
+			version    INTEGER PRIMARY KEY,
+			name       TEXT    NOT NULL,
+			applied_at BIGINT  NOT NULL
+		)`)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("create schema_migrations: %w", err)
+	}
+	for _, m := range ms {
+		err := pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
+			// Under the lock, so two processes cannot both apply it.
+			if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1)`, migrationLock); err != nil {
+				return err
+			}
+			var n int
+			if err := tx.QueryRow(ctx, `SELECT count(*) FROM schema_migrations WHERE version = $1`, m.Version).Scan(&n); err != nil {
+				return err
+			}
+			if n > 0 {
+				return nil
+			}
+			// No arguments: the simple protocol, which runs every
+			// statement of the file.
+			if _, err := tx.Exec(ctx, m.SQL); err != nil {
+				return err
+			}
+			_, err := tx.Exec(ctx, `INSERT INTO schema_migrations (version, name, applied_at) VALUES ($1, $2, $3)`,
+				m.Version, m.Name, time.Now().UnixNano())
+			return err
+		})
+		if err != nil {
+			return fmt.Errorf("migration %s: %w", m.Name, err)
+		}
+	}
+	return nil
+}
+
+// Close closes both pools. The store must not be used afterwards.
+func (s *Store) Close() error {
+	if s.reader != nil {
+		s.reader.Close()
+	}
+	s.writer.Close()
+	return nil
+}
+
+// Size returns the bytes the store's tables take, their indexes and TOAST
+// included, as of the last committed batch.
+func (s *Store) Size(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.reader.QueryRow(ctx, `SELECT coalesce(sum(pg_total_relation_size(c.oid)), 0)::bigint
+		FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+		WHERE ns.nspname = current_schema() AND c.relkind = 'r'`).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("database size: %w", storageError(err))
+	}
+	return n, nil
+}
+
+// storageError adds to a failure that the operator can act on, rather than
+// a bug, an *audit.Error (EUNAVAILABLE) saying what is wrong, so the
+// recorder answers the request with 503 and that message: the server cannot
+// be reached or went away, is shutting down or starting, or is out of disk.
+// Other errors come back unchanged.
+func storageError(err error) error {
+	if err == nil {
+		return nil
+	}
+	var msg string
+	var pe *pgconn.PgError
+	var ne net.Error
+	switch {
+	case errors.As(err, &pe):
+		switch {
+		case pe.Code == "53100":
+			msg = "the database server's disk is full"
+		case pe.Code[:2] == "08", pe.Code[:2] == "53", pe.Code[:2] == "57":
+			// connection exceptions, insufficient resources, operator
+			// intervention (shutdown, restart, cannot connect now)
+			msg = "the database server is unavailable (" + pe.Message + ")"
+		default:
+			return err
+		}
+	case errors.As(err, &ne), errors.Is(err, pgconn.ErrConnClosed), errors.Is(err, io.EOF),
+		errors.Is(err, io.ErrUnexpectedEOF), pgconn.SafeToRetry(err), pgconn.Timeout(err):
+		// The connection failed or was lost mid-statement.
+		msg = "the database server cannot be reached"
+	default:
+		var ce *pgconn.ConnectError
+		if !errors.As(err, &ce) {
+			return err
+		}
+		msg = "the database server cannot be reached"
+	}
+	return &unavailableError{domain: audit.Errorf(audit.EUNAVAILABLE, "%s", msg), err: err}
+}
+
+// unavailableError is a database failure with the domain error that
+// explains it. Its text is the explanation, then the full cause, for logs;
+// errors.As finds the *audit.Error, whose message alone reaches API clients.
+type unavailableError struct {
+	domain *audit.Error
+	err    error
+}
+
+func (e *unavailableError) Error() string   { return e.domain.Message + ": " + e.err.Error() }
+func (e *unavailableError) Unwrap() []error { return []error{e.domain, e.err} }
