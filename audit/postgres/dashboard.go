@@ -84,15 +84,15 @@ func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKi
 	if _, err := lockKey(ctx, tx, lockID); err != nil {
 		return nil, err
 	}
-	var w where
-	w.add("lock_id = ?", lockID)
-	w.add("kind = ?", string(kind))
+	w := dialect.Where()
+	w.Add("lock_id = ?", lockID)
+	w.Add("kind = ?", string(kind))
 	if kind != audit.EventRenew {
-		w.add(notRenewal("kind"))
+		w.Add(notRenewal("kind"))
 	}
-	w.window("at", f)
-	lim := w.arg(rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
-	rows, err := tx.Query(ctx, `SELECT at FROM events`+w.String()+` ORDER BY at DESC LIMIT `+lim, w.args...)
+	w.Window("at", f)
+	lim := w.Arg(rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
+	rows, err := tx.Query(ctx, `SELECT at FROM events`+w.String()+` ORDER BY at DESC LIMIT `+lim, w.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("event times of lock %d: %w", lockID, storageError(err))
 	}
@@ -176,19 +176,19 @@ func (s *Store) WriteCounts(ctx context.Context, lockID int64, outcome audit.Wri
 // BlindWindows returns the blind intervals that overlap f's window, in time
 // order of their end; if more than f.Limit match, the newest f.Limit.
 func (s *Store) BlindWindows(ctx context.Context, f audit.BlindFilter) ([]audit.BlindWindow, error) {
-	var w where
+	w := dialect.Where()
 	if f.Source != "" {
-		w.add("source = ?", f.Source)
+		w.Add("source = ?", f.Source)
 	}
 	if !f.From.IsZero() {
-		w.add("to_at >= ?", audit.Nanos(f.From))
+		w.Add("to_at >= ?", audit.Nanos(f.From))
 	}
 	if !f.To.IsZero() {
-		w.add("from_at <= ?", audit.Nanos(f.To))
+		w.Add("from_at <= ?", audit.Nanos(f.To))
 	}
-	lim := w.arg(rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
+	lim := w.Arg(rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
 	rows, err := s.reader.Query(ctx, `SELECT source, from_at, to_at, reason, locks FROM source_blinds`+
-		w.String()+` ORDER BY to_at DESC, source DESC LIMIT `+lim, w.args...)
+		w.String()+` ORDER BY to_at DESC, source DESC LIMIT `+lim, w.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("blind windows: %w", storageError(err))
 	}

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -21,59 +19,17 @@ const (
 	maxListLimit     = audit.MaxListLimit
 )
 
-// where accumulates the conditions and arguments of a query. Conditions are
-// written with ? for each argument, numbered $1, $2, ... as they are added.
-type where struct {
-	conds []string
-	args  []any
-}
-
-func (w *where) add(cond string, args ...any) {
-	var b strings.Builder
-	n := 0
-	for _, part := range strings.Split(cond, "?") {
-		if n > 0 {
-			w.args = append(w.args, args[n-1])
-			b.WriteString("$" + strconv.Itoa(len(w.args)))
-		}
-		b.WriteString(part)
-		n++
-	}
-	w.conds = append(w.conds, b.String())
-}
-
-// arg adds an argument used outside the conditions and returns its
-// placeholder.
-func (w *where) arg(v any) string {
-	w.args = append(w.args, v)
-	return "$" + strconv.Itoa(len(w.args))
-}
-
-// window adds col's bounds from f; zero bounds stay open.
-func (w *where) window(col string, f audit.TimeFilter) {
-	if !f.From.IsZero() {
-		w.add(col+" >= ?", audit.Nanos(f.From))
-	}
-	if !f.To.IsZero() {
-		w.add(col+" <= ?", audit.Nanos(f.To))
-	}
-}
-
-func (w *where) String() string {
-	if len(w.conds) == 0 {
-		return ""
-	}
-	return " WHERE " + strings.Join(w.conds, " AND ")
-}
-
-// likeEscaper makes a string match itself literally in ILIKE ... ESCAPE '\'.
-var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
-
 // Locks returns the locks that match f in f.Sort's order. Q matches a
 // substring of the name or holder, ignoring the case of ASCII letters (ILIKE
 // under the "C" collation, as SQLite's LIKE). After and Before continue from
 // a lock's position in that order; a cursor lock that does not exist is
 // EINVALID.
+// where accumulates the conditions and arguments of a query.
+type where = rowcodec.Where
+
+// dialect is how this engine writes the conditions the stores share.
+var dialect = rowcodec.Dialect{Numbered: true, Like: "ILIKE", Wide: "::numeric"}
+
 func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, error) {
 	if !f.Sort.Valid() {
 		return nil, audit.Errorf(audit.EINVALID, "sort: unknown order %q", f.Sort)
@@ -84,7 +40,7 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 	}
 	defer tx.Rollback(context.WithoutCancel(ctx))
 
-	w := lockWhere(f)
+	w := rowcodec.LockWhere(f, dialect)
 	// Each order is a unique key, so a keyset cursor never skips or repeats
 	// a lock with the same sort value.
 	var keyCols, fwdOrder, backOrder string
@@ -121,20 +77,20 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 		}
 		switch f.Sort {
 		case audit.SortChanged:
-			w.add("("+keyCols+") "+c.op+" (?, ?)", changed, c.id)
+			w.Add("("+keyCols+") "+c.op+" (?, ?)", changed, c.id)
 		case audit.SortExpiry:
-			w.add("("+keyCols+") "+c.op+" (?, ?)", expires, c.id)
+			w.Add("("+keyCols+") "+c.op+" (?, ?)", expires, c.id)
 		default:
-			w.add("("+keyCols+") "+c.op+" (?::text, ?::text)", src, name)
+			w.Add("("+keyCols+") "+c.op+" (?::text, ?::text)", src, name)
 		}
 		if c.rev {
 			order, reverse = backOrder, true
 		}
 	}
-	lim := w.arg(rowcodec.Limit(f.Limit, audit.DefaultLockLimit, audit.MaxLockLimit))
-	off := w.arg(max(f.Offset, 0))
+	lim := w.Arg(rowcodec.Limit(f.Limit, audit.DefaultLockLimit, audit.MaxLockLimit))
+	off := w.Arg(max(f.Offset, 0))
 	rows, err := tx.Query(ctx, `SELECT `+lockColumns+` FROM locks l`+w.String()+
-		` ORDER BY `+order+` LIMIT `+lim+` OFFSET `+off, w.args...)
+		` ORDER BY `+order+` LIMIT `+lim+` OFFSET `+off, w.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("list locks: %w", storageError(err))
 	}
@@ -148,51 +104,16 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 	return locks, nil
 }
 
-// lockWhere turns a lock filter's selection (not its order or page) into
-// conditions.
-func lockWhere(f audit.LockFilter) where {
-	var w where
-	if f.Class != "" {
-		w.add("l.class = ?", string(f.Class))
-	}
-	if f.Source != "" {
-		w.add("l.source = ?", f.Source)
-	}
-	if f.Name != "" {
-		w.add("l.name = ?", f.Name)
-	}
-	if f.Q != "" {
-		pat := "%" + likeEscaper.Replace(f.Q) + "%"
-		w.add(`(l.name ILIKE ? ESCAPE '\' OR l.holder ILIKE ? ESCAPE '\')`, pat, pat)
-	}
-	if f.Kind != "" {
-		w.add("l.kind = ?", string(f.Kind))
-	}
-	if f.Holder != "" {
-		w.add("l.holder = ?", f.Holder)
-	}
-	if f.State != "" {
-		w.add("l.state = ?", string(f.State))
-	}
-	if f.ExpiringBy > 0 {
-		// expires_at - at < ratio * lease, in nanoseconds; numeric, since
-		// the difference of two int64 times may not fit one.
-		w.add("l.state = 'held' AND l.expires_at <> ? AND l.lease_duration_ms > 0 AND l.expires_at::numeric - ?::numeric < l.lease_duration_ms * ?::numeric",
-			audit.NoNanos, audit.Nanos(f.ExpiringAt), f.ExpiringBy*float64(time.Millisecond))
-	}
-	return w
-}
-
 // CountLocks returns how many locks match f's selection. With a Limit it
 // stops counting there: a result equal to Limit means at least that many.
 func (s *Store) CountLocks(ctx context.Context, f audit.LockFilter) (int, error) {
-	w := lockWhere(f)
+	w := rowcodec.LockWhere(f, dialect)
 	q := `SELECT count(*) FROM locks l` + w.String()
 	if f.Limit > 0 {
-		q = `SELECT count(*) FROM (SELECT 1 FROM locks l` + w.String() + ` LIMIT ` + w.arg(f.Limit) + `) n`
+		q = `SELECT count(*) FROM (SELECT 1 FROM locks l` + w.String() + ` LIMIT ` + w.Arg(f.Limit) + `) n`
 	}
 	var n int
-	if err := s.reader.QueryRow(ctx, q, w.args...).Scan(&n); err != nil {
+	if err := s.reader.QueryRow(ctx, q, w.Args...).Scan(&n); err != nil {
 		return 0, fmt.Errorf("count locks: %w", storageError(err))
 	}
 	return n, nil
@@ -248,22 +169,22 @@ func (s *Store) Events(ctx context.Context, lockID int64, f audit.EventFilter) (
 // tables from (events aliased e), newest first up to f's limit, and returns
 // them scanned through dest in time order.
 func lockEvents[T any](ctx context.Context, s *Store, columns, from string, lockID int64, f audit.EventFilter, dest func(*T) []any) ([]T, error) {
-	var w where
-	w.add("e.lock_id = ?", lockID)
+	w := dialect.Where()
+	w.Add("e.lock_id = ?", lockID)
 	if f.Kind != "" {
-		w.add("e.kind = ?", string(f.Kind))
+		w.Add("e.kind = ?", string(f.Kind))
 		if f.Kind != audit.EventRenew {
-			w.add(notRenewal("e.kind")) // the partial index's condition
+			w.Add(notRenewal("e.kind")) // the partial index's condition
 		}
 	}
-	w.window("e.at", f.TimeFilter)
+	w.Window("e.at", f.TimeFilter)
 	if !f.Before.IsZero() {
 		b := audit.Nanos(f.Before.At)
-		w.add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
+		w.Add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
 	}
-	lim := w.arg(rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
+	lim := w.Arg(rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
 	rows, err := s.reader.Query(ctx, `SELECT `+columns+` FROM `+from+w.String()+
-		` ORDER BY e.at DESC, e.id DESC LIMIT `+lim, w.args...)
+		` ORDER BY e.at DESC, e.id DESC LIMIT `+lim, w.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("list events of lock %d: %w", lockID, storageError(err))
 	}
@@ -322,13 +243,13 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 	lim := rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit)
 	var rows pgx.Rows
 	if f.From.IsZero() {
-		var w where
-		w.add("t.lock_id = ?", lockID)
+		w := dialect.Where()
+		w.Add("t.lock_id = ?", lockID)
 		if !f.To.IsZero() {
-			w.add("t.granted_at <= ?", audit.Nanos(f.To))
+			w.Add("t.granted_at <= ?", audit.Nanos(f.To))
 		}
 		rows, err = s.reader.Query(ctx, `SELECT `+tenureColumns+`, `+summaryColumns+` FROM `+tenureTables+w.String()+
-			` ORDER BY t.seq DESC LIMIT `+w.arg(lim), w.args...)
+			` ORDER BY t.seq DESC LIMIT `+w.Arg(lim), w.Args...)
 	} else {
 		to := int64(math.MaxInt64)
 		if !f.To.IsZero() {
@@ -368,7 +289,7 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 // the finding's start), in time order; if more than f.Limit match, the newest
 // f.Limit. A LockID that does not exist matches nothing.
 func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Finding, error) {
-	var w where
+	w := dialect.Where()
 	switch {
 	case f.LockID != 0:
 		key, err := lockKey(ctx, s.reader, f.LockID)
@@ -380,21 +301,21 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 		case f.Source != "" && f.Source != key.Source:
 			return nil, nil
 		}
-		w.add("f.lock_id = ?", f.LockID)
+		w.Add("f.lock_id = ?", f.LockID)
 	case f.Source != "":
-		w.add("l.source = ?", f.Source)
+		w.Add("l.source = ?", f.Source)
 	}
 	if f.Kind != "" {
-		w.add("f.kind = ?", string(f.Kind))
+		w.Add("f.kind = ?", string(f.Kind))
 	}
 	if f.Severity != "" {
-		w.add("f.severity = ?", string(f.Severity))
+		w.Add("f.severity = ?", string(f.Severity))
 	}
 	if f.Resource != "" {
-		w.add("f.resource = ?", f.Resource)
+		w.Add("f.resource = ?", f.Resource)
 	}
 	if f.Class != "" {
-		w.add("f.class = ?", string(f.Class))
+		w.Add("f.class = ?", string(f.Class))
 	}
 	if f.Overlapping {
 		switch {
@@ -406,25 +327,25 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 				to = audit.Nanos(f.To)
 			}
 			from := audit.Nanos(f.From)
-			w.add("f.at <= ? AND (f.at >= ? OR (f.until >= ? AND f.at < ?))", to, from, from, from)
+			w.Add("f.at <= ? AND (f.at >= ? OR (f.until >= ? AND f.at < ?))", to, from, from, from)
 		default:
 			if !f.To.IsZero() {
-				w.add("f.at <= ?", audit.Nanos(f.To))
+				w.Add("f.at <= ?", audit.Nanos(f.To))
 			}
 			if !f.From.IsZero() {
-				w.add("coalesce(f.until, f.at) >= ?", audit.Nanos(f.From))
+				w.Add("coalesce(f.until, f.at) >= ?", audit.Nanos(f.From))
 			}
 		}
 	} else {
-		w.window("f.at", f.TimeFilter)
+		w.Window("f.at", f.TimeFilter)
 	}
 	if !f.Before.IsZero() {
 		b := audit.Nanos(f.Before.At)
-		w.add("f.at <= ? AND (f.at < ? OR f.id < ?)", b, b, f.Before.ID)
+		w.Add("f.at <= ? AND (f.at < ? OR f.id < ?)", b, b, f.Before.ID)
 	}
-	lim := w.arg(rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
+	lim := w.Arg(rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
 	rows, err := s.reader.Query(ctx, `SELECT `+findingColumns+` FROM findings f JOIN locks l ON l.id = f.lock_id`+
-		w.String()+` ORDER BY f.at DESC, f.id DESC LIMIT `+lim, w.args...)
+		w.String()+` ORDER BY f.at DESC, f.id DESC LIMIT `+lim, w.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("list findings: %w", storageError(err))
 	}

@@ -95,17 +95,17 @@ func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKi
 	}
 	lim := rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit)
 	times := func(cond string, args ...any) (*sql.Rows, error) {
-		var w where
-		w.add("lock_id = ?", lockID)
+		w := dialect.Where()
+		w.Add("lock_id = ?", lockID)
 		if cond != "" {
-			w.add(cond, args...)
+			w.Add(cond, args...)
 		}
-		w.window("at", f)
+		w.Window("at", f)
 		index := timelineIndex
 		if cond != "" {
 			index = rareKindIndex // every cond here excludes renewals
 		}
-		return tx.QueryContext(ctx, `SELECT at FROM events INDEXED BY `+index+w.String()+` ORDER BY at DESC`, w.args...)
+		return tx.QueryContext(ctx, `SELECT at FROM events INDEXED BY `+index+w.String()+` ORDER BY at DESC`, w.Args...)
 	}
 	var out []time.Time
 	if kind != audit.EventRenew {
@@ -252,18 +252,18 @@ func (s *Store) WriteCounts(ctx context.Context, lockID int64, outcome audit.Wri
 // BlindWindows returns the blind intervals that overlap f's window, in time
 // order of their end; if more than f.Limit match, the newest f.Limit.
 func (s *Store) BlindWindows(ctx context.Context, f audit.BlindFilter) ([]audit.BlindWindow, error) {
-	var w where
+	w := dialect.Where()
 	if f.Source != "" {
-		w.add("source = ?", f.Source)
+		w.Add("source = ?", f.Source)
 	}
 	if !f.From.IsZero() {
-		w.add("to_at >= ?", nanos(f.From))
+		w.Add("to_at >= ?", nanos(f.From))
 	}
 	if !f.To.IsZero() {
-		w.add("from_at <= ?", nanos(f.To))
+		w.Add("from_at <= ?", nanos(f.To))
 	}
 	rows, err := s.reader.QueryContext(ctx, `SELECT source, from_at, to_at, reason, locks FROM source_blinds`+
-		w.String()+` ORDER BY to_at DESC, source DESC LIMIT ?`, append(w.args, rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))...)
+		w.String()+` ORDER BY to_at DESC, source DESC LIMIT ?`, append(w.Args, rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))...)
 	if err != nil {
 		return nil, fmt.Errorf("blind windows: %w", err)
 	}

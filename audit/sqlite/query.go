@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -23,41 +22,16 @@ const (
 	maxListLimit     = audit.MaxListLimit
 )
 
-// where accumulates the conditions and arguments of a query.
-type where struct {
-	conds []string
-	args  []any
-}
-
-func (w *where) add(cond string, args ...any) {
-	w.conds = append(w.conds, cond)
-	w.args = append(w.args, args...)
-}
-
-// window adds col's bounds from f; zero bounds stay open.
-func (w *where) window(col string, f audit.TimeFilter) {
-	if !f.From.IsZero() {
-		w.add(col+" >= ?", nanos(f.From))
-	}
-	if !f.To.IsZero() {
-		w.add(col+" <= ?", nanos(f.To))
-	}
-}
-
-func (w *where) String() string {
-	if len(w.conds) == 0 {
-		return ""
-	}
-	return " WHERE " + strings.Join(w.conds, " AND ")
-}
-
-// likeEscaper makes a string match itself literally in LIKE ... ESCAPE '\'.
-var likeEscaper = strings.NewReplacer(`\`, `\\`, `%`, `\%`, `_`, `\_`)
-
 // Locks returns the locks that match f in f.Sort's order. Q matches a
 // substring of the name or holder, ignoring case (ASCII letters only, as
 // SQLite's LIKE does). After and Before continue from a lock's position in
 // that order; a cursor lock that does not exist is EINVALID.
+// where accumulates the conditions and arguments of a query.
+type where = rowcodec.Where
+
+// dialect is how this engine writes the conditions the stores share.
+var dialect = rowcodec.Dialect{Like: "LIKE"}
+
 func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, error) {
 	if !f.Sort.Valid() {
 		return nil, audit.Errorf(audit.EINVALID, "sort: unknown order %q", f.Sort)
@@ -68,7 +42,7 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 	}
 	defer tx.Rollback()
 
-	w := lockWhere(f)
+	w := rowcodec.LockWhere(f, dialect)
 	// Each order is a unique key, so a keyset cursor never skips or repeats
 	// a lock with the same sort value.
 	var keyCols, fwdOrder, backOrder string
@@ -107,17 +81,17 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 		}
 		switch f.Sort {
 		case audit.SortChanged:
-			w.add("("+keyCols+") "+c.op+" (?, ?)", changed, c.id)
+			w.Add("("+keyCols+") "+c.op+" (?, ?)", changed, c.id)
 		case audit.SortExpiry:
-			w.add("("+keyCols+") "+c.op+" (?, ?)", expires, c.id)
+			w.Add("("+keyCols+") "+c.op+" (?, ?)", expires, c.id)
 		default:
-			w.add("("+keyCols+") "+c.op+" (?, ?)", src, name)
+			w.Add("("+keyCols+") "+c.op+" (?, ?)", src, name)
 		}
 		if c.rev {
 			order, reverse = backOrder, true
 		}
 	}
-	args := append(w.args, rowcodec.Limit(f.Limit, defaultLockLimit, maxLockLimit), max(f.Offset, 0))
+	args := append(w.Args, rowcodec.Limit(f.Limit, defaultLockLimit, maxLockLimit), max(f.Offset, 0))
 	// The page's ids come from an index alone (every filter and order has a
 	// covering one); only the page's rows are then read, so filters never
 	// drag whole lock rows, tracker state included, through the scan.
@@ -137,46 +111,12 @@ func (s *Store) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, er
 	return locks, nil
 }
 
-// lockWhere turns a lock filter's selection (not its order or page) into
-// conditions.
-func lockWhere(f audit.LockFilter) where {
-	var w where
-	if f.Class != "" {
-		w.add("l.class = ?", string(f.Class))
-	}
-	if f.Source != "" {
-		w.add("l.source = ?", f.Source)
-	}
-	if f.Name != "" {
-		w.add("l.name = ?", f.Name)
-	}
-	if f.Q != "" {
-		pat := "%" + likeEscaper.Replace(f.Q) + "%"
-		w.add(`(l.name LIKE ? ESCAPE '\' OR l.holder LIKE ? ESCAPE '\')`, pat, pat)
-	}
-	if f.Kind != "" {
-		w.add("l.kind = ?", string(f.Kind))
-	}
-	if f.Holder != "" {
-		w.add("l.holder = ?", f.Holder)
-	}
-	if f.State != "" {
-		w.add("l.state = ?", string(f.State))
-	}
-	if f.ExpiringBy > 0 {
-		// expires_at - at < ratio * lease, in nanoseconds.
-		w.add("l.state = 'held' AND l.expires_at <> ? AND l.lease_duration_ms > 0 AND l.expires_at - ? < l.lease_duration_ms * ?",
-			audit.NoNanos, nanos(f.ExpiringAt), f.ExpiringBy*float64(time.Millisecond))
-	}
-	return w
-}
-
 // CountLocks returns how many locks match f's selection. With a Limit it
 // stops counting there: a result equal to Limit means at least that many.
 func (s *Store) CountLocks(ctx context.Context, f audit.LockFilter) (int, error) {
-	w := lockWhere(f)
+	w := rowcodec.LockWhere(f, dialect)
 	q := `SELECT count(*) FROM locks l` + w.String()
-	args := w.args
+	args := w.Args
 	if f.Limit > 0 {
 		q = `SELECT count(*) FROM (SELECT 1 FROM locks l` + w.String() + ` LIMIT ?)`
 		args = append(args, f.Limit)
@@ -258,21 +198,21 @@ func lockEvents[T any](ctx context.Context, s *Store, columns, from string, lock
 // eventQuery returns the conditions of a lock's events that f selects, and
 // their arguments with the limit last.
 func eventQuery(lockID int64, f audit.EventFilter) (where, []any) {
-	var w where
-	w.add("e.lock_id = ?", lockID)
+	w := dialect.Where()
+	w.Add("e.lock_id = ?", lockID)
 	if f.Kind != "" {
-		w.add("e.kind = ?", string(f.Kind))
+		w.Add("e.kind = ?", string(f.Kind))
 		if f.Kind != audit.EventRenew {
-			w.add(notRenewal("e.kind"))
+			w.Add(notRenewal("e.kind"))
 		}
 	}
-	w.window("e.at", f.TimeFilter)
+	w.Window("e.at", f.TimeFilter)
 	if !f.Before.IsZero() {
 		// The plain bound lets the index range stop at the cursor.
 		b := nanos(f.Before.At)
-		w.add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
+		w.Add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
 	}
-	return w, append(w.args, rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
+	return w, append(w.Args, rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
 }
 
 // WriteEvents returns the lock's write events of one outcome within f's
@@ -334,13 +274,13 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 	lim := rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit)
 	var rows *sql.Rows
 	if f.From.IsZero() {
-		var w where
-		w.add("t.lock_id = ?", lockID)
+		w := dialect.Where()
+		w.Add("t.lock_id = ?", lockID)
 		if !f.To.IsZero() {
-			w.add("t.granted_at <= ?", nanos(f.To))
+			w.Add("t.granted_at <= ?", nanos(f.To))
 		}
 		rows, err = s.reader.QueryContext(ctx, `SELECT `+tenureColumns+`, `+summaryColumns+` FROM `+tenureTables+w.String()+
-			` ORDER BY t.seq DESC LIMIT ?`, append(w.args, lim)...)
+			` ORDER BY t.seq DESC LIMIT ?`, append(w.Args, lim)...)
 	} else {
 		to := int64(math.MaxInt64)
 		if !f.To.IsZero() {
@@ -381,7 +321,7 @@ func (s *Store) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) (
 // the finding's start), in time order; if more than f.Limit match, the newest
 // f.Limit. A LockID that does not exist matches nothing.
 func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Finding, error) {
-	var w where
+	w := dialect.Where()
 	columns, from := findingColumns, ` FROM findings f JOIN locks l ON l.id = f.lock_id`
 	var head []any // the arguments of columns
 	switch {
@@ -398,25 +338,25 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 		// One lock's findings need no join with their lock: its key comes
 		// with the query.
 		columns, from, head = findingColumnsOf, ` FROM findings f`, []any{key.Source, key.Name}
-		w.add("f.lock_id = ?", f.LockID)
+		w.Add("f.lock_id = ?", f.LockID)
 	case f.Source != "":
-		w.add("l.source = ?", f.Source)
+		w.Add("l.source = ?", f.Source)
 	}
 	if f.Kind != "" {
-		w.add("f.kind = ?", string(f.Kind))
+		w.Add("f.kind = ?", string(f.Kind))
 	}
 	if f.Severity != "" {
-		w.add("f.severity = ?", string(f.Severity))
+		w.Add("f.severity = ?", string(f.Severity))
 	}
 	if f.Resource != "" {
-		w.add("f.resource = ?", f.Resource)
+		w.Add("f.resource = ?", f.Resource)
 	}
 	if f.Class != "" {
 		// The unary + keeps the planner off findings_class_severity_at, made
 		// for counts: most findings share a class, so walking them newest
 		// first (or a kind's, or a severity's) stops after a page, where a
 		// range of the class would sort all of its findings.
-		w.add("+f.class = ?", string(f.Class))
+		w.Add("+f.class = ?", string(f.Class))
 	}
 	if f.Overlapping {
 		switch {
@@ -432,26 +372,26 @@ func (s *Store) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.Fi
 			// among those lasting into it (both ranges read from the
 			// covering index on until alone).
 			from := nanos(f.From)
-			w.add(`f.at BETWEEN coalesce((SELECT min(at) FROM findings INDEXED BY findings_lock_until_at
+			w.Add(`f.at BETWEEN coalesce((SELECT min(at) FROM findings INDEXED BY findings_lock_until_at
 				WHERE lock_id = ? AND until >= ? AND at < ?), ?) AND ?`, f.LockID, from, from, from, to)
-			w.add(`(f.at >= ? OR f.id IN (SELECT id FROM findings INDEXED BY findings_lock_until_at
+			w.Add(`(f.at >= ? OR f.id IN (SELECT id FROM findings INDEXED BY findings_lock_until_at
 				WHERE lock_id = ? AND until >= ? AND at < ?))`, from, f.LockID, from, from)
 		default:
 			if !f.To.IsZero() {
-				w.add("f.at <= ?", nanos(f.To))
+				w.Add("f.at <= ?", nanos(f.To))
 			}
 			if !f.From.IsZero() {
-				w.add("coalesce(f.until, f.at) >= ?", nanos(f.From))
+				w.Add("coalesce(f.until, f.at) >= ?", nanos(f.From))
 			}
 		}
 	} else {
-		w.window("f.at", f.TimeFilter)
+		w.Window("f.at", f.TimeFilter)
 	}
 	if !f.Before.IsZero() {
 		b := nanos(f.Before.At)
-		w.add("f.at <= ? AND (f.at < ? OR f.id < ?)", b, b, f.Before.ID)
+		w.Add("f.at <= ? AND (f.at < ? OR f.id < ?)", b, b, f.Before.ID)
 	}
-	args := append(append(head, w.args...), rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
+	args := append(append(head, w.Args...), rowcodec.Limit(f.Limit, defaultListLimit, maxListLimit))
 	rows, err := s.reader.QueryContext(ctx, `SELECT `+columns+from+
 		w.String()+` ORDER BY f.at DESC, f.id DESC LIMIT ?`, args...)
 	if err != nil {
