@@ -314,58 +314,73 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 	newest := st.newestTokenAt(w.At)
 	switch w.Outcome {
 	case WriteAccepted:
-		switch {
-		case newest != nil && token < *newest:
-			o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token, *newest}, Holders: holders(w.Holder, st.holderOf(*newest)), Resource: w.Resource,
-				Summary: fmt.Sprintf("%s accepted a write with token %d although token %d had already been granted to %s: fencing did not protect it", w.Resource, token, *newest, orUnknown(st.holderOf(*newest)))})
-		case ten != nil && !ten.held() && w.At.After(ten.endedAt()):
-			o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.holder, w.Holder), Resource: w.Resource,
-				Summary: fmt.Sprintf("%s accepted a write with token %d from %s %s after its tenure ended (%s)", w.Resource, token, orUnknown(ten.holder), w.At.Sub(ten.endedAt()).Round(time.Millisecond), ten.end)})
-		}
-		if len(res.Pending) > 0 || res.Highest == nil || token > *res.Highest {
-			o.changed(st)
-		}
-		kept := res.Pending[:0]
-		for _, p := range res.Pending {
-			if p.Token > token {
-				kept = append(kept, p)
-				continue
-			}
-			if !w.At.After(p.GrantedAt) {
-				continue // the resource had the new token before the collector saw the grant: no window
-			}
-			o.finding(st, Finding{Kind: FindingExposure, At: p.GrantedAt, Until: w.At, Tokens: []int64{p.Token}, Holders: holders(p.Holder), Resource: w.Resource,
-				Summary: fmt.Sprintf("%s learned token %d %s after it was granted to %s; until then it still accepted older tokens", w.Resource, p.Token, w.At.Sub(p.GrantedAt).Round(time.Millisecond), orUnknown(p.Holder))})
-		}
-		res.Pending = kept
-		if res.Highest == nil || token > *res.Highest {
-			res.Highest = Int64(token)
-		}
-		if newest == nil || token >= *newest {
-			// Fenced as far as the tracker knows: unless the collector has
-			// yet to report a grant made before it.
-			res.Accepted = append(res.Accepted, AcceptedWrite{Token: token, At: w.At, Holder: w.Holder})
-			if n := len(res.Accepted); n > maxAcceptedWrites {
-				res.Accepted = append(res.Accepted[:0], res.Accepted[n-maxAcceptedWrites:]...)
-			}
-		}
+		judgeAccepted(o, st, res, w, token, ten, newest)
 	case WriteRejected:
-		switch {
-		case ten != nil && !ten.held() && !w.At.Before(ten.endedAt()):
-			delay := w.At.Sub(ten.endedAt())
-			o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.holder, w.Holder), Resource: w.Resource,
-				Summary: fmt.Sprintf("%s rejected a write with token %d from %s %s after its tenure ended (%s): fencing stopped a zombie holder", w.Resource, token, orUnknown(ten.holder), delay.Round(time.Millisecond), ten.end)})
-		case newest != nil && token < *newest:
-			o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token, *newest}, Holders: holders(w.Holder), Resource: w.Resource,
-				Summary: fmt.Sprintf("%s rejected a write with token %d, older than the newest grant %d: fencing stopped a stale holder", w.Resource, token, *newest)})
-		case w.HighestToken != nil && token < *w.HighestToken:
-			// The collector has not reported the newer grant yet; the
-			// resource's own word is enough.
-			o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token, *w.HighestToken}, Holders: holders(w.Holder), Resource: w.Resource,
-				Summary: fmt.Sprintf("%s rejected a write with token %d, older than token %d it had already accepted: fencing stopped a stale holder", w.Resource, token, *w.HighestToken)})
-		}
+		judgeRejected(o, st, w, token, ten, newest)
 	}
 	return t.done(o)
+}
+
+// judgeAccepted derives what a write the resource accepted shows: an
+// unfenced write when its token was already superseded or its tenure over,
+// and the end of the exposure windows it closes. ten is the tenure of its
+// token and newest the newest token granted before it, if any.
+func judgeAccepted(o *output, st *lockState, res *ResourceState, w WriteReport, token int64, ten *tenure, newest *int64) {
+	switch {
+	case newest != nil && token < *newest:
+		o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token, *newest}, Holders: holders(w.Holder, st.holderOf(*newest)), Resource: w.Resource,
+			Summary: fmt.Sprintf("%s accepted a write with token %d although token %d had already been granted to %s: fencing did not protect it", w.Resource, token, *newest, orUnknown(st.holderOf(*newest)))})
+	case ten != nil && !ten.held() && w.At.After(ten.endedAt()):
+		o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.holder, w.Holder), Resource: w.Resource,
+			Summary: fmt.Sprintf("%s accepted a write with token %d from %s %s after its tenure ended (%s)", w.Resource, token, orUnknown(ten.holder), w.At.Sub(ten.endedAt()).Round(time.Millisecond), ten.end)})
+	}
+	if len(res.Pending) > 0 || res.Highest == nil || token > *res.Highest {
+		o.changed(st)
+	}
+	kept := res.Pending[:0]
+	for _, p := range res.Pending {
+		if p.Token > token {
+			kept = append(kept, p)
+			continue
+		}
+		if !w.At.After(p.GrantedAt) {
+			continue // the resource had the new token before the collector saw the grant: no window
+		}
+		o.finding(st, Finding{Kind: FindingExposure, At: p.GrantedAt, Until: w.At, Tokens: []int64{p.Token}, Holders: holders(p.Holder), Resource: w.Resource,
+			Summary: fmt.Sprintf("%s learned token %d %s after it was granted to %s; until then it still accepted older tokens", w.Resource, p.Token, w.At.Sub(p.GrantedAt).Round(time.Millisecond), orUnknown(p.Holder))})
+	}
+	res.Pending = kept
+	if res.Highest == nil || token > *res.Highest {
+		res.Highest = Int64(token)
+	}
+	if newest == nil || token >= *newest {
+		// Fenced as far as the tracker knows: unless the collector has
+		// yet to report a grant made before it.
+		res.Accepted = append(res.Accepted, AcceptedWrite{Token: token, At: w.At, Holder: w.Holder})
+		if n := len(res.Accepted); n > maxAcceptedWrites {
+			res.Accepted = append(res.Accepted[:0], res.Accepted[n-maxAcceptedWrites:]...)
+		}
+	}
+}
+
+// judgeRejected derives the stale_write a rejected write shows, if its token
+// belonged to an ended tenure or was older than a newer grant the tracker or
+// the resource knows of.
+func judgeRejected(o *output, st *lockState, w WriteReport, token int64, ten *tenure, newest *int64) {
+	switch {
+	case ten != nil && !ten.held() && !w.At.Before(ten.endedAt()):
+		delay := w.At.Sub(ten.endedAt())
+		o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token}, Holders: holders(ten.holder, w.Holder), Resource: w.Resource,
+			Summary: fmt.Sprintf("%s rejected a write with token %d from %s %s after its tenure ended (%s): fencing stopped a zombie holder", w.Resource, token, orUnknown(ten.holder), delay.Round(time.Millisecond), ten.end)})
+	case newest != nil && token < *newest:
+		o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token, *newest}, Holders: holders(w.Holder), Resource: w.Resource,
+			Summary: fmt.Sprintf("%s rejected a write with token %d, older than the newest grant %d: fencing stopped a stale holder", w.Resource, token, *newest)})
+	case w.HighestToken != nil && token < *w.HighestToken:
+		// The collector has not reported the newer grant yet; the
+		// resource's own word is enough.
+		o.finding(st, Finding{Kind: FindingStaleWrite, At: w.At, Tokens: []int64{token, *w.HighestToken}, Holders: holders(w.Holder), Resource: w.Resource,
+			Summary: fmt.Sprintf("%s rejected a write with token %d, older than token %d it had already accepted: fencing stopped a stale holder", w.Resource, token, *w.HighestToken)})
+	}
 }
 
 // observe applies one observation to one lock.

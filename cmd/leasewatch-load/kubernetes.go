@@ -86,23 +86,11 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 		defer os.RemoveAll(dir)
 	}
 
-	kubeconfig, restCfg := k.kubeconfig, (*rest.Config)(nil)
-	if kubeconfig == "" {
-		fmt.Fprintln(log, "starting a test kube-apiserver on an embedded etcd")
-		api, err := kubetest.Start(ctx, dir, io.Discard)
-		if err != nil {
-			return err
-		}
-		defer api.Stop()
-		kubeconfig, restCfg = api.Kubeconfig, api.Config
-	} else if restCfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
-		return err
-	}
-	restCfg.QPS, restCfg.Burst = 5000, 5000
-	cs, err := kubernetes.NewForConfig(restCfg)
+	kubeconfig, cs, stopAPI, err := k.connect(ctx, dir, log)
 	if err != nil {
 		return err
 	}
+	defer stopAPI()
 
 	// Build leasewatch before the Leases exist: a build on a busy machine
 	// can take longer than an election Lease lasts, and a Lease whose first
@@ -147,22 +135,7 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 
 	fmt.Fprintf(log, "renewing for %s of warm-up and %s measured\n", k.warmup, k.duration)
 	var updates, conflicts, skipped atomic.Int64
-	loadCtx, stopLoad := context.WithCancel(ctx)
-	var wg sync.WaitGroup
-	for _, set := range []struct {
-		leases []*lease
-		every  time.Duration
-	}{{heartbeats, k.heartbeatEvery}, {elections, k.electionEvery}} {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			renewLoop(loadCtx, cs, set.leases, set.every, &updates, &conflicts, &skipped)
-		}()
-	}
-
-	w, err := measure(ctx, url, lw.cmd.Process.Pid, loadSource, k.warmup, k.duration)
-	stopLoad()
-	wg.Wait()
+	w, err := k.renewWhileMeasuring(ctx, cs, lw, heartbeats, elections, &updates, &conflicts, &skipped)
 	if err != nil {
 		return err
 	}
@@ -231,6 +204,50 @@ func createLeases(ctx context.Context, cs kubernetes.Interface, ns, prefix strin
 		return nil, fmt.Errorf("create leases in %s: %w", ns, err)
 	}
 	return out, nil
+}
+
+// connect returns a client of the cluster the load runs against: the
+// configured kubeconfig's, or a test kube-apiserver's on an embedded etcd
+// started in dir (stop stops it).
+func (k *kubeLoad) connect(ctx context.Context, dir string, log io.Writer) (kubeconfig string, cs kubernetes.Interface, stop func(), err error) {
+	kubeconfig, restCfg, stop := k.kubeconfig, (*rest.Config)(nil), func() {}
+	if kubeconfig == "" {
+		fmt.Fprintln(log, "starting a test kube-apiserver on an embedded etcd")
+		api, err := kubetest.Start(ctx, dir, io.Discard)
+		if err != nil {
+			return "", nil, nil, err
+		}
+		kubeconfig, restCfg, stop = api.Kubeconfig, api.Config, api.Stop
+	} else if restCfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
+		return "", nil, nil, err
+	}
+	restCfg.QPS, restCfg.Burst = 5000, 5000
+	if cs, err = kubernetes.NewForConfig(restCfg); err != nil {
+		stop()
+		return "", nil, nil, err
+	}
+	return kubeconfig, cs, stop, nil
+}
+
+// renewWhileMeasuring renews each set of Leases at its interval while
+// measure samples leasewatch through the warm-up and the measured window.
+func (k *kubeLoad) renewWhileMeasuring(ctx context.Context, cs kubernetes.Interface, lw *leasewatchProc, heartbeats, elections []*lease, updates, conflicts, skipped *atomic.Int64) (window, error) {
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	for _, set := range []struct {
+		leases []*lease
+		every  time.Duration
+	}{{heartbeats, k.heartbeatEvery}, {elections, k.electionEvery}} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			renewLoop(loadCtx, cs, set.leases, set.every, updates, conflicts, skipped)
+		}()
+	}
+	w, err := measure(ctx, lw.url, lw.cmd.Process.Pid, loadSource, k.warmup, k.duration)
+	stopLoad()
+	wg.Wait()
+	return w, err
 }
 
 // renewLoop renews every lease once per period, spread evenly over it, until
