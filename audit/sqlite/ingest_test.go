@@ -3,7 +3,6 @@ package sqlite_test
 import (
 	"context"
 	"database/sql"
-	"fmt"
 	"path/filepath"
 	"runtime"
 	"testing"
@@ -11,14 +10,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
-)
-
-// Ingest workload: locks held by one holder each and renewed round robin, in
-// inputs of ingestBatch observations, as a busy collector delivers them.
-const (
-	ingestLocks = 10_000
-	ingestBatch = 1000
-	ingestTTL   = 2 * time.Second
+	"github.com/leasewatch/leasewatch/audit/storetest"
 )
 
 // BenchmarkIngest measures renewals through the whole write path (the
@@ -33,15 +25,8 @@ func BenchmarkIngest(b *testing.B) {
 	base := openBaseline(b, filepath.Join(dir, "baseline.db"))
 	rec, store := openRecorder(b, filepath.Join(dir, "leasewatch.db"))
 
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	token := int64(1)
-	grants := make([]audit.Observation, ingestLocks)
-	for i := range grants {
-		grants[i] = audit.Observation{Lock: ingestKey(i), Kind: audit.EventGrant, At: t0,
-			Holder: ingestHolder(i), Token: &token, LeaseDuration: ingestTTL}
-	}
-	for i := 0; i < len(grants); i += ingestBatch {
-		if err := rec.Observe(ctx, ingestInput(grants[i:i+ingestBatch], t0)); err != nil {
+	for _, in := range storetest.IngestGrants() {
+		if err := rec.Observe(ctx, in); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -52,38 +37,29 @@ func BenchmarkIngest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	obs := make([]audit.Observation, ingestBatch)
 	var recTime, baseTime time.Duration
 	var before, after runtime.MemStats
 	var allocs uint64
-	next := 0
 	b.ResetTimer()
 	for n := 0; b.Loop(); n++ {
-		at := t0.Add(time.Duration(n+1) * time.Millisecond)
-		first := next
-		for j := range obs {
-			i := next
-			next = (next + 1) % ingestLocks
-			obs[j] = audit.Observation{Lock: ingestKey(i), Kind: audit.EventRenew, At: at,
-				Holder: ingestHolder(i), Token: &token, LeaseDuration: ingestTTL}
-		}
+		in, first := storetest.IngestRenewals(n)
 
 		start := time.Now()
-		if err := base.insert(first, at); err != nil {
+		if err := base.insert(first, in.At); err != nil {
 			b.Fatal(err)
 		}
 		baseTime += time.Since(start)
 
 		runtime.ReadMemStats(&before)
 		start = time.Now()
-		if err := rec.Observe(ctx, ingestInput(obs, at)); err != nil {
+		if err := rec.Observe(ctx, in); err != nil {
 			b.Fatal(err)
 		}
 		recTime += time.Since(start)
 		runtime.ReadMemStats(&after)
 		allocs += after.Mallocs - before.Mallocs
 	}
-	events := float64(b.N * ingestBatch)
+	events := float64(b.N * storetest.IngestBatch)
 	if size, err := store.Size(ctx); err == nil {
 		b.ReportMetric(float64(size-sizeBefore)/events, "db-bytes/renewal")
 	}
@@ -91,16 +67,6 @@ func BenchmarkIngest(b *testing.B) {
 	b.ReportMetric(events/baseTime.Seconds(), "baseline-events/s")
 	b.ReportMetric(baseTime.Seconds()/recTime.Seconds(), "ratio")
 	b.ReportMetric(float64(allocs)/events, "allocs/event")
-}
-
-func ingestKey(i int) audit.LockKey {
-	return audit.LockKey{Source: "bench", Name: fmt.Sprintf("jobs/lock-%05d", i)}
-}
-
-func ingestHolder(i int) string { return fmt.Sprintf("worker-%03d", i%500) }
-
-func ingestInput(obs []audit.Observation, at time.Time) audit.Input {
-	return audit.Input{Source: "bench", Kind: audit.KindRedis, At: at, Observations: obs, Cursor: "seen"}
 }
 
 func openRecorder(b *testing.B, path string) (*audit.Recorder, *sqlite.Store) {
@@ -143,8 +109,8 @@ func openBaseline(b *testing.B, path string) *baseline {
 	if err != nil {
 		b.Fatal(err)
 	}
-	for i := range ingestLocks {
-		k := ingestKey(i)
+	for i := range storetest.IngestLocks {
+		k := storetest.IngestKey(i)
 		if _, err := tx.Exec(`INSERT INTO locks (id, source, name) VALUES (?, ?, ?)`, i+1, k.Source, k.Name); err != nil {
 			b.Fatal(err)
 		}
@@ -171,9 +137,9 @@ func (bl *baseline) insert(first int, at time.Time) error {
 		return err
 	}
 	defer stmt.Close()
-	for j := range ingestBatch {
-		i := (first + j) % ingestLocks
-		if _, err := stmt.Exec(i+1, "renew", at.UnixNano(), "", nil, ingestTTL.Milliseconds(),
+	for j := range storetest.IngestBatch {
+		i := (first + j) % storetest.IngestLocks
+		if _, err := stmt.Exec(i+1, "renew", at.UnixNano(), "", nil, storetest.IngestTTL.Milliseconds(),
 			"", false, "", nil, nil, 1, 999, nil); err != nil {
 			return err
 		}

@@ -1,0 +1,122 @@
+package postgres
+
+import (
+	"context"
+	"path/filepath"
+	"runtime"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
+	"github.com/leasewatch/leasewatch/audit/sqlite"
+	"github.com/leasewatch/leasewatch/audit/storetest"
+)
+
+// BenchmarkIngest measures renewals through the whole write path (the
+// recorder's tracker and group commit into the store) into PostgreSQL and,
+// alternating input by input in the same run, into SQLite, the same
+// workload as audit/sqlite's BenchmarkIngest (storetest.IngestRenewals).
+// The server is one of its own with PostgreSQL's defaults, fsync and
+// synchronous_commit on, as SQLite runs with synchronous=FULL; it shares the
+// machine's cores with the benchmark. It reports events/s of each, their
+// ratio (PostgreSQL over SQLite), the allocations per event of the
+// PostgreSQL recorder, and what the renewals add to each database, indexes
+// included. Run with: make bench-ingest, or
+// go test -run '^$' -bench Ingest -benchtime 300x ./audit/postgres/
+func BenchmarkIngest(b *testing.B) {
+	ctx := context.Background()
+	srv := pgtest.New(b, pgtest.Options{})
+	pgStore, err := Open(ctx, srv.Database(b), Options{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	pgRec := startRecorder(b, pgStore)
+	liteStore, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "leasewatch.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	liteRec := startRecorder(b, liteStore)
+	for _, in := range storetest.IngestGrants() {
+		for _, rec := range []*audit.Recorder{pgRec, liteRec} {
+			if err := rec.Observe(ctx, in); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+
+	// Storage per renewal is what the renewals add, without the locks'
+	// and tenures' rows, which the grants made.
+	pgBefore, liteBefore := size(b, pgStore), size(b, liteStore)
+	eventsBefore := relationSize(b, pgStore, "events")
+	var pgTime, liteTime time.Duration
+	var before, after runtime.MemStats
+	var allocs uint64
+	b.ResetTimer()
+	for n := 0; b.Loop(); n++ {
+		in, _ := storetest.IngestRenewals(n)
+
+		start := time.Now()
+		if err := liteRec.Observe(ctx, in); err != nil {
+			b.Fatal(err)
+		}
+		liteTime += time.Since(start)
+
+		runtime.ReadMemStats(&before)
+		start = time.Now()
+		if err := pgRec.Observe(ctx, in); err != nil {
+			b.Fatal(err)
+		}
+		pgTime += time.Since(start)
+		runtime.ReadMemStats(&after)
+		allocs += after.Mallocs - before.Mallocs
+	}
+	b.StopTimer()
+	events := float64(b.N * storetest.IngestBatch)
+	b.ReportMetric(events/pgTime.Seconds(), "events/s")
+	b.ReportMetric(events/liteTime.Seconds(), "sqlite-events/s")
+	b.ReportMetric(liteTime.Seconds()/pgTime.Seconds(), "ratio")
+	b.ReportMetric(float64(allocs)/events, "allocs/event")
+	b.ReportMetric(float64(size(b, pgStore)-pgBefore)/events, "db-bytes/renewal")
+	b.ReportMetric(float64(relationSize(b, pgStore, "events")-eventsBefore)/events, "events-bytes/renewal")
+	b.ReportMetric(float64(size(b, liteStore)-liteBefore)/events, "sqlite-db-bytes/renewal")
+}
+
+// startRecorder starts a recorder on j, closed with j at the benchmark's
+// end.
+func startRecorder(b *testing.B, j interface {
+	audit.Journal
+	Close() error
+}) *audit.Recorder {
+	b.Helper()
+	rec := audit.NewRecorder(j, audit.TrackerConfig{}, nil)
+	if err := rec.Start(context.Background()); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		rec.Close()
+		j.Close()
+	})
+	return rec
+}
+
+func size(b *testing.B, s interface {
+	Size(context.Context) (int64, error)
+}) int64 {
+	b.Helper()
+	n, err := s.Size(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
+
+// relationSize is what one table takes, its indexes and TOAST included.
+func relationSize(b *testing.B, s *Store, table string) int64 {
+	b.Helper()
+	var n int64
+	if err := s.reader.QueryRow(context.Background(), `SELECT pg_total_relation_size($1::regclass)`, table).Scan(&n); err != nil {
+		b.Fatal(err)
+	}
+	return n
+}
