@@ -29,9 +29,21 @@ import (
 //
 // Each sub-benchmark reports p50 and p95 in milliseconds besides ns/op.
 func BenchmarkPages(b *testing.B) {
-	ctx := context.Background()
 	spec := synth.Default()
 	h, store, sum := benchServer(b, spec)
+	for _, p := range defaultPages(b, store, sum, spec) {
+		benchPage(b, h, p.name, p.url)
+	}
+}
+
+// benchURL is one page of a benchmark.
+type benchURL struct{ name, url string }
+
+// defaultPages are the pages BenchmarkPages serves from synth.Default's
+// database in store, summarized by sum.
+func defaultPages(b *testing.B, store audit.Store, sum synth.Summary, spec synth.Spec) []benchURL {
+	b.Helper()
+	ctx := context.Background()
 	busy, err := store.LockByKey(ctx, sum.Busiest)
 	if err != nil {
 		b.Fatal(err)
@@ -64,7 +76,7 @@ func BenchmarkPages(b *testing.B) {
 		recentLocks.Add("lock", strconv.FormatInt(l.ID, 10))
 	}
 	busyDay := url.Values{"from": {day}, "to": {spec.End.Format(time.RFC3339)}, "lock": {busyID}}
-	for _, p := range []struct{ name, url string }{
+	return []benchURL{
 		{"Overview", "/"},
 		{"LocksFirstPage", "/locks"},
 		{"LocksDeepPage", "/locks?after=" + deepID},
@@ -105,8 +117,6 @@ func BenchmarkPages(b *testing.B) {
 		{"APIFindings", "/api/v1/findings"},
 		{"APIFindingsCritical24h", "/api/v1/findings?severity=critical&from=" + day},
 		{"APIFindingsLock", "/api/v1/findings?lock=" + url.QueryEscape(busy.Source+"/"+busy.Name)},
-	} {
-		benchPage(b, h, p.name, p.url)
 	}
 }
 
@@ -176,11 +186,17 @@ func benchServer(b *testing.B, spec synth.Spec) (http.Handler, *sqlite.Store, sy
 	return benchHandler(b, store, sum.Sources, spec.End), store, sum
 }
 
+// benchStore is what a page benchmark serves from: either store.
+type benchStore interface {
+	audit.Store
+	audit.Journal
+}
+
 // benchHandler serves store through the recorder's overlay, as in
 // leasewatch serve, with sources up and the clock at now. The recorder is
 // not started, so nothing writes to the store; a synced store has no
 // renewal waiting to be laid over its rows.
-func benchHandler(b *testing.B, store *sqlite.Store, sources []string, now time.Time) http.Handler {
+func benchHandler(b *testing.B, store benchStore, sources []string, now time.Time) http.Handler {
 	b.Helper()
 	const renewMargin = 0.25
 	rec := audit.NewRecorder(store, audit.TrackerConfig{RenewMarginRatio: renewMargin}, nil)

@@ -64,6 +64,11 @@ type Options struct {
 	NoFsync bool
 	// Settings are further server settings, passed as -c name=value.
 	Settings map[string]string
+	// Dir, if set, is the server's directory instead of a temporary one,
+	// kept by Stop: a cluster already in it (from an earlier Start with the
+	// same Dir) is run again with its data, so a benchmark can cache a large
+	// generated database across runs. Missing, it is created.
+	Dir string
 }
 
 // Server is a running PostgreSQL server with its data in a temporary
@@ -79,6 +84,7 @@ type Server struct {
 	LogFile string
 
 	dir      string
+	keep     bool // Stop leaves dir: Options.Dir
 	bin      string
 	password string
 	cred     *syscall.Credential
@@ -107,11 +113,19 @@ func Start(ctx context.Context, opts Options) (*Server, error) {
 	if s.cred, err = credential(); err != nil {
 		return nil, err
 	}
-	if s.dir, err = os.MkdirTemp("", "leasewatch-pgtest-"); err != nil {
+	if opts.Dir != "" {
+		s.dir, s.keep = opts.Dir, true
+		err = os.MkdirAll(s.dir, 0o755)
+	} else {
+		s.dir, err = os.MkdirTemp("", "leasewatch-pgtest-")
+	}
+	if err != nil {
 		return nil, err
 	}
 	if err := s.setUp(ctx, opts); err != nil {
-		os.RemoveAll(s.dir)
+		if !s.keep {
+			os.RemoveAll(s.dir)
+		}
 		return nil, err
 	}
 	return s, nil
@@ -125,11 +139,26 @@ func (s *Server) setUp(ctx context.Context, opts Options) error {
 	}
 	s.DataDir = filepath.Join(s.dir, "data")
 	s.LogFile = filepath.Join(s.dir, "postgres.log")
-	pw := make([]byte, 16)
-	rand.Read(pw)
-	s.password = hex.EncodeToString(pw)
-	if err := s.initdb(ctx); err != nil {
-		return err
+	// A kept cluster's superuser password is kept beside it, readable by
+	// its owner only.
+	pwPath := filepath.Join(s.dir, "password")
+	if pw, err := os.ReadFile(pwPath); err == nil && s.keep && fileExists(filepath.Join(s.DataDir, "PG_VERSION")) {
+		s.password = strings.TrimSpace(string(pw))
+	} else {
+		if err := os.RemoveAll(s.DataDir); err != nil {
+			return err
+		}
+		pw := make([]byte, 16)
+		rand.Read(pw)
+		s.password = hex.EncodeToString(pw)
+		if err := s.initdb(ctx); err != nil {
+			return err
+		}
+		if s.keep {
+			if err := os.WriteFile(pwPath, []byte(s.password+"\n"), 0o600); err != nil {
+				return err
+			}
+		}
 	}
 	// The socket goes into the server's own directory, so it never meets a
 	// system cluster's in /var/run/postgresql.
@@ -350,13 +379,21 @@ func (s *Server) Restart(ctx context.Context) error {
 	return s.start(ctx)
 }
 
-// Stop stops the server and removes its directory. The server cannot be
-// restarted after.
+// Stop stops the server and removes its directory, unless it is
+// Options.Dir. The server cannot be restarted after.
 func (s *Server) Stop() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.stopProcess()
+	if s.keep {
+		return nil
+	}
 	return os.RemoveAll(s.dir)
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
 }
 
 // stopProcess asks for a fast shutdown, which disconnects clients and

@@ -356,3 +356,48 @@ func processUID(t *testing.T, pid int) string {
 	t.Fatalf("no Uid in /proc/%d/status", pid)
 	return ""
 }
+
+// TestKeptDirRunsTheClusterAgain starts a server in a directory of the
+// test's choosing, stops it, and starts another in the same directory: the
+// second runs the first's cluster, its rows and password included, and
+// neither Stop removes the directory.
+func TestKeptDirRunsTheClusterAgain(t *testing.T) {
+	t.Parallel()
+	parent := t.TempDir()
+	// The postgres user, which the server runs as under root, must reach
+	// it: testing makes the directory and its parent private.
+	for _, d := range []string{filepath.Dir(parent), parent} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	dir := filepath.Join(parent, "kept")
+	first, err := pgtest.Start(ctx(t), pgtest.Options{Dir: dir, NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	name, err := first.CreateDatabase(ctx(t), "kept")
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn := connect(t, first.URL(name))
+	exec(t, conn, "CREATE TABLE leases (token bigint PRIMARY KEY)")
+	exec(t, conn, "INSERT INTO leases VALUES (41)")
+	conn.Close(context.Background())
+	if err := first.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "data", "PG_VERSION")); err != nil {
+		t.Fatalf("Stop removed the kept cluster: %v", err)
+	}
+
+	second, err := pgtest.Start(ctx(t), pgtest.Options{Dir: dir, NoFsync: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Stop()
+	var token int64
+	if err := connect(t, second.URL(name)).QueryRow(ctx(t), "SELECT token FROM leases").Scan(&token); err != nil || token != 41 {
+		t.Fatalf("the row written before the restart: %d, %v", token, err)
+	}
+}

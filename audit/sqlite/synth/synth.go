@@ -1,10 +1,11 @@
-// Package synth writes a synthetic, deterministic audit log into a SQLite
-// store: tens of thousands of locks over weeks, with tenures, renewals,
+// Package synth writes a synthetic, deterministic audit log into a store
+// (any audit.Journal: SQLite, PostgreSQL): tens of thousands of locks over weeks, with tenures, renewals,
 // expiries, fenced writes and every common finding, shaped like what the
 // collectors and the tracker record. The dashboard's benchmarks run on it.
 //
 // Generation goes through the store's own Apply in large batches, so the
-// database is exactly what the store would have written.
+// database is exactly what the store would have written, and the same spec
+// gives every store the same data.
 package synth
 
 import (
@@ -121,7 +122,7 @@ var blinds = []struct {
 const flushEvents = 250_000
 
 // Generate writes spec's audit log into store, which should be empty.
-func Generate(ctx context.Context, store *sqlite.Store, spec Spec) (Summary, error) {
+func Generate(ctx context.Context, store audit.Journal, spec Spec) (Summary, error) {
 	if spec.Locks < 10 || spec.Days < 1 || spec.Events < spec.Locks || spec.BusyLocks < 0 || spec.BusyLocks >= spec.Locks ||
 		spec.WriteLocks < 0 || spec.WriteLocks > 0 && spec.WriteResources < 1 {
 		return Summary{}, fmt.Errorf("synth: spec %+v is too small", spec)
@@ -155,7 +156,7 @@ func Generate(ctx context.Context, store *sqlite.Store, spec Spec) (Summary, err
 
 type generator struct {
 	spec     Spec
-	store    *sqlite.Store
+	store    audit.Journal
 	start    time.Time
 	batch    audit.Batch
 	revision int64 // etcd's global revision, the etcd token
@@ -447,19 +448,29 @@ func tokens(t *int64) []int64 {
 	return []int64{*t}
 }
 
-// Cached returns the path of a database holding spec's audit log under dir,
-// generating it first if no earlier run left one for this spec and
-// generator Version. A half-written database is never reused.
-func Cached(ctx context.Context, dir string, spec Spec) (string, Summary, error) {
+// Key names spec's audit log as this generator Version writes it: the same
+// key, the same data, in any store. Caches are keyed by it.
+func Key(spec Spec) (string, error) {
 	key, err := json.Marshal(struct {
 		V int
 		S Spec
 	}{Version, spec})
 	if err != nil {
-		return "", Summary{}, err
+		return "", err
 	}
 	sum := sha256.Sum256(key)
-	base := filepath.Join(dir, "synth-"+hex.EncodeToString(sum[:6]))
+	return "synth-" + hex.EncodeToString(sum[:6]), nil
+}
+
+// Cached returns the path of a database holding spec's audit log under dir,
+// generating it first if no earlier run left one for this spec and
+// generator Version. A half-written database is never reused.
+func Cached(ctx context.Context, dir string, spec Spec) (string, Summary, error) {
+	key, err := Key(spec)
+	if err != nil {
+		return "", Summary{}, err
+	}
+	base := filepath.Join(dir, key)
 	path, done := base+".db", base+".json"
 	if b, err := os.ReadFile(done); err == nil {
 		var s Summary
