@@ -42,6 +42,8 @@ type Options struct {
 
 // Store is the PostgreSQL audit log. It is safe for concurrent use.
 type Store struct {
+	reads // Locks, Events, Findings... (sqlread)
+
 	writer *pgxpool.Pool // one connection
 	reader *pgxpool.Pool
 
@@ -79,6 +81,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		s.writer.Close()
 		return nil, fmt.Errorf("open read pool: %w", err)
 	}
+	s.reads = reads{Engine: s.engine()}
 	return s, nil
 }
 

@@ -54,6 +54,8 @@ var pragmas = []string{
 
 // Store is the SQLite audit log. It is safe for concurrent use.
 type Store struct {
+	reads // Locks, Events, Findings... (sqlread)
+
 	path   string
 	writer *sql.DB   // one connection, BEGIN IMMEDIATE
 	reader *readPool // query_only pool
@@ -112,6 +114,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	keepConns(rdb, readConns)
 	s.reader = newReadPool(rdb)
+	s.reads = reads{Engine: s.engine()}
 	if err := s.reader.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, storageError(fmt.Errorf("open read pool: %w", err))
