@@ -52,3 +52,16 @@ func ErrorMessage(err error) string {
 	}
 	return "internal error"
 }
+
+// Caused returns e explained by cause: errors.As finds e, whose message
+// alone reaches API clients, and errors.Is and errors.As find cause too. Its
+// text is e's message, then cause's, for logs.
+func Caused(e *Error, cause error) error { return &causedError{domain: e, err: cause} }
+
+type causedError struct {
+	domain *Error
+	err    error
+}
+
+func (e *causedError) Error() string   { return e.domain.Message + ": " + e.err.Error() }
+func (e *causedError) Unwrap() []error { return []error{e.domain, e.err} }

@@ -26,6 +26,9 @@ var landed = map[string]map[string]string{
 		"0010_request_id_scope.sql":     "1fcfb9b85e963851ab80ecb6b49c1229a8efd049827e3a5501b9787ec4b5329f",
 		"0011_time_none.sql":            "a00b0439a89fa60ee6032c6fc26ec9ec4c1384cd2b3fa8cf3ab1ce81c10eba4a",
 	},
+	"postgres": {
+		"0001_init.sql": "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
+	},
 }
 
 // sets are the embedded migration sets by engine.

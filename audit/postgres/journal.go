@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
+	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 )
 
 // Apply writes b in one transaction: lock rows and the tracker's memory of
@@ -358,101 +359,6 @@ func (w *batchWriter) putRenewed(renewals []audit.Renewal) {
 		WHERE t.lock_id = v.lock_id AND t.seq = v.seq`, ids, seqs, counts, renewed, durations, expires)
 }
 
-// Restore returns the tracker's saved memory of every lock, with Lock filled
-// from the lock row and Recent from its tenures, and every cursor, read in
-// one snapshot.
-func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor, error) {
-	tx, err := s.reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return nil, nil, fmt.Errorf("restore: %w", storageError(err))
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-
-	rows, err := tx.Query(ctx, `SELECT `+lockColumns+`, k.state,
-			(SELECT max(seq) FROM tenures t WHERE t.lock_id = l.id)
-		FROM locks l LEFT JOIN lock_tracks k ON k.lock_id = l.id ORDER BY l.id`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("restore locks: %w", storageError(err))
-	}
-	var states []audit.TrackState
-	index := make(map[int64]int) // lock id → states index
-	for rows.Next() {
-		var (
-			st      audit.TrackState
-			raw     *string
-			lastSeq *int64
-		)
-		if err := rows.Scan(append(rowcodec.LockDest(&st.Lock), &raw, &lastSeq)...); err != nil {
-			rows.Close()
-			return nil, nil, fmt.Errorf("restore locks: %w", err)
-		}
-		switch {
-		case raw != nil:
-			if err := rowcodec.DecodeTrackState(&st, *raw); err != nil {
-				rows.Close()
-				return nil, nil, err
-			}
-		case lastSeq != nil:
-			// A lock the tracker never saved: only its tenure numbering
-			// must carry on.
-			st.NextSeq = *lastSeq
-		}
-		index[st.Lock.ID] = len(states)
-		states = append(states, st)
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("restore locks: %w", storageError(err))
-	}
-
-	rows, err = tx.Query(ctx, `SELECT `+tenureColumns+`
-		FROM lock_tracks k JOIN tenures t ON t.lock_id = k.lock_id AND t.seq >= k.recent_from
-		ORDER BY t.lock_id, t.seq`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("restore tenures: %w", storageError(err))
-	}
-	tenures, err := collect(rows, rowcodec.TenureDest)
-	if err != nil {
-		return nil, nil, fmt.Errorf("restore tenures: %w", storageError(err))
-	}
-	for _, t := range tenures {
-		i, ok := index[t.LockID]
-		if !ok {
-			continue
-		}
-		st := &states[i]
-		t.Lock = st.Lock.Key()
-		st.Recent = append(st.Recent, t)
-	}
-
-	cursors, err := s.cursors(ctx, tx)
-	if err != nil {
-		return nil, nil, fmt.Errorf("restore cursors: %w", err)
-	}
-	return states, cursors, nil
-}
-
-// Unsynced returns the renew events stored after the last Synced batch, in
-// the order they were stored.
-func (s *Store) Unsynced(ctx context.Context) ([]audit.Event, error) {
-	rows, err := s.reader.Query(ctx, `SELECT `+eventColumns+`, l.source, l.name
-		FROM `+eventTables+` JOIN locks l ON l.id = e.lock_id
-		WHERE e.id > (SELECT synced_event FROM journal) AND e.kind = 'renew'
-		ORDER BY e.id`)
-	if err != nil {
-		return nil, fmt.Errorf("unsynced renewals: %w", storageError(err))
-	}
-	events, err := collect(rows, eventWithKey)
-	if err != nil {
-		return nil, fmt.Errorf("unsynced renewals: %w", storageError(err))
-	}
-	return events, nil
-}
-
-func eventWithKey(e *audit.Event) []any {
-	return append(rowcodec.EventDest(e), &e.Lock.Source, &e.Lock.Name)
-}
-
 // StoredWrites returns the write events stored with any of the request ids,
 // under any lock and resource, each with its Lock set: one array parameter,
 // read from the request id index.
@@ -461,12 +367,12 @@ func (s *Store) StoredWrites(ctx context.Context, ids []string) ([]audit.Event, 
 		return nil, nil
 	}
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-	rows, err := s.reader.Query(ctx, `SELECT `+eventColumns+`, l.source, l.name FROM `+eventTables+`
+	rows, err := s.reader.Query(ctx, `SELECT `+sqlread.EventColumns+`, l.source, l.name FROM `+sqlread.EventTables("")+`
 		JOIN locks l ON l.id = e.lock_id WHERE e.request_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("stored writes: %w", storageError(err))
 	}
-	events, err := collect(rows, eventWithKey)
+	events, err := sqlread.Collect(rows, sqlread.EventWithKey)
 	if err != nil {
 		return nil, fmt.Errorf("stored writes: %w", storageError(err))
 	}

@@ -42,6 +42,8 @@ type Options struct {
 
 // Store is the PostgreSQL audit log. It is safe for concurrent use.
 type Store struct {
+	reads // Locks, Events, Findings... (sqlread)
+
 	writer *pgxpool.Pool // one connection
 	reader *pgxpool.Pool
 
@@ -79,6 +81,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		s.writer.Close()
 		return nil, fmt.Errorf("open read pool: %w", err)
 	}
+	s.reads = reads{Engine: s.engine()}
 	return s, nil
 }
 
@@ -193,16 +196,5 @@ func storageError(err error) error {
 		}
 		msg = "the database server cannot be reached"
 	}
-	return &unavailableError{domain: audit.Errorf(audit.EUNAVAILABLE, "%s", msg), err: err}
+	return audit.Caused(audit.Errorf(audit.EUNAVAILABLE, "%s", msg), err)
 }
-
-// unavailableError is a database failure with the domain error that
-// explains it. Its text is the explanation, then the full cause, for logs;
-// errors.As finds the *audit.Error, whose message alone reaches API clients.
-type unavailableError struct {
-	domain *audit.Error
-	err    error
-}
-
-func (e *unavailableError) Error() string   { return e.domain.Message + ": " + e.err.Error() }
-func (e *unavailableError) Unwrap() []error { return []error{e.domain, e.err} }

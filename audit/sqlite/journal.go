@@ -10,6 +10,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
+	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 )
 
 // Apply writes b in one transaction: lock rows and the tracker's memory of
@@ -467,122 +468,6 @@ func (w *batchWriter) putFindings(ctx context.Context, findings []audit.Finding)
 	return nil
 }
 
-// Restore returns the tracker's saved memory of every lock, with Lock filled
-// from the lock row and Recent from its tenures, and every cursor, read in one
-// snapshot.
-func (s *Store) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor, error) {
-	tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
-	if err != nil {
-		return nil, nil, fmt.Errorf("restore: %w", err)
-	}
-	defer tx.Rollback()
-
-	rows, err := tx.QueryContext(ctx, `SELECT `+lockColumns+`, k.state,
-			(SELECT max(seq) FROM tenures t WHERE t.lock_id = l.id)
-		FROM locks l LEFT JOIN lock_tracks k ON k.lock_id = l.id ORDER BY l.id`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("restore locks: %w", err)
-	}
-	defer rows.Close()
-	var states []audit.TrackState
-	index := make(map[int64]int) // lock id → states index
-	for rows.Next() {
-		var (
-			st      audit.TrackState
-			raw     sql.NullString
-			lastSeq sql.NullInt64
-		)
-		dest := append(rowcodec.LockDest(&st.Lock), &raw, &lastSeq)
-		if err := rows.Scan(dest...); err != nil {
-			return nil, nil, fmt.Errorf("restore locks: %w", err)
-		}
-		if raw.Valid {
-			if err := rowcodec.DecodeTrackState(&st, raw.String); err != nil {
-				return nil, nil, err
-			}
-		} else {
-			// A lock the tracker never saved: only its tenure numbering
-			// must carry on.
-			st.NextSeq = lastSeq.Int64
-		}
-		index[st.Lock.ID] = len(states)
-		states = append(states, st)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("restore locks: %w", err)
-	}
-	rows.Close()
-
-	// One index range of tenures per lock: the ones its Recent holds.
-	rows, err = tx.QueryContext(ctx, `SELECT `+tenureColumns+`
-		FROM lock_tracks k JOIN tenures t ON t.lock_id = k.lock_id AND t.seq >= k.recent_from
-		ORDER BY t.lock_id, t.seq`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("restore tenures: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var t audit.Tenure
-		if err := rows.Scan(rowcodec.TenureDest(&t)...); err != nil {
-			return nil, nil, fmt.Errorf("restore tenures: %w", err)
-		}
-		i, ok := index[t.LockID]
-		if !ok {
-			continue
-		}
-		st := &states[i]
-		t.Lock = st.Lock.Key()
-		st.Recent = append(st.Recent, t)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("restore tenures: %w", err)
-	}
-	rows.Close()
-
-	rows, err = tx.QueryContext(ctx, `SELECT source, position, at FROM cursors ORDER BY source`)
-	if err != nil {
-		return nil, nil, fmt.Errorf("restore cursors: %w", err)
-	}
-	defer rows.Close()
-	var cursors []audit.Cursor
-	for rows.Next() {
-		var c audit.Cursor
-		if err := rows.Scan(&c.Source, &c.Position, rowcodec.TimeDest{P: &c.At}); err != nil {
-			return nil, nil, fmt.Errorf("restore cursors: %w", err)
-		}
-		cursors = append(cursors, c)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, nil, fmt.Errorf("restore cursors: %w", err)
-	}
-	return states, cursors, nil
-}
-
-// Unsynced returns the renew events stored after the last Synced batch, in
-// the order they were stored.
-func (s *Store) Unsynced(ctx context.Context) ([]audit.Event, error) {
-	rows, err := s.reader.QueryContext(ctx, `SELECT `+eventColumns+`, l.source, l.name
-		FROM `+eventTables("")+` JOIN locks l ON l.id = e.lock_id
-		WHERE e.id > (SELECT synced_event FROM journal) AND e.kind = 'renew'
-		ORDER BY e.id`)
-	if err != nil {
-		return nil, fmt.Errorf("unsynced renewals: %w", err)
-	}
-	defer rows.Close()
-	var events []audit.Event
-	for rows.Next() {
-		var e audit.Event
-		if err := rows.Scan(append(rowcodec.EventDest(&e), &e.Lock.Source, &e.Lock.Name)...); err != nil {
-			return nil, fmt.Errorf("unsynced renewals: %w", err)
-		}
-		events = append(events, e)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("unsynced renewals: %w", err)
-	}
-	return events, nil
-}
-
 // maxVars bounds the bound parameters of one statement, well under SQLite's
 // SQLITE_MAX_VARIABLE_NUMBER (999 in old builds).
 const maxVars = 500
@@ -600,7 +485,7 @@ func (s *Store) StoredWrites(ctx context.Context, ids []string) ([]audit.Event, 
 		for i, id := range chunk {
 			args[i] = id
 		}
-		q := `SELECT ` + eventColumns + `, l.source, l.name FROM ` + eventTables("") + ` JOIN locks l ON l.id = e.lock_id
+		q := `SELECT ` + sqlread.EventColumns + `, l.source, l.name FROM ` + sqlread.EventTables("") + ` JOIN locks l ON l.id = e.lock_id
 			WHERE e.request_id IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
 		// Unprepared: a text per chunk length would crowd the kept
 		// statements out.
@@ -608,19 +493,11 @@ func (s *Store) StoredWrites(ctx context.Context, ids []string) ([]audit.Event, 
 		if err != nil {
 			return nil, fmt.Errorf("stored writes: %w", storageError(err))
 		}
-		for rows.Next() {
-			var e audit.Event
-			if err := rows.Scan(append(rowcodec.EventDest(&e), &e.Lock.Source, &e.Lock.Name)...); err != nil {
-				rows.Close()
-				return nil, fmt.Errorf("stored writes: %w", err)
-			}
-			events = append(events, e)
-		}
-		err = rows.Err()
-		rows.Close()
+		found, err := sqlread.Collect(sqlRows{rows}, sqlread.EventWithKey)
 		if err != nil {
-			return nil, fmt.Errorf("stored writes: %w", err)
+			return nil, fmt.Errorf("stored writes: %w", storageError(err))
 		}
+		events = append(events, found...)
 	}
 	return events, nil
 }

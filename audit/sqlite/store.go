@@ -54,6 +54,8 @@ var pragmas = []string{
 
 // Store is the SQLite audit log. It is safe for concurrent use.
 type Store struct {
+	reads // Locks, Events, Findings... (sqlread)
+
 	path   string
 	writer *sql.DB   // one connection, BEGIN IMMEDIATE
 	reader *readPool // query_only pool
@@ -112,6 +114,7 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	keepConns(rdb, readConns)
 	s.reader = newReadPool(rdb)
+	s.reads = reads{Engine: s.engine()}
 	if err := s.reader.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, storageError(fmt.Errorf("open read pool: %w", err))
@@ -180,19 +183,8 @@ func storageError(err error) error {
 	default:
 		return err
 	}
-	return &unavailableError{domain: audit.Errorf(audit.EUNAVAILABLE, "%s", msg), err: err}
+	return audit.Caused(audit.Errorf(audit.EUNAVAILABLE, "%s", msg), err)
 }
-
-// unavailableError is an SQLite failure with the domain error that explains
-// it. Its text is the explanation, then the full cause, for logs; errors.As
-// finds the *audit.Error, whose message alone reaches API clients.
-type unavailableError struct {
-	domain *audit.Error
-	err    error
-}
-
-func (e *unavailableError) Error() string   { return e.domain.Message + ": " + e.err.Error() }
-func (e *unavailableError) Unwrap() []error { return []error{e.domain, e.err} }
 
 func dsn(path string, extra ...string) string {
 	params := make([]string, 0, len(pragmas)+len(extra))

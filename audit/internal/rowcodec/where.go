@@ -76,6 +76,19 @@ type Dialect struct {
 	// times cannot overflow: "" where the engine computes in floating point
 	// past int64 (SQLite), "::numeric" for PostgreSQL.
 	Wide string
+	// Text casts a placeholder to text where the engine must know its type
+	// ("::text" for PostgreSQL, whose row comparisons and select lists do
+	// not infer it).
+	Text string
+}
+
+// P is the placeholder of the query's i-th argument (from 1), for queries
+// that use an argument more than once.
+func (d Dialect) P(i int) string {
+	if d.Numbered {
+		return "$" + strconv.Itoa(i)
+	}
+	return "?" + strconv.Itoa(i)
 }
 
 // Where returns an empty Where for d's placeholders.

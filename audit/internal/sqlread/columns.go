@@ -1,0 +1,58 @@
+package sqlread
+
+import "github.com/leasewatch/leasewatch/audit"
+
+// The column lists of the stores' reads, in the order of rowcodec's scan
+// destinations. Both stores' journals read through them too.
+
+// TenureTables are the tenures (aliased t) with what retention pruned of
+// their renewals (Engine.SummaryColumns).
+const TenureTables = `tenures t LEFT JOIN renewal_summaries rs ON rs.lock_id = t.lock_id AND rs.seq = t.seq`
+
+// LockColumns are the columns rowcodec.LockDest scans, from locks aliased l.
+const LockColumns = `l.id, l.source, l.kind, l.name, l.class, l.state, l.holder, l.token,
+	l.acquired_at, l.renewed_at, l.expires_at, l.lease_duration_ms, l.changed_at`
+
+// EventColumns are the columns rowcodec.EventDest scans, from EventTables. A
+// compact renewal (one with a seq) takes its holder and token from its
+// tenure, and its margin and renewal time from their columns.
+const EventColumns = `e.id, e.lock_id, e.kind, e.at, coalesce(et.holder, e.holder),
+	CASE WHEN e.seq IS NULL THEN e.token ELSE et.token END, e.ttl_ms, e.position,
+	e.inferred, e.resource, e.request_id, e.detail, coalesce(e.seq, 0), e.margin_permille, e.renewed_at`
+
+// EventTables are the tables of EventColumns: events aliased e, read
+// through hint (an Engine.Hint, or ""), with the tenures of compact renewals.
+func EventTables(hint string) string {
+	return `events e` + hint + ` LEFT JOIN tenures et ON e.seq IS NOT NULL AND et.lock_id = e.lock_id AND et.seq = e.seq`
+}
+
+// TenureColumns are the columns rowcodec.TenureDest scans, from tenures
+// aliased t.
+const TenureColumns = `t.lock_id, t.seq, t.holder, t.token, t.granted_at, t.observed, t.position,
+	t.renewals, t.last_renewed_at, t.lease_duration_ms, t.expires_at, t.ended_at, t.end_reason`
+
+// findingFields are the columns rowcodec.FindingDest scans after the
+// finding's id, lock id and lock key, from findings aliased f.
+const findingFields = `f.kind, f.severity, f.at, f.until, f.summary, f.tokens, f.holders, f.resource`
+
+// The indexes of a lock's events: its timeline, and the partial index of
+// every kind but renewals, whose condition (NotRenewal) a query must repeat
+// for the planner to use it.
+const (
+	TimelineIndex = "events_lock_at"
+	RareKindIndex = "events_lock_kind_at"
+)
+
+// EventIndex names the index for a lock's events of kind ("" for every
+// kind). An engine that plans without statistics may walk a lock's whole
+// timeline and test each row's kind; a rare kind among millions of renewals
+// must be one range of the partial index.
+func EventIndex(kind audit.EventKind) string {
+	if kind == "" || kind == audit.EventRenew {
+		return TimelineIndex
+	}
+	return RareKindIndex
+}
+
+// NotRenewal is the condition of the partial index events_lock_kind_at.
+func NotRenewal(col string) string { return col + " <> 'renew'" }
