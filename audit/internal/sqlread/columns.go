@@ -26,6 +26,20 @@ func EventTables(hint string) string {
 	return `events e` + hint + ` LEFT JOIN tenures et ON e.seq IS NOT NULL AND et.lock_id = e.lock_id AND et.seq = e.seq`
 }
 
+// EventTablesOf are EventTables for the events of kind ("" for every kind).
+// Only renewals are stored compact, so events of another kind join no
+// tenure: PostgreSQL's generic plan, costed for an average lock, would
+// otherwise pair each of a busy lock's events with all its tenures (its
+// 1,000 newest grants: 264 ms, against 3 ms without the join).
+func EventTablesOf(kind audit.EventKind, hint string) string {
+	if kind == "" || kind == audit.EventRenew {
+		return EventTables(hint)
+	}
+	// One row of nothing in place of a tenure: a constant-false join with
+	// the tenures would still scan them per event on SQLite.
+	return `events e` + hint + ` CROSS JOIN (SELECT CAST(NULL AS TEXT) AS holder, CAST(NULL AS BIGINT) AS token) et`
+}
+
 // TenureColumns are the columns rowcodec.TenureDest scans, from tenures
 // aliased t.
 const TenureColumns = `t.lock_id, t.seq, t.holder, t.token, t.granted_at, t.observed, t.position,

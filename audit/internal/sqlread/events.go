@@ -22,7 +22,7 @@ func (r *Reader) Events(ctx context.Context, lockID int64, f audit.EventFilter) 
 	if err != nil {
 		return nil, err
 	}
-	events, err := lockEvents(ctx, r, EventColumns, EventTables(r.hint(EventIndex(f.Kind))), lockID, f, rowcodec.EventDest)
+	events, err := lockEvents(ctx, r, EventColumns, EventTablesOf(f.Kind, r.hint(EventIndex(f.Kind))), lockID, f, rowcodec.EventDest)
 	if err != nil {
 		return nil, err
 	}
