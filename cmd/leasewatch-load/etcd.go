@@ -305,7 +305,7 @@ func startEtcdRig(ctx context.Context, bin, dir, config string, sessions int, tt
 	if r.srv, err = embedded.Start(ctx, filepath.Join(dir, "etcd"), embedded.Options{}); err != nil {
 		return nil, err
 	}
-	r.lw, err = startLeasewatch(ctx, bin, dir, fmt.Sprintf(`  - name: %s
+	r.lw, err = startLeasewatch(ctx, bin, dir, "", fmt.Sprintf(`  - name: %s
     kind: etcd
     endpoints: [%q]
     prefixes: [%q]

@@ -115,7 +115,7 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 
-	lw, err := startLeasewatch(ctx, bin, dir, fmt.Sprintf(`  - name: %s
+	lw, err := startLeasewatch(ctx, bin, dir, "", fmt.Sprintf(`  - name: %s
     kind: kubernetes
     kubeconfig: %s
     namespaces: [%s, %s]

@@ -59,7 +59,7 @@ func TestKubeLoadChecksWritesAfterTheLeaseRanOut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lw, err := startLeasewatch(ctx, bin, dir, fmt.Sprintf(`  - name: %s
+	lw, err := startLeasewatch(ctx, bin, dir, "", fmt.Sprintf(`  - name: %s
     kind: kubernetes
     kubeconfig: %s
     namespaces: [%s]

@@ -7,7 +7,7 @@
 //	leasewatch-load kubernetes [--heartbeats 2000] [--elections 50] [--duration 60s]
 //	leasewatch-load redis [--locks 10000] [--ttl 2s] [--every 500ms] [--duration 30s]
 //	leasewatch-load etcd [--locks 5000] [--contenders 2] [--sessions 32] [--ttl 5s] [--hold 20s] [--duration 30s]
-//	leasewatch-load soak [--locks 1000] [--every 500ms] [--duration 30m] [--renewals 2m] [--events 5m]
+//	leasewatch-load soak [--locks 1000] [--every 500ms] [--duration 30m] [--renewals 2m] [--events 5m] [--postgres]
 //	leasewatch-load ingest [--writers 200] [--browsers 50] [--duration 5m] [--write-every 500ms] [--think 1s]
 //
 // The kubernetes scenario starts a real kube-apiserver on an embedded etcd
@@ -17,7 +17,9 @@
 // embedded etcd in-process and contends for concurrency.Mutex locks on it,
 // comparing every grant and release its clients saw with what leasewatch
 // stored. The soak runs the redis load for a long time with short
-// retention and samples the database's size, which must level off. The
+// retention and samples the database's size, which must level off; with
+// --postgres, leasewatch's database is on a PostgreSQL server of the run's
+// own. The
 // ingest scenario has many resources post fenced-write reports about etcd
 // locks that change hands while people browse the dashboard, and checks that
 // every report answered 202 was stored exactly once. Each
@@ -88,6 +90,7 @@ func main() {
 		fs.DurationVar(&s.sampleEvery, "sample", 10*time.Second, "time between size samples")
 		fs.StringVar(&s.load.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
 		fs.BoolVar(&s.load.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
+		fs.BoolVar(&s.postgres, "postgres", false, "leasewatch's database on a PostgreSQL server of the run's own (needs serve's postgres:// database)")
 		scenario = &s
 	case "ingest":
 		var i ingestLoad

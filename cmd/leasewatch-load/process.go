@@ -33,7 +33,7 @@ type leasewatchProc struct {
 // startLeasewatch runs `leasewatch serve` on a free loopback port with its
 // database in dir and the given sources section, building the binary first
 // when bin is empty.
-func startLeasewatch(ctx context.Context, bin, dir, sources string, log io.Writer) (*leasewatchProc, error) {
+func startLeasewatch(ctx context.Context, bin, dir, database, sources string, log io.Writer) (*leasewatchProc, error) {
 	if bin == "" {
 		var err error
 		if bin, err = buildLeasewatch(ctx, dir, log); err != nil {
@@ -44,7 +44,10 @@ func startLeasewatch(ctx context.Context, bin, dir, sources string, log io.Write
 	if err != nil {
 		return nil, err
 	}
-	config := fmt.Sprintf("listen: 127.0.0.1:%d\ndatabase: %s\nsources:\n%s", port, filepath.Join(dir, "leasewatch.db"), sources)
+	if database == "" {
+		database = filepath.Join(dir, "leasewatch.db")
+	}
+	config := fmt.Sprintf("listen: 127.0.0.1:%d\ndatabase: %s\nsources:\n%s", port, database, sources)
 	path := filepath.Join(dir, "leasewatch.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return nil, err

@@ -13,6 +13,7 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
+	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 	"github.com/leasewatch/leasewatch/collectors/redis/redisserver"
 )
 
@@ -101,11 +102,14 @@ type redisRig struct {
 	cli    *goredis.Client
 	extend *goredis.Script
 	keep   bool
+	pg     *pgtest.Server // leasewatch's database, when on PostgreSQL
 }
 
 // startRedisRig starts the rig; config is added to leasewatch's
-// configuration after its sources.
-func startRedisRig(ctx context.Context, bin string, keep bool, config string, log io.Writer) (rig *redisRig, err error) {
+// configuration after its sources. With postgres, leasewatch's database is
+// on a PostgreSQL server of the rig's own (Debian's, run as pgtest runs
+// it, with its default settings) instead of a SQLite file.
+func startRedisRig(ctx context.Context, bin string, keep, postgres bool, config string, log io.Writer) (rig *redisRig, err error) {
 	r := &redisRig{keep: keep}
 	defer func() {
 		if err != nil {
@@ -121,7 +125,19 @@ func startRedisRig(ctx context.Context, bin string, keep bool, config string, lo
 	if r.srv, err = redisserver.Start(ctx, filepath.Join(r.dir, "redis")); err != nil {
 		return nil, err
 	}
-	r.lw, err = startLeasewatch(ctx, bin, r.dir, fmt.Sprintf(`  - name: %s
+	var database string
+	if postgres {
+		if r.pg, err = pgtest.Start(ctx, pgtest.Options{}); err != nil {
+			return nil, err
+		}
+		name, err := r.pg.CreateDatabase(ctx, "leasewatch")
+		if err != nil {
+			return nil, err
+		}
+		database = r.pg.URL(name)
+		fmt.Fprintf(log, "leasewatch's database: PostgreSQL at %s, data in %s\n", r.pg.Addr, r.pg.DataDir)
+	}
+	r.lw, err = startLeasewatch(ctx, bin, r.dir, database, fmt.Sprintf(`  - name: %s
     kind: redis
     addr: %s
     patterns: ["lock:*"]
@@ -153,6 +169,9 @@ func (r *redisRig) close() {
 	}
 	if r.srv != nil {
 		r.srv.Stop()
+	}
+	if r.pg != nil {
+		r.pg.Stop()
 	}
 	if r.dir != "" && !r.keep {
 		os.RemoveAll(r.dir)
@@ -203,7 +222,7 @@ func (k *redisLoad) drive(ctx context.Context, r *redisRig) *tally {
 }
 
 func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
-	rig, err := startRedisRig(ctx, k.leasewatch, k.keep, "", log)
+	rig, err := startRedisRig(ctx, k.leasewatch, k.keep, false, "", log)
 	if err != nil {
 		return err
 	}

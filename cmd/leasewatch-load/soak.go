@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/http"
 	"net/url"
 	"os"
@@ -21,6 +22,7 @@ type soak struct {
 	events       time.Duration // retention of every other event
 	sampleEvery  time.Duration
 	pruneCadence time.Duration // leasewatch's retention pass interval, for the settling estimate
+	postgres     bool          // leasewatch's database on PostgreSQL rather than SQLite
 }
 
 // sizeSample is the database at one moment of the soak.
@@ -33,7 +35,7 @@ type sizeSample struct {
 
 func (s *soak) run(ctx context.Context, out, log io.Writer) error {
 	config := fmt.Sprintf("retention:\n  events: %s\n  kinds:\n    renew: %s\n", s.events, s.renewals)
-	rig, err := startRedisRig(ctx, s.load.leasewatch, s.load.keep, config, log)
+	rig, err := startRedisRig(ctx, s.load.leasewatch, s.load.keep, s.postgres, config, log)
 	if err != nil {
 		return err
 	}
@@ -124,6 +126,18 @@ func sampleSize(ctx context.Context, rig *redisRig, at time.Duration) (sizeSampl
 	}
 	if g := labelled(mfs, "leasewatch_database_bytes", nil); len(g) > 0 {
 		smp.inUse = int64(g[0].GetGauge().GetValue())
+	}
+	if rig.pg != nil {
+		// The whole cluster: tables, indexes and the write-ahead log.
+		err = filepath.WalkDir(rig.pg.DataDir, func(_ string, d fs.DirEntry, err error) error {
+			if err == nil && d.Type().IsRegular() {
+				if fi, err := d.Info(); err == nil {
+					smp.onDisk += fi.Size()
+				}
+			}
+			return nil
+		})
+		return smp, err
 	}
 	for _, name := range []string{"leasewatch.db", "leasewatch.db-wal"} {
 		if fi, err := os.Stat(filepath.Join(rig.dir, name)); err == nil {
