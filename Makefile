@@ -7,7 +7,7 @@ SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd load-ingest crash bench-ingest bench-pages bench-memory soak install-redis install-postgresql install-chromium
+.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd load-ingest crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-postgresql install-chromium
 
 all: build
 
@@ -66,13 +66,14 @@ load-ingest:
 crash:
 	LEASEWATCH_CRASH_KILLS=20 $(GO) test -race -count=1 -run TestCrashKillNineWhileBusy -v ./cmd/leasewatch
 
-## bench-ingest: the write path against a plain-SQLite baseline (events/s, ratio, allocations, bytes per renewal).
+## bench-ingest: the write path against a plain-SQLite baseline, then into PostgreSQL alternating with SQLite (events/s, ratio, allocations, bytes per renewal).
 bench-ingest:
 	$(GO) test -run '^$$' -bench Ingest -benchtime 300x ./audit/sqlite/
+	$(GO) test -run '^$$' -bench Ingest -benchtime 300x ./audit/postgres/
 
-## bench-pages: server time of every page and the main API on 11.7M generated events, and the lock page's memory as its writes grow (BENCHMARKS.md).
+## bench-pages: server time of every page and the main API on 11.7M generated events, on SQLite and (BenchmarkPagesPostgres) PostgreSQL beside it, and the lock page's memory as its writes grow (BENCHMARKS.md).
 bench-pages:
-	$(GO) test -run '^$$' -bench Pages -benchtime 60x -timeout 60m ./web/
+	$(GO) test -run '^$$' -bench Pages -benchtime 60x -timeout 120m ./web/
 	$(GO) test -run '^$$' -bench LockPageWriteStrip -benchmem -benchtime 20x ./web/
 
 ## bench-memory: heap per tracked lock, the tracker's clock-expiry Tick and alert evaluation over 100,000 locks against a full scan.
@@ -81,9 +82,17 @@ bench-memory:
 	$(GO) test -run '^$$' -bench TrackerTick ./audit/
 	$(GO) test -run '^$$' -bench AlertingEvaluate ./cmd/leasewatch/
 
+## bench-retention: ingest into PostgreSQL and SQLite, alternating, while retention prunes each (p99 and worst input, sizes).
+bench-retention:
+	$(GO) test -run '^$$' -bench Retention -benchtime 2000x -timeout 30m ./audit/postgres/
+
 ## soak: the retention soak (Redis, 2,000 events/s for 30 minutes, short retention; the size must level off).
 soak:
 	$(GO) run ./cmd/leasewatch-load soak
+
+## soak-postgres: the same soak with leasewatch's database on PostgreSQL.
+soak-postgres:
+	$(GO) run ./cmd/leasewatch-load soak --postgres
 
 ## test: every test, with the race detector; browser screenshots go to artifacts/.
 test: deps

@@ -27,7 +27,8 @@ var landed = map[string]map[string]string{
 		"0011_time_none.sql":            "a00b0439a89fa60ee6032c6fc26ec9ec4c1384cd2b3fa8cf3ab1ce81c10eba4a",
 	},
 	"postgres": {
-		"0001_init.sql": "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
+		"0001_init.sql":                "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
+		"0002_events_column_order.sql": "f2e4897318ad52affdf3d6400dbe8e98f9223735548abde7aa25bd7492bb2257",
 	},
 }
 
