@@ -1,8 +1,10 @@
 package storetest
 
 import (
+	"cmp"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -134,6 +136,8 @@ func SameHistory(t *testing.T, a, b Store, requestIDs []string) {
 		check("Unsynced", err)
 		r.Stored, err = s.StoredWrites(ctx, requestIDs)
 		check("StoredWrites", err)
+		// In no order the contract gives.
+		slices.SortFunc(r.Stored, func(a, b audit.Event) int { return cmp.Compare(a.ID, b.ID) })
 		r.Locks, err = s.Locks(ctx, audit.LockFilter{Limit: audit.MaxLockLimit})
 		check("Locks", err)
 		r.Events, r.Writes = map[int64][]audit.Event{}, map[int64][][]audit.WriteEvent{}
