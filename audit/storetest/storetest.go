@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/storecopy"
 )
 
 // Store is every part of a store the service relies on: the read side, the
@@ -21,6 +22,10 @@ type Store interface {
 	// Size returns the bytes the database takes.
 	Size(ctx context.Context) (int64, error)
 	Close() error
+	// Both ends of leasewatch copy: the whole store read as of one
+	// moment, and rows imported into an empty store.
+	storecopy.Source
+	storecopy.Target
 }
 
 // Harness says how to get a store under test.
@@ -102,4 +107,11 @@ var contract = []struct {
 	// Times at the ends of the range.
 	{"EpochRoundTripsThroughTheDatabase", testEpochRoundTripsThroughTheDatabase},
 	{"WindowBeyondTheRangeReturnsWhatIsInside", testWindowBeyondTheRangeReturnsWhatIsInside},
+
+	// Copying a store into another (leasewatch copy).
+	{"CopyMovesTheWholeHistory", testCopyMovesTheWholeHistory},
+	{"CopyResumesAfterEveryInterruption", testCopyResumesAfterEveryInterruption},
+	{"CopyRefusesATargetWithOtherData", testCopyRefusesATargetWithOtherData},
+	{"CopyRefusesToResumeFromAChangedSource", testCopyRefusesToResumeFromAChangedSource},
+	{"CopyVerifiesCounts", testCopyVerifiesCounts},
 }

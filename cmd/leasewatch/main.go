@@ -4,6 +4,7 @@
 //	leasewatch serve [--config leasewatch.yaml]
 //	leasewatch demo [--listen 127.0.0.1:8080]
 //	leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
+//	leasewatch copy --from DATABASE --to DATABASE
 //	leasewatch version
 package main
 
@@ -39,6 +40,9 @@ Usage:
   leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
                     [--config leasewatch.yaml | --database FILE]
                                                 the incident review of locks' handovers in a window
+  leasewatch copy --from DATABASE --to DATABASE [--chunk N]
+                                                copy the whole history into a new database (a SQLite
+                                                file or a postgres:// URL); rerun to resume
   leasewatch version                            print the version
 `
 
@@ -70,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdServe(ctx, args[1:], logger, stderr)
 	case "report":
 		err = cmdReport(ctx, args[1:], stdout, stderr)
+	case "copy":
+		err = cmdCopy(ctx, args[1:], stdout, stderr)
 	case "demo":
 		setGCPercent()
 		err = cmdDemo(ctx, args[1:], logger, stdout, stderr)
