@@ -101,9 +101,10 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 		w.queue("sync", `UPDATE journal SET synced_event = (SELECT coalesce(max(id), 0) FROM events)`)
 	}
 	var mark int64
+	markAt := -1 // the mark's statement in the pipeline
 	if b.SyncMark {
-		w.pipe.Queue(`SELECT coalesce(max(id), 0) FROM events`).QueryRow(func(row pgx.Row) error { return row.Scan(&mark) })
-		w.names = append(w.names, "sync mark")
+		markAt = len(w.names)
+		w.queue("sync mark", `SELECT coalesce(max(id), 0) FROM events`)
 	}
 	if b.SyncedToMark {
 		// A mark of this batch is read above, within the pipeline's order.
@@ -112,8 +113,16 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	}
 	if w.pipe.Len() > 0 {
 		res := w.tx.SendBatch(ctx, &w.pipe)
-		for _, name := range w.names {
-			if _, err := res.Exec(); err != nil {
+		for i, name := range w.names {
+			// Results read one by one never reach a queued statement's
+			// callback, so the mark is scanned here.
+			var err error
+			if i == markAt {
+				err = res.QueryRow().Scan(&mark)
+			} else {
+				_, err = res.Exec()
+			}
+			if err != nil {
 				res.Close()
 				return fmt.Errorf("%s: %w", name, err)
 			}

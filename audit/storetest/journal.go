@@ -618,6 +618,41 @@ func testRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced(t *testing.T, h H
 	}
 }
 
+// testSyncRoundOverBatchesEndsUnsyncedAtItsMark spreads a sync over three
+// batches, as the recorder does with many locks: the first marks the newest
+// event (Batch.SyncMark), the last says the rows now hold every event up to
+// that mark (SyncedToMark). A renewal stored in between stays unsynced; the
+// ones up to the mark do not, or retention could never prune them.
+func testSyncRoundOverBatchesEndsUnsyncedAtItsMark(t *testing.T, h Harness) {
+	s := h.Open(t)
+	ctx := context.Background()
+	a, b := heldLock("src", "a", "w", 1, 0), heldLock("src", "b", "w", 1, 0)
+	grant := func(st audit.TrackState) audit.Event {
+		return audit.Event{Lock: st.Lock.Key(), Kind: audit.EventGrant, At: At(0), Holder: "w", Token: audit.Int64(1)}
+	}
+	Apply(t, s, audit.Batch{Locks: []audit.TrackState{a, b}, Tenures: append(a.Recent, b.Recent...),
+		Events: []audit.Event{grant(a), grant(b)}, Synced: true})
+	renew := func(st audit.TrackState, sec int) audit.Event {
+		return audit.Event{Lock: st.Lock.Key(), Kind: audit.EventRenew, At: At(sec), Holder: "w", Token: audit.Int64(1),
+			TTL: 10 * time.Second, Seq: 1}
+	}
+	renewal := func(st audit.TrackState, sec int) audit.Renewal {
+		return audit.Renewal{Lock: st.Lock.Key(), Seq: 1, Renewals: 1, RenewedAt: At(sec), ExpiresAt: At(sec + 10),
+			LeaseDuration: 10 * time.Second}
+	}
+	Apply(t, s, audit.Batch{Events: []audit.Event{renew(a, 2), renew(b, 2)}})
+	Apply(t, s, audit.Batch{Events: []audit.Event{renew(a, 3)}, Renewed: []audit.Renewal{renewal(a, 3)}, SyncMark: true})
+	Apply(t, s, audit.Batch{Events: []audit.Event{renew(b, 5)}})
+	Apply(t, s, audit.Batch{Renewed: []audit.Renewal{renewal(b, 5)}, SyncedToMark: true})
+	evs, err := s.Unsynced(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(evs) != 1 || evs[0].Lock != b.Lock.Key() || !evs[0].At.Equal(At(5)) {
+		t.Errorf("Unsynced after the round = %s, want only %s's renewal stored after the mark", Show(evs), b.Lock.Key())
+	}
+}
+
 func testSizeGrowsWithEvents(t *testing.T, h Harness) {
 	s := h.Open(t)
 	ctx := context.Background()

@@ -71,6 +71,7 @@ var contract = []struct {
 	{"RestoreEmptyDatabase", testRestoreEmptyDatabase},
 	{"StoredWrites", testStoredWrites},
 	{"RenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced", testRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced},
+	{"SyncRoundOverBatchesEndsUnsyncedAtItsMark", testSyncRoundOverBatchesEndsUnsyncedAtItsMark},
 	{"ConcurrentReadsDuringWrites", testConcurrentReadsDuringWrites},
 	{"ReopenKeepsData", testReopenKeepsData},
 	{"SizeGrowsWithEvents", testSizeGrowsWithEvents},
