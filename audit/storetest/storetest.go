@@ -70,6 +70,19 @@ var contract = []struct {
 	{"ReopenKeepsData", testReopenKeepsData},
 	{"SizeGrowsWithEvents", testSizeGrowsWithEvents},
 
+	// The recorder over the store: restarts, failed commits, request ids
+	// and the fresh overlay of unsynced renewals.
+	{"RecorderObserveIsDurableAndResumes", testRecorderObserveIsDurableAndResumes},
+	{"RecorderWriteReportsAreIdempotent", testRecorderWriteReportsAreIdempotent},
+	{"RecorderRequestIDsAreScopedToLockAndResource", testRecorderRequestIDsAreScopedToLockAndResource},
+	{"RecorderConflictRefusesOnlyItsRequest", testRecorderConflictRefusesOnlyItsRequest},
+	{"RecorderBoundsWriteOnlyLocksAcrossRestarts", testRecorderBoundsWriteOnlyLocksAcrossRestarts},
+	{"RecorderFailedCommitLosesNothingAcknowledged", testRecorderFailedCommitLosesNothingAcknowledged},
+	{"RecorderRenewalsSurviveACrashBetweenSyncs", testRecorderRenewalsSurviveACrashBetweenSyncs},
+	{"RecorderCommitsCarryTheirRenewals", testRecorderCommitsCarryTheirRenewals},
+	{"RecorderSpreadsASyncOverCommits", testRecorderSpreadsASyncOverCommits},
+	{"RecorderRenewalsSurviveACrashInASyncRound", testRecorderRenewalsSurviveACrashInASyncRound},
+
 	// The read side: lists, filters, pages and errors.
 	{"LocksFilters", testLocksFilters},
 	{"LocksDefaultAndMaxLimit", testLocksDefaultAndMaxLimit},
