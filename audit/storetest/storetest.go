@@ -66,6 +66,7 @@ var contract = []struct {
 	{"RestoreEmptyDatabase", testRestoreEmptyDatabase},
 	{"StoredWrites", testStoredWrites},
 	{"RenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced", testRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced},
+	{"SyncMarkSpansBatches", testSyncMarkSpansBatches},
 	{"ConcurrentReadsDuringWrites", testConcurrentReadsDuringWrites},
 	{"ReopenKeepsData", testReopenKeepsData},
 	{"SizeGrowsWithEvents", testSizeGrowsWithEvents},
