@@ -44,14 +44,9 @@ func GrantInput(holder string, token int64, when time.Time, cursor string) audit
 // EventKinds returns the kinds of src/orders' stored events, in order.
 func EventKinds(t *testing.T, s audit.Store) []audit.EventKind {
 	t.Helper()
-	ctx := context.Background()
-	l, err := s.LockByKey(ctx, orders)
-	if err != nil {
-		t.Fatalf("lock: %v", err)
-	}
-	evs, err := s.Events(ctx, l.ID, audit.EventFilter{})
-	if err != nil {
-		t.Fatalf("events: %v", err)
+	evs, ok := lockEvents(t, s, orders)
+	if !ok {
+		t.Fatalf("lock %s not stored", orders)
 	}
 	var kinds []audit.EventKind
 	for _, e := range evs {
@@ -64,17 +59,9 @@ func EventKinds(t *testing.T, s audit.Store) []audit.EventKind {
 // id; nil if the lock is not stored.
 func WritesByRequest(t *testing.T, s audit.Store, lock string) map[string][]audit.Event {
 	t.Helper()
-	ctx := context.Background()
-	l, err := s.LockByKey(ctx, audit.LockKey{Source: "src", Name: lock})
-	if audit.ErrorCode(err) == audit.ENOTFOUND {
+	evs, ok := lockEvents(t, s, audit.LockKey{Source: "src", Name: lock})
+	if !ok {
 		return nil
-	}
-	if err != nil {
-		t.Fatalf("lock %s: %v", lock, err)
-	}
-	evs, err := s.Events(ctx, l.ID, audit.EventFilter{})
-	if err != nil {
-		t.Fatalf("events of %s: %v", lock, err)
 	}
 	out := make(map[string][]audit.Event)
 	for _, e := range evs {
@@ -83,6 +70,25 @@ func WritesByRequest(t *testing.T, s audit.Store, lock string) map[string][]audi
 		}
 	}
 	return out
+}
+
+// lockEvents returns every stored event of key, and false if the lock is
+// not stored.
+func lockEvents(t *testing.T, s audit.Store, key audit.LockKey) ([]audit.Event, bool) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := s.LockByKey(ctx, key)
+	if audit.ErrorCode(err) == audit.ENOTFOUND {
+		return nil, false
+	}
+	if err != nil {
+		t.Fatalf("lock %s: %v", key, err)
+	}
+	evs, err := s.Events(ctx, l.ID, audit.EventFilter{})
+	if err != nil {
+		t.Fatalf("events of %s: %v", key, err)
+	}
+	return evs, true
 }
 
 // failingJournal is a store whose Apply fails while fail is set, with
