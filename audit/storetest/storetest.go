@@ -71,10 +71,23 @@ var contract = []struct {
 	{"RestoreEmptyDatabase", testRestoreEmptyDatabase},
 	{"StoredWrites", testStoredWrites},
 	{"RenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced", testRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced},
-	{"SyncRoundOverBatchesEndsUnsyncedAtItsMark", testSyncRoundOverBatchesEndsUnsyncedAtItsMark},
+	{"SyncMarkSpansBatches", testSyncMarkSpansBatches},
 	{"ConcurrentReadsDuringWrites", testConcurrentReadsDuringWrites},
 	{"ReopenKeepsData", testReopenKeepsData},
 	{"SizeGrowsWithEvents", testSizeGrowsWithEvents},
+
+	// The recorder over the store: restarts, failed commits, request ids
+	// and the fresh overlay of unsynced renewals.
+	{"RecorderObserveIsDurableAndResumes", testRecorderObserveIsDurableAndResumes},
+	{"RecorderWriteReportsAreIdempotent", testRecorderWriteReportsAreIdempotent},
+	{"RecorderRequestIDsAreScopedToLockAndResource", testRecorderRequestIDsAreScopedToLockAndResource},
+	{"RecorderConflictRefusesOnlyItsRequest", testRecorderConflictRefusesOnlyItsRequest},
+	{"RecorderBoundsWriteOnlyLocksAcrossRestarts", testRecorderBoundsWriteOnlyLocksAcrossRestarts},
+	{"RecorderFailedCommitLosesNothingAcknowledged", testRecorderFailedCommitLosesNothingAcknowledged},
+	{"RecorderRenewalsSurviveACrashBetweenSyncs", testRecorderRenewalsSurviveACrashBetweenSyncs},
+	{"RecorderCommitsCarryTheirRenewals", testRecorderCommitsCarryTheirRenewals},
+	{"RecorderSpreadsASyncOverCommits", testRecorderSpreadsASyncOverCommits},
+	{"RecorderRenewalsSurviveACrashInASyncRound", testRecorderRenewalsSurviveACrashInASyncRound},
 
 	// The read side: lists, filters, pages and errors.
 	{"LocksFilters", testLocksFilters},
