@@ -5,23 +5,13 @@
 package storetest
 
 import (
-	"context"
 	"testing"
 
 	"github.com/leasewatch/leasewatch/audit"
 )
 
-// Store is every part of a store the service relies on: the read side, the
-// journal the recorder writes through, the pruner of retention, and the
-// database size the metrics report.
-type Store interface {
-	audit.Store
-	audit.Journal
-	audit.Pruner
-	// Size returns the bytes the database takes.
-	Size(ctx context.Context) (int64, error)
-	Close() error
-}
+// Store is the store under test: an audit.Database.
+type Store = audit.Database
 
 // Harness says how to get a store under test.
 type Harness struct {
