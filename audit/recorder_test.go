@@ -187,6 +187,84 @@ func TestRecorderFailedCommitLosesNothingAcknowledged(t *testing.T) {
 	}
 }
 
+// downJournal is a real store whose server can go away: while down, every
+// call fails as a database that cannot be reached does, reads included.
+type downJournal struct {
+	*sqlite.Store
+	down atomic.Bool
+}
+
+var errServerDown = audit.Errorf(audit.EUNAVAILABLE, "the database server cannot be reached")
+
+func (d *downJournal) Apply(ctx context.Context, b audit.Batch) error {
+	if d.down.Load() {
+		return errServerDown
+	}
+	return d.Store.Apply(ctx, b)
+}
+
+func (d *downJournal) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor, error) {
+	if d.down.Load() {
+		return nil, nil, errServerDown
+	}
+	return d.Store.Restore(ctx)
+}
+
+func (d *downJournal) Unsynced(ctx context.Context) ([]audit.Event, error) {
+	if d.down.Load() {
+		return nil, errServerDown
+	}
+	return d.Store.Unsynced(ctx)
+}
+
+func (d *downJournal) StoredWrites(ctx context.Context, ids []string) ([]audit.Event, error) {
+	if d.down.Load() {
+		return nil, errServerDown
+	}
+	return d.Store.StoredWrites(ctx, ids)
+}
+
+// A commit fails because the database went away, and so does the reload of
+// the tracker's state that follows. Once the database is back, the step the
+// failed commit took is taken again from the stored state: the collector's
+// retry of the release is recorded, not found already taken.
+func TestRecorderReloadsAfterTheDatabaseReturns(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
+	j := &downJournal{Store: st}
+	rec := startRecorder(t, j)
+	ctx := context.Background()
+	if err := rec.Observe(ctx, grantInput("A", 41, at(0), "10")); err != nil {
+		t.Fatal(err)
+	}
+	release := grantInput("A", 41, at(time.Second), "11")
+	release.Observations[0].Kind = audit.EventRelease
+
+	j.down.Store(true)
+	if err := rec.Observe(ctx, release); audit.ErrorCode(err) != audit.EUNAVAILABLE {
+		t.Fatalf("observe while the database is down: %v, want an unavailable error", err)
+	}
+	if err := rec.ReportWrites(ctx, []audit.WriteReport{{Source: "src", Lock: "orders", Resource: "r",
+		Token: audit.Int64(41), Outcome: audit.WriteAccepted, RequestID: "w-1"}}); audit.ErrorCode(err) != audit.EUNAVAILABLE {
+		t.Fatalf("write report while the database is down: %v, want an unavailable error", err)
+	}
+	j.down.Store(false)
+	if pos, _ := rec.Cursor("src"); pos != "10" {
+		t.Fatalf("cursor = %q, want 10, the stored one", pos)
+	}
+	// The first input after the return may be refused while the recorder
+	// reloads; the collector retries it from the stored cursor.
+	err := rec.Observe(ctx, release)
+	if audit.ErrorCode(err) == audit.EUNAVAILABLE {
+		err = rec.Observe(ctx, release)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := eventKinds(t, st); len(got) != 2 || got[1] != audit.EventRelease {
+		t.Fatalf("events = %v, want [grant release]", got)
+	}
+}
+
 func TestRecorderExpiresByClock(t *testing.T) {
 	st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
 	var now atomic.Int64
