@@ -125,6 +125,9 @@ func cmdServe(ctx context.Context, args []string, logger *slog.Logger, stderr io
 		return err
 	}
 	svc, err := startService(ctx, cfg, nil, logger)
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil // stopped before it could serve: waiting for the database, say
+	}
 	if err != nil {
 		return err
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	neturl "net/url"
 	"strings"
 	"testing"
 	"time"
@@ -138,4 +139,49 @@ func TestPostgresRestartPausesAndRecovers(t *testing.T) {
 	acquired, released := lc.finish(t)
 	n := finalCheck(t, p, database, source, locks, acquired, released, acked)
 	t.Logf("%d reports answered 202 and stored once; %d grants and releases recorded once across the outage", len(acked), n)
+}
+
+// serve started while its PostgreSQL server is down says so, naming the
+// host and never the password, and tries again until the server is up;
+// then it serves. Stopped while it waits, it exits cleanly.
+func TestServeWaitsForPostgres(t *testing.T) {
+	pgSrv := pgtest.New(t, pgtest.Options{})
+	database := pgSrv.Database(t)
+	password, _ := func() (string, bool) { u, _ := neturl.Parse(database); return u.User.Password() }()
+	pgSrv.Kill()
+	srv, _ := startEtcd(t)
+	config := writeServeConfig(t, t.TempDir(), "127.0.0.1:0", database, "pgwait", srv.Endpoint)
+
+	t.Run("StoppedWhileWaiting", func(t *testing.T) {
+		p := startServeProcess(t, config)
+		eventually(t, 30*time.Second, "serve to say the database is unreachable", func() bool {
+			return strings.Contains(p.stderr.String(), `msg="database unreachable; retrying" host=`+pgSrv.Addr)
+		})
+		if err := p.interrupt(t); err != nil {
+			t.Fatalf("serve stopped while waiting for the database exited with %v:\n%s", err, p.stderr.String())
+		}
+	})
+
+	p := startServeProcess(t, config)
+	eventually(t, 30*time.Second, "two attempts to reach the database", func() bool {
+		return strings.Count(p.stderr.String(), `msg="database unreachable; retrying" host=`+pgSrv.Addr) >= 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := pgSrv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	base := p.waitListening(t, time.Minute)
+	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
+		var resp struct{ Sources []struct{ State string } }
+		getJSON(t, base, "/api/v1/sources", &resp)
+		return len(resp.Sources) == 1 && resp.Sources[0].State == "up"
+	})
+	log := p.stderr.String()
+	if !strings.Contains(log, `msg="database reachable" host=`+pgSrv.Addr) {
+		t.Errorf("the log does not say the database became reachable:\n%s", log)
+	}
+	if strings.Contains(log, password) {
+		t.Errorf("the log shows the database password:\n%s", log)
+	}
 }

@@ -76,7 +76,7 @@ func openDatabase(ctx context.Context, cfg *config.Config, mode openMode, logger
 			"retry_in", delay.Round(time.Millisecond))
 		select {
 		case <-ctx.Done():
-			return nil, err
+			return nil, fmt.Errorf("stopped while waiting for the database: %w", ctx.Err())
 		case <-time.After(delay):
 		}
 	}
