@@ -37,7 +37,7 @@ Usage:
   leasewatch serve [--config leasewatch.yaml]   run collectors, store and dashboard
   leasewatch demo [--listen 127.0.0.1:8080]     run against an in-process etcd with a demo workload
   leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
-                    [--config leasewatch.yaml | --database FILE]
+                    [--config leasewatch.yaml | --database FILE|URL]
                                                 the incident review of locks' handovers in a window
   leasewatch version                            print the version
 `
