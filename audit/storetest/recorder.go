@@ -106,6 +106,44 @@ func (f *failingJournal) Apply(ctx context.Context, b audit.Batch) error {
 	return f.Store.Apply(ctx, b)
 }
 
+// downJournal is a store whose server can go away: while down, every call
+// the recorder makes fails as a database that cannot be reached does, reads
+// included.
+type downJournal struct {
+	Store
+	down atomic.Bool
+}
+
+var errServerDown = audit.Errorf(audit.EUNAVAILABLE, "the database server cannot be reached")
+
+func (d *downJournal) Apply(ctx context.Context, b audit.Batch) error {
+	if d.down.Load() {
+		return errServerDown
+	}
+	return d.Store.Apply(ctx, b)
+}
+
+func (d *downJournal) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor, error) {
+	if d.down.Load() {
+		return nil, nil, errServerDown
+	}
+	return d.Store.Restore(ctx)
+}
+
+func (d *downJournal) Unsynced(ctx context.Context) ([]audit.Event, error) {
+	if d.down.Load() {
+		return nil, errServerDown
+	}
+	return d.Store.Unsynced(ctx)
+}
+
+func (d *downJournal) StoredWrites(ctx context.Context, ids []string) ([]audit.Event, error) {
+	if d.down.Load() {
+		return nil, errServerDown
+	}
+	return d.Store.StoredWrites(ctx, ids)
+}
+
 // syncingJournal keeps the batches that sync renewals, and with dieAfter
 // fails every Apply after the first batch that starts a sync round.
 type syncingJournal struct {
@@ -707,5 +745,46 @@ func testRecorderRenewalsSurviveACrashInASyncRound(t *testing.T, h Harness) {
 		if err != nil || !l.RenewedAt.Equal(At(1)) {
 			t.Fatalf("%s after the restart: renewed at %s, %v; want the renewal at 1s", k.Name, l.RenewedAt, err)
 		}
+	}
+}
+
+// A commit fails because the database went away, and so does the reload of
+// the tracker's state that follows. Once the database is back, the step the
+// failed commit took is taken again from the stored state: the collector's
+// retry of the release is recorded, not found already taken.
+func testRecorderReloadsAfterTheStoreReturns(t *testing.T, h Harness) {
+	st := h.Open(t)
+	j := &downJournal{Store: st}
+	rec := StartRecorder(t, j)
+	ctx := context.Background()
+	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "10")); err != nil {
+		t.Fatal(err)
+	}
+	release := GrantInput("A", 41, At(1), "11")
+	release.Observations[0].Kind = audit.EventRelease
+
+	j.down.Store(true)
+	if err := rec.Observe(ctx, release); audit.ErrorCode(err) != audit.EUNAVAILABLE {
+		t.Fatalf("observe while the database is down: %v, want an unavailable error", err)
+	}
+	if err := rec.ReportWrites(ctx, []audit.WriteReport{{Source: "src", Lock: "orders", Resource: "r",
+		Token: audit.Int64(41), Outcome: audit.WriteAccepted, RequestID: "w-1"}}); audit.ErrorCode(err) != audit.EUNAVAILABLE {
+		t.Fatalf("write report while the database is down: %v, want an unavailable error", err)
+	}
+	j.down.Store(false)
+	if pos, _ := rec.Cursor("src"); pos != "10" {
+		t.Fatalf("cursor = %q, want 10, the stored one", pos)
+	}
+	// The first input after the return may be refused while the recorder
+	// reloads; the collector retries it from the stored cursor.
+	err := rec.Observe(ctx, release)
+	if audit.ErrorCode(err) == audit.EUNAVAILABLE {
+		err = rec.Observe(ctx, release)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := EventKinds(t, st); len(got) != 2 || got[1] != audit.EventRelease {
+		t.Fatalf("events = %v, want [grant release]", got)
 	}
 }

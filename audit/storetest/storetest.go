@@ -5,25 +5,17 @@
 package storetest
 
 import (
-	"context"
 	"testing"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/storecopy"
 )
 
-// Store is every part of a store the service relies on: the read side, the
-// journal the recorder writes through, the pruner of retention, and the
-// database size the metrics report.
+// Store is the store under test: everything the service uses of a store
+// (audit.Database), and both ends of leasewatch copy: the whole store read
+// as of one moment, and rows imported into an empty store.
 type Store interface {
-	audit.Store
-	audit.Journal
-	audit.Pruner
-	// Size returns the bytes the database takes.
-	Size(ctx context.Context) (int64, error)
-	Close() error
-	// Both ends of leasewatch copy: the whole store read as of one
-	// moment, and rows imported into an empty store.
+	audit.Database
 	storecopy.Source
 	storecopy.Target
 }
@@ -84,6 +76,7 @@ var contract = []struct {
 	{"RecorderConflictRefusesOnlyItsRequest", testRecorderConflictRefusesOnlyItsRequest},
 	{"RecorderBoundsWriteOnlyLocksAcrossRestarts", testRecorderBoundsWriteOnlyLocksAcrossRestarts},
 	{"RecorderFailedCommitLosesNothingAcknowledged", testRecorderFailedCommitLosesNothingAcknowledged},
+	{"RecorderReloadsAfterTheStoreReturns", testRecorderReloadsAfterTheStoreReturns},
 	{"RecorderRenewalsSurviveACrashBetweenSyncs", testRecorderRenewalsSurviveACrashBetweenSyncs},
 	{"RecorderCommitsCarryTheirRenewals", testRecorderCommitsCarryTheirRenewals},
 	{"RecorderSpreadsASyncOverCommits", testRecorderSpreadsASyncOverCommits},

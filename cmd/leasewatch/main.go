@@ -38,7 +38,7 @@ Usage:
   leasewatch serve [--config leasewatch.yaml]   run collectors, store and dashboard
   leasewatch demo [--listen 127.0.0.1:8080]     run against an in-process etcd with a demo workload
   leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
-                    [--config leasewatch.yaml | --database FILE]
+                    [--config leasewatch.yaml | --database FILE|URL]
                                                 the incident review of locks' handovers in a window
   leasewatch copy --from DATABASE --to DATABASE [--chunk N]
                                                 copy the whole history into a new database (a SQLite
@@ -131,6 +131,9 @@ func cmdServe(ctx context.Context, args []string, logger *slog.Logger, stderr io
 		return err
 	}
 	svc, err := startService(ctx, cfg, nil, logger)
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil // stopped before it could serve: waiting for the database, say
+	}
 	if err != nil {
 		return err
 	}
