@@ -6,13 +6,13 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"net/url"
-	"strings"
+	"log/slog"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit/postgres"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
 	"github.com/leasewatch/leasewatch/audit/storecopy"
+	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 )
 
 // progressEvery is how often copy reports a table's progress between the
@@ -25,7 +25,8 @@ const progressEvery = time.Second
 func cmdCopy(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	fs := flag.NewFlagSet("copy", flag.ContinueOnError)
 	from := fs.String("from", "", "the database to copy: a SQLite file or a postgres:// URL (required); it is only read")
-	to := fs.String("to", "", "the database to copy into: a SQLite file or a postgres:// URL, new or empty, or that of an interrupted copy to resume (required)")
+	to := fs.String("to", "", "the database to copy into: a SQLite file or a postgres:// URL, new or empty, or that of an interrupted copy to resume (or --config)")
+	configPath := fs.String("config", "", "copy into the database of this configuration file, with its database_password_file, _env and database_tls (instead of --to)")
 	chunk := fs.Int("chunk", storecopy.DefaultChunk, "rows committed at once")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
@@ -34,14 +35,18 @@ func cmdCopy(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	if *from == "" {
 		missing = append(missing, errors.New("--from: the database to copy is required, a SQLite file or a postgres:// URL"))
 	}
-	if *to == "" {
-		missing = append(missing, errors.New("--to: the database to copy into is required, a SQLite file or a postgres:// URL"))
+	if *to == "" && *configPath == "" {
+		missing = append(missing, errors.New("--to: the database to copy into is required, a SQLite file or a postgres:// URL (or --config)"))
 	}
 	if len(missing) > 0 {
 		return usageError{errors.Join(missing...)}
 	}
-	if *from == *to {
-		return usageError{errors.New("--to: must not be the --from database")}
+	target, flag, err := chosenDatabase(*configPath, "--to", *to)
+	if err != nil {
+		return err
+	}
+	if *from == target.Database {
+		return usageError{fmt.Errorf("%s: must not be the --from database", flag)}
 	}
 	if *chunk <= 0 {
 		return usageError{errors.New("--chunk: must be a positive number")}
@@ -49,12 +54,12 @@ func cmdCopy(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	src, err := openCopySource(ctx, *from)
 	if err != nil {
-		return fmt.Errorf("--from %s: %w", redact(*from), err)
+		return fmt.Errorf("--from %s: %w", config.DatabaseShown(*from), err)
 	}
 	defer src.Close()
-	dst, err := openCopyTarget(ctx, *to)
+	dst, err := openCopyTarget(ctx, target, slog.New(slog.NewTextHandler(stderr, nil)))
 	if err != nil {
-		return fmt.Errorf("--to %s: %w", redact(*to), err)
+		return fmt.Errorf("%s %s: %w", flag, target.DatabaseName(), err)
 	}
 	defer dst.Close()
 
@@ -75,53 +80,38 @@ func cmdCopy(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		how = "resumed and finished the copy of"
 	}
 	fmt.Fprintf(stdout, "%s %s into %s: %d rows in %d tables, every count verified, in %s\n",
-		how, redact(*from), redact(*to), total, len(res.Rows), time.Since(start).Round(time.Millisecond))
+		how, config.DatabaseShown(*from), target.DatabaseName(), total, len(res.Rows), time.Since(start).Round(time.Millisecond))
 	return nil
 }
 
 // copyStore is a store opened for a copy.
 type copyStore interface{ Close() error }
 
-// isPostgresURL reports whether database names a PostgreSQL database
-// rather than a SQLite file.
-func isPostgresURL(database string) bool {
-	d := strings.ToLower(database)
-	return strings.HasPrefix(d, "postgres://") || strings.HasPrefix(d, "postgresql://")
-}
-
 // openCopySource opens the database to copy from without writing to it.
 func openCopySource(ctx context.Context, database string) (interface {
 	storecopy.Source
 	copyStore
 }, error) {
-	if isPostgresURL(database) {
+	if config.IsPostgres(database) {
 		return postgres.OpenSource(ctx, database)
 	}
 	return sqlite.OpenSource(ctx, database)
 }
 
-// openCopyTarget opens (a SQLite file: creates) the database to copy into,
-// migrated to this version's schema.
-func openCopyTarget(ctx context.Context, database string) (interface {
+// openCopyTarget opens (a SQLite file: creates) the database of cfg to copy
+// into, migrated to this version's schema.
+func openCopyTarget(ctx context.Context, cfg *config.Config, logger *slog.Logger) (interface {
 	storecopy.Target
 	copyStore
 }, error) {
-	if isPostgresURL(database) {
-		return postgres.Open(ctx, database, postgres.Options{})
+	if !cfg.Postgres() {
+		return sqlite.Open(ctx, cfg.Database)
 	}
-	return sqlite.Open(ctx, database)
-}
-
-// redact returns a database for messages: a URL without its password.
-func redact(database string) string {
-	if !isPostgresURL(database) {
-		return database
-	}
-	u, err := url.Parse(database)
+	opts, err := postgresOptions(cfg, logger)
 	if err != nil {
-		return "the database URL"
+		return nil, err
 	}
-	return u.Redacted()
+	return postgres.Open(ctx, cfg.Database, opts)
 }
 
 // progressPrinter returns a storecopy progress callback that writes a line

@@ -183,6 +183,9 @@ func TestCopyCommandLine(t *testing.T) {
 	}{
 		{"BothMissing", []string{"copy"}, 2, []string{"--from: the database to copy is required", "--to: the database to copy into is required"}},
 		{"SameDatabase", []string{"copy", "--from", full, "--to", full}, 2, []string{"--to: must not be the --from database"}},
+		{"ToAndConfig", []string{"copy", "--from", full, "--to", other, "--config", filepath.Join(dir, "lw.yaml")}, 2,
+			[]string{"--to: give --config or --to, not both"}},
+		{"ConfigMissing", []string{"copy", "--from", full, "--config", filepath.Join(dir, "none.yaml")}, 1, []string{"--config: ", "none.yaml"}},
 		{"BadChunk", []string{"copy", "--from", full, "--to", filepath.Join(dir, "x.db"), "--chunk", "0"}, 2, []string{"--chunk"}},
 		{"MissingSource", []string{"copy", "--from", filepath.Join(dir, "none.db"), "--to", filepath.Join(dir, "y.db")}, 1,
 			[]string{"--from " + filepath.Join(dir, "none.db"), "no such file"}},
@@ -207,5 +210,39 @@ func TestCopyCommandLine(t *testing.T) {
 				t.Errorf("stderr shows the password: %s", stderr.String())
 			}
 		})
+	}
+}
+
+// TestCopyIntoTheConfiguredDatabase: --config copies into the database that
+// serve with the same file will open.
+func TestCopyIntoTheConfiguredDatabase(t *testing.T) {
+	dir := t.TempDir()
+	from, into := filepath.Join(dir, "from.db"), filepath.Join(dir, "into.db")
+	s, err := sqlite.Open(context.Background(), from)
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.Apply(t, s, audit.Batch{Cursors: []audit.Cursor{{Source: "src", Position: "41"}},
+		Events: []audit.Event{{Lock: audit.LockKey{Source: "src", Name: "l"}, Kind: audit.EventGrant, At: storetest.T0}}})
+	s.Close()
+	cfgPath := filepath.Join(dir, "lw.yaml")
+	if err := os.WriteFile(cfgPath, []byte("database: "+into+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	var stdout, stderr syncBuffer
+	if code := run(context.Background(), []string{"copy", "--from", from, "--config", cfgPath}, &stdout, &stderr); code != 0 {
+		t.Fatalf("exit code = %d; stderr: %s", code, stderr.String())
+	}
+	if !strings.Contains(stdout.String(), "into "+into) {
+		t.Errorf("stdout = %q, want it to name %s", stdout.String(), into)
+	}
+	dst, err := sqlite.Open(context.Background(), into)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dst.Close()
+	cursors, err := dst.Cursors(context.Background())
+	if err != nil || len(cursors) != 1 || cursors[0].Position != "41" {
+		t.Fatalf("cursors of the configured database = %+v, %v; want src at 41", cursors, err)
 	}
 }

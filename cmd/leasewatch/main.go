@@ -4,7 +4,7 @@
 //	leasewatch serve [--config leasewatch.yaml]
 //	leasewatch demo [--listen 127.0.0.1:8080]
 //	leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
-//	leasewatch copy --from DATABASE --to DATABASE
+//	leasewatch copy --from DATABASE (--to DATABASE | --config FILE)
 //	leasewatch version
 package main
 
@@ -40,7 +40,7 @@ Usage:
   leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
                     [--config leasewatch.yaml | --database FILE|URL]
                                                 the incident review of locks' handovers in a window
-  leasewatch copy --from DATABASE --to DATABASE [--chunk N]
+  leasewatch copy --from DATABASE (--to DATABASE | --config FILE) [--chunk N]
                                                 copy the whole history into a new database (a SQLite
                                                 file or a postgres:// URL); rerun to resume
   leasewatch version                            print the version

@@ -119,11 +119,22 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 }
 
 // reportDatabase returns the configuration of the database the report
-// reads, --database or the database of the configuration file, and the flag
-// that named it.
+// reads, --database or the database of the configuration file (by default
+// leasewatch.yaml), and the flag that named it.
 func reportDatabase(configPath, database string) (*config.Config, string, error) {
+	if configPath == "" && database == "" {
+		configPath = "leasewatch.yaml"
+	}
+	return chosenDatabase(configPath, "--database", database)
+}
+
+// chosenDatabase returns the configuration of the database a command was
+// given: by flag, a SQLite file or a postgres:// URL, or as the database of
+// the configuration file at configPath, with its password and TLS keys. It
+// returns the flag that named it; one of the two must be given.
+func chosenDatabase(configPath, flag, database string) (*config.Config, string, error) {
 	if configPath != "" && database != "" {
-		return nil, "", usageError{errors.New("--database: give --config or --database, not both")}
+		return nil, "", usageError{fmt.Errorf("%s: give --config or %s, not both", flag, flag)}
 	}
 	if database != "" {
 		cfg := &config.Config{Database: database}
@@ -131,10 +142,7 @@ func reportDatabase(configPath, database string) (*config.Config, string, error)
 		if err := cfg.Validate(); err != nil {
 			return nil, "", usageError{fmt.Errorf("--%w", err)}
 		}
-		return cfg, "--database", nil
-	}
-	if configPath == "" {
-		configPath = "leasewatch.yaml"
+		return cfg, flag, nil
 	}
 	cfg, err := config.Load(configPath)
 	if err != nil {

@@ -36,18 +36,25 @@ var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "v
 
 // Postgres reports whether database is a PostgreSQL URL rather than a
 // SQLite file path.
-func (c *Config) Postgres() bool {
-	scheme, _, ok := strings.Cut(c.Database, "://")
+func (c *Config) Postgres() bool { return IsPostgres(c.Database) }
+
+// IsPostgres reports whether database (a database: value, or a command's
+// flag) is a PostgreSQL URL rather than a SQLite file path.
+func IsPostgres(database string) bool {
+	scheme, _, ok := strings.Cut(database, "://")
 	return ok && slices.Contains(postgresSchemes, strings.ToLower(scheme))
 }
 
-// DatabaseName is database as the log may show it: a URL's password, in its
-// user part or its query, replaced by xxxxx.
-func (c *Config) DatabaseName() string {
-	if !c.Postgres() {
-		return c.Database
+// DatabaseName is database as the log may show it (DatabaseShown).
+func (c *Config) DatabaseName() string { return DatabaseShown(c.Database) }
+
+// DatabaseShown is database as a message may show it: a URL's password, in
+// its user part or its query, replaced by xxxxx.
+func DatabaseShown(database string) string {
+	if !IsPostgres(database) {
+		return database
 	}
-	u, err := url.Parse(c.Database)
+	u, err := url.Parse(database)
 	if err != nil {
 		return "(an unparsable postgres URL)"
 	}
