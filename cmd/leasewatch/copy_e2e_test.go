@@ -12,7 +12,6 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/postgres"
-	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
 	"github.com/leasewatch/leasewatch/audit/storetest"
 )
@@ -106,7 +105,7 @@ func TestCopyDemoDatabaseToPostgres(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	url := pgtest.New(t, pgtest.Options{NoFsync: true}).Database(t)
+	url := pg.Get(t).Database(t)
 
 	// Interrupted as Ctrl-C would, after the first chunk of the events.
 	ctx, cancel := context.WithCancel(context.Background())
@@ -160,6 +159,56 @@ func TestCopyDemoDatabaseToPostgres(t *testing.T) {
 		t.Errorf("Postgres cursors = %+v, want the demo's etcd cursor", cursors)
 	}
 	storetest.SameHistory(t, sq, pg, storedRequestIDs(t, sq))
+}
+
+// serve runs on SQLite while locks change hands, stops, its database moves
+// to PostgreSQL with leasewatch copy, and serve starts again on the copy:
+// the collector resumes from exactly the cursor the old database stored,
+// and every acquisition and release, those made while nothing watched
+// included, is recorded exactly once across the move.
+func TestServeResumesOnTheCopiedDatabase(t *testing.T) {
+	srv, cli := startEtcd(t)
+	const source = "moved"
+	dir := t.TempDir()
+	file := filepath.Join(dir, "leasewatch.db")
+	p := startServeProcess(t, writeServeConfig(t, dir, "127.0.0.1:0", file, source, srv.Endpoint))
+	base := p.waitListening(t, time.Minute)
+	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
+		var resp struct{ Sources []struct{ State string } }
+		getJSON(t, base, "/api/v1/sources", &resp)
+		return len(resp.Sources) == 1 && resp.Sources[0].State == "up"
+	})
+	locks := []string{"/locks/moved-0", "/locks/moved-1"}
+	lc := startLockClients(cli, locks, 2)
+	db := openReadOnly(t, file)
+	eventually(t, 30*time.Second, "handovers recorded on SQLite", func() bool {
+		grants, _ := transitions(t, db, source)
+		return len(grants[locks[0]]) >= 2 && len(grants[locks[1]]) >= 2
+	})
+	db.Close()
+	if err := p.interrupt(t); err != nil {
+		t.Fatalf("serve on SQLite exited with %v:\n%s", err, p.stderr.String())
+	}
+	db = openReadOnly(t, file)
+	stored := cursor(t, db, source)
+	db.Close()
+
+	url := pg.Get(t).Database(t)
+	var stdout, stderr syncBuffer
+	if code := run(context.Background(), []string{"copy", "--from", file, "--to", url}, &stdout, &stderr); code != 0 {
+		t.Fatalf("copy exited %d: %s", code, stderr.String())
+	}
+	p = startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", url, source, srv.Endpoint))
+	p.waitListening(t, time.Minute)
+	eventually(t, 30*time.Second, "serve on the copy to resume its collector", func() bool {
+		return resumedAt.MatchString(p.stderr.String())
+	})
+	if m := resumedAt.FindStringSubmatch(p.stderr.String()); m[1] != stored {
+		t.Fatalf("serve on the copy resumed from revision %s, want %s, the cursor SQLite stored", m[1], stored)
+	}
+	acquired, released := lc.finish(t)
+	n := finalCheck(t, p, url, source, locks, acquired, released, nil)
+	t.Logf("resumed from revision %s on PostgreSQL; %d acquisitions and their releases recorded once across the move", stored, n)
 }
 
 func TestCopyCommandLine(t *testing.T) {
