@@ -45,6 +45,10 @@ type Recorder struct {
 	// writeOnly bounds the locks only write reports name; recording
 	// goroutine only (and Start).
 	writeOnly writeOnlyLocks
+	// stale says a failed commit's reload of the tracker failed too (the
+	// database went away), so the tracker holds steps the journal does not;
+	// recording goroutine only. The next commit reloads first.
+	stale bool
 
 	// trackMu guards the tracker: the recording goroutine holds it to step
 	// the tracker or restore it, Peek to read it.
@@ -344,6 +348,19 @@ func (r *Recorder) loop() {
 // reset to the journal's state, so memory never runs ahead of the database.
 func (r *Recorder) commit(group []*request, tick bool) {
 	ctx := context.Background()
+	if r.stale {
+		// Not one step on a tracker ahead of the journal. The group fails
+		// even when the reload works: its inputs may come from collectors
+		// that read their cursor before it; they retry from the stored one.
+		err := r.reload(ctx)
+		if err == nil {
+			err = Errorf(EUNAVAILABLE, "the store is back: retry from the stored cursor")
+		}
+		if len(group) > 0 {
+			r.finish(group, Batch{}, err, nil)
+		}
+		return
+	}
 	var b Batch
 	n := 0 // about one event per observation and per write
 	for _, req := range group {
@@ -398,6 +415,21 @@ func (r *Recorder) commit(group []*request, tick bool) {
 		b.Cursors = r.probe()
 	}
 	r.finish(group, b, nil, refused)
+}
+
+// reload restores the tracker from the journal after a failed commit. If
+// that fails too the tracker stays stale until a reload works: a step it
+// took that the journal lacks would otherwise be found already taken when
+// the collector, resuming from its stored cursor, sends it again, and
+// never be stored.
+func (r *Recorder) reload(ctx context.Context) error {
+	if err := r.restore(ctx); err != nil {
+		r.stale = true
+		r.log.Error("reload tracker state", "err", err)
+		return err
+	}
+	r.stale = false
+	return nil
 }
 
 // tracks reports whether the tracker has the lock; trackMu must be held.
@@ -559,9 +591,7 @@ func (r *Recorder) finish(group []*request, b Batch, err error, refused []error)
 		// The tracker has taken the batch's steps (a tick's included) that
 		// the journal has not.
 		r.log.Error("commit failed; reloading tracker state", "err", err)
-		if rerr := r.restore(context.Background()); rerr != nil {
-			r.log.Error("reload tracker state", "err", rerr)
-		}
+		r.reload(context.Background())
 	}
 	renewals := r.renewedNow
 	r.renewedNow = nil

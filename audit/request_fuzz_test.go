@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/storetest"
 )
 
 // FuzzRequestScope sends sequences of write reports drawn from a few locks,
@@ -30,9 +31,9 @@ func FuzzRequestScope(f *testing.F) {
 			data = data[:64]
 		}
 		st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
-		rec := startRecorder(t, st)
+		rec := storetest.StartRecorder(t, st)
 		ctx := context.Background()
-		if err := rec.Observe(ctx, grantInput("A", 41, at(0), "")); err != nil {
+		if err := rec.Observe(ctx, storetest.GrantInput("A", 41, at(0), "")); err != nil {
 			t.Fatal(err)
 		}
 
@@ -114,7 +115,7 @@ func FuzzRequestScope(f *testing.F) {
 		got := make(map[key][]audit.Event)
 		keyless := 0
 		for _, lock := range []string{"orders", "carts"} {
-			for id, evs := range storedWrites(t, st, lock) {
+			for id, evs := range storetest.WritesByRequest(t, st, lock) {
 				for _, e := range evs {
 					if id == "" {
 						keyless++

@@ -326,6 +326,19 @@ type Cursor struct {
 	At       time.Time
 }
 
+// Database is every part of a store the service relies on: the read side,
+// the journal the recorder writes through, the pruner of retention, and the
+// database size the metrics report. audit/sqlite and audit/postgres each
+// implement it; the contract suite (audit/storetest) checks it.
+type Database interface {
+	Store
+	Journal
+	Pruner
+	// Size returns the bytes the database takes.
+	Size(ctx context.Context) (int64, error)
+	Close() error
+}
+
 // Journal is the write side of the audit log, owned by the Recorder.
 type Journal interface {
 	// Apply writes b in one transaction. Later entries for the same lock,

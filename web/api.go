@@ -370,7 +370,12 @@ func (s *Server) sourceHealth(ctx context.Context) ([]audit.Source, error) {
 		}
 	}
 	last, err := s.store.LastEventAt(ctx)
-	if err != nil {
+	switch {
+	case audit.ErrorCode(err) == audit.EUNAVAILABLE && ctx.Err() == nil:
+		// A database that is down is when source health matters most:
+		// answer with what the collectors know.
+		s.logger.Warn("source health without the stored last events", "err", err)
+	case err != nil:
 		return nil, err
 	}
 	for i := range sources {

@@ -12,6 +12,10 @@ import (
 	"github.com/leasewatch/leasewatch/views"
 )
 
+// retryAfter is the Retry-After of a 503, in seconds: about when the
+// recorder, which probes a failing store every second, has found it back.
+const retryAfter = "2"
+
 // statusClientClosed is nginx's status for a request its client abandoned.
 const statusClientClosed = 499
 
@@ -86,6 +90,12 @@ func (s *Server) handleError(err error, c echo.Context) {
 	if status == http.StatusUnauthorized && c.Path() == "/api/v1/writes" &&
 		c.Response().Header().Get(echo.HeaderWWWAuthenticate) == "" {
 		c.Response().Header().Set(echo.HeaderWWWAuthenticate, `Bearer realm="leasewatch"`)
+	}
+
+	// A store that is down (a restarting database, a full disk) is the
+	// usual 503: the client is told when to try again.
+	if status == http.StatusServiceUnavailable {
+		c.Response().Header().Set("Retry-After", retryAfter)
 	}
 
 	// A HEAD answer is rendered as GET's, for the same headers; net/http

@@ -266,8 +266,8 @@ func TestIngestReporterFails(t *testing.T) {
 			c.Writes = failingWrites{audit.Errorf(audit.EUNAVAILABLE, "recorder is shut down")}
 		})
 		res, m := f.post(t, body, bearer)
-		if res.StatusCode != http.StatusServiceUnavailable {
-			t.Fatalf("POST = %d %v, want 503", res.StatusCode, m)
+		if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != retryAfter {
+			t.Fatalf("POST = %d %v, Retry-After %q; want 503 with Retry-After %s", res.StatusCode, m, res.Header.Get("Retry-After"), retryAfter)
 		}
 		wantError(t, m, "recorder is shut down")
 	})

@@ -22,7 +22,7 @@ func (s *Store) engine() sqlread.Engine {
 	return sqlread.Engine{
 		Dialect: dialect,
 		Pool:    pgDB{s.reader},
-		Snapshot: func(ctx context.Context) (sqlread.DB, func(), error) {
+		Begin: func(ctx context.Context) (sqlread.DB, func(), error) {
 			tx, err := s.reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 			if err != nil {
 				return nil, nil, err

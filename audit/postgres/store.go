@@ -13,6 +13,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -38,6 +39,18 @@ var (
 type Options struct {
 	// ReadConns is the size of the read pool; 0 means 4.
 	ReadConns int
+	// Password, if set, gives the password of each new connection, in
+	// place of the URL's: a password file rotated in place is used from the
+	// next connection on.
+	Password func() (string, error)
+	// TLS, if set, gives the TLS configuration of each new connection,
+	// which must then use TLS: the URL's sslmode may not fall back to plain
+	// text. An empty ServerName verifies the host connected to.
+	TLS func() (*tls.Config, error)
+	// ExistingSchema opens a database that already holds leasewatch's
+	// whole schema, and applies nothing: for readers such as reports, which
+	// must never create tables in a database given by mistake.
+	ExistingSchema bool
 }
 
 // Store is the PostgreSQL audit log. It is safe for concurrent use.
@@ -63,6 +76,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
 	}
+	if opts.Password != nil || opts.TLS != nil {
+		wcfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error { return opts.configure(&cc.Config) }
+	}
 	rcfg := wcfg.Copy()
 	wcfg.MinConns, wcfg.MaxConns = 1, 1
 	rcfg.MaxConns = int32(opts.ReadConns)
@@ -73,7 +89,11 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if s.writer, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
 		return nil, fmt.Errorf("open write pool: %w", err)
 	}
-	if err := s.migrate(ctx); err != nil {
+	prepare := s.migrate
+	if opts.ExistingSchema {
+		prepare = s.checkSchema
+	}
+	if err := prepare(ctx); err != nil {
 		s.writer.Close()
 		return nil, storageError(err)
 	}
@@ -83,6 +103,66 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	s.reads = reads{Engine: s.engine()}
 	return s, nil
+}
+
+// configure sets the password and TLS configuration of one new connection.
+func (o Options) configure(cc *pgconn.Config) error {
+	if o.Password != nil {
+		pw, err := o.Password()
+		if err != nil {
+			return err
+		}
+		cc.Password = pw
+	}
+	if o.TLS == nil {
+		return nil
+	}
+	base, err := o.TLS()
+	if err != nil {
+		return err
+	}
+	forHost := func(host string) *tls.Config {
+		c := base.Clone()
+		if c.ServerName == "" {
+			c.ServerName = host
+		}
+		return c
+	}
+	cc.TLSConfig = forHost(cc.Host)
+	var fallbacks []*pgconn.FallbackConfig
+	for _, fb := range cc.Fallbacks {
+		if fb.TLSConfig != nil { // sslmode prefer and allow also try plain text
+			fallbacks = append(fallbacks, &pgconn.FallbackConfig{Host: fb.Host, Port: fb.Port, TLSConfig: forHost(fb.Host)})
+		}
+	}
+	cc.Fallbacks = fallbacks
+	return nil
+}
+
+// checkSchema fails unless every migration this build has is applied: a
+// reader that finds no schema, or an older one, says so instead of failing
+// on a missing table or column.
+func (s *Store) checkSchema(ctx context.Context) error {
+	ms, err := migrations.Load(migrations.Postgres)
+	if err != nil {
+		return err
+	}
+	var database string
+	var tracked bool
+	if err := s.writer.QueryRow(ctx, `SELECT current_database(), to_regclass('schema_migrations') IS NOT NULL`).Scan(&database, &tracked); err != nil {
+		return err
+	}
+	if !tracked {
+		return fmt.Errorf("database %s holds no leasewatch schema (no schema_migrations table): run leasewatch serve on it first", database)
+	}
+	var applied int
+	if err := s.writer.QueryRow(ctx, `SELECT count(*) FROM schema_migrations`).Scan(&applied); err != nil {
+		return err
+	}
+	if applied < len(ms) {
+		return fmt.Errorf("database %s has %d of the %d leasewatch migrations: run leasewatch serve on it to apply the rest", database, applied, len(ms))
+	}
+	return nil
 }
 
 // migrationLock is the advisory lock key that serializes migrations across

@@ -15,7 +15,7 @@ import (
 // reads only indexes: renewals, which the per-kind index leaves out, are the
 // lock's event times less those of every other kind.
 func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKind, f audit.TimeFilter) ([]time.Time, error) {
-	tx, end, err := s.Snapshot(ctx)
+	tx, end, err := s.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("event times: %w", storageError(err))
 	}

@@ -22,7 +22,7 @@ func (s *Store) engine() sqlread.Engine {
 	return sqlread.Engine{
 		Dialect: dialect,
 		Pool:    sqlDB{s.reader},
-		Snapshot: func(ctx context.Context) (sqlread.DB, func(), error) {
+		Begin: func(ctx context.Context) (sqlread.DB, func(), error) {
 			tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 			if err != nil {
 				return nil, nil, err

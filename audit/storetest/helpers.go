@@ -11,8 +11,9 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 )
 
-// The helpers below are exported for a store's own tests (migrations,
-// outages), so they read like the suite's.
+// The helpers here and in recorder.go are exported for a store's own tests
+// (migrations, outages) and the recorder's in package audit, so they read
+// like the suite's.
 
 // T0 is the base of every test's clock: nanoseconds included, so truncation
 // would show.

@@ -618,41 +618,6 @@ func testRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced(t *testing.T, h H
 	}
 }
 
-// testSyncRoundOverBatchesEndsUnsyncedAtItsMark spreads a sync over three
-// batches, as the recorder does with many locks: the first marks the newest
-// event (Batch.SyncMark), the last says the rows now hold every event up to
-// that mark (SyncedToMark). A renewal stored in between stays unsynced; the
-// ones up to the mark do not, or retention could never prune them.
-func testSyncRoundOverBatchesEndsUnsyncedAtItsMark(t *testing.T, h Harness) {
-	s := h.Open(t)
-	ctx := context.Background()
-	a, b := heldLock("src", "a", "w", 1, 0), heldLock("src", "b", "w", 1, 0)
-	grant := func(st audit.TrackState) audit.Event {
-		return audit.Event{Lock: st.Lock.Key(), Kind: audit.EventGrant, At: At(0), Holder: "w", Token: audit.Int64(1)}
-	}
-	Apply(t, s, audit.Batch{Locks: []audit.TrackState{a, b}, Tenures: append(a.Recent, b.Recent...),
-		Events: []audit.Event{grant(a), grant(b)}, Synced: true})
-	renew := func(st audit.TrackState, sec int) audit.Event {
-		return audit.Event{Lock: st.Lock.Key(), Kind: audit.EventRenew, At: At(sec), Holder: "w", Token: audit.Int64(1),
-			TTL: 10 * time.Second, Seq: 1}
-	}
-	renewal := func(st audit.TrackState, sec int) audit.Renewal {
-		return audit.Renewal{Lock: st.Lock.Key(), Seq: 1, Renewals: 1, RenewedAt: At(sec), ExpiresAt: At(sec + 10),
-			LeaseDuration: 10 * time.Second}
-	}
-	Apply(t, s, audit.Batch{Events: []audit.Event{renew(a, 2), renew(b, 2)}})
-	Apply(t, s, audit.Batch{Events: []audit.Event{renew(a, 3)}, Renewed: []audit.Renewal{renewal(a, 3)}, SyncMark: true})
-	Apply(t, s, audit.Batch{Events: []audit.Event{renew(b, 5)}})
-	Apply(t, s, audit.Batch{Renewed: []audit.Renewal{renewal(b, 5)}, SyncedToMark: true})
-	evs, err := s.Unsynced(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(evs) != 1 || evs[0].Lock != b.Lock.Key() || !evs[0].At.Equal(At(5)) {
-		t.Errorf("Unsynced after the round = %s, want only %s's renewal stored after the mark", Show(evs), b.Lock.Key())
-	}
-}
-
 func testSizeGrowsWithEvents(t *testing.T, h Harness) {
 	s := h.Open(t)
 	ctx := context.Background()
@@ -672,4 +637,64 @@ func testSizeGrowsWithEvents(t *testing.T, h Harness) {
 	if per := float64(after-before) / 5000; per < 20 || per > 200 {
 		t.Errorf("Size grew by %.0f bytes per event, want a row and its index entry's worth", per)
 	}
+}
+
+// A sync round of many locks spans batches: the first notes the newest event
+// (SyncMark), the last says the rows hold every event up to that note
+// (SyncedToMark). Renewals stored in between stay unsynced, and so does all
+// of it until the round ends.
+func testSyncMarkSpansBatches(t *testing.T, h Harness) {
+	s := h.Open(t)
+	ctx := context.Background()
+	a, b := audit.LockKey{Source: "src", Name: "a"}, audit.LockKey{Source: "src", Name: "b"}
+	var grants audit.Batch
+	for i, key := range []audit.LockKey{a, b} {
+		st := heldLock(key.Source, key.Name, "h", int64(i+1), 0)
+		st.Recent = []audit.Tenure{{Lock: key, Seq: 1, Holder: "h", Token: audit.Int64(int64(i + 1)), GrantedAt: At(0),
+			LastRenewedAt: At(0), LeaseDuration: 10 * time.Second, ExpiresAt: At(10)}}
+		grants.Locks = append(grants.Locks, st)
+		grants.Tenures = append(grants.Tenures, st.Recent...)
+		grants.Events = append(grants.Events, audit.Event{Lock: key, Kind: audit.EventGrant, At: At(0), Holder: "h", Token: audit.Int64(int64(i + 1))})
+	}
+	grants.Synced = true
+	Apply(t, s, grants)
+
+	renew := func(key audit.LockKey, sec int) audit.Event {
+		return audit.Event{Lock: key, Kind: audit.EventRenew, At: At(sec), Holder: "h", TTL: 10 * time.Second}
+	}
+	renewed := func(key audit.LockKey, renewals int64, sec int) audit.Renewal {
+		return audit.Renewal{Lock: key, Seq: 1, Renewals: renewals, RenewedAt: At(sec), ExpiresAt: At(sec + 10), LeaseDuration: 10 * time.Second}
+	}
+	unsynced := func(what string, want ...int) {
+		t.Helper()
+		evs, err := s.Unsynced(ctx)
+		if err != nil {
+			t.Fatalf("Unsynced %s: %v", what, err)
+		}
+		var got []int
+		for _, e := range evs {
+			got = append(got, int(e.At.Sub(T0)/time.Second))
+		}
+		Equal(t, "seconds of the renewals Unsynced returns "+what, got, want)
+	}
+
+	Apply(t, s, audit.Batch{Events: []audit.Event{renew(a, 1), renew(b, 2)}})
+	// The round's first chunk, stored with a renewal of its own: the mark.
+	Apply(t, s, audit.Batch{Events: []audit.Event{renew(a, 3)}, Renewed: []audit.Renewal{renewed(a, 2, 3)}, SyncMark: true})
+	Apply(t, s, audit.Batch{Events: []audit.Event{renew(a, 4)}})
+	unsynced("in the round", 1, 2, 3, 4)
+	Apply(t, s, audit.Batch{Renewed: []audit.Renewal{renewed(b, 1, 2)}, SyncedToMark: true})
+	unsynced("after the round", 4)
+	if l := LockByKey(t, s, b); !l.RenewedAt.Equal(At(2)) {
+		t.Errorf("lock b renewed at %s, want the round's 2s", l.RenewedAt)
+	}
+
+	// The note is durable: a restart replays from it.
+	s = h.Reopen(t, s)
+	unsynced("after a reopen", 4)
+
+	// One batch may start and end a round.
+	Apply(t, s, audit.Batch{Events: []audit.Event{renew(b, 5)}, Renewed: []audit.Renewal{renewed(a, 3, 4), renewed(b, 2, 5)},
+		SyncMark: true, SyncedToMark: true})
+	unsynced("after a round of one batch")
 }

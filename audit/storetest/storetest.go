@@ -5,22 +5,19 @@
 package storetest
 
 import (
-	"context"
 	"testing"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/storecopy"
 )
 
-// Store is every part of a store the service relies on: the read side, the
-// journal the recorder writes through, the pruner of retention, and the
-// database size the metrics report.
+// Store is the store under test: everything the service uses of a store
+// (audit.Database), and both ends of leasewatch copy: the whole store read
+// as of one moment, and rows imported into an empty store.
 type Store interface {
-	audit.Store
-	audit.Journal
-	audit.Pruner
-	// Size returns the bytes the database takes.
-	Size(ctx context.Context) (int64, error)
-	Close() error
+	audit.Database
+	storecopy.Source
+	storecopy.Target
 }
 
 // Harness says how to get a store under test.
@@ -66,10 +63,24 @@ var contract = []struct {
 	{"RestoreEmptyDatabase", testRestoreEmptyDatabase},
 	{"StoredWrites", testStoredWrites},
 	{"RenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced", testRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced},
-	{"SyncRoundOverBatchesEndsUnsyncedAtItsMark", testSyncRoundOverBatchesEndsUnsyncedAtItsMark},
+	{"SyncMarkSpansBatches", testSyncMarkSpansBatches},
 	{"ConcurrentReadsDuringWrites", testConcurrentReadsDuringWrites},
 	{"ReopenKeepsData", testReopenKeepsData},
 	{"SizeGrowsWithEvents", testSizeGrowsWithEvents},
+
+	// The recorder over the store: restarts, failed commits, request ids
+	// and the fresh overlay of unsynced renewals.
+	{"RecorderObserveIsDurableAndResumes", testRecorderObserveIsDurableAndResumes},
+	{"RecorderWriteReportsAreIdempotent", testRecorderWriteReportsAreIdempotent},
+	{"RecorderRequestIDsAreScopedToLockAndResource", testRecorderRequestIDsAreScopedToLockAndResource},
+	{"RecorderConflictRefusesOnlyItsRequest", testRecorderConflictRefusesOnlyItsRequest},
+	{"RecorderBoundsWriteOnlyLocksAcrossRestarts", testRecorderBoundsWriteOnlyLocksAcrossRestarts},
+	{"RecorderFailedCommitLosesNothingAcknowledged", testRecorderFailedCommitLosesNothingAcknowledged},
+	{"RecorderReloadsAfterTheStoreReturns", testRecorderReloadsAfterTheStoreReturns},
+	{"RecorderRenewalsSurviveACrashBetweenSyncs", testRecorderRenewalsSurviveACrashBetweenSyncs},
+	{"RecorderCommitsCarryTheirRenewals", testRecorderCommitsCarryTheirRenewals},
+	{"RecorderSpreadsASyncOverCommits", testRecorderSpreadsASyncOverCommits},
+	{"RecorderRenewalsSurviveACrashInASyncRound", testRecorderRenewalsSurviveACrashInASyncRound},
 
 	// The read side: lists, filters, pages and errors.
 	{"LocksFilters", testLocksFilters},
@@ -103,4 +114,11 @@ var contract = []struct {
 	// Times at the ends of the range.
 	{"EpochRoundTripsThroughTheDatabase", testEpochRoundTripsThroughTheDatabase},
 	{"WindowBeyondTheRangeReturnsWhatIsInside", testWindowBeyondTheRangeReturnsWhatIsInside},
+
+	// Copying a store into another (leasewatch copy).
+	{"CopyMovesTheWholeHistory", testCopyMovesTheWholeHistory},
+	{"CopyResumesAfterEveryInterruption", testCopyResumesAfterEveryInterruption},
+	{"CopyRefusesATargetWithOtherData", testCopyRefusesATargetWithOtherData},
+	{"CopyRefusesToResumeFromAChangedSource", testCopyRefusesToResumeFromAChangedSource},
+	{"CopyVerifiesCounts", testCopyVerifiesCounts},
 }

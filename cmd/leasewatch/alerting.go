@@ -77,7 +77,7 @@ func (a *alerting) follow(ctx context.Context, peek peekFunc, store audit.Store)
 	a.mu.Lock()
 	a.peek = peek
 	a.mu.Unlock()
-	const page = audit.MaxLockLimit // the most one read returns
+	const page = audit.MaxLockLimit    // the most one read returns
 	f := audit.LockFilter{Limit: page} // every class, state and source
 	for {
 		locks, err := store.Locks(ctx, f)

@@ -29,7 +29,17 @@ var resumedAt = regexp.MustCompile(`msg=resumed source=\S+ revision=(\d+)`)
 // at the end every grant and release the lock clients made is recorded
 // exactly once: each run resumed from the cursor the last one stored.
 func TestCrashKillNineWhileBusy(t *testing.T) {
-	kills := envInt(t, "LEASEWATCH_CRASH_KILLS", crashKills)
+	t.Run("SQLite", func(t *testing.T) {
+		crashKillNine(t, filepath.Join(t.TempDir(), "lw.db"), envInt(t, "LEASEWATCH_CRASH_KILLS", crashKills))
+	})
+	t.Run("Postgres", func(t *testing.T) {
+		crashKillNine(t, pg.Get(t).Database(t), envInt(t, "LEASEWATCH_CRASH_KILLS", crashKills))
+	})
+}
+
+// crashKillNine is TestCrashKillNineWhileBusy on database (a SQLite path or
+// a postgres:// URL), killing leasewatch kills times.
+func crashKillNine(t *testing.T, database string, kills int) {
 	seed := uint64(time.Now().UnixNano())
 	if s := os.Getenv("LEASEWATCH_CRASH_SEED"); s != "" {
 		var err error
@@ -43,13 +53,12 @@ func TestCrashKillNineWhileBusy(t *testing.T) {
 
 	srv, cli := startEtcd(t)
 	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "lw.db")
 	const source = "crash"
-	config := writeServeConfig(t, dir, "127.0.0.1:0", dbPath, source, srv.Endpoint)
+	config := writeServeConfig(t, dir, "127.0.0.1:0", database, source, srv.Endpoint)
 	p := startServeProcess(t, config)
 	base := p.waitListening(t, time.Minute)
 	// Every restart listens where the first did, so clients keep one URL.
-	writeServeConfig(t, dir, strings.TrimPrefix(base, "http://"), dbPath, source, srv.Endpoint)
+	writeServeConfig(t, dir, strings.TrimPrefix(base, "http://"), database, source, srv.Endpoint)
 	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
 		var resp struct{ Sources []struct{ State string } }
 		getJSON(t, base, "/api/v1/sources", &resp)
@@ -84,7 +93,7 @@ func TestCrashKillNineWhileBusy(t *testing.T) {
 		acked, sending := wr.snapshot()
 
 		// The database as the kill left it, read without writing to it.
-		db := openReadOnly(t, dbPath)
+		db := openReadOnly(t, database)
 		cur, err := strconv.ParseInt(cursor(t, db, source), 10, 64)
 		if err != nil {
 			t.Fatalf("kill %d: stored cursor: %v", k, err)
@@ -137,7 +146,7 @@ func TestCrashKillNineWhileBusy(t *testing.T) {
 
 	acked, stats := wr.finish(t)
 	acquired, released := lc.finish(t)
-	nGrants := finalCheck(t, p, dbPath, source, locks, acquired, released, slices.Collect(maps.Keys(acked)))
+	nGrants := finalCheck(t, p, database, source, locks, acquired, released, slices.Collect(maps.Keys(acked)))
 	if resumed == 0 {
 		t.Errorf("no restart logged resuming from its stored cursor")
 	}

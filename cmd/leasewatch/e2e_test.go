@@ -167,9 +167,30 @@ func lockToken(t *testing.T, cli *clientv3.Client, m *concurrency.Mutex) int64 {
 // A holder pauses past its lease; the next holder takes over; the paused
 // holder's late write is rejected by a fenced resource (stale_write) and
 // accepted by an unfenced one (unfenced_write).
+// testStores are the databases the end-to-end tests run leasewatch on: a
+// SQLite file, and a database of the package's PostgreSQL server.
+var testStores = []struct {
+	name     string
+	database func(t *testing.T) string
+}{
+	{"SQLite", func(t *testing.T) string { return filepath.Join(t.TempDir(), "lw.db") }},
+	{"Postgres", func(t *testing.T) string { return pg.Get(t).Database(t) }},
+}
+
+// onEachStore runs test as a subtest per store, with a new database.
+func onEachStore(t *testing.T, test func(t *testing.T, database string)) {
+	for _, s := range testStores {
+		t.Run(s.name, func(t *testing.T) { test(t, s.database(t)) })
+	}
+}
+
 func TestEndToEndPausedHolderWrites(t *testing.T) {
+	onEachStore(t, endToEndPausedHolderWrites)
+}
+
+func endToEndPausedHolderWrites(t *testing.T, database string) {
 	srv, cli := startEtcd(t)
-	rs := startTestService(t, srv.Endpoint, filepath.Join(t.TempDir(), "lw.db"))
+	rs := startTestService(t, srv.Endpoint, database)
 	base := rs.svc.URL()
 	const lock = "/locks/accounts"
 
@@ -290,9 +311,48 @@ func TestEndToEndPausedHolderWrites(t *testing.T) {
 		`leasewatch_events_recorded_total{kind="grant",source="e2e"} 2`,
 		`leasewatch_events_recorded_total{kind="write_rejected",source="e2e"} 1`,
 		`leasewatch_observation_lag_seconds_count{source="e2e"}`,
+		`leasewatch_database_bytes `,
 	} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+	everyPage(t, base, id, lock, holderA)
+}
+
+// everyPage gets each page, export and API endpoint once, for a lock id
+// whose name is lock and whose history names holder, and fails on any
+// answer but 200 or one that lacks what it is about.
+func everyPage(t *testing.T, base string, id int64, lock, holder string) {
+	t.Helper()
+	// The unfenced write fires FencingViolation once alerting next runs.
+	eventually(t, 30*time.Second, "FencingViolation on /alerts", func() bool {
+		code, body := get(t, base, "/alerts")
+		return code == http.StatusOK && strings.Contains(body, "FencingViolation")
+	})
+	window := url.Values{"lock": {"e2e/" + lock}, "from": {time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)}}.Encode()
+	for path, want := range map[string]string{
+		"/":                                 lock,
+		"/locks":                            lock,
+		fmt.Sprintf("/locks/%d", id):        holder,
+		"/findings":                         "stale_write",
+		"/sources":                          "e2e",
+		"/alerts":                           "",
+		"/review?" + window:                 holder,
+		"/review.md?" + window:              holder,
+		"/review.json?" + window:            holder,
+		"/healthz":                          "",
+		"/readyz":                           "ready",
+		"/api/v1/sources":                   `"name":"e2e"`,
+		"/api/v1/locks":                     lock,
+		fmt.Sprintf("/api/v1/locks/%d", id): lock,
+		fmt.Sprintf("/api/v1/locks/%d/events", id):  holder,
+		fmt.Sprintf("/api/v1/locks/%d/tenures", id): holder,
+		"/api/v1/findings":                          "unfenced_write",
+	} {
+		code, body := get(t, base, path)
+		if code != http.StatusOK || !strings.Contains(body, want) {
+			t.Errorf("GET %s: %d, want 200 with %q:\n%.500s", path, code, want, body)
 		}
 	}
 }

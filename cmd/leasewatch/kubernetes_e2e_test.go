@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
+	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
 )
 
@@ -25,8 +26,12 @@ import (
 // that needs it, so the etcd and command-line tests never wait for it.
 var cluster kubetest.Shared
 
+// pg is the package's one PostgreSQL server, started by the first test
+// that needs it; each test takes a database of its own from it.
+var pg pgtest.Shared
+
 func TestMain(m *testing.M) {
-	code := m.Run()
+	code := pg.Run(m)
 	cluster.Stop()
 	os.Exit(code)
 }

@@ -4,6 +4,7 @@
 //	leasewatch serve [--config leasewatch.yaml]
 //	leasewatch demo [--listen 127.0.0.1:8080]
 //	leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
+//	leasewatch copy --from DATABASE (--to DATABASE | --config FILE)
 //	leasewatch version
 package main
 
@@ -37,8 +38,11 @@ Usage:
   leasewatch serve [--config leasewatch.yaml]   run collectors, store and dashboard
   leasewatch demo [--listen 127.0.0.1:8080]     run against an in-process etcd with a demo workload
   leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
-                    [--config leasewatch.yaml | --database FILE]
+                    [--config leasewatch.yaml | --database FILE|URL]
                                                 the incident review of locks' handovers in a window
+  leasewatch copy --from DATABASE (--to DATABASE | --config FILE) [--chunk N]
+                                                copy the whole history into a new database (a SQLite
+                                                file or a postgres:// URL); rerun to resume
   leasewatch version                            print the version
 `
 
@@ -70,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdServe(ctx, args[1:], logger, stderr)
 	case "report":
 		err = cmdReport(ctx, args[1:], stdout, stderr)
+	case "copy":
+		err = cmdCopy(ctx, args[1:], stdout, stderr)
 	case "demo":
 		setGCPercent()
 		err = cmdDemo(ctx, args[1:], logger, stdout, stderr)
@@ -125,6 +131,9 @@ func cmdServe(ctx context.Context, args []string, logger *slog.Logger, stderr io
 		return err
 	}
 	svc, err := startService(ctx, cfg, nil, logger)
+	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
+		return nil // stopped before it could serve: waiting for the database, say
+	}
 	if err != nil {
 		return err
 	}

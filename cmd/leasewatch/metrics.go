@@ -111,7 +111,7 @@ func newRetentionMetrics(reg prometheus.Registerer, store interface {
 	}
 	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "leasewatch_database_bytes",
-		Help: "Bytes of the SQLite database in use: its pages less the free ones. Retention frees pages that new rows reuse, so the file stops growing where this levels off.",
+		Help: "Bytes the database takes: SQLite's pages in use (less the free ones), or PostgreSQL's tables with their indexes. Retention frees space that new rows reuse, so this levels off.",
 	}, func() float64 {
 		n, err := store.Size(context.Background())
 		if err != nil {

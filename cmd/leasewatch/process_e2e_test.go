@@ -9,9 +9,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
+
+	_ "github.com/jackc/pgx/v5/stdlib" // database/sql's "pgx", for reading PostgreSQL behind the service's back
 )
 
 // The crash and disk tests run `leasewatch serve` as a process of its own, to
@@ -106,7 +109,7 @@ func writeServeConfig(t *testing.T, dir, listen, database, source, endpoint stri
 	t.Helper()
 	path := filepath.Join(dir, "leasewatch.yaml")
 	config := fmt.Sprintf(`listen: %s
-database: %s
+database: %q
 ingest_tokens: [%q]
 sources:
   - name: %s
@@ -120,14 +123,28 @@ sources:
 	return path
 }
 
-// openReadOnly opens the database at path without writing to it: no
-// checkpoint, no recovery written back, so what the next leasewatch finds is
-// what the last one left.
-func openReadOnly(t *testing.T, path string) *sql.DB {
+// storeDB is a leasewatch database that a test reads behind the service's
+// back, SQLite or PostgreSQL. The checks below run the same SQL on both
+// ($1 parameters, which SQLite takes too).
+type storeDB struct {
+	*sql.DB
+	postgres bool
+}
+
+// openReadOnly opens the database (a SQLite path or a postgres:// URL)
+// without writing to it: for SQLite no checkpoint, no recovery written back,
+// so what the next leasewatch finds is what the last one left.
+func openReadOnly(t *testing.T, database string) *storeDB {
 	t.Helper()
-	db, err := sql.Open("sqlite", "file:"+path+"?mode=ro&_pragma=busy_timeout(5000)")
+	db := &storeDB{postgres: strings.HasPrefix(database, "postgres://")}
+	var err error
+	if db.postgres {
+		db.DB, err = sql.Open("pgx", database+"&default_transaction_read_only=on")
+	} else {
+		db.DB, err = sql.Open("sqlite", "file:"+database+"?mode=ro&_pragma=busy_timeout(5000)")
+	}
 	if err != nil {
-		t.Fatalf("open %s read-only: %v", path, err)
+		t.Fatalf("open %s read-only: %v", database, err)
 	}
 	t.Cleanup(func() { db.Close() })
 	return db
@@ -139,27 +156,54 @@ type querier interface {
 	QueryRow(query string, args ...any) *sql.Row
 }
 
-// integrityCheck fails the test unless PRAGMA integrity_check is ok.
-func integrityCheck(t *testing.T, db querier) {
+// integrityCheck fails the test unless the database is intact: SQLite's
+// PRAGMA integrity_check is ok, or PostgreSQL's amcheck finds every B-tree
+// index of leasewatch's tables consistent with itself and its table.
+func integrityCheck(t *testing.T, db *storeDB) {
 	t.Helper()
-	rows, err := db.Query(`PRAGMA integrity_check`)
+	query := `PRAGMA integrity_check`
+	if db.postgres {
+		// amcheck ships with the server (Debian's postgresql package). The
+		// extension lives in the catalog, never in leasewatch's tables.
+		ctx := context.Background()
+		conn, err := db.Conn(ctx)
+		if err != nil {
+			t.Fatalf("amcheck: %v", err)
+		}
+		for _, stmt := range []string{`SET default_transaction_read_only = off`, `CREATE EXTENSION IF NOT EXISTS amcheck`, `RESET default_transaction_read_only`} {
+			if _, err := conn.ExecContext(ctx, stmt); err != nil {
+				t.Fatalf("amcheck: %v", err)
+			}
+		}
+		conn.Close()
+		// bt_index_check raises an error on the first inconsistency.
+		query = `SELECT c.relname || ': ' || coalesce(bt_index_check(c.oid, true)::text, '') || 'ok'
+			FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid JOIN pg_am am ON am.oid = c.relam
+			JOIN pg_namespace n ON n.oid = c.relnamespace
+			WHERE am.amname = 'btree' AND n.nspname = current_schema()`
+	}
+	rows, err := db.Query(query)
 	if err != nil {
-		t.Fatalf("integrity_check: %v", err)
+		t.Fatalf("integrity check: %v", err)
 	}
 	defer rows.Close()
 	var problems []string
 	for rows.Next() {
 		var s string
 		if err := rows.Scan(&s); err != nil {
-			t.Fatalf("integrity_check: %v", err)
+			t.Fatalf("integrity check: %v", err)
 		}
 		problems = append(problems, s)
 	}
 	if err := rows.Err(); err != nil {
-		t.Fatalf("integrity_check: %v", err)
+		t.Fatalf("integrity check: %v", err)
 	}
-	if len(problems) != 1 || problems[0] != "ok" {
-		t.Fatalf("integrity_check = %q, want ok", problems)
+	ok := len(problems) > 0
+	for _, p := range problems {
+		ok = ok && (p == "ok" || db.postgres && strings.HasSuffix(p, ": ok"))
+	}
+	if !ok || !db.postgres && len(problems) != 1 {
+		t.Fatalf("integrity check = %q, want ok", problems)
 	}
 }
 
@@ -169,7 +213,7 @@ func integrityCheck(t *testing.T, db querier) {
 func transitions(t *testing.T, db querier, source string) (grants, releases map[string][]int64) {
 	t.Helper()
 	rows, err := db.Query(`SELECT l.name, e.kind, coalesce(e.token, -1), e.inferred FROM events e JOIN locks l ON l.id = e.lock_id
-		WHERE l.source = ? AND e.kind IN ('grant', 'release', 'expire', 'observed', 'blind') ORDER BY e.id`, source)
+		WHERE l.source = $1 AND e.kind IN ('grant', 'release', 'expire', 'observed', 'blind') ORDER BY e.id`, source)
 	if err != nil {
 		t.Fatalf("read transitions: %v", err)
 	}
@@ -228,7 +272,7 @@ func requestIDs(t *testing.T, db querier) map[string]int {
 func cursor(t *testing.T, db querier, source string) string {
 	t.Helper()
 	var pos string
-	err := db.QueryRow(`SELECT position FROM cursors WHERE source = ?`, source).Scan(&pos)
+	err := db.QueryRow(`SELECT position FROM cursors WHERE source = $1`, source).Scan(&pos)
 	if err != nil && err != sql.ErrNoRows {
 		t.Fatalf("read cursor: %v", err)
 	}

@@ -6,14 +6,12 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"io/fs"
-	"os"
+	"log/slog"
 	"strings"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/review"
-	"github.com/leasewatch/leasewatch/audit/sqlite"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 )
 
@@ -37,7 +35,7 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	toFlag := flags.String("to", "", "end of the window: RFC 3339, a duration before now, or now (default now)")
 	format := flags.String("format", "md", "output format: md (Markdown) or json")
 	configPath := flags.String("config", "", "configuration file naming the database (default leasewatch.yaml)")
-	database := flags.String("database", "", "SQLite database file (instead of --config)")
+	database := flags.String("database", "", "SQLite database file or postgres:// URL (instead of --config)")
 	maxHandovers := flags.Int("max-handovers", review.DefaultMaxHandovers, "most handovers per lock; the newest are kept")
 	maxWrites := flags.Int("max-writes", 0, "most writes listed per handover, the stale and unfenced first; the rest are counted (0: all)")
 	if err := parseFlags(flags, args, stderr); err != nil {
@@ -90,13 +88,13 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return usageError{errors.New("--max-writes: must not be negative")}
 	}
 
-	path, err := reportDatabase(*configPath, *database)
+	cfg, flagName, err := reportDatabase(*configPath, *database)
 	if err != nil {
 		return err
 	}
-	store, err := sqlite.Open(ctx, path)
+	store, err := openDatabase(ctx, cfg, forReading, slog.New(slog.NewTextHandler(stderr, nil)))
 	if err != nil {
-		return fmt.Errorf("open database %s: %w", path, err)
+		return fmt.Errorf("%s: %w", flagName, err)
 	}
 	defer store.Close()
 
@@ -120,35 +118,37 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	return write(stdout, r)
 }
 
-// reportDatabase returns the database file the report reads: --database, or
-// the database of the configuration file. The file must exist: a report never
-// creates an empty database.
-func reportDatabase(configPath, database string) (string, error) {
+// reportDatabase returns the configuration of the database the report
+// reads, --database or the database of the configuration file (by default
+// leasewatch.yaml), and the flag that named it.
+func reportDatabase(configPath, database string) (*config.Config, string, error) {
+	if configPath == "" && database == "" {
+		configPath = "leasewatch.yaml"
+	}
+	return chosenDatabase(configPath, "--database", database)
+}
+
+// chosenDatabase returns the configuration of the database a command was
+// given: by flag, a SQLite file or a postgres:// URL, or as the database of
+// the configuration file at configPath, with its password and TLS keys. It
+// returns the flag that named it; one of the two must be given.
+func chosenDatabase(configPath, flag, database string) (*config.Config, string, error) {
 	if configPath != "" && database != "" {
-		return "", usageError{errors.New("--database: give --config or --database, not both")}
+		return nil, "", usageError{fmt.Errorf("%s: give --config or %s, not both", flag, flag)}
 	}
-	flagName := "--database"
-	if database == "" {
-		flagName = "--config"
-		if configPath == "" {
-			configPath = "leasewatch.yaml"
+	if database != "" {
+		cfg := &config.Config{Database: database}
+		cfg.SetDefaults()
+		if err := cfg.Validate(); err != nil {
+			return nil, "", usageError{fmt.Errorf("--%w", err)}
 		}
-		cfg, err := config.Load(configPath)
-		if err != nil {
-			return "", fmt.Errorf("--config: %w", err)
-		}
-		database = cfg.Database
+		return cfg, flag, nil
 	}
-	info, err := os.Stat(database)
-	switch {
-	case errors.Is(err, fs.ErrNotExist):
-		return "", fmt.Errorf("%s: database %s does not exist", flagName, database)
-	case err != nil:
-		return "", fmt.Errorf("%s: %w", flagName, err)
-	case !info.Mode().IsRegular():
-		return "", fmt.Errorf("%s: database %s is not a file", flagName, database)
+	cfg, err := config.Load(configPath)
+	if err != nil {
+		return nil, "", fmt.Errorf("--config: %w", err)
 	}
-	return database, nil
+	return cfg, "--config", nil
 }
 
 // parseReportTime reads an RFC 3339 time, "now", or a duration before now

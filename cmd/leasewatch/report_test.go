@@ -4,13 +4,17 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	neturl "net/url"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/postgres"
 	"github.com/leasewatch/leasewatch/audit/review"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
 )
@@ -22,13 +26,20 @@ var reportT0 = time.Date(2026, 3, 14, 10, 0, 0, 0, time.UTC)
 // write that the fenced ledger rejects.
 func reportDB(t *testing.T) string {
 	t.Helper()
-	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "lw.db")
-	store, err := sqlite.Open(ctx, path)
+	store, err := sqlite.Open(context.Background(), path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
+	recordReportStory(t, store)
+	return path
+}
+
+// recordReportStory records reportDB's story into store.
+func recordReportStory(t *testing.T, store audit.Journal) {
+	t.Helper()
+	ctx := context.Background()
 	rec := audit.NewRecorder(store, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{"prod-etcd": audit.KindEtcd}}, nil)
 	if err := rec.Start(ctx); err != nil {
 		t.Fatal(err)
@@ -57,7 +68,6 @@ func reportDB(t *testing.T) string {
 	observe(audit.EventGrant, 3400, "worker-2", 42)
 	write(3580, "worker-2", 42, audit.WriteAccepted)
 	write(5100, "worker-1", 41, audit.WriteRejected)
-	return path
 }
 
 func runReport(t *testing.T, args ...string) (int, string, string) {
@@ -256,4 +266,55 @@ func TestReportWindowBeyondTheRange(t *testing.T) {
 			t.Fatalf("exit %d, stderr %q; want exit 2 naming --lock and --from", code, stderr)
 		}
 	})
+}
+
+// report --database takes a postgres:// URL and reads the same report from
+// it; a database without leasewatch's schema is an error naming it, and the
+// report creates nothing in it.
+func TestReportCommandPostgres(t *testing.T) {
+	ctx := context.Background()
+	url := pg.Get(t).Database(t)
+	store, err := postgres.Open(ctx, url, postgres.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	recordReportStory(t, store)
+	q := review.Query{Window: review.Window{From: reportT0, To: reportT0.Add(5 * time.Minute)}, Locks: []string{"prod-etcd//locks/orders"}}
+	r, err := review.Load(ctx, store, q)
+	store.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var want bytes.Buffer
+	if err := review.WriteMarkdown(&want, r); err != nil {
+		t.Fatal(err)
+	}
+	code, out, stderr := runReport(t, "--lock", "prod-etcd//locks/orders", "--database", url,
+		"--from", "2026-03-14T10:00:00Z", "--to", "2026-03-14T10:05:00Z")
+	if code != 0 {
+		t.Fatalf("exit %d: %s", code, stderr)
+	}
+	if out != want.String() || !strings.Contains(out, "rejected by the ledger: fencing held") {
+		t.Errorf("report from PostgreSQL:\n%s\n--- want\n%s", out, want.String())
+	}
+
+	empty := pg.Get(t).Database(t)
+	code, _, stderr = runReport(t, "--lock", "prod-etcd//locks/orders", "--database", empty, "--from", "-1h")
+	name := empty[strings.LastIndex(empty, "/")+1 : strings.Index(empty, "?")]
+	if code != 1 || !strings.Contains(stderr, "--database: open database") ||
+		!strings.Contains(stderr, "database "+name+" holds no leasewatch schema") {
+		t.Errorf("report on an empty database: exit %d, %s; want 1 and an error naming database %s", code, stderr, name)
+	}
+	if pw, _ := neturl.Parse(empty); strings.Contains(stderr, func() string { p, _ := pw.User.Password(); return p }()) {
+		t.Errorf("report error shows the password: %s", stderr)
+	}
+	conn, err := pgx.Connect(ctx, empty)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	var tables int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM pg_tables WHERE schemaname = current_schema()`).Scan(&tables); err != nil || tables != 0 {
+		t.Errorf("the report left %d tables in the empty database (%v), want none", tables, err)
+	}
 }

@@ -17,7 +17,6 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
-	"github.com/leasewatch/leasewatch/audit/sqlite"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd"
@@ -30,7 +29,7 @@ import (
 // It is the only place that knows every concrete type.
 type service struct {
 	cfg      *config.Config
-	store    *sqlite.Store
+	store    audit.Database
 	recorder *audit.Recorder
 	runner   *collectors.Runner
 	alerts   *alerting
@@ -46,9 +45,9 @@ type service struct {
 // source name (the demo's in-process etcd); other sources dial their
 // configured endpoints.
 func startService(ctx context.Context, cfg *config.Config, clients map[string]*clientv3.Client, logger *slog.Logger) (*service, error) {
-	store, err := sqlite.Open(ctx, cfg.Database)
+	store, err := openDatabase(ctx, cfg, forServing, logger)
 	if err != nil {
-		return nil, fmt.Errorf("open database %s: %w", cfg.Database, err)
+		return nil, err
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(promcollectors.NewGoCollector(), promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}))
@@ -198,7 +197,7 @@ func (s *service) URL() string {
 // in order: stop taking requests, stop collectors, drain the recorder, close
 // the database.
 func (s *service) serve(ctx context.Context) error {
-	s.log.Info("leasewatch listening", "url", s.URL(), "database", s.cfg.Database, "sources", len(s.cfg.Sources),
+	s.log.Info("leasewatch listening", "url", s.URL(), "database", s.cfg.DatabaseName(), "sources", len(s.cfg.Sources),
 		"auth", s.cfg.Auth.Mode)
 	if s.cfg.Auth.Mode == config.AuthBasic && !s.cfg.TLS.Enabled() {
 		s.log.Warn("auth mode basic without tls: passwords cross the network in the clear unless a proxy in front terminates TLS")

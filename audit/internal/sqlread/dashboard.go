@@ -79,7 +79,7 @@ func (r *Reader) WriteCounts(ctx context.Context, lockID int64, outcome audit.Wr
 		return audit.Histogram{}, err
 	}
 	// One snapshot for the limit's cut and the counts.
-	tx, end, err := r.Snapshot(ctx)
+	tx, end, err := r.Begin(ctx)
 	if err != nil {
 		return audit.Histogram{}, fmt.Errorf("count writes: %w", r.wrap(err))
 	}

@@ -14,7 +14,7 @@ import (
 // from the lock row and Recent from its tenures, and every cursor, read in
 // one snapshot.
 func (r *Reader) Restore(ctx context.Context) ([]audit.TrackState, []audit.Cursor, error) {
-	tx, end, err := r.Snapshot(ctx)
+	tx, end, err := r.Begin(ctx)
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore: %w", r.wrap(err))
 	}

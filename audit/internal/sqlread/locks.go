@@ -17,7 +17,7 @@ func (r *Reader) Locks(ctx context.Context, f audit.LockFilter) ([]audit.Lock, e
 	if !f.Sort.Valid() {
 		return nil, audit.Errorf(audit.EINVALID, "sort: unknown order %q", f.Sort)
 	}
-	tx, end, err := r.Snapshot(ctx)
+	tx, end, err := r.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("list locks: %w", r.wrap(err))
 	}

@@ -39,9 +39,9 @@ type Engine struct {
 	Dialect rowcodec.Dialect
 	// Pool runs the reads that need no common snapshot.
 	Pool DB
-	// Snapshot begins a read-only transaction, for reads of several
+	// Begin begins a read-only transaction, for reads of several
 	// statements that must see one state; end rolls it back.
-	Snapshot func(ctx context.Context) (tx DB, end func(), err error)
+	Begin func(ctx context.Context) (tx DB, end func(), err error)
 	// NoRows is the error QueryRow's Scan returns for no row.
 	NoRows error
 	// Wrap turns an engine's error into the one callers see (EUNAVAILABLE

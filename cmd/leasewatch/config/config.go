@@ -29,9 +29,18 @@ import (
 
 // Config is the configuration file.
 type Config struct {
-	Listen       string   `yaml:"listen"`
-	Database     string   `yaml:"database"`
-	IngestTokens []string `yaml:"ingest_tokens"`
+	Listen string `yaml:"listen"`
+	// Database is a SQLite file path or a postgres:// URL (database.go).
+	Database string `yaml:"database"`
+	// DatabasePasswordFile and DatabasePasswordEnv give a PostgreSQL
+	// database's password outside the URL, as a source's password_file and
+	// password_env do; DatabaseTLS is its TLS, as a source's tls.
+	DatabasePasswordFile string     `yaml:"database_password_file"`
+	DatabasePasswordEnv  string     `yaml:"database_password_env"`
+	DatabaseTLS          *SourceTLS `yaml:"database_tls"`
+	// databasePassword is what Load read from DatabasePasswordEnv.
+	databasePassword string
+	IngestTokens     []string `yaml:"ingest_tokens"`
 	// IngestTokensFile names a file of further ingest tokens, one a line
 	// (blank lines and # comments skipped): a mounted Kubernetes Secret, say,
 	// so tokens stay out of the configuration file.
@@ -344,6 +353,9 @@ func Load(path string) (*Config, error) {
 // names: ingest tokens, basic users, and a check of the TLS pair. Parse leaves
 // them alone so that a configuration can be checked where the secrets are not.
 func (c *Config) readSecrets() error {
+	if err := c.readDatabaseSecrets(); err != nil {
+		return err
+	}
 	if err := c.readTokensFile(); err != nil {
 		return err
 	}
@@ -367,20 +379,55 @@ func (c *Config) readSecrets() error {
 // readSecrets checks that the source's password_file holds a password,
 // reads password_env into Password, and checks its TLS files.
 func (s *SourceConfig) readSecrets() error {
-	switch {
-	case s.PasswordFile != "":
-		if _, err := s.Secret().Get(); err != nil {
-			return fmt.Errorf("password_file: %w", err)
-		}
-	case s.PasswordEnv != "":
-		pw, err := envSecret(s.PasswordEnv)
-		if err != nil {
-			return fmt.Errorf("password_env: %w", err)
-		}
-		s.Password = pw
+	if err := sourcePasswordKeys.read(s.PasswordFile, s.PasswordEnv, &s.Password); err != nil {
+		return err
 	}
 	if _, err := s.TLS.ClientConfig(nil); err != nil {
 		return fmt.Errorf("tls.%w", err)
+	}
+	return nil
+}
+
+// passwordKeys name the keys that may give one password: inline, a file
+// (read again for each connection) and an environment variable (read at
+// start), in that order.
+type passwordKeys [3]string
+
+// sourcePasswordKeys are a source's.
+var sourcePasswordKeys = passwordKeys{"password", "password_file", "password_env"}
+
+// check refuses more than one of the keys, and an environment variable name
+// that is not one. It returns the names of the keys set.
+func (k passwordKeys) check(inline bool, file, env string) ([]string, error) {
+	var set []string
+	for i, given := range []bool{inline, file != "", env != ""} {
+		if given {
+			set = append(set, k[i])
+		}
+	}
+	switch {
+	case len(set) > 1:
+		return nil, fmt.Errorf("%s: give one of %s, %s and %s, not %s", set[1], k[0], k[1], k[2], strings.Join(set, " and "))
+	case env != "" && !envName.MatchString(env):
+		return nil, fmt.Errorf("%s: %q is not an environment variable name", k[2], env)
+	}
+	return set, nil
+}
+
+// read checks that the password file holds a password, or reads the
+// environment variable into *password.
+func (k passwordKeys) read(file, env string, password *string) error {
+	switch {
+	case file != "":
+		if _, err := collectors.PasswordFile(file).Get(); err != nil {
+			return fmt.Errorf("%s: %w", k[1], err)
+		}
+	case env != "":
+		pw, err := envSecret(env)
+		if err != nil {
+			return fmt.Errorf("%s: %w", k[2], err)
+		}
+		*password = pw
 	}
 	return nil
 }
@@ -542,6 +589,9 @@ func (c *Config) SetDefaults() {
 func (c *Config) Validate() error {
 	if _, _, err := SplitHostPort(c.Listen); err != nil {
 		return fmt.Errorf("listen: %w", err)
+	}
+	if err := c.validateDatabase(); err != nil {
+		return err
 	}
 	for i, tok := range c.IngestTokens {
 		if err := checkToken(tok); err != nil {
@@ -752,23 +802,13 @@ func (s *SourceConfig) keysOfKind(kind audit.SourceKind) error {
 
 // validateCredentials checks username, the password keys and tls.
 func (s *SourceConfig) validateCredentials(kind audit.SourceKind) error {
-	var set []string
-	for _, f := range []struct {
-		name string
-		set  bool
-	}{{"password", s.Password != ""}, {"password_file", s.PasswordFile != ""}, {"password_env", s.PasswordEnv != ""}} {
-		if f.set {
-			set = append(set, f.name)
-		}
-	}
 	if kind == audit.KindKubernetes {
 		return nil // keysOfKind refuses them
 	}
+	set, err := sourcePasswordKeys.check(s.Password != "", s.PasswordFile, s.PasswordEnv)
 	switch {
-	case len(set) > 1:
-		return fmt.Errorf("%s: give one of password, password_file and password_env, not %s", set[1], strings.Join(set, " and "))
-	case s.PasswordEnv != "" && !envName.MatchString(s.PasswordEnv):
-		return fmt.Errorf("password_env: %q is not an environment variable name", s.PasswordEnv)
+	case err != nil:
+		return err
 	case kind == audit.KindEtcd && len(set) > 0 && s.Username == "":
 		return fmt.Errorf("username: required with %s", set[0])
 	case s.Username != "" && len(set) == 0:
@@ -839,7 +879,7 @@ var quoteRE = regexp.MustCompile("`[^`]*`")
 // must not reach an error message (and so the log).
 func secretField(path string) bool {
 	return strings.HasPrefix(path, "ingest_tokens") || strings.HasPrefix(path, "auth.users") ||
-		strings.HasSuffix(path, ".password")
+		strings.HasSuffix(path, ".password") || path == "database"
 }
 
 // hideValues rewrites an error of yaml's decoder as one line, without the

@@ -1,0 +1,233 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/leasewatch/leasewatch/audit/storecopy"
+)
+
+// The store's side of storecopy: a read-only Source over a database, a
+// snapshot of an open store, and the Target methods of Store, whose bulk
+// inserts go through COPY.
+
+var (
+	_ storecopy.Source = (*Source)(nil)
+	_ storecopy.Source = (*Store)(nil)
+	_ storecopy.Target = (*Store)(nil)
+)
+
+// Source reads a database for a copy without writing to it: its sessions
+// are read-only and it applies no migrations (a database of an older schema
+// is refused by the copy, naming what differs). A service may write to the
+// database meanwhile: each snapshot is one REPEATABLE READ transaction,
+// which sees what was committed before it began and nothing after.
+type Source struct {
+	pool *pgxpool.Pool
+}
+
+// OpenSource connects to the database at url, as Open accepts it.
+func OpenSource(ctx context.Context, url string) (*Source, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	cfg.MaxConns = 1
+	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("open database: %w", storageError(err))
+	}
+	return &Source{pool: pool}, nil
+}
+
+// Snapshot begins a read-only REPEATABLE READ transaction.
+func (s *Source) Snapshot(ctx context.Context) (storecopy.Snapshot, error) {
+	return beginSnapshot(ctx, s.pool)
+}
+
+// Close closes the connection.
+func (s *Source) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// Snapshot begins a read of the store as of its last committed batch, on a
+// connection of the read pool, which it holds until closed.
+func (s *Store) Snapshot(ctx context.Context) (storecopy.Snapshot, error) {
+	return beginSnapshot(ctx, s.reader)
+}
+
+// snapshot is one read transaction.
+type snapshot struct {
+	tx pgx.Tx
+}
+
+func beginSnapshot(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
+	tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+	if err != nil {
+		return nil, storageError(err)
+	}
+	return &snapshot{tx: tx}, nil
+}
+
+func (s *snapshot) Schema(ctx context.Context) (map[string][]string, error) { return schema(ctx, s.tx) }
+
+func (s *snapshot) Stat(ctx context.Context, t storecopy.Table) (int64, []any, error) {
+	return stat(ctx, s.tx, t)
+}
+
+func (s *snapshot) Rows(ctx context.Context, t storecopy.Table, after []any, limit int) ([][]any, error) {
+	args := append([]any(nil), after...)
+	if limit > 0 {
+		args = append(args, limit)
+	}
+	rows, err := s.tx.Query(ctx, t.Select(true, after != nil, limit > 0), args...)
+	if err != nil {
+		return nil, storageError(err)
+	}
+	defer rows.Close()
+	var out [][]any
+	for rows.Next() {
+		row, err := rows.Values()
+		if err != nil {
+			return nil, err
+		}
+		if err := t.Normalize(row); err != nil {
+			return nil, err
+		}
+		out = append(out, row)
+	}
+	return out, storageError(rows.Err())
+}
+
+func (s *snapshot) Close() error { return s.tx.Rollback(context.Background()) }
+
+// schema returns every table of the current schema and its columns.
+func schema(ctx context.Context, q querier) (map[string][]string, error) {
+	rows, err := q.Query(ctx, `SELECT c.table_name::text, c.column_name::text
+		FROM information_schema.columns c JOIN information_schema.tables t
+			ON t.table_schema = c.table_schema AND t.table_name = c.table_name
+		WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'`)
+	if err != nil {
+		return nil, storageError(err)
+	}
+	defer rows.Close()
+	out := make(map[string][]string)
+	for rows.Next() {
+		var table, column string
+		if err := rows.Scan(&table, &column); err != nil {
+			return nil, err
+		}
+		out[table] = append(out[table], column)
+	}
+	return out, storageError(rows.Err())
+}
+
+// stat counts t's rows and reads its last key.
+func stat(ctx context.Context, q querier, t storecopy.Table) (int64, []any, error) {
+	var n int64
+	if err := q.QueryRow(ctx, `SELECT count(*) FROM `+t.Name).Scan(&n); err != nil {
+		return 0, nil, storageError(err)
+	}
+	if n == 0 {
+		return 0, nil, nil
+	}
+	rows, err := q.Query(ctx, t.SelectLast())
+	if err != nil {
+		return 0, nil, storageError(err)
+	}
+	defer rows.Close()
+	if !rows.Next() {
+		return 0, nil, storageError(errors.Join(rows.Err(), fmt.Errorf("%s: no last row of %d", t.Name, n)))
+	}
+	key, err := rows.Values()
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := t.NormalizeKey(key); err != nil {
+		return 0, nil, err
+	}
+	return n, key, nil
+}
+
+// Schema returns the store's tables and their columns.
+func (s *Store) Schema(ctx context.Context) (map[string][]string, error) {
+	return schema(ctx, s.reader)
+}
+
+// Stat counts t's committed rows and reads the last key.
+func (s *Store) Stat(ctx context.Context, t storecopy.Table) (int64, []any, error) {
+	return stat(ctx, s.reader, t)
+}
+
+// Mark returns the copy mark the database holds, "" if none.
+func (s *Store) Mark(ctx context.Context) (string, error) {
+	var exists bool
+	if err := s.reader.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, storecopy.MarkTable).Scan(&exists); err != nil || !exists {
+		return "", storageError(err)
+	}
+	var mark string
+	err := s.reader.QueryRow(ctx, `SELECT mark FROM `+storecopy.MarkTable+` WHERE id = 1`).Scan(&mark)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return mark, storageError(err)
+}
+
+// SetMark records the copy the database holds, in a table of its own that
+// the service never reads.
+func (s *Store) SetMark(ctx context.Context, mark string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return storageError(pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+storecopy.MarkTable+` (
+			id        INTEGER PRIMARY KEY CHECK (id = 1),
+			mark      TEXT    NOT NULL,
+			copied_at BIGINT  NOT NULL
+		)`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO `+storecopy.MarkTable+` (id, mark, copied_at) VALUES (1, $1, $2)
+			ON CONFLICT (id) DO UPDATE SET mark = excluded.mark, copied_at = excluded.copied_at`, mark, time.Now().UnixNano())
+		return err
+	}))
+}
+
+// Import writes rows of t in one transaction, by COPY, which writes the
+// given ids of identity columns as they are; the id's sequence is then moved
+// to the last, so the service's next row gets the one after.
+func (s *Store) Import(ctx context.Context, t storecopy.Table, rows [][]any) error {
+	names := make([]string, len(t.Columns))
+	for i, c := range t.Columns {
+		names[i] = c.Name
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return storageError(pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
+		if t.Whole {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+t.Name); err != nil {
+				return err
+			}
+		}
+		if _, err := tx.CopyFrom(ctx, pgx.Identifier{t.Name}, names, pgx.CopyFromRows(rows)); err != nil {
+			return err
+		}
+		if t.Identity && len(rows) > 0 {
+			last := rows[len(rows)-1][0]
+			if _, err := tx.Exec(ctx, `SELECT setval(pg_get_serial_sequence($1, $2), $3)`, t.Name, names[0], last); err != nil {
+				return fmt.Errorf("move the %s id sequence: %w", t.Name, err)
+			}
+		}
+		return nil
+	}))
+}

@@ -1,0 +1,187 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	neturl "net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
+)
+
+// retryAfter503 posts reports and returns the status and Retry-After of
+// the answer.
+func retryAfter503(t *testing.T, client *http.Client, base string, reports []writeReport) (int, string) {
+	t.Helper()
+	body, _ := json.Marshal(reports)
+	req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/writes", bytes.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+testIngestToken)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		t.Fatalf("POST /api/v1/writes: %v", err)
+	}
+	resp.Body.Close()
+	return resp.StatusCode, resp.Header.Get("Retry-After")
+}
+
+// The PostgreSQL server is killed (every process at once, as a crash would)
+// while locks change hands and reports arrive, and started again. While it
+// is down ingest answers 503 with Retry-After and never 202, /readyz and the
+// sources API say so, and nothing of a refused request is stored. Once it is
+// back everything resumes by itself: the refused batch is taken on retry,
+// the collector resumes from its stored cursor, and every grant and release
+// made meanwhile, still in etcd's history, is recorded exactly once.
+func TestPostgresRestartPausesAndRecovers(t *testing.T) {
+	pgSrv := pgtest.New(t, pgtest.Options{})
+	database := pgSrv.Database(t)
+	srv, cli := startEtcd(t)
+	const source = "pgdown"
+	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", database, source, srv.Endpoint))
+	base := p.waitListening(t, time.Minute)
+	sourceState := func() (state, lastErr string) {
+		var resp struct {
+			Sources []struct{ State, Error string }
+		}
+		getJSON(t, base, "/api/v1/sources", &resp)
+		return resp.Sources[0].State, resp.Sources[0].Error
+	}
+	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
+		state, _ := sourceState()
+		return state == "up"
+	})
+	locks := []string{"/locks/pg-0", "/locks/pg-1"}
+	lc := startLockClients(cli, locks, 2)
+	client := &http.Client{Timeout: time.Minute}
+	report := func(prefix string, n int) []writeReport {
+		out := make([]writeReport, n)
+		for i := range out {
+			out[i] = writeReport{Source: source, Lock: locks[0], Resource: "ledger", Token: int64(i + 1),
+				Outcome: "accepted", RequestID: fmt.Sprintf("%s-%d", prefix, i)}
+		}
+		return out
+	}
+	var acked []string
+	post := func(batch []writeReport) int {
+		t.Helper()
+		status, body, err := postWrites(client, base, batch)
+		switch {
+		case err != nil:
+			t.Fatalf("POST /api/v1/writes: %v", err)
+		case status == http.StatusAccepted:
+			for _, r := range batch {
+				acked = append(acked, r.RequestID)
+			}
+		case status != http.StatusServiceUnavailable:
+			t.Fatalf("POST /api/v1/writes: %d %s, want 202 or 503", status, body)
+		}
+		return status
+	}
+	for i := range 5 {
+		if status := post(report(fmt.Sprintf("before-%d", i), 20)); status != http.StatusAccepted {
+			t.Fatalf("POST before the outage: %d, want 202", status)
+		}
+	}
+
+	pgSrv.Kill()
+	// Nothing can be durable now: not one 202 until the server is back.
+	var refused []writeReport
+	for i := range 20 {
+		batch := report(fmt.Sprintf("down-%d", i), 20)
+		if status := post(batch); status == http.StatusAccepted {
+			t.Fatalf("POST while PostgreSQL is down answered 202")
+		}
+		refused = batch
+	}
+	if status, ra := retryAfter503(t, client, base, refused); status != http.StatusServiceUnavailable || ra == "" {
+		t.Fatalf("POST while PostgreSQL is down: %d, Retry-After %q; want 503 with a Retry-After", status, ra)
+	}
+	eventually(t, 30*time.Second, "/readyz to report the database down", func() bool {
+		code, body := get(t, base, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "database server")
+	})
+	eventually(t, 30*time.Second, "the sources API to report the paused collector", func() bool {
+		state, lastErr := sourceState()
+		return state == "down" && strings.Contains(lastErr, "database server")
+	})
+	eventually(t, 30*time.Second, "the log to say recording paused", func() bool {
+		return strings.Contains(p.stderr.String(), `msg="recording paused: the store cannot take the collector's input`)
+	})
+	// Locks go on changing hands while the database is down; etcd keeps
+	// their history for the collector to read once it can store it.
+	downAt := lc.latest(locks[0])
+	eventually(t, 30*time.Second, "handovers while PostgreSQL is down", func() bool { return lc.latest(locks[0]) > downAt })
+
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := pgSrv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, "the refused batch to be taken on retry", func() bool {
+		return post(refused) == http.StatusAccepted
+	})
+	eventually(t, 30*time.Second, "/readyz to recover", func() bool {
+		code, _ := get(t, base, "/readyz")
+		return code == http.StatusOK
+	})
+	eventually(t, 30*time.Second, "the collector to resume", func() bool {
+		state, _ := sourceState()
+		return state == "up"
+	})
+	for i := range 5 {
+		post(report(fmt.Sprintf("after-%d", i), 20))
+	}
+	acquired, released := lc.finish(t)
+	n := finalCheck(t, p, database, source, locks, acquired, released, acked)
+	t.Logf("%d reports answered 202 and stored once; %d grants and releases recorded once across the outage", len(acked), n)
+}
+
+// serve started while its PostgreSQL server is down says so, naming the
+// host and never the password, and tries again until the server is up;
+// then it serves. Stopped while it waits, it exits cleanly.
+func TestServeWaitsForPostgres(t *testing.T) {
+	pgSrv := pgtest.New(t, pgtest.Options{})
+	database := pgSrv.Database(t)
+	password, _ := func() (string, bool) { u, _ := neturl.Parse(database); return u.User.Password() }()
+	pgSrv.Kill()
+	srv, _ := startEtcd(t)
+	config := writeServeConfig(t, t.TempDir(), "127.0.0.1:0", database, "pgwait", srv.Endpoint)
+
+	t.Run("StoppedWhileWaiting", func(t *testing.T) {
+		p := startServeProcess(t, config)
+		eventually(t, 30*time.Second, "serve to say the database is unreachable", func() bool {
+			return strings.Contains(p.stderr.String(), `msg="database unreachable; retrying" host=`+pgSrv.Addr)
+		})
+		if err := p.interrupt(t); err != nil {
+			t.Fatalf("serve stopped while waiting for the database exited with %v:\n%s", err, p.stderr.String())
+		}
+	})
+
+	p := startServeProcess(t, config)
+	eventually(t, 30*time.Second, "two attempts to reach the database", func() bool {
+		return strings.Count(p.stderr.String(), `msg="database unreachable; retrying" host=`+pgSrv.Addr) >= 2
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := pgSrv.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	base := p.waitListening(t, time.Minute)
+	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
+		var resp struct{ Sources []struct{ State string } }
+		getJSON(t, base, "/api/v1/sources", &resp)
+		return len(resp.Sources) == 1 && resp.Sources[0].State == "up"
+	})
+	log := p.stderr.String()
+	if !strings.Contains(log, `msg="database reachable" host=`+pgSrv.Addr) {
+		t.Errorf("the log does not say the database became reachable:\n%s", log)
+	}
+	if strings.Contains(log, password) {
+		t.Errorf("the log shows the database password:\n%s", log)
+	}
+}
