@@ -9,6 +9,8 @@ import (
 	"strings"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/leasewatch/leasewatch/audit"
 )
 
@@ -103,21 +105,27 @@ func Load(ctx context.Context, st audit.Store, q Query) (Report, error) {
 		// Each lock gets an equal share of the report's handovers.
 		opts.MaxHandovers = min(opts.MaxHandovers, max(MinHandoversPerLock, opts.MaxHandoversTotal/len(locks)))
 	}
-	var (
-		lrs   []LockReport
-		notes []string
-	)
-	for _, l := range locks {
-		lr, n, err := loadLock(ctx, st, l, q.Window, opts)
-		if err != nil {
-			return Report{}, err
-		}
-		lrs = append(lrs, lr)
-		notes = append(notes, n...)
+	// A few locks at a time: a lock's reads wait for one another, and on a
+	// database server each is a round trip, which other locks' reads can
+	// overlap. Each lock's memory is bounded by the caps, so the report's by
+	// loadParallel of them.
+	lrs := make([]LockReport, len(locks))
+	notes := make([][]string, len(locks))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(loadParallel)
+	for i, l := range locks {
+		g.Go(func() error {
+			var err error
+			lrs[i], notes[i], err = loadLock(gctx, st, l, q.Window, opts)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return Report{}, err
 	}
 	r := assemble(q.Window, lrs)
 	r.Sources = slices.Clone(q.Sources)
-	r.Notes = append(r.Notes, notes...)
+	r.Notes = append(r.Notes, slices.Concat(notes...)...)
 	return r, nil
 }
 
@@ -172,6 +180,10 @@ func selectLocks(ctx context.Context, st audit.Store, q Query) ([]audit.Lock, er
 	}
 	return out, nil
 }
+
+// loadParallel is how many locks a report reads at once: the stores' read
+// pools hold four connections.
+const loadParallel = 4
 
 // loadLock reads one lock's tenures and the events and findings around the
 // handovers in the window, and builds its part of the report. The writes
