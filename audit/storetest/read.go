@@ -347,3 +347,37 @@ func testWriteEventsReadWhatEventsRead(t *testing.T, h Harness) {
 		}
 	}
 }
+
+// A lock that was not found when read is found once it is stored: a store
+// may remember the locks it has seen, never one it has not.
+func testLockNotFoundThenStored(t *testing.T, h Harness) {
+	s := h.Open(t)
+	ctx := context.Background()
+	Apply(t, s, audit.Batch{Locks: []audit.TrackState{heldLock("src", "first", "h", 1, 0)}})
+	first, err := s.LockByKey(ctx, audit.LockKey{Source: "src", Name: "first"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The next lock stored takes an id after first's; ids count up.
+	for id := first.ID + 1; id <= first.ID+3; id++ {
+		if _, err := s.Events(ctx, id, audit.EventFilter{}); audit.ErrorCode(err) != audit.ENOTFOUND {
+			t.Fatalf("Events of lock %d before it exists: %v, want ENOTFOUND", id, err)
+		}
+	}
+	Apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "src", Name: "second"}, Kind: audit.EventGrant, At: At(1), Holder: "h"}}})
+	second, err := s.LockByKey(ctx, audit.LockKey{Source: "src", Name: "second"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second.ID <= first.ID || second.ID > first.ID+3 {
+		t.Fatalf("second lock's id = %d, want one of the ids after %d read before", second.ID, first.ID)
+	}
+	next := second.ID
+	events, err := s.Events(ctx, next, audit.EventFilter{})
+	if err != nil || len(events) != 1 || events[0].Lock.Name != "second" {
+		t.Fatalf("Events of the lock once stored = %+v, %v; want its grant", events, err)
+	}
+	if _, err := s.Tenures(ctx, next, audit.TimeFilter{}); err != nil {
+		t.Errorf("Tenures of the lock once stored: %v", err)
+	}
+}

@@ -95,6 +95,7 @@ var contract = []struct {
 	{"FindingsByLockClass", testFindingsByLockClass},
 	{"LastEventAtPerSource", testLastEventAtPerSource},
 	{"MissingLockIsNotFound", testMissingLockIsNotFound},
+	{"LockNotFoundThenStored", testLockNotFoundThenStored},
 
 	// The dashboard's aggregates.
 	{"LockCounts", testLockCounts},

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
@@ -72,6 +73,36 @@ type Engine struct {
 // store embeds it.
 type Reader struct {
 	Engine
+	keys keyCache
+}
+
+// keyCache remembers the keys of locks that exist. A lock's key never
+// changes and a lock row is never deleted, so a key once read stays true;
+// a lock not found is never remembered. Most reads of one lock's history
+// check that the lock exists first, and an incident review makes dozens of
+// them per lock: each is a round trip to a database server.
+type keyCache struct {
+	mu   sync.Mutex
+	keys map[int64]audit.LockKey
+}
+
+// maxCachedKeys bounds the cache; past it the cache starts again empty.
+const maxCachedKeys = 1 << 16
+
+func (c *keyCache) get(id int64) (audit.LockKey, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	key, ok := c.keys[id]
+	return key, ok
+}
+
+func (c *keyCache) put(id int64, key audit.LockKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keys == nil || len(c.keys) >= maxCachedKeys {
+		c.keys = make(map[int64]audit.LockKey)
+	}
+	c.keys[id] = key
 }
 
 // wrap is e.Wrap, or err as it is.
@@ -103,7 +134,10 @@ func (e *Engine) unindexed(col string) string {
 
 // LockKey returns the key of lock id, or ENOTFOUND.
 func (r *Reader) LockKey(ctx context.Context, db DB, id int64) (audit.LockKey, error) {
-	var key audit.LockKey
+	key, ok := r.keys.get(id)
+	if ok {
+		return key, nil
+	}
 	err := db.QueryRow(ctx, `SELECT source, name FROM locks WHERE id = `+r.Dialect.P(1), id).Scan(&key.Source, &key.Name)
 	if r.noRows(err) {
 		return key, audit.Errorf(audit.ENOTFOUND, "lock %d not found", id)
@@ -111,6 +145,7 @@ func (r *Reader) LockKey(ctx context.Context, db DB, id int64) (audit.LockKey, e
 	if err != nil {
 		return key, fmt.Errorf("get lock %d: %w", id, r.wrap(err))
 	}
+	r.keys.put(id, key)
 	return key, nil
 }
 
