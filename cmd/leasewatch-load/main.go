@@ -90,7 +90,7 @@ func main() {
 		fs.DurationVar(&s.sampleEvery, "sample", 10*time.Second, "time between size samples")
 		fs.StringVar(&s.load.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
 		fs.BoolVar(&s.load.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
-		fs.BoolVar(&s.postgres, "postgres", false, "leasewatch's database on a PostgreSQL server of the run's own (needs serve's postgres:// database)")
+		fs.BoolVar(&s.postgres, "postgres", false, "leasewatch's database on a PostgreSQL server of the run's own instead of a SQLite file")
 		scenario = &s
 	case "ingest":
 		var i ingestLoad
