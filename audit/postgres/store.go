@@ -253,7 +253,12 @@ func storageError(err error) error {
 	var msg string
 	var pe *pgconn.PgError
 	var ne net.Error
+	var cv *tls.CertificateVerificationError
 	switch {
+	case errors.As(err, &cv):
+		// A certificate that does not verify is no outage: trying again
+		// cannot help, and the operator must see it at once.
+		return err
 	case errors.As(err, &pe):
 		switch {
 		case pe.Code == "53100":
