@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 	"github.com/leasewatch/leasewatch/audit/storecopy"
 )
 
@@ -69,6 +70,7 @@ func (s *Store) Snapshot(ctx context.Context) (storecopy.Snapshot, error) {
 
 // snapshot is one read transaction.
 type snapshot struct {
+	sqlread.CopyReads
 	tx pgx.Tx
 }
 
@@ -77,97 +79,28 @@ func beginSnapshot(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
 	if err != nil {
 		return nil, storageError(err)
 	}
-	return &snapshot{tx: tx}, nil
-}
-
-func (s *snapshot) Schema(ctx context.Context) (map[string][]string, error) { return schema(ctx, s.tx) }
-
-func (s *snapshot) Stat(ctx context.Context, t storecopy.Table) (int64, []any, error) {
-	return stat(ctx, s.tx, t)
-}
-
-func (s *snapshot) Rows(ctx context.Context, t storecopy.Table, after []any, limit int) ([][]any, error) {
-	args := append([]any(nil), after...)
-	if limit > 0 {
-		args = append(args, limit)
-	}
-	rows, err := s.tx.Query(ctx, t.Select(true, after != nil, limit > 0), args...)
-	if err != nil {
-		return nil, storageError(err)
-	}
-	defer rows.Close()
-	var out [][]any
-	for rows.Next() {
-		row, err := rows.Values()
-		if err != nil {
-			return nil, err
-		}
-		if err := t.Normalize(row); err != nil {
-			return nil, err
-		}
-		out = append(out, row)
-	}
-	return out, storageError(rows.Err())
+	return &snapshot{CopyReads: copyReads(tx), tx: tx}, nil
 }
 
 func (s *snapshot) Close() error { return s.tx.Rollback(context.Background()) }
 
-// schema returns every table of the current schema and its columns.
-func schema(ctx context.Context, q querier) (map[string][]string, error) {
-	rows, err := q.Query(ctx, `SELECT c.table_name::text, c.column_name::text
-		FROM information_schema.columns c JOIN information_schema.tables t
-			ON t.table_schema = c.table_schema AND t.table_name = c.table_name
-		WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'`)
-	if err != nil {
-		return nil, storageError(err)
-	}
-	defer rows.Close()
-	out := make(map[string][]string)
-	for rows.Next() {
-		var table, column string
-		if err := rows.Scan(&table, &column); err != nil {
-			return nil, err
-		}
-		out[table] = append(out[table], column)
-	}
-	return out, storageError(rows.Err())
-}
-
-// stat counts t's rows and reads its last key.
-func stat(ctx context.Context, q querier, t storecopy.Table) (int64, []any, error) {
-	var n int64
-	if err := q.QueryRow(ctx, `SELECT count(*) FROM `+t.Name).Scan(&n); err != nil {
-		return 0, nil, storageError(err)
-	}
-	if n == 0 {
-		return 0, nil, nil
-	}
-	rows, err := q.Query(ctx, t.SelectLast())
-	if err != nil {
-		return 0, nil, storageError(err)
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		return 0, nil, storageError(errors.Join(rows.Err(), fmt.Errorf("%s: no last row of %d", t.Name, n)))
-	}
-	key, err := rows.Values()
-	if err != nil {
-		return 0, nil, err
-	}
-	if err := t.NormalizeKey(key); err != nil {
-		return 0, nil, err
-	}
-	return n, key, nil
+// copyReads are the reads of a copy source on q.
+func copyReads(q querier) sqlread.CopyReads {
+	return sqlread.CopyReads{DB: pgDB{q}, Numbered: true, Wrap: storageError,
+		Catalog: `SELECT c.table_name::text, c.column_name::text
+			FROM information_schema.columns c JOIN information_schema.tables t
+				ON t.table_schema = c.table_schema AND t.table_name = c.table_name
+			WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'`}
 }
 
 // Schema returns the store's tables and their columns.
 func (s *Store) Schema(ctx context.Context) (map[string][]string, error) {
-	return schema(ctx, s.reader)
+	return copyReads(s.reader).Schema(ctx)
 }
 
 // Stat counts t's committed rows and reads the last key.
 func (s *Store) Stat(ctx context.Context, t storecopy.Table) (int64, []any, error) {
-	return stat(ctx, s.reader, t)
+	return copyReads(s.reader).Stat(ctx, t)
 }
 
 // Mark returns the copy mark the database holds, "" if none.

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 	"github.com/leasewatch/leasewatch/audit/storecopy"
 )
 
@@ -76,6 +77,7 @@ func (s *Store) Snapshot(ctx context.Context) (storecopy.Snapshot, error) {
 
 // snapshot is one read transaction.
 type snapshot struct {
+	sqlread.CopyReads
 	tx *sql.Tx
 }
 
@@ -91,115 +93,26 @@ func beginSnapshot(ctx context.Context, db *sql.DB) (*snapshot, error) {
 		tx.Rollback()
 		return nil, storageError(err)
 	}
-	return &snapshot{tx: tx}, nil
-}
-
-// querier is what the copy's reads need: a snapshot's transaction or the
-// store's read pool.
-type querier interface {
-	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
-	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
-}
-
-func (s *snapshot) Schema(ctx context.Context) (map[string][]string, error) { return schema(ctx, s.tx) }
-
-func (s *snapshot) Stat(ctx context.Context, t storecopy.Table) (int64, []any, error) {
-	return stat(ctx, s.tx, t)
-}
-
-func (s *snapshot) Rows(ctx context.Context, t storecopy.Table, after []any, limit int) ([][]any, error) {
-	args := append([]any(nil), after...)
-	if limit > 0 {
-		args = append(args, limit)
-	}
-	rows, err := s.tx.QueryContext(ctx, t.Select(false, after != nil, limit > 0), args...)
-	if err != nil {
-		return nil, storageError(err)
-	}
-	defer rows.Close()
-	var out [][]any
-	for rows.Next() {
-		row, err := scanRow(rows, len(t.Columns))
-		if err != nil {
-			return nil, err
-		}
-		if err := t.Normalize(row); err != nil {
-			return nil, err
-		}
-		out = append(out, row)
-	}
-	return out, storageError(rows.Err())
+	return &snapshot{CopyReads: copyReads(tx), tx: tx}, nil
 }
 
 func (s *snapshot) Close() error { return s.tx.Rollback() }
 
-// scanRow scans n columns as the driver gives them.
-func scanRow(rows *sql.Rows, n int) ([]any, error) {
-	row := make([]any, n)
-	ptrs := make([]any, n)
-	for i := range row {
-		ptrs[i] = &row[i]
-	}
-	if err := rows.Scan(ptrs...); err != nil {
-		return nil, err
-	}
-	return row, nil
-}
-
-// schema returns every table and its columns.
-func schema(ctx context.Context, q querier) (map[string][]string, error) {
-	rows, err := q.QueryContext(ctx, `SELECT m.name, p.name FROM sqlite_schema m, pragma_table_info(m.name) p
-		WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite\_%' ESCAPE '\'`)
-	if err != nil {
-		return nil, storageError(err)
-	}
-	defer rows.Close()
-	out := make(map[string][]string)
-	for rows.Next() {
-		var table, column string
-		if err := rows.Scan(&table, &column); err != nil {
-			return nil, err
-		}
-		out[table] = append(out[table], column)
-	}
-	return out, storageError(rows.Err())
-}
-
-// stat counts t's rows and reads its last key.
-func stat(ctx context.Context, q querier, t storecopy.Table) (int64, []any, error) {
-	var n int64
-	if err := q.QueryRowContext(ctx, `SELECT count(*) FROM `+t.Name).Scan(&n); err != nil {
-		return 0, nil, storageError(err)
-	}
-	if n == 0 {
-		return 0, nil, nil
-	}
-	rows, err := q.QueryContext(ctx, t.SelectLast())
-	if err != nil {
-		return 0, nil, storageError(err)
-	}
-	defer rows.Close()
-	if !rows.Next() {
-		return 0, nil, storageError(errors.Join(rows.Err(), fmt.Errorf("%s: no last row of %d", t.Name, n)))
-	}
-	key, err := scanRow(rows, t.Key)
-	if err != nil {
-		return 0, nil, err
-	}
-	if err := t.NormalizeKey(key); err != nil {
-		return 0, nil, err
-	}
-	return n, key, nil
+// copyReads are the reads of a copy source on q.
+func copyReads(q queryer) sqlread.CopyReads {
+	return sqlread.CopyReads{DB: sqlDB{q}, Wrap: storageError,
+		Catalog: `SELECT m.name, p.name FROM sqlite_schema m, pragma_table_info(m.name) p
+			WHERE m.type = 'table' AND m.name NOT LIKE 'sqlite\_%' ESCAPE '\'`}
 }
 
 // Schema returns the store's tables and their columns.
 func (s *Store) Schema(ctx context.Context) (map[string][]string, error) {
-	return schema(ctx, s.reader.DB)
+	return copyReads(s.reader.DB).Schema(ctx)
 }
 
 // Stat counts t's committed rows and reads the last key.
 func (s *Store) Stat(ctx context.Context, t storecopy.Table) (int64, []any, error) {
-	return stat(ctx, s.reader.DB, t)
+	return copyReads(s.reader.DB).Stat(ctx, t)
 }
 
 // Mark returns the copy mark the database holds, "" if none.
