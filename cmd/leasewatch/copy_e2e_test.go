@@ -173,11 +173,7 @@ func TestServeResumesOnTheCopiedDatabase(t *testing.T) {
 	file := filepath.Join(dir, "leasewatch.db")
 	p := startServeProcess(t, writeServeConfig(t, dir, "127.0.0.1:0", file, source, srv.Endpoint))
 	base := p.waitListening(t, time.Minute)
-	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
-		var resp struct{ Sources []struct{ State string } }
-		getJSON(t, base, "/api/v1/sources", &resp)
-		return len(resp.Sources) == 1 && resp.Sources[0].State == "up"
-	})
+	waitSourceUp(t, base)
 	locks := []string{"/locks/moved-0", "/locks/moved-1"}
 	lc := startLockClients(cli, locks, 2)
 	db := openReadOnly(t, file)

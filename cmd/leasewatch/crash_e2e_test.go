@@ -59,11 +59,7 @@ func crashKillNine(t *testing.T, database string, kills int) {
 	base := p.waitListening(t, time.Minute)
 	// Every restart listens where the first did, so clients keep one URL.
 	writeServeConfig(t, dir, strings.TrimPrefix(base, "http://"), database, source, srv.Endpoint)
-	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
-		var resp struct{ Sources []struct{ State string } }
-		getJSON(t, base, "/api/v1/sources", &resp)
-		return len(resp.Sources) == 1 && resp.Sources[0].State == "up"
-	})
+	waitSourceUp(t, base)
 
 	locks := []string{"/locks/crash-0", "/locks/crash-1", "/locks/crash-2", "/locks/crash-3"}
 	lc := startLockClients(cli, locks, 2)

@@ -118,20 +118,7 @@ func TestDiskFullPausesAndRecovers(t *testing.T) {
 	const source = "disk"
 	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", dbPath, source, srv.Endpoint))
 	base := p.waitListening(t, time.Minute)
-	sourceState := func() (state, lastErr string) {
-		var resp struct {
-			Sources []struct{ State, Error string }
-		}
-		getJSON(t, base, "/api/v1/sources", &resp)
-		if len(resp.Sources) != 1 {
-			t.Fatalf("sources = %+v, want one", resp.Sources)
-		}
-		return resp.Sources[0].State, resp.Sources[0].Error
-	}
-	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
-		state, _ := sourceState()
-		return state == "up"
-	})
+	waitSourceUp(t, base)
 	locks := []string{"/locks/disk-0", "/locks/disk-1"}
 	lc := startLockClients(cli, locks, 2)
 	client := &http.Client{Timeout: time.Minute}
@@ -183,7 +170,7 @@ func TestDiskFullPausesAndRecovers(t *testing.T) {
 		}
 	}
 	eventually(t, 30*time.Second, "the sources API to report the paused collector", func() bool {
-		state, lastErr := sourceState()
+		state, lastErr := sourceState(t, base)
 		return state == "down" && strings.Contains(lastErr, "disk is full")
 	})
 	eventually(t, 30*time.Second, "the log to say recording paused", func() bool {
@@ -209,7 +196,7 @@ func TestDiskFullPausesAndRecovers(t *testing.T) {
 		return code == http.StatusOK
 	})
 	eventually(t, 30*time.Second, "the collector to resume", func() bool {
-		state, _ := sourceState()
+		state, _ := sourceState(t, base)
 		return state == "up"
 	})
 

@@ -44,17 +44,7 @@ func TestPostgresRestartPausesAndRecovers(t *testing.T) {
 	const source = "pgdown"
 	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", database, source, srv.Endpoint))
 	base := p.waitListening(t, time.Minute)
-	sourceState := func() (state, lastErr string) {
-		var resp struct {
-			Sources []struct{ State, Error string }
-		}
-		getJSON(t, base, "/api/v1/sources", &resp)
-		return resp.Sources[0].State, resp.Sources[0].Error
-	}
-	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
-		state, _ := sourceState()
-		return state == "up"
-	})
+	waitSourceUp(t, base)
 	locks := []string{"/locks/pg-0", "/locks/pg-1"}
 	lc := startLockClients(cli, locks, 2)
 	client := &http.Client{Timeout: time.Minute}
@@ -106,7 +96,7 @@ func TestPostgresRestartPausesAndRecovers(t *testing.T) {
 		return code == http.StatusServiceUnavailable && strings.Contains(body, "database server")
 	})
 	eventually(t, 30*time.Second, "the sources API to report the paused collector", func() bool {
-		state, lastErr := sourceState()
+		state, lastErr := sourceState(t, base)
 		return state == "down" && strings.Contains(lastErr, "database server")
 	})
 	eventually(t, 30*time.Second, "the log to say recording paused", func() bool {
@@ -130,7 +120,7 @@ func TestPostgresRestartPausesAndRecovers(t *testing.T) {
 		return code == http.StatusOK
 	})
 	eventually(t, 30*time.Second, "the collector to resume", func() bool {
-		state, _ := sourceState()
+		state, _ := sourceState(t, base)
 		return state == "up"
 	})
 	for i := range 5 {
@@ -172,11 +162,7 @@ func TestServeWaitsForPostgres(t *testing.T) {
 		t.Fatal(err)
 	}
 	base := p.waitListening(t, time.Minute)
-	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
-		var resp struct{ Sources []struct{ State string } }
-		getJSON(t, base, "/api/v1/sources", &resp)
-		return len(resp.Sources) == 1 && resp.Sources[0].State == "up"
-	})
+	waitSourceUp(t, base)
 	log := p.stderr.String()
 	if !strings.Contains(log, `msg="database reachable" host=`+pgSrv.Addr) {
 		t.Errorf("the log does not say the database became reachable:\n%s", log)

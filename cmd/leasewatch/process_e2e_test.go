@@ -360,3 +360,27 @@ func startServe(t *testing.T, config string) (base string, log *syncBuffer) {
 	})
 	return base, stderr
 }
+
+// sourceState returns the state and last error of the one source of the
+// service at base, as the sources API says them.
+func sourceState(t *testing.T, base string) (state, lastErr string) {
+	t.Helper()
+	var resp struct {
+		Sources []struct{ State, Error string }
+	}
+	getJSON(t, base, "/api/v1/sources", &resp)
+	if len(resp.Sources) != 1 {
+		t.Fatalf("sources = %+v, want one", resp.Sources)
+	}
+	return resp.Sources[0].State, resp.Sources[0].Error
+}
+
+// waitSourceUp waits for the one source of the service at base to be up:
+// its collector has read its first snapshot.
+func waitSourceUp(t *testing.T, base string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "the collector's first snapshot", func() bool {
+		state, _ := sourceState(t, base)
+		return state == "up"
+	})
+}
