@@ -144,6 +144,24 @@ func (d *downJournal) StoredWrites(ctx context.Context, ids []string) ([]audit.E
 	return d.Store.StoredWrites(ctx, ids)
 }
 
+// lostReplyJournal is a store whose Apply, while lose is set, commits the
+// batch and then fails, as a connection lost after the server committed but
+// before its reply arrived.
+type lostReplyJournal struct {
+	Store
+	lose atomic.Bool
+}
+
+func (l *lostReplyJournal) Apply(ctx context.Context, b audit.Batch) error {
+	if err := l.Store.Apply(ctx, b); err != nil {
+		return err
+	}
+	if l.lose.Load() {
+		return errServerDown
+	}
+	return nil
+}
+
 // syncingJournal keeps the batches that sync renewals, and with dieAfter
 // fails every Apply after the first batch that starts a sync round.
 type syncingJournal struct {
@@ -786,5 +804,38 @@ func testRecorderReloadsAfterTheStoreReturns(t *testing.T, h Harness) {
 	}
 	if got := EventKinds(t, st); len(got) != 2 || got[1] != audit.EventRelease {
 		t.Fatalf("events = %v, want [grant release]", got)
+	}
+}
+
+// A commit that the store made but whose answer was lost fails the
+// request, and the recorder reloads what the store holds: the cursor it
+// then gives the collector is the stored one, past the lost answer, so the
+// collector's resumption sends nothing twice; a collector that sends the
+// same step again is not recorded twice either.
+func testRecorderCommitWhoseAnswerIsLost(t *testing.T, h Harness) {
+	j := &lostReplyJournal{Store: h.Open(t)}
+	rec := StartRecorder(t, j)
+	ctx := context.Background()
+	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "10")); err != nil {
+		t.Fatal(err)
+	}
+	j.lose.Store(true)
+	if err := rec.Observe(ctx, GrantInput("B", 42, At(1), "11")); audit.ErrorCode(err) != audit.EUNAVAILABLE {
+		t.Fatalf("observe whose answer was lost: %v, want an unavailable error", err)
+	}
+	j.lose.Store(false)
+	if pos, _ := rec.Cursor("src"); pos != "11" {
+		t.Errorf("cursor after the lost answer = %q, want 11, what the store committed", pos)
+	}
+	// At-least-once delivery: the same step again.
+	err := rec.Observe(ctx, GrantInput("B", 42, At(1), "11"))
+	if audit.ErrorCode(err) == audit.EUNAVAILABLE {
+		err = rec.Observe(ctx, GrantInput("B", 42, At(1), "11"))
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := EventKinds(t, j); len(got) != 2 || got[0] != audit.EventGrant || got[1] != audit.EventGrant {
+		t.Fatalf("events = %v, want [grant grant]: B's grant once", got)
 	}
 }

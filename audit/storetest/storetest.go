@@ -77,6 +77,7 @@ var contract = []struct {
 	{"RecorderBoundsWriteOnlyLocksAcrossRestarts", testRecorderBoundsWriteOnlyLocksAcrossRestarts},
 	{"RecorderFailedCommitLosesNothingAcknowledged", testRecorderFailedCommitLosesNothingAcknowledged},
 	{"RecorderReloadsAfterTheStoreReturns", testRecorderReloadsAfterTheStoreReturns},
+	{"RecorderCommitWhoseAnswerIsLost", testRecorderCommitWhoseAnswerIsLost},
 	{"RecorderRenewalsSurviveACrashBetweenSyncs", testRecorderRenewalsSurviveACrashBetweenSyncs},
 	{"RecorderCommitsCarryTheirRenewals", testRecorderCommitsCarryTheirRenewals},
 	{"RecorderSpreadsASyncOverCommits", testRecorderSpreadsASyncOverCommits},
