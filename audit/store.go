@@ -170,6 +170,9 @@ type LockFilter struct {
 type EventFilter struct {
 	TimeFilter
 	Kind EventKind
+	// Kinds, when Kind is empty, selects the events of any of these kinds:
+	// one read for several kinds. Neither means every kind.
+	Kinds []EventKind
 	// Before, when not zero, keeps events strictly older than this position
 	// in (at, id) order: keyset paging towards the past.
 	Before EventCursor

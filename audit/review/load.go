@@ -253,16 +253,27 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 	inSpan := audit.TimeFilter{From: span.From, To: span.To, Limit: storeLimit}
 	paged := audit.TimeFilter{From: span.From, To: span.To, Limit: pageSize}
 
-	for _, kind := range []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventExpire} {
-		evs, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: inSpan, Kind: kind})
-		if err != nil {
-			return LockReport{}, nil, err
-		}
-		if len(evs) == storeLimit {
-			notes = append(notes, fmt.Sprintf("%s: only the newest %d %s events were read; narrow the window", name, storeLimit, kind))
-		}
-		ld.Events = append(ld.Events, evs...)
+	// The handovers' events in one read; past storeLimit of them, one read
+	// of each kind, up to storeLimit each.
+	kinds := []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventExpire}
+	evs, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: inSpan, Kinds: kinds})
+	if err != nil {
+		return LockReport{}, nil, err
 	}
+	if len(evs) == storeLimit {
+		evs = evs[:0]
+		for _, kind := range kinds {
+			some, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: inSpan, Kind: kind})
+			if err != nil {
+				return LockReport{}, nil, err
+			}
+			if len(some) == storeLimit {
+				notes = append(notes, fmt.Sprintf("%s: only the newest %d %s events were read; narrow the window", name, storeLimit, kind))
+			}
+			evs = append(evs, some...)
+		}
+	}
+	ld.Events = append(ld.Events, evs...)
 	// A blind event is recorded at the end of its window, which may reach
 	// past the span.
 	blind, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: audit.TimeFilter{From: span.From, Limit: storeLimit}, Kind: audit.EventBlind})

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -22,7 +23,8 @@ func (r *Reader) Events(ctx context.Context, lockID int64, f audit.EventFilter) 
 	if err != nil {
 		return nil, err
 	}
-	events, err := lockEvents(ctx, r, EventColumns, EventTablesOf(f.Kind, r.hint(EventIndex(f.Kind))), lockID, f, rowcodec.EventDest)
+	_, rare := Kinds(f)
+	events, err := lockEvents(ctx, r, EventColumns, EventTablesOf(rare, r.hint(EventIndex(rare))), lockID, f, rowcodec.EventDest)
 	if err != nil {
 		return nil, err
 	}
@@ -38,9 +40,13 @@ func (r *Reader) Events(ctx context.Context, lockID int64, f audit.EventFilter) 
 func lockEvents[T any](ctx context.Context, r *Reader, columns, from string, lockID int64, f audit.EventFilter, dest func(*T) []any) ([]T, error) {
 	w := r.Dialect.Where()
 	w.Add("e.lock_id = ?", lockID)
-	if f.Kind != "" {
-		w.Add("e.kind = ?", string(f.Kind))
-		if f.Kind != audit.EventRenew {
+	if kinds, rare := Kinds(f); len(kinds) > 0 {
+		args := make([]any, len(kinds))
+		for i, k := range kinds {
+			args[i] = string(k)
+		}
+		w.Add("e.kind IN (?"+strings.Repeat(", ?", len(kinds)-1)+")", args...)
+		if rare {
 			w.Add(NotRenewal("e.kind"))
 		}
 	}
@@ -69,12 +75,12 @@ func (r *Reader) WriteEvents(ctx context.Context, lockID int64, outcome audit.Wr
 	if _, err := r.LockKey(ctx, r.Pool, lockID); err != nil {
 		return nil, err
 	}
-	f.Kind = audit.EventWriteAccepted
+	f.Kind, f.Kinds = audit.EventWriteAccepted, nil
 	if outcome == audit.WriteRejected {
 		f.Kind = audit.EventWriteRejected
 	}
 	writes, err := lockEvents(ctx, r, `e.id, e.at, e.holder, e.token, e.resource, `+r.HighestToken,
-		`events e`+r.hint(EventIndex(f.Kind)), lockID, f, func(e *audit.WriteEvent) []any {
+		`events e`+r.hint(EventIndex(true)), lockID, f, func(e *audit.WriteEvent) []any {
 			return []any{&e.ID, rowcodec.TimeDest{P: &e.At}, rowcodec.TextDest[string]{P: &e.Holder},
 				rowcodec.TokenDest{P: &e.Token}, rowcodec.TextDest[string]{P: &e.Resource}, rowcodec.TokenDest{P: &e.HighestToken}}
 		})
