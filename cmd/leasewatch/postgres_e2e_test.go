@@ -11,6 +11,8 @@ import (
 	"testing"
 	"time"
 
+	"go.etcd.io/etcd/client/v3/concurrency"
+
 	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 )
 
@@ -169,5 +171,95 @@ func TestServeWaitsForPostgres(t *testing.T) {
 	}
 	if strings.Contains(log, password) {
 		t.Errorf("the log shows the database password:\n%s", log)
+	}
+}
+
+// PostgreSQL stays down while the lock backend's history moves on past the
+// stored cursor: etcd compacts what the collector would have read. Once the
+// server is back the collector cannot resume, and says so: a blind window
+// from the stored cursor's time, a blind_window finding, and the locks as
+// they are now (the lock released meanwhile no longer held, the one taken
+// meanwhile held by its holder), never a silent gap.
+func TestPostgresOutagePastTheHistoryIsABlindWindow(t *testing.T) {
+	pgSrv := pgtest.New(t, pgtest.Options{NoFsync: true})
+	database := pgSrv.Database(t)
+	srv, cli := startEtcd(t)
+	const source = "pgblind"
+	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", database, source, srv.Endpoint))
+	base := p.waitListening(t, time.Minute)
+	waitSourceUp(t, base)
+
+	ctx := context.Background()
+	session := func() *concurrency.Session {
+		s, err := concurrency.NewSession(cli, concurrency.WithTTL(30))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { s.Close() })
+		return s
+	}
+	gone := concurrency.NewMutex(session(), "/locks/blind-gone")
+	if err := gone.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db := openReadOnly(t, database)
+	defer db.Close()
+	eventually(t, 30*time.Second, "the grant recorded before the outage", func() bool {
+		grants, _ := transitions(t, db, source)
+		return len(grants["/locks/blind-gone"]) == 1
+	})
+
+	pgSrv.Kill()
+	eventually(t, 30*time.Second, "the collector to pause", func() bool {
+		state, _ := sourceState(t, base)
+		return state == "down"
+	})
+	if err := gone.Unlock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	taken := concurrency.NewMutex(session(), "/locks/blind-new")
+	if err := taken.Lock(ctx); err != nil {
+		t.Fatal(err)
+	}
+	put, err := cli.Put(ctx, "/unrelated", "x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cli.Compact(ctx, put.Header.Revision); err != nil {
+		t.Fatal(err)
+	}
+
+	restart, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := pgSrv.Restart(restart); err != nil {
+		t.Fatal(err)
+	}
+	db2 := openReadOnly(t, database)
+	defer db2.Close()
+	var windows, findings int
+	eventually(t, 60*time.Second, "a blind window and its finding", func() bool {
+		if err := db2.QueryRow(`SELECT count(*) FROM source_blinds WHERE source = $1`, source).Scan(&windows); err != nil {
+			t.Fatal(err)
+		}
+		if err := db2.QueryRow(`SELECT count(*) FROM findings f JOIN locks l ON l.id = f.lock_id
+			WHERE l.source = $1 AND f.kind = 'blind_window'`, source).Scan(&findings); err != nil {
+			t.Fatal(err)
+		}
+		return windows > 0 && findings > 0
+	})
+	state := func(name string) (st, holder string) {
+		if err := db2.QueryRow(`SELECT state, holder FROM locks WHERE source = $1 AND name = $2`, source, name).Scan(&st, &holder); err != nil {
+			t.Fatalf("lock %s: %v", name, err)
+		}
+		return st, holder
+	}
+	eventually(t, 30*time.Second, "the locks as they are now", func() bool {
+		goneState, _ := state("/locks/blind-gone")
+		newState, _ := state("/locks/blind-new")
+		return goneState != "held" && newState == "held"
+	})
+	t.Logf("%d blind windows, %d blind_window findings after an outage past etcd's compaction", windows, findings)
+	if err := p.interrupt(t); err != nil {
+		t.Fatalf("serve exited with %v:\n%s", err, p.stderr.String())
 	}
 }
