@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"os/user"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,6 +47,9 @@ func TestDatabaseTLSAgainstARealServer(t *testing.T) {
 	}
 	uid, _ := strconv.Atoi(pgUser.Uid)
 	gid, _ := strconv.Atoi(pgUser.Gid)
+	if err := os.Chmod(ca.CertFile, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for _, f := range []string{server.CertFile, server.KeyFile} {
 		if err := os.Chown(f, uid, gid); err != nil {
 			t.Fatal(err)
@@ -54,8 +58,18 @@ func TestDatabaseTLSAgainstARealServer(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	// certuser may log in only with a client certificate of the CA (its
+	// common name), over TLS; everyone else with a password, as pgtest's
+	// own connections do.
+	hba := filepath.Join(dir, "pg_hba.conf")
+	if err := os.WriteFile(hba, []byte("local all all scram-sha-256\n"+
+		"hostssl all certuser 127.0.0.1/32 cert\n"+
+		"host all all 127.0.0.1/32 scram-sha-256\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	srv := pgtest.New(t, pgtest.Options{NoFsync: true, Settings: map[string]string{
 		"ssl": "on", "ssl_cert_file": server.CertFile, "ssl_key_file": server.KeyFile,
+		"ssl_ca_file": ca.CertFile, "hba_file": hba,
 	}})
 	u, err := url.Parse(srv.Database(t))
 	if err != nil {
@@ -67,15 +81,19 @@ func TestDatabaseTLSAgainstARealServer(t *testing.T) {
 	database := u.String()
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	open := func(t *testing.T, caFile string) (audit.Database, error) {
+	openWith := func(t *testing.T, yaml string) (audit.Database, error) {
 		t.Helper()
-		cfg, err := config.Parse([]byte("database: " + database + "\ndatabase_tls:\n  ca_file: " + caFile + "\n"))
+		cfg, err := config.Parse([]byte(yaml))
 		if err != nil {
 			t.Fatalf("config: %v", err)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
 		return openDatabase(ctx, cfg, forServing, logger)
+	}
+	open := func(t *testing.T, caFile string) (audit.Database, error) {
+		t.Helper()
+		return openWith(t, "database: "+database+"\ndatabase_tls:\n  ca_file: "+caFile+"\n")
 	}
 
 	t.Run("TheServersCA", func(t *testing.T) {
@@ -116,6 +134,41 @@ func TestDatabaseTLSAgainstARealServer(t *testing.T) {
 		}
 		if audit.ErrorCode(err) == audit.EUNAVAILABLE || time.Since(start) > 10*time.Second {
 			t.Errorf("a wrong certificate was taken for an unreachable server (retried for %s): %v", time.Since(start), err)
+		}
+	})
+
+	t.Run("ClientCertificate", func(t *testing.T) {
+		admin, err := pgx.Connect(context.Background(), srv.URL("postgres"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer admin.Close(context.Background())
+		name := u.Path[1:] + "_cert"
+		for _, q := range []string{"CREATE ROLE certuser LOGIN", "CREATE DATABASE " + name + " OWNER certuser"} {
+			if _, err := admin.Exec(context.Background(), q); err != nil {
+				t.Fatal(err)
+			}
+		}
+		client := ca.Client(t, "certuser")
+		certURL := "postgres://certuser@" + u.Host + "/" + name
+		store, err := openWith(t, "database: "+certURL+"\ndatabase_tls:\n  ca_file: "+ca.CertFile+
+			"\n  cert_file: "+client.CertFile+"\n  key_file: "+client.KeyFile+"\n")
+		if err != nil {
+			t.Fatalf("open with the client certificate: %v", err)
+		}
+		defer store.Close()
+		if _, err := store.Locks(context.Background(), audit.LockFilter{}); err != nil {
+			t.Fatal(err)
+		}
+		// Without it the server refuses, and serve stops at once.
+		start := time.Now()
+		bare, err := openWith(t, "database: "+certURL+"\ndatabase_tls:\n  ca_file: "+ca.CertFile+"\n")
+		if err == nil {
+			bare.Close()
+			t.Fatal("opened as certuser without a client certificate")
+		}
+		if audit.ErrorCode(err) == audit.EUNAVAILABLE || time.Since(start) > 10*time.Second {
+			t.Errorf("a refused login was taken for an unreachable server: %v", err)
 		}
 	})
 }
