@@ -192,115 +192,26 @@ const loadParallel = 4
 // caps rather than by how busy the lock's resources were.
 func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts Options) (LockReport, []string, error) {
 	ld := LockData{Lock: l}
-	var notes []string
-	name := l.Key().String()
-
-	// The tenures that overlap the window, newest first if there are too many,
-	// and the one before the first: it is the previous side of the first
-	// handover.
-	limit := opts.MaxHandovers + 1
-	tenures, err := st.Tenures(ctx, l.ID, audit.TimeFilter{From: w.From, To: w.To, Limit: limit})
-	if err != nil {
+	var err error
+	if ld.Tenures, ld.Omitted, err = loadTenures(ctx, st, l, w, opts); err != nil {
 		return LockReport{}, nil, err
 	}
-	if len(tenures) == limit && w.Contains(tenures[0].GrantedAt) {
-		// The store kept the newest: earlier grants in the window are
-		// missing. Tenure numbers are consecutive, so the first one granted
-		// in the window says how many.
-		if ld.Omitted, err = omitted(ctx, st, l, w, tenures[0]); err != nil {
-			return LockReport{}, nil, err
-		}
-	}
-	if len(tenures) > 0 && tenures[0].Seq > 1 && ld.Omitted == 0 {
-		before, err := st.Tenures(ctx, l.ID, audit.TimeFilter{To: tenures[0].GrantedAt, Limit: 2})
-		if err != nil {
-			return LockReport{}, nil, err
-		}
-		for _, t := range before {
-			if t.Seq == tenures[0].Seq-1 {
-				tenures = append([]audit.Tenure{t}, tenures...)
-			}
-		}
-	}
-	ld.Tenures = tenures
-
-	// The span the handovers' writes, ends and blind windows can fall in.
-	var span Interval
-	for i := 1; i < len(tenures); i++ {
-		prev, next := tenures[i-1], tenures[i]
-		if !w.Contains(next.GrantedAt) {
-			continue
-		}
-		from := prev.EndedAt
-		if from.IsZero() || from.After(next.GrantedAt) {
-			from = next.GrantedAt
-		}
-		if !prev.LastRenewedAt.IsZero() && prev.LastRenewedAt.Before(from) {
-			from = prev.LastRenewedAt
-		}
-		from = from.Add(-opts.Lead)
-		if span.From.IsZero() || from.Before(span.From) {
-			span.From = from
-		}
-	}
-	if span.From.IsZero() {
+	span, ok := handoverSpan(w, ld.Tenures, opts)
+	if !ok {
 		lr, _ := buildLock(w, ld, nil, opts) // no handover in the window
 		return lr, nil, nil
 	}
-	// Late writes with an old token belong to their handover however late they
-	// come; the report looks for them until Trail after the window.
-	span.To = w.To.Add(opts.Trail)
-	inSpan := audit.TimeFilter{From: span.From, To: span.To, Limit: storeLimit}
+	name := l.Key().String()
+	var notes []string
+	if ld.Events, notes, err = loadHandoverEvents(ctx, st, l, span, name); err != nil {
+		return LockReport{}, nil, err
+	}
 	paged := audit.TimeFilter{From: span.From, To: span.To, Limit: pageSize}
-
-	// The handovers' events in one read; past storeLimit of them, one read
-	// of each kind, up to storeLimit each.
-	kinds := []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventExpire}
-	evs, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: inSpan, Kinds: kinds})
+	verdicts, findingNotes, err := loadFindings(ctx, st, l, paged, name, &ld)
 	if err != nil {
 		return LockReport{}, nil, err
 	}
-	if len(evs) == storeLimit {
-		evs = evs[:0]
-		for _, kind := range kinds {
-			some, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: inSpan, Kind: kind})
-			if err != nil {
-				return LockReport{}, nil, err
-			}
-			if len(some) == storeLimit {
-				notes = append(notes, fmt.Sprintf("%s: only the newest %d %s events were read; narrow the window", name, storeLimit, kind))
-			}
-			evs = append(evs, some...)
-		}
-	}
-	ld.Events = append(ld.Events, evs...)
-	// A blind event is recorded at the end of its window, which may reach
-	// past the span.
-	blind, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: audit.TimeFilter{From: span.From, Limit: storeLimit}, Kind: audit.EventBlind})
-	if err != nil {
-		return LockReport{}, nil, err
-	}
-	ld.Events = append(ld.Events, blind...)
-
-	// The findings: those about writes only say which writes were stale or
-	// unfenced; the others are kept.
-	verdicts := make(writeVerdicts)
-	more, err := eachPage(ctx, maxWriteItems,
-		func(before audit.EventCursor) ([]audit.Finding, error) {
-			return st.Findings(ctx, audit.FindingFilter{LockID: l.ID, TimeFilter: paged, Before: before})
-		},
-		func(f audit.Finding) audit.EventCursor { return audit.EventCursor{At: f.At, ID: f.ID} },
-		func(f audit.Finding) {
-			if !verdicts.note(f) && len(ld.Findings) < storeLimit {
-				ld.Findings = append(ld.Findings, f)
-			}
-		})
-	if err != nil {
-		return LockReport{}, nil, err
-	}
-	if more || len(ld.Findings) == storeLimit {
-		notes = append(notes, fmt.Sprintf("%s: only the newest findings were read; narrow the window", name))
-	}
+	notes = append(notes, findingNotes...)
 
 	lr, writes := buildLock(w, ld, verdicts, opts)
 	for _, outcome := range []audit.WriteOutcome{audit.WriteAccepted, audit.WriteRejected} {
@@ -319,6 +230,122 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 	}
 	writes.finish()
 	return lr, notes, nil
+}
+
+// loadTenures reads the tenures that overlap the window, newest first if
+// there are too many (then omitted says how many earlier grants in the
+// window are left out), and the one before the first: it is the previous
+// side of the first handover.
+func loadTenures(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts Options) (tenures []audit.Tenure, omittedGrants int, err error) {
+	limit := opts.MaxHandovers + 1
+	tenures, err = st.Tenures(ctx, l.ID, audit.TimeFilter{From: w.From, To: w.To, Limit: limit})
+	if err != nil {
+		return nil, 0, err
+	}
+	if len(tenures) == limit && w.Contains(tenures[0].GrantedAt) {
+		// The store kept the newest: earlier grants in the window are
+		// missing. Tenure numbers are consecutive, so the first one granted
+		// in the window says how many.
+		if omittedGrants, err = omitted(ctx, st, l, w, tenures[0]); err != nil {
+			return nil, 0, err
+		}
+	}
+	if len(tenures) > 0 && tenures[0].Seq > 1 && omittedGrants == 0 {
+		before, err := st.Tenures(ctx, l.ID, audit.TimeFilter{To: tenures[0].GrantedAt, Limit: 2})
+		if err != nil {
+			return nil, 0, err
+		}
+		for _, t := range before {
+			if t.Seq == tenures[0].Seq-1 {
+				tenures = append([]audit.Tenure{t}, tenures...)
+			}
+		}
+	}
+	return tenures, omittedGrants, nil
+}
+
+// handoverSpan returns the span the handovers in the window have their
+// writes, ends and blind windows in; false if no handover is in it. Late
+// writes with an old token belong to their handover however late they
+// come, so the span reaches Trail past the window.
+func handoverSpan(w Window, tenures []audit.Tenure, opts Options) (Interval, bool) {
+	var span Interval
+	for i := 1; i < len(tenures); i++ {
+		prev, next := tenures[i-1], tenures[i]
+		if !w.Contains(next.GrantedAt) {
+			continue
+		}
+		from := prev.EndedAt
+		if from.IsZero() || from.After(next.GrantedAt) {
+			from = next.GrantedAt
+		}
+		if !prev.LastRenewedAt.IsZero() && prev.LastRenewedAt.Before(from) {
+			from = prev.LastRenewedAt
+		}
+		from = from.Add(-opts.Lead)
+		if span.From.IsZero() || from.Before(span.From) {
+			span.From = from
+		}
+	}
+	span.To = w.To.Add(opts.Trail)
+	return span, !span.From.IsZero()
+}
+
+// loadHandoverEvents reads the grants, releases and expiries in span, in
+// one read, or past storeLimit of them one read of each kind, up to
+// storeLimit each; and the blind windows that end after its start.
+func loadHandoverEvents(ctx context.Context, st audit.Store, l audit.Lock, span Interval, name string) ([]audit.Event, []string, error) {
+	inSpan := audit.TimeFilter{From: span.From, To: span.To, Limit: storeLimit}
+	kinds := []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventExpire}
+	evs, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: inSpan, Kinds: kinds})
+	if err != nil {
+		return nil, nil, err
+	}
+	var notes []string
+	if len(evs) == storeLimit {
+		evs = evs[:0]
+		for _, kind := range kinds {
+			some, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: inSpan, Kind: kind})
+			if err != nil {
+				return nil, nil, err
+			}
+			if len(some) == storeLimit {
+				notes = append(notes, fmt.Sprintf("%s: only the newest %d %s events were read; narrow the window", name, storeLimit, kind))
+			}
+			evs = append(evs, some...)
+		}
+	}
+	// A blind event is recorded at the end of its window, which may reach
+	// past the span.
+	blind, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: audit.TimeFilter{From: span.From, Limit: storeLimit}, Kind: audit.EventBlind})
+	if err != nil {
+		return nil, nil, err
+	}
+	return append(evs, blind...), notes, nil
+}
+
+// loadFindings reads the lock's findings in paged's window into
+// ld.Findings: those about writes only say which writes were stale or
+// unfenced (the verdicts it returns); the others are kept.
+func loadFindings(ctx context.Context, st audit.Store, l audit.Lock, paged audit.TimeFilter, name string, ld *LockData) (writeVerdicts, []string, error) {
+	verdicts := make(writeVerdicts)
+	more, err := eachPage(ctx, maxWriteItems,
+		func(before audit.EventCursor) ([]audit.Finding, error) {
+			return st.Findings(ctx, audit.FindingFilter{LockID: l.ID, TimeFilter: paged, Before: before})
+		},
+		func(f audit.Finding) audit.EventCursor { return audit.EventCursor{At: f.At, ID: f.ID} },
+		func(f audit.Finding) {
+			if !verdicts.note(f) && len(ld.Findings) < storeLimit {
+				ld.Findings = append(ld.Findings, f)
+			}
+		})
+	if err != nil {
+		return nil, nil, err
+	}
+	if more || len(ld.Findings) == storeLimit {
+		return verdicts, []string{fmt.Sprintf("%s: only the newest findings were read; narrow the window", name)}, nil
+	}
+	return verdicts, nil, nil
 }
 
 // pageSize is how many write events or findings a report reads at a time.
