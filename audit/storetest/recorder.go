@@ -366,6 +366,15 @@ func testRecorderRequestIDsAreScopedToLockAndResource(t *testing.T, h Harness) {
 		}
 	})
 
+	// Request 1 now holds one write of db-1 and one of db-2.
+	checkReusedRequestIDsRefused(t, rec, s, w)
+}
+
+// checkReusedRequestIDsRefused checks that w's request id, stored with w and
+// one other write, is refused with anything of w changed, storing nothing;
+// and that a conflict within one request stores none of it.
+func checkReusedRequestIDsRefused(t *testing.T, rec *audit.Recorder, s Store, w audit.WriteReport) {
+	ctx := context.Background()
 	for _, tc := range []struct {
 		name   string
 		change func(*audit.WriteReport)
