@@ -140,9 +140,14 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 
-	// Drain: every write the apiserver committed must be recorded exactly
-	// once, as what it was.
-	all := append(heartbeats, elections...)
+	return k.verify(ctx, out, dir, url, append(heartbeats, elections...), w, &updates, &conflicts, &skipped)
+}
+
+// verify drains leasewatch and checks that every write the apiserver
+// committed to the Leases all was recorded exactly once, as what it was, and
+// writes the run's table (w, and the renewals counted) to out. It fails if
+// any Lease differs.
+func (k *kubeLoad) verify(ctx context.Context, out io.Writer, dir, url string, all []*lease, w window, updates, conflicts, skipped *atomic.Int64) error {
 	want := expectedKinds(all)
 	drained := drain(ctx, url, loadSource, map[string]float64{"renew": float64(want.renew), "grant": float64(want.grant)})
 	events, err := recordedWrites(ctx, dir, loadSource)
