@@ -226,9 +226,14 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 	}
 	settled := time.Since(loadEnd)
 
-	var madeGrants, madeReleases int64
-	grantsMade := make(map[string]int64, k.locks)
-	releasesMade := make(map[string]int64, k.locks)
+	return k.verify(ctx, out, dir, url, locks, t, rig, w, settled, swept)
+}
+
+// madeCounts returns the grants and releases the clients made, per lock
+// and in all.
+func madeCounts(locks []*etcdLock) (grantsMade, releasesMade map[string]int64, madeGrants, madeReleases int64) {
+	grantsMade = make(map[string]int64, len(locks))
+	releasesMade = make(map[string]int64, len(locks))
 	for _, l := range locks {
 		l.mu.Lock()
 		for _, tn := range l.tenures {
@@ -241,6 +246,15 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 		}
 		l.mu.Unlock()
 	}
+	return grantsMade, releasesMade, madeGrants, madeReleases
+}
+
+// verify drains leasewatch, checks that it recorded what the clients did,
+// once, with their tokens, and writes the run's table (w, how the load
+// settled and what the tally t and the rig counted) to out.
+func (k *etcdLoad) verify(ctx context.Context, out io.Writer, dir, url string, locks []*etcdLock, t *etcdTally, rig *etcdRig,
+	w window, settled time.Duration, swept int) error {
+	grantsMade, releasesMade, madeGrants, madeReleases := madeCounts(locks)
 
 	// Drain: leasewatch must record what the clients did, once.
 	drained := drain(ctx, url, loadSource, map[string]float64{"grant": float64(madeGrants), "release": float64(madeReleases)})
