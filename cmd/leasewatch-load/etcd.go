@@ -127,7 +127,7 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 	defer rig.close()
-	lw, sessions, clients := rig.lw, rig.sessions, rig.clients
+	lw, sessions := rig.lw, rig.sessions
 	url := lw.url
 
 	fmt.Fprintf(log, "%d locks, %d contenders each from %d sessions with %s TTLs, handed over every %s: %s of warm-up, %s measured\n",
@@ -151,8 +151,60 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 		contending.Wait()
 	}()
 
-	// Start every lock's contenders, spread over the ramp so etcd is not
-	// asked for every lock at once.
+	k.startContenders(ctx, queueCtx, holdCtx, sessions, locks, t, &contending)
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+
+	loadCtx, stopLoad := context.WithCancel(ctx)
+	dispatched := k.signalHandovers(loadCtx, locks, t)
+	w, err := measure(ctx, url, lw.cmd.Process.Pid, loadSource, k.warmup, k.duration)
+	stopLoad()
+	dispatched()
+	if err != nil {
+		return err
+	}
+	settled, swept, err := settle(ctx, t, rig, stopQueue, locks)
+	if err != nil {
+		return err
+	}
+
+	return k.verify(ctx, out, dir, url, locks, t, rig, w, settled, swept)
+}
+
+// settle waits, once the load has stopped, for the last handovers, then
+// ends the queued Locks (stopQueue) and sweeps the keys they left. It
+// returns how long that took and how many keys it swept.
+func settle(ctx context.Context, t *etcdTally, rig *etcdRig, stopQueue context.CancelFunc, locks []*etcdLock) (settled time.Duration, swept int, err error) {
+	loadEnd := time.Now()
+	// End the queued Locks only once every lock has a holder and no handover
+	// is under way. Then every queued key is behind its lock's holder, and
+	// deleting it (as a cancelled Lock does) changes no owner. Cancelled
+	// earlier, a Lock could give up just as its key became the owner, a
+	// grant and release that leasewatch rightly records and no client saw.
+	if err := waitFor(ctx, 60*time.Second, "the last handovers", func() bool { return t.inFlight.Load() == 0 }); err != nil {
+		// A lost session's waiters never get their turn.
+		return 0, 0, fmt.Errorf("%w (%d handovers under way, %d Lock/Unlock calls failed, %d sessions lost)", err, t.inFlight.Load(), t.failed.Load(), rig.lost.Load())
+	}
+	stopQueue()
+	if err := waitFor(ctx, 60*time.Second, "the queued Locks to end", func() bool { return t.queued.Load() == 0 }); err != nil {
+		return 0, 0, err
+	}
+	// A Lock cancelled during its first request may have left its key
+	// behind; being behind a holder's, deleting it changes no owner either.
+	swept, err = sweepQueued(ctx, rig.clients[0], locks)
+	if err != nil {
+		return 0, 0, err
+	}
+	return time.Since(loadEnd), swept, nil
+}
+
+// startContenders starts every lock's contenders, spread over the ramp so
+// etcd is not asked for every lock at once; it returns when all have
+// started or ctx ends. Queued Locks end with queueCtx, holders stop holding
+// with holdCtx; contending counts the contenders running.
+func (k *etcdLoad) startContenders(ctx, queueCtx, holdCtx context.Context, sessions []*concurrency.Session, locks []*etcdLock,
+	t *etcdTally, contending *sync.WaitGroup) {
 	ramp := min(k.hold, etcdRamp)
 	started := make([]bool, k.locks)
 	rampCtx, rampDone := context.WithCancel(ctx)
@@ -175,19 +227,18 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 		}
 	})
 	rampDone()
-	if ctx.Err() != nil {
-		return ctx.Err()
-	}
+}
 
-	// Tell each lock's holder to unlock once per hold period, at a rate kept
-	// by the clock: the holder queues again behind the other contenders, so
-	// every signal is a handover.
-	loadCtx, stopLoad := context.WithCancel(ctx)
+// signalHandovers tells each lock's holder to unlock once per hold period,
+// at a rate kept by the clock, until ctx ends: the holder queues again
+// behind the other contenders, so every signal is a handover. The function
+// it returns waits for the signalling to stop.
+func (k *etcdLoad) signalHandovers(ctx context.Context, locks []*etcdLock, t *etcdTally) (wait func()) {
 	var dispatched sync.WaitGroup
 	dispatched.Add(1)
 	go func() {
 		defer dispatched.Done()
-		dispatch(loadCtx, k.locks, k.hold, func(i int) {
+		dispatch(ctx, k.locks, k.hold, func(i int) {
 			t.inFlight.Add(1) // until the grant that follows the release
 			select {
 			case locks[i].release <- struct{}{}:
@@ -197,36 +248,7 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 			}
 		})
 	}()
-
-	w, err := measure(ctx, url, lw.cmd.Process.Pid, loadSource, k.warmup, k.duration)
-	stopLoad()
-	dispatched.Wait()
-	if err != nil {
-		return err
-	}
-	loadEnd := time.Now()
-	// End the queued Locks only once every lock has a holder and no handover
-	// is under way. Then every queued key is behind its lock's holder, and
-	// deleting it (as a cancelled Lock does) changes no owner. Cancelled
-	// earlier, a Lock could give up just as its key became the owner, a
-	// grant and release that leasewatch rightly records and no client saw.
-	if err := waitFor(ctx, 60*time.Second, "the last handovers", func() bool { return t.inFlight.Load() == 0 }); err != nil {
-		// A lost session's waiters never get their turn.
-		return fmt.Errorf("%w (%d handovers under way, %d Lock/Unlock calls failed, %d sessions lost)", err, t.inFlight.Load(), t.failed.Load(), rig.lost.Load())
-	}
-	stopQueue()
-	if err := waitFor(ctx, 60*time.Second, "the queued Locks to end", func() bool { return t.queued.Load() == 0 }); err != nil {
-		return err
-	}
-	// A Lock cancelled during its first request may have left its key
-	// behind; being behind a holder's, deleting it changes no owner either.
-	swept, err := sweepQueued(ctx, clients[0], locks)
-	if err != nil {
-		return err
-	}
-	settled := time.Since(loadEnd)
-
-	return k.verify(ctx, out, dir, url, locks, t, rig, w, settled, swept)
+	return dispatched.Wait
 }
 
 // madeCounts returns the grants and releases the clients made, per lock
