@@ -6,8 +6,6 @@ import (
 	"slices"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
 	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
@@ -16,12 +14,9 @@ import (
 // EventTimes returns the times of the lock's events of one kind within f's
 // window, in time order; if more than f.Limit match, the newest f.Limit.
 func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKind, f audit.TimeFilter) ([]time.Time, error) {
-	tx, err := s.reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
-	if err != nil {
-		return nil, fmt.Errorf("event times: %w", storageError(err))
-	}
-	defer tx.Rollback(context.WithoutCancel(ctx))
-	if _, err := s.LockKey(ctx, pgDB{tx}, lockID); err != nil {
+	// No transaction, as in Events: one query reads the times, and a
+	// lock's key never changes.
+	if _, err := s.LockKey(ctx, s.Pool, lockID); err != nil {
 		return nil, err
 	}
 	w := dialect.Where()
@@ -32,7 +27,7 @@ func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKi
 	}
 	w.Window("at", f)
 	lim := w.Arg(rowcodec.Limit(f.Limit, audit.DefaultListLimit, audit.MaxListLimit))
-	rows, err := tx.Query(ctx, `SELECT at FROM events`+w.String()+` ORDER BY at DESC LIMIT `+lim, w.Args...)
+	rows, err := s.Pool.Query(ctx, `SELECT at FROM events`+w.String()+` ORDER BY at DESC LIMIT `+lim, w.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("event times of lock %d: %w", lockID, storageError(err))
 	}
