@@ -70,7 +70,7 @@ func (s *Store) Snapshot(ctx context.Context) (storecopy.Snapshot, error) {
 
 // snapshot is one read transaction.
 type snapshot struct {
-	sqlread.CopyReads
+	copyReader
 	tx pgx.Tx
 }
 
@@ -79,18 +79,82 @@ func beginSnapshot(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
 	if err != nil {
 		return nil, storageError(err)
 	}
-	return &snapshot{CopyReads: copyReads(tx), tx: tx}, nil
+	return &snapshot{copyReader: copyReads(tx), tx: tx}, nil
 }
 
 func (s *snapshot) Close() error { return s.tx.Rollback(context.Background()) }
 
-// copyReads are the reads of a copy source on q.
-func copyReads(q querier) sqlread.CopyReads {
-	return sqlread.CopyReads{DB: pgDB{q}, Numbered: true, Wrap: storageError,
+// copyReader is the reads of a copy source on one querier: the shared
+// ones, but for events, which are read from timeline, events and renewals
+// together (migration 0003), as the logical schema has them.
+type copyReader struct {
+	sqlread.CopyReads
+	q querier
+}
+
+// copyReads are the reads of a copy source on q. The catalog leaves out the
+// renewals table and its partitions, which hold events.
+func copyReads(q querier) copyReader {
+	return copyReader{q: q, CopyReads: sqlread.CopyReads{DB: pgDB{q}, Numbered: true, Wrap: storageError,
 		Catalog: `SELECT c.table_name::text, c.column_name::text
 			FROM information_schema.columns c JOIN information_schema.tables t
 				ON t.table_schema = c.table_schema AND t.table_name = c.table_name
-			WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'`}
+			WHERE c.table_schema = current_schema() AND t.table_type = 'BASE TABLE'
+				AND c.table_name !~ '^renewals(_[0-9]+)?$'`}}
+}
+
+// Stat counts t's rows and reads its last key; the events' in one pass,
+// since renewals have no B-tree on id to find the last one by.
+func (c copyReader) Stat(ctx context.Context, t storecopy.Table) (int64, []any, error) {
+	if t.Name != "events" {
+		return c.CopyReads.Stat(ctx, t)
+	}
+	var n, last int64
+	if err := c.q.QueryRow(ctx, `SELECT count(*), coalesce(max(id), 0) FROM timeline`).Scan(&n, &last); err != nil || n == 0 {
+		return 0, nil, storageError(err)
+	}
+	return n, []any{last}, nil
+}
+
+// Rows returns up to limit rows of t after the key after, in key order; the
+// events by ranges of ids, each one BRIN lookup in a partition of renewals,
+// up to the newest id given out.
+func (c copyReader) Rows(ctx context.Context, t storecopy.Table, after []any, limit int) ([][]any, error) {
+	if t.Name != "events" || limit <= 0 {
+		return c.CopyReads.Rows(ctx, t, after, limit)
+	}
+	var lo int64
+	if after != nil {
+		lo = after[0].(int64)
+	}
+	highest, err := highestEventID(ctx, c.q)
+	if err != nil {
+		return nil, storageError(err)
+	}
+	var out [][]any
+	for len(out) < limit && lo < highest {
+		hi := min(lo+int64(limit-len(out)), highest)
+		rows, err := c.q.Query(ctx, `SELECT `+t.Names()+` FROM timeline WHERE id > $1 AND id <= $2 ORDER BY id`, lo, hi)
+		if err != nil {
+			return nil, storageError(err)
+		}
+		for rows.Next() {
+			row, err := rows.Values()
+			if err == nil {
+				err = t.Normalize(row)
+			}
+			if err != nil {
+				rows.Close()
+				return nil, err
+			}
+			out = append(out, row)
+		}
+		if err := rows.Err(); err != nil {
+			return nil, storageError(err)
+		}
+		lo = hi
+	}
+	return out, nil
 }
 
 // Schema returns the store's tables and their columns.
@@ -146,13 +210,21 @@ func (s *Store) Import(ctx context.Context, t storecopy.Table, rows [][]any) err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return storageError(pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
+	parts := s.parts
+	err := pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
 		if t.Whole {
 			if _, err := tx.Exec(ctx, `DELETE FROM `+t.Name); err != nil {
 				return err
 			}
 		}
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{t.Name}, names, pgx.CopyFromRows(rows)); err != nil {
+		if t.Name == "events" {
+			// Into events and renewals, as the writer splits them.
+			var err error
+			parts, err = copyEvents(ctx, tx, parts, rows)
+			if err != nil {
+				return err
+			}
+		} else if _, err := tx.CopyFrom(ctx, pgx.Identifier{t.Name}, names, pgx.CopyFromRows(rows)); err != nil {
 			return err
 		}
 		if t.Identity && len(rows) > 0 {
@@ -162,5 +234,13 @@ func (s *Store) Import(ctx context.Context, t storecopy.Table, rows [][]any) err
 			}
 		}
 		return nil
-	}))
+	})
+	if err != nil {
+		return storageError(err)
+	}
+	s.parts = parts
+	if t.Name == "events" && len(rows) > 0 {
+		s.highest = max(s.highest, rows[len(rows)-1][0].(int64))
+	}
+	return nil
 }

@@ -25,9 +25,13 @@ func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKi
 	if kind != audit.EventRenew {
 		w.Add(sqlread.NotRenewal("kind"))
 	}
+	from := "events"
+	if kind == audit.EventRenew {
+		from = "timeline"
+	}
 	w.Window("at", f)
 	lim := w.Arg(rowcodec.Limit(f.Limit, audit.DefaultListLimit, audit.MaxListLimit))
-	rows, err := s.Pool.Query(ctx, `SELECT at FROM events`+w.String()+` ORDER BY at DESC LIMIT `+lim, w.Args...)
+	rows, err := s.Pool.Query(ctx, `SELECT at FROM `+from+w.String()+` ORDER BY at DESC LIMIT `+lim, w.Args...)
 	if err != nil {
 		return nil, fmt.Errorf("event times of lock %d: %w", lockID, storageError(err))
 	}

@@ -48,7 +48,8 @@ func BenchmarkIngest(b *testing.B) {
 	// Storage per renewal is what the renewals add, without the locks'
 	// and tenures' rows, which the grants made.
 	pgBefore, liteBefore := size(b, pgStore), size(b, liteStore)
-	eventsBefore := relationSize(b, pgStore, "events")
+	eventsBefore := eventTablesSize(b, pgStore)
+	tablesBefore := tableSizes(b, pgStore)
 	var pgTime, liteTime time.Duration
 	var before, after runtime.MemStats
 	var allocs uint64
@@ -78,7 +79,12 @@ func BenchmarkIngest(b *testing.B) {
 	b.ReportMetric(liteTime.Seconds()/pgTime.Seconds(), "ratio")
 	b.ReportMetric(float64(allocs)/events, "allocs/event")
 	b.ReportMetric(float64(size(b, pgStore)-pgBefore)/events, "db-bytes/renewal")
-	b.ReportMetric(float64(relationSize(b, pgStore, "events")-eventsBefore)/events, "events-bytes/renewal")
+	b.ReportMetric(float64(eventTablesSize(b, pgStore)-eventsBefore)/events, "events-bytes/renewal")
+	for name, n := range tableSizes(b, pgStore) {
+		if d := n - tablesBefore[name]; d > 0 {
+			b.Logf("%s: %.1f bytes per renewal", name, float64(d)/events)
+		}
+	}
 	b.ReportMetric(float64(size(b, liteStore)-liteBefore)/events, "sqlite-db-bytes/renewal")
 }
 
@@ -100,23 +106,49 @@ func startRecorder(b *testing.B, j interface {
 	return rec
 }
 
-func size(b *testing.B, s interface {
+func size(tb testing.TB, s interface {
 	Size(context.Context) (int64, error)
 }) int64 {
-	b.Helper()
+	tb.Helper()
 	n, err := s.Size(context.Background())
 	if err != nil {
+		tb.Fatal(err)
+	}
+	return n
+}
+
+// eventTablesSize is what the events and renewals tables take, indexes
+// and TOAST included.
+func eventTablesSize(b *testing.B, s *Store) int64 {
+	b.Helper()
+	var n int64
+	if err := s.reader.QueryRow(context.Background(), `SELECT coalesce(sum(pg_total_relation_size(oid)), 0)::bigint
+		FROM pg_class WHERE relkind = 'r' AND (relname = 'events' OR relname ~ '^renewals_[0-9]+$')`).Scan(&n); err != nil {
 		b.Fatal(err)
 	}
 	return n
 }
 
-// relationSize is what one table takes, its indexes and TOAST included.
-func relationSize(b *testing.B, s *Store, table string) int64 {
+// tableSizes are the bytes of each table's heap and of each index.
+func tableSizes(b *testing.B, s *Store) map[string]int64 {
 	b.Helper()
-	var n int64
-	if err := s.reader.QueryRow(context.Background(), `SELECT pg_total_relation_size($1::regclass)`, table).Scan(&n); err != nil {
+	rows, err := s.reader.Query(context.Background(), `SELECT c.relname::text, pg_relation_size(c.oid)
+		FROM pg_class c JOIN pg_namespace ns ON ns.oid = c.relnamespace
+		WHERE ns.nspname = current_schema() AND c.relkind IN ('r', 'i')`)
+	if err != nil {
 		b.Fatal(err)
 	}
-	return n
+	out := make(map[string]int64)
+	for rows.Next() {
+		var name string
+		var n int64
+		if err := rows.Scan(&name, &n); err != nil {
+			b.Fatal(err)
+		}
+		out[name] = n
+	}
+	if err := rows.Err(); err != nil {
+		b.Fatal(err)
+	}
+	return out
 }

@@ -35,12 +35,17 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := &batchWriter{s: s, added: make(map[audit.LockKey]int64)}
+	w := &batchWriter{s: s, added: make(map[audit.LockKey]int64), parts: s.parts, highest: s.highest}
 	err := pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
 		w.tx = tx
 		return w.write(ctx, b)
 	})
 	if err != nil {
+		// Another writer may have made a partition this one tried to:
+		// the next batch goes by the catalog.
+		if parts, perr := loadPartitions(ctx, s.writer, s.parts.span); perr == nil {
+			s.parts = parts
+		}
 		return fmt.Errorf("apply batch: %w", storageError(err))
 	}
 	// Only now are the new rows' ids real; had the transaction rolled
@@ -51,6 +56,7 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	if w.mark != nil {
 		s.syncMark = *w.mark
 	}
+	s.parts, s.highest = w.parts, w.highest
 	return nil
 }
 
@@ -60,6 +66,9 @@ type batchWriter struct {
 	tx    pgx.Tx
 	added map[audit.LockKey]int64 // ids resolved or created in this transaction
 	mark  *int64                  // the batch's Batch.SyncMark, once it is committed
+	parts partitions              // the renewals partitions, with those made in this transaction
+	// highest is the newest event id given out, this batch's included.
+	highest int64
 
 	pipe  pgx.Batch
 	names []string // what each statement of pipe writes, for its error
@@ -97,32 +106,23 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 			c.Source, c.Position, audit.Nanos(c.At))
 	}
 	w.putRenewed(shaped.Renewed)
+	// The newest id given out stands for the newest event stored: the
+	// store is the one writer, and an id given to a batch that rolled back
+	// names no event.
 	if b.Synced {
-		w.queue("sync", `UPDATE journal SET synced_event = (SELECT coalesce(max(id), 0) FROM events)`)
-	}
-	var mark int64
-	markAt := -1 // the mark's statement in the pipeline
-	if b.SyncMark {
-		markAt = len(w.names)
-		w.queue("sync mark", `SELECT coalesce(max(id), 0) FROM events`)
+		w.queue("sync", `UPDATE journal SET synced_event = $1`, w.highest)
 	}
 	if b.SyncedToMark {
-		// A mark of this batch is read above, within the pipeline's order.
-		w.queue("sync", `UPDATE journal SET synced_event = greatest(synced_event, CASE WHEN $1 THEN (SELECT coalesce(max(id), 0) FROM events) ELSE $2 END)`,
-			b.SyncMark, w.s.syncMark)
+		mark := w.s.syncMark
+		if b.SyncMark {
+			mark = w.highest
+		}
+		w.queue("sync", `UPDATE journal SET synced_event = greatest(synced_event, $1)`, mark)
 	}
 	if w.pipe.Len() > 0 {
 		res := w.tx.SendBatch(ctx, &w.pipe)
-		for i, name := range w.names {
-			// Results read one by one never reach a queued statement's
-			// callback, so the mark is scanned here.
-			var err error
-			if i == markAt {
-				err = res.QueryRow().Scan(&mark)
-			} else {
-				_, err = res.Exec()
-			}
-			if err != nil {
+		for _, name := range w.names {
+			if _, err := res.Exec(); err != nil {
 				res.Close()
 				return fmt.Errorf("%s: %w", name, err)
 			}
@@ -132,7 +132,7 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 		}
 	}
 	if b.SyncMark {
-		w.mark = &mark
+		w.mark = &w.highest
 	}
 	return nil
 }
@@ -241,19 +241,20 @@ const tenureUpsert = `INSERT INTO tenures (lock_id, seq, holder, token, granted_
 		last_renewed_at = excluded.last_renewed_at, lease_duration_ms = excluded.lease_duration_ms,
 		expires_at = excluded.expires_at, ended_at = excluded.ended_at, end_reason = excluded.end_reason`
 
-var eventCopyColumns = []string{"lock_id", "kind", "at", "holder", "token", "ttl_ms", "position",
-	"inferred", "resource", "request_id", "detail", "seq", "margin_permille", "renewed_at"}
-
-// putEvents copies the events in, and queues the newest event per source and
-// the blind windows' reasons.
+// putEvents copies the events in, with ids given out in their order, and
+// queues the newest event per source and the blind windows' reasons.
 func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
+	ids, err := w.eventIDs(ctx, len(events))
+	if err != nil {
+		return err
+	}
 	last := make(map[string]int64) // newest event per source in this batch
 	var sources []string
 	rows := make([][]any, 0, len(events))
-	for _, e := range events {
+	for i, e := range events {
 		at := audit.Nanos(e.At)
 		if newest, ok := last[e.Lock.Source]; !e.At.IsZero() && (!ok || at > newest) {
 			if !ok {
@@ -268,13 +269,13 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 					e.Lock.Source, audit.Nanos(from), audit.Nanos(to), reason)
 			}
 		}
-		row, err := w.eventRow(e)
+		row, err := w.eventRow(ids[i], e)
 		if err != nil {
 			return err
 		}
 		rows = append(rows, row)
 	}
-	if _, err := w.tx.CopyFrom(ctx, pgx.Identifier{"events"}, eventCopyColumns, pgx.CopyFromRows(rows)); err != nil {
+	if w.parts, err = copyEvents(ctx, w.tx, w.parts, rows); err != nil {
 		return fmt.Errorf("%d events from %s event of lock %s: %w", len(events), events[0].Kind, events[0].Lock, err)
 	}
 	for _, src := range sources {
@@ -285,9 +286,28 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 	return nil
 }
 
-// eventRow returns the column values of one event row. A renewal that names
-// its tenure is stored compactly (rowcodec.CompactRenewal).
-func (w *batchWriter) eventRow(e audit.Event) ([]any, error) {
+// eventIDs gives out n event ids, in order, from the events table's
+// sequence: the batch's events go to two tables, and their ids must still
+// follow the batch's order.
+func (w *batchWriter) eventIDs(ctx context.Context, n int) ([]int64, error) {
+	rows, err := w.tx.Query(ctx, `SELECT nextval('events_id_seq') FROM generate_series(1, $1)`, n)
+	if err != nil {
+		return nil, fmt.Errorf("event ids: %w", err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("event ids: %w", err)
+	}
+	if len(ids) != n || !slices.IsSorted(ids) {
+		return nil, fmt.Errorf("event ids: got %d ids, not %d in order", len(ids), n)
+	}
+	w.highest = max(w.highest, ids[n-1])
+	return ids, nil
+}
+
+// eventRow returns the events row (eventColumns) of one event. A renewal
+// that names its tenure is stored compactly (rowcodec.CompactRenewal).
+func (w *batchWriter) eventRow(id int64, e audit.Event) ([]any, error) {
 	holder, token, detail := e.Holder, rowcodec.NullToken(e.Token), e.Detail
 	var seq, margin, renewedAt any
 	if e.Kind == audit.EventRenew && e.Seq > 0 {
@@ -302,7 +322,7 @@ func (w *batchWriter) eventRow(e audit.Event) ([]any, error) {
 		}
 		encoded = s
 	}
-	return []any{w.added[e.Lock], string(e.Kind), audit.Nanos(e.At), holder, token, rowcodec.Ms(e.TTL),
+	return []any{id, w.added[e.Lock], string(e.Kind), audit.Nanos(e.At), holder, token, rowcodec.Ms(e.TTL),
 		e.Position, e.Inferred, e.Resource, rowcodec.NullString(e.RequestID), encoded, seq, margin, renewedAt}, nil
 }
 
@@ -367,7 +387,7 @@ func (s *Store) StoredWrites(ctx context.Context, ids []string) ([]audit.Event, 
 		return nil, nil
 	}
 	ids = slices.Compact(slices.Sorted(slices.Values(ids)))
-	rows, err := s.reader.Query(ctx, `SELECT `+sqlread.EventColumns+`, l.source, l.name FROM `+sqlread.EventTables("")+`
+	rows, err := s.reader.Query(ctx, `SELECT `+sqlread.EventColumns+`, l.source, l.name FROM `+sqlread.EventTables("events", "")+`
 		JOIN locks l ON l.id = e.lock_id WHERE e.request_id = ANY($1)`, ids)
 	if err != nil {
 		return nil, fmt.Errorf("stored writes: %w", storageError(err))

@@ -29,8 +29,9 @@ func (s *Store) engine() sqlread.Engine {
 			}
 			return pgDB{tx}, func() { tx.Rollback(context.WithoutCancel(ctx)) }, nil
 		},
-		NoRows: pgx.ErrNoRows,
-		Wrap:   storageError,
+		NoRows:   pgx.ErrNoRows,
+		Wrap:     storageError,
+		Timeline: "timeline", // events and renewals (migration 0003)
 		SummaryColumns: `CASE WHEN rs.renewals IS NULL THEN NULL
 			ELSE json_build_array(rs.renewals, rs.first_at, rs.last_at, rs.min_margin_permille)::text END`,
 		// The detail is the JSON encoding/json wrote; json, not jsonb,

@@ -51,6 +51,12 @@ type Options struct {
 	// whole schema, and applies nothing: for readers such as reports, which
 	// must never create tables in a database given by mistake.
 	ExistingSchema bool
+	// RenewalSpan is the ids one partition of renewals covers: 0 means
+	// DefaultRenewalSpan. Retention drops a partition once it has walked
+	// past it, so a smaller span returns space sooner, and a larger one
+	// keeps fewer partitions for a read to visit. A database keeps the span
+	// its partitions were made with.
+	RenewalSpan int64
 }
 
 // Store is the PostgreSQL audit log. It is safe for concurrent use.
@@ -66,6 +72,10 @@ type Store struct {
 	// Batch.SyncMark; a restart forgets it, as the recorder forgets its
 	// round.
 	syncMark int64
+	// highest is the newest event id given out as of the last committed
+	// batch, and parts the renewals table's partitions.
+	highest int64
+	parts   partitions
 }
 
 // Open connects to the database at url (postgres:// or postgresql://, or a
@@ -96,6 +106,17 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	if err := prepare(ctx); err != nil {
 		s.writer.Close()
 		return nil, storageError(err)
+	}
+	span := opts.RenewalSpan
+	if span <= 0 {
+		span = DefaultRenewalSpan
+	}
+	if s.parts, err = loadPartitions(ctx, s.writer, span); err == nil {
+		s.highest, err = highestEventID(ctx, s.writer)
+	}
+	if err != nil {
+		s.writer.Close()
+		return nil, fmt.Errorf("open database: %w", storageError(err))
 	}
 	if s.reader, err = pgxpool.NewWithConfig(ctx, rcfg); err != nil {
 		s.writer.Close()

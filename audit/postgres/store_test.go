@@ -26,9 +26,14 @@ func open(t *testing.T) (*Store, string) {
 
 func openURL(t *testing.T, url string) *Store {
 	t.Helper()
+	return openWith(t, url, Options{})
+}
+
+func openWith(t *testing.T, url string, opts Options) *Store {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	s, err := Open(ctx, url, Options{})
+	s, err := Open(ctx, url, opts)
 	if err != nil {
 		t.Fatalf("Open: %v", err)
 	}
@@ -36,18 +41,26 @@ func openURL(t *testing.T, url string) *Store {
 	return s
 }
 
-func TestContract(t *testing.T) {
+func TestContract(t *testing.T) { runContract(t, Options{}) }
+
+// TestContractOverManyPartitions runs the contract with partitions of
+// renewals three ids wide, so that nearly every batch makes one, every read
+// of events spans several, and retention drops them as it walks.
+func TestContractOverManyPartitions(t *testing.T) { runContract(t, Options{RenewalSpan: 3}) }
+
+func runContract(t *testing.T, opts Options) {
 	var urls sync.Map // storetest.Store → its database's URL
 	storetest.Run(t, storetest.Harness{
 		Open: func(t *testing.T) storetest.Store {
-			s, url := open(t)
+			url := pg.Get(t).Database(t)
+			s := openWith(t, url, opts)
 			urls.Store(s, url)
 			return s
 		},
 		Reopen: func(t *testing.T, s storetest.Store) storetest.Store {
 			url, _ := urls.Load(s)
 			s.Close()
-			r := openURL(t, url.(string))
+			r := openWith(t, url.(string), opts)
 			urls.Store(r, url)
 			return r
 		},

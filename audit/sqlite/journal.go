@@ -485,7 +485,7 @@ func (s *Store) StoredWrites(ctx context.Context, ids []string) ([]audit.Event, 
 		for i, id := range chunk {
 			args[i] = id
 		}
-		q := `SELECT ` + sqlread.EventColumns + `, l.source, l.name FROM ` + sqlread.EventTables("") + ` JOIN locks l ON l.id = e.lock_id
+		q := `SELECT ` + sqlread.EventColumns + `, l.source, l.name FROM ` + sqlread.EventTables("events", "") + ` JOIN locks l ON l.id = e.lock_id
 			WHERE e.request_id IN (?` + strings.Repeat(", ?", len(chunk)-1) + `)`
 		// Unprepared: a text per chunk length would crowd the kept
 		// statements out.

@@ -67,6 +67,19 @@ type Engine struct {
 	// HighestToken reads the highest_token of a write's detail (events
 	// aliased e) as an integer, NULL when it has none.
 	HighestToken string
+	// Timeline is the relation that holds every event, with the events
+	// table's columns: "" for that table itself, or an engine's view over
+	// it and the tables that hold some kinds apart (PostgreSQL's renewals).
+	// Events of the rare kinds are always in the events table.
+	Timeline string
+}
+
+// timeline is the relation of every event.
+func (e Engine) timeline() string {
+	if e.Timeline == "" {
+		return "events"
+	}
+	return e.Timeline
 }
 
 // Reader implements audit.Store's reads, but EventTimes, on an Engine. A
