@@ -29,6 +29,7 @@ var landed = map[string]map[string]string{
 	"postgres": {
 		"0001_init.sql":                "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
 		"0002_events_column_order.sql": "f2e4897318ad52affdf3d6400dbe8e98f9223735548abde7aa25bd7492bb2257",
+		"0003_renewals.sql":            "447f0f2910a3642df347d00850045472c9d6b130f8e9944f3dbcbd89ba550b80",
 	},
 }
 

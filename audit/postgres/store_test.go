@@ -44,9 +44,9 @@ func openWith(t *testing.T, url string, opts Options) *Store {
 func TestContract(t *testing.T) { runContract(t, Options{}) }
 
 // TestContractOverManyPartitions runs the contract with partitions of
-// renewals three ids wide, so that nearly every batch makes one, every read
-// of events spans several, and retention drops them as it walks.
-func TestContractOverManyPartitions(t *testing.T) { runContract(t, Options{RenewalSpan: 3}) }
+// renewals sixteen ids wide, so that a batch of a few dozen events makes
+// several and most reads of events span several.
+func TestContractOverManyPartitions(t *testing.T) { runContract(t, Options{RenewalSpan: 16}) }
 
 func runContract(t *testing.T, opts Options) {
 	var urls sync.Map // storetest.Store → its database's URL

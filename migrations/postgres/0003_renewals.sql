@@ -9,19 +9,23 @@
 --
 -- Why this shape (8 kB pages; each row also takes a 4-byte line pointer):
 --   - Every column is NOT NULL, with a value for "none", so no row needs a
---     null bitmap and its header stays at 24 bytes: 72 bytes a row, against
---     96 in events (whose 15 columns need a 2-byte bitmap and a 32-byte
+--     null bitmap and its header stays at 24 bytes: 72 bytes a row with no
+--     position or detail, against 96 in events (whose 15 columns need a 2-byte bitmap and a 32-byte
 --     header).
 --   - One B-tree, the timeline's (lock_id, at): two eight-byte keys, 28
 --     bytes an entry. Equal times are put in id order by the reads.
 --   - No B-tree on id. What reads by id (the journal's unsynced tail,
 --     retention's walk, a copy) reads one partition through a BRIN index,
---     a few pages for the whole partition.
+--     a few pages for the whole partition. BRIN works because a
+--     partition's rows lie in the order of their ids: they are appended
+--     in that order, and the space of deleted ones, in older partitions,
+--     takes no new rows. Where retention deletes in the partition still
+--     being filled (a retention shorter than the time a partition takes to
+--     fill), new rows do reuse that space; the minmax-multi summaries keep
+--     several intervals per block range, so such a range matches the ids
+--     it holds or once held, not every id between the oldest and newest.
 --   - Partitions by ranges of ids, created by the store as ids reach them
---     and dropped whole once retention has walked past them. So a
---     partition's rows lie in the order of their ids, as BRIN needs: they
---     are appended in that order, and new rows never reuse the space of
---     deleted ones, which lies in older partitions.
+--     and dropped whole once retention has walked past them.
 -- No foreign key: locks are never deleted, and the writer resolves every
 -- lock id in the transaction that stores its renewals.
 
@@ -38,7 +42,7 @@ CREATE TABLE renewals (
 ) PARTITION BY RANGE (id);
 
 CREATE INDEX renewals_lock_at ON renewals (lock_id, at);
-CREATE INDEX renewals_id ON renewals USING brin (id) WITH (autosummarize = on);
+CREATE INDEX renewals_id ON renewals USING brin (id int8_minmax_multi_ops) WITH (autosummarize = on);
 
 -- Every event, as the events table had them: a renewal here reads as a
 -- compact renewal of events. The casts make both sides' types one, so the

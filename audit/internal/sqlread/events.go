@@ -24,7 +24,7 @@ func (r *Reader) Events(ctx context.Context, lockID int64, f audit.EventFilter) 
 		return nil, err
 	}
 	_, rare := Kinds(f)
-	events, err := lockEvents(ctx, r, EventColumns, EventTablesOf(r.timeline(), rare, r.hint(EventIndex(rare))), lockID, f, rowcodec.EventDest)
+	events, err := lockEvents(ctx, r, EventColumns, r.eventTablesOf(rare, r.hint(EventIndex(rare))), lockID, f, rowcodec.EventDest)
 	if err != nil {
 		return nil, err
 	}

@@ -77,7 +77,7 @@ func (r *Reader) Restore(ctx context.Context) ([]audit.TrackState, []audit.Curso
 // the order they were stored.
 func (r *Reader) Unsynced(ctx context.Context) ([]audit.Event, error) {
 	return query(ctx, r, r.Pool, "unsynced renewals", EventWithKey, `SELECT `+EventColumns+`, l.source, l.name
-		FROM `+EventTables(r.timeline(), "")+` JOIN locks l ON l.id = e.lock_id
+		FROM `+r.eventTables(r.timeline(), "")+` JOIN locks l ON l.id = e.lock_id
 		WHERE e.id > (SELECT synced_event FROM journal) AND e.kind = 'renew'
 		ORDER BY e.id`)
 }

@@ -72,6 +72,9 @@ type Engine struct {
 	// it and the tables that hold some kinds apart (PostgreSQL's renewals).
 	// Events of the rare kinds are always in the events table.
 	Timeline string
+	// TenureJoin replaces the plain TenureJoin where the engine's planner
+	// needs another form; it must give et the columns holder and token.
+	TenureJoin string
 }
 
 // timeline is the relation of every event.
