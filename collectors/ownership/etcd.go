@@ -242,23 +242,26 @@ func (e *EtcdElector) term(s *etcdSession, el *concurrency.Election, source stri
 	wctx, stop := context.WithCancel(e.ctx)
 	key, rev := el.Key(), el.Rev()
 	go func() {
-		defer end()
 		defer stop()
+		select {
+		case <-s.lost:
+			end()
+		case <-lost:
+		case <-wctx.Done():
+		}
+	}()
+	// Apart from the wait above: a watch is only returned once etcd has
+	// answered, which a replica cut off from etcd waits for in vain.
+	go func() {
+		defer end()
 		wch := e.cli.Watch(clientv3.WithRequireLeader(wctx), key, clientv3.WithRev(rev+1))
-		for {
-			select {
-			case <-s.lost:
+		for resp := range wch {
+			if resp.Err() != nil {
 				return
-			case <-wctx.Done():
-				return
-			case resp, ok := <-wch:
-				if !ok || resp.Err() != nil {
+			}
+			for _, ev := range resp.Events {
+				if ev.Type == mvccpb.DELETE {
 					return
-				}
-				for _, ev := range resp.Events {
-					if ev.Type == mvccpb.DELETE {
-						return
-					}
 				}
 			}
 		}
