@@ -213,7 +213,7 @@ func (e *KubernetesElector) Campaign(ctx context.Context, source string, allow f
 	go le.Run(run)
 	select {
 	case held := <-started:
-		return &Term{Source: source, Token: lock.token(), lost: held.Done(), resign: func(ctx context.Context) error {
+		return &Term{Source: source, Token: lock.token(), lost: e.watchdog(held, lock, stop), resign: func(ctx context.Context) error {
 			stop()
 			select {
 			case <-stopped: // released (ReleaseOnCancel) or lost
@@ -234,6 +234,33 @@ func (e *KubernetesElector) Campaign(ctx context.Context, source string, allow f
 		// A grant that raced with the cancel is released by the election.
 		return nil, ctx.Err()
 	}
+}
+
+// watchdog returns the term's Lost channel: closed when the election ends
+// (held is done), or as soon as no renewal has succeeded for RenewDeadline
+// since it was sent, when it also stops the election. client-go itself
+// ends held only after it has tried to release the Lease, which for an
+// unreachable apiserver takes another RenewDeadline.
+func (e *KubernetesElector) watchdog(held context.Context, lock *gatedLock, stop context.CancelFunc) <-chan struct{} {
+	lost := make(chan struct{})
+	t := e.cfg.Timing
+	go func() {
+		defer close(lost)
+		tick := time.NewTicker(t.RetryPeriod / 4)
+		defer tick.Stop()
+		for {
+			select {
+			case <-held.Done():
+				return
+			case <-tick.C:
+				if time.Since(lock.lastRenewal()) > t.RenewDeadline {
+					stop()
+					return
+				}
+			}
+		}
+	}()
+	return lost
 }
 
 // campaignIdentity is identity/PID/nonce: unique to one campaign of one
@@ -259,8 +286,9 @@ type gatedLock struct {
 
 	mu       sync.Mutex
 	held     bool
-	previous string // the holder of the record last read
-	granted  int64
+	previous string    // the holder of the record last read
+	granted  int64     // the token of the grant
+	renewed  time.Time // when the last successful write was sent
 }
 
 // Get reads the record and notes its holder.
@@ -290,19 +318,28 @@ func (l *gatedLock) write(ctx context.Context, ler resourcelock.LeaderElectionRe
 	l.mu.Lock()
 	held, takeover := l.held, l.previous != ""
 	l.mu.Unlock()
-	if held {
-		return write(ctx, ler)
-	}
-	if !l.allow(takeover) {
+	if !held && !l.allow(takeover) {
 		return errNotAllowed
 	}
+	sent := time.Now()
 	if err := write(ctx, ler); err != nil {
 		return err
 	}
 	l.mu.Lock()
-	l.held, l.granted = true, int64(ler.LeaderTransitions)
-	l.mu.Unlock()
+	defer l.mu.Unlock()
+	if !held {
+		l.held, l.granted = true, int64(ler.LeaderTransitions)
+	}
+	l.renewed = sent
 	return nil
+}
+
+// lastRenewal is when the last successful write (the grant or a renewal)
+// was sent.
+func (l *gatedLock) lastRenewal() time.Time {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.renewed
 }
 
 func (l *gatedLock) token() int64 {
