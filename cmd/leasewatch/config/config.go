@@ -55,6 +55,8 @@ type Config struct {
 	Metrics         MetricsConfig   `yaml:"metrics"`
 	Retention       RetentionConfig `yaml:"retention"`
 	Sources         []SourceConfig  `yaml:"sources"`
+	// Replication shares the sources among replicas (replication.go).
+	Replication ReplicationConfig `yaml:"replication"`
 }
 
 // MetricsConfig shapes what /metrics exports. Optional, added to the contract.
@@ -368,6 +370,9 @@ func (c *Config) readSecrets() error {
 	if err := c.TLS.check(); err != nil {
 		return fmt.Errorf("tls.%w", err)
 	}
+	if err := c.Replication.readSecrets(); err != nil {
+		return fmt.Errorf("replication.%w", err)
+	}
 	for i := range c.Sources {
 		if err := c.Sources[i].readSecrets(); err != nil {
 			return fmt.Errorf("sources[%d].%w", i, err)
@@ -576,6 +581,7 @@ func (c *Config) SetDefaults() {
 		c.Metrics.MaxLockSeries = DefaultMaxLockSeries
 	}
 	c.Retention.fillDefaults()
+	c.Replication.fillDefaults()
 	for d, def := range map[*time.Duration]time.Duration{
 		&c.Alerts.BlindAfter: DefaultBlindAfter, &c.Alerts.FencingHold: DefaultFencingHold, &c.Alerts.LostHold: DefaultLostHold,
 	} {
@@ -617,6 +623,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Retention.validate(); err != nil {
 		return fmt.Errorf("retention.%w", err)
+	}
+	if err := c.Replication.validate(c); err != nil {
+		return fmt.Errorf("replication.%w", err)
 	}
 	names := make(map[string]int)
 	for i, s := range c.Sources {
@@ -719,13 +728,8 @@ func (s *SourceConfig) validate() error {
 	}
 	switch kind {
 	case audit.KindEtcd:
-		if len(s.Endpoints) == 0 {
-			return errors.New("endpoints: at least one etcd endpoint is required")
-		}
-		for i, e := range s.Endpoints {
-			if strings.TrimSpace(e) == "" {
-				return fmt.Errorf("endpoints[%d]: must not be empty", i)
-			}
+		if err := s.validateEndpoints(); err != nil {
+			return err
 		}
 		if len(s.Prefixes) == 0 {
 			return errors.New("prefixes: at least one key prefix is required")
@@ -781,21 +785,47 @@ func (s *SourceConfig) validate() error {
 	return nil
 }
 
+// validateEndpoints checks an etcd source's endpoints.
+func (s *SourceConfig) validateEndpoints() error {
+	if len(s.Endpoints) == 0 {
+		return errors.New("endpoints: at least one etcd endpoint is required")
+	}
+	for i, e := range s.Endpoints {
+		if strings.TrimSpace(e) == "" {
+			return fmt.Errorf("endpoints[%d]: must not be empty", i)
+		}
+	}
+	return nil
+}
+
 // keysOfKind refuses a field set for a kind of source other than kind,
 // where it would have no effect: patterns on an etcd source, say. The
 // field's kinds tag lists the kinds it applies to.
 func (s *SourceConfig) keysOfKind(kind audit.SourceKind) error {
-	v := reflect.ValueOf(s).Elem()
-	for _, f := range reflect.VisibleFields(v.Type()) {
+	err := keysOfKind(s, string(kind), "sources")
+	if f, ok := err.(kindError); ok && kind == audit.KindKubernetes && f.kinds == "etcd,redis" {
+		return fmt.Errorf("%w: a kubernetes source takes its credentials and TLS from its kubeconfig", err)
+	}
+	return err
+}
+
+// kindError is keysOfKind's error: the field's kinds tag, for a hint.
+type kindError struct {
+	msg, kinds string
+}
+
+func (e kindError) Error() string { return e.msg }
+
+// keysOfKind refuses a field of the struct *v set for a kind other than
+// kind; what names what the kinds are of (sources, a backend).
+func keysOfKind(v any, kind, what string) error {
+	rv := reflect.ValueOf(v).Elem()
+	for _, f := range reflect.VisibleFields(rv.Type()) {
 		kinds := f.Tag.Get("kinds")
-		if kinds == "" || v.FieldByIndex(f.Index).IsZero() || slices.Contains(strings.Split(kinds, ","), string(kind)) {
+		if kinds == "" || rv.FieldByIndex(f.Index).IsZero() || slices.Contains(strings.Split(kinds, ","), kind) {
 			continue
 		}
-		err := fmt.Errorf("%s: applies only to %s sources, not %s", yamlKey(f), strings.ReplaceAll(kinds, ",", " and "), kind)
-		if kind == audit.KindKubernetes && kinds == "etcd,redis" {
-			err = fmt.Errorf("%w: a kubernetes source takes its credentials and TLS from its kubeconfig", err)
-		}
-		return err
+		return kindError{msg: fmt.Sprintf("%s: applies only to %s %s, not %s", yamlKey(f), strings.ReplaceAll(kinds, ",", " and "), what, kind), kinds: kinds}
 	}
 	return nil
 }
