@@ -73,6 +73,9 @@ type run struct {
 	leases map[string]seen   // by lock name: each Lease as this run last saw it
 
 	lastLive time.Time // when the collector last told the tracker it was caught up
+	// applied is when the collector last began to record a batch of watch
+	// events, by the process's clock (see WithBatchWindow).
+	applied time.Time
 	// probing says the apiserver is probed (not with a client that cannot
 	// be); heard is when the last probe it answered was sent; stalled is set
 	// while a probe has waited longer than stallAfter; resumedAt is when the
@@ -305,15 +308,11 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 		case m := <-ws.msgs:
 			batch = append(batch, m)
 		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case m := <-ws.msgs:
-				batch = append(batch, m)
-			default:
-				break more
-			}
+		batch, err := r.gather(ctx, ws, batch)
+		if err != nil {
+			return err
 		}
+		r.applied = time.Now()
 		if err := r.apply(ctx, ws, batch); err != nil {
 			return err
 		}
@@ -323,6 +322,41 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 			}
 		}
 	}
+}
+
+// gather adds to batch the messages waiting behind it, and those that
+// arrive until the batch window has passed since the last batch began, up to
+// maxBatch. A watch's end or error ends the wait: it is acted on at once.
+func (r *run) gather(ctx context.Context, ws *watches, batch []message) ([]message, error) {
+	var window <-chan time.Time
+	if left := r.c.batchWindow - time.Since(r.applied); left > 0 {
+		t := time.NewTimer(left)
+		defer t.Stop()
+		window = t.C
+	}
+	for len(batch) < maxBatch {
+		if last := batch[len(batch)-1]; last.closed || last.ev.Type == watch.Error {
+			return batch, nil
+		}
+		select {
+		case m := <-ws.msgs:
+			batch = append(batch, m)
+			continue
+		default:
+		}
+		if window == nil {
+			return batch, nil
+		}
+		select {
+		case m := <-ws.msgs:
+			batch = append(batch, m)
+		case <-window:
+			return batch, nil
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	return batch, nil
 }
 
 // live tells the tracker that every change up to now has been delivered, so
