@@ -326,37 +326,43 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 
 // gather adds to batch the messages waiting behind it, and those that
 // arrive until the batch window has passed since the last batch began, up to
-// maxBatch. A watch's end or error ends the wait: it is acted on at once.
+// maxBatch. It sleeps out the window rather than wake for each message (a
+// wake-up per event costs more than the event), and does not wait when the
+// batch holds a watch's end or error, which is acted on at once.
 func (r *run) gather(ctx context.Context, ws *watches, batch []message) ([]message, error) {
-	var window <-chan time.Time
-	if left := r.c.batchWindow - time.Since(r.applied); left > 0 {
-		t := time.NewTimer(left)
-		defer t.Stop()
-		window = t.C
+	batch, ended := drainMessages(ws.msgs, batch)
+	left := r.c.batchWindow - time.Since(r.applied)
+	if ended || len(batch) >= maxBatch || left <= 0 {
+		return batch, nil
 	}
-	for len(batch) < maxBatch {
-		if last := batch[len(batch)-1]; last.closed || last.ev.Type == watch.Error {
-			return batch, nil
-		}
-		select {
-		case m := <-ws.msgs:
-			batch = append(batch, m)
-			continue
-		default:
-		}
-		if window == nil {
-			return batch, nil
-		}
-		select {
-		case m := <-ws.msgs:
-			batch = append(batch, m)
-		case <-window:
-			return batch, nil
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, ctx.Err()
 	}
+	batch, _ = drainMessages(ws.msgs, batch)
 	return batch, nil
+}
+
+// drainMessages adds the messages waiting in msgs to batch, up to maxBatch,
+// and says whether batch ends with a watch's end or error.
+func drainMessages(msgs <-chan message, batch []message) ([]message, bool) {
+	for {
+		if last := batch[len(batch)-1]; last.closed || last.ev.Type == watch.Error {
+			return batch, true
+		}
+		if len(batch) >= maxBatch {
+			return batch, false
+		}
+		select {
+		case m := <-msgs:
+			batch = append(batch, m)
+		default:
+			return batch, false
+		}
+	}
 }
 
 // live tells the tracker that every change up to now has been delivered, so
