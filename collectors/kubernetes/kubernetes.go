@@ -90,9 +90,9 @@ func WithWatchTimeout(d time.Duration) Option { return func(c *Collector) { c.wa
 // be recorded in the same input (default DefaultBatchWindow). An event that
 // comes after a quiet spell of d is recorded at once; while events keep
 // coming, the collector records at most one input per d. Every input costs a
-// commit, and a commit costs about the same whatever it holds, so at the
-// steady trickle of a cluster's node heartbeats this cuts leasewatch's CPU
-// per renewal several times over, for at most d more lag. 0 records each
+// commit, and much of a commit's cost is the same whatever it holds, so at
+// the steady trickle of a cluster's node heartbeats this more than halves
+// leasewatch's CPU per renewal, for at most d more lag. 0 records each
 // event, with those that arrived while the last input was stored, at once.
 func WithBatchWindow(d time.Duration) Option { return func(c *Collector) { c.batchWindow = d } }
 
