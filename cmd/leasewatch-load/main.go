@@ -100,6 +100,7 @@ func main() {
 		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis, etcd, soak or ingest\n", os.Args[1])
 		os.Exit(2)
 	}
+	fs.StringVar(&serveCPUProfile, "cpuprofile", "", "have leasewatch write a CPU profile of its whole run to this file (leasewatch serve --cpuprofile; the binary must have the flag)")
 	_ = fs.Parse(os.Args[2:])
 
 	if err := scenario.run(ctx, os.Stdout, os.Stderr); err != nil {

@@ -95,6 +95,8 @@ func (w window) write(out io.Writer, title string, extra [][2]string) {
 	src := map[string]string{"source": w.source}
 	wall := w.procAfter.at.Sub(w.procBefore.at)
 	events := counterSum(w.after, "leasewatch_events_recorded_total", src) - counterSum(w.before, "leasewatch_events_recorded_total", src)
+	renewals := counterSum(w.after, "leasewatch_events_recorded_total", renewalsOf(w.source)) - counterSum(w.before, "leasewatch_events_recorded_total", renewalsOf(w.source))
+	cpu := w.procAfter.cpu - w.procBefore.cpu
 	lag := histogramBetween(w.before, w.after, "leasewatch_observation_lag_seconds", src)
 	fmt.Fprintf(out, "\n%s; %d CPUs, %s\n\n| measure | value |\n|---|---|\n", title, runtime.NumCPU(), runtime.Version())
 	rows := [][2]string{
@@ -102,12 +104,29 @@ func (w window) write(out io.Writer, title string, extra [][2]string) {
 		{"observation lag p50", seconds(lag.quantile(0.50))},
 		{"observation lag p99", seconds(lag.quantile(0.99))},
 		{"lag samples", fmt.Sprintf("%.0f", lag.count())},
-		{"leasewatch CPU", fmt.Sprintf("%.1f%% of one core", 100*(w.procAfter.cpu-w.procBefore.cpu).Seconds()/wall.Seconds())},
+		{"leasewatch CPU", fmt.Sprintf("%.1f%% of one core", 100*cpu.Seconds()/wall.Seconds())},
+		{"leasewatch CPU per renewal recorded", perEvent(cpu, renewals) + fmt.Sprintf(" (%.0f renewals)", renewals)},
+		{"leasewatch CPU per event recorded", perEvent(cpu, events)},
 		{"leasewatch RSS (end / peak)", fmt.Sprintf("%.1f MiB / %.1f MiB", mib(w.procAfter.rss), mib(w.procAfter.hwm))},
 	}
 	for _, r := range append(rows, extra...) {
 		fmt.Fprintf(out, "| %s | %s |\n", r[0], r[1])
 	}
+}
+
+// renewalsOf selects source's renew events in leasewatch_events_recorded_total.
+func renewalsOf(source string) map[string]string {
+	return map[string]string{"source": source, "kind": "renew"}
+}
+
+// perEvent is CPU time spent divided over n events, in microseconds: the
+// cost a fleet multiplies by its rate. /proc counts CPU in 10 ms ticks, so
+// a window needs some seconds of CPU for the figure to mean much.
+func perEvent(cpu time.Duration, n float64) string {
+	if n <= 0 {
+		return "n/a (none recorded)"
+	}
+	return fmt.Sprintf("%.0f µs", float64(cpu.Microseconds())/n)
 }
 
 // dispatch calls send for items 0, 1, 2, ... (modulo n) at n per period,

@@ -30,6 +30,11 @@ type leasewatchProc struct {
 	done chan error
 }
 
+// serveCPUProfile, when set, is where every leasewatch process the load
+// starts writes its CPU profile (serve --cpuprofile). Set once from the
+// command line, before any process starts.
+var serveCPUProfile string
+
 // startLeasewatch runs `leasewatch serve` on a free loopback port with its
 // database in dir and the given sources section, building the binary first
 // when bin is empty.
@@ -53,7 +58,11 @@ func startLeasewatch(ctx context.Context, bin, dir, database, sources string, lo
 		return nil, err
 	}
 	p := &leasewatchProc{url: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan error, 1)}
-	p.cmd = exec.Command(bin, "serve", "--config", path)
+	args := []string{"serve", "--config", path}
+	if serveCPUProfile != "" {
+		args = append(args, "--cpuprofile", serveCPUProfile)
+	}
+	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = log, log
 	if err := p.cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start leasewatch: %w", err)

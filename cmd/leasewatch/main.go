@@ -1,7 +1,7 @@
 // Command leasewatch records distributed-lock lease history and fencing
 // outcomes, and serves the dashboard and API.
 //
-//	leasewatch serve [--config leasewatch.yaml]
+//	leasewatch serve [--config leasewatch.yaml] [--cpuprofile FILE]
 //	leasewatch demo [--listen 127.0.0.1:8080]
 //	leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
 //	leasewatch copy --from DATABASE (--to DATABASE | --config FILE)
@@ -18,6 +18,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime/debug"
+	"runtime/pprof"
 	"syscall"
 
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
@@ -36,6 +37,7 @@ const usage = `leasewatch: an audit service and dashboard for distributed-lock l
 
 Usage:
   leasewatch serve [--config leasewatch.yaml]   run collectors, store and dashboard
+                   [--cpuprofile FILE]          (and write a CPU profile there until it stops)
   leasewatch demo [--listen 127.0.0.1:8080]     run against an in-process etcd with a demo workload
   leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
                     [--config leasewatch.yaml | --database FILE|URL]
@@ -123,8 +125,16 @@ func parseFlags(fs *flag.FlagSet, args []string, stderr io.Writer) error {
 func cmdServe(ctx context.Context, args []string, logger *slog.Logger, stderr io.Writer) error {
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	path := fs.String("config", "leasewatch.yaml", "configuration file")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
+	}
+	if *cpuProfile != "" {
+		stopProfile, err := startCPUProfile(*cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer stopProfile()
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
@@ -138,6 +148,25 @@ func cmdServe(ctx context.Context, args []string, logger *slog.Logger, stderr io
 		return err
 	}
 	return svc.serve(ctx)
+}
+
+// startCPUProfile profiles the process into path until the returned stop is
+// called. A file rather than a /debug/pprof endpoint: the dashboard's
+// listener may be reachable by anyone, and a profile is only wanted when
+// measuring.
+func startCPUProfile(path string) (stop func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("cpuprofile: %w", err)}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("cpuprofile: %w", err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		f.Close()
+	}, nil
 }
 
 func versionString() string {

@@ -28,6 +28,7 @@ func TestCommandLine(t *testing.T) {
 		{"ServeMissingConfig", []string{"serve", "--config", filepath.Join(t.TempDir(), "none.yaml")}, 1, "", "read config"},
 		{"ServeBadConfigNamesTheField", []string{"serve", "--config", bad}, 1, "", "sources[0].endpoints"},
 		{"ServeUnknownFlag", []string{"serve", "--confg", "x"}, 2, "", "flag provided but not defined"},
+		{"ServeCPUProfileUnwritable", []string{"serve", "--cpuprofile", filepath.Join(t.TempDir(), "no", "cpu.pprof")}, 2, "", "cpuprofile: open"},
 		{"DemoBadListen", []string{"demo", "--listen", "nowhere"}, 2, "", "--listen"},
 		{"DemoStrayArgument", []string{"demo", "extra"}, 2, "", `unexpected argument "extra"`},
 	}
@@ -43,4 +44,24 @@ func TestCommandLine(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestServeWritesCPUProfile checks that serve --cpuprofile leaves a profile
+// behind however serve ends, here with a configuration it cannot read.
+func TestServeWritesCPUProfile(t *testing.T) {
+	profile := filepath.Join(t.TempDir(), "cpu.pprof")
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"serve", "--cpuprofile", profile, "--config", filepath.Join(t.TempDir(), "none.yaml")}, &stdout, &stderr); code != 1 {
+		t.Fatalf("exit code = %d, want 1; stderr: %s", code, stderr.String())
+	}
+	if fi, err := os.Stat(profile); err != nil || fi.Size() == 0 {
+		t.Fatalf("profile %s: %v (size %d), want a written profile", profile, err, sizeOf(fi))
+	}
+}
+
+func sizeOf(fi os.FileInfo) int64 {
+	if fi == nil {
+		return 0
+	}
+	return fi.Size()
 }

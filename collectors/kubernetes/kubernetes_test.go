@@ -586,3 +586,54 @@ func TestOutageLongerThanLeaseIsNotAnExpiry(t *testing.T) {
 		t.Fatalf("tenures = %+v, want the one tenure, still held", ts)
 	}
 }
+
+// TestSteadyRenewalsShareInputs renews Leases one after another, as a
+// cluster's heartbeats trickle in, and checks that the collector records them
+// in few inputs (each one a commit) rather than one input per renewal, and
+// that every renewal is recorded once.
+func TestSteadyRenewalsShareInputs(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	const leases = 8
+	for i := range leases {
+		createLease(t, ns, fmt.Sprintf("node-%d", i), coordinationv1.LeaseSpec{
+			HolderIdentity: ptr(fmt.Sprintf("node-%d", i)), LeaseDurationSeconds: ptr[int32](40), RenewTime: now(),
+		})
+	}
+	s := newSink(t)
+	runCollector(t, s, Config{Namespaces: []string{ns}})
+	before := len(s.allInputs())
+
+	// About 1.5 s of renewals, each a Get and an Update: tens of them, a
+	// few milliseconds apart.
+	start := time.Now()
+	writes := 0
+	for time.Since(start) < 1500*time.Millisecond {
+		updateLease(t, ns, fmt.Sprintf("node-%d", writes%leases), func(l *coordinationv1.Lease) { l.Spec.RenewTime = now() })
+		writes++
+	}
+	spent := time.Since(start)
+	eventually(t, 10*time.Second, "every renewal recorded", func() bool { return len(s.obs("", audit.EventRenew)) >= writes })
+
+	var inputs, renewals int
+	for _, in := range s.allInputs()[before:] {
+		if len(in.Observations) > 0 {
+			inputs++
+		}
+		for _, ob := range in.Observations {
+			if ob.Kind == audit.EventRenew {
+				renewals++
+			}
+		}
+	}
+	if renewals != writes {
+		t.Fatalf("%d renewals recorded, want the %d made", renewals, writes)
+	}
+	// One input per batch window while they keep coming, the first one at
+	// once, and one for the stragglers (more if delivery lags a window).
+	if most := int(spent/DefaultBatchWindow) + 3; inputs > most || writes < 2*most {
+		t.Fatalf("%d renewals in %s recorded in %d inputs, want at most %d (one per %s), and at least twice that many renewals",
+			writes, spent.Round(time.Millisecond), inputs, most, DefaultBatchWindow)
+	}
+}

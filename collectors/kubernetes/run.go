@@ -73,6 +73,9 @@ type run struct {
 	leases map[string]seen   // by lock name: each Lease as this run last saw it
 
 	lastLive time.Time // when the collector last told the tracker it was caught up
+	// applied is when the collector last began to record a batch of watch
+	// events, by the process's clock (see WithBatchWindow).
+	applied time.Time
 	// probing says the apiserver is probed (not with a client that cannot
 	// be); heard is when the last probe it answered was sent; stalled is set
 	// while a probe has waited longer than stallAfter; resumedAt is when the
@@ -305,15 +308,11 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 		case m := <-ws.msgs:
 			batch = append(batch, m)
 		}
-	more:
-		for len(batch) < maxBatch {
-			select {
-			case m := <-ws.msgs:
-				batch = append(batch, m)
-			default:
-				break more
-			}
+		batch, err := r.gather(ctx, ws, batch)
+		if err != nil {
+			return err
 		}
+		r.applied = time.Now()
 		if err := r.apply(ctx, ws, batch); err != nil {
 			return err
 		}
@@ -321,6 +320,47 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 			if err := r.live(ctx, ws); err != nil {
 				return err
 			}
+		}
+	}
+}
+
+// gather adds to batch the messages waiting behind it, and those that
+// arrive until the batch window has passed since the last batch began, up to
+// maxBatch. It sleeps out the window rather than wake for each message (a
+// wake-up per event costs more than the event), and does not wait when the
+// batch holds a watch's end or error, which is acted on at once.
+func (r *run) gather(ctx context.Context, ws *watches, batch []message) ([]message, error) {
+	batch, ended := drainMessages(ws.msgs, batch)
+	left := r.c.batchWindow - time.Since(r.applied)
+	if ended || len(batch) >= maxBatch || left <= 0 {
+		return batch, nil
+	}
+	t := time.NewTimer(left)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	batch, _ = drainMessages(ws.msgs, batch)
+	return batch, nil
+}
+
+// drainMessages adds the messages waiting in msgs to batch, up to maxBatch,
+// and says whether batch ends with a watch's end or error.
+func drainMessages(msgs <-chan message, batch []message) ([]message, bool) {
+	for {
+		if last := batch[len(batch)-1]; last.closed || last.ev.Type == watch.Error {
+			return batch, true
+		}
+		if len(batch) >= maxBatch {
+			return batch, false
+		}
+		select {
+		case m := <-msgs:
+			batch = append(batch, m)
+		default:
+			return batch, false
 		}
 	}
 }
