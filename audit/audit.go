@@ -152,6 +152,9 @@ type Source struct {
 const (
 	SourceUp   = "up"
 	SourceDown = "down"
+	// SourceStandby is a source that another replica owns and watches
+	// (replication): this one neither watches it nor counts it as blind.
+	SourceStandby = "standby"
 )
 
 // Int64 returns a pointer to v, for optional tokens.

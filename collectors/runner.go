@@ -45,6 +45,10 @@ type RunnerConfig struct {
 	// Jitter returns a number in [0, 1); default math/rand/v2. Each delay is
 	// base/2 + Jitter()*base/2, so restarts of many sources spread out.
 	Jitter func() float64
+	// Gated runs a collector only while its source is owned (Own), as
+	// replicas that share sources do; a source not owned is in standby.
+	// Without it every collector runs from the start.
+	Gated bool
 }
 
 // Runner runs collectors, each in its own goroutine, restarts one with capped
@@ -63,6 +67,16 @@ type Runner struct {
 
 	mu     sync.Mutex
 	states map[string]*audit.Source
+	gates  map[string]*gate // with cfg.Gated, per source
+}
+
+// gate is whether a gated source is owned: term is the context of the
+// current ownership, nil while another replica owns the source, and changed
+// is closed (and replaced) at every change.
+type gate struct {
+	term    context.Context
+	cancel  context.CancelFunc
+	changed chan struct{}
 }
 
 // NewRunner returns a Runner for cs, which must have distinct names. It
@@ -92,7 +106,8 @@ func NewRunner(sink Sink, cs []Collector, cfg RunnerConfig) (*Runner, error) {
 	if cfg.Jitter == nil {
 		cfg.Jitter = rand.Float64
 	}
-	r := &Runner{sink: sink, cfg: cfg, log: cfg.Logger, wait: sleep, states: make(map[string]*audit.Source, len(cs))}
+	r := &Runner{sink: sink, cfg: cfg, log: cfg.Logger, wait: sleep, states: make(map[string]*audit.Source, len(cs)),
+		gates: make(map[string]*gate, len(cs))}
 	for i, c := range cs {
 		if c == nil {
 			return nil, fmt.Errorf("runner: collector %d is nil", i)
@@ -102,6 +117,10 @@ func NewRunner(sink Sink, cs []Collector, cfg RunnerConfig) (*Runner, error) {
 			return nil, fmt.Errorf("runner: two collectors named %q", name)
 		}
 		r.states[name] = &audit.Source{Name: name, Kind: c.Kind(), State: audit.SourceDown}
+		if cfg.Gated {
+			r.states[name].State = audit.SourceStandby
+			r.gates[name] = &gate{changed: make(chan struct{})}
+		}
 		r.collectors = append(r.collectors, c)
 	}
 	m, err := newRunnerMetrics(cfg.Registerer)
@@ -115,18 +134,90 @@ func NewRunner(sink Sink, cs []Collector, cfg RunnerConfig) (*Runner, error) {
 	return r, nil
 }
 
-// Run runs every collector until ctx ends, then waits for all of them to
-// return.
+// Run runs every collector (with RunnerConfig.Gated, each while its source
+// is owned) until ctx ends, then waits for all of them to return.
 func (r *Runner) Run(ctx context.Context) {
 	var wg sync.WaitGroup
 	for _, c := range r.collectors {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r.supervise(ctx, c)
+			if r.cfg.Gated {
+				r.superviseOwned(ctx, c)
+			} else {
+				r.supervise(ctx, c)
+			}
 		}()
 	}
 	wg.Wait()
+}
+
+// Own starts the gated source's collector, if it is not running already,
+// and reports whether the runner has the source.
+func (r *Runner) Own(source string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g, ok := r.gates[source]
+	if !ok {
+		return false
+	}
+	if g.term == nil {
+		g.term, g.cancel = context.WithCancel(context.Background())
+		close(g.changed)
+		g.changed = make(chan struct{})
+	}
+	return true
+}
+
+// Disown stops the gated source's collector at once: its Run's context
+// ends. The source is in standby until Own.
+func (r *Runner) Disown(source string) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	g, ok := r.gates[source]
+	if !ok || g.term == nil {
+		return
+	}
+	g.cancel()
+	g.term, g.cancel = nil, nil
+	close(g.changed)
+	g.changed = make(chan struct{})
+}
+
+// superviseOwned supervises a gated collector through each ownership of
+// its source, and keeps it in standby in between.
+func (r *Runner) superviseOwned(ctx context.Context, c Collector) {
+	name, kind := c.Name(), string(c.Kind())
+	for {
+		r.mu.Lock()
+		g := r.gates[name]
+		term, changed := g.term, g.changed
+		r.mu.Unlock()
+		if term == nil {
+			select {
+			case <-ctx.Done():
+				return
+			case <-changed:
+				continue
+			}
+		}
+		run, stop := context.WithCancel(ctx)
+		go func() {
+			select {
+			case <-term.Done():
+			case <-run.Done():
+			}
+			stop()
+		}()
+		r.log.Info("source owned: collector starting", "source", name)
+		r.supervise(run, c)
+		stop()
+		if ctx.Err() != nil {
+			return
+		}
+		r.setStandby(name, kind)
+		r.log.Info("source no longer owned: collector stopped", "source", name)
+	}
 }
 
 // Sources returns every collector's health, in the order the collectors were
@@ -244,6 +335,16 @@ func (r *Runner) setUp(name, kind string) {
 	s.State, s.BlindSince = audit.SourceUp, time.Time{}
 	r.mu.Unlock()
 	r.metrics.setUp(name, kind, true)
+}
+
+// setStandby marks the source as owned by another replica: not blind, and
+// not this replica's to watch.
+func (r *Runner) setStandby(name, kind string) {
+	r.mu.Lock()
+	s := r.states[name]
+	s.State, s.BlindSince = audit.SourceStandby, time.Time{}
+	r.mu.Unlock()
+	r.metrics.setUp(name, kind, false)
 }
 
 // setDown marks the source down. BlindSince keeps the moment it went down;

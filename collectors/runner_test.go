@@ -504,3 +504,56 @@ func TestRunnerReportsDegradedCollectors(t *testing.T) {
 		t.Fatalf("plain.Degraded = %q, want empty", got)
 	}
 }
+
+// A gated runner runs a collector only while its source is owned: standby
+// (not down, not blind) before, a run from Own, stopped at once by Disown,
+// a new run when owned again, and Own of a source it does not have refused.
+func TestRunnerGatedRunsOnlyWhileOwned(t *testing.T) {
+	stopped := make(chan struct{}, 4)
+	c := &scripted{name: "a", steps: []func(context.Context, func()) error{func(ctx context.Context, ready func()) error {
+		ready()
+		<-ctx.Done()
+		stopped <- struct{}{}
+		return nil
+	}}}
+	other := &scripted{name: "b", steps: []func(context.Context, func()) error{stayUp}}
+	r, err := NewRunner(nopSink{}, []Collector{c, other}, RunnerConfig{Gated: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start(t, r)
+	for _, name := range []string{"a", "b"} {
+		if s := source(t, r, name); s.State != audit.SourceStandby || !s.BlindSince.IsZero() {
+			t.Fatalf("source %s before Own = %+v, want standby and not blind", name, s)
+		}
+	}
+	if r.Own("nope") {
+		t.Error("Own of an unknown source = true")
+	}
+
+	if !r.Own("a") {
+		t.Fatal("Own(a) = false")
+	}
+	r.Own("a") // owning again changes nothing
+	eventually(t, 5*time.Second, "a up", func() bool { return source(t, r, "a").State == audit.SourceUp })
+	if n := len(c.runs()); n != 1 {
+		t.Fatalf("a ran %d times after two Owns, want 1", n)
+	}
+	if s := source(t, r, "b"); s.State != audit.SourceStandby || len(other.runs()) != 0 {
+		t.Fatalf("b while only a is owned = %+v after %d runs, want standby, never run", s, len(other.runs()))
+	}
+
+	r.Disown("a")
+	select {
+	case <-stopped:
+	case <-time.After(5 * time.Second):
+		t.Fatal("a's run did not end within 5s of Disown")
+	}
+	eventually(t, 5*time.Second, "a standby", func() bool { return source(t, r, "a").State == audit.SourceStandby })
+
+	r.Own("a")
+	eventually(t, 5*time.Second, "a up again", func() bool { return source(t, r, "a").State == audit.SourceUp })
+	if n := len(c.runs()); n != 2 {
+		t.Fatalf("a ran %d times, want 2: one per ownership", n)
+	}
+}

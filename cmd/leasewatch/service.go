@@ -32,6 +32,7 @@ type service struct {
 	store    audit.Database
 	recorder *audit.Recorder
 	runner   *collectors.Runner
+	replicas *replicas // nil without replication
 	alerts   *alerting
 	sender   *alert.Sender // nil without alerts.alertmanager.urls
 	retainer *audit.Retainer
@@ -93,10 +94,21 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		}
 		cs = append(cs, c)
 	}
-	svc.runner, err = collectors.NewRunner(rec, cs, collectors.RunnerConfig{Logger: logger.With("component", "collectors"), Registerer: reg})
+	svc.runner, err = collectors.NewRunner(rec, cs, collectors.RunnerConfig{Logger: logger.With("component", "collectors"),
+		Registerer: reg, Gated: cfg.Replication.Enabled()})
 	if err != nil {
 		svc.close()
 		return nil, err
+	}
+	if cfg.Replication.Enabled() {
+		names := make([]string, len(cfg.Sources))
+		for i, sc := range cfg.Sources {
+			names[i] = sc.Name
+		}
+		if svc.replicas, err = newReplicas(ctx, cfg.Replication, names, svc.runner, logger); err != nil {
+			svc.close()
+			return nil, err
+		}
 	}
 
 	reg.MustRegister(rm.newLeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")))
@@ -217,6 +229,9 @@ func (s *service) serve(ctx context.Context) error {
 		wg.Go(func() { _ = s.sender.Run(collectCtx) })
 	}
 	wg.Go(func() { s.retainer.Run(collectCtx) })
+	if s.replicas != nil {
+		wg.Go(func() { s.replicas.run(collectCtx) })
+	}
 	err := s.web.Serve(ctx, s.ln)
 	stopCollectors()
 	wg.Wait()
@@ -227,12 +242,13 @@ func (s *service) serve(ctx context.Context) error {
 	return err
 }
 
-// waitUp waits until every collector has reported its first snapshot.
+// waitUp waits until every collector has reported its first snapshot (with
+// replication, every collector of a source this replica owns).
 func (s *service) waitUp(ctx context.Context) error {
 	for {
 		up := true
 		for _, src := range s.runner.Sources() {
-			up = up && src.State == audit.SourceUp
+			up = up && (src.State == audit.SourceUp || src.State == audit.SourceStandby)
 		}
 		if up {
 			return nil

@@ -191,14 +191,58 @@ func outermost(prefixes []string) []string {
 // gRPC connection, within the dial timeout. clientv3 reports a connection
 // that never comes up as a bare "context deadline exceeded"; gRPC's own error
 // says why: a TLS handshake refused, an unknown authority, no route.
-func (c *Collector) checkConnection(ctx context.Context, cli *clientv3.Client) error {
-	cctx, cancel := context.WithTimeout(ctx, c.cfg.DialTimeout)
+func checkConnection(ctx context.Context, cli *clientv3.Client, timeout time.Duration, p string) error {
+	cctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	p := c.prefixes[0]
 	_, err := pb.NewKVClient(cli.ActiveConnection()).Range(cctx, &pb.RangeRequest{
 		Key: []byte(p), RangeEnd: []byte(clientv3.GetPrefixRangeEnd(p)), CountOnly: true,
 	})
 	return rpctypes.Error(err)
+}
+
+// Dial connects to the etcd of cfg (its endpoints, credentials and TLS)
+// and checks that it answers and lets the user read under its first prefix
+// (the whole keyspace without one); the client lives until closed or ctx
+// ends.
+func Dial(ctx context.Context, cfg Config) (*clientv3.Client, error) {
+	if cfg.DialTimeout <= 0 {
+		cfg.DialTimeout = DefaultDialTimeout
+	}
+	var prefix string
+	if len(cfg.Prefixes) > 0 {
+		prefix = cfg.Prefixes[0]
+	}
+	return dial(ctx, cfg, prefix)
+}
+
+func dial(ctx context.Context, cfg Config, prefix string) (*clientv3.Client, error) {
+	password, err := cfg.Password.Get()
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %v: password file: %w", cfg.Endpoints, err)
+	}
+	tlsConfig, err := cfg.TLS.Get()
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %v: %w", cfg.Endpoints, err)
+	}
+	cli, err := clientv3.New(clientv3.Config{
+		Endpoints:            cfg.Endpoints,
+		DialTimeout:          cfg.DialTimeout,
+		DialKeepAliveTime:    10 * time.Second,
+		DialKeepAliveTimeout: 5 * time.Second,
+		Username:             cfg.Username,
+		Password:             password,
+		TLS:                  tlsConfig,
+		Logger:               zap.NewNop(),
+		Context:              ctx,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("connect to etcd %v: %w", cfg.Endpoints, err)
+	}
+	if err := checkConnection(ctx, cli, cfg.DialTimeout, prefix); err != nil {
+		cli.Close()
+		return nil, fmt.Errorf("connect to etcd %v: %w", cfg.Endpoints, err)
+	}
+	return cli, nil
 }
 
 // Name is the source's configured name.
@@ -213,32 +257,11 @@ func (c *Collector) Kind() audit.SourceKind { return audit.KindEtcd }
 func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func()) error {
 	cli := c.client
 	if cli == nil {
-		password, err := c.cfg.Password.Get()
-		if err != nil {
-			return fmt.Errorf("connect to etcd %v: password file: %w", c.cfg.Endpoints, err)
-		}
-		tlsConfig, err := c.cfg.TLS.Get()
-		if err != nil {
-			return fmt.Errorf("connect to etcd %v: %w", c.cfg.Endpoints, err)
-		}
-		cli, err = clientv3.New(clientv3.Config{
-			Endpoints:            c.cfg.Endpoints,
-			DialTimeout:          c.cfg.DialTimeout,
-			DialKeepAliveTime:    10 * time.Second,
-			DialKeepAliveTimeout: 5 * time.Second,
-			Username:             c.cfg.Username,
-			Password:             password,
-			TLS:                  tlsConfig,
-			Logger:               zap.NewNop(),
-			Context:              ctx,
-		})
-		if err != nil {
-			return fmt.Errorf("connect to etcd %v: %w", c.cfg.Endpoints, err)
+		var err error
+		if cli, err = dial(ctx, c.cfg, c.prefixes[0]); err != nil {
+			return err
 		}
 		defer cli.Close()
-		if err := c.checkConnection(ctx, cli); err != nil {
-			return fmt.Errorf("connect to etcd %v: %w", c.cfg.Endpoints, err)
-		}
 	}
 	r := newRun(c, cli, sink)
 	err := r.run(ctx, ready)

@@ -125,7 +125,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
 		return nil, err
 	}
 	if c.rest == nil {
-		rc, err := loadRESTConfig(cfg.Kubeconfig, cfg.Context)
+		rc, err := LoadRESTConfig(cfg.Kubeconfig, cfg.Context)
 		if err != nil {
 			return nil, err
 		}
@@ -206,10 +206,10 @@ func checkNamespace(ns string) error {
 	return nil
 }
 
-// loadRESTConfig loads the client configuration the way kubectl does: an
+// LoadRESTConfig loads a client configuration the way kubectl does: an
 // explicit kubeconfig path, else KUBECONFIG and ~/.kube/config, else the
 // in-cluster service account.
-func loadRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
+func LoadRESTConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
 	rules := clientcmd.NewDefaultClientConfigLoadingRules()
 	if kubeconfig != "" {
 		path, err := expandHome(kubeconfig)
