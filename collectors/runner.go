@@ -329,22 +329,19 @@ func call(ctx context.Context, c Collector, sink Sink, ready func(), log *slog.L
 	return c.Run(ctx, sink, ready)
 }
 
-func (r *Runner) setUp(name, kind string) {
-	r.mu.Lock()
-	s := r.states[name]
-	s.State, s.BlindSince = audit.SourceUp, time.Time{}
-	r.mu.Unlock()
-	r.metrics.setUp(name, kind, true)
-}
+func (r *Runner) setUp(name, kind string) { r.setSeeing(name, kind, audit.SourceUp) }
 
 // setStandby marks the source as owned by another replica: not blind, and
 // not this replica's to watch.
-func (r *Runner) setStandby(name, kind string) {
+func (r *Runner) setStandby(name, kind string) { r.setSeeing(name, kind, audit.SourceStandby) }
+
+// setSeeing sets a state in which the source is not blind: up, or standby.
+func (r *Runner) setSeeing(name, kind, state string) {
 	r.mu.Lock()
 	s := r.states[name]
-	s.State, s.BlindSince = audit.SourceStandby, time.Time{}
+	s.State, s.BlindSince = state, time.Time{}
 	r.mu.Unlock()
-	r.metrics.setUp(name, kind, false)
+	r.metrics.setUp(name, kind, state == audit.SourceUp)
 }
 
 // setDown marks the source down. BlindSince keeps the moment it went down;
