@@ -1,0 +1,114 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+// Ownership leases of the replication tests: short, so a takeover is quick.
+const (
+	replicaLease = 2 * time.Second
+	// A dead replica's sources must be up on another within the lease
+	// plus 2 s (issue's bound); the rest is for a machine busy with the
+	// suite, and the new collector's first snapshot.
+	replicaTakeoverBound = replicaLease + 2*time.Second + 3*time.Second
+)
+
+// writeReplicaConfig writes the configuration of replica identity: the
+// shared PostgreSQL database, two etcd sources on endpoint, and ownership
+// elected on the same etcd.
+func writeReplicaConfig(t *testing.T, database, endpoint, identity string) string {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "leasewatch.yaml")
+	config := fmt.Sprintf(`listen: 127.0.0.1:0
+database: %q
+ingest_tokens: [%q]
+sources:
+  - name: alpha
+    kind: etcd
+    endpoints: [%[3]q]
+    prefixes: ["/locks/alpha/"]
+  - name: beta
+    kind: etcd
+    endpoints: [%[3]q]
+    prefixes: ["/locks/beta/"]
+replication:
+  backend: etcd
+  endpoints: [%[3]q]
+  identity: %s
+  lease_duration: %s
+  renew_deadline: 1500ms
+  retry_period: 300ms
+`, database, testIngestToken, endpoint, identity, replicaLease)
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	return path
+}
+
+// sourceStates returns the state of every source of the service at base.
+func sourceStates(t *testing.T, base string) map[string]string {
+	t.Helper()
+	var resp struct {
+		Sources []struct{ Name, State string }
+	}
+	getJSON(t, base, "/api/v1/sources", &resp)
+	out := make(map[string]string, len(resp.Sources))
+	for _, s := range resp.Sources {
+		out[s.Name] = s.State
+	}
+	return out
+}
+
+// owners returns, per source, the replicas (by index) on which it is up,
+// and whether every other replica has it in standby.
+func owners(t *testing.T, bases []string) (map[string][]int, bool) {
+	t.Helper()
+	up := map[string][]int{}
+	clean := true
+	for i, base := range bases {
+		for name, state := range sourceStates(t, base) {
+			switch state {
+			case "up":
+				up[name] = append(up[name], i)
+			case "standby":
+			default:
+				clean = false // down: taking over, or failing
+			}
+		}
+	}
+	return up, clean
+}
+
+// Two replicas share two sources on one PostgreSQL store: each source runs
+// on exactly one replica and is in standby on the other, one each once both
+// are up; after a kill -9 of one, the other runs both within the bound.
+func TestReplicasShareSourcesAndTakeOver(t *testing.T) {
+	database := pg.Get(t).Database(t)
+	etcdSrv, _ := startEtcd(t)
+	procs := make([]*serveProcess, 2)
+	bases := make([]string, 2)
+	for i := range procs {
+		procs[i] = startServeProcess(t, writeReplicaConfig(t, database, etcdSrv.Endpoint, fmt.Sprintf("replica-%d", i)))
+		bases[i] = procs[i].waitListening(t, time.Minute)
+	}
+	var up map[string][]int
+	eventually(t, 30*time.Second, "one source up on each replica, in standby on the other", func() bool {
+		var clean bool
+		up, clean = owners(t, bases)
+		return clean && len(up["alpha"]) == 1 && len(up["beta"]) == 1 && up["alpha"][0] != up["beta"][0]
+	})
+
+	victim := up["alpha"][0]
+	survivor := 1 - victim
+	procs[victim].kill()
+	killed := time.Now()
+	eventually(t, replicaTakeoverBound, "the survivor to run both sources", func() bool {
+		states := sourceStates(t, bases[survivor])
+		return states["alpha"] == "up" && states["beta"] == "up"
+	})
+	t.Logf("takeover after kill -9: %s (bound %s)", time.Since(killed).Round(time.Millisecond), replicaTakeoverBound)
+}
