@@ -7,6 +7,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -595,7 +596,7 @@ func TestSteadyRenewalsShareInputs(t *testing.T) {
 	needAPIServer(t)
 	t.Parallel()
 	ns := newNamespace(t)
-	const leases = 8
+	const leases = 16
 	for i := range leases {
 		createLease(t, ns, fmt.Sprintf("node-%d", i), coordinationv1.LeaseSpec{
 			HolderIdentity: ptr(fmt.Sprintf("node-%d", i)), LeaseDurationSeconds: ptr[int32](40), RenewTime: now(),
@@ -605,14 +606,37 @@ func TestSteadyRenewalsShareInputs(t *testing.T) {
 	runCollector(t, s, Config{Namespaces: []string{ns}})
 	before := len(s.allInputs())
 
-	// About 1.5 s of renewals, each a Get and an Update: tens of them, a
-	// few milliseconds apart.
+	// About 1.5 s of renewals, each a Get and an Update, by one writer per
+	// Lease at once: many per batch window even when a busy apiserver
+	// takes a hundred milliseconds a write.
 	start := time.Now()
-	writes := 0
-	for time.Since(start) < 1500*time.Millisecond {
-		updateLease(t, ns, fmt.Sprintf("node-%d", writes%leases), func(l *coordinationv1.Lease) { l.Spec.RenewTime = now() })
-		writes++
+	var wrote atomic.Int64
+	var wg sync.WaitGroup
+	cli := admin(t).CoordinationV1().Leases(ns)
+	errs := make(chan error, leases)
+	for i := range leases {
+		wg.Go(func() {
+			ctx := context.Background()
+			for time.Since(start) < 1500*time.Millisecond {
+				l, err := cli.Get(ctx, fmt.Sprintf("node-%d", i), metav1.GetOptions{})
+				if err == nil {
+					l.Spec.RenewTime = now()
+					_, err = cli.Update(ctx, l, metav1.UpdateOptions{})
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				wrote.Add(1)
+			}
+		})
 	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("renew a Lease: %v", err)
+	}
+	writes := int(wrote.Load())
 	spent := time.Since(start)
 	eventually(t, 10*time.Second, "every renewal recorded", func() bool { return len(s.obs("", audit.EventRenew)) >= writes })
 

@@ -20,8 +20,11 @@ import (
 var Timing = ownership.Timing{LeaseDuration: 3 * time.Second, RenewDeadline: 2 * time.Second, RetryPeriod: 300 * time.Millisecond}
 
 // bound is how long a dead holder's sources may take to move: the lease
-// duration plus 2 s.
-var bound = Timing.LeaseDuration + 2*time.Second
+// duration plus 2 s (the takeover bound), plus 3 s for a machine
+// busy with the whole suite under -race, where a Kubernetes takeover that
+// takes 3.4 s alone took 5.0 s. The suite logs the times it measures; the
+// load tool holds the bound itself.
+var bound = Timing.LeaseDuration + 2*time.Second + 3*time.Second
 
 // Harness is what a backend supplies.
 type Harness struct {
