@@ -33,6 +33,10 @@ type Harness struct {
 	// through Apply would: setup for the test that needs thousands of locks.
 	// Nil means through Apply.
 	AddLocks func(t *testing.T, s Store, n int)
+	// Second, if set, opens another store on s's database, as a second
+	// replica sharing it would, closed at the test's end. Nil skips the
+	// cases that need two.
+	Second func(t *testing.T, s Store) Store
 }
 
 // Run runs the contract suite as subtests of t. Each subtest opens its own
@@ -67,6 +71,14 @@ var contract = []struct {
 	{"ConcurrentReadsDuringWrites", testConcurrentReadsDuringWrites},
 	{"ReopenKeepsData", testReopenKeepsData},
 	{"SizeGrowsWithEvents", testSizeGrowsWithEvents},
+
+	// Fencing: replicas that share the store, each source under its
+	// owner's token.
+	{"FenceRefusedBatchLeavesNothing", testFenceRefusedBatchLeavesNothing},
+	{"FenceEqualTokenCommits", testFenceEqualTokenCommits},
+	{"FenceHigherTokenMovesIt", testFenceHigherTokenMovesIt},
+	{"FencesOfSeveralSources", testFencesOfSeveralSources},
+	{"FenceTwoReplicasRace", testFenceTwoReplicasRace},
 
 	// The recorder over the store: restarts, failed commits, request ids
 	// and the fresh overlay of unsynced renewals.
