@@ -94,6 +94,9 @@ var contract = []struct {
 	{"RecorderCommitsCarryTheirRenewals", testRecorderCommitsCarryTheirRenewals},
 	{"RecorderSpreadsASyncOverCommits", testRecorderSpreadsASyncOverCommits},
 	{"RecorderRenewalsSurviveACrashInASyncRound", testRecorderRenewalsSurviveACrashInASyncRound},
+	{"RecorderFenceRefusalKeepsOtherSources", testRecorderFenceRefusalKeepsOtherSources},
+	{"RecorderSetFenceCutsOffTheOldOwner", testRecorderSetFenceCutsOffTheOldOwner},
+	{"RecorderDropFenceGivesTheSourceUp", testRecorderDropFenceGivesTheSourceUp},
 
 	// The read side: lists, filters, pages and errors.
 	{"LocksFilters", testLocksFilters},
