@@ -31,8 +31,8 @@ type FenceRefusal struct {
 
 // WithFenceRefused calls fn, on the recording goroutine, each time the store
 // refuses a source's rows because a newer owner holds it, after the
-// recorder has given the source up: the caller stops the source's
-// collector and reports it. fn must be quick and must not call the recorder.
+// recorder has given the source up and before it answers the source's
+// refused requests: the caller stops the source's collector and reports it. fn must be quick and must not call the recorder.
 func WithFenceRefused(fn func(FenceRefusal)) RecorderOption {
 	return func(r *Recorder) { r.onFenceRefused = fn }
 }
@@ -181,7 +181,7 @@ func (r *Recorder) fenceRefused(group []*request, b Batch, err error, stale *Sta
 	// The other sources' steps are taken back too, and taken again below:
 	// some requests of the group are no longer in it.
 	r.reload(context.Background())
-	var rest []*request
+	var rest, lost []*request
 	for i, req := range group {
 		switch {
 		case refused != nil && refused[i] != nil:
@@ -191,15 +191,20 @@ func (r *Recorder) fenceRefused(group []*request, b Batch, err error, stale *Sta
 				fr.Inputs++
 			}
 			fr.Writes += len(req.writes)
-			req.done <- err
+			lost = append(lost, req)
 		default:
 			rest = append(rest, req)
 		}
 	}
 	r.log.Warn("a newer owner holds the source: its rows were refused and it is no longer recorded here",
 		"source", fr.Source, "token", fr.Token, "highest", fr.Highest, "inputs", fr.Inputs, "writes", fr.Writes, "events", fr.Events)
+	// Before the source's requests are answered: its collector is told to
+	// stop before it hears of the refusal.
 	if r.onFenceRefused != nil {
 		r.onFenceRefused(fr)
+	}
+	for _, req := range lost {
+		req.done <- err
 	}
 	r.commit(rest, tick)
 }
