@@ -14,6 +14,7 @@ const (
 	EUNAVAILABLE  = "unavailable"  // the service cannot take the request now (shutting down, disk full)
 	ECONFLICT     = "conflict"     // the request contradicts what is stored (a request_id reused for another write)
 	EUNSUPPORTED  = "unsupported"  // the request's encoding is not one leasewatch takes
+	EFENCED       = "fenced"       // a newer owner holds the source: this replica may no longer write it (see Fence)
 	EINTERNAL     = "internal"
 )
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -30,6 +31,8 @@ type Recorder struct {
 	syncEvery time.Duration
 	maxGroup  int
 	onCommit  func(Commit)
+	// onFenceRefused is WithFenceRefused's hook.
+	onFenceRefused func(FenceRefusal)
 
 	reqs    chan *request
 	stop    chan struct{}
@@ -49,6 +52,12 @@ type Recorder struct {
 	// database went away), so the tracker holds steps the journal does not;
 	// recording goroutine only. The next commit reloads first.
 	stale bool
+	// fences are the tokens of the sources this replica owns, which every
+	// batch with their rows carries; disowned, the sources it gave up or a
+	// newer owner took, with the refusal their requests get. Recording
+	// goroutine only (and Start).
+	fences   map[string]int64
+	disowned map[string]error
 
 	// trackMu guards the tracker: the recording goroutine holds it to step
 	// the tracker or restore it, Peek to read it.
@@ -93,6 +102,7 @@ const syncChunk = 1000
 type request struct {
 	input  *Input
 	writes []WriteReport
+	fence  *fenceChange // SetFence or DropFence, alone in its request
 	done   chan error
 }
 
@@ -144,6 +154,8 @@ func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...Reco
 		cursors:   make(map[string]Cursor),
 		unsaved:   make(unsavedRenewals),
 		writeOnly: writeOnlyLocks{max: DefaultWriteOnlyLocks},
+		fences:    make(map[string]int64),
+		disowned:  make(map[string]error),
 	}
 	for _, opt := range opts {
 		opt(r)
@@ -173,12 +185,17 @@ func (r *Recorder) restore(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("restore tracker state: %w", err)
 	}
+	if len(r.disowned) > 0 {
+		// Other replicas record these.
+		states = slices.DeleteFunc(states, func(st TrackState) bool { return r.disowned[st.Lock.Source] != nil })
+		cursors = slices.DeleteFunc(cursors, func(c Cursor) bool { return r.disowned[c.Source] != nil })
+	}
 	unsaved := make(unsavedRenewals)
 	r.trackMu.Lock()
 	r.tracker.Restore(states)
 	r.writeOnly.reset(states)
 	for _, e := range renewals {
-		if rn, ok := r.tracker.ReplayRenewal(e); ok {
+		if rn, ok := r.tracker.ReplayRenewal(e); ok { // not of a disowned source: the tracker lacks its locks
 			unsaved.put(rn)
 		}
 	}
@@ -318,7 +335,9 @@ func (r *Recorder) loop() {
 		case req := <-r.reqs:
 			group := []*request{req}
 		drain:
-			for len(group) < r.maxGroup {
+			// A fence request ends the group: the requests before it are
+			// recorded under the fences as they were.
+			for len(group) < r.maxGroup && group[len(group)-1].fence == nil {
 				select {
 				case req := <-r.reqs:
 					group = append(group, req)
@@ -326,21 +345,34 @@ func (r *Recorder) loop() {
 					break drain
 				}
 			}
-			r.commit(group, false)
+			r.run(group)
 		case <-ticker.C:
 			r.commit(nil, true)
 		case <-r.stop:
 			for {
 				select {
 				case req := <-r.reqs:
-					r.commit([]*request{req}, false)
+					r.run([]*request{req})
 				default:
-					r.finish(nil, r.syncAllNow(Batch{}), nil, nil)
+					r.finish(nil, r.syncAllNow(Batch{}), nil, nil, false)
 					return
 				}
 			}
 		}
 	}
+}
+
+// run commits a group of requests, the last of which may be a fence request.
+func (r *Recorder) run(group []*request) {
+	last := group[len(group)-1]
+	if last.fence == nil {
+		r.commit(group, false)
+		return
+	}
+	if len(group) > 1 {
+		r.commit(group[:len(group)-1], false)
+	}
+	r.changeFence(last)
 }
 
 // commit runs a group of requests (and a clock tick) through the tracker and
@@ -357,7 +389,7 @@ func (r *Recorder) commit(group []*request, tick bool) {
 			err = Errorf(EUNAVAILABLE, "the store is back: retry from the stored cursor")
 		}
 		if len(group) > 0 {
-			r.finish(group, Batch{}, err, nil)
+			r.finish(group, Batch{}, err, nil, false)
 		}
 		return
 	}
@@ -377,12 +409,19 @@ func (r *Recorder) commit(group []*request, tick bool) {
 	}
 	known, err := r.storedRequests(ctx, group)
 	if err != nil {
-		r.finish(group, b, err, nil)
+		r.finish(group, b, err, nil, tick)
 		return
 	}
 	var refused []error // by group index: a request refused on its own, with nothing of it recorded
 	r.trackMu.Lock()
 	for i, req := range group {
+		if err := r.disownedBy(req); err != nil {
+			if refused == nil {
+				refused = make([]error, len(group))
+			}
+			refused[i] = err
+			continue
+		}
 		if req.input != nil {
 			step := r.tracker.Observe(*req.input)
 			r.writeOnly.update(step)
@@ -414,7 +453,7 @@ func (r *Recorder) commit(group []*request, tick bool) {
 	if tick && b.Empty() {
 		b.Cursors = r.probe()
 	}
-	r.finish(group, b, nil, refused)
+	r.finish(group, b, nil, refused, tick)
 }
 
 // reload restores the tracker from the journal after a failed commit. If
@@ -580,12 +619,19 @@ func (r *Recorder) storedRequests(ctx context.Context, group []*request) (map[Re
 
 // finish writes b, unless err already failed the group, and answers every
 // request: with its own refusal if it has one (nothing of it is in b), else
-// with the outcome of the write.
-func (r *Recorder) finish(group []*request, b Batch, err error, refused []error) {
+// with the outcome of the write. If the store refuses a source's fence, the
+// group is committed again without that source's requests (see
+// fenceRefused): tick says whether it ran the clock.
+func (r *Recorder) finish(group []*request, b Batch, err error, refused []error, tick bool) {
 	wrote := err != nil // a failed look-up counts as a failed write
 	if err == nil && !b.Empty() {
 		wrote = true
+		b.Fences = r.fencesOf(&b)
 		err = r.journal.Apply(context.Background(), b)
+		if stale, ok := staleFence(err); ok {
+			r.fenceRefused(group, b, err, stale, refused, tick)
+			return
+		}
 	}
 	if err != nil {
 		// The tracker has taken the batch's steps (a tick's included) that

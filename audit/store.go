@@ -256,12 +256,18 @@ type Batch struct {
 	// later batch's SyncedToMark says every row now holds every event up to
 	// that note, and Unsynced starts after it. (A batch may carry both.)
 	SyncMark, SyncedToMark bool
+	// Fences are the owners' tokens of the sources whose rows the batch
+	// carries, when replicas share the store: the journal checks each, in
+	// order, in the batch's transaction, and stores none of the batch if one
+	// is older than its source's fence (see Fence). A batch of fences alone
+	// moves them. No fences: nothing is checked.
+	Fences []Fence
 }
 
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
 	return len(b.Locks) == 0 && len(b.Tenures) == 0 && len(b.Events) == 0 &&
-		len(b.Findings) == 0 && len(b.Cursors) == 0 && len(b.Renewed) == 0 && !b.Synced && !b.SyncMark && !b.SyncedToMark
+		len(b.Findings) == 0 && len(b.Cursors) == 0 && len(b.Renewed) == 0 && !b.Synced && !b.SyncMark && !b.SyncedToMark && len(b.Fences) == 0
 }
 
 // Append adds o's contents to b, a later step's. A renewal of b.Renewed that
@@ -290,6 +296,7 @@ func (b *Batch) Append(o Batch) {
 	b.Findings = append(b.Findings, o.Findings...)
 	b.Cursors = append(b.Cursors, o.Cursors...)
 	b.Renewed = append(b.Renewed, o.Renewed...)
+	b.Fences = append(b.Fences, o.Fences...)
 	b.Synced = b.Synced || o.Synced
 	b.SyncMark = b.SyncMark || o.SyncMark
 	b.SyncedToMark = b.SyncedToMark || o.SyncedToMark
@@ -345,7 +352,10 @@ type Database interface {
 // Journal is the write side of the audit log, owned by the Recorder.
 type Journal interface {
 	// Apply writes b in one transaction. Later entries for the same lock,
-	// tenure or cursor replace earlier ones.
+	// tenure or cursor replace earlier ones. It moves each of b.Fences up
+	// to its token, and if one is older than its source's fence, writes
+	// nothing and returns EFENCED (an error of FencedError's, which a
+	// *StaleFence explains).
 	Apply(ctx context.Context, b Batch) error
 	// Restore returns the tracker's saved memory of every lock and every
 	// source's cursor, as of the last applied batch: the lock rows as they

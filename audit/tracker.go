@@ -73,6 +73,17 @@ func (t *Tracker) Restore(states []TrackState) {
 	}
 }
 
+// Forget drops every lock of source from the tracker's memory, and how far
+// its collector had delivered: another replica records the source now.
+func (t *Tracker) Forget(source string) {
+	for k := range t.locks {
+		if k.Source == source {
+			delete(t.locks, k)
+		}
+	}
+	delete(t.live, source)
+}
+
 // State returns a copy of what the tracker knows of one lock.
 func (t *Tracker) State(key LockKey) (TrackState, bool) {
 	st, ok := t.locks[key]

@@ -38,6 +38,16 @@ func (u *writeOnlyLocks) reset(states []TrackState) {
 	}
 }
 
+// forget drops the source's locks, as Tracker.Forget does.
+func (u *writeOnlyLocks) forget(source string) {
+	for k := range u.keys {
+		if k.Source == source {
+			delete(u.keys, k)
+		}
+	}
+	delete(u.bySource, source)
+}
+
 // update follows the locks a tracker step changed.
 func (u *writeOnlyLocks) update(b Batch) {
 	for _, st := range b.Locks {

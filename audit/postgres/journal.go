@@ -81,6 +81,11 @@ func (w *batchWriter) queue(name, sql string, args ...any) {
 }
 
 func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
+	// First, so that a refused batch sends nothing more, and so that the
+	// fence rows' locks order two replicas' commits of a source.
+	if err := w.putFences(ctx, b.Fences); err != nil {
+		return err
+	}
 	shaped := rowcodec.Shape(b)
 	if err := w.putLocks(ctx, shaped.Locks); err != nil {
 		return err
@@ -133,6 +138,43 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	}
 	if b.SyncMark {
 		w.mark = &w.highest
+	}
+	return nil
+}
+
+// putFences checks and moves the batch's fences in one round trip, failing
+// with EFENCED at the first that is older than its source's. An upsert
+// waits for another transaction that holds the fence's row, then judges by
+// what that one committed.
+func (w *batchWriter) putFences(ctx context.Context, fences []audit.Fence) error {
+	if len(fences) == 0 {
+		return nil
+	}
+	var pipe pgx.Batch
+	moved := make([]bool, len(fences))
+	for i, f := range fences {
+		pipe.Queue(`INSERT INTO source_fences (source, token) VALUES ($1, $2)
+			ON CONFLICT (source) DO UPDATE SET token = excluded.token WHERE source_fences.token <= excluded.token
+			RETURNING true`, f.Source, f.Token).QueryRow(func(row pgx.Row) error {
+			err := row.Scan(&moved[i])
+			if errors.Is(err, pgx.ErrNoRows) {
+				return nil
+			}
+			return err
+		})
+	}
+	if err := w.tx.SendBatch(ctx, &pipe).Close(); err != nil {
+		return fmt.Errorf("fences of %d sources from %s: %w", len(fences), fences[0].Source, err)
+	}
+	for i, f := range fences {
+		if moved[i] {
+			continue
+		}
+		var highest int64
+		if err := w.tx.QueryRow(ctx, `SELECT token FROM source_fences WHERE source = $1`, f.Source).Scan(&highest); err != nil {
+			return fmt.Errorf("fence of source %s: %w", f.Source, err)
+		}
+		return audit.FencedError(f, highest)
 	}
 	return nil
 }

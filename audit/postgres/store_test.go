@@ -64,6 +64,10 @@ func runContract(t *testing.T, opts Options) {
 			urls.Store(r, url)
 			return r
 		},
+		Second: func(t *testing.T, s storetest.Store) storetest.Store {
+			url, _ := urls.Load(s)
+			return openWith(t, url.(string), opts)
+		},
 	})
 }
 

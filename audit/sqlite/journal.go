@@ -83,7 +83,7 @@ type batchWriter struct {
 // the writer's one connection, before the first batch's transaction takes it.
 var writerQueries = []string{lockUpsert, trackUpsert, lockRenewal, tenureRenewal, tenureUpsert,
 	eventInsert + eventRow, eventInsertMany, findingInsert,
-	cursorUpsert, sourceEventUpsert, journalSynced, journalSyncedTo}
+	cursorUpsert, sourceEventUpsert, journalSynced, journalSyncedTo, fenceUpsert}
 
 // The statements nearly every commit runs once: compiled once like the
 // rest, since parsing them cost more than running them (a tenth of the CPU
@@ -131,6 +131,10 @@ func (w *batchWriter) exec(ctx context.Context, q string, args ...any) error {
 }
 
 func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
+	// First, so that a refused batch writes nothing before it fails.
+	if err := w.putFences(ctx, b.Fences); err != nil {
+		return err
+	}
 	shaped := rowcodec.Shape(b)
 	if err := w.putLocks(ctx, shaped.Locks); err != nil {
 		return err
@@ -167,6 +171,39 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	if b.SyncedToMark {
 		if err := w.exec(ctx, journalSyncedTo, mark); err != nil {
 			return fmt.Errorf("record sync: %w", err)
+		}
+	}
+	return nil
+}
+
+// fenceUpsert moves a source's fence up to the batch's token, and returns
+// no row if the fence is already higher.
+const fenceUpsert = `INSERT INTO source_fences (source, token) VALUES (?, ?)
+	ON CONFLICT (source) DO UPDATE SET token = excluded.token WHERE source_fences.token <= excluded.token
+	RETURNING token`
+
+// putFences checks and moves the batch's fences, failing with EFENCED at
+// the first that is older than its source's.
+func (w *batchWriter) putFences(ctx context.Context, fences []audit.Fence) error {
+	if len(fences) == 0 {
+		return nil
+	}
+	st, err := w.stmt(ctx, fenceUpsert)
+	if err != nil {
+		return fmt.Errorf("prepare fence upsert: %w", err)
+	}
+	for _, f := range fences {
+		var token int64
+		err := st.QueryRowContext(ctx, f.Source, f.Token).Scan(&token)
+		if errors.Is(err, sql.ErrNoRows) {
+			var highest int64
+			if err := w.tx.QueryRowContext(ctx, `SELECT token FROM source_fences WHERE source = ?`, f.Source).Scan(&highest); err != nil {
+				return fmt.Errorf("fence of source %s: %w", f.Source, err)
+			}
+			return audit.FencedError(f, highest)
+		}
+		if err != nil {
+			return fmt.Errorf("fence of source %s: %w", f.Source, err)
 		}
 	}
 	return nil

@@ -95,6 +95,9 @@ var Tables = []Table{
 		col("reason", Text, false), col("locks", Int, false),
 	}},
 	{Name: "source_events", Key: 1, Columns: []Column{col("source", Text, false), col("last_event_at", Int, false)}},
+	// A copy keeps each source's fence, so a deposed replica's late batch is
+	// refused by the new store as by the old.
+	{Name: "source_fences", Key: 1, Mark: true, Columns: []Column{col("source", Text, false), col("token", Int, false)}},
 	{Name: "journal", Key: 1, Whole: true, Mark: true, Columns: ints("id", "synced_event")},
 	{Name: "lock_counts", Key: 3, Whole: true, Mark: true, Columns: []Column{
 		col("source", Text, false), col("class", Text, false), col("state", Text, false), col("n", Int, false),

@@ -17,8 +17,8 @@ import (
 // locks of two sources and classes with the tracker's memory of them
 // (resources' highest tokens and pending grants), tenures ended and held,
 // grants, renewals synced and not, releases, writes with request ids,
-// findings, a blind window, cursors, and renewals pruned by retention into
-// summaries. It returns the request ids of its writes.
+// findings, a blind window, cursors, renewals pruned by retention into
+// summaries, and the fences of two sources. It returns the request ids of its writes.
 func CopyStory(t *testing.T, s Store) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -89,6 +89,8 @@ func CopyStory(t *testing.T, s Store) []string {
 			Cursors: []audit.Cursor{{Source: "cluster-a", Position: "rv-9" + string(rune('1'+i)), At: At(sec)}},
 		})
 	}
+	// Replicas own the sources under fences.
+	Apply(t, s, audit.Batch{Fences: []audit.Fence{{Source: "cluster-a", Token: 3}, {Source: "cache", Token: 2}}})
 	return ids
 }
 
@@ -200,6 +202,8 @@ func testCopyMovesTheWholeHistory(t *testing.T, h Harness) {
 		}
 	}
 	SameHistory(t, src, dst, ids)
+	// The copy keeps the fences: a deposed owner is refused there too.
+	CheckFenced(t, dst.Apply(context.Background(), audit.Batch{Fences: []audit.Fence{{Source: "cluster-a", Token: 2}}}), "cluster-a", 2, 3)
 
 	// The service goes on in the new store: its new rows get new ids, and
 	// both stores read the same after the same batch.

@@ -33,6 +33,10 @@ type Harness struct {
 	// through Apply would: setup for the test that needs thousands of locks.
 	// Nil means through Apply.
 	AddLocks func(t *testing.T, s Store, n int)
+	// Second, if set, opens another store on s's database, as a second
+	// replica sharing it would, closed at the test's end. Nil skips the
+	// cases that need two.
+	Second func(t *testing.T, s Store) Store
 }
 
 // Run runs the contract suite as subtests of t. Each subtest opens its own
@@ -68,6 +72,14 @@ var contract = []struct {
 	{"ReopenKeepsData", testReopenKeepsData},
 	{"SizeGrowsWithEvents", testSizeGrowsWithEvents},
 
+	// Fencing: replicas that share the store, each source under its
+	// owner's token.
+	{"FenceRefusedBatchLeavesNothing", testFenceRefusedBatchLeavesNothing},
+	{"FenceEqualTokenCommits", testFenceEqualTokenCommits},
+	{"FenceHigherTokenMovesIt", testFenceHigherTokenMovesIt},
+	{"FencesOfSeveralSources", testFencesOfSeveralSources},
+	{"FenceTwoReplicasRace", testFenceTwoReplicasRace},
+
 	// The recorder over the store: restarts, failed commits, request ids
 	// and the fresh overlay of unsynced renewals.
 	{"RecorderObserveIsDurableAndResumes", testRecorderObserveIsDurableAndResumes},
@@ -82,6 +94,9 @@ var contract = []struct {
 	{"RecorderCommitsCarryTheirRenewals", testRecorderCommitsCarryTheirRenewals},
 	{"RecorderSpreadsASyncOverCommits", testRecorderSpreadsASyncOverCommits},
 	{"RecorderRenewalsSurviveACrashInASyncRound", testRecorderRenewalsSurviveACrashInASyncRound},
+	{"RecorderFenceRefusalKeepsOtherSources", testRecorderFenceRefusalKeepsOtherSources},
+	{"RecorderSetFenceCutsOffTheOldOwner", testRecorderSetFenceCutsOffTheOldOwner},
+	{"RecorderDropFenceGivesTheSourceUp", testRecorderDropFenceGivesTheSourceUp},
 
 	// The read side: lists, filters, pages and errors.
 	{"LocksFilters", testLocksFilters},

@@ -1,0 +1,216 @@
+package audit
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"slices"
+	"time"
+)
+
+// Fencing in the recorder. When replicas share a store, a replica records
+// only the sources it owns, each under its ownership token: SetFence when it
+// is granted one, and every batch then carries the fences of the sources
+// whose rows it holds. A store that refuses a batch (EFENCED) says another
+// replica owns a source now: the recorder gives that source up at once and
+// commits the rest of the group without it.
+
+// FenceRefusal is what the store refused of a source whose fence had moved
+// past this recorder's token, for the WithFenceRefused hook.
+type FenceRefusal struct {
+	Source  string
+	Token   int64 // the token this recorder wrote under
+	Highest int64 // the store's fence of the source, a newer owner's
+	At      time.Time
+	// Inputs and Writes are the collector inputs and write reports of the
+	// source that were refused; Events, the source's events in the refused
+	// batch; Renewals, the source's renewals not yet in its lock rows that
+	// this recorder forgot (the renew events are stored).
+	Inputs, Writes, Events, Renewals int
+}
+
+// WithFenceRefused calls fn, on the recording goroutine, each time the store
+// refuses a source's rows because a newer owner holds it, after the
+// recorder has given the source up and before it answers the source's
+// refused requests: the caller stops the source's collector and reports it. fn must be quick and must not call the recorder.
+func WithFenceRefused(fn func(FenceRefusal)) RecorderOption {
+	return func(r *Recorder) { r.onFenceRefused = fn }
+}
+
+// fenceChange is a SetFence or DropFence request.
+type fenceChange struct {
+	source string
+	token  int64
+	drop   bool
+}
+
+// SetFence makes the recorder write source's rows under token, the fencing
+// token of this replica's grant of the source, and records source again if
+// it had given it up. It returns once the store's fence of the source is at
+// token, so that from then on no other replica's batch under an older token
+// lands: EFENCED if the store already holds a newer one. Call it before the
+// source's collector starts.
+func (r *Recorder) SetFence(ctx context.Context, source string, token int64) error {
+	return r.do(ctx, &request{fence: &fenceChange{source: source, token: token}})
+}
+
+// DropFence gives source up: the recorder forgets its tracker state, cursor
+// and renewals not yet in its rows, and refuses its inputs and write
+// reports (EFENCED) until SetFence. Call it once the source's collector has
+// stopped, when this replica's grant of the source ends.
+func (r *Recorder) DropFence(ctx context.Context, source string) error {
+	return r.do(ctx, &request{fence: &fenceChange{source: source, drop: true}})
+}
+
+// changeFence carries out a fence request; recording goroutine only.
+func (r *Recorder) changeFence(req *request) {
+	c := req.fence
+	if c.drop {
+		r.disown(c.source, Errorf(EFENCED, "source %q is not recorded here: this replica gave its ownership up", c.source))
+		req.done <- nil
+		return
+	}
+	err := r.journal.Apply(context.Background(), Batch{Fences: []Fence{{Source: c.source, Token: c.token}}})
+	if err == nil {
+		r.fences[c.source] = c.token
+		delete(r.disowned, c.source)
+	}
+	req.done <- err
+}
+
+// disown forgets source and refuses its requests with why from now on;
+// recording goroutine only. It returns how many of the source's renewals
+// not yet in its rows it forgot.
+func (r *Recorder) disown(source string, why error) int {
+	delete(r.fences, source)
+	r.disowned[source] = why
+	r.trackMu.Lock()
+	r.tracker.Forget(source)
+	r.writeOnly.forget(source)
+	r.trackMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	delete(r.cursors, source)
+	n := 0
+	for k := range r.unsaved {
+		if k.Source == source {
+			delete(r.unsaved, k)
+			n++
+		}
+	}
+	return n
+}
+
+// fencesOf returns the fences of the sources whose rows b holds, in source
+// order: two replicas' transactions then take the store's fence rows in
+// one order, and cannot deadlock on them.
+func (r *Recorder) fencesOf(b *Batch) []Fence {
+	if len(r.fences) == 0 {
+		return nil
+	}
+	var fences []Fence
+	last := ""
+	add := func(source string) {
+		if source == last {
+			return // rows come in runs of one source
+		}
+		last = source
+		token, ok := r.fences[source]
+		if !ok || slices.ContainsFunc(fences, func(f Fence) bool { return f.Source == source }) {
+			return
+		}
+		fences = append(fences, Fence{Source: source, Token: token})
+	}
+	for i := range b.Locks {
+		add(b.Locks[i].Lock.Source)
+	}
+	for i := range b.Tenures {
+		add(b.Tenures[i].Lock.Source)
+	}
+	for i := range b.Events {
+		add(b.Events[i].Lock.Source)
+	}
+	for i := range b.Findings {
+		add(b.Findings[i].Lock.Source)
+	}
+	for i := range b.Renewed {
+		add(b.Renewed[i].Lock.Source)
+	}
+	for i := range b.Cursors {
+		add(b.Cursors[i].Source)
+	}
+	slices.SortFunc(fences, func(a, b Fence) int { return cmp.Compare(a.Source, b.Source) })
+	return fences
+}
+
+// touches reports whether the request names source.
+func (req *request) touches(source string) bool {
+	if req.input != nil && req.input.Source == source {
+		return true
+	}
+	return slices.ContainsFunc(req.writes, func(w WriteReport) bool { return w.Source == source })
+}
+
+// disownedBy returns the refusal of a request that names a source this
+// recorder has given up, nil if it names none.
+func (r *Recorder) disownedBy(req *request) error {
+	if len(r.disowned) == 0 {
+		return nil
+	}
+	for source, why := range r.disowned {
+		if req.touches(source) {
+			return why
+		}
+	}
+	return nil
+}
+
+// fenceRefused handles the store's refusal of b, the group's batch, for
+// stale's source: the tracker takes back every step of the group, the
+// source is given up, its requests get the refusal, and the rest of the
+// group commits again without them. Recording goroutine only.
+func (r *Recorder) fenceRefused(group []*request, b Batch, err error, stale *StaleFence, refused []error, tick bool) {
+	fr := FenceRefusal{Source: stale.Source, Token: stale.Token, Highest: stale.Highest, At: r.now()}
+	for i := range b.Events {
+		if b.Events[i].Lock.Source == stale.Source {
+			fr.Events++
+		}
+	}
+	r.renewedNow = nil
+	fr.Renewals = r.disown(stale.Source, err)
+	// The other sources' steps are taken back too, and taken again below:
+	// some requests of the group are no longer in it.
+	r.reload(context.Background())
+	var rest, lost []*request
+	for i, req := range group {
+		switch {
+		case refused != nil && refused[i] != nil:
+			req.done <- refused[i]
+		case req.touches(stale.Source):
+			if req.input != nil {
+				fr.Inputs++
+			}
+			fr.Writes += len(req.writes)
+			lost = append(lost, req)
+		default:
+			rest = append(rest, req)
+		}
+	}
+	r.log.Warn("a newer owner holds the source: its rows were refused and it is no longer recorded here",
+		"source", fr.Source, "token", fr.Token, "highest", fr.Highest, "inputs", fr.Inputs, "writes", fr.Writes, "events", fr.Events)
+	// Before the source's requests are answered: its collector is told to
+	// stop before it hears of the refusal.
+	if r.onFenceRefused != nil {
+		r.onFenceRefused(fr)
+	}
+	for _, req := range lost {
+		req.done <- err
+	}
+	r.commit(rest, tick)
+}
+
+// staleFence returns the refusal err explains, if it is one.
+func staleFence(err error) (*StaleFence, bool) {
+	var sf *StaleFence
+	return sf, errors.As(err, &sf)
+}
