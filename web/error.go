@@ -36,6 +36,10 @@ func httpStatus(code string) int {
 		return http.StatusUnsupportedMediaType
 	case audit.EUNAVAILABLE:
 		return http.StatusServiceUnavailable
+	case audit.EFENCED:
+		// This replica no longer owns the source (replication): nothing
+		// was stored, and the request may be sent again, to the owner.
+		return http.StatusServiceUnavailable
 	default:
 		return http.StatusInternalServerError
 	}
