@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"sync"
 
 	k8s "k8s.io/client-go/kubernetes"
 
+	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd"
@@ -16,35 +18,103 @@ import (
 
 // replicas is a replica's part in sharing the sources (replication:): the
 // elector on the configured backend, and the manager that runs a source's
-// collector while this replica owns it.
+// collector while this replica owns it, its commits fenced with the grant's
+// token.
 type replicas struct {
 	el      ownership.Elector
 	manager *ownership.Manager
+	rec     *audit.Recorder
+	runner  *collectors.Runner
+	log     *slog.Logger
+
+	mu      sync.Mutex
+	pending []grant       // grants and ends not yet acted on, in order
+	wake    chan struct{} // signalled when pending grows
+}
+
+// grant is the start (token set) or the end of an ownership.
+type grant struct {
+	source string
+	token  int64
+	ended  bool
 }
 
 // newReplicas connects to the replication backend and returns the manager
-// of cfg's sources on runner, which must be gated. A grant starts the
-// source's collector; its end stops it at once.
-func newReplicas(ctx context.Context, cfg config.ReplicationConfig, sources []string, runner *collectors.Runner, logger *slog.Logger) (*replicas, error) {
+// of cfg's sources on runner, which must be gated.
+func newReplicas(ctx context.Context, cfg config.ReplicationConfig, sources []string, rec *audit.Recorder, runner *collectors.Runner, logger *slog.Logger) (*replicas, error) {
 	el, err := newElector(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("replication: %w", err)
 	}
-	log := logger.With("component", "replication", "identity", cfg.Identity)
-	m := ownership.NewManager(el, ownership.ManagerConfig{
+	r := &replicas{el: el, rec: rec, runner: runner, log: logger.With("component", "replication", "identity", cfg.Identity),
+		wake: make(chan struct{}, 1)}
+	r.manager = ownership.NewManager(el, ownership.ManagerConfig{
 		Sources:     sources,
 		RetryPeriod: cfg.Timing().RetryPeriod,
-		OnAcquired: func(source string, token int64) {
-			log.Info("source acquired", "source", source, "token", token)
-			runner.Own(source)
-		},
+		// The manager's callbacks must not block: the fence is a commit,
+		// so they queue the grant for run, which acts on each in order.
+		OnAcquired: func(source string, token int64) { r.queue(grant{source: source, token: token}) },
 		OnLost: func(source string) {
-			runner.Disown(source)
-			log.Warn("source lost: its collector is stopped", "source", source)
+			runner.Disown(source) // at once, before anything else
+			r.queue(grant{source: source, ended: true})
 		},
-		Logger: log,
+		Logger: r.log,
 	})
-	return &replicas{el: el, manager: m}, nil
+	return r, nil
+}
+
+func (r *replicas) queue(g grant) {
+	r.mu.Lock()
+	r.pending = append(r.pending, g)
+	r.mu.Unlock()
+	select {
+	case r.wake <- struct{}{}:
+	default:
+	}
+}
+
+// act acts on the queued grants in order until ctx ends. A grant first
+// writes its token to the store's fence, which cuts the previous owner's
+// commits off, and only then starts the collector; an end stops the
+// collector and gives the source up in the recorder.
+func (r *replicas) act(ctx context.Context) {
+	for {
+		r.mu.Lock()
+		gs := r.pending
+		r.pending = nil
+		r.mu.Unlock()
+		for _, g := range gs {
+			if g.ended {
+				r.runner.Disown(g.source)
+				if err := r.rec.DropFence(ctx, g.source); err != nil && ctx.Err() == nil {
+					r.log.Error("give a lost source up", "source", g.source, "err", err)
+				}
+				r.log.Warn("source lost: its collector is stopped", "source", g.source)
+				continue
+			}
+			if err := r.rec.SetFence(ctx, g.source, g.token); err != nil {
+				if ctx.Err() == nil {
+					r.log.Error("source granted, but its fence could not be set: not started", "source", g.source, "token", g.token, "err", err)
+				}
+				continue
+			}
+			r.runner.Own(g.source)
+			r.log.Info("source acquired: collector starting", "source", g.source, "token", g.token)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-r.wake:
+		}
+	}
+}
+
+// refused stops a source whose commit the store refused: a newer owner
+// holds it, whatever this replica's lease says.
+func (r *replicas) refused(f audit.FenceRefusal) {
+	r.runner.Disown(f.Source)
+	r.log.Error("commit refused by the store's fence: a newer owner holds the source; its collector is stopped",
+		"source", f.Source, "token", f.Token, "highest", f.Highest)
 }
 
 // newElector connects to the backend replicas elect owners on.
@@ -98,6 +168,9 @@ func (c closing) Close() error {
 // run shares the sources until ctx ends, then resigns them and closes the
 // elector.
 func (r *replicas) run(ctx context.Context) {
+	var wg sync.WaitGroup
+	wg.Go(func() { r.act(ctx) })
 	r.manager.Run(ctx)
 	r.el.Close()
+	wg.Wait()
 }

@@ -74,6 +74,10 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	}, logger.With("component", "recorder"), audit.WithCommitHook(func(c audit.Commit) {
 		rm.observe(c)
 		svc.alerts.observe(c)
+	}), audit.WithFenceRefused(func(f audit.FenceRefusal) {
+		if svc.replicas != nil {
+			svc.replicas.refused(f)
+		}
 	}))
 	if err := rec.Start(ctx); err != nil {
 		store.Close()
@@ -105,7 +109,7 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		for i, sc := range cfg.Sources {
 			names[i] = sc.Name
 		}
-		if svc.replicas, err = newReplicas(ctx, cfg.Replication, names, svc.runner, logger); err != nil {
+		if svc.replicas, err = newReplicas(ctx, cfg.Replication, names, rec, svc.runner, logger); err != nil {
 			svc.close()
 			return nil, err
 		}
