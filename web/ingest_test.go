@@ -261,28 +261,21 @@ func (w failingWrites) ReportWrites(context.Context, []audit.WriteReport) error 
 
 func TestIngestReporterFails(t *testing.T) {
 	body := `{"source":"cache","lock":"lock:late","resource":"r","outcome":"accepted"}`
-	t.Run("Unavailable", func(t *testing.T) {
-		f := newFixture(t, func(c *Config) {
-			c.Writes = failingWrites{audit.Errorf(audit.EUNAVAILABLE, "recorder is shut down")}
+	// A store that is down, and a replica that no longer owns the source:
+	// nothing stored, and the client tries again (reaching the owner).
+	for _, tc := range []struct{ name, code, msg string }{
+		{"Unavailable", audit.EUNAVAILABLE, "recorder is shut down"},
+		{"Fenced", audit.EFENCED, "source cache is owned by a newer replica (token 3 refused, the store holds 4)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, func(c *Config) { c.Writes = failingWrites{audit.Errorf(tc.code, "%s", tc.msg)} })
+			res, m := f.post(t, body, bearer)
+			if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != retryAfter {
+				t.Fatalf("POST = %d %v, Retry-After %q; want 503 with Retry-After %s", res.StatusCode, m, res.Header.Get("Retry-After"), retryAfter)
+			}
+			wantError(t, m, tc.msg)
 		})
-		res, m := f.post(t, body, bearer)
-		if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != retryAfter {
-			t.Fatalf("POST = %d %v, Retry-After %q; want 503 with Retry-After %s", res.StatusCode, m, res.Header.Get("Retry-After"), retryAfter)
-		}
-		wantError(t, m, "recorder is shut down")
-	})
-	t.Run("Fenced", func(t *testing.T) {
-		// This replica no longer owns the source: nothing stored, and the
-		// client tries again, reaching the owner.
-		f := newFixture(t, func(c *Config) {
-			c.Writes = failingWrites{audit.Errorf(audit.EFENCED, "source cache is owned by a newer replica (token 3 refused, the store holds 4)")}
-		})
-		res, m := f.post(t, body, bearer)
-		if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != retryAfter {
-			t.Fatalf("POST = %d %v, Retry-After %q; want 503 with Retry-After %s", res.StatusCode, m, res.Header.Get("Retry-After"), retryAfter)
-		}
-		wantError(t, m, "source cache is owned by a newer replica")
-	})
+	}
 	t.Run("InternalErrorHidden", func(t *testing.T) {
 		f := newFixture(t, func(c *Config) {
 			c.Writes = failingWrites{errors.New("disk I/O error at /var/lib/leasewatch.db")}
