@@ -171,7 +171,8 @@ func ensurePartitions(ctx context.Context, tx pgx.Tx, p partitions, rows [][]any
 			name, from, from+p.span)); err != nil {
 			return p, fmt.Errorf("attach renewals partition %s: %w", name, err)
 		}
-		p.froms = slices.Insert(slices.Clone(p.froms), func() int { i, _ := slices.BinarySearch(p.froms, from); return i }(), from)
+		i, _ := slices.BinarySearch(p.froms, from)
+		p.froms = slices.Insert(slices.Clone(p.froms), i, from) // p's slice may be the committed one
 	}
 	return p, nil
 }
