@@ -89,68 +89,80 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		return nil, fmt.Errorf("load locks for alerting: %w", err)
 	}
 
-	var cs []collectors.Collector
-	for i, sc := range cfg.Sources {
-		c, err := newCollector(sc, clients[sc.Name], logger.With("source", sc.Name))
-		if err != nil {
-			svc.close()
-			return nil, fmt.Errorf("sources[%d]: %w", i, err)
-		}
-		cs = append(cs, c)
-	}
-	svc.runner, err = collectors.NewRunner(rec, cs, collectors.RunnerConfig{Logger: logger.With("component", "collectors"),
-		Registerer: reg, Gated: cfg.Replication.Enabled()})
-	if err != nil {
+	if err := svc.startCollectors(ctx, clients, reg); err != nil {
 		svc.close()
 		return nil, err
 	}
-	if cfg.Replication.Enabled() {
-		names := make([]string, len(cfg.Sources))
-		for i, sc := range cfg.Sources {
-			names[i] = sc.Name
-		}
-		if svc.replicas, err = newReplicas(ctx, cfg.Replication, names, rec, svc.runner, logger); err != nil {
-			svc.close()
-			return nil, err
-		}
-	}
-
 	reg.MustRegister(rm.newLeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")))
 	svc.retainer = &audit.Retainer{Store: store, Retention: cfg.Retention.Policy(), Now: time.Now,
 		Log: logger.With("component", "retention"), Pruned: newRetentionMetrics(reg, store)}
+	if err := svc.startWeb(sources, reg); err != nil {
+		svc.close()
+		return nil, err
+	}
+	return svc, nil
+}
 
-	webLog := logger.With("component", "web")
+// startCollectors builds a collector per source and their runner, and with
+// replication the replicas' share of them.
+func (s *service) startCollectors(ctx context.Context, clients map[string]*clientv3.Client, reg prometheus.Registerer) error {
+	cfg := s.cfg
+	var cs []collectors.Collector
+	for i, sc := range cfg.Sources {
+		c, err := newCollector(sc, clients[sc.Name], s.log.With("source", sc.Name))
+		if err != nil {
+			return fmt.Errorf("sources[%d]: %w", i, err)
+		}
+		cs = append(cs, c)
+	}
+	var err error
+	s.runner, err = collectors.NewRunner(s.recorder, cs, collectors.RunnerConfig{Logger: s.log.With("component", "collectors"),
+		Registerer: reg, Gated: cfg.Replication.Enabled()})
+	if err != nil || !cfg.Replication.Enabled() {
+		return err
+	}
+	names := make([]string, len(cfg.Sources))
+	for i, sc := range cfg.Sources {
+		names[i] = sc.Name
+	}
+	s.replicas, err = newReplicas(ctx, cfg.Replication, names, s.recorder, s.runner, s.log)
+	return err
+}
+
+// startWeb builds the web server on the recorder's fresh reads and binds
+// its listener.
+func (s *service) startWeb(sources func() []audit.Source, reg *prometheus.Registry) error {
+	cfg := s.cfg
+	webLog := s.log.With("component", "web")
 	var tlsConfig *tls.Config
 	if cfg.TLS.Enabled() {
+		var err error
 		if tlsConfig, err = cfg.TLS.ServerConfig(webLog); err != nil {
-			svc.close()
-			return nil, fmt.Errorf("tls: %w", err)
+			return fmt.Errorf("tls: %w", err)
 		}
 	}
-	svc.web, err = web.New(web.Config{
-		Store:            rec.Fresh(store),
-		Writes:           rec,
+	var err error
+	s.web, err = web.New(web.Config{
+		Store:            s.recorder.Fresh(s.store),
+		Writes:           s.recorder,
 		Sources:          sources,
-		Alerts:           svc.alerts.alerts,
+		Alerts:           s.alerts.alerts,
 		KnownSources:     cfg.SourceKinds(),
 		IngestTokens:     cfg.IngestTokens,
 		Registry:         reg,
 		Logger:           webLog,
-		Ready:            rec.Ready,
+		Ready:            s.recorder.Ready,
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		Auth:             webAuth(cfg.Auth),
 		TLS:              tlsConfig,
 	})
 	if err != nil {
-		svc.close()
-		return nil, err
+		return err
 	}
-	svc.ln, err = net.Listen("tcp", cfg.Listen)
-	if err != nil {
-		svc.close()
-		return nil, fmt.Errorf("listen: %w", err)
+	if s.ln, err = net.Listen("tcp", cfg.Listen); err != nil {
+		return fmt.Errorf("listen: %w", err)
 	}
-	return svc, nil
+	return nil
 }
 
 // webAuth translates auth: for the web server.
