@@ -192,71 +192,16 @@ func testFenceTwoReplicasRace(t *testing.T, h Harness) {
 	ctx := context.Background()
 	old := h.Open(t)
 	owner := h.Second(t, old)
-
-	var (
-		mu        sync.Mutex
-		acked     []string  // request ids of acknowledged commits
-		refused   []string  // and of refused ones
-		tookOver  time.Time // when the new owner's first commit returned
-		lateLands []string  // old-owner commits begun after tookOver that landed
-	)
-	commit := func(s Store, token int64, n int) error {
-		id := fmt.Sprintf("t%d-%04d", token, n)
-		started := time.Now()
-		err := s.Apply(ctx, fenced("src", "orders", token, n, id))
-		mu.Lock()
-		defer mu.Unlock()
-		switch {
-		case err == nil:
-			acked = append(acked, id)
-			if token == 1 && !tookOver.IsZero() && started.After(tookOver) {
-				lateLands = append(lateLands, id)
-			}
-			if token == 2 && tookOver.IsZero() {
-				tookOver = time.Now()
-			}
-		case audit.ErrorCode(err) == audit.EFENCED:
-			refused = append(refused, id)
-		default:
-			return err
-		}
-		return nil
-	}
+	var r fenceRace
 	oldDone := make(chan error, 1)
 	oldCommits := make(chan int, 1000)
 	newDone := make(chan struct{})
-	go func() {
-		// The old owner goes on until the store has refused it a few
-		// times, as a paused replica's queued commits would; or, should
-		// the store refuse none, for a few commits after the new owner's.
-		extra := 0
-		for n := 0; extra < 5; n++ {
-			if err := commit(old, 1, n); err != nil {
-				oldDone <- err
-				return
-			}
-			mu.Lock()
-			if len(refused) >= 5 {
-				extra = 5
-			}
-			mu.Unlock()
-			select {
-			case <-newDone:
-				extra++
-			default:
-			}
-			select {
-			case oldCommits <- n:
-			default:
-			}
-		}
-		oldDone <- nil
-	}()
+	go func() { oldDone <- r.oldOwner(ctx, old, oldCommits, newDone) }()
 	for range 5 {
 		<-oldCommits
 	}
 	for n := 0; n < 30; n++ {
-		if err := commit(owner, 2, 1000+n); err != nil {
+		if err := r.commit(ctx, owner, 2, 1000+n); err != nil {
 			t.Fatalf("new owner's commit %d: %v", n, err)
 		}
 	}
@@ -264,18 +209,91 @@ func testFenceTwoReplicasRace(t *testing.T, h Harness) {
 	if err := <-oldDone; err != nil {
 		t.Fatalf("old owner's commit failed other than by the fence: %v", err)
 	}
+	r.check(t, ctx, owner)
+}
 
-	mu.Lock()
-	defer mu.Unlock()
-	if len(lateLands) > 0 {
-		t.Errorf("old owner's commits %v began after the takeover and landed", lateLands)
+// fenceRace is what the two replicas of testFenceTwoReplicasRace saw of
+// their commits.
+type fenceRace struct {
+	mu        sync.Mutex
+	acked     []string  // request ids of acknowledged commits
+	refused   []string  // and of refused ones
+	tookOver  time.Time // when the new owner's first commit returned
+	lateLands []string  // old-owner commits begun after tookOver that landed
+}
+
+// commit writes commit n under token to s and notes how it went.
+func (r *fenceRace) commit(ctx context.Context, s Store, token int64, n int) error {
+	id := fmt.Sprintf("t%d-%04d", token, n)
+	started := time.Now()
+	err := s.Apply(ctx, fenced("src", "orders", token, n, id))
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	switch {
+	case err == nil:
+		r.acked = append(r.acked, id)
+		if token == 1 && !r.tookOver.IsZero() && started.After(r.tookOver) {
+			r.lateLands = append(r.lateLands, id)
+		}
+		if token == 2 && r.tookOver.IsZero() {
+			r.tookOver = time.Now()
+		}
+	case audit.ErrorCode(err) == audit.EFENCED:
+		r.refused = append(r.refused, id)
+	default:
+		return err
 	}
-	for _, id := range refused {
+	return nil
+}
+
+// oldOwner commits under token 1, telling progress of each, until the
+// store has refused it a few times, as a paused replica's queued commits
+// would; or, should the store refuse none, for a few commits after
+// newDone closes.
+func (r *fenceRace) oldOwner(ctx context.Context, s Store, progress chan<- int, newDone <-chan struct{}) error {
+	extra := 0
+	for n := 0; extra < 5; n++ {
+		if err := r.commit(ctx, s, 1, n); err != nil {
+			return err
+		}
+		r.mu.Lock()
+		if len(r.refused) >= 5 {
+			extra = 5
+		}
+		r.mu.Unlock()
+		select {
+		case <-newDone:
+			extra++
+		default:
+		}
+		select {
+		case progress <- n:
+		default:
+		}
+		// A replica's commits come a group-commit apart: back to back, a
+		// writer that takes SQLite's lock again at once would starve the
+		// other store's writer (its busy handler is not fair).
+		time.Sleep(time.Millisecond)
+	}
+	return nil
+}
+
+// check fails the test unless every acknowledged commit is stored once, no
+// refused one is, the new owner was never refused, nothing of the old
+// owner begun after the takeover landed, and the old owner was refused.
+func (r *fenceRace) check(t *testing.T, ctx context.Context, owner Store) {
+	t.Helper()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.lateLands) > 0 {
+		t.Errorf("old owner's commits %v began after the takeover and landed", r.lateLands)
+	}
+	for _, id := range r.refused {
 		if strings.HasPrefix(id, "t2-") {
 			t.Errorf("the new owner's commit %s was refused", id)
 		}
 	}
-	stored, err := owner.StoredWrites(ctx, append(append([]string(nil), acked...), refused...))
+	stored, err := owner.StoredWrites(ctx, append(append([]string(nil), r.acked...), r.refused...))
 	if err != nil {
 		t.Fatalf("StoredWrites: %v", err)
 	}
@@ -283,17 +301,17 @@ func testFenceTwoReplicasRace(t *testing.T, h Harness) {
 	for _, e := range stored {
 		got[e.RequestID]++
 	}
-	for _, id := range acked {
+	for _, id := range r.acked {
 		if got[id] != 1 {
 			t.Errorf("acknowledged commit %s stored %d times, want once", id, got[id])
 		}
 	}
-	for _, id := range refused {
+	for _, id := range r.refused {
 		if got[id] != 0 {
 			t.Errorf("refused commit %s is stored", id)
 		}
 	}
-	if len(refused) < 5 {
-		t.Errorf("%d commits of the old owner were refused, want at least 5", len(refused))
+	if len(r.refused) < 5 {
+		t.Errorf("%d commits of the old owner were refused, want at least 5", len(r.refused))
 	}
 }
