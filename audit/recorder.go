@@ -64,6 +64,10 @@ type Recorder struct {
 	// Recording goroutine only (and Start).
 	owning       bool
 	roundSources []string
+	// own is WithOwnLocks'; lastRefusals is when the recorder last looked
+	// for refusals to record. Recording goroutine only.
+	own          OwnLocks
+	lastRefusals time.Time
 
 	// trackMu guards the tracker: the recording goroutine holds it to step
 	// the tracker or restore it, Peek to read it.
@@ -432,6 +436,7 @@ func (r *Recorder) commit(group []*request, tick bool) {
 		r.trackMu.Lock()
 		b.Append(r.hold(r.tracker.Tick(r.now())))
 		r.trackMu.Unlock()
+		b.Append(r.recordRefusals(ctx))
 	}
 	known, err := r.storedRequests(ctx, group)
 	if err != nil {

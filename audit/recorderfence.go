@@ -31,6 +31,43 @@ type FenceRefusal struct {
 	Inputs, Writes, Events, Renewals int
 }
 
+// LoggedRefusal is a FenceRefusal kept in the store (Batch.Refusals) until
+// the owner of leasewatch's own source records it as a rejected write on
+// the ownership lock of the refused source (WithOwnLocks): a deposed replica
+// owns nothing it could record it under itself.
+type LoggedRefusal struct {
+	ID int64 // given by the store
+	FenceRefusal
+	Replica string // the identity of the replica refused
+}
+
+// OwnLocks is leasewatch's own source, for WithOwnLocks: the source whose
+// locks are the ownership leases of the sources replicas share.
+type OwnLocks struct {
+	Source string
+	// Lock names the lock of source's ownership lease within Source.
+	Lock func(source string) string
+	// Replica is this replica's identity: the holder of its refused writes.
+	Replica string
+}
+
+// refusalsEvery is how often the owner of leasewatch's own source looks for
+// fence refusals to record.
+const refusalsEvery = time.Second
+
+// maxRefusals bounds the refusals one commit records.
+const maxRefusals = 100
+
+// WithOwnLocks makes each commit the store's fence refuses show on
+// leasewatch's own dashboard, as the write it is: the replica, deposed,
+// tried to write to the store (resource "store") under its old token. The
+// refused replica logs the refusal in the store (Batch.Refusals); the
+// replica that owns own.Source records it, about once a second, as a
+// rejected write on the ownership lock of the refused source, which the
+// tracker judges as any other (a stale_write, with the exposure window of
+// the handover).
+func WithOwnLocks(own OwnLocks) RecorderOption { return func(r *Recorder) { r.own = own } }
+
 // WithFenceRefused calls fn, on the recording goroutine, each time the store
 // refuses a source's rows because a newer owner holds it, after the
 // recorder has given the source up and before it answers the source's
@@ -113,6 +150,7 @@ func (r *Recorder) DropFence(ctx context.Context, source string) error {
 func (r *Recorder) changeFence(req *request) {
 	c := req.fence
 	if c.drop {
+		r.handOver(c.source)
 		r.disown(c.source, Errorf(EFENCED, "source %q is not recorded here: this replica gave its ownership up", c.source))
 		req.done <- nil
 		return
@@ -161,6 +199,45 @@ func (r *Recorder) loadSource(ctx context.Context, source string) error {
 		r.cursors[c.Source] = c
 	}
 	return nil
+}
+
+// handOver writes, under its token, what the recorder holds of source that
+// its rows lack (its renewals, and its cursor again), before it gives the
+// source up with WithOwnership: after a clean handover the next owner has
+// nothing to replay. A deposed replica's last write is refused by the
+// fence, and shows as the stale write it is (WithOwnLocks). Recording
+// goroutine only.
+func (r *Recorder) handOver(source string) {
+	token, ok := r.fences[source]
+	if !r.owning || !ok {
+		return
+	}
+	b := Batch{Fences: []Fence{{Source: source, Token: token}}, Synced: true, SyncSources: []string{source}}
+	r.mu.Lock()
+	for k := range r.unsaved {
+		if k.Source == source {
+			rn, _ := r.unsaved.get(k)
+			b.Renewed = append(b.Renewed, rn)
+		}
+	}
+	if c, ok := r.cursors[source]; ok {
+		b.Cursors = []Cursor{c}
+	}
+	r.mu.Unlock()
+	err := r.journal.Apply(context.Background(), b)
+	stale, refused := staleFence(err)
+	switch {
+	case refused:
+		fr := FenceRefusal{Source: source, Token: stale.Token, Highest: stale.Highest, At: r.now(), Renewals: len(b.Renewed)}
+		r.log.Warn("a newer owner holds the source: the last write of its rows was refused",
+			"source", source, "token", fr.Token, "highest", fr.Highest, "renewals", fr.Renewals)
+		if r.onFenceRefused != nil {
+			r.onFenceRefused(fr)
+		}
+		r.logRefusal(fr)
+	case err != nil:
+		r.log.Error("write a source's rows before giving it up: the next owner replays its renewals", "source", source, "err", err)
+	}
 }
 
 // disown forgets source and refuses its requests with why from now on;
@@ -308,6 +385,49 @@ func (r *Recorder) fenceRefused(group []*request, b Batch, err error, stale *Sta
 		req.done <- err
 	}
 	r.commit(rest, tick)
+	r.logRefusal(fr)
+}
+
+// logRefusal keeps fr in the store for the owner of leasewatch's own source
+// to record (WithOwnLocks). Recording goroutine only.
+func (r *Recorder) logRefusal(fr FenceRefusal) {
+	if r.own.Source == "" {
+		return
+	}
+	b := Batch{Refusals: []LoggedRefusal{{FenceRefusal: fr, Replica: r.own.Replica}}}
+	if err := r.journal.Apply(context.Background(), b); err != nil {
+		r.log.Error("log the fence refusal for leasewatch's own source: it will not show as a rejected write",
+			"source", fr.Source, "token", fr.Token, "err", err)
+	}
+}
+
+// recordRefusals returns the steps that record the logged fence refusals
+// as rejected writes, when this replica owns leasewatch's own source and
+// has not looked for refusalsEvery. Recording goroutine only.
+func (r *Recorder) recordRefusals(ctx context.Context) Batch {
+	if _, owned := r.fences[r.own.Source]; r.own.Source == "" || !owned || r.now().Sub(r.lastRefusals) < refusalsEvery {
+		return Batch{}
+	}
+	r.lastRefusals = r.now()
+	logged, err := r.journal.Refusals(ctx, maxRefusals)
+	if err != nil {
+		r.log.Error("read the fence refusals to record", "err", err)
+		return Batch{}
+	}
+	var b Batch
+	r.trackMu.Lock()
+	defer r.trackMu.Unlock()
+	for _, f := range logged {
+		w := WriteReport{Source: r.own.Source, Lock: r.own.Lock(f.Source), Resource: "store", Token: Int64(f.Token),
+			Outcome: WriteRejected, HighestToken: Int64(f.Highest), Holder: f.Replica, At: f.At}
+		if err := r.writeOnly.admit([]WriteReport{w}, r.tracks); err == nil {
+			step := r.tracker.ReportWrite(w)
+			r.writeOnly.update(step)
+			b.Append(r.hold(step))
+		}
+		b.RefusalsRecorded = append(b.RefusalsRecorded, f.ID)
+	}
+	return b
 }
 
 // staleFence returns the refusal err explains, if it is one.

@@ -262,6 +262,13 @@ type Batch struct {
 	// rows of the sources it owns, and claims nothing of the others'. None:
 	// the claims are the whole store's (one recorder writes every source).
 	SyncSources []string
+	// Refusals are fence refusals to keep until they are recorded (see
+	// LoggedRefusal): a deposed replica writes them in a batch of their
+	// own, which no fence checks. RefusalsRecorded are the ids of logged
+	// refusals this batch records, as rejected writes on leasewatch's own
+	// locks: the journal deletes them with it, so each is recorded once.
+	Refusals         []LoggedRefusal
+	RefusalsRecorded []int64
 	// Fences are the owners' tokens of the sources whose rows the batch
 	// carries, when replicas share the store: the journal checks each, in
 	// order, in the batch's transaction, and stores none of the batch if one
@@ -273,7 +280,8 @@ type Batch struct {
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
 	return len(b.Locks) == 0 && len(b.Tenures) == 0 && len(b.Events) == 0 &&
-		len(b.Findings) == 0 && len(b.Cursors) == 0 && len(b.Renewed) == 0 && !b.Synced && !b.SyncMark && !b.SyncedToMark && len(b.Fences) == 0
+		len(b.Findings) == 0 && len(b.Cursors) == 0 && len(b.Renewed) == 0 && !b.Synced && !b.SyncMark && !b.SyncedToMark && len(b.Fences) == 0 &&
+		len(b.Refusals) == 0 && len(b.RefusalsRecorded) == 0
 }
 
 // Append adds o's contents to b, a later step's. A renewal of b.Renewed that
@@ -303,6 +311,8 @@ func (b *Batch) Append(o Batch) {
 	b.Cursors = append(b.Cursors, o.Cursors...)
 	b.Renewed = append(b.Renewed, o.Renewed...)
 	b.Fences = append(b.Fences, o.Fences...)
+	b.Refusals = append(b.Refusals, o.Refusals...)
+	b.RefusalsRecorded = append(b.RefusalsRecorded, o.RefusalsRecorded...)
 	for _, src := range o.SyncSources {
 		if !slices.Contains(b.SyncSources, src) {
 			b.SyncSources = append(b.SyncSources, src)
@@ -375,6 +385,9 @@ type Journal interface {
 	// Unsynced returns the renew events stored after the last Synced batch,
 	// in the order they were stored, for Tracker.ReplayRenewal.
 	Unsynced(ctx context.Context) ([]Event, error)
+	// Refusals returns the logged fence refusals not yet recorded, oldest
+	// first, at most limit of them.
+	Refusals(ctx context.Context, limit int) ([]LoggedRefusal, error)
 	// RestoreSource is Restore and Unsynced of one source, in one
 	// snapshot: a replica that takes the source over loads it. Its
 	// renewals are those after the source's own sync mark (SyncSources).

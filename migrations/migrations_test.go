@@ -27,6 +27,7 @@ var landed = map[string]map[string]string{
 		"0011_time_none.sql":            "a00b0439a89fa60ee6032c6fc26ec9ec4c1384cd2b3fa8cf3ab1ce81c10eba4a",
 		"0012_source_fences.sql":        "bbaf2197f455f6bee817052702436f3d9875e9a416adee52f0e6233b62263360",
 		"0013_source_sync.sql":          "a6b75b3c31a6d47497ff2ffead0ac339a5c886b1e89d8316ba37ba6572d0b9c2",
+		"0014_fence_refusals.sql":       "aedb1beda0518e054304c3cfe6ed7df721ad018c23cbb68156aff8894237647d",
 	},
 	"postgres": {
 		"0001_init.sql":                "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
@@ -34,6 +35,7 @@ var landed = map[string]map[string]string{
 		"0003_renewals.sql":            "447f0f2910a3642df347d00850045472c9d6b130f8e9944f3dbcbd89ba550b80",
 		"0004_source_fences.sql":       "497a023a2d021b6771b4bae248142afebda35d7dfafc25eb5b2ea7fab967192c",
 		"0005_source_sync.sql":         "0fb6fc6f2b196b29f0b7bed0bfe447aad0ea33ae1672b53773ef17e3a5f1b593",
+		"0006_fence_refusals.sql":      "e02173abdb0458e2a870a46dcab2e6c52bf258be1cfb316f41a52ff3342e52ff",
 	},
 }
 

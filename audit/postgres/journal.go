@@ -114,6 +114,13 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	// The newest id given out stands for the newest event stored: the
 	// store is the one writer, and an id given to a batch that rolled back
 	// names no event.
+	for _, f := range b.Refusals {
+		w.queue("fence refusal of "+f.Source, `INSERT INTO fence_refusals (source, token, highest, at, replica, events, inputs, writes)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8)`, f.Source, f.Token, f.Highest, audit.Nanos(f.At), f.Replica, f.Events, f.Inputs, f.Writes)
+	}
+	if len(b.RefusalsRecorded) > 0 {
+		w.queue("recorded fence refusals", `DELETE FROM fence_refusals WHERE id = ANY($1)`, b.RefusalsRecorded)
+	}
 	w.putSyncMarks(b)
 	if w.pipe.Len() > 0 {
 		res := w.tx.SendBatch(ctx, &w.pipe)

@@ -160,7 +160,26 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	if err := w.putRenewed(ctx, shaped.Renewed); err != nil {
 		return err
 	}
+	if err := w.putRefusals(ctx, b); err != nil {
+		return err
+	}
 	return w.putSyncMarks(ctx, b)
+}
+
+// putRefusals logs the batch's fence refusals and deletes those it records.
+func (w *batchWriter) putRefusals(ctx context.Context, b audit.Batch) error {
+	for _, f := range b.Refusals {
+		if _, err := w.tx.ExecContext(ctx, refusalInsert, f.Source, f.Token, f.Highest, nanos(f.At), f.Replica,
+			f.Events, f.Inputs, f.Writes); err != nil {
+			return fmt.Errorf("log the fence refusal of %s: %w", f.Source, err)
+		}
+	}
+	for _, id := range b.RefusalsRecorded {
+		if _, err := w.tx.ExecContext(ctx, `DELETE FROM fence_refusals WHERE id = ?`, id); err != nil {
+			return fmt.Errorf("fence refusal %d: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // putSyncMarks records the batch's Synced, SyncMark and SyncedToMark: the
@@ -205,6 +224,9 @@ func jsonList(list []string) string {
 	b, _ := json.Marshal(list)
 	return string(b)
 }
+
+const refusalInsert = `INSERT INTO fence_refusals (source, token, highest, at, replica, events, inputs, writes)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?)`
 
 // fenceUpsert moves a source's fence up to the batch's token, and returns
 // no row if the fence is already higher.

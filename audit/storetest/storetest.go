@@ -80,6 +80,8 @@ var contract = []struct {
 	{"FencesOfSeveralSources", testFencesOfSeveralSources},
 	{"FenceTwoReplicasRace", testFenceTwoReplicasRace},
 	{"RecorderTakeoverResumesTheSource", testRecorderTakeoverResumesTheSource},
+	{"RefusalsAreKeptUntilRecorded", testRefusalsAreKeptUntilRecorded},
+	{"RecorderRecordsRefusalsOnItsOwnLock", testRecorderRecordsRefusalsOnItsOwnLock},
 	{"SyncOfOneSourceLeavesTheOthers", testSyncOfOneSourceLeavesTheOthers},
 	{"SyncRoundOfOneSource", testSyncRoundOfOneSource},
 	{"SyncOfTheStoreRaisesSourceMarks", testSyncOfTheStoreRaisesSourceMarks},

@@ -38,6 +38,7 @@ type grant struct {
 	source string
 	token  int64
 	ended  bool
+	done   chan struct{} // of an end: closed once the source is given up
 }
 
 // replicaSyncEvery is how often a replica writes its sources' renewals into
@@ -66,7 +67,15 @@ func newReplicas(ctx context.Context, cfg config.ReplicationConfig, sources []st
 		OnAcquired: func(source string, token int64) { r.queue(grant{source: source, token: token}) },
 		OnLost: func(source string) {
 			runner.Disown(source) // at once, before anything else
-			r.queue(grant{source: source, ended: true})
+			// The manager resigns once this returns: the source's last
+			// write (Recorder.DropFence) goes first, so that a clean
+			// handover is not refused by the next owner's fence.
+			done := make(chan struct{})
+			r.queue(grant{source: source, ended: true, done: done})
+			select {
+			case <-done:
+			case <-time.After(cfg.Timing().RenewDeadline):
+			}
 		},
 		Logger: r.log,
 	})
@@ -100,6 +109,7 @@ func (r *replicas) act(ctx context.Context) {
 					r.log.Error("give a lost source up", "source", g.source, "err", err)
 				}
 				r.log.Warn("source lost: its collector is stopped", "source", g.source)
+				close(g.done)
 				continue
 			}
 			if err := r.rec.SetFence(ctx, g.source, g.token); err != nil {
@@ -179,8 +189,12 @@ func (c closing) Close() error {
 // elector.
 func (r *replicas) run(ctx context.Context) {
 	var wg sync.WaitGroup
-	wg.Go(func() { r.act(ctx) })
+	// The manager gives every source up as it stops (OnLost): the ends
+	// are acted on until it has.
+	actCtx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	wg.Go(func() { r.act(actCtx) })
 	r.manager.Run(ctx)
+	stop()
 	r.el.Close()
 	wg.Wait()
 }

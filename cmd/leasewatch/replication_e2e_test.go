@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -99,17 +100,26 @@ func startReplicas(t *testing.T, database, endpoint string) (procs []*serveProce
 		procs[i] = startServeProcess(t, writeReplicaConfig(t, database, endpoint, fmt.Sprintf("replica-%d", i)))
 		bases[i] = procs[i].waitListening(t, time.Minute)
 	}
-	eventually(t, 30*time.Second, "one source up on each replica, in standby on the other", func() bool {
+	// Three sources: alpha, beta and leasewatch's own.
+	eventually(t, 30*time.Second, "each source up on one replica, in standby on the other, and each replica running one", func() bool {
 		var clean bool
 		up, clean = owners(t, bases)
-		return clean && len(up["alpha"]) == 1 && len(up["beta"]) == 1 && up["alpha"][0] != up["beta"][0]
+		running := map[int]bool{}
+		for _, name := range []string{"alpha", "beta", "leasewatch"} {
+			if len(up[name]) != 1 {
+				return false
+			}
+			running[up[name][0]] = true
+		}
+		return clean && len(running) == 2
 	})
 	return procs, bases, up
 }
 
-// Two replicas share two sources on one PostgreSQL store: each source runs
-// on exactly one replica and is in standby on the other, one each once both
-// are up; after a kill -9 of one, the other runs both within the bound.
+// Two replicas share three sources on one PostgreSQL store (two configured,
+// and leasewatch's own): each source runs on exactly one replica and is in
+// standby on the other, and each replica runs some; after a kill -9 of one,
+// the other runs them all within the bound.
 func TestReplicasShareSourcesAndTakeOver(t *testing.T) {
 	database := pg.Get(t).Database(t)
 	etcdSrv, _ := startEtcd(t)
@@ -121,7 +131,7 @@ func TestReplicasShareSourcesAndTakeOver(t *testing.T) {
 	killed := time.Now()
 	eventually(t, replicaTakeoverBound, "the survivor to run both sources", func() bool {
 		states := sourceStates(t, bases[survivor])
-		return states["alpha"] == "up" && states["beta"] == "up"
+		return states["alpha"] == "up" && states["beta"] == "up" && states["leasewatch"] == "up"
 	})
 	t.Logf("takeover after kill -9: %s (bound %s)", time.Since(killed).Round(time.Millisecond), replicaTakeoverBound)
 }
@@ -196,5 +206,42 @@ func TestZombieReplicaCommitsNothing(t *testing.T) {
 	})
 	if g, r := recorded(); g != handovers || r != handovers {
 		t.Errorf("after the zombie resumed: %d grants and %d releases stored, want %d each, once", g, r, handovers)
+	}
+	// Its last write of each source it owned, refused, is a stale write to
+	// the store on leasewatch's own lock of that source, as either replica
+	// shows it.
+	owned := 0
+	for _, replicas := range up {
+		if replicas[0] == zombie {
+			owned++
+		}
+	}
+	type staleWrite struct {
+		apiFinding
+		LockID   int64  `json:"lock_id"`
+		LockName string `json:"lock_name"`
+	}
+	for _, base := range bases {
+		var stale []staleWrite
+		eventually(t, 20*time.Second, "a stale_write to the store on leasewatch's own lock of each source the zombie owned", func() bool {
+			var findings struct{ Findings []staleWrite }
+			getJSON(t, base, "/api/v1/findings?kind=stale_write&source=leasewatch", &findings)
+			stale = findings.Findings
+			return len(stale) >= owned
+		})
+		for _, f := range stale {
+			if f.Resource != "store" || !strings.HasPrefix(f.LockName, "/leasewatch/ownership/sources/") {
+				t.Errorf("stale write on leasewatch's own lock %q to %q, want an ownership lock and store", f.LockName, f.Resource)
+			}
+			// The lock the collector recorded: the zombie's tenure, then the survivor's.
+			var tenures struct{ Tenures []apiTenure }
+			getJSON(t, base, fmt.Sprintf("/api/v1/locks/%d/tenures", f.LockID), &tenures)
+			if len(tenures.Tenures) < 2 {
+				t.Errorf("ownership lock %s has %d tenures, want the handover's two", f.LockName, len(tenures.Tenures))
+			}
+		}
+		if len(stale) != owned {
+			t.Errorf("stale writes on leasewatch's own source = %+v, want %d, one per source the zombie owned", stale, owned)
+		}
 	}
 }

@@ -79,7 +79,10 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	if cfg.Replication.Enabled() {
 		// Each source is loaded when this replica is granted it, and its
 		// renewals reach the rows that other replicas read soon enough.
-		opts = append(opts, audit.WithOwnership(), audit.WithSyncInterval(replicaSyncEvery))
+		// A commit the fence refuses shows on leasewatch's own locks.
+		r := cfg.Replication
+		opts = append(opts, audit.WithOwnership(), audit.WithSyncInterval(replicaSyncEvery),
+			audit.WithOwnLocks(audit.OwnLocks{Source: r.Source, Lock: r.OwnLock, Replica: r.Identity}))
 	}
 	rec := audit.NewRecorder(rm.timeCommits(store), audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,

@@ -184,8 +184,19 @@ func (e *EtcdElector) Members(ctx context.Context) (int, error) {
 
 // sourcePrefix is the election prefix of source: escaped, so that no
 // source's keys lie under another's.
-func (e *EtcdElector) sourcePrefix(source string) string {
-	return e.cfg.Prefix + "sources/" + url.PathEscape(source) + "/"
+func (e *EtcdElector) sourcePrefix(source string) string { return EtcdSourceLock(e.cfg.Prefix, source) }
+
+// EtcdSourcesPrefix is where the elections of every source lie under
+// prefix: an etcd source watching it records each source's ownership as a
+// lock (README "HA and scale").
+func EtcdSourcesPrefix(prefix string) string { return prefix + "sources/" }
+
+// EtcdSourceLock is the lock an etcd source watching EtcdSourcesPrefix
+// records source's ownership election as. It ends in '/': the election's
+// prefix, under which concurrency.Election writes its candidates' keys
+// after one more '/'.
+func EtcdSourceLock(prefix, source string) string {
+	return EtcdSourcesPrefix(prefix) + url.PathEscape(source) + "/"
 }
 
 // Campaign tries every RetryPeriod: once the election has no leader and

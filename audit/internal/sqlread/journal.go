@@ -135,6 +135,14 @@ func (r *Reader) Unsynced(ctx context.Context) ([]audit.Event, error) {
 		ORDER BY e.id`)
 }
 
+// Refusals returns the logged fence refusals not yet recorded, oldest
+// first, at most limit.
+func (r *Reader) Refusals(ctx context.Context, limit int) ([]audit.LoggedRefusal, error) {
+	return query(ctx, r, r.Pool, "fence refusals", func(f *audit.LoggedRefusal) []any {
+		return []any{&f.ID, &f.Source, &f.Token, &f.Highest, rowcodec.TimeDest{P: &f.At}, &f.Replica, &f.Events, &f.Inputs, &f.Writes}
+	}, `SELECT id, source, token, highest, at, replica, events, inputs, writes FROM fence_refusals ORDER BY id LIMIT `+r.Dialect.P(1), limit)
+}
+
 // EventWithKey scans EventColumns followed by the lock's source and name,
 // into the event and its Lock.
 func EventWithKey(e *audit.Event) []any {

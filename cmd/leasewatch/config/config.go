@@ -582,6 +582,7 @@ func (c *Config) SetDefaults() {
 	}
 	c.Retention.fillDefaults()
 	c.Replication.fillDefaults()
+	c.addOwnSource()
 	for d, def := range map[*time.Duration]time.Duration{
 		&c.Alerts.BlindAfter: DefaultBlindAfter, &c.Alerts.FencingHold: DefaultFencingHold, &c.Alerts.LostHold: DefaultLostHold,
 	} {

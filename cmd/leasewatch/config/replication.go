@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 	"time"
 	"unicode"
@@ -38,6 +39,12 @@ type ReplicationConfig struct {
 	LeaseDuration time.Duration `yaml:"lease_duration" lw:"nonzero"`
 	RenewDeadline time.Duration `yaml:"renew_deadline" lw:"nonzero"`
 	RetryPeriod   time.Duration `yaml:"retry_period" lw:"nonzero"`
+
+	// Source names leasewatch's own source: the ownership leases, recorded
+	// and shown like any lock (default leasewatch). A configured source of
+	// that name is used as it is; otherwise one is made from the keys
+	// below (OwnSource).
+	Source string `yaml:"source"`
 
 	// kubernetes
 	Namespace  string `yaml:"namespace" kinds:"kubernetes"`
@@ -93,6 +100,45 @@ func (r *ReplicationConfig) fillDefaults() {
 	if r.Backend == ReplicationEtcd && r.Prefix == "" {
 		r.Prefix = ownership.DefaultEtcdPrefix
 	}
+	if r.Source == "" {
+		r.Source = DefaultOwnSource
+	}
+}
+
+// DefaultOwnSource is the default name of leasewatch's own source.
+const DefaultOwnSource = "leasewatch"
+
+// OwnSource is leasewatch's own source as replication makes it: on etcd,
+// the elections' keys under the prefix; on Kubernetes, the Leases of
+// leasewatch's own namespace (the members' Leases too, each a lock its
+// replica holds).
+func (r ReplicationConfig) OwnSource() SourceConfig {
+	if r.Backend == ReplicationEtcd {
+		src := r.EtcdSource()
+		src.Name, src.Prefixes = r.Source, []string{ownership.EtcdSourcesPrefix(r.Prefix)}
+		return src
+	}
+	return SourceConfig{Name: r.Source, Kind: string(audit.KindKubernetes), Kubeconfig: r.Kubeconfig, Context: r.Context,
+		Namespaces: []string{r.Namespace}}
+}
+
+// OwnLock is the lock of leasewatch's own source that source's ownership
+// lease is recorded as.
+func (r ReplicationConfig) OwnLock(source string) string {
+	if r.Backend == ReplicationEtcd {
+		return ownership.EtcdSourceLock(r.Prefix, source)
+	}
+	return r.Namespace + "/" + ownership.SourceLeaseName(source)
+}
+
+// addOwnSource adds OwnSource to sources unless one of that name is
+// configured.
+func (c *Config) addOwnSource() {
+	r := &c.Replication
+	if !r.Enabled() || slices.ContainsFunc(c.Sources, func(s SourceConfig) bool { return s.Name == r.Source }) {
+		return
+	}
+	c.Sources = append(c.Sources, r.OwnSource())
 }
 
 // validate checks replication; database is the store replicas would share.

@@ -141,3 +141,75 @@ func TestReplicationInvalid(t *testing.T) {
 		})
 	}
 }
+
+// leasewatch's own source: made from the replication keys, or the configured
+// source of its name, used as it is.
+func TestReplicationOwnSource(t *testing.T) {
+	own := func(t *testing.T, yaml string) (SourceConfig, int) {
+		t.Helper()
+		cfg, err := Parse([]byte(pgDatabase + yaml))
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 0
+		var found SourceConfig
+		for _, s := range cfg.Sources {
+			if s.Name == cfg.Replication.Source {
+				found = s
+				n++
+			}
+		}
+		return found, n
+	}
+	t.Run("etcd", func(t *testing.T) {
+		src, n := own(t, `
+replication:
+  backend: etcd
+  endpoints: ["etcd-0:2379"]
+  username: lw
+  password: secret
+`)
+		if n != 1 || src.Name != DefaultOwnSource || src.Kind != "etcd" || strings.Join(src.Endpoints, ",") != "etcd-0:2379" ||
+			src.Username != "lw" || src.Password != "secret" || strings.Join(src.Prefixes, ",") != "/leasewatch/ownership/sources/" {
+			t.Errorf("own source = %+v (%d of its name)", src, n)
+		}
+	})
+	t.Run("kubernetes", func(t *testing.T) {
+		src, n := own(t, `
+replication:
+  backend: kubernetes
+  namespace: lw-system
+  source: ownership
+`)
+		if n != 1 || src.Name != "ownership" || src.Kind != "kubernetes" || strings.Join(src.Namespaces, ",") != "lw-system" {
+			t.Errorf("own source = %+v (%d of its name)", src, n)
+		}
+	})
+	t.Run("configured", func(t *testing.T) {
+		src, n := own(t, `
+sources:
+  - name: leasewatch
+    kind: etcd
+    endpoints: ["etcd-9:2379"]
+    prefixes: ["/elsewhere/"]
+replication:
+  backend: etcd
+  endpoints: ["etcd-0:2379"]
+`)
+		if n != 1 || strings.Join(src.Endpoints, ",") != "etcd-9:2379" {
+			t.Errorf("own source = %+v (%d of its name), want the configured one alone", src, n)
+		}
+	})
+}
+
+// The lock each source's ownership lease is recorded as.
+func TestReplicationOwnLock(t *testing.T) {
+	etcd := ReplicationConfig{Backend: ReplicationEtcd, Prefix: "/lw/"}
+	if got := etcd.OwnLock("a b"); got != "/lw/sources/a%20b/" {
+		t.Errorf("etcd OwnLock = %q", got)
+	}
+	kube := ReplicationConfig{Backend: ReplicationKubernetes, Namespace: "lw"}
+	if got, want := kube.OwnLock("alpha"), "lw/"+ownership.SourceLeaseName("alpha"); got != want {
+		t.Errorf("kubernetes OwnLock = %q, want %q", got, want)
+	}
+}
