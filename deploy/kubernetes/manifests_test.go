@@ -925,12 +925,17 @@ func dryRun(t *testing.T, a *kubetest.Apiserver, ms []manifest) {
 	}
 
 	// The Namespace: a dry run like everything else, then for real, so the
-	// namespaced objects have somewhere to go.
+	// namespaced objects have somewhere to go. Once an earlier test has
+	// created it, the dry run applies the manifest over it instead.
 	for _, u := range objs {
 		if u.GetKind() != "Namespace" {
 			continue
 		}
-		if _, err := client(u).Create(ctx, u, dryRun); err != nil {
+		_, err := client(u).Create(ctx, u, dryRun)
+		if apierrors.IsAlreadyExists(err) {
+			_, err = client(u).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{DryRun: dryRun.DryRun, Force: true, FieldManager: fieldOwner})
+		}
+		if err != nil {
 			t.Fatalf("dry-run create Namespace %s: %v", u.GetName(), err)
 		}
 		if _, err := client(u).Create(ctx, u, metav1.CreateOptions{FieldValidation: "Strict", FieldManager: fieldOwner}); err != nil && !apierrors.IsAlreadyExists(err) {
