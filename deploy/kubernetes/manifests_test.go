@@ -1,18 +1,21 @@
-// Package kubernetes_test checks the Kubernetes manifests in this directory:
-// every document decodes into its typed API object, the objects keep the
-// invariants the deployment depends on (read-only RBAC on Leases, a locked
-// down non-root pod, probes, the database on the volume), and a real
-// kube-apiserver accepts all of them in a server-side dry run.
+// Package kubernetes_test checks the Kubernetes manifests in this directory,
+// both variants as kubectl apply -k renders them (kustomize's own build):
+// the single-replica one (single/, which kustomization.yaml applies) and the
+// replicated one (replicated/). Every document decodes into its typed API
+// object, the objects keep the invariants the deployment depends on
+// (read-only RBAC on Leases, a locked down non-root pod, probes, the store,
+// and for the replicas their rollout, disruption budget and ownership
+// Role), and a real kube-apiserver accepts all of them in a server-side dry
+// run. elector_rbac_test.go runs the real elector under the Role.
 package kubernetes_test
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
-	"io"
+	"net/url"
 	"os"
 	"path"
 	"path/filepath"
@@ -26,6 +29,7 @@ import (
 	"go.yaml.in/yaml/v3"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -38,13 +42,14 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/serializer"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
+	"sigs.k8s.io/kustomize/api/krusty"
+	"sigs.k8s.io/kustomize/kyaml/filesys"
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
@@ -66,13 +71,31 @@ const (
 	// The Secret's key "tokens" appears as a file of that name here.
 	ingestMountPath = "/var/run/secrets/leasewatch/ingest"
 	ingestKey       = "tokens"
-	nameLabel       = "app.kubernetes.io/name"
-	fieldOwner      = "leasewatch-manifests-test"
-	apiTimeout      = 2 * time.Minute
-	startBudget     = 20 * time.Minute // a cold build of the apiserver takes several minutes
+	// The replicated variant's PostgreSQL Secret: its keys "password" and
+	// "ca.crt" appear as files here.
+	postgresName      = "leasewatch-postgres"
+	postgresMountPath = "/var/run/secrets/leasewatch/postgres"
+	nameLabel         = "app.kubernetes.io/name"
+	hostnameKey       = "kubernetes.io/hostname"
+	fieldOwner        = "leasewatch-manifests-test"
+	apiTimeout        = 2 * time.Minute
+	startBudget       = 20 * time.Minute // a cold build of the apiserver takes several minutes
 )
 
-// The apiserver shared by every test of the package (TestMain).
+// A variant is one kustomization of the manifests.
+type variant struct {
+	name string // in test names
+	dir  string // the kustomization's directory, relative to this one
+}
+
+var (
+	single     = variant{name: "single", dir: "single"}
+	replicated = variant{name: "replicated", dir: "replicated"}
+	variants   = []variant{single, replicated}
+)
+
+// The apiserver shared by every test of the package (TestMain). It
+// authorizes with RBAC, so that the ownership Role can be put to the test.
 var (
 	apiserver    *kubetest.Apiserver
 	apiserverErr error
@@ -103,7 +126,7 @@ func run(m *testing.M) int {
 	defer logFile.Close()
 
 	ctx, cancel := context.WithTimeout(context.Background(), startBudget)
-	apiserver, apiserverErr = kubetest.Start(ctx, filepath.Join(dir, "apiserver"), logFile)
+	apiserver, apiserverErr = kubetest.StartWith(ctx, filepath.Join(dir, "apiserver"), logFile, kubetest.Options{RBAC: true})
 	cancel()
 	if apiserverErr != nil {
 		apiserverErr = fmt.Errorf("%w\nlast lines of the kube-apiserver log:\n%s", apiserverErr, testproc.TailFile(logPath, 40))
@@ -128,99 +151,108 @@ func requireApiserver(t *testing.T) *kubetest.Apiserver {
 	return apiserver
 }
 
-// manifest is one YAML document of one file.
+// manifest is one object of a variant's build.
 type manifest struct {
-	file string
-	raw  []byte // the document as written
-	obj  runtime.Object
-	gvk  schema.GroupVersionKind
+	variant variant
+	raw     []byte // the object as kustomize built it
+	obj     runtime.Object
+	gvk     schema.GroupVersionKind
+	name    string
 }
 
-func (m manifest) String() string { return fmt.Sprintf("%s (%s)", m.file, m.gvk.Kind) }
+func (m manifest) String() string {
+	return fmt.Sprintf("%s: %s %s", m.variant.name, m.gvk.Kind, m.name)
+}
 
 // strictDecoder is client-go's scheme (scheme.Codecs.UniversalDeserializer)
 // with strict decoding, so an unknown or duplicated field is an error rather
 // than silently dropped.
 var strictDecoder = serializer.NewCodecFactory(scheme.Scheme, serializer.EnableStrict).UniversalDeserializer()
 
-var (
-	loadOnce  sync.Once
-	loaded    []manifest
-	loadError error
-)
+// builds holds each kustomization's build, made once.
+var builds = map[string]func() ([]manifest, error){}
 
-// manifests decodes every document of every file the kustomization lists, in
-// the kustomization's order.
-func manifests(t *testing.T) []manifest {
-	t.Helper()
-	loadOnce.Do(func() { loaded, loadError = loadManifests() })
-	if loadError != nil {
-		t.Fatal(loadError)
+func init() {
+	for _, v := range append(variants, variant{name: "root", dir: "."}) {
+		builds[v.dir] = sync.OnceValues(func() ([]manifest, error) { return build(v) })
 	}
-	return loaded
 }
 
-func loadManifests() ([]manifest, error) {
-	files, err := kustomizationResources()
+// manifests decodes every object of the variant's build.
+func manifests(t *testing.T, v variant) []manifest {
+	t.Helper()
+	ms, err := builds[v.dir]()
 	if err != nil {
-		return nil, err
+		t.Fatal(err)
+	}
+	return ms
+}
+
+// build runs kustomize on the variant's directory, as kubectl apply -k does
+// (kustomize's default load restrictions, kubectl's legacy order), and
+// decodes each object with client-go's scheme.
+func build(v variant) ([]manifest, error) {
+	opts := krusty.MakeDefaultOptions()
+	opts.Reorder = krusty.ReorderOptionLegacy
+	res, err := krusty.MakeKustomizer(opts).Run(filesys.MakeFsOnDisk(), v.dir)
+	if err != nil {
+		return nil, fmt.Errorf("kustomize build %s: %w", v.dir, err)
 	}
 	var out []manifest
-	for _, file := range files {
-		data, err := os.ReadFile(file)
+	for _, r := range res.Resources() {
+		doc, err := r.AsYAML()
 		if err != nil {
-			return nil, err
+			return nil, fmt.Errorf("%s: %s: %w", v.dir, r.CurId(), err)
 		}
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", file, err)
-			}
-			if j, err := sigsyaml.YAMLToJSON(doc); err != nil {
-				return nil, fmt.Errorf("%s: %w", file, err)
-			} else if string(bytes.TrimSpace(j)) == "null" {
-				continue // only comments or a separator
-			}
-			obj, gvk, err := strictDecoder.Decode(doc, nil, nil)
-			if err != nil {
-				return nil, fmt.Errorf("%s: decode with client-go's scheme: %w", file, err)
-			}
-			out = append(out, manifest{file: file, raw: doc, obj: obj, gvk: *gvk})
+		obj, gvk, err := strictDecoder.Decode(doc, nil, nil)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %s: decode with client-go's scheme: %w", v.dir, r.CurId(), err)
 		}
+		out = append(out, manifest{variant: v, raw: doc, obj: obj, gvk: *gvk, name: r.GetName()})
 	}
 	return out, nil
 }
 
+// forEachVariant runs check as a subtest on each variant's objects.
+func forEachVariant(t *testing.T, check func(t *testing.T, v variant, ms []manifest)) {
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) { check(t, v, manifests(t, v)) })
+	}
+}
+
+// kustomization is the part of a kustomization.yaml the variants use;
+// decoded strictly, so a key beyond it fails the test rather than go
+// unchecked.
 type kustomization struct {
 	APIVersion string   `json:"apiVersion"`
 	Kind       string   `json:"kind"`
 	Resources  []string `json:"resources"`
+	Patches    []struct {
+		Path string `json:"path"`
+	} `json:"patches"`
 }
 
-func kustomizationResources() ([]string, error) {
-	data, err := os.ReadFile("kustomization.yaml")
-	if err != nil {
-		return nil, err
-	}
+func readKustomization(dir string) (kustomization, error) {
 	var k kustomization
+	file := filepath.Join(dir, "kustomization.yaml")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return k, err
+	}
 	if err := sigsyaml.UnmarshalStrict(data, &k); err != nil {
-		return nil, fmt.Errorf("kustomization.yaml: %w", err)
+		return k, fmt.Errorf("%s: %w", file, err)
 	}
 	if k.Kind != "Kustomization" || !strings.HasPrefix(k.APIVersion, "kustomize.config.k8s.io/") {
-		return nil, fmt.Errorf("kustomization.yaml: apiVersion %q kind %q is not a Kustomization", k.APIVersion, k.Kind)
+		return k, fmt.Errorf("%s: apiVersion %q kind %q is not a Kustomization", file, k.APIVersion, k.Kind)
 	}
-	return k.Resources, nil
+	return k, nil
 }
 
-// one returns the only object of type T among the manifests.
-func one[T runtime.Object](t *testing.T) T {
+// one returns the only object of type T among ms.
+func one[T runtime.Object](t *testing.T, ms []manifest) T {
 	t.Helper()
 	var found []T
-	for _, m := range manifests(t) {
+	for _, m := range ms {
 		if o, ok := m.obj.(T); ok {
 			found = append(found, o)
 		}
@@ -232,135 +264,237 @@ func one[T runtime.Object](t *testing.T) T {
 	return found[0]
 }
 
-func TestKustomizationListsEveryManifest(t *testing.T) {
-	listed, err := kustomizationResources()
+// TestKustomizations checks that kubectl apply -k deploy/kubernetes still
+// applies the single-replica variant, and that each variant's kustomization
+// uses every manifest in its directory, once.
+func TestKustomizations(t *testing.T) {
+	root, err := readKustomization(".")
 	if err != nil {
 		t.Fatal(err)
 	}
-	onDisk, err := filepath.Glob("*.yaml")
-	if err != nil {
-		t.Fatal(err)
+	if !slices.Equal(root.Resources, []string{single.dir}) || len(root.Patches) != 0 {
+		t.Errorf("kustomization.yaml: resources %q patches %v, want exactly [%s]", root.Resources, root.Patches, single.dir)
 	}
-	onDisk = slices.DeleteFunc(onDisk, func(f string) bool { return f == "kustomization.yaml" })
-	sorted := slices.Clone(listed)
-	sort.Strings(sorted)
-	sort.Strings(onDisk)
-	if !slices.Equal(sorted, onDisk) {
-		t.Errorf("kustomization.yaml resources %v, want exactly the manifests in the directory %v", listed, onDisk)
+	rootBuild := manifests(t, variant{name: "root", dir: "."})
+	singleBuild := manifests(t, single)
+	if len(rootBuild) != len(singleBuild) {
+		t.Errorf("kustomization.yaml builds %d objects, single/ %d", len(rootBuild), len(singleBuild))
 	}
-	if len(slices.Compact(sorted)) != len(listed) {
-		t.Errorf("kustomization.yaml lists a file twice: %v", listed)
+	for i := range min(len(rootBuild), len(singleBuild)) {
+		if !bytes.Equal(rootBuild[i].raw, singleBuild[i].raw) {
+			t.Errorf("kustomization.yaml builds %s differently from single/", rootBuild[i])
+		}
+	}
+
+	for _, v := range variants {
+		k, err := readKustomization(v.dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var used []string
+		for _, r := range k.Resources {
+			if info, err := os.Stat(filepath.Join(v.dir, r)); err == nil && info.IsDir() {
+				continue // another kustomization, checked in its own right
+			}
+			used = append(used, r)
+		}
+		for _, p := range k.Patches {
+			used = append(used, p.Path)
+		}
+		onDisk, err := filepath.Glob(filepath.Join(v.dir, "*.yaml"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range onDisk {
+			onDisk[i] = filepath.Base(onDisk[i])
+		}
+		onDisk = slices.DeleteFunc(onDisk, func(f string) bool { return f == "kustomization.yaml" })
+		sorted := slices.Sorted(slices.Values(used))
+		sort.Strings(onDisk)
+		if !slices.Equal(slices.Compact(slices.Clone(sorted)), onDisk) {
+			t.Errorf("%s/kustomization.yaml uses %v, want exactly the manifests in the directory %v", v.dir, used, onDisk)
+		}
+		if len(slices.Compact(sorted)) != len(used) {
+			t.Errorf("%s/kustomization.yaml uses a file twice: %v", v.dir, used)
+		}
 	}
 }
 
 func TestManifestsDecode(t *testing.T) {
-	ms := manifests(t)
-	kinds := map[string]int{}
-	for _, m := range ms {
-		kinds[m.gvk.Kind]++
-		acc, err := meta.Accessor(m.obj)
-		if err != nil {
-			t.Fatalf("%s: %v", m, err)
-		}
-		if acc.GetName() == "" {
-			t.Errorf("%s: no metadata.name", m)
-		}
-		if got := acc.GetLabels()[nameLabel]; got != appName {
-			t.Errorf("%s: label %s=%q, want %q", m, nameLabel, got, appName)
-		}
-		switch m.gvk.Kind {
-		case "Namespace", "ClusterRole", "ClusterRoleBinding":
-			if acc.GetNamespace() != "" {
-				t.Errorf("%s: cluster-scoped object with namespace %q", m, acc.GetNamespace())
+	want := map[variant]map[string]int{
+		single: {
+			"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+			"ConfigMap": 1, "Deployment": 1, "Service": 1, "PersistentVolumeClaim": 1,
+		},
+		// No volume: the state is in PostgreSQL.
+		replicated: {
+			"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
+			"Role": 1, "RoleBinding": 1, "ConfigMap": 1, "Deployment": 1, "Service": 1,
+			"PodDisruptionBudget": 1,
+		},
+	}
+	forEachVariant(t, func(t *testing.T, v variant, ms []manifest) {
+		kinds := map[string]int{}
+		for _, m := range ms {
+			kinds[m.gvk.Kind]++
+			acc, err := meta.Accessor(m.obj)
+			if err != nil {
+				t.Fatalf("%s: %v", m, err)
 			}
-		default:
-			if acc.GetNamespace() != namespace {
-				t.Errorf("%s: namespace %q, want %q", m, acc.GetNamespace(), namespace)
+			if acc.GetName() == "" {
+				t.Errorf("%s: no metadata.name", m)
+			}
+			if got := acc.GetLabels()[nameLabel]; got != appName {
+				t.Errorf("%s: label %s=%q, want %q", m, nameLabel, got, appName)
+			}
+			switch m.gvk.Kind {
+			case "Namespace", "ClusterRole", "ClusterRoleBinding":
+				if acc.GetNamespace() != "" {
+					t.Errorf("%s: cluster-scoped object with namespace %q", m, acc.GetNamespace())
+				}
+			default:
+				if acc.GetNamespace() != namespace {
+					t.Errorf("%s: namespace %q, want %q", m, acc.GetNamespace(), namespace)
+				}
 			}
 		}
-	}
-	want := map[string]int{
-		"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1,
-		"ConfigMap": 1, "Deployment": 1, "Service": 1, "PersistentVolumeClaim": 1,
-	}
-	for k, n := range want {
-		if kinds[k] != n {
-			t.Errorf("%d %s manifests, want %d", kinds[k], k, n)
+		for k, n := range want[v] {
+			if kinds[k] != n {
+				t.Errorf("%d %s manifests, want %d", kinds[k], k, n)
+			}
 		}
-	}
-	for k := range kinds {
-		if _, ok := want[k]; !ok {
-			t.Errorf("unexpected %s manifest (a Secret never belongs in the repository)", k)
+		for k := range kinds {
+			if _, ok := want[v][k]; !ok {
+				t.Errorf("unexpected %s manifest (a Secret never belongs in the repository)", k)
+			}
 		}
-	}
+	})
 }
 
 func TestNamespaceEnforcesRestrictedPodSecurity(t *testing.T) {
-	ns := one[*corev1.Namespace](t)
-	if ns.Name != namespace {
-		t.Errorf("Namespace %q, want %q", ns.Name, namespace)
-	}
-	if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
-		t.Errorf("pod-security.kubernetes.io/enforce=%q, want restricted", got)
-	}
+	forEachVariant(t, func(t *testing.T, _ variant, ms []manifest) {
+		ns := one[*corev1.Namespace](t, ms)
+		if ns.Name != namespace {
+			t.Errorf("Namespace %q, want %q", ns.Name, namespace)
+		}
+		if got := ns.Labels["pod-security.kubernetes.io/enforce"]; got != "restricted" {
+			t.Errorf("pod-security.kubernetes.io/enforce=%q, want restricted", got)
+		}
+	})
 }
 
-func TestClusterRoleReadsLeasesOnly(t *testing.T) {
-	cr := one[*rbacv1.ClusterRole](t)
-	if cr.AggregationRule != nil {
-		t.Errorf("ClusterRole has an aggregation rule: %+v", cr.AggregationRule)
+// checkLeaseRule checks that rules are one rule on coordination.k8s.io
+// leases with exactly verbs, for any name.
+func checkLeaseRule(t *testing.T, what string, rules []rbacv1.PolicyRule, verbs ...string) {
+	t.Helper()
+	if len(rules) != 1 {
+		t.Fatalf("%s has %d rules, want one: %+v", what, len(rules), rules)
 	}
-	if len(cr.Rules) != 1 {
-		t.Fatalf("ClusterRole has %d rules, want one: %+v", len(cr.Rules), cr.Rules)
-	}
-	r := cr.Rules[0]
+	r := rules[0]
 	check := func(field string, got, want []string) {
 		t.Helper()
-		g := slices.Clone(got)
-		sort.Strings(g)
-		if !slices.Equal(g, want) {
-			t.Errorf("ClusterRole %s %q, want exactly %q", field, got, want)
+		if g, w := slices.Sorted(slices.Values(got)), slices.Sorted(slices.Values(want)); !slices.Equal(g, w) {
+			t.Errorf("%s %s %q, want exactly %q", what, field, got, w)
 		}
 	}
 	check("apiGroups", r.APIGroups, []string{"coordination.k8s.io"})
 	check("resources", r.Resources, []string{"leases"})
-	check("verbs", r.Verbs, []string{"get", "list", "watch"})
+	check("verbs", r.Verbs, verbs)
 	if len(r.ResourceNames) != 0 || len(r.NonResourceURLs) != 0 {
-		t.Errorf("ClusterRole rule has resourceNames %q / nonResourceURLs %q, want none", r.ResourceNames, r.NonResourceURLs)
+		t.Errorf("%s rule has resourceNames %q / nonResourceURLs %q, want none", what, r.ResourceNames, r.NonResourceURLs)
 	}
+}
+
+// checkBinding checks that a binding gives the role of kind and name to the
+// ServiceAccount and nobody else.
+func checkBinding(t *testing.T, ref rbacv1.RoleRef, subjects []rbacv1.Subject, kind, name string, sa *corev1.ServiceAccount) {
+	t.Helper()
+	if ref != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: kind, Name: name}) {
+		t.Errorf("roleRef %+v, want the %s %q", ref, kind, name)
+	}
+	want := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
+	if !slices.Equal(subjects, want) {
+		t.Errorf("subjects %+v, want %+v", subjects, want)
+	}
+}
+
+func TestClusterRoleReadsLeasesOnly(t *testing.T) {
+	forEachVariant(t, func(t *testing.T, _ variant, ms []manifest) {
+		cr := one[*rbacv1.ClusterRole](t, ms)
+		if cr.AggregationRule != nil {
+			t.Errorf("ClusterRole has an aggregation rule: %+v", cr.AggregationRule)
+		}
+		checkLeaseRule(t, "ClusterRole", cr.Rules, "get", "list", "watch")
+	})
 }
 
 func TestClusterRoleBindingBindsTheServiceAccount(t *testing.T) {
-	crb := one[*rbacv1.ClusterRoleBinding](t)
-	cr := one[*rbacv1.ClusterRole](t)
-	sa := one[*corev1.ServiceAccount](t)
-	if crb.RoleRef != (rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: cr.Name}) {
-		t.Errorf("roleRef %+v, want the ClusterRole %q", crb.RoleRef, cr.Name)
+	forEachVariant(t, func(t *testing.T, _ variant, ms []manifest) {
+		crb := one[*rbacv1.ClusterRoleBinding](t, ms)
+		checkBinding(t, crb.RoleRef, crb.Subjects, "ClusterRole", one[*rbacv1.ClusterRole](t, ms).Name, one[*corev1.ServiceAccount](t, ms))
+	})
+}
+
+// TestOwnershipRole checks the replicas' Role: in leasewatch's own
+// namespace, what the Kubernetes elector does to Leases and nothing more.
+// elector_rbac_test.go shows on a real apiserver that it is enough.
+func TestOwnershipRole(t *testing.T) {
+	ms := manifests(t, replicated)
+	role := one[*rbacv1.Role](t, ms)
+	if role.Namespace != namespace {
+		t.Errorf("Role namespace %q, want leasewatch's own, %q", role.Namespace, namespace)
 	}
-	want := []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: sa.Name, Namespace: sa.Namespace}}
-	if !slices.Equal(crb.Subjects, want) {
-		t.Errorf("subjects %+v, want %+v", crb.Subjects, want)
+	checkLeaseRule(t, "Role", role.Rules, "get", "list", "create", "update")
+	for _, verb := range []string{"delete", "deletecollection", "*"} {
+		if slices.Contains(role.Rules[0].Verbs, verb) {
+			t.Errorf("Role grants %q: deleting a source's Lease resets the fencing token it carries", verb)
+		}
 	}
+	rb := one[*rbacv1.RoleBinding](t, ms)
+	if rb.Namespace != role.Namespace {
+		t.Errorf("RoleBinding namespace %q, want the Role's %q", rb.Namespace, role.Namespace)
+	}
+	checkBinding(t, rb.RoleRef, rb.Subjects, "Role", role.Name, one[*corev1.ServiceAccount](t, ms))
 }
 
 func TestDeployment(t *testing.T) {
-	d := one[*appsv1.Deployment](t)
-	if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
-		t.Errorf("replicas %v, want 1 (SQLite has a single writer)", d.Spec.Replicas)
-	}
-	if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
-		t.Errorf("strategy %q, want Recreate (SQLite has a single writer)", d.Spec.Strategy.Type)
-	}
-	sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
-	if err != nil || sel.Empty() {
-		t.Fatalf("selector %+v: %v", d.Spec.Selector, err)
-	}
-	tmpl := d.Spec.Template
-	if !sel.Matches(labels.Set(tmpl.Labels)) {
-		t.Errorf("selector %s does not match the pod template's labels %v", sel, tmpl.Labels)
-	}
-	pod := tmpl.Spec
-	if sa := one[*corev1.ServiceAccount](t); pod.ServiceAccountName != sa.Name {
+	forEachVariant(t, func(t *testing.T, v variant, ms []manifest) {
+		d := one[*appsv1.Deployment](t, ms)
+		sel, err := metav1.LabelSelectorAsSelector(d.Spec.Selector)
+		if err != nil || sel.Empty() {
+			t.Fatalf("selector %+v: %v", d.Spec.Selector, err)
+		}
+		tmpl := d.Spec.Template
+		if !sel.Matches(labels.Set(tmpl.Labels)) {
+			t.Errorf("selector %s does not match the pod template's labels %v", sel, tmpl.Labels)
+		}
+		mounts := checkPod(t, ms, tmpl.Spec)
+		switch v {
+		case single:
+			if d.Spec.Replicas == nil || *d.Spec.Replicas != 1 {
+				t.Errorf("replicas %v, want 1 (SQLite has a single writer)", d.Spec.Replicas)
+			}
+			if d.Spec.Strategy.Type != appsv1.RecreateDeploymentStrategyType {
+				t.Errorf("strategy %q, want Recreate (SQLite has a single writer)", d.Spec.Strategy.Type)
+			}
+			if pvc := mounts.source(dataDir).PersistentVolumeClaim; pvc == nil || pvc.ClaimName != one[*corev1.PersistentVolumeClaim](t, ms).Name || pvc.ReadOnly {
+				t.Errorf("%s: %+v, want the PersistentVolumeClaim, writable", dataDir, pvc)
+			} else if mounts.mounts[dataDir].ReadOnly {
+				t.Errorf("%s is mounted read-only", dataDir)
+			}
+		case replicated:
+			checkReplicas(t, d, mounts)
+		}
+	})
+}
+
+// checkPod checks what both variants' pods share: the ServiceAccount, a
+// non-root locked down container of the image running serve, its probes,
+// resources, configuration and ingest tokens. It returns the container's
+// mounts.
+func checkPod(t *testing.T, ms []manifest, pod corev1.PodSpec) podMounts {
+	t.Helper()
+	if sa := one[*corev1.ServiceAccount](t, ms); pod.ServiceAccountName != sa.Name {
 		t.Errorf("serviceAccountName %q, want %q", pod.ServiceAccountName, sa.Name)
 	}
 	if pod.AutomountServiceAccountToken != nil && !*pod.AutomountServiceAccountToken {
@@ -426,6 +560,9 @@ func TestDeployment(t *testing.T) {
 	if http == nil || http.ContainerPort != httpPort {
 		t.Errorf("ports %+v, want %d named http", c.Ports, httpPort)
 	}
+	// /readyz answers for the store alone (audit.Recorder.Ready), never for
+	// which sources a replica owns: a standby replica stays ready and
+	// serves the dashboard.
 	probe := func(name string, p *corev1.Probe, path string) {
 		t.Helper()
 		if p == nil || p.HTTPGet == nil {
@@ -457,89 +594,154 @@ func TestDeployment(t *testing.T) {
 		t.Errorf("memory limit %s below the request %s", q.String(), r.String())
 	}
 
-	// Every mount names a volume, every volume is mounted, and the three that
-	// matter are the right sources at the right paths.
-	volumes := map[string]corev1.Volume{}
-	for _, v := range pod.Volumes {
-		volumes[v.Name] = v
-	}
-	mounts := map[string]corev1.VolumeMount{}
-	for _, m := range c.VolumeMounts {
-		if _, ok := volumes[m.Name]; !ok {
-			t.Errorf("volumeMount %q names no volume", m.Name)
-		}
-		mounts[m.MountPath] = m
-	}
-	if len(mounts) != len(volumes) {
-		t.Errorf("%d volumes but %d mounts: %+v", len(volumes), len(mounts), c.VolumeMounts)
-	}
-	source := func(path string) corev1.VolumeSource {
-		m, ok := mounts[path]
-		if !ok {
-			t.Errorf("nothing mounted at %s", path)
-			return corev1.VolumeSource{}
-		}
-		return volumes[m.Name].VolumeSource
-	}
-	if pvc := source(dataDir).PersistentVolumeClaim; pvc == nil || pvc.ClaimName != one[*corev1.PersistentVolumeClaim](t).Name || pvc.ReadOnly {
-		t.Errorf("%s: %+v, want the PersistentVolumeClaim, writable", dataDir, pvc)
-	} else if mounts[dataDir].ReadOnly {
-		t.Errorf("%s is mounted read-only", dataDir)
-	}
-	if cm := source(configDir).ConfigMap; cm == nil || cm.Name != one[*corev1.ConfigMap](t).Name {
+	mounts := mountSources(t, pod, c)
+	if cm := mounts.source(configDir).ConfigMap; cm == nil || cm.Name != one[*corev1.ConfigMap](t, ms).Name {
 		t.Errorf("%s: %+v, want the ConfigMap", configDir, cm)
-	} else if !mounts[configDir].ReadOnly {
+	} else if !mounts.mounts[configDir].ReadOnly {
 		t.Errorf("%s is not mounted read-only", configDir)
 	}
-	if source("/tmp").EmptyDir == nil {
+	if mounts.source("/tmp").EmptyDir == nil {
 		t.Error("/tmp is not an emptyDir (the root file system is read-only)")
 	}
-
 	// The ingest tokens come from the Secret, mounted where the ConfigMap's
 	// ingest_tokens_file points; never from a literal in the manifest.
-	secretVolume := ""
-	for _, v := range pod.Volumes {
-		if v.Secret != nil && v.Secret.SecretName == ingestName {
-			secretVolume = v.Name
-			if v.Secret.Optional != nil && *v.Secret.Optional {
-				t.Errorf("the Secret %q is optional: leasewatch refuses to start without its ingest_tokens_file", ingestName)
-			}
-		}
-	}
-	mounted := false
-	for _, m := range c.VolumeMounts {
-		mounted = mounted || (m.Name == secretVolume && m.MountPath == ingestMountPath && m.ReadOnly)
-	}
-	if secretVolume == "" || !mounted {
-		t.Errorf("the Secret %q is not mounted read-only at %s", ingestName, ingestMountPath)
-	}
+	mounts.requireSecret(ingestName, ingestMountPath)
 	for _, e := range c.Env {
 		if strings.Contains(strings.ToLower(e.Name), "token") && e.Value != "" {
 			t.Errorf("env %s carries a literal token", e.Name)
 		}
 	}
+	return mounts
+}
+
+// podMounts is a container's volume mounts by path, with the pod's volumes.
+type podMounts struct {
+	t       *testing.T
+	volumes map[string]corev1.Volume
+	mounts  map[string]corev1.VolumeMount
+}
+
+// mountSources checks that every mount names a volume and every volume is
+// mounted.
+func mountSources(t *testing.T, pod corev1.PodSpec, c corev1.Container) podMounts {
+	t.Helper()
+	m := podMounts{t: t, volumes: map[string]corev1.Volume{}, mounts: map[string]corev1.VolumeMount{}}
+	for _, v := range pod.Volumes {
+		m.volumes[v.Name] = v
+	}
+	for _, vm := range c.VolumeMounts {
+		if _, ok := m.volumes[vm.Name]; !ok {
+			t.Errorf("volumeMount %q names no volume", vm.Name)
+		}
+		m.mounts[vm.MountPath] = vm
+	}
+	if len(m.mounts) != len(m.volumes) {
+		t.Errorf("%d volumes but %d mounts: %+v", len(m.volumes), len(m.mounts), c.VolumeMounts)
+	}
+	return m
+}
+
+// source is the volume mounted at path.
+func (m podMounts) source(path string) corev1.VolumeSource {
+	m.t.Helper()
+	vm, ok := m.mounts[path]
+	if !ok {
+		m.t.Errorf("nothing mounted at %s", path)
+		return corev1.VolumeSource{}
+	}
+	return m.volumes[vm.Name].VolumeSource
+}
+
+// requireSecret checks that the Secret is mounted read-only at path, and
+// required: leasewatch refuses to start without the files the
+// configuration names there.
+func (m podMounts) requireSecret(name, path string) {
+	m.t.Helper()
+	vm, ok := m.mounts[path]
+	s := m.volumes[vm.Name].Secret
+	switch {
+	case !ok || s == nil || s.SecretName != name:
+		m.t.Errorf("the Secret %q is not mounted at %s", name, path)
+	case !vm.ReadOnly:
+		m.t.Errorf("the Secret %q is mounted writable at %s", name, path)
+	case s.Optional != nil && *s.Optional:
+		m.t.Errorf("the Secret %q is optional: leasewatch refuses to start without the files it holds", name)
+	}
+}
+
+// checkReplicas checks what makes the replicated Deployment survive a node
+// and a rollout: two replicas, rolled without ever running fewer, spread
+// across nodes where there are several, no volume, the database password
+// from its Secret, and each pod's host name its own (the replica's
+// identity).
+func checkReplicas(t *testing.T, d *appsv1.Deployment, mounts podMounts) {
+	t.Helper()
+	if d.Spec.Replicas == nil || *d.Spec.Replicas != 2 {
+		t.Errorf("replicas %v, want 2", deref(d.Spec.Replicas))
+	}
+	s := d.Spec.Strategy
+	if s.Type != appsv1.RollingUpdateDeploymentStrategyType || s.RollingUpdate == nil {
+		t.Fatalf("strategy %+v, want RollingUpdate", s)
+	}
+	if u, g := s.RollingUpdate.MaxUnavailable, s.RollingUpdate.MaxSurge; u == nil || *u != intstr.FromInt32(0) || g == nil || *g != intstr.FromInt32(1) {
+		t.Errorf("rollingUpdate maxUnavailable %v maxSurge %v, want 0 and 1 (never fewer than two replicas)", deref(u), deref(g))
+	}
+	pod := d.Spec.Template.Spec
+	spread := false
+	for _, c := range pod.TopologySpreadConstraints {
+		sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+		if err != nil {
+			t.Fatalf("topologySpreadConstraints selector: %v", err)
+		}
+		if c.WhenUnsatisfiable == corev1.DoNotSchedule {
+			t.Errorf("topology spread on %s is DoNotSchedule: a one-node cluster could not run both replicas", c.TopologyKey)
+		}
+		spread = spread || (c.TopologyKey == hostnameKey && c.MaxSkew == 1 && !sel.Empty() && sel.Matches(labels.Set(d.Spec.Template.Labels)))
+	}
+	if !spread {
+		t.Errorf("topologySpreadConstraints %+v, want the pods spread across %s", pod.TopologySpreadConstraints, hostnameKey)
+	}
+	if a := pod.Affinity; a != nil && a.PodAntiAffinity != nil && len(a.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution) > 0 {
+		t.Error("required pod anti-affinity: a one-node cluster could not run both replicas")
+	}
+	for path, vm := range mounts.mounts {
+		if mounts.volumes[vm.Name].PersistentVolumeClaim != nil {
+			t.Errorf("%s is a PersistentVolumeClaim: the replicas keep their state in PostgreSQL", path)
+		}
+	}
+	if _, ok := mounts.mounts[dataDir]; ok {
+		t.Errorf("%s is still mounted", dataDir)
+	}
+	mounts.requireSecret(postgresName, postgresMountPath)
+	// replication.identity defaults to the host name: the pod's name, unless
+	// the pod shares the node's or sets its own.
+	if pod.HostNetwork || pod.Hostname != "" || pod.Subdomain != "" {
+		t.Errorf("hostNetwork %v hostname %q subdomain %q: the replicas' host names must be their pods' names", pod.HostNetwork, pod.Hostname, pod.Subdomain)
+	}
 }
 
 func TestService(t *testing.T) {
-	s := one[*corev1.Service](t)
-	d := one[*appsv1.Deployment](t)
-	if s.Spec.Type != "" && s.Spec.Type != corev1.ServiceTypeClusterIP {
-		t.Errorf("type %q, want ClusterIP", s.Spec.Type)
-	}
-	if len(s.Spec.Selector) == 0 || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
-		t.Errorf("selector %v does not select the Deployment's pods %v", s.Spec.Selector, d.Spec.Template.Labels)
-	}
-	if len(s.Spec.Ports) != 1 {
-		t.Fatalf("ports %+v, want one", s.Spec.Ports)
-	}
-	p := s.Spec.Ports[0]
-	if p.Port != httpPort || p.TargetPort != intstr.FromString("http") {
-		t.Errorf("port %d → %s, want %d → http", p.Port, p.TargetPort.String(), httpPort)
-	}
+	forEachVariant(t, func(t *testing.T, _ variant, ms []manifest) {
+		s := one[*corev1.Service](t, ms)
+		d := one[*appsv1.Deployment](t, ms)
+		if s.Spec.Type != "" && s.Spec.Type != corev1.ServiceTypeClusterIP {
+			t.Errorf("type %q, want ClusterIP", s.Spec.Type)
+		}
+		if len(s.Spec.Selector) == 0 || !labels.SelectorFromSet(s.Spec.Selector).Matches(labels.Set(d.Spec.Template.Labels)) {
+			t.Errorf("selector %v does not select the Deployment's pods %v", s.Spec.Selector, d.Spec.Template.Labels)
+		}
+		if len(s.Spec.Ports) != 1 {
+			t.Fatalf("ports %+v, want one", s.Spec.Ports)
+		}
+		p := s.Spec.Ports[0]
+		if p.Port != httpPort || p.TargetPort != intstr.FromString("http") {
+			t.Errorf("port %d → %s, want %d → http", p.Port, p.TargetPort.String(), httpPort)
+		}
+	})
 }
 
 func TestPersistentVolumeClaim(t *testing.T) {
-	pvc := one[*corev1.PersistentVolumeClaim](t)
+	pvc := one[*corev1.PersistentVolumeClaim](t, manifests(t, single))
 	if !slices.Equal(pvc.Spec.AccessModes, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce}) {
 		t.Errorf("accessModes %q, want [ReadWriteOnce]", pvc.Spec.AccessModes)
 	}
@@ -548,60 +750,142 @@ func TestPersistentVolumeClaim(t *testing.T) {
 	}
 }
 
+// TestPodDisruptionBudget checks that a drain may evict one replica and
+// never both.
+func TestPodDisruptionBudget(t *testing.T) {
+	ms := manifests(t, replicated)
+	pdb := one[*policyv1.PodDisruptionBudget](t, ms)
+	d := one[*appsv1.Deployment](t, ms)
+	if pdb.Spec.MinAvailable == nil || *pdb.Spec.MinAvailable != intstr.FromInt32(1) || pdb.Spec.MaxUnavailable != nil {
+		t.Errorf("minAvailable %v maxUnavailable %v, want minAvailable 1 alone", deref(pdb.Spec.MinAvailable), deref(pdb.Spec.MaxUnavailable))
+	}
+	if d.Spec.Replicas == nil || *d.Spec.Replicas <= 1 {
+		t.Errorf("replicas %v: minAvailable 1 would block every drain", deref(d.Spec.Replicas))
+	}
+	sel, err := metav1.LabelSelectorAsSelector(pdb.Spec.Selector)
+	if err != nil || sel.Empty() {
+		t.Fatalf("selector %+v: %v", pdb.Spec.Selector, err)
+	}
+	if !sel.Matches(labels.Set(d.Spec.Template.Labels)) {
+		t.Errorf("selector %s does not select the Deployment's pods %v", sel, d.Spec.Template.Labels)
+	}
+}
+
 func TestConfigMap(t *testing.T) {
-	cm := one[*corev1.ConfigMap](t)
-	text, ok := cm.Data[configKey]
-	if !ok {
-		t.Fatalf("ConfigMap has no %s: keys %v", configKey, keys(cm.Data))
+	forEachVariant(t, func(t *testing.T, v variant, ms []manifest) {
+		cm := one[*corev1.ConfigMap](t, ms)
+		// Nothing but the configuration, which holds no secret (below).
+		if k := keys(cm.Data); !slices.Equal(k, []string{configKey}) || len(cm.BinaryData) != 0 {
+			t.Fatalf("ConfigMap keys %v and %d binary keys, want %s alone", k, len(cm.BinaryData), configKey)
+		}
+		text := cm.Data[configKey]
+		var raw map[string]any
+		if err := yaml.Unmarshal([]byte(text), &raw); err != nil {
+			t.Fatalf("%s is not YAML: %v", configKey, err)
+		}
+		if _, ok := raw["ingest_tokens"]; ok {
+			t.Errorf("%s sets ingest_tokens: tokens belong in the Secret %q", configKey, ingestName)
+		}
+		// leasewatch's own parser: unknown or misspelt keys and bad values fail.
+		cfg, err := config.Parse([]byte(text))
+		if err != nil {
+			t.Fatalf("%s is not a valid leasewatch configuration: %v", configKey, err)
+		}
+		if cfg.IngestTokensFile != ingestMountPath+"/"+ingestKey {
+			t.Errorf("ingest_tokens_file %q, want the Secret's mounted file %s/%s", cfg.IngestTokensFile, ingestMountPath, ingestKey)
+		}
+		if cfg.Listen != fmt.Sprintf("0.0.0.0:%d", httpPort) {
+			t.Errorf("listen %q, want 0.0.0.0:%d (the pod IP, for the Service and the probes)", cfg.Listen, httpPort)
+		}
+		var kube int
+		for i, s := range cfg.Sources {
+			if s.Kind != "kubernetes" {
+				continue
+			}
+			kube++
+			if s.Name != "cluster" {
+				t.Errorf("sources[%d].name %q, want cluster", i, s.Name)
+			}
+			if s.Kubeconfig != "" || s.Context != "" {
+				t.Errorf("sources[%d]: kubeconfig %q context %q, want an empty kubeconfig (in-cluster)", i, s.Kubeconfig, s.Context)
+			}
+			if !slices.Contains(s.HeartbeatNamespaces, "kube-node-lease") {
+				t.Errorf("sources[%d].heartbeat_namespaces %q lacks kube-node-lease", i, s.HeartbeatNamespaces)
+			}
+		}
+		if kube != 1 {
+			t.Errorf("%d kubernetes sources, want 1", kube)
+		}
+		switch v {
+		case single:
+			if path.Dir(cfg.Database) != dataDir {
+				t.Errorf("database %q is not on the volume at %s", cfg.Database, dataDir)
+			}
+			if cfg.Replication.Enabled() {
+				t.Error("replication is on: SQLite has a single writer")
+			}
+		case replicated:
+			checkReplicatedConfig(t, ms, cfg, raw)
+		}
+	})
+}
+
+// checkReplicatedConfig checks the replicas' store and replication: the
+// PostgreSQL password and CA from the Secret's files, never the
+// configuration, and the ownership Leases where the Role lets the replicas
+// write them.
+func checkReplicatedConfig(t *testing.T, ms []manifest, cfg *config.Config, raw map[string]any) {
+	t.Helper()
+	if !cfg.Postgres() {
+		t.Fatalf("database %q is not a postgres:// URL: the replicas share the store", cfg.DatabaseName())
 	}
-	var raw map[string]any
-	if err := yaml.Unmarshal([]byte(text), &raw); err != nil {
-		t.Fatalf("%s is not YAML: %v", configKey, err)
-	}
-	if _, ok := raw["ingest_tokens"]; ok {
-		t.Errorf("%s sets ingest_tokens: tokens belong in the Secret %q", configKey, ingestName)
-	}
-	// leasewatch's own parser: unknown or misspelt keys and bad values fail.
-	cfg, err := config.Parse([]byte(text))
+	u, err := url.Parse(cfg.Database)
 	if err != nil {
-		t.Fatalf("%s is not a valid leasewatch configuration: %v", configKey, err)
+		t.Fatalf("database: %v", err)
 	}
-	if cfg.IngestTokensFile != ingestMountPath+"/"+ingestKey {
-		t.Errorf("ingest_tokens_file %q, want the Secret's mounted file %s/%s", cfg.IngestTokensFile, ingestMountPath, ingestKey)
+	if _, set := u.User.Password(); set || u.Query().Has("password") {
+		t.Error("database: the URL carries a password; it belongs in the Secret")
 	}
-	if cfg.Listen != fmt.Sprintf("0.0.0.0:%d", httpPort) {
-		t.Errorf("listen %q, want 0.0.0.0:%d (the pod IP, for the Service and the probes)", cfg.Listen, httpPort)
+	if got := u.Query().Get("sslmode"); got != "verify-full" {
+		t.Errorf("database: sslmode %q, want verify-full", got)
 	}
-	if path.Dir(cfg.Database) != dataDir {
-		t.Errorf("database %q is not on the volume at %s", cfg.Database, dataDir)
+	if cfg.DatabasePasswordEnv != "" || cfg.DatabasePasswordFile != postgresMountPath+"/password" {
+		t.Errorf("database_password_file %q database_password_env %q, want the Secret's mounted file %s/password",
+			cfg.DatabasePasswordFile, cfg.DatabasePasswordEnv, postgresMountPath)
 	}
-	var kube int
-	for i, s := range cfg.Sources {
-		if s.Kind != "kubernetes" {
-			continue
-		}
-		kube++
-		if s.Name != "cluster" {
-			t.Errorf("sources[%d].name %q, want cluster", i, s.Name)
-		}
-		if s.Kubeconfig != "" || s.Context != "" {
-			t.Errorf("sources[%d]: kubeconfig %q context %q, want an empty kubeconfig (in-cluster)", i, s.Kubeconfig, s.Context)
-		}
-		if !slices.Contains(s.HeartbeatNamespaces, "kube-node-lease") {
-			t.Errorf("sources[%d].heartbeat_namespaces %q lacks kube-node-lease", i, s.HeartbeatNamespaces)
-		}
+	if cfg.DatabaseTLS == nil || cfg.DatabaseTLS.CAFile != postgresMountPath+"/ca.crt" || cfg.DatabaseTLS.InsecureSkipVerify {
+		t.Errorf("database_tls %+v, want ca_file %s/ca.crt, verified", deref(cfg.DatabaseTLS), postgresMountPath)
 	}
-	if kube != 1 {
-		t.Errorf("%d kubernetes sources, want 1", kube)
+
+	r := cfg.Replication
+	if r.Backend != config.ReplicationKubernetes {
+		t.Errorf("replication.backend %q, want %s", r.Backend, config.ReplicationKubernetes)
+	}
+	if role := one[*rbacv1.Role](t, ms); r.Namespace != role.Namespace {
+		t.Errorf("replication.namespace %q, but the Role lets the replicas write Leases in %q", r.Namespace, role.Namespace)
+	}
+	if r.Kubeconfig != "" || r.Context != "" {
+		t.Errorf("replication: kubeconfig %q context %q, want an empty kubeconfig (in-cluster)", r.Kubeconfig, r.Context)
+	}
+	// Without identity each replica is its host name, its pod's name: a
+	// fixed one would be the same for both replicas.
+	if rep, _ := raw["replication"].(map[string]any); rep == nil {
+		t.Error("no replication section")
+	} else if id, ok := rep["identity"]; ok {
+		t.Errorf("replication.identity %v: both replicas would share it; leave it out for the pod's name", id)
 	}
 }
 
 // TestServerSideDryRun creates the Namespace on a real kube-apiserver, then
 // creates every manifest with dryRun=All and strict field validation: the
 // apiserver validates, defaults and admits each object (Pod Security
-// "restricted" included) without storing it.
+// "restricted" included) without storing it. Both variants, in turn.
 func TestServerSideDryRun(t *testing.T) {
 	a := requireApiserver(t)
+	forEachVariant(t, func(t *testing.T, _ variant, ms []manifest) { dryRun(t, a, ms) })
+}
+
+func dryRun(t *testing.T, a *kubetest.Apiserver, ms []manifest) {
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
 
@@ -631,7 +915,6 @@ func TestServerSideDryRun(t *testing.T) {
 	}
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict", FieldManager: fieldOwner}
 
-	ms := manifests(t)
 	var objs []*unstructured.Unstructured
 	for _, m := range ms {
 		u, err := toUnstructured(m.raw)
@@ -642,12 +925,17 @@ func TestServerSideDryRun(t *testing.T) {
 	}
 
 	// The Namespace: a dry run like everything else, then for real, so the
-	// namespaced objects have somewhere to go.
+	// namespaced objects have somewhere to go. Once an earlier test has
+	// created it, the dry run applies the manifest over it instead.
 	for _, u := range objs {
 		if u.GetKind() != "Namespace" {
 			continue
 		}
-		if _, err := client(u).Create(ctx, u, dryRun); err != nil {
+		_, err := client(u).Create(ctx, u, dryRun)
+		if apierrors.IsAlreadyExists(err) {
+			_, err = client(u).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{DryRun: dryRun.DryRun, Force: true, FieldManager: fieldOwner})
+		}
+		if err != nil {
 			t.Fatalf("dry-run create Namespace %s: %v", u.GetName(), err)
 		}
 		if _, err := client(u).Create(ctx, u, metav1.CreateOptions{FieldValidation: "Strict", FieldManager: fieldOwner}); err != nil && !apierrors.IsAlreadyExists(err) {
@@ -667,12 +955,11 @@ func TestServerSideDryRun(t *testing.T) {
 		t.Errorf("warnings creating the Namespace: %q", warn)
 	}
 
-	for i, u := range objs {
+	for _, u := range objs {
 		if u.GetKind() == "Namespace" {
 			continue // above
 		}
-		m := ms[i]
-		t.Run(strings.TrimSuffix(m.file, ".yaml")+"/"+u.GetKind(), func(t *testing.T) {
+		t.Run(u.GetKind()+"/"+u.GetName(), func(t *testing.T) {
 			got, err := client(u).Create(ctx, u, dryRun)
 			if err != nil {
 				t.Fatalf("dry-run create %s %s: %v", u.GetKind(), u.GetName(), err)
@@ -693,7 +980,7 @@ func TestServerSideDryRun(t *testing.T) {
 	// Pod Security admission only warns about a Deployment's template; it
 	// enforces on Pods. Submit the template as a Pod so "restricted" is
 	// enforced, and show with a privileged variant that it would refuse one.
-	d := one[*appsv1.Deployment](t)
+	d := one[*appsv1.Deployment](t, ms)
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: "leasewatch-pod-security-check", Namespace: d.Namespace, Labels: d.Spec.Template.Labels},

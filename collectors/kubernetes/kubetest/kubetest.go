@@ -49,6 +49,22 @@ type Apiserver struct {
 
 	cmd  *exec.Cmd
 	done chan error
+	opts Options // for a peer
+}
+
+// Options are what StartWith varies; the zero Options is Start's.
+type Options struct {
+	// RBAC authorizes requests with RBAC rather than allowing every one, so
+	// that a test can check what a Role grants by impersonating its subject.
+	// Config, in system:masters, is allowed everything either way.
+	RBAC bool
+}
+
+func (o Options) authorizationMode() string {
+	if o.RBAC {
+		return "RBAC"
+	}
+	return "AlwaysAllow"
 }
 
 const adminToken = "leasewatch-test-admin-token"
@@ -104,6 +120,11 @@ func Binary(ctx context.Context, log io.Writer) (string, error) {
 // Start runs etcd and a kube-apiserver with their state in dir, and waits
 // until the apiserver is ready. The apiserver's output goes to log.
 func Start(ctx context.Context, dir string, log io.Writer) (*Apiserver, error) {
+	return StartWith(ctx, dir, log, Options{})
+}
+
+// StartWith is Start with opts.
+func StartWith(ctx context.Context, dir string, log io.Writer, opts Options) (*Apiserver, error) {
 	bin, err := Binary(ctx, log)
 	if err != nil {
 		return nil, err
@@ -112,7 +133,7 @@ func Start(ctx context.Context, dir string, log io.Writer) (*Apiserver, error) {
 	if err != nil {
 		return nil, err
 	}
-	a, err := startApiserver(ctx, bin, dir, etcd, log)
+	a, err := startApiserver(ctx, bin, dir, etcd, log, opts)
 	if err != nil {
 		etcd.Close()
 		return nil, err
@@ -120,7 +141,7 @@ func Start(ctx context.Context, dir string, log io.Writer) (*Apiserver, error) {
 	return a, nil
 }
 
-func startApiserver(ctx context.Context, bin, dir string, etcd *embedded.Server, log io.Writer) (*Apiserver, error) {
+func startApiserver(ctx context.Context, bin, dir string, etcd *embedded.Server, log io.Writer, opts Options) (*Apiserver, error) {
 	files, err := writeFiles(dir)
 	if err != nil {
 		return nil, err
@@ -131,13 +152,13 @@ func startApiserver(ctx context.Context, bin, dir string, etcd *embedded.Server,
 		if err != nil {
 			return nil, err
 		}
-		a := &Apiserver{URL: "https://127.0.0.1:" + strconv.Itoa(port), Etcd: etcd, done: make(chan error, 1)}
+		a := &Apiserver{URL: "https://127.0.0.1:" + strconv.Itoa(port), Etcd: etcd, done: make(chan error, 1), opts: opts}
 		a.cmd = exec.Command(bin,
 			"--etcd-servers="+etcd.Endpoint,
 			"--service-account-issuer=https://kubernetes.default.svc",
 			"--service-account-key-file="+files.saPub,
 			"--service-account-signing-key-file="+files.saKey,
-			"--authorization-mode=AlwaysAllow",
+			"--authorization-mode="+opts.authorizationMode(),
 			"--secure-port="+strconv.Itoa(port),
 			"--bind-address=127.0.0.1",
 			"--cert-dir="+filepath.Join(dir, "certs"),

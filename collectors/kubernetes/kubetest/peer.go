@@ -9,7 +9,7 @@ import (
 
 // StartPeer runs a second kube-apiserver on a's etcd, as in a highly
 // available control plane, with its state in dir, and waits until it is
-// ready. Fault tests stop, restart and freeze a peer while clients keep
+// ready; it authorizes as a does. Fault tests stop, restart and freeze a peer while clients keep
 // writing through a. A peer shares a's etcd: end it with StopProcess, since
 // Stop would close that etcd too.
 func (a *Apiserver) StartPeer(ctx context.Context, dir string, log io.Writer) (*Apiserver, error) {
@@ -17,7 +17,7 @@ func (a *Apiserver) StartPeer(ctx context.Context, dir string, log io.Writer) (*
 	if err != nil {
 		return nil, err
 	}
-	return startApiserver(ctx, bin, dir, a.Etcd, log)
+	return startApiserver(ctx, bin, dir, a.Etcd, log, a.opts)
 }
 
 // Pid is the apiserver's process id, for a test to freeze it (SIGSTOP).
