@@ -802,6 +802,13 @@ func TestConfigMap(t *testing.T) {
 			if s.Kind != "kubernetes" {
 				continue
 			}
+			if cfg.Replication.Enabled() && s.Name == cfg.Replication.Source {
+				// leasewatch's own source: the ownership Leases, in its namespace.
+				if !slices.Equal(s.Namespaces, []string{cfg.Replication.Namespace}) {
+					t.Errorf("leasewatch's own source %q watches %q, want the replication namespace %q", s.Name, s.Namespaces, cfg.Replication.Namespace)
+				}
+				continue
+			}
 			kube++
 			if s.Name != "cluster" {
 				t.Errorf("sources[%d].name %q, want cluster", i, s.Name)
