@@ -66,7 +66,7 @@ func (m *AlertmanagerConfig) fillDefaults() {
 // sends a source's firing alerts: its fence commit, its first evaluation
 // (four a second) and a read of the source's findings back from the store,
 // and the POST. In the e2e test the new owner's copy reached Alertmanager
-// 2.5 s after a kill -9 of the owner, with a 2 s lease and 300 ms retries.
+// 2.5 to 3 s after a kill -9 of the owner, with a 2 s lease and 300 ms retries.
 const TakeoverSlack = 5 * time.Second
 
 // coversTakeover checks, with replication timed t, that a firing alert
