@@ -58,6 +58,12 @@ type Recorder struct {
 	// goroutine only (and Start).
 	fences   map[string]int64
 	disowned map[string]error
+	// owning is WithOwnership's: the recorder records only the sources it
+	// owns (fences). roundSources are the sources the sync round in
+	// progress claims, those owned when it started and still owned.
+	// Recording goroutine only (and Start).
+	owning       bool
+	roundSources []string
 
 	// trackMu guards the tracker: the recording goroutine holds it to step
 	// the tracker or restore it, Peek to read it.
@@ -175,13 +181,10 @@ func (r *Recorder) Start(ctx context.Context) error {
 }
 
 // restore loads the tracker's memory from the journal, with the renewals
-// stored since the last sync replayed onto it.
+// stored since the last sync replayed onto it: of every source, or with
+// WithOwnership of the sources this replica owns.
 func (r *Recorder) restore(ctx context.Context) error {
-	states, cursors, err := r.journal.Restore(ctx)
-	if err != nil {
-		return fmt.Errorf("restore tracker state: %w", err)
-	}
-	renewals, err := r.journal.Unsynced(ctx)
+	states, cursors, renewals, err := r.load(ctx)
 	if err != nil {
 		return fmt.Errorf("restore tracker state: %w", err)
 	}
@@ -209,6 +212,29 @@ func (r *Recorder) restore(ctx context.Context) error {
 	r.unsaved = unsaved
 	r.round = nil // a new round starts from what was restored
 	return nil
+}
+
+// load reads what restore loads.
+func (r *Recorder) load(ctx context.Context) ([]TrackState, []Cursor, []Event, error) {
+	if !r.owning {
+		states, cursors, err := r.journal.Restore(ctx)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		renewals, err := r.journal.Unsynced(ctx)
+		return states, cursors, renewals, err
+	}
+	var states []TrackState
+	var cursors []Cursor
+	var renewals []Event
+	for _, source := range r.owned() {
+		st, c, rn, err := r.journal.RestoreSource(ctx, source)
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		states, cursors, renewals = append(states, st...), append(cursors, c...), append(renewals, rn...)
+	}
+	return states, cursors, renewals, nil
 }
 
 // Close stops the recorder after the requests already queued are answered.
@@ -528,8 +554,14 @@ func (r *Recorder) hold(b Batch) Batch {
 // sync adds held renewals to b: the next chunk of the sync round in
 // progress, or the first chunk of a new round when one is due, or all of them
 // when they pile up (or always, with no sync interval). It marks b Synced
-// whenever the rows it leaves behind hold every event.
+// whenever the rows it leaves behind hold every event, of the sources it
+// owns with WithOwnership.
 func (r *Recorder) sync(b Batch, due bool) Batch {
+	return r.scopeSync(r.syncRows(b, due))
+}
+
+// syncRows is sync for every source the recorder records.
+func (r *Recorder) syncRows(b Batch, due bool) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	switch {
@@ -585,7 +617,7 @@ func (r *Recorder) syncAll(b Batch) Batch {
 func (r *Recorder) syncAllNow(b Batch) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	return r.syncAll(b)
+	return r.scopeSync(r.syncAll(b))
 }
 
 // storedRequests returns the stored write reports that share a request id

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
+	"maps"
 	"slices"
 	"time"
 )
@@ -35,6 +37,51 @@ type FenceRefusal struct {
 // refused requests: the caller stops the source's collector and reports it. fn must be quick and must not call the recorder.
 func WithFenceRefused(fn func(FenceRefusal)) RecorderOption {
 	return func(r *Recorder) { r.onFenceRefused = fn }
+}
+
+// WithOwnership makes the recorder one of several replicas that share the
+// journal, each recording the sources it owns: it records only the sources
+// SetFence grants it. It restores none at Start; it loads a source from the
+// journal (Journal.RestoreSource) when it is granted, after its fence has
+// moved, so it sees every row the previous owner committed; it refuses the
+// inputs and write reports of every other source with EFENCED, which the
+// sender may retry at the owner; and its syncs claim only its own sources'
+// rows (Batch.SyncSources).
+func WithOwnership() RecorderOption { return func(r *Recorder) { r.owning = true } }
+
+// notOwned is the refusal of a request naming a source that another replica
+// records.
+func notOwned(source string) error {
+	return Errorf(EFENCED, "source %q is recorded by another replica: nothing was stored; send it again, to the replica that owns the source", source)
+}
+
+// owned returns the sources this recorder owns, sorted.
+func (r *Recorder) owned() []string {
+	return slices.Sorted(maps.Keys(r.fences))
+}
+
+// scopeSync limits b's sync claims to the sources the recorder owns, with
+// WithOwnership: a round claims those it owned when it began and owns
+// still. A recorder that owns none claims nothing.
+func (r *Recorder) scopeSync(b Batch) Batch {
+	if !r.owning {
+		return b
+	}
+	if b.SyncMark {
+		r.roundSources = r.owned()
+	}
+	switch {
+	case b.Synced:
+		b.SyncSources = r.owned()
+	case b.SyncedToMark:
+		b.SyncSources = slices.Clone(r.roundSources)
+	default:
+		return b
+	}
+	if len(b.SyncSources) == 0 {
+		b.Synced, b.SyncedToMark = false, false
+	}
+	return b
 }
 
 // fenceChange is a SetFence or DropFence request.
@@ -70,12 +117,50 @@ func (r *Recorder) changeFence(req *request) {
 		req.done <- nil
 		return
 	}
-	err := r.journal.Apply(context.Background(), Batch{Fences: []Fence{{Source: c.source, Token: c.token}}})
+	ctx := context.Background()
+	err := r.journal.Apply(ctx, Batch{Fences: []Fence{{Source: c.source, Token: c.token}}})
+	if err == nil && r.owning {
+		err = r.loadSource(ctx, c.source)
+	}
 	if err == nil {
 		r.fences[c.source] = c.token
 		delete(r.disowned, c.source)
 	}
 	req.done <- err
+}
+
+// loadSource replaces what the recorder knows of source with what the
+// journal holds: its locks, its cursor, and the renewals its rows lack.
+// Recording goroutine only.
+func (r *Recorder) loadSource(ctx context.Context, source string) error {
+	states, cursors, renewals, err := r.journal.RestoreSource(ctx, source)
+	if err != nil {
+		return fmt.Errorf("restore source %s: %w", source, err)
+	}
+	r.trackMu.Lock()
+	r.tracker.RestoreSource(source, states)
+	r.writeOnly.forget(source)
+	for _, st := range states {
+		r.writeOnly.note(st)
+	}
+	var replayed []Renewal
+	for _, e := range renewals {
+		if rn, ok := r.tracker.ReplayRenewal(e); ok {
+			replayed = append(replayed, rn)
+		}
+	}
+	r.trackMu.Unlock()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.unsaved.forget(source)
+	for _, rn := range replayed {
+		r.unsaved.put(rn)
+	}
+	delete(r.cursors, source)
+	for _, c := range cursors {
+		r.cursors[c.Source] = c
+	}
+	return nil
 }
 
 // disown forgets source and refuses its requests with why from now on;
@@ -91,14 +176,8 @@ func (r *Recorder) disown(source string, why error) int {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	delete(r.cursors, source)
-	n := 0
-	for k := range r.unsaved {
-		if k.Source == source {
-			delete(r.unsaved, k)
-			n++
-		}
-	}
-	return n
+	r.roundSources = slices.DeleteFunc(r.roundSources, func(s string) bool { return s == source })
+	return r.unsaved.forget(source)
 }
 
 // fencesOf returns the fences of the sources whose rows b holds, in source
@@ -143,6 +222,20 @@ func (r *Recorder) fencesOf(b *Batch) []Fence {
 	return fences
 }
 
+// sources returns the sources the request names.
+func (req *request) sources() []string {
+	var out []string
+	if req.input != nil {
+		out = append(out, req.input.Source)
+	}
+	for _, w := range req.writes {
+		if !slices.Contains(out, w.Source) {
+			out = append(out, w.Source)
+		}
+	}
+	return out
+}
+
 // touches reports whether the request names source.
 func (req *request) touches(source string) bool {
 	if req.input != nil && req.input.Source == source {
@@ -154,6 +247,14 @@ func (req *request) touches(source string) bool {
 // disownedBy returns the refusal of a request that names a source this
 // recorder has given up, nil if it names none.
 func (r *Recorder) disownedBy(req *request) error {
+	if r.owning {
+		for _, source := range req.sources() {
+			if _, ok := r.fences[source]; !ok {
+				return cmp.Or(r.disowned[source], notOwned(source))
+			}
+		}
+		return nil
+	}
 	if len(r.disowned) == 0 {
 		return nil
 	}

@@ -2,6 +2,7 @@ package audit
 
 import (
 	"context"
+	"slices"
 	"time"
 )
 
@@ -256,6 +257,11 @@ type Batch struct {
 	// later batch's SyncedToMark says every row now holds every event up to
 	// that note, and Unsynced starts after it. (A batch may carry both.)
 	SyncMark, SyncedToMark bool
+	// SyncSources, when replicas share the store, are the sources whose
+	// own sync marks Synced and SyncedToMark move: a replica syncs the
+	// rows of the sources it owns, and claims nothing of the others'. None:
+	// the claims are the whole store's (one recorder writes every source).
+	SyncSources []string
 	// Fences are the owners' tokens of the sources whose rows the batch
 	// carries, when replicas share the store: the journal checks each, in
 	// order, in the batch's transaction, and stores none of the batch if one
@@ -297,6 +303,11 @@ func (b *Batch) Append(o Batch) {
 	b.Cursors = append(b.Cursors, o.Cursors...)
 	b.Renewed = append(b.Renewed, o.Renewed...)
 	b.Fences = append(b.Fences, o.Fences...)
+	for _, src := range o.SyncSources {
+		if !slices.Contains(b.SyncSources, src) {
+			b.SyncSources = append(b.SyncSources, src)
+		}
+	}
 	b.Synced = b.Synced || o.Synced
 	b.SyncMark = b.SyncMark || o.SyncMark
 	b.SyncedToMark = b.SyncedToMark || o.SyncedToMark
@@ -364,6 +375,10 @@ type Journal interface {
 	// Unsynced returns the renew events stored after the last Synced batch,
 	// in the order they were stored, for Tracker.ReplayRenewal.
 	Unsynced(ctx context.Context) ([]Event, error)
+	// RestoreSource is Restore and Unsynced of one source, in one
+	// snapshot: a replica that takes the source over loads it. Its
+	// renewals are those after the source's own sync mark (SyncSources).
+	RestoreSource(ctx context.Context, source string) ([]TrackState, []Cursor, []Event, error)
 	// StoredWrites returns the write events stored with any of the request
 	// ids, under any lock and resource, each with its Lock set: the
 	// recorder tells a retry from a conflicting reuse of an id by them.

@@ -63,6 +63,18 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 // renewals stored since they were saved go on with ReplayRenewal.
 func (t *Tracker) Restore(states []TrackState) {
 	t.locks = make(map[LockKey]*lockState, len(states))
+	t.add(states)
+}
+
+// RestoreSource replaces the tracker's memory of one source with states
+// saved by a Journal, and keeps the rest: a replica takes the source over.
+func (t *Tracker) RestoreSource(source string, states []TrackState) {
+	t.Forget(source)
+	t.add(states)
+}
+
+// add puts saved states into the tracker's memory.
+func (t *Tracker) add(states []TrackState) {
 	t.dueFrom = time.Time{} // unknown until a Tick looks
 	for i := range states {
 		st := lockStateOf(states[i])

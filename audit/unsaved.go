@@ -27,3 +27,15 @@ func (m unsavedRenewals) get(key LockKey) (Renewal, bool) {
 	return Renewal{Lock: key, Seq: p.seq, Renewals: p.renewals, RenewedAt: TimeOf(p.renewedAt),
 		ExpiresAt: TimeOf(p.expiresAt), LeaseDuration: p.duration}, true
 }
+
+// forget drops the source's renewals and returns how many there were.
+func (m unsavedRenewals) forget(source string) int {
+	n := 0
+	for k := range m {
+		if k.Source == source {
+			delete(m, k)
+			n++
+		}
+	}
+	return n
+}

@@ -26,12 +26,14 @@ var landed = map[string]map[string]string{
 		"0010_request_id_scope.sql":     "1fcfb9b85e963851ab80ecb6b49c1229a8efd049827e3a5501b9787ec4b5329f",
 		"0011_time_none.sql":            "a00b0439a89fa60ee6032c6fc26ec9ec4c1384cd2b3fa8cf3ab1ce81c10eba4a",
 		"0012_source_fences.sql":        "bbaf2197f455f6bee817052702436f3d9875e9a416adee52f0e6233b62263360",
+		"0013_source_sync.sql":          "a6b75b3c31a6d47497ff2ffead0ac339a5c886b1e89d8316ba37ba6572d0b9c2",
 	},
 	"postgres": {
 		"0001_init.sql":                "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
 		"0002_events_column_order.sql": "f2e4897318ad52affdf3d6400dbe8e98f9223735548abde7aa25bd7492bb2257",
 		"0003_renewals.sql":            "447f0f2910a3642df347d00850045472c9d6b130f8e9944f3dbcbd89ba550b80",
 		"0004_source_fences.sql":       "497a023a2d021b6771b4bae248142afebda35d7dfafc25eb5b2ea7fab967192c",
+		"0005_source_sync.sql":         "0fb6fc6f2b196b29f0b7bed0bfe447aad0ea33ae1672b53773ef17e3a5f1b593",
 	},
 }
 

@@ -114,16 +114,7 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	// The newest id given out stands for the newest event stored: the
 	// store is the one writer, and an id given to a batch that rolled back
 	// names no event.
-	if b.Synced {
-		w.queue("sync", `UPDATE journal SET synced_event = $1`, w.highest)
-	}
-	if b.SyncedToMark {
-		mark := w.s.syncMark
-		if b.SyncMark {
-			mark = w.highest
-		}
-		w.queue("sync", `UPDATE journal SET synced_event = greatest(synced_event, $1)`, mark)
-	}
+	w.putSyncMarks(b)
 	if w.pipe.Len() > 0 {
 		res := w.tx.SendBatch(ctx, &w.pipe)
 		for _, name := range w.names {
@@ -142,6 +133,30 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	return nil
 }
 
+// putSyncMarks queues the batch's Synced and SyncedToMark: the store's mark,
+// and with it every source's, or with SyncSources only those sources'
+// marks. The newest id given out stands for the newest event stored: this
+// store is its sources' one writer (their owner, when replicas share the
+// store), and an id given to a batch that rolled back names no event.
+func (w *batchWriter) putSyncMarks(b audit.Batch) {
+	var mark int64
+	switch {
+	case b.Synced || (b.SyncedToMark && b.SyncMark):
+		mark = w.highest
+	case b.SyncedToMark:
+		mark = w.s.syncMark
+	default:
+		return
+	}
+	if len(b.SyncSources) == 0 {
+		w.queue("sync", `UPDATE journal SET synced_event = greatest(synced_event, $1)`, mark)
+		w.queue("sync", `UPDATE source_fences SET synced_event = greatest(synced_event, $1)`, mark)
+		return
+	}
+	w.queue("sync of sources", `UPDATE source_fences SET synced_event = greatest(synced_event, $1) WHERE source = ANY($2)`,
+		mark, b.SyncSources)
+}
+
 // putFences checks and moves the batch's fences in one round trip, failing
 // with EFENCED at the first that is older than its source's. An upsert
 // waits for another transaction that holds the fence's row, then judges by
@@ -153,7 +168,7 @@ func (w *batchWriter) putFences(ctx context.Context, fences []audit.Fence) error
 	var pipe pgx.Batch
 	moved := make([]bool, len(fences))
 	for i, f := range fences {
-		pipe.Queue(`INSERT INTO source_fences (source, token) VALUES ($1, $2)
+		pipe.Queue(`INSERT INTO source_fences (source, token, synced_event) VALUES ($1, $2, (SELECT synced_event FROM journal))
 			ON CONFLICT (source) DO UPDATE SET token = excluded.token WHERE source_fences.token <= excluded.token
 			RETURNING true`, f.Source, f.Token).QueryRow(func(row pgx.Row) error {
 			err := row.Scan(&moved[i])

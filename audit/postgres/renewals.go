@@ -152,6 +152,14 @@ func loadPartitions(ctx context.Context, q querier, span int64) (partitions, err
 	return p, rows.Err()
 }
 
+// partitionsLock and pruneLock key the advisory locks that order replicas
+// sharing a store: the creation of a partition of renewals, and a retention
+// step, whose summaries two replicas would otherwise both count.
+const (
+	partitionsLock = `hashtext('leasewatch: renewals partitions')`
+	pruneLock      = `hashtext('leasewatch: retention')`
+)
+
 // ensurePartitions creates, within tx, the partitions that the renewals
 // rows (ids in renewalRow's first column) need and p lacks, and returns p
 // with them. Attaching takes a SHARE UPDATE EXCLUSIVE lock on renewals,
@@ -160,6 +168,20 @@ func ensurePartitions(ctx context.Context, tx pgx.Tx, p partitions, rows [][]any
 	for _, r := range rows {
 		id := r[0].(int64)
 		if p.has(id) {
+			continue
+		}
+		// Another replica sharing the store may have made it since this
+		// store last looked: look again under a lock that orders the
+		// replicas' creations (held to the end of tx, once per span).
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+partitionsLock+`)`); err != nil {
+			return p, fmt.Errorf("lock renewals partitions: %w", err)
+		}
+		fresh, err := loadPartitions(ctx, tx, p.span)
+		if err != nil {
+			return p, err
+		}
+		if fresh.has(id) {
+			p = fresh
 			continue
 		}
 		from := p.from(id)

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 )
 
 // PruneEvents deletes, in one transaction, the events of step.Rule older than
@@ -56,6 +57,10 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 
 // pruneStep is PruneEvents' transaction.
 func (s *Store) pruneStep(ctx context.Context, tx pgx.Tx, step audit.PruneStep, renewals bool, res *audit.PruneResult) error {
+	// One replica's step at a time; what the next one reads is after it.
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+pruneLock+`)`); err != nil {
+		return err
+	}
 	if step.After >= s.highest {
 		res.Done = true // nothing stored after step.After
 		return nil
@@ -69,7 +74,7 @@ func (s *Store) pruneStep(ctx context.Context, tx pgx.Tx, step audit.PruneStep, 
 	if err := tx.QueryRow(ctx, q, append([]any{before, step.After, end}, args...)...).Scan(&keep); err != nil {
 		return err
 	}
-	if err := tx.QueryRow(ctx, `SELECT synced_event FROM journal`).Scan(&synced); err != nil {
+	if err := tx.QueryRow(ctx, `SELECT `+sqlread.SyncFloor).Scan(&synced); err != nil {
 		return err
 	}
 	upper := end

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"database/sql"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -83,7 +84,7 @@ type batchWriter struct {
 // the writer's one connection, before the first batch's transaction takes it.
 var writerQueries = []string{lockUpsert, trackUpsert, lockRenewal, tenureRenewal, tenureUpsert,
 	eventInsert + eventRow, eventInsertMany, findingInsert,
-	cursorUpsert, sourceEventUpsert, journalSynced, journalSyncedTo, fenceUpsert}
+	cursorUpsert, sourceEventUpsert, journalSyncedTo, fencesSyncedTo, sourcesSyncedTo, fenceUpsert}
 
 // The statements nearly every commit runs once: compiled once like the
 // rest, since parsing them cost more than running them (a tenth of the CPU
@@ -93,8 +94,11 @@ const (
 		ON CONFLICT (source) DO UPDATE SET position = excluded.position, at = excluded.at`
 	sourceEventUpsert = `INSERT INTO source_events (source, last_event_at) VALUES (?, ?)
 		ON CONFLICT (source) DO UPDATE SET last_event_at = max(last_event_at, excluded.last_event_at)`
-	journalSynced   = `UPDATE journal SET synced_event = (SELECT coalesce(max(id), 0) FROM events)`
 	journalSyncedTo = `UPDATE journal SET synced_event = max(synced_event, ?)`
+	// A sync of the whole store raises every source's mark with its own.
+	fencesSyncedTo  = `UPDATE source_fences SET synced_event = max(synced_event, ?)`
+	sourcesSyncedTo = `UPDATE source_fences SET synced_event = max(synced_event, ?)
+		WHERE source IN (SELECT value FROM json_each(?))`
 )
 
 func (s *Store) prepareWriter(ctx context.Context) error {
@@ -156,29 +160,55 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	if err := w.putRenewed(ctx, shaped.Renewed); err != nil {
 		return err
 	}
-	if b.Synced {
-		if err := w.exec(ctx, journalSynced); err != nil {
-			return fmt.Errorf("record sync: %w", err)
-		}
+	return w.putSyncMarks(ctx, b)
+}
+
+// putSyncMarks records the batch's Synced, SyncMark and SyncedToMark: the
+// store's mark, and with it every source's, or with SyncSources only those
+// sources' marks.
+func (w *batchWriter) putSyncMarks(ctx context.Context, b audit.Batch) error {
+	if !b.Synced && !b.SyncMark && !b.SyncedToMark {
+		return nil
+	}
+	var newest int64
+	if err := w.tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM events`).Scan(&newest); err != nil {
+		return fmt.Errorf("mark sync: %w", err)
 	}
 	mark := w.s.syncMark
 	if b.SyncMark {
-		if err := w.tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM events`).Scan(&mark); err != nil {
-			return fmt.Errorf("mark sync: %w", err)
-		}
+		mark = newest
 		w.mark = &mark
 	}
-	if b.SyncedToMark {
-		if err := w.exec(ctx, journalSyncedTo, mark); err != nil {
-			return fmt.Errorf("record sync: %w", err)
+	switch {
+	case b.Synced:
+		mark = newest
+	case !b.SyncedToMark:
+		return nil
+	}
+	var err error
+	if len(b.SyncSources) == 0 {
+		err = w.exec(ctx, journalSyncedTo, mark)
+		if err == nil {
+			err = w.exec(ctx, fencesSyncedTo, mark)
 		}
+	} else {
+		err = w.exec(ctx, sourcesSyncedTo, mark, jsonList(b.SyncSources))
+	}
+	if err != nil {
+		return fmt.Errorf("record sync: %w", err)
 	}
 	return nil
 }
 
+// jsonList is a list of strings as a JSON array, for json_each.
+func jsonList(list []string) string {
+	b, _ := json.Marshal(list)
+	return string(b)
+}
+
 // fenceUpsert moves a source's fence up to the batch's token, and returns
 // no row if the fence is already higher.
-const fenceUpsert = `INSERT INTO source_fences (source, token) VALUES (?, ?)
+const fenceUpsert = `INSERT INTO source_fences (source, token, synced_event) VALUES (?, ?, (SELECT synced_event FROM journal))
 	ON CONFLICT (source) DO UPDATE SET token = excluded.token WHERE source_fences.token <= excluded.token
 	RETURNING token`
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 )
 
 var _ audit.Pruner = (*Store)(nil)
@@ -36,7 +37,7 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 		if err := tx.QueryRowContext(ctx, q, append(args, before, step.After, step.Limit)...).Scan(&last, &keep); err != nil {
 			return err
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT synced_event FROM journal`).Scan(&synced); err != nil && err != sql.ErrNoRows {
+		if err := tx.QueryRowContext(ctx, `SELECT `+sqlread.SyncFloor).Scan(&synced); err != nil && err != sql.ErrNoRows {
 			return err
 		}
 		if !last.Valid {

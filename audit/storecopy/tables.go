@@ -97,7 +97,7 @@ var Tables = []Table{
 	{Name: "source_events", Key: 1, Columns: []Column{col("source", Text, false), col("last_event_at", Int, false)}},
 	// A copy keeps each source's fence, so a deposed replica's late batch is
 	// refused by the new store as by the old.
-	{Name: "source_fences", Key: 1, Mark: true, Columns: []Column{col("source", Text, false), col("token", Int, false)}},
+	{Name: "source_fences", Key: 1, Mark: true, Columns: []Column{col("source", Text, false), col("token", Int, false), col("synced_event", Int, false)}},
 	{Name: "journal", Key: 1, Whole: true, Mark: true, Columns: ints("id", "synced_event")},
 	{Name: "lock_counts", Key: 3, Whole: true, Mark: true, Columns: []Column{
 		col("source", Text, false), col("class", Text, false), col("state", Text, false), col("n", Int, false),

@@ -237,3 +237,74 @@ func testRecorderDropFenceGivesTheSourceUp(t *testing.T, h Harness) {
 // WithoutTicks is a recorder option that keeps the clock's ticks out of a
 // test's group commits.
 func WithoutTicks() audit.RecorderOption { return audit.WithTickInterval(time.Hour) }
+
+// A replica takes a source over from one that stopped without a word (a
+// crash, or a pause past its lease): with WithOwnership it had restored
+// nothing of the source at its start, and on SetFence it loads the source as
+// the old owner left it, renewals its rows lack included, while its own
+// syncs meanwhile claimed only the sources it owned. Before SetFence it
+// refuses the source's requests, which another replica records.
+func testRecorderTakeoverResumesTheSource(t *testing.T, h Harness) {
+	ctx := context.Background()
+	s := h.Open(t)
+	second := audit.Journal(s)
+	if h.Second != nil {
+		second = h.Second(t, s)
+	}
+	old := StartRecorder(t, s, audit.WithOwnership(), audit.WithSyncInterval(time.Hour), WithoutTicks())
+	next := StartRecorder(t, second, audit.WithOwnership(), audit.WithSyncInterval(0), WithoutTicks())
+	if err := old.SetFence(ctx, "src", 1); err != nil {
+		t.Fatalf("SetFence(src, 1): %v", err)
+	}
+	for i, in := range []audit.Input{GrantInput("A", 41, At(0), "100"), sourceRenewal("src", "A", 41, 1, "101"),
+		sourceRenewal("src", "A", 41, 2, "102")} {
+		if err := old.Observe(ctx, in); err != nil {
+			t.Fatalf("old owner's input %d: %v", i, err)
+		}
+	}
+	// The next owner records a source of its own and syncs every commit.
+	if err := next.SetFence(ctx, "other", 1); err != nil {
+		t.Fatalf("SetFence(other, 1): %v", err)
+	}
+	for i, in := range []audit.Input{sourceGrant("other", "B", 7, 3, "200"), sourceRenewal("other", "B", 7, 4, "201")} {
+		if err := next.Observe(ctx, in); err != nil {
+			t.Fatalf("other's input %d: %v", i, err)
+		}
+	}
+	if err := next.Observe(ctx, sourceRenewal("src", "A", 41, 3, "103")); audit.ErrorCode(err) != audit.EFENCED {
+		t.Errorf("an input of a source another replica records: %v, want %s", err, audit.EFENCED)
+	}
+	write := audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(41),
+		Outcome: audit.WriteAccepted, At: At(3), RequestID: "w1"}
+	if err := next.ReportWrites(ctx, []audit.WriteReport{write}); audit.ErrorCode(err) != audit.EFENCED {
+		t.Errorf("a write report of a source another replica records: %v, want %s", err, audit.EFENCED)
+	}
+
+	// The old owner is gone; the next one takes src over.
+	if err := next.SetFence(ctx, "src", 2); err != nil {
+		t.Fatalf("SetFence(src, 2): %v", err)
+	}
+	next.Peek(func(lock func(audit.LockKey) (audit.Lock, bool)) {
+		l, ok := lock(orders)
+		if !ok || l.Holder != "A" || !l.RenewedAt.Equal(At(2)) {
+			t.Errorf("the taken-over lock = %+v (found %v), want A's renewed at 2", l, ok)
+		}
+	})
+	if pos, _ := next.Cursor("src"); pos != "102" {
+		t.Errorf("the taken-over cursor = %q, want 102", pos)
+	}
+	if err := next.Observe(ctx, sourceRenewal("src", "A", 41, 3, "103")); err != nil {
+		t.Fatalf("the next owner's renewal: %v", err)
+	}
+	if err := next.ReportWrites(ctx, []audit.WriteReport{write}); err != nil {
+		t.Fatalf("the next owner's write report: %v", err)
+	}
+	Equal(t, "events", EventKinds(t, s), []audit.EventKind{audit.EventGrant, audit.EventRenew, audit.EventRenew,
+		audit.EventRenew, audit.EventWriteAccepted})
+	// Its sync every commit wrote src's rows in full.
+	if l := LockByKey(t, s, orders); !l.RenewedAt.Equal(At(3)) {
+		t.Errorf("src/orders' row renewed at %v, want 3", l.RenewedAt)
+	}
+	_, _, renewals := restoreSource(t, s, "src")
+	Equal(t, "src's renewals to replay", renewals, []int(nil))
+}

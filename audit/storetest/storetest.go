@@ -79,6 +79,10 @@ var contract = []struct {
 	{"FenceHigherTokenMovesIt", testFenceHigherTokenMovesIt},
 	{"FencesOfSeveralSources", testFencesOfSeveralSources},
 	{"FenceTwoReplicasRace", testFenceTwoReplicasRace},
+	{"RecorderTakeoverResumesTheSource", testRecorderTakeoverResumesTheSource},
+	{"SyncOfOneSourceLeavesTheOthers", testSyncOfOneSourceLeavesTheOthers},
+	{"SyncRoundOfOneSource", testSyncRoundOfOneSource},
+	{"SyncOfTheStoreRaisesSourceMarks", testSyncOfTheStoreRaisesSourceMarks},
 
 	// The recorder over the store: restarts, failed commits, request ids
 	// and the fresh overlay of unsynced renewals.

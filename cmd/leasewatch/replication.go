@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"time"
 
 	k8s "k8s.io/client-go/kubernetes"
 
@@ -39,6 +40,15 @@ type grant struct {
 	token  int64
 	ended  bool
 }
+
+// replicaSyncEvery is how often a replica writes its sources' renewals into
+// the lock and tenure rows. Other replicas serve those sources from the rows
+// alone (the renewals held back live in the owner's memory), and a page on
+// any replica is to show the owner's state within a second. Heartbeats,
+// most of a fleet's renewals, renew every 10 s or so: each is written once
+// per renewal at any interval under that, so the shorter interval costs
+// only for locks that renew faster.
+const replicaSyncEvery = 500 * time.Millisecond
 
 // newReplicas connects to the replication backend and returns the manager
 // of cfg's sources on runner, which must be gated.

@@ -71,17 +71,23 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	if cfg.Replication.Enabled() {
 		svc.alerts.ownSourcesOnly(logger.With("component", "alerting"))
 	}
-	rec := audit.NewRecorder(rm.timeCommits(store), audit.TrackerConfig{
-		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
-		SourceKinds:      cfg.SourceKinds(),
-	}, logger.With("component", "recorder"), audit.WithCommitHook(func(c audit.Commit) {
+	opts := []audit.RecorderOption{audit.WithCommitHook(func(c audit.Commit) {
 		rm.observe(c)
 		svc.alerts.observe(c)
 	}), audit.WithFenceRefused(func(f audit.FenceRefusal) {
 		if svc.replicas != nil {
 			svc.replicas.refused(f)
 		}
-	}))
+	})}
+	if cfg.Replication.Enabled() {
+		// Each source is loaded when this replica is granted it, and its
+		// renewals reach the rows that other replicas read soon enough.
+		opts = append(opts, audit.WithOwnership(), audit.WithSyncInterval(replicaSyncEvery))
+	}
+	rec := audit.NewRecorder(rm.timeCommits(store), audit.TrackerConfig{
+		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
+		SourceKinds:      cfg.SourceKinds(),
+	}, logger.With("component", "recorder"), opts...)
 	if err := rec.Start(ctx); err != nil {
 		store.Close()
 		return nil, err

@@ -173,13 +173,13 @@ func (r *Reader) BlindWindows(ctx context.Context, f audit.BlindFilter) ([]audit
 
 // Cursors returns every source's stored resume cursor, ordered by source.
 func (r *Reader) Cursors(ctx context.Context) ([]audit.Cursor, error) {
-	return r.CursorsIn(ctx, r.Pool)
+	return r.cursorsIn(ctx, r.Pool, "")
 }
 
-// CursorsIn is Cursors read through db: a journal's Restore reads them in
-// its snapshot.
-func (r *Reader) CursorsIn(ctx context.Context, db DB) ([]audit.Cursor, error) {
+// cursorsIn is Cursors read through db, a journal's restore reads them in
+// its snapshot, with where (a WHERE clause on source, argument 1, or "").
+func (r *Reader) cursorsIn(ctx context.Context, db DB, where string, args ...any) ([]audit.Cursor, error) {
 	return query(ctx, r, db, "cursors", func(c *audit.Cursor) []any {
 		return []any{&c.Source, &c.Position, rowcodec.TimeDest{P: &c.At}}
-	}, `SELECT source, position, at FROM cursors ORDER BY source`)
+	}, `SELECT source, position, at FROM cursors`+where+` ORDER BY source`, args...)
 }

@@ -19,7 +19,45 @@ func (r *Reader) Restore(ctx context.Context) ([]audit.TrackState, []audit.Curso
 		return nil, nil, fmt.Errorf("restore: %w", r.wrap(err))
 	}
 	defer end()
+	return r.restore(ctx, tx, "")
+}
 
+// RestoreSource is Restore and Unsynced of one source, read in one
+// snapshot: what a replica that takes the source over loads. Its renewals
+// are those after the source's own sync mark.
+func (r *Reader) RestoreSource(ctx context.Context, source string) ([]audit.TrackState, []audit.Cursor, []audit.Event, error) {
+	tx, end, err := r.Begin(ctx)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("restore source %s: %w", source, r.wrap(err))
+	}
+	defer end()
+	states, cursors, err := r.restore(ctx, tx, source)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("restore source %s: %w", source, err)
+	}
+	p := r.Dialect.P
+	renewals, err := query(ctx, r, tx, "unsynced renewals", EventWithKey, `SELECT `+EventColumns+`, l.source, l.name
+		FROM `+r.eventTables(r.timeline(), "")+` JOIN locks l ON l.id = e.lock_id
+		WHERE e.id > `+SyncMarkOf(p(1))+` AND e.kind = 'renew' AND l.source = `+p(1)+`
+		ORDER BY e.id`, source)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("restore source %s: %w", source, err)
+	}
+	return states, cursors, renewals, nil
+}
+
+// restore reads the saved memory of every lock and every cursor through
+// tx, or only source's when it is not "".
+func (r *Reader) restore(ctx context.Context, tx DB, source string) ([]audit.TrackState, []audit.Cursor, error) {
+	var args []any
+	lockWhere, trackWhere, cursorWhere := "", "", ""
+	if source != "" {
+		args = []any{source}
+		p := r.Dialect.P(1)
+		lockWhere = ` WHERE l.source = ` + p
+		trackWhere = ` WHERE k.lock_id IN (SELECT id FROM locks WHERE source = ` + p + `)`
+		cursorWhere = ` WHERE source = ` + p
+	}
 	type row struct {
 		st      audit.TrackState
 		raw     *string
@@ -28,7 +66,7 @@ func (r *Reader) Restore(ctx context.Context) ([]audit.TrackState, []audit.Curso
 	rows, err := query(ctx, r, tx, "restore locks", func(l *row) []any {
 		return append(rowcodec.LockDest(&l.st.Lock), &l.raw, &l.lastSeq)
 	}, `SELECT `+LockColumns+`, k.state, (SELECT max(seq) FROM tenures t WHERE t.lock_id = l.id)
-		FROM locks l LEFT JOIN lock_tracks k ON k.lock_id = l.id ORDER BY l.id`)
+		FROM locks l LEFT JOIN lock_tracks k ON k.lock_id = l.id`+lockWhere+` ORDER BY l.id`, args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -51,8 +89,8 @@ func (r *Reader) Restore(ctx context.Context) ([]audit.TrackState, []audit.Curso
 
 	// One index range of tenures per lock: the ones its Recent holds.
 	tenures, err := query(ctx, r, tx, "restore tenures", rowcodec.TenureDest, `SELECT `+TenureColumns+`
-		FROM lock_tracks k JOIN tenures t ON t.lock_id = k.lock_id AND t.seq >= k.recent_from
-		ORDER BY t.lock_id, t.seq`)
+		FROM lock_tracks k JOIN tenures t ON t.lock_id = k.lock_id AND t.seq >= k.recent_from`+trackWhere+`
+		ORDER BY t.lock_id, t.seq`, args...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -66,19 +104,34 @@ func (r *Reader) Restore(ctx context.Context) ([]audit.TrackState, []audit.Curso
 		st.Recent = append(st.Recent, t)
 	}
 
-	cursors, err := r.CursorsIn(ctx, tx)
+	cursors, err := r.cursorsIn(ctx, tx, cursorWhere, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore: %w", err)
 	}
 	return states, cursors, nil
 }
 
-// Unsynced returns the renew events stored after the last Synced batch, in
-// the order they were stored.
+// SyncMarkOf is the sync mark of the source named by the SQL expression
+// source: every event of the source up to it is in its lock and tenure
+// rows. It is the source's own mark, which its owner moves when replicas
+// share the store, or the store's for a source that never had an owner.
+func SyncMarkOf(source string) string {
+	return `coalesce((SELECT f.synced_event FROM source_fences f WHERE f.source = ` + source + `),
+		(SELECT synced_event FROM journal))`
+}
+
+// SyncFloor is the oldest sync mark of any source, in SQL: retention keeps
+// the renew events after it, which a restore may yet replay. A source's
+// own marks, once there are any, rule: a sync of the whole store raises
+// them too, and the store's mark stands still while replicas share it.
+const SyncFloor = `(SELECT coalesce((SELECT min(synced_event) FROM source_fences), synced_event) FROM journal)`
+
+// Unsynced returns the renew events stored after their source's sync mark,
+// in the order they were stored.
 func (r *Reader) Unsynced(ctx context.Context) ([]audit.Event, error) {
 	return query(ctx, r, r.Pool, "unsynced renewals", EventWithKey, `SELECT `+EventColumns+`, l.source, l.name
 		FROM `+r.eventTables(r.timeline(), "")+` JOIN locks l ON l.id = e.lock_id
-		WHERE e.id > (SELECT synced_event FROM journal) AND e.kind = 'renew'
+		WHERE e.id > (SELECT synced_event FROM journal) AND e.id > `+SyncMarkOf("l.source")+` AND e.kind = 'renew'
 		ORDER BY e.id`)
 }
 
