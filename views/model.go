@@ -368,6 +368,9 @@ type AlertsPage struct {
 	NearExpiry []LockRow  // least lease left first
 	Margin     string     // the renew margin, e.g. "25%"
 	NearURL    string
+	// Elsewhere names the sources another replica owns, comma-separated:
+	// their alerts are evaluated and sent there, and listed on its page.
+	Elsewhere string
 }
 
 // AlertRow is one alert. Lock is empty for an alert about a source;

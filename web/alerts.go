@@ -4,6 +4,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -30,6 +31,15 @@ func (s *Server) handleAlertsPage(c echo.Context) error {
 		Now:     stampIn(now, loc),
 		Margin:  s.marginText(),
 		NearURL: nearExpiryURL,
+	}
+	if s.sources != nil {
+		var elsewhere []string
+		for _, src := range s.sources() {
+			if src.State == audit.SourceStandby {
+				elsewhere = append(elsewhere, printable(src.Name))
+			}
+		}
+		p.Elsewhere = strings.Join(elsewhere, ", ")
 	}
 	if s.alerts != nil {
 		firing, resolved := s.alerts()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
 )
 
@@ -76,5 +77,23 @@ func TestAlertsPageEmpty(t *testing.T) {
 		if !strings.Contains(main, want) {
 			t.Errorf("alerts page without alerts lacks %q", want)
 		}
+	}
+}
+
+// With replicas, the alerts page of one names the sources another owns,
+// whose alerts it neither evaluates nor lists; without them it says nothing.
+func TestAlertsPageNamesSourcesEvaluatedElsewhere(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.Sources = func() []audit.Source {
+			return []audit.Source{{Name: "prod-etcd", State: audit.SourceUp}, {Name: "cluster-a", State: audit.SourceStandby},
+				{Name: "cache", State: audit.SourceStandby}}
+		}
+	})
+	main := text(htmlDoc(t, "/alerts", f.page(t, "/alerts", http.StatusOK)).Find("main"))
+	if want := "The alerts of cluster-a, cache are evaluated, sent and listed by the replica that owns them"; !strings.Contains(main, want) {
+		t.Errorf("alerts page of a replica = %q, want %q", main, want)
+	}
+	if main := text(htmlDoc(t, "/alerts", newFixture(t).page(t, "/alerts", http.StatusOK)).Find("main")); strings.Contains(main, "replica") {
+		t.Errorf("alerts page of one process mentions replicas: %q", main)
 	}
 }

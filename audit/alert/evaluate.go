@@ -175,6 +175,54 @@ func (e *Evaluator) holds(now time.Time, a *active, current map[string]Alert, lo
 	return ok
 }
 
+// Forget drops every alert of source without reporting it resolved, as a
+// replica does when another takes the source over: the condition has not
+// ended, and the new owner goes on sending the same alert (same labels, so
+// Alertmanager keeps one). A resolve sent here would flap it.
+func (e *Evaluator) Forget(source string) {
+	for fp, a := range e.active {
+		if a.Labels[LabelSource] == source {
+			delete(e.active, fp)
+		}
+	}
+	for k := range e.near {
+		if k.Source == source {
+			delete(e.near, k)
+		}
+	}
+	delete(e.downSince, source)
+}
+
+// Resume takes over, from findings another evaluator saw (a source's
+// findings read back from the store by the replica that took the source
+// over), the LeaseLost and FencingViolation alerts that still fire at now:
+// those whose hold has not run out, and, for LeaseLost, whose lock (as locks
+// has it) has not been granted again since the loss. They keep their
+// labels and start, the finding's time, and count as reported firing, so
+// they resolve as they would have where they started. Findings of alerts
+// that have ended start nothing, rather than firing again what was
+// resolved. Alerts already firing here are only extended, as by Evaluate.
+func (e *Evaluator) Resume(now time.Time, findings []audit.Finding, locks []audit.Lock) {
+	byKey := make(map[audit.LockKey]audit.Lock, len(locks))
+	for _, l := range locks {
+		byKey[l.Key()] = l
+	}
+	before := make(map[string]bool, len(e.active))
+	for fp := range e.active {
+		before[fp] = true
+	}
+	e.findings(findings, byKey)
+	for fp, a := range e.active {
+		if before[fp] {
+			continue
+		}
+		a.shown = true // the previous owner reported it firing
+		if !e.holds(now, a, nil, byKey) {
+			delete(e.active, fp)
+		}
+	}
+}
+
 // watched reports whether alerts cover locks of class c.
 func (e *Evaluator) watched(c audit.Class) bool {
 	return c != audit.ClassHeartbeat || e.cfg.IncludeHeartbeats

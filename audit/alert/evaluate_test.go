@@ -463,3 +463,51 @@ func labels(a Alert) string {
 	slices.Sort(s)
 	return strings.Join(s, " ")
 }
+
+// TestHandover: the replica that gives a source up forgets its alerts
+// without reporting any resolved, and leaves the other sources' alone; the
+// replica that takes it over resumes, from the findings read back from the
+// store, the alerts that still fire, with the same labels and start, and
+// none that had ended.
+func TestHandover(t *testing.T) {
+	cfg := Config{Defaults: Thresholds{LostHold: 60 * time.Second, FencingHold: 60 * time.Second, BlindAfter: 10 * time.Second}}
+	lost := finding(audit.FindingLeaseExpired, "prod", "/locks/orders", 1, "worker-1")
+	regranted := finding(audit.FindingLeaseExpired, "prod", "/locks/billing", 1, "worker-2")
+	stale := finding(audit.FindingLeaseExpired, "prod", "/locks/old", -120, "worker-3")
+	unfenced := finding(audit.FindingUnfencedWrite, "prod", "/locks/orders", 2, "worker-0")
+	near := held("prod", "/locks/cache", "worker-4", 0, 10)
+	other := held("dev", "/locks/cache", "worker-5", 0, 10)
+
+	old := New(cfg)
+	old.Evaluate(at(9), Input{Findings: []audit.Finding{lost, unfenced}, Locks: []audit.Lock{near, other},
+		Sources: []audit.Source{blindSince("prod", -20)}})
+	old.Forget("prod")
+	out := old.Evaluate(at(10), Input{Locks: []audit.Lock{other}})
+	if got := ids(out); !slices.Equal(got, []string{"LeaseNearExpiry dev//locks/cache worker-5"}) {
+		t.Fatalf("after Forget(prod), the old owner reports %q: want only dev's alert, and nothing of prod resolved", got)
+	}
+
+	// The new owner: billing was granted again after its loss (so its
+	// alert resolved at the old owner); old's hold ran out long ago.
+	billing := held("prod", "/locks/billing", "worker-6", 5, 10)
+	billing.ChangedAt = at(5)
+	e := New(cfg)
+	e.Resume(at(11), []audit.Finding{stale, regranted, lost, unfenced}, []audit.Lock{billing})
+	out = e.Evaluate(at(12), Input{Locks: []audit.Lock{billing}})
+	want := []string{"FencingViolation prod//locks/orders", "LeaseLost prod//locks/orders worker-1"}
+	if got := ids(out); !slices.Equal(got, want) {
+		t.Fatalf("the new owner reports %q, want %q firing and nothing resolved", got, want)
+	}
+	for _, a := range out {
+		if want := map[string]time.Time{LeaseLost: lost.At, FencingViolation: unfenced.At}[a.Name()]; !a.StartsAt.Equal(want) {
+			t.Errorf("%s starts at %v, want the finding's time %v, as at the old owner", a.Name(), a.StartsAt, want)
+		}
+	}
+	// Resumed alerts count as reported: the next grant resolves LeaseLost.
+	orders := held("prod", "/locks/orders", "worker-7", 13, 10)
+	orders.ChangedAt = at(13)
+	want = []string{"FencingViolation prod//locks/orders", "LeaseLost prod//locks/orders worker-1 resolved"}
+	if got := ids(e.Evaluate(at(14), Input{Locks: []audit.Lock{orders}})); !slices.Equal(got, want) {
+		t.Fatalf("after the lock's next grant: %q, want %q", got, want)
+	}
+}

@@ -30,6 +30,11 @@ const (
 	DefaultMaxBackoff  = 30 * time.Second
 )
 
+// EndsAfterResends is how many ResendEvery past its sending a firing alert's
+// endsAt lies: Alertmanager resolves it by itself once that many re-sends
+// have not come.
+const EndsAfterResends = 4
+
 // maxBatch is the most alerts one POST carries.
 const maxBatch = 100
 
@@ -218,7 +223,7 @@ func (s *Sender) Send(alerts []Alert) {
 func (s *Sender) postable(a Alert, now time.Time) postableAlert {
 	p := postableAlert{Labels: maps.Clone(a.Labels), Annotations: maps.Clone(a.Annotations), StartsAt: a.StartsAt, EndsAt: a.EndsAt}
 	if a.Firing() {
-		p.EndsAt = now.Add(4 * s.cfg.ResendEvery)
+		p.EndsAt = now.Add(EndsAfterResends * s.cfg.ResendEvery)
 	}
 	if link := s.Link(a); link != "" {
 		if p.Annotations == nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
 	"slices"
 	"sync"
@@ -29,10 +30,21 @@ type alertingRig struct {
 // rows only hourly, so the rows lag behind the tracker.
 func startAlerting(t *testing.T, store *sqlite.Store, now time.Time, kinds map[string]audit.SourceKind, notify func([]alert.Alert)) *alertingRig {
 	t.Helper()
+	return startAlertingWith(t, store, now, kinds, func() []audit.Source { return nil }, notify, false)
+}
+
+// startAlertingWith is startAlerting with the collectors' states from
+// sources, and, if replicated, alerting for the sources it is granted only.
+func startAlertingWith(t *testing.T, store *sqlite.Store, now time.Time, kinds map[string]audit.SourceKind, sources func() []audit.Source,
+	notify func([]alert.Alert), replicated bool) *alertingRig {
+	t.Helper()
 	ctx := context.Background()
 	r := &alertingRig{store: store, now: now}
 	r.a = newAlerting(alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25, LostHold: time.Minute, FencingHold: time.Minute, BlindAfter: time.Minute}},
-		kinds, func() []audit.Source { return nil }, notify, time.Minute)
+		kinds, sources, notify, time.Minute)
+	if replicated {
+		r.a.ownSourcesOnly(slog.New(slog.DiscardHandler))
+	}
 	r.rec = audit.NewRecorder(store, audit.TrackerConfig{RenewMarginRatio: 0.25, SourceKinds: kinds}, nil,
 		audit.WithCommitHook(r.a.observe), audit.WithClock(r.clock), audit.WithSyncInterval(time.Hour))
 	if err := r.rec.Start(ctx); err != nil {
@@ -185,4 +197,121 @@ func TestAlertingJudgesLeasesAsOfTheirCollector(t *testing.T) {
 	if got := r.firing(); len(got) != 1 || got[0] != alert.LeaseNearExpiry {
 		t.Fatalf("%v with the collector live to 8s of a 10s lease, want LeaseNearExpiry", got)
 	}
+}
+
+// TestAlertingHandsSourcesOver is the alerting of two replicas of one store
+// (ownSourcesOnly): a replica evaluates only the sources it owns, so its
+// tracker's stale picture of the others raises nothing; the replica that
+// gives a source up forgets its alerts without sending any resolved; the one
+// that takes it over sends the same alerts (the same fingerprint and start),
+// the findings' ones at once from the store, the locks' ones once its
+// collector is up.
+func TestAlertingHandsSourcesOver(t *testing.T) {
+	ctx := context.Background()
+	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	orders := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
+	billing := audit.LockKey{Source: orders.Source, Name: "/locks/billing"}
+	kinds := map[string]audit.SourceKind{orders.Source: audit.KindEtcd}
+	state := audit.SourceUp
+	var stateMu sync.Mutex
+	sources := func() []audit.Source {
+		stateMu.Lock()
+		defer stateMu.Unlock()
+		return []audit.Source{{Name: orders.Source, Kind: audit.KindEtcd, State: state}}
+	}
+	type replica struct {
+		*alertingRig
+		sent []alert.Alert
+	}
+	start := func() *replica {
+		r := &replica{}
+		r.alertingRig = startAlertingWith(t, store, t0, kinds, sources, func(as []alert.Alert) { r.sent = append(r.sent, as...) }, true)
+		return r
+	}
+	grant := func(k audit.LockKey, holder string, token int64, s int) audit.Observation {
+		return audit.Observation{Lock: k, Kind: audit.EventGrant, At: t0.Add(time.Duration(s) * time.Second), Holder: holder,
+			Token: audit.Int64(token), LeaseDuration: 10 * time.Second}
+	}
+
+	owner := start()
+	owner.a.gain(orders.Source)
+	owner.observe(t, audit.Input{Source: orders.Source, Kind: audit.KindEtcd, At: t0,
+		Observations: []audit.Observation{grant(orders, "worker-1", 7, 0), grant(billing, "worker-2", 3, 0)}})
+	// billing's lease expires while held: LeaseLost. orders is renewed
+	// until 3s, so at 11s it is near expiry.
+	renew := grant(orders, "worker-1", 7, 3)
+	renew.Kind = audit.EventRenew
+	expire := audit.Observation{Lock: billing, Kind: audit.EventExpire, At: t0.Add(10 * time.Second), Holder: "worker-2", Token: audit.Int64(3)}
+	owner.observe(t, audit.Input{Source: orders.Source, Kind: audit.KindEtcd, At: t0.Add(10 * time.Second), Observations: []audit.Observation{renew, expire}})
+	// The standby starts now: its tracker has orders as the store has it,
+	// and, as it runs no collector of the source, it will never see it
+	// renewed.
+	standby := start()
+	owner.a.evaluate(t0.Add(11 * time.Second))
+	standby.a.evaluate(t0.Add(11 * time.Second))
+	firing := map[string]alert.Alert{}
+	for _, al := range owner.sent {
+		firing[al.Name()] = al
+	}
+	if len(owner.sent) != 2 || firing[alert.LeaseNearExpiry].Labels == nil || firing[alert.LeaseLost].Labels == nil {
+		t.Fatalf("the owner sent %v, want LeaseNearExpiry and LeaseLost", ids(owner.sent))
+	}
+	if len(standby.sent) != 0 {
+		t.Fatalf("the standby, which does not own %s, sent %v", orders.Source, ids(standby.sent))
+	}
+
+	// A handover: the owner gives the source up (lose, then the recorder
+	// forgets it), the standby is granted it.
+	owner.a.lose(orders.Source)
+	if err := owner.rec.DropFence(ctx, orders.Source); err != nil {
+		t.Fatal(err)
+	}
+	owner.sent = nil
+	owner.a.evaluate(t0.Add(12 * time.Second))
+	if f, _ := owner.a.alerts(); len(owner.sent) != 0 || len(f) != 0 {
+		t.Fatalf("the old owner sent %v and shows %v firing after giving the source up, want nothing", ids(owner.sent), ids(f))
+	}
+
+	stateMu.Lock()
+	state = audit.SourceDown // its collector is starting
+	stateMu.Unlock()
+	standby.a.gain(orders.Source)
+	standby.a.evaluate(t0.Add(12 * time.Second))
+	if got := ids(standby.sent); !slices.Equal(got, []string{"LeaseLost"}) {
+		t.Fatalf("the new owner, its collector not up yet, sent %v, want LeaseLost read back from the store", got)
+	}
+	stateMu.Lock()
+	state = audit.SourceUp
+	stateMu.Unlock()
+	standby.a.evaluate(t0.Add(12500 * time.Millisecond))
+	if got := ids(standby.sent); !slices.Equal(got, []string{"LeaseLost", "LeaseNearExpiry"}) {
+		for _, al := range standby.sent {
+			t.Logf("%v %v %v", al.Labels, al.StartsAt, al.EndsAt)
+		}
+		t.Fatalf("the new owner, its collector up, sent %v, want LeaseLost then LeaseNearExpiry", got)
+	}
+	for _, al := range standby.sent {
+		was := firing[al.Name()]
+		if !al.Firing() || al.Fingerprint() != was.Fingerprint() || !al.StartsAt.Equal(was.StartsAt) {
+			t.Errorf("the new owner sent %s firing=%v fingerprint %s starting %v; the old owner sent it with %s starting %v",
+				al.Name(), al.Firing(), al.Fingerprint(), al.StartsAt, was.Fingerprint(), was.StartsAt)
+		}
+	}
+}
+
+// ids names alerts for failure messages.
+func ids(as []alert.Alert) []string {
+	out := make([]string, len(as))
+	for i, a := range as {
+		out[i] = a.Name()
+		if !a.Firing() {
+			out[i] += " (resolved)"
+		}
+	}
+	return out
 }

@@ -25,8 +25,8 @@ const (
 
 // writeReplicaConfig writes the configuration of replica identity: the
 // shared PostgreSQL database, two etcd sources on endpoint, and ownership
-// elected on the same etcd.
-func writeReplicaConfig(t *testing.T, database, endpoint, identity string) string {
+// elected on the same etcd; then the extra top-level sections.
+func writeReplicaConfig(t *testing.T, database, endpoint, identity string, extra ...string) string {
 	t.Helper()
 	path := filepath.Join(t.TempDir(), "leasewatch.yaml")
 	config := fmt.Sprintf(`listen: 127.0.0.1:0
@@ -48,7 +48,7 @@ replication:
   lease_duration: %s
   renew_deadline: 1500ms
   retry_period: 300ms
-`, database, testIngestToken, endpoint, identity, replicaLease)
+`, database, testIngestToken, endpoint, identity, replicaLease) + strings.Join(extra, "")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}

@@ -68,6 +68,9 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		notify = svc.sender.Send
 	}
 	svc.alerts = newAlerting(cfg.Alerts.Alert(), cfg.SourceKinds(), sources, notify, cfg.Alerts.Alertmanager.ResendEvery)
+	if cfg.Replication.Enabled() {
+		svc.alerts.ownSourcesOnly(logger.With("component", "alerting"))
+	}
 	opts := []audit.RecorderOption{audit.WithCommitHook(func(c audit.Commit) {
 		rm.observe(c)
 		svc.alerts.observe(c)
@@ -134,7 +137,9 @@ func (s *service) startCollectors(ctx context.Context, clients map[string]*clien
 	for i, sc := range cfg.Sources {
 		names[i] = sc.Name
 	}
-	s.replicas, err = newReplicas(ctx, cfg.Replication, names, s.recorder, s.runner, s.log)
+	if s.replicas, err = newReplicas(ctx, cfg.Replication, names, s.recorder, s.runner, s.log); err == nil {
+		s.replicas.alerts = s.alerts
+	}
 	return err
 }
 

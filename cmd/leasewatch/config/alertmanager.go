@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit/alert"
+	"github.com/leasewatch/leasewatch/collectors/ownership"
 )
 
 // AlertmanagerConfig is alerts.alertmanager: where live alerts are sent.
@@ -58,6 +59,30 @@ func (m *AlertmanagerConfig) fillDefaults() {
 	if m.Queue == 0 {
 		m.Queue = DefaultAlertmanagerQueue
 	}
+}
+
+// TakeoverSlack is what a takeover adds, past the ownership lease and two
+// retry periods (ARCHITECTURE.md, "The timing bound"), before the new owner
+// sends a source's firing alerts: its fence commit, its first evaluation
+// (four a second) and a read of the source's findings back from the store,
+// and the POST. In the e2e test the new owner's copy reached Alertmanager
+// 2.5 to 3 s after a kill -9 of the owner, with a 2 s lease and 300 ms retries.
+const TakeoverSlack = 5 * time.Second
+
+// coversTakeover checks, with replication timed t, that a firing alert
+// outlives in Alertmanager the gap a takeover leaves in its re-sends: the
+// dead owner's last copy was sent up to resend_every before it died and ends
+// EndsAfterResends of them after it was sent, and the new owner sends its
+// own within the takeover bound.
+func (m *AlertmanagerConfig) coversTakeover(t ownership.Timing) error {
+	gap := m.ResendEvery + t.LeaseDuration + 2*t.RetryPeriod + TakeoverSlack
+	if lasts := alert.EndsAfterResends * m.ResendEvery; lasts <= gap {
+		return fmt.Errorf("resend_every: %v is too short for replication: a firing alert lasts %v in Alertmanager after a send, "+
+			"and a takeover can leave up to %v between two sends (resend_every + lease_duration + 2 × retry_period + %v); "+
+			"resend_every must be longer than %v", m.ResendEvery, lasts, gap, TakeoverSlack,
+			(t.LeaseDuration+2*t.RetryPeriod+TakeoverSlack)/(alert.EndsAfterResends-1))
+	}
+	return nil
 }
 
 func (m *AlertmanagerConfig) validate() error {

@@ -2,6 +2,7 @@ package config
 
 import (
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -58,5 +59,29 @@ func TestParseConfigAlertmanagerErrorsNameTheField(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			parseFailsInEachStyle(t, "alerts:\n  alertmanager:\n    "+tt.yaml+"\n", tt.want, nil)
 		})
+	}
+}
+
+// With replication, a firing alert must outlive in Alertmanager the gap a
+// takeover leaves between two sends: resend_every is refused where it
+// would not.
+func TestAlertmanagerResendCoversTakeover(t *testing.T) {
+	doc := func(resend string) string {
+		return pgDatabase + `
+replication: {backend: kubernetes, namespace: lw}
+alerts:
+  alertmanager: {urls: ["http://alertmanager:9093"], resend_every: ` + resend + `}
+`
+	}
+	// The default lease of 15 s, 2 s retries and 5 s slack: 24 s at most
+	// between sends beyond resend_every, which 3 resends must exceed.
+	if _, err := Parse([]byte(doc("8s"))); err == nil || !strings.HasPrefix(err.Error(), "alerts.alertmanager.resend_every:") {
+		t.Fatalf("resend_every 8s with a 15s ownership lease: Parse = %v, want an error naming alerts.alertmanager.resend_every", err)
+	}
+	if _, err := Parse([]byte(doc("9s"))); err != nil {
+		t.Fatalf("resend_every 9s with a 15s ownership lease: %v", err)
+	}
+	if _, err := Parse([]byte(`alerts: {alertmanager: {urls: ["http://alertmanager:9093"], resend_every: 1s}}`)); err != nil {
+		t.Fatalf("resend_every 1s without replication: %v", err)
 	}
 }

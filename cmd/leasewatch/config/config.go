@@ -628,6 +628,11 @@ func (c *Config) Validate() error {
 	if err := c.Replication.validate(c); err != nil {
 		return fmt.Errorf("replication.%w", err)
 	}
+	if c.Replication.Enabled() && c.Alerts.Alertmanager.Enabled() {
+		if err := c.Alerts.Alertmanager.coversTakeover(c.Replication.Timing()); err != nil {
+			return fmt.Errorf("alerts.alertmanager.%w", err)
+		}
+	}
 	names := make(map[string]int)
 	for i, s := range c.Sources {
 		field := fmt.Sprintf("sources[%d]", i)
