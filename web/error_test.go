@@ -2,12 +2,16 @@ package web
 
 import (
 	"context"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/leasewatch/leasewatch/audit"
 )
 
 // errorLog keeps what a server logs at error level.
@@ -55,5 +59,78 @@ func TestClientGoneIsNotAServerError(t *testing.T) {
 	}
 	if msgs := log.all(); len(msgs) > 0 {
 		t.Errorf("logged at error level: %s", strings.Join(msgs, "; "))
+	}
+}
+
+// A replica that does not own a source refuses its write reports (fenced),
+// and would refuse every retry sent on the same connection: behind a
+// Service, which balances connections rather than requests, only a new
+// connection can reach the owner. So the fenced 503, and only it, closes the
+// connection; a store outage's 503 keeps it, since any replica would answer
+// the same. Checked through a real server and net/http client.
+func TestFencedRefusalClosesConnection(t *testing.T) {
+	body := `{"source":"cache","lock":"lock:late","resource":"r","outcome":"accepted"}`
+	for _, tc := range []struct {
+		name, code     string
+		wantRetryAfter string
+		wantClose      bool
+	}{
+		{"Fenced", audit.EFENCED, retryAfterFenced, true},
+		{"Unavailable", audit.EUNAVAILABLE, retryAfter, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, func(c *Config) {
+				c.Writes = failingWrites{audit.Errorf(tc.code, "source cache: refused")}
+			})
+			srv := httptest.NewServer(f.handler)
+			t.Cleanup(srv.Close)
+			client := srv.Client()
+
+			// send makes one request and reports whether it went on a
+			// connection an earlier request had used.
+			send := func(method, path, body string) (*http.Response, bool) {
+				t.Helper()
+				var reused bool
+				trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
+				req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
+					method, srv.URL+path, strings.NewReader(body))
+				if err != nil {
+					t.Fatal(err)
+				}
+				req.Header.Set("Content-Type", "application/json")
+				req.Header.Set("Authorization", bearer)
+				res, err := client.Do(req)
+				if err != nil {
+					t.Fatalf("%s %s: %v", method, path, err)
+				}
+				io.Copy(io.Discard, res.Body)
+				res.Body.Close()
+				return res, reused
+			}
+
+			// A first request opens the connection the report may reuse.
+			if res, _ := send(http.MethodGet, "/healthz", ""); res.StatusCode != http.StatusOK {
+				t.Fatalf("GET /healthz = %d, want 200", res.StatusCode)
+			}
+			res, reused := send(http.MethodPost, "/api/v1/writes", body)
+			if !reused {
+				t.Fatalf("the report did not reuse the kept-alive connection; the test cannot tell a closed one")
+			}
+			if res.StatusCode != http.StatusServiceUnavailable {
+				t.Fatalf("POST /api/v1/writes = %d, want 503", res.StatusCode)
+			}
+			if got := res.Header.Get("Retry-After"); got != tc.wantRetryAfter {
+				t.Errorf("Retry-After = %q, want %q", got, tc.wantRetryAfter)
+			}
+			if closed := res.Close; closed != tc.wantClose {
+				t.Errorf("response asks to close the connection: %v, want %v (Connection %q)",
+					closed, tc.wantClose, res.Header.Get("Connection"))
+			}
+			// The retry: on a new connection after a fenced refusal, on the
+			// same one after an outage.
+			if _, reused := send(http.MethodPost, "/api/v1/writes", body); reused == tc.wantClose {
+				t.Errorf("retry reused the connection: %v, want %v", reused, !tc.wantClose)
+			}
+		})
 	}
 }
