@@ -2,6 +2,8 @@ package web
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"io"
 	"log/slog"
 	"net/http"
@@ -10,6 +12,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
 )
@@ -66,25 +69,36 @@ func TestClientGoneIsNotAServerError(t *testing.T) {
 // and would refuse every retry sent on the same connection: behind a
 // Service, which balances connections rather than requests, only a new
 // connection can reach the owner. So the fenced 503, and only it, closes the
-// connection; a store outage's 503 keeps it, since any replica would answer
-// the same. Checked through a real server and net/http client.
+// connection (over HTTP/2, net/http sends GOAWAY for it); a store outage's
+// 503 keeps it, since any replica would answer the same. Checked through the
+// server's own Serve and a net/http client.
 func TestFencedRefusalClosesConnection(t *testing.T) {
 	body := `{"source":"cache","lock":"lock:late","resource":"r","outcome":"accepted"}`
 	for _, tc := range []struct {
 		name, code     string
+		http2          bool
 		wantRetryAfter string
 		wantClose      bool
 	}{
-		{"Fenced", audit.EFENCED, retryAfterFenced, true},
-		{"Unavailable", audit.EUNAVAILABLE, retryAfter, false},
+		{"Fenced", audit.EFENCED, false, retryAfterFenced, true},
+		{"Unavailable", audit.EUNAVAILABLE, false, retryAfter, false},
+		{"FencedHTTP2", audit.EFENCED, true, retryAfterFenced, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t, func(c *Config) {
+			client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{}}
+			opts := []fixtureOption{func(c *Config) {
 				c.Writes = failingWrites{audit.Errorf(tc.code, "source cache: refused")}
-			})
-			srv := httptest.NewServer(f.handler)
-			t.Cleanup(srv.Close)
-			client := srv.Client()
+			}}
+			if tc.http2 {
+				certFile, keyFile, cert := selfSigned(t, t.TempDir(), "replica")
+				opts = append(opts, func(c *Config) { c.TLS = serverTLS(t, certFile, keyFile) })
+				pool := x509.NewCertPool()
+				pool.AddCert(cert)
+				client.Transport = &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}, ForceAttemptHTTP2: true}
+			}
+			f := newFixture(t, opts...)
+			base := serveReal(t, f.server)
+			t.Cleanup(client.CloseIdleConnections)
 
 			// send makes one request and reports whether it went on a
 			// connection an earlier request had used.
@@ -93,7 +107,7 @@ func TestFencedRefusalClosesConnection(t *testing.T) {
 				var reused bool
 				trace := &httptrace.ClientTrace{GotConn: func(i httptrace.GotConnInfo) { reused = i.Reused }}
 				req, err := http.NewRequestWithContext(httptrace.WithClientTrace(context.Background(), trace),
-					method, srv.URL+path, strings.NewReader(body))
+					method, base+path, strings.NewReader(body))
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -105,6 +119,9 @@ func TestFencedRefusalClosesConnection(t *testing.T) {
 				}
 				io.Copy(io.Discard, res.Body)
 				res.Body.Close()
+				if want := map[bool]int{false: 1, true: 2}[tc.http2]; res.ProtoMajor != want {
+					t.Fatalf("%s %s went over %s, want HTTP/%d", method, path, res.Proto, want)
+				}
 				return res, reused
 			}
 
@@ -122,14 +139,24 @@ func TestFencedRefusalClosesConnection(t *testing.T) {
 			if got := res.Header.Get("Retry-After"); got != tc.wantRetryAfter {
 				t.Errorf("Retry-After = %q, want %q", got, tc.wantRetryAfter)
 			}
-			if closed := res.Close; closed != tc.wantClose {
+			// HTTP/2 has no Connection header: its server sends GOAWAY instead.
+			if closed := res.Close; !tc.http2 && closed != tc.wantClose {
 				t.Errorf("response asks to close the connection: %v, want %v (Connection %q)",
 					closed, tc.wantClose, res.Header.Get("Connection"))
 			}
 			// The retry: on a new connection after a fenced refusal, on the
-			// same one after an outage.
-			if _, reused := send(http.MethodPost, "/api/v1/writes", body); reused == tc.wantClose {
-				t.Errorf("retry reused the connection: %v, want %v", reused, !tc.wantClose)
+			// same one after an outage. The HTTP/2 client learns of the
+			// GOAWAY from its reader, so poll for it briefly.
+			deadline := time.Now().Add(5 * time.Second)
+			for {
+				_, reused := send(http.MethodPost, "/api/v1/writes", body)
+				if reused != tc.wantClose {
+					break
+				}
+				if !tc.http2 || time.Now().After(deadline) {
+					t.Fatalf("retry reused the connection: %v, want %v", reused, !tc.wantClose)
+				}
+				time.Sleep(10 * time.Millisecond)
 			}
 		})
 	}
