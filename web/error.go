@@ -16,6 +16,11 @@ import (
 // recorder, which probes a failing store every second, has found it back.
 const retryAfter = "2"
 
+// retryAfterFenced is the Retry-After of a fenced refusal (replication: this
+// replica does not own a source of the request). Nothing needs to recover,
+// the client only needs to reach another replica, so it may come back soon.
+const retryAfterFenced = "1"
+
 // statusClientClosed is nginx's status for a request its client abandoned.
 const statusClientClosed = 499
 
@@ -100,6 +105,14 @@ func (s *Server) handleError(err error, c echo.Context) {
 	// usual 503: the client is told when to try again.
 	if status == http.StatusServiceUnavailable {
 		c.Response().Header().Set("Retry-After", retryAfter)
+	}
+	// A fenced refusal is answered by a replica that does not own the
+	// source; so would every retry on this connection be. Closing it makes
+	// the client's retry open a new one, which a Service (kube-proxy
+	// balances connections, not requests) may send to the owner.
+	if audit.ErrorCode(err) == audit.EFENCED {
+		c.Response().Header().Set("Retry-After", retryAfterFenced)
+		c.Response().Header().Set(echo.HeaderConnection, "close")
 	}
 
 	// A HEAD answer is rendered as GET's, for the same headers; net/http

@@ -263,15 +263,15 @@ func TestIngestReporterFails(t *testing.T) {
 	body := `{"source":"cache","lock":"lock:late","resource":"r","outcome":"accepted"}`
 	// A store that is down, and a replica that no longer owns the source:
 	// nothing stored, and the client tries again (reaching the owner).
-	for _, tc := range []struct{ name, code, msg string }{
-		{"Unavailable", audit.EUNAVAILABLE, "recorder is shut down"},
-		{"Fenced", audit.EFENCED, "source cache is owned by a newer replica (token 3 refused, the store holds 4)"},
+	for _, tc := range []struct{ name, code, msg, retryAfter string }{
+		{"Unavailable", audit.EUNAVAILABLE, "recorder is shut down", retryAfter},
+		{"Fenced", audit.EFENCED, "source cache is owned by a newer replica (token 3 refused, the store holds 4)", retryAfterFenced},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t, func(c *Config) { c.Writes = failingWrites{audit.Errorf(tc.code, "%s", tc.msg)} })
 			res, m := f.post(t, body, bearer)
-			if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != retryAfter {
-				t.Fatalf("POST = %d %v, Retry-After %q; want 503 with Retry-After %s", res.StatusCode, m, res.Header.Get("Retry-After"), retryAfter)
+			if res.StatusCode != http.StatusServiceUnavailable || res.Header.Get("Retry-After") != tc.retryAfter {
+				t.Fatalf("POST = %d %v, Retry-After %q; want 503 with Retry-After %s", res.StatusCode, m, res.Header.Get("Retry-After"), tc.retryAfter)
 			}
 			wantError(t, m, tc.msg)
 		})

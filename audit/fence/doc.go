@@ -70,6 +70,13 @@
 // with 409 a report that reuses an ID of its own resource and lock for a
 // different write (the Reporter drops and counts such a batch as refused).
 //
+// A Reporter's writes are of Config.Source unless a [Write] names another.
+// Each request carries writes of one source, in the order they were
+// reported: with replicas, only the owner of a source stores its writes,
+// and a replica answers a request naming a source it does not own with 503,
+// Retry-After and Connection: close. The Reporter retries it on a new
+// connection, which a load balancer may send to the owner.
+//
 //	r, err := fence.NewReporter(fence.Config{
 //		URL:      "http://127.0.0.1:8080",
 //		Token:    os.Getenv("LEASEWATCH_INGEST_TOKEN"),

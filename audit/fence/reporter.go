@@ -45,7 +45,7 @@ type Config struct {
 	// Token is an ingest bearer token (ingest_tokens in leasewatch's config).
 	Token string
 	// Source is the name of the leasewatch source whose locks this resource
-	// fences, such as prod-etcd.
+	// fences, such as prod-etcd: the source of every Write that names none.
 	Source string
 	// Resource names the protected resource, such as accounts-db.
 	Resource string
@@ -67,6 +67,9 @@ type Config struct {
 
 // Write is one outcome to report.
 type Write struct {
+	// Source is the leasewatch source of Lock, for a resource fenced by
+	// locks of several sources. Default: Config.Source.
+	Source string
 	// Lock is the lock's name within the source, such as /locks/orders.
 	Lock string
 	// Token is the fencing token the writer presented; nil if it had none.
@@ -109,6 +112,7 @@ type Reporter struct {
 	mu       sync.Mutex
 	queue    []queued // encoded writes not yet taken by the sender, oldest first
 	reported uint64   // sequence number of the newest queued write
+	pending  int      // writes queued or in flight
 	settled  uint64   // every write numbered up to here is acknowledged or dropped
 	urgent   uint64   // Flush wants writes up to here sent without waiting for a batch to fill
 	waiters  []*flushWaiter
@@ -119,9 +123,10 @@ type Reporter struct {
 }
 
 type queued struct {
-	body []byte
-	seq  uint64
-	at   time.Time // when it was queued
+	body   []byte
+	source string
+	seq    uint64
+	at     time.Time // when it was queued
 }
 
 type flushWaiter struct {
@@ -205,8 +210,8 @@ func NewReporter(cfg Config) (*Reporter, error) {
 	return r, nil
 }
 
-// Report queues w for sending and returns at once. It fills in At (now) and
-// RequestID (random) when they are empty. A write is dropped, and counted in
+// Report queues w for sending and returns at once. It fills in Source
+// (Config.Source), At (now) and RequestID (random) when they are empty. A write is dropped, and counted in
 // Stats.Dropped, when the queue is full, when the Reporter is closed, or when
 // w is invalid (no Lock, an Outcome other than Accepted and Rejected, or a
 // rejected write whose Token is above its HighestToken).
@@ -218,6 +223,9 @@ func (r *Reporter) Report(w Write) {
 	}
 	if w.RequestID == "" {
 		w.RequestID = newRequestID()
+	}
+	if w.Source == "" {
+		w.Source = r.cfg.Source
 	}
 	body, err := r.encode(w)
 	if err != nil {
@@ -232,7 +240,7 @@ func (r *Reporter) Report(w Write) {
 		r.dropped.Add(1)
 		return
 	}
-	if r.reported-r.settled >= uint64(r.cfg.QueueSize) {
+	if r.pending >= r.cfg.QueueSize {
 		r.mu.Unlock()
 		r.dropped.Add(1)
 		if r.full.CompareAndSwap(false, true) {
@@ -242,7 +250,8 @@ func (r *Reporter) Report(w Write) {
 		return
 	}
 	r.reported++
-	r.queue = append(r.queue, queued{body: body, seq: r.reported, at: now})
+	r.pending++
+	r.queue = append(r.queue, queued{body: body, source: w.Source, seq: r.reported, at: now})
 	n := len(r.queue)
 	r.mu.Unlock()
 
@@ -265,7 +274,7 @@ func (r *Reporter) encode(w Write) ([]byte, error) {
 		return nil, fmt.Errorf("highest token %d is below the rejected write's token %d", *w.HighestToken, *w.Token)
 	}
 	body, err := json.Marshal(wireWrite{
-		Source:       r.cfg.Source,
+		Source:       w.Source,
 		Lock:         w.Lock,
 		Resource:     r.cfg.Resource,
 		Token:        w.Token,
@@ -329,7 +338,7 @@ func (r *Reporter) Flush(ctx context.Context) error {
 	default:
 	}
 	r.waiters = slices.DeleteFunc(r.waiters, func(o *flushWaiter) bool { return o == w })
-	return fmt.Errorf("fence: flush: %d writes still pending: %w", r.reported-r.settled, ctx.Err())
+	return fmt.Errorf("fence: flush: %d writes still pending: %w", r.pending, ctx.Err())
 }
 
 func (w *flushWaiter) err() error {
@@ -364,7 +373,7 @@ func (r *Reporter) Close(ctx context.Context) error {
 // Stats returns the Reporter's counters.
 func (r *Reporter) Stats() Stats {
 	r.mu.Lock()
-	pending := int(r.reported - r.settled)
+	pending := r.pending
 	r.mu.Unlock()
 	return Stats{
 		Sent:    r.sent.Load(),
@@ -375,12 +384,12 @@ func (r *Reporter) Stats() Stats {
 	}
 }
 
-// batch is a request body and how many writes it holds. The sender takes
-// writes oldest first and settles them in the same order, so a count is
-// enough to know which writes a batch settles.
+// batch is a request body of one source's writes, how many it holds and
+// the sequence number of its first, which is the oldest write unsettled.
 type batch struct {
-	body []byte
-	n    int
+	body  []byte
+	n     int
+	first uint64
 }
 
 // run is the sender: one request at a time, oldest writes first.
@@ -411,9 +420,10 @@ func (r *Reporter) nextBatch(timer *time.Timer) (batch, bool) {
 			ready = wait <= 0
 		}
 		if ready {
+			first := r.queue[0].seq
 			bodies := r.take()
 			r.mu.Unlock()
-			return batch{body: joinArray(bodies), n: len(bodies)}, true
+			return batch{body: joinArray(bodies), n: len(bodies), first: first}, true
 		}
 		r.mu.Unlock()
 
@@ -430,25 +440,35 @@ func (r *Reporter) nextBatch(timer *time.Timer) (batch, bool) {
 	}
 }
 
-// take removes the oldest writes that fit one request from the queue.
-// r.mu must be held and the queue not empty.
+// take removes from the queue the oldest write and the writes of its source
+// queued after it, in order, as many as fit one request. With replicas,
+// each source is owned by one replica, which refuses a request naming any
+// other source: a request of several sources could be refused by every
+// replica, one of a single source is taken by its owner. Writes of other
+// sources keep their place. r.mu must be held and the queue not empty.
 func (r *Reporter) take() [][]byte {
+	source := r.queue[0].source
 	size := 1 // '['
-	k := 0
-	for k < len(r.queue) && k < r.cfg.BatchSize {
-		add := len(r.queue[k].body) + 1 // ',' or ']'
-		if size+add > maxBody {
-			break
+	var bodies [][]byte
+	full := false
+	rest := r.queue[:0]
+	for _, q := range r.queue {
+		if q.source == source && !full {
+			add := len(q.body) + 1 // ',' or ']'
+			if len(bodies) < r.cfg.BatchSize && size+add <= maxBody {
+				size += add
+				bodies = append(bodies, q.body)
+				continue
+			}
+			// Later writes of the source wait for the next request, behind
+			// this one: each source's writes are sent in the order reported.
+			full = true
 		}
-		size += add
-		k++
+		rest = append(rest, q)
 	}
-	// encode keeps every write under maxBody-2, so k >= 1.
-	bodies := make([][]byte, k)
-	for i := range k {
-		bodies[i] = r.queue[i].body
-	}
-	r.queue = slices.Delete(r.queue, 0, k)
+	// encode keeps every write under maxBody-2, so the first always fits.
+	clear(r.queue[len(rest):]) // let the sent bodies be collected
+	r.queue = rest
 	return bodies
 }
 
@@ -479,7 +499,7 @@ func (r *Reporter) deliver(b batch) bool {
 		case err == nil && status >= 200 && status < 300:
 			r.sent.Add(uint64(b.n))
 			r.full.Store(false)
-			r.settle(b.n, false)
+			r.settle(b, false)
 			return true
 		case err != nil && r.ctx.Err() != nil:
 			return false
@@ -504,7 +524,7 @@ func (r *Reporter) deliver(b batch) bool {
 			r.refused.Add(uint64(b.n))
 			r.log.Error("fence: leasewatch refused writes; dropping them",
 				"status", status, "error", msg, "writes", b.n)
-			r.settle(b.n, true)
+			r.settle(b, true)
 			return true
 		}
 	}
@@ -582,17 +602,26 @@ func (r *Reporter) sleep(d time.Duration) bool {
 	}
 }
 
-// settle marks the oldest n unsettled writes done and wakes the Flush calls
-// waiting for them.
-func (r *Reporter) settle(n int, lost bool) {
+// settle marks b's writes done and wakes the Flush calls waiting for them.
+func (r *Reporter) settle(b batch, lost bool) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	r.settleLocked(uint64(n), lost)
+	r.pending -= b.n
+	r.settleLocked(b.first, lost)
 }
 
-func (r *Reporter) settleLocked(n uint64, lost bool) {
-	first := r.settled + 1
-	r.settled += n
+// settleLocked moves the settled mark up to the oldest write still queued,
+// after a batch whose first write is first. The sender has one batch in
+// flight, holding the oldest unsettled write, so once it is settled every
+// write before the queue's oldest is. A lost batch fails the Flush calls
+// waiting for any of its writes: its first is its oldest, so first <= target
+// tells.
+func (r *Reporter) settleLocked(first uint64, lost bool) {
+	if len(r.queue) > 0 {
+		r.settled = r.queue[0].seq - 1
+	} else {
+		r.settled = r.reported
+	}
 	r.waiters = slices.DeleteFunc(r.waiters, func(w *flushWaiter) bool {
 		if lost && first <= w.target {
 			w.lost = true
@@ -609,12 +638,14 @@ func (r *Reporter) settleLocked(n uint64, lost bool) {
 func (r *Reporter) abandon() {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	n := r.reported - r.settled
+	n := r.pending
 	if n == 0 {
 		return
 	}
+	first := r.settled + 1
 	r.queue = nil
-	r.dropped.Add(n)
-	r.settleLocked(n, true)
+	r.pending = 0
+	r.dropped.Add(uint64(n))
+	r.settleLocked(first, true)
 	r.log.Warn("fence: reporter closed with writes unsent; dropping them", "writes", n)
 }

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -30,6 +31,7 @@ const (
 	failDropConn                      // closes the connection without answering, stores nothing
 	failStoreThenDrop                 // stores the batch, then closes the connection: the response is lost
 	failBadRequest                    // 400 naming a field, stores nothing
+	failFenced                        // 503 fenced, Retry-After: 1, Connection: close, stores nothing
 )
 
 // received is one write as the ingest server decoded it.
@@ -62,14 +64,30 @@ type ingest struct {
 	requests [][]string    // request_ids of every decoded request, in arrival order
 	failed   int           // requests failed on purpose
 	stored   map[string]received
+	order    []string // request_ids in the order they were stored
 	dupes    int      // writes received again after they were stored
 	invalid  []string // contract violations the server answered 400 for
+	conns    int      // connections clients opened
+
+	// owns, when not nil, makes the server a replica that records only the
+	// sources it names: it refuses a request naming any other as leasewatch
+	// does (503 fenced, Retry-After: 1, Connection: close), storing nothing.
+	owns  map[string]bool
+	mixed int // requests naming more than one source
 }
 
 func newIngest(t *testing.T) *ingest {
 	t.Helper()
 	s := &ingest{t: t, stored: make(map[string]received)}
-	s.srv = httptest.NewServer(s)
+	s.srv = httptest.NewUnstartedServer(s)
+	s.srv.Config.ConnState = func(_ net.Conn, state http.ConnState) {
+		if state == http.StateNew {
+			s.mu.Lock()
+			s.conns++
+			s.mu.Unlock()
+		}
+	}
+	s.srv.Start()
 	t.Cleanup(func() {
 		s.release()
 		s.srv.Close()
@@ -172,6 +190,14 @@ func (s *ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		s.failLeft--
 		s.failed++
 	}
+	mode := s.mode
+	foreign := writes[0].Source // the source a fenced refusal names
+	if slices.ContainsFunc(writes, func(wr received) bool { return wr.Source != writes[0].Source }) {
+		s.mixed++
+	}
+	if i := slices.IndexFunc(writes, func(wr received) bool { return s.owns != nil && !s.owns[wr.Source] }); i >= 0 {
+		fail, mode, foreign = true, failFenced, writes[i].Source
+	}
 	if !fail || s.mode == failStoreThenDrop {
 		for _, wr := range writes {
 			if _, ok := s.stored[wr.RequestID]; ok {
@@ -179,9 +205,9 @@ func (s *ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 				continue
 			}
 			s.stored[wr.RequestID] = wr
+			s.order = append(s.order, wr.RequestID)
 		}
 	}
-	mode := s.mode
 	s.mu.Unlock()
 
 	if !fail {
@@ -199,6 +225,10 @@ func (s *ingest) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		apiError(w, http.StatusTooManyRequests, "slow down")
 	case failBadRequest:
 		apiError(w, http.StatusBadRequest, "lock: required")
+	case failFenced:
+		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Connection", "close")
+		apiError(w, http.StatusServiceUnavailable, fmt.Sprintf("source %q is not recorded by this replica", foreign))
 	case failDropConn, failStoreThenDrop:
 		conn, _, err := http.NewResponseController(w).Hijack()
 		if err != nil {
@@ -274,6 +304,13 @@ func decodeWrites(body []byte) ([]received, error) {
 func newReporter(t *testing.T, s *ingest, cfg fence.Config) *fence.Reporter {
 	t.Helper()
 	cfg.URL = s.srv.URL
+	return startReporter(t, cfg)
+}
+
+// startReporter starts a Reporter of source prod-etcd and resource
+// accounts-db, sending to cfg.URL.
+func startReporter(t *testing.T, cfg fence.Config) *fence.Reporter {
+	t.Helper()
 	if cfg.Token == "" {
 		cfg.Token = ingestToken
 	}
@@ -700,4 +737,201 @@ func TestFlushCanceled(t *testing.T) {
 		t.Fatalf("Flush after release: %v", err)
 	}
 	checkStats(t, r, fence.Stats{Sent: 1})
+}
+
+func (s *ingest) mixedRequests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.mixed
+}
+
+// storedInOrder returns the tokens of s's stored writes of source, in the
+// order they were stored.
+func storedInOrder(s *ingest, source string) []int64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []int64
+	for _, id := range s.order {
+		if w := s.stored[id]; w.Source == source {
+			out = append(out, *w.Token)
+		}
+	}
+	return out
+}
+
+// With replicas, each source is recorded by the replica that owns it, which
+// refuses a request naming any other source: a request of two sources owned
+// by two replicas would be refused by both. So the Reporter sends each
+// source's writes in requests of their own, each source's in report order.
+func TestReporterSendsOneSourcePerRequest(t *testing.T) {
+	s := newIngest(t)
+	r := newReporter(t, s, fence.Config{FlushInterval: time.Hour})
+	var want = map[string][]int64{}
+	for i := range 10 {
+		source := []string{"", "prod-k8s"}[i%2] // "" is Config.Source, prod-etcd
+		r.Report(fence.Write{Source: source, Lock: "/locks/a", Token: ptr(int64(i)), Outcome: fence.Accepted})
+		if source == "" {
+			source = "prod-etcd"
+		}
+		want[source] = append(want[source], int64(i))
+	}
+	if err := flush(t, r); err != nil {
+		t.Fatalf("Flush: %v", err)
+	}
+	checkStats(t, r, fence.Stats{Sent: 10})
+	_, requests, invalid, _ := s.snapshot()
+	if len(invalid) > 0 {
+		t.Fatalf("server found contract violations: %q", invalid)
+	}
+	if mixed := s.mixedRequests(); mixed != 0 || len(requests) != 2 {
+		t.Fatalf("%d requests, %d of them naming several sources; want 2 requests of one source each", len(requests), mixed)
+	}
+	for source, tokens := range want {
+		if got := storedInOrder(s, source); !slices.Equal(got, tokens) {
+			t.Errorf("source %s: stored tokens %v in this order, want %v", source, got, tokens)
+		}
+	}
+}
+
+// newBalancer returns the URL of a TCP balancer that forwards each
+// connection it accepts to the next of backends in turn, as a Kubernetes
+// Service does: it balances connections, not requests.
+func newBalancer(t *testing.T, backends ...*ingest) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var (
+		wg    sync.WaitGroup
+		mu    sync.Mutex
+		conns []net.Conn
+	)
+	track := func(c net.Conn) {
+		mu.Lock()
+		defer mu.Unlock()
+		conns = append(conns, c)
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for i := 0; ; i++ {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			track(c)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Close()
+				b, err := net.Dial("tcp", backends[i%len(backends)].srv.Listener.Addr().String())
+				if err != nil {
+					return
+				}
+				track(b)
+				defer b.Close()
+				// Either side's close (the server's after Connection: close)
+				// ends the pair.
+				done := make(chan struct{}, 2)
+				go func() { io.Copy(b, c); done <- struct{}{} }()
+				go func() { io.Copy(c, b); done <- struct{}{} }()
+				<-done
+			}()
+		}
+	}()
+	t.Cleanup(func() {
+		ln.Close()
+		mu.Lock()
+		for _, c := range conns {
+			c.Close()
+		}
+		mu.Unlock()
+		wg.Wait()
+	})
+	return "http://" + ln.Addr().String()
+}
+
+// Two replicas behind a Service, each owning one of the Reporter's two
+// sources: every write reaches its source's owner and is stored there once,
+// in report order, however the writes of the two sources interleave. The
+// Reporter follows each fenced refusal (503, Connection: close) on a new
+// connection, which the balancer sends to the other replica.
+func TestReporterReachesEachSourcesOwner(t *testing.T) {
+	etcdOwner, k8sOwner := newIngest(t), newIngest(t)
+	etcdOwner.owns = map[string]bool{"prod-etcd": true}
+	k8sOwner.owns = map[string]bool{"prod-k8s": true}
+	r := startReporter(t, fence.Config{URL: newBalancer(t, etcdOwner, k8sOwner), BatchSize: 40, FlushInterval: time.Hour})
+
+	const n = 300
+	want := map[string][]int64{}
+	// Runs of 1, 2, 3 and 4 writes of a source in turn, then the other's.
+	for i, run, source := 0, 1, "prod-etcd"; i < n; run = run%4 + 1 {
+		for range run {
+			r.Report(fence.Write{Source: source, Lock: "/locks/a", Token: ptr(int64(i)), Outcome: fence.Accepted})
+			want[source] = append(want[source], int64(i))
+			i++
+		}
+		source = map[string]string{"prod-etcd": "prod-k8s", "prod-k8s": "prod-etcd"}[source]
+	}
+	if err := flush(t, r); err != nil {
+		t.Fatalf("Flush: %v (Stats %+v)", err, r.Stats())
+	}
+	st := r.Stats()
+	if st.Sent != n || st.Dropped != 0 || st.Pending != 0 {
+		t.Fatalf("Stats = %+v, want %d sent and none dropped", st, n)
+	}
+	if st.Retries == 0 {
+		t.Fatalf("no request was refused: the test did not reach a replica that does not own a source")
+	}
+	for _, s := range []*ingest{etcdOwner, k8sOwner} {
+		stored, _, invalid, dupes := s.snapshot()
+		if mixed := s.mixedRequests(); len(invalid) > 0 || dupes != 0 || mixed != 0 {
+			t.Fatalf("replica saw %q invalid, %d duplicate writes, %d requests of several sources", invalid, dupes, mixed)
+		}
+		for _, w := range stored {
+			if !s.owns[w.Source] {
+				t.Fatalf("replica owning %v stored a write of %s", s.owns, w.Source)
+			}
+		}
+	}
+	for source, tokens := range want {
+		owner := map[string]*ingest{"prod-etcd": etcdOwner, "prod-k8s": k8sOwner}[source]
+		if got := storedInOrder(owner, source); !slices.Equal(got, tokens) {
+			t.Errorf("source %s: its owner stored tokens %v in this order, want %v", source, got, tokens)
+		}
+	}
+}
+
+// A fenced refusal closes its connection, so that the retry can reach
+// another replica; the Reporter's client must then open a new one, while a
+// 503 without Connection: close keeps the connection it has.
+func TestReporterRetriesOnANewConnection(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		mode      failMode
+		wantConns int
+	}{
+		{"Fenced", failFenced, 4}, // three refusals, each closing its connection, then the 202
+		{"Unavailable", failUnavailable, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newIngest(t)
+			s.failFirst(3, tc.mode)
+			r := newReporter(t, s, fence.Config{FlushInterval: time.Hour})
+			for i := range 5 {
+				r.Report(fence.Write{Lock: "/locks/a", Token: ptr(int64(i)), Outcome: fence.Accepted})
+			}
+			if err := flush(t, r); err != nil {
+				t.Fatalf("Flush: %v", err)
+			}
+			checkStats(t, r, fence.Stats{Sent: 5, Retries: 3})
+			s.mu.Lock()
+			conns := s.conns
+			s.mu.Unlock()
+			if conns != tc.wantConns {
+				t.Fatalf("4 requests went on %d connections, want %d", conns, tc.wantConns)
+			}
+		})
+	}
 }
