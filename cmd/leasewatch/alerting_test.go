@@ -158,6 +158,18 @@ func TestAlertingFollowsTheTracker(t *testing.T) {
 	}
 }
 
+// alertingStore opens a SQLite store for a test of alerting, closed at its
+// end, and returns the time its story starts at.
+func alertingStore(t *testing.T) (*sqlite.Store, time.Time) {
+	t.Helper()
+	store, err := sqlite.Open(context.Background(), filepath.Join(t.TempDir(), "lw.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { store.Close() })
+	return store, time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+}
+
 // TestAlertingJudgesLeasesAsOfTheirCollector checks that the leases of a
 // source whose collector vouches for being live (Redis, Kubernetes) are
 // judged as of the time it last did: not at all before its first word after
@@ -165,13 +177,7 @@ func TestAlertingFollowsTheTracker(t *testing.T) {
 // it has delivered, so a collector that falls behind does not make every
 // lease look late.
 func TestAlertingJudgesLeasesAsOfTheirCollector(t *testing.T) {
-	ctx := context.Background()
-	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	store, t0 := alertingStore(t)
 	key := audit.LockKey{Source: "cache", Name: "lock:orders"}
 	kinds := map[string]audit.SourceKind{key.Source: audit.KindRedis}
 	live := func(r *alertingRig, at time.Time, obs ...audit.Observation) {
@@ -207,13 +213,7 @@ func TestAlertingJudgesLeasesAsOfTheirCollector(t *testing.T) {
 // the findings' ones at once from the store, the locks' ones once its
 // collector is up.
 func TestAlertingHandsSourcesOver(t *testing.T) {
-	ctx := context.Background()
-	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { store.Close() })
-	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
+	store, t0 := alertingStore(t)
 	orders := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
 	billing := audit.LockKey{Source: orders.Source, Name: "/locks/billing"}
 	kinds := map[string]audit.SourceKind{orders.Source: audit.KindEtcd}
@@ -268,7 +268,7 @@ func TestAlertingHandsSourcesOver(t *testing.T) {
 	// A handover: the owner gives the source up (lose, then the recorder
 	// forgets it), the standby is granted it.
 	owner.a.lose(orders.Source)
-	if err := owner.rec.DropFence(ctx, orders.Source); err != nil {
+	if err := owner.rec.DropFence(context.Background(), orders.Source); err != nil {
 		t.Fatal(err)
 	}
 	owner.sent = nil

@@ -207,9 +207,14 @@ func TestZombieReplicaCommitsNothing(t *testing.T) {
 	if g, r := recorded(); g != handovers || r != handovers {
 		t.Errorf("after the zombie resumed: %d grants and %d releases stored, want %d each, once", g, r, handovers)
 	}
-	// Its last write of each source it owned, refused, is a stale write to
-	// the store on leasewatch's own lock of that source, as either replica
-	// shows it.
+	checkZombieShows(t, bases, up, zombie)
+}
+
+// checkZombieShows checks that the zombie's last write of each source it
+// owned, refused, is a stale write to the store on leasewatch's own lock of
+// that source, as every replica shows it. up is who ran each source before.
+func checkZombieShows(t *testing.T, bases []string, up map[string][]int, zombie int) {
+	t.Helper()
 	owned := 0
 	for _, replicas := range up {
 		if replicas[0] == zombie {
