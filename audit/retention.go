@@ -115,6 +115,10 @@ type Retainer struct {
 	Step int
 	// Pruned, if set, is called with the rows each step deleted.
 	Pruned func(what string, n int)
+	// Active, if set, says whether this process prunes now: of replicas
+	// that share a store, one does (serve: the owner of leasewatch's own
+	// source), since their walks would race on the same rows.
+	Active func() bool
 
 	cursors map[time.Duration]int64 // per rule (by age): the walk's position
 }
@@ -135,7 +139,9 @@ func (r *Retainer) Run(ctx context.Context) {
 	t := time.NewTicker(every)
 	defer t.Stop()
 	for {
-		if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
+		if r.Active != nil && !r.Active() {
+			r.cursors = nil // another replica walks meanwhile: start again when active
+		} else if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("retention pass failed; retrying at the next", "err", err)
 		}
 		select {

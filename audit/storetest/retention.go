@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -187,4 +188,28 @@ func testPruneEventsRejectsANonPositiveLimit(t *testing.T, h Harness) {
 	if _, err := s.PruneEvents(context.Background(), audit.PruneStep{Rule: audit.EventRule{Others: true}}); err == nil {
 		t.Error("PruneEvents with limit 0 = nil error, want one")
 	}
+}
+
+// A retainer that is not active (another replica prunes) prunes nothing
+// however often its passes come round, and prunes as soon as it is.
+func testRetainerPrunesOnlyWhileActive(t *testing.T, h Harness) {
+	s := h.Open(t)
+	key := retentionStory(t, s)
+	id := LockByKey(t, s, key).ID
+	before := len(eventTimes(t, s, id)[audit.EventRenew])
+	var active atomic.Bool
+	var asked atomic.Int32
+	r := &audit.Retainer{Store: s, Retention: audit.Retention{Kinds: map[audit.EventKind]time.Duration{audit.EventRenew: time.Second}},
+		Now: func() time.Time { return At(1000) }, Every: 5 * time.Millisecond,
+		Active: func() bool { asked.Add(1); return active.Load() }}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); r.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	waitUntil(t, "three passes skipped", func() bool { return asked.Load() >= 3 })
+	if n := len(eventTimes(t, s, id)[audit.EventRenew]); n != before || before == 0 {
+		t.Fatalf("renewals while inactive: %d of %d left, want all (and some)", n, before)
+	}
+	active.Store(true)
+	waitUntil(t, "the active retainer to prune", func() bool { return len(eventTimes(t, s, id)[audit.EventRenew]) < before })
 }

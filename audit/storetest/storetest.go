@@ -131,6 +131,7 @@ var contract = []struct {
 	// Retention.
 	{"RetentionPrunesByKindAndKeepsRenewalSummaries", testRetentionPrunesByKindAndKeepsRenewalSummaries},
 	{"RetentionKeepsUnsyncedRenewals", testRetentionKeepsUnsyncedRenewals},
+	{"RetainerPrunesOnlyWhileActive", testRetainerPrunesOnlyWhileActive},
 	{"RetentionSummarisesRenewalsStoredWithoutTheirTenure", testRetentionSummarisesRenewalsStoredWithoutTheirTenure},
 	{"PruneEventsRejectsANonPositiveLimit", testPruneEventsRejectsANonPositiveLimit},
 

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"strconv"
 	"strings"
 	"sync"
@@ -159,6 +160,10 @@ func TestReplicaAlertsFollowTheOwner(t *testing.T) {
 	config := make([]string, 2)
 	for i, id := range identity {
 		config[i] = writeReplicaConfig(t, database, etcdSrv.Endpoint, id, replicaAlertsConfig(am.URL, id))
+		// beta doubles as leasewatch's own source (a configured source of
+		// its name is used as it is), so that the replicas share the two
+		// sources this test moves between them, one each.
+		setOwnSource(t, config[i], "beta")
 	}
 	procs, bases := make([]*serveProcess, 2), make([]string, 2)
 	start := func(i int) {
@@ -267,3 +272,20 @@ func TestReplicaAlertsFollowTheOwner(t *testing.T) {
 
 // slices1 reports whether s is exactly [i].
 func slices1(s []int, i int) bool { return len(s) == 1 && s[0] == i }
+
+// setOwnSource makes the configuration at path name source as leasewatch's
+// own (replication.source).
+func setOwnSource(t *testing.T, path, source string) {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := strings.Replace(string(data), "\nreplication:\n", "\nreplication:\n  source: "+source+"\n", 1)
+	if out == string(data) {
+		t.Fatalf("%s has no replication section", path)
+	}
+	if err := os.WriteFile(path, []byte(out), 0o600); err != nil {
+		t.Fatal(err)
+	}
+}

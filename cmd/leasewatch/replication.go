@@ -30,8 +30,27 @@ type replicas struct {
 	log     *slog.Logger
 
 	mu      sync.Mutex
-	pending []grant       // grants and ends not yet acted on, in order
-	wake    chan struct{} // signalled when pending grows
+	pending []grant         // grants and ends not yet acted on, in order
+	wake    chan struct{}   // signalled when pending grows
+	owned   map[string]bool // the sources whose grants were acted on and not ended
+}
+
+// owns reports whether this replica records source now.
+func (r *replicas) owns(source string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.owned[source]
+}
+
+// setOwned notes that this replica records source now, or no longer.
+func (r *replicas) setOwned(source string, owned bool) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if owned {
+		r.owned[source] = true
+	} else {
+		delete(r.owned, source)
+	}
 }
 
 // grant is the start (token set) or the end of an ownership.
@@ -59,7 +78,7 @@ func newReplicas(ctx context.Context, cfg config.ReplicationConfig, sources []st
 		return nil, fmt.Errorf("replication: %w", err)
 	}
 	r := &replicas{el: el, rec: rec, runner: runner, log: logger.With("component", "replication", "identity", cfg.Identity),
-		wake: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), owned: make(map[string]bool)}
 	r.manager = ownership.NewManager(el, ownership.ManagerConfig{
 		Sources:     sources,
 		RetryPeriod: cfg.Timing().RetryPeriod,
@@ -107,6 +126,7 @@ func (r *replicas) act(ctx context.Context) {
 		for _, g := range gs {
 			if g.ended {
 				r.runner.Disown(g.source)
+				r.setOwned(g.source, false)
 				if err := r.rec.DropFence(ctx, g.source); err != nil && ctx.Err() == nil {
 					r.log.Error("give a lost source up", "source", g.source, "err", err)
 				}
@@ -122,6 +142,7 @@ func (r *replicas) act(ctx context.Context) {
 			}
 			r.alerts.gain(g.source)
 			r.runner.Own(g.source)
+			r.setOwned(g.source, true)
 			r.log.Info("source acquired: collector starting", "source", g.source, "token", g.token)
 		}
 		select {
@@ -137,6 +158,7 @@ func (r *replicas) act(ctx context.Context) {
 func (r *replicas) refused(f audit.FenceRefusal) {
 	r.alerts.lose(f.Source)
 	r.runner.Disown(f.Source)
+	r.setOwned(f.Source, false)
 	r.log.Error("commit refused by the store's fence: a newer owner holds the source; its collector is stopped",
 		"source", f.Source, "token", f.Token, "highest", f.Highest)
 }

@@ -108,6 +108,11 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	reg.MustRegister(rm.newLeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")))
 	svc.retainer = &audit.Retainer{Store: store, Retention: cfg.Retention.Policy(), Now: time.Now,
 		Log: logger.With("component", "retention"), Pruned: newRetentionMetrics(reg, store)}
+	if svc.replicas != nil {
+		// One replica prunes: the owner of leasewatch's own source.
+		own := cfg.Replication.Source
+		svc.retainer.Active = func() bool { return svc.replicas.owns(own) }
+	}
 	if err := svc.startWeb(sources, reg); err != nil {
 		svc.close()
 		return nil, err
