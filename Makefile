@@ -7,7 +7,7 @@ SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd load-ingest crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-postgresql install-chromium
+.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-postgresql install-chromium
 
 all: build
 
@@ -53,6 +53,14 @@ load-kubernetes:
 ## load-redis: the Redis scale run (10,000 locks with 2 s TTLs extended every 500 ms).
 load-redis:
 	$(GO) run ./cmd/leasewatch-load redis
+
+## load-failover: two replicas on PostgreSQL share etcd, Kubernetes and Redis sources under load; the owner of a source is killed (kill -9) 20 times.
+load-failover:
+	$(GO) run ./cmd/leasewatch-load failover --kills 20
+
+## load-rolling: both replicas restarted in turn while 200 Kubernetes Leases renew every 2 s.
+load-rolling:
+	$(GO) run ./cmd/leasewatch-load rolling
 
 ## load-etcd: the etcd scale run (5,000 concurrency.Mutex locks, 2 contenders each, handed over every 2 minutes).
 load-etcd:

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"flag"
 	"fmt"
 	"io"
@@ -169,7 +168,7 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 
-	return k.verify(ctx, out, dir, url, locks, t, rig, w, settled, swept)
+	return k.verify(ctx, out, url, locks, t, rig, w, settled, swept)
 }
 
 // settle waits, once the load has stopped, for the last handovers, then
@@ -274,26 +273,16 @@ func madeCounts(locks []*etcdLock) (grantsMade, releasesMade map[string]int64, m
 // verify drains leasewatch, checks that it recorded what the clients did,
 // once, with their tokens, and writes the run's table (w, how the load
 // settled and what the tally t and the rig counted) to out.
-func (k *etcdLoad) verify(ctx context.Context, out io.Writer, dir, url string, locks []*etcdLock, t *etcdTally, rig *etcdRig,
+func (k *etcdLoad) verify(ctx context.Context, out io.Writer, url string, locks []*etcdLock, t *etcdTally, rig *etcdRig,
 	w window, settled time.Duration, swept int) error {
-	grantsMade, releasesMade, madeGrants, madeReleases := madeCounts(locks)
+	_, _, madeGrants, madeReleases := madeCounts(locks)
 
 	// Drain: leasewatch must record what the clients did, once.
 	drained := drain(ctx, url, loadSource, map[string]float64{"grant": float64(madeGrants), "release": float64(madeReleases)})
 	gotGrants, gotReleases := recorded(ctx, url, loadSource, "grant"), recorded(ctx, url, loadSource, "release")
 	gotExpiries := recorded(ctx, url, loadSource, "expire")
 
-	grantsGot, err := recordedPerLock(ctx, dir, loadSource, "grant")
-	if err != nil {
-		return err
-	}
-	releasesGot, err := recordedPerLock(ctx, dir, loadSource, "release")
-	if err != nil {
-		return err
-	}
-	grantsDiffer, grantsPerLock := compareCounts(grantsMade, grantsGot)
-	releasesDiffer, releasesPerLock := compareCounts(releasesMade, releasesGot)
-	tokens, err := matchTokens(ctx, dir, locks)
+	o, err := readEtcdOutcome(ctx, rig.lw.database, loadSource, locks)
 	if err != nil {
 		return err
 	}
@@ -303,16 +292,16 @@ func (k *etcdLoad) verify(ctx context.Context, out io.Writer, dir, url string, l
 		{"handovers achieved", fmt.Sprintf("%.0f/s (%d skipped while a lock was between holders, %d Lock/Unlock calls failed, %d sessions lost)", float64(madeReleases)/(k.warmup+k.duration).Seconds(), t.skipped.Load(), t.failed.Load(), rig.lost.Load())},
 		{"grants made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f; the load settled in %s, %d queued keys swept, then leasewatch drained %s)", madeGrants, gotGrants, float64(madeGrants)-gotGrants, settled.Round(time.Millisecond), swept, drained)},
 		{"releases made / recorded", fmt.Sprintf("%d / %.0f (missed %.0f; expiries recorded %.0f)", madeReleases, gotReleases, float64(madeReleases)-gotReleases, gotExpiries)},
-		{"locks whose grants differ", fmt.Sprintf("%d: %s", grantsDiffer, grantsPerLock)},
-		{"locks whose releases differ", fmt.Sprintf("%d: %s", releasesDiffer, releasesPerLock)},
-		{"tenures recorded with the client's token", tokens.summary()},
-		{"client's Lock return → collector's grant event, p50 / p99", tokens.grantSkew.describe()},
-		{"client's Unlock return → collector's release event, p50 / p99", tokens.releaseSkew.describe()},
+		{"locks whose grants differ", fmt.Sprintf("%d: %s", o.grantsDiffer, o.grantsPerLock)},
+		{"locks whose releases differ", fmt.Sprintf("%d: %s", o.releasesDiffer, o.releasesPerLock)},
+		{"tenures recorded with the client's token", o.tokens.summary()},
+		{"client's Lock return → collector's grant event, p50 / p99", o.tokens.grantSkew.describe()},
+		{"client's Unlock return → collector's release event, p50 / p99", o.tokens.releaseSkew.describe()},
 	})
 	if gotGrants != float64(madeGrants) || gotReleases != float64(madeReleases) || gotExpiries != 0 ||
-		grantsDiffer > 0 || releasesDiffer > 0 || tokens.missing > 0 || tokens.unknown > 0 {
+		o.grantsDiffer > 0 || o.releasesDiffer > 0 || o.tokens.missing > 0 || o.tokens.unknown > 0 {
 		return fmt.Errorf("leasewatch recorded %.0f grants of %d, %.0f releases of %d and %.0f expiries; %d locks' grants and %d locks' releases differ; %d tenures without their token, %d tokens the clients never held",
-			gotGrants, madeGrants, gotReleases, madeReleases, gotExpiries, grantsDiffer, releasesDiffer, tokens.missing, tokens.unknown)
+			gotGrants, madeGrants, gotReleases, madeReleases, gotExpiries, o.grantsDiffer, o.releasesDiffer, o.tokens.missing, o.tokens.unknown)
 	}
 	return nil
 }
@@ -356,10 +345,19 @@ func startEtcdRig(ctx context.Context, bin, dir, config string, sessions int, tt
 	}); err != nil {
 		return nil, err
 	}
+	if err := r.connect(r.srv.Endpoint, sessions, ttl); err != nil {
+		return nil, err
+	}
+	return r, nil
+}
+
+// connect opens etcdClients connections to the etcd at endpoint and
+// sessions sessions with ttl leases over them.
+func (r *etcdRig) connect(endpoint string, sessions int, ttl time.Duration) error {
 	for range etcdClients {
-		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{r.srv.Endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+		cli, err := clientv3.New(clientv3.Config{Endpoints: []string{endpoint}, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 		if err != nil {
-			return nil, fmt.Errorf("connect to the embedded etcd: %w", err)
+			return fmt.Errorf("connect to the embedded etcd: %w", err)
 		}
 		r.clients = append(r.clients, cli)
 	}
@@ -369,7 +367,7 @@ func startEtcdRig(ctx context.Context, bin, dir, config string, sessions int, tt
 	for i := range sessions {
 		s, err := concurrency.NewSession(r.clients[i%len(r.clients)], concurrency.WithTTL(int(ttl.Seconds())))
 		if err != nil {
-			return nil, fmt.Errorf("start session %d: %w", i, err)
+			return fmt.Errorf("start session %d: %w", i, err)
 		}
 		r.sessions = append(r.sessions, s)
 		go func() {
@@ -380,7 +378,7 @@ func startEtcdRig(ctx context.Context, bin, dir, config string, sessions int, tt
 			}
 		}()
 	}
-	return r, nil
+	return nil
 }
 
 // close ends the sessions (revoking their locks), the clients, leasewatch and
@@ -502,17 +500,17 @@ func (s skew) describe() string {
 	return fmt.Sprintf("%s / %s (%d samples; collector's clock, before the commit)", q(0.50), q(0.99), len(s))
 }
 
-// matchTokens reads every grant and release leasewatch stored for the load's
-// source and matches them with the clients' tenures by lock and token.
-func matchTokens(ctx context.Context, dir string, locks []*etcdLock) (tokenMatch, error) {
+// matchTokens reads every grant and release leasewatch stored in database
+// for source and matches them with the clients' tenures by lock and token.
+func matchTokens(ctx context.Context, database, source string, locks []*etcdLock) (tokenMatch, error) {
 	var m tokenMatch
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "leasewatch.db")+"?mode=ro")
+	db, err := openDatabase(database)
 	if err != nil {
 		return m, err
 	}
 	defer db.Close()
 	rows, err := db.QueryContext(ctx, `SELECT l.name, e.kind, e.token, e.at FROM events e JOIN locks l ON l.id = e.lock_id
-		WHERE l.source = ? AND e.kind IN ('grant', 'release') AND e.token IS NOT NULL`, loadSource)
+		WHERE l.source = $1 AND e.kind IN ('grant', 'release') AND e.token IS NOT NULL`, source)
 	if err != nil {
 		return m, fmt.Errorf("read grants and releases: %w", err)
 	}

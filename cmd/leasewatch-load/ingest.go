@@ -459,7 +459,7 @@ func (k *ingestLoad) execute(ctx context.Context, log io.Writer) (*ingestResult,
 			}
 		}
 	}
-	if err := checkStored(ctx, dir, sent, res); err != nil {
+	if err := checkStored(ctx, sqliteIn(dir), sent, res); err != nil {
 		return nil, err
 	}
 	return res, nil
@@ -508,11 +508,11 @@ func jitter(rng *rand.Rand, d time.Duration) time.Duration {
 	return d/2 + time.Duration(rng.Int64N(int64(d)+1))
 }
 
-// report makes a report of a write to lock i's resource: accepted under the
+// report makes a report of a write to the resource of a lock of source: accepted under the
 // current holder's token, or (a share k.rejected of them, once the lock has
 // changed hands) rejected, from the previous holder, still writing with its
 // old token: a zombie the fencing stopped.
-func (k *ingestLoad) report(rng *rand.Rand, locks []*etcdLock, requestID string) (writeReport, bool) {
+func (k *ingestLoad) report(rng *rand.Rand, source string, locks []*etcdLock, requestID string) (writeReport, bool) {
 	i := rng.IntN(len(locks))
 	l := locks[i]
 	l.mu.Lock()
@@ -523,7 +523,7 @@ func (k *ingestLoad) report(rng *rand.Rand, locks []*etcdLock, requestID string)
 	}
 	l.mu.Unlock()
 	return writeReport{
-		Source:       loadSource,
+		Source:       source,
 		Lock:         l.name,
 		Resource:     fmt.Sprintf("store-%d", i),
 		Token:        from.token,
@@ -551,7 +551,7 @@ func (k *ingestLoad) writer(ctx context.Context, client *http.Client, base strin
 		reports := make([]writeReport, n)
 		for i := range reports {
 			var rejected bool
-			reports[i], rejected = k.report(rng, locks, fmt.Sprintf("w%d-%d", w, first+i))
+			reports[i], rejected = k.report(rng, loadSource, locks, fmt.Sprintf("w%d-%d", w, first+i))
 			sent.acked = append(sent.acked, false)
 			sent.rejected = append(sent.rejected, rejected)
 		}
@@ -671,11 +671,11 @@ func get(client *http.Client, base, path, live string) error {
 	return nil
 }
 
-// checkStored reads the reports leasewatch stored from its database and
+// checkStored reads the reports leasewatch stored from database and
 // compares them, by request_id, with what the writers were answered; and
 // counts the findings.
-func checkStored(ctx context.Context, dir string, sent []sentReports, r *ingestResult) error {
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "leasewatch.db")+"?mode=ro")
+func checkStored(ctx context.Context, database string, sent []sentReports, r *ingestResult) error {
+	db, err := openDatabase(database)
 	if err != nil {
 		return err
 	}

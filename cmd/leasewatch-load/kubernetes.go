@@ -2,12 +2,10 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"maps"
 	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -150,7 +148,7 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 func (k *kubeLoad) verify(ctx context.Context, out io.Writer, dir, url string, all []*lease, w window, updates, conflicts, skipped *atomic.Int64) error {
 	want := expectedKinds(all)
 	drained := drain(ctx, url, loadSource, map[string]float64{"renew": float64(want.renew), "grant": float64(want.grant)})
-	events, err := recordedWrites(ctx, dir, loadSource)
+	events, err := recordedWrites(ctx, sqliteIn(dir), loadSource)
 	if err != nil {
 		return err
 	}
@@ -407,17 +405,17 @@ type storedEvent struct {
 	kind, position string
 }
 
-// recordedWrites returns, from leasewatch's database in dir, the events of
+// recordedWrites returns, from leasewatch's database, the events of
 // source that stand for a Lease write (observed, grant, renew), by lock name
 // in the order stored.
-func recordedWrites(ctx context.Context, dir, source string) (map[string][]storedEvent, error) {
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "leasewatch.db")+"?mode=ro")
+func recordedWrites(ctx context.Context, database, source string) (map[string][]storedEvent, error) {
+	db, err := openDatabase(database)
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT l.name, e.kind, e.position FROM events e JOIN locks l ON l.id = e.lock_id
-		WHERE l.source = ? AND e.kind IN ('observed', 'grant', 'renew') ORDER BY e.id`, source)
+	rows, err := db.QueryContext(ctx, `SELECT l.name, e.kind, e.position FROM `+eventsOf(database)+` e JOIN locks l ON l.id = e.lock_id
+		WHERE l.source = $1 AND e.kind IN ('observed', 'grant', 'renew') ORDER BY e.id`, source)
 	if err != nil {
 		return nil, fmt.Errorf("read stored Lease writes: %w", err)
 	}

@@ -22,6 +22,9 @@ var cluster kubetest.Shared
 func TestMain(m *testing.M) {
 	code := m.Run()
 	cluster.Stop()
+	if replicaBinary.dir != "" {
+		os.RemoveAll(replicaBinary.dir)
+	}
 	os.Exit(code)
 }
 
@@ -100,7 +103,7 @@ func TestKubeLoadChecksWritesAfterTheLeaseRanOut(t *testing.T) {
 	if d := drain(ctx, lw.url, loadSource, map[string]float64{"renew": float64(want.renew), "grant": float64(n + want.grant)}); !strings.HasPrefix(d, "in ") {
 		t.Fatalf("drain: %s", d)
 	}
-	stored, err := recordedWrites(ctx, dir, loadSource)
+	stored, err := recordedWrites(ctx, sqliteIn(dir), loadSource)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,17 +2,15 @@ package main
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 	"io"
 	"maps"
-	"path/filepath"
 	"runtime"
 	"slices"
 	"time"
 
 	dto "github.com/prometheus/client_model/go"
-	_ "modernc.org/sqlite" // recordedPerLock reads leasewatch's database
+	_ "modernc.org/sqlite" // openDatabase reads leasewatch's SQLite database
 )
 
 // window is what leasewatch did over the measured part of a run.
@@ -149,17 +147,17 @@ func dispatch(ctx context.Context, n int, period time.Duration, send func(i int)
 	}
 }
 
-// recordedPerLock returns, from the database leasewatch at dir writes, how
+// recordedPerLock returns, from leasewatch's database, how
 // many events of kind each of source's locks has: the per-lock side of a
 // comparison whose totals could hide a miss behind a duplicate.
-func recordedPerLock(ctx context.Context, dir, source, kind string) (map[string]int64, error) {
-	db, err := sql.Open("sqlite", "file:"+filepath.Join(dir, "leasewatch.db")+"?mode=ro")
+func recordedPerLock(ctx context.Context, database, source, kind string) (map[string]int64, error) {
+	db, err := openDatabase(database)
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT l.name, count(*) FROM events e JOIN locks l ON l.id = e.lock_id
-		WHERE l.source = ? AND e.kind = ? GROUP BY l.name`, source, kind)
+	rows, err := db.QueryContext(ctx, `SELECT l.name, count(*) FROM `+eventsOf(database)+` e JOIN locks l ON l.id = e.lock_id
+		WHERE l.source = $1 AND e.kind = $2 GROUP BY l.name`, source, kind)
 	if err != nil {
 		return nil, fmt.Errorf("count %s events per lock: %w", kind, err)
 	}

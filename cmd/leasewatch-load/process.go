@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"database/sql"
 	"fmt"
 	"io"
 	"math"
@@ -16,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	_ "github.com/jackc/pgx/v5/stdlib" // openDatabase reads leasewatch's PostgreSQL database
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
@@ -25,9 +27,10 @@ import (
 
 // leasewatchProc is a leasewatch serve process under measurement.
 type leasewatchProc struct {
-	cmd  *exec.Cmd
-	url  string
-	done chan error
+	cmd      *exec.Cmd
+	url      string
+	database string // its database: a SQLite file or a postgres:// URL
+	done     chan error
 }
 
 // serveCPUProfile, when set, is where every leasewatch process the load
@@ -50,14 +53,14 @@ func startLeasewatch(ctx context.Context, bin, dir, database, sources string, lo
 		return nil, err
 	}
 	if database == "" {
-		database = filepath.Join(dir, "leasewatch.db")
+		database = sqliteIn(dir)
 	}
 	config := fmt.Sprintf("listen: 127.0.0.1:%d\ndatabase: %s\nsources:\n%s", port, database, sources)
 	path := filepath.Join(dir, "leasewatch.yaml")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		return nil, err
 	}
-	p := &leasewatchProc{url: fmt.Sprintf("http://127.0.0.1:%d", port), done: make(chan error, 1)}
+	p := &leasewatchProc{url: fmt.Sprintf("http://127.0.0.1:%d", port), database: database, done: make(chan error, 1)}
 	args := []string{"serve", "--config", path}
 	if serveCPUProfile != "" {
 		args = append(args, "--cpuprofile", serveCPUProfile)
@@ -79,6 +82,16 @@ func (p *leasewatchProc) stop() {
 		_ = p.cmd.Process.Kill()
 		<-p.done
 	}
+}
+
+// id names p among every process the load starts: a new process may get
+// the port of one that ended.
+func (p *leasewatchProc) id() string { return fmt.Sprintf("%s (pid %d)", p.url, p.cmd.Process.Pid) }
+
+// kill ends p at once (kill -9), as a node's death would.
+func (p *leasewatchProc) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
 }
 
 // procStats are a process's CPU time and memory from /proc.
@@ -241,4 +254,30 @@ func (h histogramDelta) count() float64 {
 		return 0
 	}
 	return h.counts[len(h.counts)-1]
+}
+
+// sqliteIn is the SQLite database of a leasewatch process whose folder is dir.
+func sqliteIn(dir string) string { return filepath.Join(dir, "leasewatch.db") }
+
+// eventsOf is where database keeps every event, renewals included: the
+// events table of SQLite, the timeline view of PostgreSQL (its renewals
+// are in a table of their own).
+func eventsOf(database string) string {
+	if strings.HasPrefix(database, "postgres://") {
+		return "timeline"
+	}
+	return "events"
+}
+
+// openDatabase opens leasewatch's database read-only: a SQLite file, or a
+// postgres:// URL. Queries use $1 placeholders, which both understand.
+func openDatabase(database string) (*sql.DB, error) {
+	if strings.HasPrefix(database, "postgres://") {
+		sep := "?"
+		if strings.Contains(database, "?") {
+			sep = "&"
+		}
+		return sql.Open("pgx", database+sep+"default_transaction_read_only=on")
+	}
+	return sql.Open("sqlite", "file:"+database+"?mode=ro&_pragma=busy_timeout(5000)")
 }

@@ -152,12 +152,17 @@ func startRedisRig(ctx context.Context, bin string, keep, postgres bool, config 
 	}); err != nil {
 		return nil, err
 	}
-	r.cli = goredis.NewClient(&goredis.Options{Addr: r.srv.Addr, PoolSize: loadWorkers})
-	r.extend = goredis.NewScript(extendScript)
-	if err := r.extend.Load(ctx, r.cli).Err(); err != nil {
+	if err := r.connect(ctx); err != nil {
 		return nil, err
 	}
 	return r, nil
+}
+
+// connect opens the load's client of r.srv and loads the extend script.
+func (r *redisRig) connect(ctx context.Context) error {
+	r.cli = goredis.NewClient(&goredis.Options{Addr: r.srv.Addr, PoolSize: loadWorkers})
+	r.extend = goredis.NewScript(extendScript)
+	return r.extend.Load(ctx, r.cli).Err()
 }
 
 func (r *redisRig) close() {
@@ -227,7 +232,7 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 	defer rig.close()
-	url, dir := rig.lw.url, rig.dir
+	url := rig.lw.url
 
 	fmt.Fprintf(log, "%d locks with %s TTLs extended every %s: %s of warm-up, %s measured\n", k.locks, k.ttl, k.every, k.warmup, k.duration)
 	loadCtx, stopLoad := context.WithCancel(ctx)
@@ -249,7 +254,7 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 			made["lock:"+strconv.Itoa(i)] = n
 		}
 	}
-	got, err := recordedPerLock(ctx, dir, loadSource, "renew")
+	got, err := recordedPerLock(ctx, rig.lw.database, loadSource, "renew")
 	if err != nil {
 		return err
 	}

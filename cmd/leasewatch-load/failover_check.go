@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"runtime"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Where a Redis blind window may lie around a handover of the Redis
+// source's collector, as the load sampled it (the old owner's last sample
+// g0, the new owner's first g1): it starts at the old owner's last stored
+// cursor, at most blindBefore before g0, and ends when the new owner
+// subscribed, at most blindAfter after g1 (its first scan, then the
+// sample, come after).
+const (
+	blindBefore = 2 * time.Second
+	blindAfter  = time.Second
+)
+
+// etcdOutcome compares the etcd locks' grants and releases, lock by lock
+// and token by token, with what leasewatch stored.
+type etcdOutcome struct {
+	madeGrants, madeReleases       int64
+	grantsDiffer, releasesDiffer   int
+	grantsPerLock, releasesPerLock string
+	expiries                       int64
+	tokens                         tokenMatch
+}
+
+// readEtcdOutcome reads, from database, what leasewatch stored of the load
+// source's locks.
+func readEtcdOutcome(ctx context.Context, database string, source string, locks []*etcdLock) (o etcdOutcome, err error) {
+	grantsMade, releasesMade, madeGrants, madeReleases := madeCounts(locks)
+	o.madeGrants, o.madeReleases = madeGrants, madeReleases
+	grantsGot, err := recordedPerLock(ctx, database, source, "grant")
+	if err != nil {
+		return o, err
+	}
+	releasesGot, err := recordedPerLock(ctx, database, source, "release")
+	if err != nil {
+		return o, err
+	}
+	expiries, err := recordedPerLock(ctx, database, source, "expire")
+	if err != nil {
+		return o, err
+	}
+	for _, n := range expiries {
+		o.expiries += n
+	}
+	o.grantsDiffer, o.grantsPerLock = compareCounts(grantsMade, grantsGot)
+	o.releasesDiffer, o.releasesPerLock = compareCounts(releasesMade, releasesGot)
+	o.tokens, err = matchTokens(ctx, database, source, locks)
+	return o, err
+}
+
+// problems lists how o falls short of every transition recorded once.
+func (o etcdOutcome) problems() []string {
+	var out []string
+	if o.grantsDiffer > 0 || o.releasesDiffer > 0 {
+		out = append(out, fmt.Sprintf("etcd: %d locks' grants differ (%s), %d locks' releases differ (%s)", o.grantsDiffer, o.grantsPerLock, o.releasesDiffer, o.releasesPerLock))
+	}
+	if o.tokens.missing > 0 || o.tokens.unknown > 0 {
+		out = append(out, "etcd: "+o.tokens.summary())
+	}
+	if o.expiries > 0 {
+		out = append(out, fmt.Sprintf("etcd: %d expiries recorded, and no session ended", o.expiries))
+	}
+	return out
+}
+
+// kubeOutcome compares the Leases' committed writes with what leasewatch
+// stored.
+type kubeOutcome struct {
+	want    writeTally
+	check   leaseCheck
+	updates int64
+}
+
+// takeovers returns every takeover the disruptions measured, and the
+// sources no other process took up.
+func takeovers(ds []disruption) (all []time.Duration, missing []string) {
+	for i, d := range ds {
+		for _, name := range d.owned {
+			t, ok := d.takeovers[name]
+			if !ok {
+				missing = append(missing, fmt.Sprintf("%s after disruption %d", name, i+1))
+				continue
+			}
+			all = append(all, t)
+		}
+	}
+	return all, missing
+}
+
+// matchBlinds pairs each handover of the Redis source's collector with the
+// blind window that covers it. It returns the handovers no window covers
+// and the windows at no handover.
+func matchBlinds(handovers [][2]time.Time, windows []blindWindow) (uncovered [][2]time.Time, stray []blindWindow) {
+	used := make([]bool, len(windows))
+	for _, g := range handovers {
+		found := false
+		for i, w := range windows {
+			if used[i] {
+				continue
+			}
+			if !w.from.Before(g[0].Add(-blindBefore)) && !w.from.After(g[1]) && !w.to.Before(g[0]) && !w.to.After(g[1].Add(blindAfter)) {
+				used[i], found = true, true
+				break
+			}
+		}
+		if !found {
+			uncovered = append(uncovered, g)
+		}
+	}
+	for i, w := range windows {
+		if !used[i] {
+			stray = append(stray, w)
+		}
+	}
+	return uncovered, stray
+}
+
+// check returns an error naming every way the run fell short.
+func (k *failoverLoad) check(res *failoverResult) error {
+	problems := res.etcd.problems()
+	if kc := res.kube.check; len(kc.diffs) > 0 || kc.matched != res.kube.want.writes {
+		problems = append(problems, fmt.Sprintf("kubernetes: %d of %d committed writes recorded once; %d Leases differ: %s",
+			kc.matched, res.kube.want.writes, len(kc.diffs), strings.Join(first(kc.diffs, 5), "; ")))
+	}
+	if w := res.writes; w.missing > 0 || w.duplicated > 0 || w.wrongOutcome > 0 {
+		problems = append(problems, fmt.Sprintf("writes: of %d answered 202, %d not stored, %d stored more than once, %d with the wrong outcome", res.acked, w.missing, w.duplicated, w.wrongOutcome))
+	}
+	if res.acked < res.sent {
+		problems = append(problems, fmt.Sprintf("writes: %d of %d reports never answered 202", res.sent-res.acked, res.sent))
+	}
+	if len(res.cursors.regressions) > 0 {
+		problems = append(problems, "cursors: "+strings.Join(first(res.cursors.regressions, 5), "; "))
+	}
+	for _, name := range []string{etcdSource, kubeSource, "leasewatch"} {
+		if n := len(res.blinds[name]); n > 0 {
+			problems = append(problems, fmt.Sprintf("%s: %d blind windows, want none: it resumes from its cursor (first: %s)", name, n, res.blinds[name][0].reason))
+		}
+	}
+	if uncovered, stray := matchBlinds(res.handovers, res.blinds[redisSource]); len(uncovered) > 0 || len(stray) > 0 {
+		problems = append(problems, fmt.Sprintf("redis: %d handovers without the blind window that covers them (%s), %d blind windows at no handover (%s)",
+			len(uncovered), describeGaps(uncovered), len(stray), describeBlinds(stray)))
+	}
+	all, missing := takeovers(res.disruptions)
+	if len(missing) > 0 {
+		problems = append(problems, "sources not taken over: "+strings.Join(missing, ", "))
+	}
+	if p99 := quantiles(all, 0.99)[0]; p99 > k.lease+2*time.Second {
+		problems = append(problems, fmt.Sprintf("takeover p99 %s, want at most the lease (%s) + 2s", p99.Round(time.Millisecond), k.lease))
+	}
+	if len(problems) > 0 {
+		return errors.New(strings.Join(problems, "\n"))
+	}
+	return nil
+}
+
+func describeGaps(gaps [][2]time.Time) string {
+	var out []string
+	for _, g := range gaps {
+		out = append(out, g[0].UTC().Format(time.StampMilli)+" to "+g[1].UTC().Format(time.StampMilli))
+	}
+	return strings.Join(first(out, 5), ", ")
+}
+
+func describeBlinds(ws []blindWindow) string {
+	var out []string
+	for _, w := range ws {
+		out = append(out, w.from.UTC().Format(time.StampMilli)+" to "+w.to.UTC().Format(time.StampMilli)+": "+w.reason)
+	}
+	return strings.Join(first(out, 5), ", ")
+}
+
+func first(s []string, n int) []string { return s[:min(n, len(s))] }
+
+// write prints the run's figures as a Markdown table.
+func (k *failoverLoad) write(out io.Writer, res *failoverResult) {
+	all, _ := takeovers(res.disruptions)
+	q := quantiles(slices.Clone(all), 0.5, 0.99, 1)
+	what := fmt.Sprintf("%d kill -9s of the owner of a source", len(res.disruptions))
+	if k.rolling {
+		what = fmt.Sprintf("a rolling restart of the %d replicas", len(res.disruptions))
+	}
+	fmt.Fprintf(out, "\nleasewatch-load %s: %d replicas on PostgreSQL, %s, one every %s or so; %d etcd locks handed over every %s, %d Kubernetes Leases renewed every %s, %d Redis locks extended every %s, %d writers reporting every %s; ownership lease %s; %d CPUs, %s\n\n| measure | value |\n|---|---|\n",
+		map[bool]string{true: "rolling", false: "failover"}[k.rolling], k.replicas, what, k.every, k.etcdLocks, k.hold, k.leases, k.renewEvery, k.redisLocks, k.extend, k.writers, k.writeEvery, k.lease, runtime.NumCPU(), runtime.Version())
+	redisBlind := time.Duration(0)
+	for _, w := range res.blinds[redisSource] {
+		redisBlind += w.to.Sub(w.from)
+	}
+	rows := [][2]string{
+		{"run", res.wall.Round(time.Second).String()},
+		{"takeover p50 / p99 / max", fmt.Sprintf("%s / %s / %s (%d sources moved; from the kill or the stop to up on another process)", ms(q[0]), ms(q[1]), ms(q[2]), len(all))},
+		{"etcd grants / releases made", fmt.Sprintf("%d / %d; locks differing %d / %d; %s", res.etcd.madeGrants, res.etcd.madeReleases, res.etcd.grantsDiffer, res.etcd.releasesDiffer, res.etcd.tokens.summary())},
+		{"Kubernetes writes committed / recorded once", fmt.Sprintf("%d / %d (%d Leases differ)", res.kube.want.writes, res.kube.check.matched, len(res.kube.check.diffs))},
+		{"write reports answered 202 / stored once", fmt.Sprintf("%d / %d (%d missing, %d duplicated; %d sends retried on another replica)", res.acked, res.acked-res.writes.missing-res.writes.duplicated, res.writes.missing, res.writes.duplicated, res.retried)},
+		{"cursors sampled / moved back", fmt.Sprintf("%d / %d", res.cursors.samples, len(res.cursors.regressions))},
+		{"blind windows: etcd / Kubernetes / leasewatch", fmt.Sprintf("%d / %d / %d", len(res.blinds[etcdSource]), len(res.blinds[kubeSource]), len(res.blinds["leasewatch"]))},
+		{"Redis: handovers / blind windows", fmt.Sprintf("%d / %d, %s blind in all", len(res.handovers), len(res.blinds[redisSource]), ms(redisBlind))},
+		{"drained after the load", res.drained.Round(time.Millisecond).String()},
+	}
+	for _, kind := range slices.Sorted(maps.Keys(res.writes.findingsByKind)) {
+		rows = append(rows, [2]string{"findings: " + kind, fmt.Sprint(res.writes.findingsByKind[kind])})
+	}
+	for _, r := range rows {
+		fmt.Fprintf(out, "| %s | %s |\n", r[0], r[1])
+	}
+}
