@@ -141,7 +141,9 @@ func (k *failoverLoad) execute(ctx context.Context, log io.Writer) (*failoverRes
 	stopWatching()
 	watching.Wait()
 	for i := range res.disruptions {
-		owners.measure(&res.disruptions[i])
+		d := &res.disruptions[i]
+		owners.measure(d)
+		fmt.Fprintf(log, "disruption %d: %v taken over in %v\n", i+1, d.owned, d.takeovers)
 	}
 	if err := clients.read(ctx, rig.database, res); err != nil {
 		return nil, err

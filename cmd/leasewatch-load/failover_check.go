@@ -99,23 +99,35 @@ func takeovers(ds []disruption) (all []time.Duration, missing []string) {
 }
 
 // matchBlinds pairs each handover of the Redis source's collector with the
-// blind window that covers it. It returns the handovers no window covers
-// and the windows at no handover.
+// blind windows that cover it: one, or several in a row when the source
+// passed through an owner the samples missed (it started and gave the
+// source up within a sample, and each owner records the gap it saw). The
+// first starts at most blindBefore before the handover's gap and the last
+// ends at most blindAfter after it; each starts at most blindAfter after
+// the one before ends. It returns the handovers no windows cover so, and
+// the windows at no handover.
 func matchBlinds(handovers [][2]time.Time, windows []blindWindow) (uncovered [][2]time.Time, stray []blindWindow) {
+	windows = slices.Clone(windows)
+	slices.SortFunc(windows, func(a, b blindWindow) int { return a.from.Compare(b.from) })
 	used := make([]bool, len(windows))
 	for _, g := range handovers {
-		found := false
+		lo, hi := g[0].Add(-blindBefore), g[1].Add(blindAfter)
+		var at []int // the windows within the gap and its slack
 		for i, w := range windows {
-			if used[i] {
-				continue
-			}
-			if !w.from.Before(g[0].Add(-blindBefore)) && !w.from.After(g[1]) && !w.to.Before(g[0]) && !w.to.After(g[1].Add(blindAfter)) {
-				used[i], found = true, true
-				break
+			if !used[i] && !w.from.Before(lo) && !w.to.After(hi) {
+				at = append(at, i)
 			}
 		}
-		if !found {
+		covered := len(at) > 0 && !windows[at[0]].from.After(g[1]) && !windows[at[len(at)-1]].to.Before(g[0])
+		for n := 1; covered && n < len(at); n++ {
+			covered = !windows[at[n]].from.After(windows[at[n-1]].to.Add(blindAfter))
+		}
+		if !covered {
 			uncovered = append(uncovered, g)
+			continue
+		}
+		for _, i := range at {
+			used[i] = true
 		}
 	}
 	for i, w := range windows {
