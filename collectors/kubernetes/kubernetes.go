@@ -140,6 +140,9 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
 		rc.ContentType = "application/vnd.kubernetes.protobuf"
 		rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
 	}
+	if c.batchWindow > 0 {
+		rc.Dial = pacedDialer(rc.Dial, c.batchWindow/2)
+	}
 	client, err := clientset.NewForConfig(rc)
 	if err != nil {
 		return nil, audit.Errorf(audit.EINVALID, "kubeconfig: %v", err)

@@ -491,21 +491,10 @@ func (ws *watches) open(ns string) error {
 }
 
 // follow decodes the watch stream of scope ns into ws.msgs until it ends.
-// Having handed over what it read, it waits half the batch window before
-// reading more, so that at a trickle of events it wakes a few times per
-// window, each time for all that arrived meanwhile, rather than once per
-// event; an event after a quiet spell is still read at once. The window's
-// other half is left for the recording loop.
 func (ws *watches) follow(ns string, body io.ReadCloser) {
 	defer ws.wg.Done()
 	defer body.Close()
 	d := newStreamDecoder(body)
-	var pace *time.Timer
-	if every := ws.r.c.batchWindow / 2; every > 0 {
-		pace = time.NewTimer(every)
-		pace.Stop()
-		defer pace.Stop()
-	}
 	for {
 		ev, err := d.next()
 		m := message{scope: ns, ev: ev}
@@ -521,15 +510,6 @@ func (ws *watches) follow(ns string, body io.ReadCloser) {
 			return
 		}
 		if err != nil {
-			return
-		}
-		if pace == nil || d.buffered() {
-			continue
-		}
-		pace.Reset(ws.r.c.batchWindow / 2)
-		select {
-		case <-pace.C:
-		case <-ws.ctx.Done():
 			return
 		}
 	}

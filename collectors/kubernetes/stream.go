@@ -27,8 +27,8 @@ import (
 // heartbeats, each event woke three goroutines in turn, and the scheduler
 // cost more than the decoding. Here one goroutine per watch decodes straight
 // into the recording loop's channel. It also decodes the Leases without
-// their managedFields, which nothing here reads and which took about half of
-// the decoding.
+// their managedFields, which nothing here reads (BenchmarkStreamDecoder: a
+// quarter of the bytes allocated per heartbeat, half the allocations).
 
 const (
 	// protobufWatch is the media type the watches ask for. Leases are built-in
@@ -87,10 +87,6 @@ type streamDecoder struct {
 func newStreamDecoder(body io.Reader) *streamDecoder {
 	return &streamDecoder{r: bufio.NewReaderSize(body, readBuffer)}
 }
-
-// buffered says whether a whole or partial event has been read from the
-// connection and waits to be decoded.
-func (d *streamDecoder) buffered() bool { return d.r.Buffered() > 0 }
 
 // next returns the stream's next event. At the stream's end it returns
 // io.EOF, or the error that broke it.
