@@ -94,6 +94,8 @@ func WithWatchTimeout(d time.Duration) Option { return func(c *Collector) { c.wa
 // the steady trickle of a cluster's node heartbeats this more than halves
 // leasewatch's CPU per renewal, for at most d more lag. 0 records each
 // event, with those that arrived while the last input was stored, at once.
+// While d is not 0, reads of the apiserver connection are also paced to one
+// short read per d/2 (see pacedDialer), for up to d/2 more lag.
 func WithBatchWindow(d time.Duration) Option { return func(c *Collector) { c.batchWindow = d } }
 
 // Collector watches the Leases of one Kubernetes cluster. It implements
@@ -139,6 +141,9 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
 		// Leases are built-in types: protobuf halves the bytes per event.
 		rc.ContentType = "application/vnd.kubernetes.protobuf"
 		rc.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	}
+	if c.batchWindow > 0 {
+		rc.Dial = pacedDialer(rc.Dial, c.batchWindow/2)
 	}
 	client, err := clientset.NewForConfig(rc)
 	if err != nil {

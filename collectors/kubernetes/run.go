@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"maps"
 	"math/rand/v2"
@@ -472,7 +473,7 @@ func (ws *watches) open(ns string) error {
 	r := ws.r
 	rv := r.rv[ns]
 	timeout := int64((r.c.watchTimeout + rand.N(r.c.watchTimeout)).Seconds())
-	w, err := r.c.client.CoordinationV1().Leases(ns).Watch(ws.ctx, metav1.ListOptions{
+	body, err := openStream(ws.ctx, r.c.client.CoordinationV1().RESTClient(), ns, metav1.ListOptions{
 		ResourceVersion:     rv,
 		AllowWatchBookmarks: true,
 		TimeoutSeconds:      &timeout,
@@ -485,27 +486,33 @@ func (ws *watches) open(ns string) error {
 	}
 	ws.opened[ns] = time.Now()
 	ws.wg.Add(1)
-	go func() {
-		defer ws.wg.Done()
-		defer w.Stop()
-		for {
-			select {
-			case ev, ok := <-w.ResultChan():
-				m := message{scope: ns, ev: ev, closed: !ok}
-				select {
-				case ws.msgs <- m:
-				case <-ws.ctx.Done():
-					return
-				}
-				if !ok {
-					return
-				}
-			case <-ws.ctx.Done():
-				return
-			}
-		}
-	}()
+	go ws.follow(ns, body)
 	return nil
+}
+
+// follow decodes the watch stream of scope ns into ws.msgs until it ends.
+func (ws *watches) follow(ns string, body io.ReadCloser) {
+	defer ws.wg.Done()
+	defer body.Close()
+	d := newStreamDecoder(body)
+	for {
+		ev, err := d.next()
+		m := message{scope: ns, ev: ev}
+		switch {
+		case err != nil && streamEnded(err):
+			m.closed = true
+		case err != nil:
+			m.ev = decodeFailure(err)
+		}
+		select {
+		case ws.msgs <- m:
+		case <-ws.ctx.Done():
+			return
+		}
+		if err != nil {
+			return
+		}
+	}
 }
 
 // apply turns a batch of watch messages into inputs: one for the events

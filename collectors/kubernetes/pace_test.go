@@ -1,0 +1,83 @@
+package kubernetes
+
+import (
+	"context"
+	"io"
+	"net"
+	"testing"
+	"time"
+)
+
+// pacedPair returns a paced connection and the peer that writes to it.
+func pacedPair(t *testing.T, every time.Duration) (paced net.Conn, peer net.Conn) {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			close(accepted)
+			return
+		}
+		accepted <- c
+	}()
+	paced, err = pacedDialer(nil, every)(context.Background(), "tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	peer, ok := <-accepted
+	if !ok {
+		t.Fatal("accept failed")
+	}
+	t.Cleanup(func() { paced.Close(); peer.Close() })
+	return paced, peer
+}
+
+func write(t *testing.T, c net.Conn, s string) {
+	t.Helper()
+	if _, err := io.WriteString(c, s); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestPacedConnReadsWhatArrivedMeanwhile(t *testing.T) {
+	const every = 200 * time.Millisecond
+	paced, peer := pacedPair(t, every)
+	buf := make([]byte, 64)
+
+	write(t, peer, "a")
+	n, err := paced.Read(buf)
+	if err != nil || string(buf[:n]) != "a" {
+		t.Fatalf("first read = %q, %v; want a", buf[:n], err)
+	}
+	start := time.Now()
+	write(t, peer, "b")
+	write(t, peer, "c")
+	n, err = paced.Read(buf)
+	if err != nil || string(buf[:n]) != "bc" {
+		t.Fatalf("read after a short read = %q, %v; want both writes made meanwhile, bc", buf[:n], err)
+	}
+	if waited := time.Since(start); waited < every*3/4 {
+		t.Fatalf("read after a short read returned after %s, want about %s", waited, every)
+	}
+}
+
+func TestPacedConnFullReadsAreNotPaced(t *testing.T) {
+	const every = 5 * time.Second
+	paced, peer := pacedPair(t, every)
+	write(t, peer, "abcdef")
+	buf := make([]byte, 3)
+	start := time.Now()
+	for _, want := range []string{"abc", "def"} {
+		if _, err := io.ReadFull(paced, buf); err != nil || string(buf) != want {
+			t.Fatalf("read = %q, %v; want %s", buf, err, want)
+		}
+	}
+	if took := time.Since(start); took >= every {
+		t.Fatalf("reads that filled their buffer took %s: paced like short ones", took)
+	}
+}
