@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
+	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
 	"github.com/leasewatch/leasewatch/collectors/ownership"
 )
 
@@ -44,67 +45,14 @@ func TestElectorUnderTheOwnershipRole(t *testing.T) {
 		t.Fatalf("%s: %v", configKey, err)
 	}
 	rcfg := cfg.Replication
-	sa := one[*corev1.ServiceAccount](t, ms)
-	role := one[*rbacv1.Role](t, ms)
-	binding := one[*rbacv1.RoleBinding](t, ms)
-	ns := role.Namespace
-
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
 	admin, err := kubernetes.NewForConfig(a.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	create := func(what string, err error) {
-		t.Helper()
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("create %s: %v", what, err)
-		}
-	}
-	_, err = admin.CoreV1().Namespaces().Create(ctx, one[*corev1.Namespace](t, ms), metav1.CreateOptions{})
-	create("Namespace", err)
-	_, err = admin.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
-	create("ServiceAccount", err)
-	_, err = admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})
-	create("Role", err)
-	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{})
-	create("RoleBinding", err)
-	// The dry-run test expects none of the manifests' objects to exist.
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
-		defer cancel()
-		for what, err := range map[string]error{
-			"RoleBinding":    admin.RbacV1().RoleBindings(ns).Delete(ctx, binding.Name, metav1.DeleteOptions{}),
-			"Role":           admin.RbacV1().Roles(ns).Delete(ctx, role.Name, metav1.DeleteOptions{}),
-			"ServiceAccount": admin.CoreV1().ServiceAccounts(ns).Delete(ctx, sa.Name, metav1.DeleteOptions{}),
-			"Leases": admin.CoordinationV1().Leases(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
-				metav1.ListOptions{LabelSelector: ownership.LabelManagedBy + "=leasewatch"}),
-		} {
-			if err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("clean up the %s: %v", what, err)
-			}
-		}
-	})
-
-	// The pods' client: the ServiceAccount, as the apiserver authenticates
-	// its token (its user name; the apiserver adds its groups).
-	podConfig := rest.CopyConfig(a.Config)
-	podConfig.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", sa.Namespace, sa.Name)}
-	pod, err := kubernetes.NewForConfig(podConfig)
-	if err != nil {
-		t.Fatal(err)
-	}
-	// RBAC takes effect once the authorizer's cache has the binding.
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		r, err := pod.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
-			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
-				Namespace: ns, Verb: "get", Group: "coordination.k8s.io", Resource: "leases",
-			}},
-		}, metav1.CreateOptions{})
-		return err == nil && r.Status.Allowed, err
-	}); err != nil {
-		t.Fatalf("the RoleBinding never took effect: %v", err)
-	}
+	ns := applyOwnershipRBAC(t, ctx, admin, ms)
+	pod := serviceAccountClient(t, ctx, a, one[*corev1.ServiceAccount](t, ms), ns)
 
 	sources := []string{"cluster", "dc-east"}
 	first := startReplica(t, pod, rcfg, ns, "leasewatch-6d4b9c7f8-first", sources)
@@ -130,10 +78,83 @@ func TestElectorUnderTheOwnershipRole(t *testing.T) {
 			t.Errorf("source %s taken over under token %d, not above the first replica's %d", src, token, held[src])
 		}
 	}
+	checkNothingBeyondTheElector(t, ctx, admin, pod, ns, ownership.SourceLeaseName(sources[0]))
+}
 
-	// Nothing beyond what the elector does.
+// applyOwnershipRBAC creates the manifests' Namespace, ServiceAccount, Role
+// and RoleBinding (and removes them, and the Leases, when the test ends:
+// the dry-run test expects none of the manifests' objects to exist). It
+// returns the namespace.
+func applyOwnershipRBAC(t *testing.T, ctx context.Context, admin kubernetes.Interface, ms []manifest) string {
+	t.Helper()
+	sa := one[*corev1.ServiceAccount](t, ms)
+	role := one[*rbacv1.Role](t, ms)
+	binding := one[*rbacv1.RoleBinding](t, ms)
+	ns := role.Namespace
+	create := func(what string, err error) {
+		t.Helper()
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("create %s: %v", what, err)
+		}
+	}
+	_, err := admin.CoreV1().Namespaces().Create(ctx, one[*corev1.Namespace](t, ms), metav1.CreateOptions{})
+	create("Namespace", err)
+	_, err = admin.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
+	create("ServiceAccount", err)
+	_, err = admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})
+	create("Role", err)
+	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{})
+	create("RoleBinding", err)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
+		defer cancel()
+		for what, err := range map[string]error{
+			"RoleBinding":    admin.RbacV1().RoleBindings(ns).Delete(ctx, binding.Name, metav1.DeleteOptions{}),
+			"Role":           admin.RbacV1().Roles(ns).Delete(ctx, role.Name, metav1.DeleteOptions{}),
+			"ServiceAccount": admin.CoreV1().ServiceAccounts(ns).Delete(ctx, sa.Name, metav1.DeleteOptions{}),
+			"Leases": admin.CoordinationV1().Leases(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
+				metav1.ListOptions{LabelSelector: ownership.LabelManagedBy + "=leasewatch"}),
+		} {
+			if err != nil && !apierrors.IsNotFound(err) {
+				t.Errorf("clean up the %s: %v", what, err)
+			}
+		}
+	})
+	return ns
+}
+
+// serviceAccountClient returns the pods' client: the ServiceAccount sa, as
+// the apiserver authenticates its token (its user name; the apiserver adds
+// its groups), once RBAC lets it get Leases in ns (the authorizer's cache
+// has the binding).
+func serviceAccountClient(t *testing.T, ctx context.Context, a *kubetest.Apiserver, sa *corev1.ServiceAccount, ns string) kubernetes.Interface {
+	t.Helper()
+	podConfig := rest.CopyConfig(a.Config)
+	podConfig.Impersonate = rest.ImpersonationConfig{UserName: fmt.Sprintf("system:serviceaccount:%s:%s", sa.Namespace, sa.Name)}
+	pod, err := kubernetes.NewForConfig(podConfig)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		r, err := pod.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
+			Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{
+				Namespace: ns, Verb: "get", Group: "coordination.k8s.io", Resource: "leases",
+			}},
+		}, metav1.CreateOptions{})
+		return err == nil && r.Status.Allowed, err
+	}); err != nil {
+		t.Fatalf("the RoleBinding never took effect: %v", err)
+	}
+	return pod
+}
+
+// checkNothingBeyondTheElector checks that the ServiceAccount's client pod
+// may do nothing the elector does not: every other verb on Leases, Leases
+// elsewhere and Secrets are forbidden, and the source Lease victim is
+// still there.
+func checkNothingBeyondTheElector(t *testing.T, ctx context.Context, admin, pod kubernetes.Interface, ns, victim string) {
+	t.Helper()
 	leases := pod.CoordinationV1().Leases(ns)
-	victim := ownership.SourceLeaseName(sources[0])
 	refused := map[string]error{
 		"delete a Lease":            leases.Delete(ctx, victim, metav1.DeleteOptions{}),
 		"delete every Lease":        leases.DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{}),
@@ -148,7 +169,7 @@ func TestElectorUnderTheOwnershipRole(t *testing.T) {
 		}
 	}
 	if _, err := admin.CoordinationV1().Leases(ns).Get(ctx, victim, metav1.GetOptions{}); err != nil {
-		t.Errorf("source %s's Lease after the refused delete: %v", sources[0], err)
+		t.Errorf("Lease %s after the refused delete: %v", victim, err)
 	}
 }
 
