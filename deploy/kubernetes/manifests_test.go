@@ -501,17 +501,7 @@ func checkPod(t *testing.T, ms []manifest, pod corev1.PodSpec) podMounts {
 		t.Error("automountServiceAccountToken is false: the in-cluster kubernetes source needs the token")
 	}
 
-	psc := pod.SecurityContext
-	if psc == nil {
-		t.Fatal("no pod securityContext")
-	}
-	if !isTrue(psc.RunAsNonRoot) || !is(psc.RunAsUser, nonRootID) || !is(psc.RunAsGroup, nonRootID) || !is(psc.FSGroup, nonRootID) {
-		t.Errorf("pod securityContext runAsNonRoot=%v runAsUser=%v runAsGroup=%v fsGroup=%v, want true and %d",
-			deref(psc.RunAsNonRoot), deref(psc.RunAsUser), deref(psc.RunAsGroup), deref(psc.FSGroup), nonRootID)
-	}
-	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
-		t.Errorf("pod seccompProfile %+v, want RuntimeDefault", psc.SeccompProfile)
-	}
+	checkPodSecurity(t, pod.SecurityContext)
 
 	if len(pod.InitContainers) != 0 || len(pod.Containers) != 1 {
 		t.Fatalf("%d init containers and %d containers, want 0 and 1", len(pod.InitContainers), len(pod.Containers))
@@ -525,7 +515,50 @@ func checkPod(t *testing.T, ms []manifest, pod corev1.PodSpec) podMounts {
 		t.Errorf("command %q args %q, want the image's entrypoint with %q", c.Command, c.Args, wantArgs)
 	}
 
-	sc := c.SecurityContext
+	checkContainerSecurity(t, c.SecurityContext)
+	checkPortAndProbes(t, c)
+	checkResources(t, c.Resources)
+
+	mounts := mountSources(t, pod, c)
+	if cm := mounts.source(configDir).ConfigMap; cm == nil || cm.Name != one[*corev1.ConfigMap](t, ms).Name {
+		t.Errorf("%s: %+v, want the ConfigMap", configDir, cm)
+	} else if !mounts.mounts[configDir].ReadOnly {
+		t.Errorf("%s is not mounted read-only", configDir)
+	}
+	if mounts.source("/tmp").EmptyDir == nil {
+		t.Error("/tmp is not an emptyDir (the root file system is read-only)")
+	}
+	// The ingest tokens come from the Secret, mounted where the ConfigMap's
+	// ingest_tokens_file points; never from a literal in the manifest.
+	mounts.requireSecret(ingestName, ingestMountPath)
+	for _, e := range c.Env {
+		if strings.Contains(strings.ToLower(e.Name), "token") && e.Value != "" {
+			t.Errorf("env %s carries a literal token", e.Name)
+		}
+	}
+	return mounts
+}
+
+// checkPodSecurity checks the pod's securityContext: a non-root user and
+// group, and the runtime's default seccomp profile.
+func checkPodSecurity(t *testing.T, psc *corev1.PodSecurityContext) {
+	t.Helper()
+	if psc == nil {
+		t.Fatal("no pod securityContext")
+	}
+	if !isTrue(psc.RunAsNonRoot) || !is(psc.RunAsUser, nonRootID) || !is(psc.RunAsGroup, nonRootID) || !is(psc.FSGroup, nonRootID) {
+		t.Errorf("pod securityContext runAsNonRoot=%v runAsUser=%v runAsGroup=%v fsGroup=%v, want true and %d",
+			deref(psc.RunAsNonRoot), deref(psc.RunAsUser), deref(psc.RunAsGroup), deref(psc.FSGroup), nonRootID)
+	}
+	if psc.SeccompProfile == nil || psc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
+		t.Errorf("pod seccompProfile %+v, want RuntimeDefault", psc.SeccompProfile)
+	}
+}
+
+// checkContainerSecurity checks the container's securityContext: non-root,
+// a read-only root file system, no privilege and no capability.
+func checkContainerSecurity(t *testing.T, sc *corev1.SecurityContext) {
+	t.Helper()
 	if sc == nil {
 		t.Fatal("no container securityContext")
 	}
@@ -549,7 +582,11 @@ func checkPod(t *testing.T, ms []manifest, pod corev1.PodSpec) podMounts {
 	if sc.SeccompProfile != nil && sc.SeccompProfile.Type != corev1.SeccompProfileTypeRuntimeDefault {
 		t.Errorf("container seccompProfile %+v, want RuntimeDefault", sc.SeccompProfile)
 	}
+}
 
+// checkPortAndProbes checks the port named http and the probes on it.
+func checkPortAndProbes(t *testing.T, c corev1.Container) {
+	t.Helper()
 	// The port the config listens on, named http, is what the probes use.
 	var http *corev1.ContainerPort
 	for i, p := range c.Ports {
@@ -581,37 +618,22 @@ func checkPod(t *testing.T, ms []manifest, pod corev1.PodSpec) podMounts {
 	if c.StartupProbe != nil {
 		probe("startup", c.StartupProbe, "/healthz")
 	}
+}
 
-	req, lim := c.Resources.Requests, c.Resources.Limits
-	for _, r := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
-		if q, ok := req[r]; !ok || q.Sign() <= 0 {
-			t.Errorf("no %s request", r)
+// checkResources checks the CPU and memory requests and the memory limit.
+func checkResources(t *testing.T, r corev1.ResourceRequirements) {
+	t.Helper()
+	req, lim := r.Requests, r.Limits
+	for _, name := range []corev1.ResourceName{corev1.ResourceCPU, corev1.ResourceMemory} {
+		if q, ok := req[name]; !ok || q.Sign() <= 0 {
+			t.Errorf("no %s request", name)
 		}
 	}
 	if q, ok := lim[corev1.ResourceMemory]; !ok {
 		t.Error("no memory limit")
-	} else if r := req[corev1.ResourceMemory]; q.Cmp(r) < 0 {
-		t.Errorf("memory limit %s below the request %s", q.String(), r.String())
+	} else if m := req[corev1.ResourceMemory]; q.Cmp(m) < 0 {
+		t.Errorf("memory limit %s below the request %s", q.String(), m.String())
 	}
-
-	mounts := mountSources(t, pod, c)
-	if cm := mounts.source(configDir).ConfigMap; cm == nil || cm.Name != one[*corev1.ConfigMap](t, ms).Name {
-		t.Errorf("%s: %+v, want the ConfigMap", configDir, cm)
-	} else if !mounts.mounts[configDir].ReadOnly {
-		t.Errorf("%s is not mounted read-only", configDir)
-	}
-	if mounts.source("/tmp").EmptyDir == nil {
-		t.Error("/tmp is not an emptyDir (the root file system is read-only)")
-	}
-	// The ingest tokens come from the Secret, mounted where the ConfigMap's
-	// ingest_tokens_file points; never from a literal in the manifest.
-	mounts.requireSecret(ingestName, ingestMountPath)
-	for _, e := range c.Env {
-		if strings.Contains(strings.ToLower(e.Name), "token") && e.Value != "" {
-			t.Errorf("env %s carries a literal token", e.Name)
-		}
-	}
-	return mounts
 }
 
 // podMounts is a container's volume mounts by path, with the pod's volumes.
