@@ -917,33 +917,7 @@ func TestServerSideDryRun(t *testing.T) {
 func dryRun(t *testing.T, a *kubetest.Apiserver, ms []manifest) {
 	ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 	defer cancel()
-
-	warnings := &warningRecorder{}
-	cfg := rest.CopyConfig(a.Config)
-	cfg.WarningHandler = warnings
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
-	client := func(u *unstructured.Unstructured) dynamic.ResourceInterface {
-		t.Helper()
-		gvk := u.GroupVersionKind()
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-		if err != nil {
-			t.Fatalf("%s: %v", gvk, err)
-		}
-		if m.Scope.Name() == meta.RESTScopeNameNamespace {
-			return dyn.Resource(m.Resource).Namespace(u.GetNamespace())
-		}
-		return dyn.Resource(m.Resource)
-	}
-	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict", FieldManager: fieldOwner}
-
+	r := newDryRunner(t, a)
 	var objs []*unstructured.Unstructured
 	for _, m := range ms {
 		u, err := toUnstructured(m.raw)
@@ -952,64 +926,115 @@ func dryRun(t *testing.T, a *kubetest.Apiserver, ms []manifest) {
 		}
 		objs = append(objs, u)
 	}
-
-	// The Namespace: a dry run like everything else, then for real, so the
-	// namespaced objects have somewhere to go. Once an earlier test has
-	// created it, the dry run applies the manifest over it instead.
 	for _, u := range objs {
-		if u.GetKind() != "Namespace" {
-			continue
-		}
-		_, err := client(u).Create(ctx, u, dryRun)
-		if apierrors.IsAlreadyExists(err) {
-			_, err = client(u).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{DryRun: dryRun.DryRun, Force: true, FieldManager: fieldOwner})
-		}
-		if err != nil {
-			t.Fatalf("dry-run create Namespace %s: %v", u.GetName(), err)
-		}
-		if _, err := client(u).Create(ctx, u, metav1.CreateOptions{FieldValidation: "Strict", FieldManager: fieldOwner}); err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("create Namespace %s: %v", u.GetName(), err)
-		}
-		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			got, err := client(u).Get(ctx, u.GetName(), metav1.GetOptions{})
-			if apierrors.IsNotFound(err) {
-				return false, nil
-			}
-			return err == nil && got.GetLabels()["pod-security.kubernetes.io/enforce"] == "restricted", err
-		}); err != nil {
-			t.Fatalf("Namespace %s never appeared: %v", u.GetName(), err)
+		if u.GetKind() == "Namespace" {
+			r.createNamespace(ctx, t, u)
 		}
 	}
-	if warn := warnings.take(); len(warn) != 0 {
+	if warn := r.warnings.take(); len(warn) != 0 {
 		t.Errorf("warnings creating the Namespace: %q", warn)
 	}
-
 	for _, u := range objs {
 		if u.GetKind() == "Namespace" {
 			continue // above
 		}
-		t.Run(u.GetKind()+"/"+u.GetName(), func(t *testing.T) {
-			got, err := client(u).Create(ctx, u, dryRun)
-			if err != nil {
-				t.Fatalf("dry-run create %s %s: %v", u.GetKind(), u.GetName(), err)
-			}
-			if warn := warnings.take(); len(warn) != 0 {
-				t.Errorf("apiserver warnings: %q", warn)
-			}
-			if got.GetName() != u.GetName() || got.GetKind() != u.GetKind() {
-				t.Errorf("dry run answered %s %s, want %s %s", got.GetKind(), got.GetName(), u.GetKind(), u.GetName())
-			}
-			// A dry run stores nothing.
-			if _, err := client(u).Get(ctx, u.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
-				t.Errorf("after a dry run, get %s %s = %v, want NotFound", u.GetKind(), u.GetName(), err)
-			}
-		})
+		t.Run(u.GetKind()+"/"+u.GetName(), func(t *testing.T) { r.checkDryRun(ctx, t, u) })
 	}
+	t.Run("pod-template/restricted", func(t *testing.T) { r.checkPodSecurity(ctx, t, one[*appsv1.Deployment](t, ms)) })
+}
 
-	// Pod Security admission only warns about a Deployment's template; it
-	// enforces on Pods. Submit the template as a Pod so "restricted" is
-	// enforced, and show with a privileged variant that it would refuse one.
-	d := one[*appsv1.Deployment](t, ms)
+// dryRunner submits manifests to an apiserver, as dry runs with strict
+// field validation, and keeps the warnings it answers.
+type dryRunner struct {
+	warnings *warningRecorder
+	dyn      dynamic.Interface
+	mapper   meta.RESTMapper
+	dryRun   metav1.CreateOptions
+}
+
+func newDryRunner(t *testing.T, a *kubetest.Apiserver) *dryRunner {
+	t.Helper()
+	r := &dryRunner{warnings: &warningRecorder{}, dryRun: metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}, FieldValidation: "Strict", FieldManager: fieldOwner}}
+	cfg := rest.CopyConfig(a.Config)
+	cfg.WarningHandler = r.warnings
+	var err error
+	if r.dyn, err = dynamic.NewForConfig(cfg); err != nil {
+		t.Fatal(err)
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.mapper = restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
+	return r
+}
+
+// client returns the dynamic client of u's resource.
+func (r *dryRunner) client(t *testing.T, u *unstructured.Unstructured) dynamic.ResourceInterface {
+	t.Helper()
+	gvk := u.GroupVersionKind()
+	m, err := r.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		t.Fatalf("%s: %v", gvk, err)
+	}
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		return r.dyn.Resource(m.Resource).Namespace(u.GetNamespace())
+	}
+	return r.dyn.Resource(m.Resource)
+}
+
+// createNamespace submits the Namespace u as a dry run like everything
+// else, then for real, so the namespaced objects have somewhere to go.
+// Once an earlier test has created it, the dry run applies the manifest
+// over it instead.
+func (r *dryRunner) createNamespace(ctx context.Context, t *testing.T, u *unstructured.Unstructured) {
+	t.Helper()
+	_, err := r.client(t, u).Create(ctx, u, r.dryRun)
+	if apierrors.IsAlreadyExists(err) {
+		_, err = r.client(t, u).Apply(ctx, u.GetName(), u, metav1.ApplyOptions{DryRun: r.dryRun.DryRun, Force: true, FieldManager: fieldOwner})
+	}
+	if err != nil {
+		t.Fatalf("dry-run create Namespace %s: %v", u.GetName(), err)
+	}
+	if _, err := r.client(t, u).Create(ctx, u, metav1.CreateOptions{FieldValidation: "Strict", FieldManager: fieldOwner}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatalf("create Namespace %s: %v", u.GetName(), err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		got, err := r.client(t, u).Get(ctx, u.GetName(), metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && got.GetLabels()["pod-security.kubernetes.io/enforce"] == "restricted", err
+	}); err != nil {
+		t.Fatalf("Namespace %s never appeared: %v", u.GetName(), err)
+	}
+}
+
+// checkDryRun checks that the apiserver takes u, without a warning, and
+// that a dry run stores nothing.
+func (r *dryRunner) checkDryRun(ctx context.Context, t *testing.T, u *unstructured.Unstructured) {
+	t.Helper()
+	got, err := r.client(t, u).Create(ctx, u, r.dryRun)
+	if err != nil {
+		t.Fatalf("dry-run create %s %s: %v", u.GetKind(), u.GetName(), err)
+	}
+	if warn := r.warnings.take(); len(warn) != 0 {
+		t.Errorf("apiserver warnings: %q", warn)
+	}
+	if got.GetName() != u.GetName() || got.GetKind() != u.GetKind() {
+		t.Errorf("dry run answered %s %s, want %s %s", got.GetKind(), got.GetName(), u.GetKind(), u.GetName())
+	}
+	if _, err := r.client(t, u).Get(ctx, u.GetName(), metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("after a dry run, get %s %s = %v, want NotFound", u.GetKind(), u.GetName(), err)
+	}
+}
+
+// checkPodSecurity submits d's pod template as a Pod. Pod Security
+// admission only warns about a Deployment's template; it enforces on Pods,
+// so "restricted" is enforced, and a privileged variant shows that it would
+// refuse one.
+func (r *dryRunner) checkPodSecurity(ctx context.Context, t *testing.T, d *appsv1.Deployment) {
+	t.Helper()
 	pod := &corev1.Pod{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: "leasewatch-pod-security-check", Namespace: d.Namespace, Labels: d.Spec.Template.Labels},
@@ -1021,23 +1046,21 @@ func dryRun(t *testing.T, a *kubetest.Apiserver, ms []manifest) {
 			t.Fatal(err)
 		}
 		u := &unstructured.Unstructured{Object: m}
-		_, err = client(u).Create(ctx, u, dryRun)
+		_, err = r.client(t, u).Create(ctx, u, r.dryRun)
 		return err
 	}
-	t.Run("pod-template/restricted", func(t *testing.T) {
-		if err := createPod(pod); err != nil {
-			t.Errorf("the Deployment's pod template as a Pod in namespace %s: %v", d.Namespace, err)
-		}
-		if warn := warnings.take(); len(warn) != 0 {
-			t.Errorf("apiserver warnings: %q", warn)
-		}
-		bad := pod.DeepCopy()
-		bad.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptr(true)
-		if err := createPod(bad); !apierrors.IsForbidden(err) {
-			t.Errorf("a Pod allowing privilege escalation: err = %v, want Forbidden by Pod Security (is the namespace not enforcing restricted?)", err)
-		}
-		warnings.take()
-	})
+	if err := createPod(pod); err != nil {
+		t.Errorf("the Deployment's pod template as a Pod in namespace %s: %v", d.Namespace, err)
+	}
+	if warn := r.warnings.take(); len(warn) != 0 {
+		t.Errorf("apiserver warnings: %q", warn)
+	}
+	bad := pod.DeepCopy()
+	bad.Spec.Containers[0].SecurityContext.AllowPrivilegeEscalation = ptr(true)
+	if err := createPod(bad); !apierrors.IsForbidden(err) {
+		t.Errorf("a Pod allowing privilege escalation: err = %v, want Forbidden by Pod Security (is the namespace not enforcing restricted?)", err)
+	}
+	r.warnings.take()
 }
 
 func toUnstructured(doc []byte) (*unstructured.Unstructured, error) {
