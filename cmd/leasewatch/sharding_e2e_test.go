@@ -30,9 +30,12 @@ func TestShardingSpreadsTakesOverAndRebalances(t *testing.T) {
 	configs, procs, bases, up := startShards(t, database, etcdSrv.Endpoint, 3, shardSources)
 	shared := append(slices.Clone(shardSources), "leasewatch")
 	watch := watchOwners(t, bases)
-	held, _ := spread(up, shared, []int{0, 1, 2}, 1)
+	// The first replica took them all, and gave some up to each that
+	// joined: wait for the last moves.
+	held := waitSpread(t, bases, []int{0, 1, 2}, shared, 2, 10*time.Second, "each replica to hold 2 or 3 of the sources")
 	t.Logf("steady state: replicas hold %v of %d sources", held, len(shared))
 
+	up, _ = owners(t, bases)
 	victim := up["alpha"][0]
 	var survivors []int
 	for i := range bases {
@@ -52,10 +55,7 @@ func TestShardingSpreadsTakesOverAndRebalances(t *testing.T) {
 	procs[victim] = startServeProcess(t, configs[victim])
 	bases[victim] = procs[victim].waitListening(t, time.Minute)
 	watch.setBase(victim, bases[victim])
-	// At most ceil(7/3) = 3 each, and some on the returning replica: 3, 3
-	// and 1 is within every replica's share and stays so (a replica knows
-	// only how many replicas there are, not what the others hold).
-	held = waitSpread(t, bases, []int{0, 1, 2}, shared, 1, 20*time.Second, "the returning replica to run some sources, each replica within its share")
+	held = waitSpread(t, bases, []int{0, 1, 2}, shared, 2, 20*time.Second, "the returning replica to get its share back, each replica holding 2 or 3")
 	t.Logf("rebalance after the restart of replica-%d: %s; replicas hold %v", victim, time.Since(restarted).Round(time.Millisecond), held)
 
 	made := handovers.stop(t)
