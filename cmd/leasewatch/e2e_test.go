@@ -92,18 +92,27 @@ func startTestService(t *testing.T, endpoint, dbPath string) *runningService {
 
 func getJSON(t *testing.T, base, path string, v any) {
 	t.Helper()
+	if err := fetchJSON(base, path, v); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// fetchJSON is getJSON for a goroutine of its own: it returns the error
+// rather than failing the test.
+func fetchJSON(base, path string, v any) error {
 	resp, err := http.Get(base + path)
 	if err != nil {
-		t.Fatalf("GET %s: %v", path, err)
+		return fmt.Errorf("GET %s: %w", path, err)
 	}
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, body)
+		return fmt.Errorf("GET %s: %d %s", path, resp.StatusCode, body)
 	}
 	if err := json.Unmarshal(body, v); err != nil {
-		t.Fatalf("GET %s: decode %s: %v", path, body, err)
+		return fmt.Errorf("GET %s: decode %s: %w", path, body, err)
 	}
+	return nil
 }
 
 type apiLock struct {

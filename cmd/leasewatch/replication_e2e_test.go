@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,31 +25,33 @@ const (
 )
 
 // writeReplicaConfig writes the configuration of replica identity: the
-// shared PostgreSQL database, two etcd sources on endpoint, and ownership
-// elected on the same etcd; then the extra top-level sections.
+// shared PostgreSQL database, two etcd sources (alpha and beta) on endpoint,
+// and ownership elected on the same etcd; then the extra top-level sections.
 func writeReplicaConfig(t *testing.T, database, endpoint, identity string, extra ...string) string {
 	t.Helper()
+	return writeShardConfig(t, database, endpoint, identity, []string{"alpha", "beta"}, extra...)
+}
+
+// writeShardConfig writes the configuration of replica identity as
+// writeReplicaConfig does, with one etcd source per name in sources, each
+// watching the prefix /locks/NAME/.
+func writeShardConfig(t *testing.T, database, endpoint, identity string, sources []string, extra ...string) string {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "leasewatch.yaml")
-	config := fmt.Sprintf(`listen: 127.0.0.1:0
-database: %q
-ingest_tokens: [%q]
-sources:
-  - name: alpha
-    kind: etcd
-    endpoints: [%[3]q]
-    prefixes: ["/locks/alpha/"]
-  - name: beta
-    kind: etcd
-    endpoints: [%[3]q]
-    prefixes: ["/locks/beta/"]
-replication:
+	var b strings.Builder
+	fmt.Fprintf(&b, "listen: 127.0.0.1:0\ndatabase: %q\ningest_tokens: [%q]\nsources:\n", database, testIngestToken)
+	for _, name := range sources {
+		fmt.Fprintf(&b, "  - name: %s\n    kind: etcd\n    endpoints: [%q]\n    prefixes: [%q]\n", name, endpoint, "/locks/"+name+"/")
+	}
+	fmt.Fprintf(&b, `replication:
   backend: etcd
-  endpoints: [%[3]q]
+  endpoints: [%q]
   identity: %s
   lease_duration: %s
   renew_deadline: 1500ms
   retry_period: 300ms
-`, database, testIngestToken, endpoint, identity, replicaLease) + strings.Join(extra, "")
+`, endpoint, identity, replicaLease)
+	config := b.String() + strings.Join(extra, "")
 	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
 		t.Fatal(err)
 	}
@@ -58,15 +61,27 @@ replication:
 // sourceStates returns the state of every source of the service at base.
 func sourceStates(t *testing.T, base string) map[string]string {
 	t.Helper()
+	states, err := readSourceStates(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return states
+}
+
+// readSourceStates is sourceStates for a goroutine of its own: it returns
+// the error rather than failing the test.
+func readSourceStates(base string) (map[string]string, error) {
 	var resp struct {
 		Sources []struct{ Name, State string }
 	}
-	getJSON(t, base, "/api/v1/sources", &resp)
+	if err := fetchJSON(base, "/api/v1/sources", &resp); err != nil {
+		return nil, err
+	}
 	out := make(map[string]string, len(resp.Sources))
 	for _, s := range resp.Sources {
 		out[s.Name] = s.State
 	}
-	return out
+	return out, nil
 }
 
 // owners returns, per source, the replicas (by index) on which it is up,
@@ -89,31 +104,68 @@ func owners(t *testing.T, bases []string) (map[string][]int, bool) {
 	return up, clean
 }
 
-// startReplicas starts two replicas on database and etcd at endpoint and
-// waits until each runs one of the two sources; up gives each source's
-// replica.
+// spread returns how many of shared each replica of live runs, and whether
+// each of shared is up on exactly one of live and each of live runs at
+// least low and at most ceil(shared / live).
+func spread(up map[string][]int, shared []string, live []int, low int) (map[int]int, bool) {
+	held := make(map[int]int, len(live))
+	for _, i := range live {
+		held[i] = 0
+	}
+	ok := true
+	for _, name := range shared {
+		if len(up[name]) != 1 {
+			ok = false
+			continue
+		}
+		if _, isLive := held[up[name][0]]; !isLive {
+			ok = false
+		}
+		held[up[name][0]]++
+	}
+	share := (len(shared) + len(live) - 1) / len(live)
+	for _, i := range live {
+		ok = ok && held[i] >= low && held[i] <= share
+	}
+	return held, ok
+}
+
+// startReplicas starts two replicas on database and etcd at endpoint, with
+// the sources alpha and beta, and waits until each runs one or two of the
+// three shared sources; up gives each source's replica.
 func startReplicas(t *testing.T, database, endpoint string) (procs []*serveProcess, bases []string, up map[string][]int) {
 	t.Helper()
-	procs = make([]*serveProcess, 2)
-	bases = make([]string, 2)
+	_, procs, bases, up = startShards(t, database, endpoint, 2, []string{"alpha", "beta"})
+	return procs, bases, up
+}
+
+// startShards starts n replicas (identities replica-0 …) on database and
+// etcd at endpoint, sharing an etcd source per name in sources, and waits
+// until each of them and leasewatch's own is up on exactly one replica and
+// in standby on the others, and each replica runs at least one and at most
+// its share. configs are the replicas' configuration files.
+func startShards(t *testing.T, database, endpoint string, n int, sources []string) (configs []string, procs []*serveProcess, bases []string, up map[string][]int) {
+	t.Helper()
+	configs = make([]string, n)
+	procs = make([]*serveProcess, n)
+	bases = make([]string, n)
 	for i := range procs {
-		procs[i] = startServeProcess(t, writeReplicaConfig(t, database, endpoint, fmt.Sprintf("replica-%d", i)))
+		configs[i] = writeShardConfig(t, database, endpoint, fmt.Sprintf("replica-%d", i), sources)
+		procs[i] = startServeProcess(t, configs[i])
 		bases[i] = procs[i].waitListening(t, time.Minute)
 	}
-	// Three sources: alpha, beta and leasewatch's own.
-	eventually(t, 30*time.Second, "each source up on one replica, in standby on the other, and each replica running one", func() bool {
+	shared := append(slices.Clone(sources), "leasewatch")
+	live := make([]int, n)
+	for i := range live {
+		live[i] = i
+	}
+	eventually(t, 30*time.Second, "each source up on one replica, in standby on the others, and each replica running its share", func() bool {
 		var clean bool
 		up, clean = owners(t, bases)
-		running := map[int]bool{}
-		for _, name := range []string{"alpha", "beta", "leasewatch"} {
-			if len(up[name]) != 1 {
-				return false
-			}
-			running[up[name][0]] = true
-		}
-		return clean && len(running) == 2
+		_, fair := spread(up, shared, live, 1)
+		return clean && fair
 	})
-	return procs, bases, up
+	return configs, procs, bases, up
 }
 
 // Two replicas share three sources on one PostgreSQL store (two configured,
@@ -176,17 +228,7 @@ func TestZombieReplicaCommitsNothing(t *testing.T) {
 		sess.Close()
 	}
 	db := openReadOnly(t, database)
-	recorded := func() (int, int) {
-		grants, releases := transitions(t, db, "alpha")
-		var g, r int
-		for _, ts := range grants {
-			g += len(ts)
-		}
-		for _, ts := range releases {
-			r += len(ts)
-		}
-		return g, r
-	}
+	recorded := func() (int, int) { return storedTransitions(t, db, "alpha") }
 	eventually(t, 30*time.Second, "the survivor to record the handovers", func() bool {
 		g, r := recorded()
 		return g == handovers && r == handovers
@@ -208,6 +250,20 @@ func TestZombieReplicaCommitsNothing(t *testing.T) {
 		t.Errorf("after the zombie resumed: %d grants and %d releases stored, want %d each, once", g, r, handovers)
 	}
 	checkZombieShows(t, bases, up, zombie)
+}
+
+// storedTransitions returns how many grants and releases the store holds
+// for source, over all its locks (transitions).
+func storedTransitions(t *testing.T, db querier, source string) (grants, releases int) {
+	t.Helper()
+	g, r := transitions(t, db, source)
+	for _, ts := range g {
+		grants += len(ts)
+	}
+	for _, ts := range r {
+		releases += len(ts)
+	}
+	return grants, releases
 }
 
 // checkZombieShows checks that the zombie's last write of each source it

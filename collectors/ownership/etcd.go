@@ -174,12 +174,21 @@ func (e *EtcdElector) abandon(cs *concurrency.Session) {
 }
 
 // Members counts the membership keys, one per live session.
-func (e *EtcdElector) Members(ctx context.Context) (int, error) {
-	resp, err := e.cli.Get(ctx, e.cfg.Prefix+"members/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+func (e *EtcdElector) Members(ctx context.Context) (n, rank int, err error) {
+	prefix := e.cfg.Prefix + "members/"
+	resp, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
 	if err != nil {
-		return 0, fmt.Errorf("count the replicas: %w", err)
+		return 0, 0, fmt.Errorf("count the replicas: %w", err)
 	}
-	return max(int(resp.Count), 1), nil
+	self := url.PathEscape(e.cfg.Identity)
+	for _, kv := range resp.Kvs {
+		// PREFIX/members/IDENTITY/LEASE, IDENTITY path-escaped.
+		id, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
+		if id < self {
+			rank++
+		}
+	}
+	return max(len(resp.Kvs), 1), rank, nil
 }
 
 // sourcePrefix is the election prefix of source: escaped, so that no

@@ -136,16 +136,16 @@ func (e *KubernetesElector) leaderElector(lock resourcelock.Interface, started f
 // Members counts the member Leases that are held and were renewed within
 // their lease duration, as this replica observed them; this replica counts
 // even before its own member Lease is written.
-func (e *KubernetesElector) Members(ctx context.Context) (int, error) {
+func (e *KubernetesElector) Members(ctx context.Context) (n, rank int, err error) {
 	list, err := e.cs.CoordinationV1().Leases(e.cfg.Namespace).List(ctx, metav1.ListOptions{LabelSelector: LabelRole + "=" + roleMember})
 	if err != nil {
-		return 0, fmt.Errorf("list the replicas' member Leases: %w", err)
+		return 0, 0, fmt.Errorf("list the replicas' member Leases: %w", err)
 	}
 	now := time.Now()
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	seen := make(map[string]observation, len(list.Items))
-	n, self := 0, false
+	self := false
 	for i := range list.Items {
 		l := &list.Items[i]
 		o, rec := e.observed[l.Name], memberRecord(l)
@@ -156,13 +156,16 @@ func (e *KubernetesElector) Members(ctx context.Context) (int, error) {
 		if holder(l) != "" && now.Before(o.at.Add(o.duration)) {
 			n++
 			self = self || holder(l) == e.cfg.Identity
+			if holder(l) < e.cfg.Identity {
+				rank++
+			}
 		}
 	}
 	e.observed = seen
 	if !self {
 		n++
 	}
-	return n, nil
+	return n, rank, nil
 }
 
 func holder(l *coordinationv1.Lease) string {

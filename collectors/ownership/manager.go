@@ -28,10 +28,12 @@ type ManagerConfig struct {
 }
 
 // Manager shares sources among the replicas of an Elector. Each replica
-// takes at most its share of them, ceil(sources / live replicas), and one
-// more only to take over a source whose holder's lease ran out; one over
-// its share resigns a source per RetryPeriod, so sources move to a replica
-// that joins.
+// takes at most its share of them, and one more only to take over a source
+// whose holder's lease ran out; one over its share resigns a source per
+// RetryPeriod, so sources move to a replica that joins. With S sources and
+// N live replicas the share is floor(S / N), and one more for the S mod N
+// replicas whose identities sort first: the shares add up to S, so every
+// replica ends with floor(S / N) or ceil(S / N) of them.
 type Manager struct {
 	el  Elector
 	cfg ManagerConfig
@@ -41,6 +43,7 @@ type Manager struct {
 	held      map[string]*Term
 	resign    map[string]chan struct{} // per held source: closed to resign it
 	members   int
+	rank      int // this replica's place among the members by identity
 	countedAt time.Time
 
 	callbacks sync.Mutex // serializes OnAcquired and OnLost
@@ -87,17 +90,22 @@ func (m *Manager) Held() map[string]int64 {
 	return out
 }
 
-// share is ceil(sources / members).
+// share is floor(sources / members), plus one for the first
+// sources mod members ranks.
 func (m *Manager) share() int {
 	n := max(m.members, 1)
-	return (len(m.cfg.Sources) + n - 1) / n
+	share := len(m.cfg.Sources) / n
+	if m.rank < len(m.cfg.Sources)%n {
+		share++
+	}
+	return share
 }
 
 // count refreshes the number of live replicas.
 func (m *Manager) count(ctx context.Context) {
 	cctx, cancel := context.WithTimeout(ctx, m.cfg.RetryPeriod)
 	defer cancel()
-	n, err := m.el.Members(cctx)
+	n, rank, err := m.el.Members(cctx)
 	if err != nil {
 		if ctx.Err() == nil {
 			m.log.Warn("cannot count the replicas; keeping the last count", "err", err, "replicas", m.members)
@@ -105,7 +113,7 @@ func (m *Manager) count(ctx context.Context) {
 		return
 	}
 	m.mu.Lock()
-	m.members, m.countedAt = n, time.Now()
+	m.members, m.rank, m.countedAt = n, rank, time.Now()
 	m.mu.Unlock()
 }
 

@@ -82,8 +82,10 @@ func (t Timing) Validate() error {
 type Elector interface {
 	// Identity names this replica in the backend (a hostname, say).
 	Identity() string
-	// Members returns how many replicas are live, this one included.
-	Members(ctx context.Context) (int, error)
+	// Members returns how many replicas are live, this one included, and
+	// this replica's rank among them: how many live others have an
+	// identity that sorts before its own.
+	Members(ctx context.Context) (n, rank int, err error)
 	// Campaign returns once this replica is granted source, with the
 	// grant's Term, or when ctx ends, with its error. Just before it would
 	// take the source it asks allow, with takeover true when the previous

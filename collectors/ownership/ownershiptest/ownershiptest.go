@@ -315,18 +315,19 @@ func waitSpread(t *testing.T, l *ledger, sources int, want map[string]int, start
 	}
 }
 
-// testSpread: 3 replicas share 6 sources 2 each; a killed replica's
-// sources move to the others within the bound; when it returns it gets
+// testSpread: 3 replicas share 7 sources, 3, 2 and 2 (the replica whose
+// identity sorts first takes the one over); a killed replica's sources
+// move to the others within the bound, 4 and 3; when it returns it gets
 // its share back.
 func testSpread(t *testing.T, h Harness) {
 	scope := h.Scope(t)
-	sources := []string{"s1", "s2", "s3", "s4", "s5", "s6"}
+	sources := []string{"s1", "s2", "s3", "s4", "s5", "s6", "s7"}
 	l := newLedger()
 	defer l.check(t)
 	a := startManaged(t, h, scope, "replica-a", sources, l)
 	b := startManaged(t, h, scope, "replica-b", sources, l)
 	c := startManaged(t, h, scope, "replica-c", sources, l)
-	took := waitSpread(t, l, 6, map[string]int{a.id: 2, b.id: 2, c.id: 2}, time.Now(), 4*bound)
+	took := waitSpread(t, l, 7, map[string]int{a.id: 3, b.id: 2, c.id: 2}, time.Now(), 4*bound)
 	t.Logf("fair spread after %v", took)
 
 	// c's process is gone: its connections drop, it resigns nothing (its
@@ -334,10 +335,10 @@ func testSpread(t *testing.T, h Harness) {
 	killed := time.Now()
 	c.proxy.Close()
 	c.stop()
-	moved := waitSpread(t, l, 6, map[string]int{a.id: 3, b.id: 3}, killed, bound)
+	moved := waitSpread(t, l, 7, map[string]int{a.id: 4, b.id: 3}, killed, bound)
 	t.Logf("a killed replica's sources moved within %v (bound %v)", moved, bound)
 
 	c2 := startManaged(t, h, scope, "replica-c", sources, l)
-	took = waitSpread(t, l, 6, map[string]int{a.id: 2, b.id: 2, c2.id: 2}, time.Now(), 4*bound)
+	took = waitSpread(t, l, 7, map[string]int{a.id: 3, b.id: 2, c2.id: 2}, time.Now(), 4*bound)
 	t.Logf("the returning replica got its share within %v", took)
 }
