@@ -101,10 +101,10 @@ func takeovers(ds []disruption) (all []time.Duration, missing []string) {
 // matchBlinds pairs each handover of the Redis source's collector with the
 // blind windows that cover it: one, or several in a row when the source
 // passed through an owner the samples missed (it started and gave the
-// source up within a sample, and each owner records the gap it saw). The
-// first starts at most blindBefore before the handover's gap and the last
-// ends at most blindAfter after it; each starts at most blindAfter after
-// the one before ends. It returns the handovers no windows cover so, and
+// source up within a sample, and each owner records the gap it saw). Each
+// overlaps the gap, starting at most blindBefore before it and ending at
+// most blindAfter after it, and each starts at most blindAfter after the
+// one before ends. It returns the handovers no windows cover so, and
 // the windows at no handover.
 func matchBlinds(handovers [][2]time.Time, windows []blindWindow) (uncovered [][2]time.Time, stray []blindWindow) {
 	windows = slices.Clone(windows)
@@ -112,13 +112,13 @@ func matchBlinds(handovers [][2]time.Time, windows []blindWindow) (uncovered [][
 	used := make([]bool, len(windows))
 	for _, g := range handovers {
 		lo, hi := g[0].Add(-blindBefore), g[1].Add(blindAfter)
-		var at []int // the windows within the gap and its slack
+		var at []int // the windows over the gap, within its slack
 		for i, w := range windows {
-			if !used[i] && !w.from.Before(lo) && !w.to.After(hi) {
+			if !used[i] && !w.from.Before(lo) && !w.to.After(hi) && !w.from.After(g[1]) && !w.to.Before(g[0]) {
 				at = append(at, i)
 			}
 		}
-		covered := len(at) > 0 && !windows[at[0]].from.After(g[1]) && !windows[at[len(at)-1]].to.Before(g[0])
+		covered := len(at) > 0
 		for n := 1; covered && n < len(at); n++ {
 			covered = !windows[at[n]].from.After(windows[at[n-1]].to.Add(blindAfter))
 		}

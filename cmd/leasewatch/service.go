@@ -242,7 +242,10 @@ func (s *service) URL() string {
 
 // serve runs collectors and the web server until ctx ends, then shuts down
 // in order: stop taking requests, stop collectors, drain the recorder, close
-// the database.
+// the database. With replication the sources are handed over as soon as ctx
+// ends, while the requests in flight drain: another replica takes them at
+// once, and a report in flight for one of them is refused as retryable
+// rather than waiting for this replica's web server to finish.
 func (s *service) serve(ctx context.Context) error {
 	s.log.Info("leasewatch listening", "url", s.URL(), "database", s.cfg.DatabaseName(), "sources", len(s.cfg.Sources),
 		"auth", s.cfg.Auth.Mode)
@@ -265,7 +268,7 @@ func (s *service) serve(ctx context.Context) error {
 	}
 	wg.Go(func() { s.retainer.Run(collectCtx) })
 	if s.replicas != nil {
-		wg.Go(func() { s.replicas.run(collectCtx) })
+		wg.Go(func() { s.replicas.run(ctx) })
 	}
 	err := s.web.Serve(ctx, s.ln)
 	stopCollectors()
