@@ -246,8 +246,19 @@ func (e *EtcdElector) try(ctx context.Context, source string, allow func(bool) b
 		case <-cctx.Done():
 		}
 	}()
-	if err := el.Campaign(cctx, e.cfg.Identity); err != nil {
-		return nil, err
+	// Campaign, cancelled while it waits behind another candidate, resigns
+	// with the client's own context, which a replica cut off from etcd
+	// waits on until the client is closed: do not wait for it then. Its
+	// key, if it won meanwhile, goes with the session.
+	campaigned := make(chan error, 1)
+	go func() { campaigned <- el.Campaign(cctx, e.cfg.Identity) }()
+	select {
+	case err := <-campaigned:
+		if err != nil {
+			return nil, err
+		}
+	case <-cctx.Done():
+		return nil, cctx.Err()
 	}
 	return e.term(s, el, source), nil
 }
