@@ -832,9 +832,18 @@ func outsideGo(s ingestSample) int64 {
 
 // write prints the run's figures as Markdown tables.
 func (k *ingestLoad) write(out io.Writer, r *ingestResult) {
-	wall := r.wall.Seconds()
 	fmt.Fprintf(out, "\nleasewatch-load ingest: %d writers (%.0f%% sending arrays of 2–%d) pausing %s ±50%%, %d browsers thinking %s ±50%%, %d etcd locks changing hands every %s, for %s\n\n",
 		k.writers, 100*k.batchers, k.maxBatch, k.writeEvery, k.browsers, k.think, k.locks, k.hold, r.wall.Round(time.Second))
+	r.writeRequests(out)
+	r.writeServerTime(out)
+	r.writeMeasures(out)
+	r.writeSamples(out)
+}
+
+// writeRequests prints the requests the load made, by kind, as the clients
+// timed them.
+func (r *ingestResult) writeRequests(out io.Writer) {
+	wall := r.wall.Seconds()
 	fmt.Fprintf(out, "| requests | count | errors | per second | p50 | p95 | p99 |\n|---|---|---|---|---|---|---|\n")
 	for _, kind := range allKinds() {
 		s := r.stats.get(kind)
@@ -868,6 +877,10 @@ func (k *ingestLoad) write(out io.Writer, r *ingestResult) {
 		}
 	}
 
+}
+
+// writeServerTime prints the time leasewatch spent per request and commit.
+func (r *ingestResult) writeServerTime(out io.Writer) {
 	// leasewatch's own view: time in its handlers by route, and its group
 	// commits, from its histograms, which the client's figures above include
 	// along with waiting for a connection and for the CPU.
@@ -894,6 +907,12 @@ func (k *ingestLoad) write(out io.Writer, r *ingestResult) {
 		fmt.Fprintf(out, "| %s | %.0f | %s | %s | %s |\n", row.name, h.count(), seconds(h.quantile(0.50)), seconds(h.quantile(0.95)), seconds(h.quantile(0.99)))
 	}
 
+}
+
+// writeMeasures prints the reports stored, leasewatch's CPU and memory,
+// and the database.
+func (r *ingestResult) writeMeasures(out io.Writer) {
+	wall := r.wall.Seconds()
 	first, last := r.samples[0], r.samples[len(r.samples)-1]
 	memRange := func(measure func(ingestSample) int64) string {
 		lo, hi, ok := bounds(r.samples, measure)
@@ -944,6 +963,11 @@ func (k *ingestLoad) write(out io.Writer, r *ingestResult) {
 	} {
 		fmt.Fprintf(out, "| %s | %s |\n", row[0], row[1])
 	}
+}
+
+// writeSamples prints leasewatch's samples, about one per half minute.
+func (r *ingestResult) writeSamples(out io.Writer) {
+	first := r.samples[0]
 	fmt.Fprintf(out, "\n| minute | leasewatch RSS | anonymous | file-backed | Go heap in use | goroutines | database | WAL | CPU so far |\n|---|---|---|---|---|---|---|---|---|\n")
 	next := time.Duration(0)
 	for i, s := range r.samples {
