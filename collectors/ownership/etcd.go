@@ -173,7 +173,10 @@ func (e *EtcdElector) abandon(cs *concurrency.Session) {
 	}()
 }
 
-// Members counts the membership keys, one per live session.
+// Members counts the identities with a membership key, one per live
+// session. A replica restarted under its identity counts once, though its
+// previous process's key stays until that lease runs out: counted twice,
+// the others would shrink their shares and hand sources over for nothing.
 func (e *EtcdElector) Members(ctx context.Context) (n, rank int, err error) {
 	prefix := e.cfg.Prefix + "members/"
 	resp, err := e.cli.Get(ctx, prefix, clientv3.WithPrefix(), clientv3.WithKeysOnly())
@@ -181,14 +184,16 @@ func (e *EtcdElector) Members(ctx context.Context) (n, rank int, err error) {
 		return 0, 0, fmt.Errorf("count the replicas: %w", err)
 	}
 	self := url.PathEscape(e.cfg.Identity)
+	ids := map[string]bool{self: true}
 	for _, kv := range resp.Kvs {
 		// PREFIX/members/IDENTITY/LEASE, IDENTITY path-escaped.
 		id, _, _ := strings.Cut(strings.TrimPrefix(string(kv.Key), prefix), "/")
-		if id < self {
+		if !ids[id] && id < self {
 			rank++
 		}
+		ids[id] = true
 	}
-	return max(len(resp.Kvs), 1), rank, nil
+	return len(ids), rank, nil
 }
 
 // sourcePrefix is the election prefix of source: escaped, so that no
@@ -208,21 +213,35 @@ func EtcdSourceLock(prefix, source string) string {
 	return EtcdSourcesPrefix(prefix) + url.PathEscape(source) + "/"
 }
 
-// Campaign tries every RetryPeriod: once the election has no leader and
-// allow agrees, it campaigns, which grants at once unless another replica
-// campaigned first (then it waits behind it, as etcd's elections do).
-// etcd expires a dead holder's lease itself, so takeover is always false.
+// Campaign tries every RetryPeriod, and at once when a key of the election
+// is deleted (its leader resigned, or its lease ran out): once the election
+// has no leader and allow agrees, it campaigns, which grants at once
+// unless another replica campaigned first (then it waits behind it, as
+// etcd's elections do). etcd expires a dead holder's lease itself, so
+// takeover is always false.
 func (e *EtcdElector) Campaign(ctx context.Context, source string, allow func(takeover bool) bool) (*Term, error) {
+	wctx, stop := context.WithCancel(ctx)
+	defer stop()
+	deleted := e.cli.Watch(wctx, e.sourcePrefix(source), clientv3.WithPrefix(), clientv3.WithFilterPut())
+	retry := time.NewTimer(0)
+	defer retry.Stop()
 	for {
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-retry.C:
+		case _, ok := <-deleted:
+			if !ok {
+				deleted = nil // the watch ended: the retries go on
+			}
+		}
 		if term, err := e.try(ctx, source, allow); term != nil || ctx.Err() != nil || errors.Is(err, errClosed) {
 			if term == nil && err == nil {
 				err = ctx.Err()
 			}
 			return term, err
 		}
-		if err := wait(ctx, e.cfg.Timing.RetryPeriod); err != nil {
-			return nil, err
-		}
+		retry.Reset(e.cfg.Timing.RetryPeriod)
 	}
 }
 

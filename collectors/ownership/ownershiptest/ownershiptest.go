@@ -45,6 +45,7 @@ func Run(t *testing.T, h Harness) {
 	t.Run("ResignHandsOverAndTokensIncrease", func(t *testing.T) { testHandover(t, h) })
 	t.Run("LostWhenBackendUnreachable", func(t *testing.T) { testZombie(t, h) })
 	t.Run("FairSpreadFailoverAndReturn", func(t *testing.T) { testSpread(t, h) })
+	t.Run("RestartedReplicaCountsOnce", func(t *testing.T) { testRestartCount(t, h) })
 }
 
 // replica is one elector behind its own proxy.
@@ -214,6 +215,50 @@ func testZombie(t *testing.T, h Harness) {
 		t.Fatal("b's term lost after the zombie came back")
 	}
 	_ = tb.Resign(context.Background())
+}
+
+// testRestartCount: a replica killed and started again under its identity
+// counts once among the members at once, though its dead process's
+// membership is still within its lease; so the others' shares do not
+// shrink and hand sources over for nothing.
+func testRestartCount(t *testing.T, h Harness) {
+	scope := h.Scope(t)
+	a, b := newReplica(t, h, scope, "replica-a"), newReplica(t, h, scope, "replica-b")
+	members := func(r *replica) (n, rank int) {
+		t.Helper()
+		ctx, cancel := context.WithTimeout(context.Background(), Timing.RenewDeadline)
+		defer cancel()
+		n, rank, err := r.el.Members(ctx)
+		if err != nil {
+			t.Fatalf("%s counts the members: %v", r.id, err)
+		}
+		return n, rank
+	}
+	waitMembers := func(r *replica, want int) {
+		t.Helper()
+		for deadline := time.Now().Add(bound); ; {
+			if n, _ := members(r); n == want {
+				return
+			} else if time.Now().After(deadline) {
+				t.Fatalf("%s counts %d members after %v, want %d", r.id, n, bound, want)
+			}
+			time.Sleep(20 * time.Millisecond) // polling the backend, not waiting for time to pass
+		}
+	}
+	waitMembers(a, 2)
+
+	killed := time.Now()
+	b.proxy.Close() // b's process is gone; its membership stays until its lease runs out
+	b2 := newReplica(t, h, scope, "replica-b")
+	if n, rank := members(a); n != 2 || rank != 0 {
+		t.Fatalf("a counts %d members, rank %d, with b restarted; want 2, rank 0", n, rank)
+	}
+	if n, rank := members(b2); n != 2 || rank != 1 {
+		t.Fatalf("the restarted b counts %d members, rank %d; want 2, rank 1", n, rank)
+	}
+	if since := time.Since(killed); since >= Timing.LeaseDuration {
+		t.Fatalf("counted %v after the kill, past the dead process's lease (%v): the test proves nothing", since, Timing.LeaseDuration)
+	}
 }
 
 // ledger checks the Managers' reports: one owner per source at a time, and
