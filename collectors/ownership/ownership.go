@@ -84,7 +84,9 @@ type Elector interface {
 	Identity() string
 	// Members returns how many replicas are live, this one included, and
 	// this replica's rank among them: how many live others have an
-	// identity that sorts before its own.
+	// identity that sorts before its own. It counts identities: a replica
+	// restarted under its identity counts once, even while its dead
+	// process's membership has yet to lapse.
 	Members(ctx context.Context) (n, rank int, err error)
 	// Campaign returns once this replica is granted source, with the
 	// grant's Term, or when ctx ends, with its error. Just before it would
