@@ -19,9 +19,12 @@ import (
 //
 // Renewals are durable as renew events at once, but the recorder writes the
 // renewal columns of lock and tenure rows (Batch.Renewed) only every sync
-// interval: a lock renewed many times in between is written once. After a
-// crash the renew events since the last sync are replayed. Fresh overlays the
-// renewals not yet in the rows on a Store's reads.
+// interval: a lock renewed many times in between is written once. Heartbeats,
+// which the default views and filters leave out, are written only every
+// heartbeat sync interval, with every other lock in the same round: that round
+// alone marks the rows complete. After a crash the renew events since the last
+// such round are replayed. Fresh overlays the renewals not yet in the rows on
+// a Store's reads.
 type Recorder struct {
 	journal   Journal
 	tracker   *Tracker
@@ -29,8 +32,11 @@ type Recorder struct {
 	now       func() time.Time
 	tick      time.Duration
 	syncEvery time.Duration
-	maxGroup  int
-	onCommit  func(Commit)
+	// heartbeatSyncEvery is how often the heartbeats' renewals reach the
+	// rows: WithHeartbeatSyncInterval.
+	heartbeatSyncEvery time.Duration
+	maxGroup           int
+	onCommit           func(Commit)
 	// onFenceRefused is WithFenceRefused's hook.
 	onFenceRefused func(FenceRefusal)
 
@@ -39,6 +45,9 @@ type Recorder struct {
 	stopped chan struct{}
 
 	lastSync time.Time // recording goroutine only
+	// lastMark is when the last round that wrote every held renewal, the
+	// heartbeats' too, started; recording goroutine only.
+	lastMark time.Time
 	// lastProbe is when a tick last rewrote a stored cursor to see whether
 	// the journal takes writes again; recording goroutine only.
 	lastProbe time.Time
@@ -79,9 +88,11 @@ type Recorder struct {
 	// goroutine only.
 	unsaved unsavedRenewals
 	// round are the locks the sync in progress has yet to write (see
-	// syncChunk); recording goroutine only.
-	round []LockKey
-	err   error // the last write's error as requests got it; nil when healthy
+	// syncChunk); recording goroutine only. partial says the round leaves
+	// the heartbeats out, so it marks nothing.
+	round   []LockKey
+	partial bool
+	err     error // the last write's error as requests got it; nil when healthy
 	// failed is the last failed write's error, at failedAt: see readyAfter.
 	failed   error
 	failedAt time.Time
@@ -145,6 +156,18 @@ func WithTickInterval(d time.Duration) RecorderOption { return func(r *Recorder)
 // rows (default 5s; see Recorder). 0 writes them with every commit.
 func WithSyncInterval(d time.Duration) RecorderOption { return func(r *Recorder) { r.syncEvery = d } }
 
+// WithHeartbeatSyncInterval sets how often the renewals of heartbeat-class
+// locks are written to the rows (default 30s), at least the sync interval:
+// a heartbeat renewed every 10 s is written once per three renewals.
+// Heartbeats are left out of the default views, but their rows, which an
+// explicit class filter lists and sorts by lease left, lag by up to this
+// long, and a crash replays up to this long of renewals. Replicas, whose
+// pages show other replicas' sources from the rows alone, sync every lock
+// at the sync interval.
+func WithHeartbeatSyncInterval(d time.Duration) RecorderOption {
+	return func(r *Recorder) { r.heartbeatSyncEvery = d }
+}
+
 // NewRecorder returns a Recorder writing to j. Call Start before use.
 func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...RecorderOption) *Recorder {
 	if logger == nil {
@@ -158,14 +181,16 @@ func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...Reco
 		tick:      250 * time.Millisecond,
 		syncEvery: 5 * time.Second,
 		maxGroup:  512,
-		reqs:      make(chan *request, 1024),
-		stop:      make(chan struct{}),
-		stopped:   make(chan struct{}),
-		cursors:   make(map[string]Cursor),
-		unsaved:   make(unsavedRenewals),
-		writeOnly: writeOnlyLocks{max: DefaultWriteOnlyLocks},
-		fences:    make(map[string]int64),
-		disowned:  make(map[string]error),
+
+		heartbeatSyncEvery: 30 * time.Second,
+		reqs:               make(chan *request, 1024),
+		stop:               make(chan struct{}),
+		stopped:            make(chan struct{}),
+		cursors:            make(map[string]Cursor),
+		unsaved:            make(unsavedRenewals),
+		writeOnly:          writeOnlyLocks{max: DefaultWriteOnlyLocks},
+		fences:             make(map[string]int64),
+		disowned:           make(map[string]error),
 	}
 	for _, opt := range opts {
 		opt(r)
@@ -180,6 +205,7 @@ func (r *Recorder) Start(ctx context.Context) error {
 		return err
 	}
 	r.lastSync = r.now()
+	r.lastMark = r.lastSync
 	go r.loop()
 	return nil
 }
@@ -203,7 +229,7 @@ func (r *Recorder) restore(ctx context.Context) error {
 	r.writeOnly.reset(states)
 	for _, e := range renewals {
 		if rn, ok := r.tracker.ReplayRenewal(e); ok { // not of a disowned source: the tracker lacks its locks
-			unsaved.put(rn)
+			unsaved.put(rn, r.tracker.Class(rn.Lock) == ClassHeartbeat)
 		}
 	}
 	r.trackMu.Unlock()
@@ -537,7 +563,7 @@ func (r *Recorder) hold(b Batch) Batch {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	for _, rn := range b.Renewed {
-		r.unsaved.put(rn)
+		r.unsaved.put(rn, r.tracker.Class(rn.Lock) == ClassHeartbeat)
 	}
 	r.renewedNow = append(r.renewedNow, b.Renewed...)
 	b.Renewed = nil
@@ -548,7 +574,7 @@ func (r *Recorder) hold(b Batch) Batch {
 			continue
 		}
 		if rn, held := b.Locks[i].renewal(); held {
-			r.unsaved.put(rn)
+			r.unsaved.put(rn, b.Locks[i].Lock.Class == ClassHeartbeat)
 		} else {
 			delete(r.unsaved, key) // its tenure ended, and was written in full
 		}
@@ -575,12 +601,20 @@ func (r *Recorder) syncRows(b Batch, due bool) Batch {
 	case len(r.round) == 0 && due && len(r.unsaved) > 0:
 		// Every renew event stored so far, this batch's included, is of a
 		// lock in unsaved: once the round has written each of them, the rows
-		// hold every event up to the mark.
-		for k := range r.unsaved {
-			r.round = append(r.round, k)
+		// hold every event up to the mark. A partial round leaves the
+		// heartbeats' out, so it marks nothing.
+		now := r.now()
+		r.partial = now.Sub(r.lastMark) < max(r.heartbeatSyncEvery, r.syncEvery)
+		for k, p := range r.unsaved {
+			if !r.partial || !p.heartbeat {
+				r.round = append(r.round, k)
+			}
 		}
-		b.SyncMark = true
-		r.lastSync = r.now()
+		if !r.partial {
+			b.SyncMark = true
+			r.lastMark = now
+		}
+		r.lastSync = now
 	case len(r.round) == 0:
 		if len(r.unsaved) == 0 && len(b.Events) > 0 {
 			b.Synced = true
@@ -597,7 +631,7 @@ func (r *Recorder) syncRows(b Batch, due bool) Batch {
 			n++
 		}
 	}
-	if len(r.round) == 0 {
+	if len(r.round) == 0 && !r.partial {
 		b.SyncedToMark = true
 	}
 	return b
@@ -615,6 +649,7 @@ func (r *Recorder) syncAll(b Batch) Batch {
 	}
 	r.round = nil
 	r.lastSync = r.now()
+	r.lastMark = r.lastSync
 	return b
 }
 

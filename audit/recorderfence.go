@@ -192,7 +192,7 @@ func (r *Recorder) loadSource(ctx context.Context, source string) error {
 	defer r.mu.Unlock()
 	r.unsaved.forget(source)
 	for _, rn := range replayed {
-		r.unsaved.put(rn)
+		r.unsaved.put(rn, false) // synced with the next round: a takeover's rows are read by every replica
 	}
 	delete(r.cursors, source)
 	for _, c := range cursors {

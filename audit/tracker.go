@@ -114,6 +114,14 @@ func (t *Tracker) Lock(key LockKey) (Lock, bool) {
 	return st.lock(), true
 }
 
+// Class returns the tracked lock's class, "" when it is not tracked.
+func (t *Tracker) Class(key LockKey) Class {
+	if st, ok := t.locks[key]; ok {
+		return st.class
+	}
+	return ""
+}
+
 // Observe applies one collector input.
 func (t *Tracker) Observe(in Input) Batch {
 	at := in.At

@@ -12,11 +12,14 @@ type packedRenewal struct {
 	seq, renewals        int64
 	renewedAt, expiresAt int64 // as Nanos encodes them
 	duration             time.Duration
+	heartbeat            bool // of a heartbeat-class lock: synced less often
 }
 
-func (m unsavedRenewals) put(rn Renewal) {
+// put keeps rn, of a heartbeat-class lock if heartbeat (false when not
+// known: such a renewal is synced with the other locks').
+func (m unsavedRenewals) put(rn Renewal, heartbeat bool) {
 	m[rn.Lock] = packedRenewal{seq: rn.Seq, renewals: rn.Renewals, renewedAt: Nanos(rn.RenewedAt),
-		expiresAt: Nanos(rn.ExpiresAt), duration: rn.LeaseDuration}
+		expiresAt: Nanos(rn.ExpiresAt), duration: rn.LeaseDuration, heartbeat: heartbeat}
 }
 
 func (m unsavedRenewals) get(key LockKey) (Renewal, bool) {

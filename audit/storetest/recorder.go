@@ -742,6 +742,72 @@ func testRecorderSpreadsASyncOverCommits(t *testing.T, h Harness) {
 	}
 }
 
+// A sync round at the sync interval writes the renewals of locks but not of
+// heartbeats, and marks nothing: the renew events of both stay to be
+// replayed. The round at the heartbeat sync interval writes the heartbeats'
+// too, and marks the rows complete.
+func testRecorderSyncsHeartbeatsLessOften(t *testing.T, h Harness) {
+	ctx := context.Background()
+	s := h.Open(t)
+	j := &syncingJournal{Store: s}
+	var secs atomic.Int64
+	rec := StartRecorder(t, j, audit.WithSyncInterval(5*time.Second), audit.WithHeartbeatSyncInterval(30*time.Second),
+		audit.WithTickInterval(5*time.Millisecond), audit.WithClock(func() time.Time { return At(int(secs.Load())) }))
+	election := audit.LockKey{Source: "src", Name: "kube-system/scheduler"}
+	node := audit.LockKey{Source: "src", Name: "kube-node-lease/node-1"}
+	for _, kind := range []audit.EventKind{audit.EventGrant, audit.EventRenew} {
+		in := audit.Input{Source: "src", Kind: audit.KindKubernetes}
+		for _, l := range []struct {
+			key   audit.LockKey
+			class audit.Class
+		}{{election, audit.ClassLock}, {node, audit.ClassHeartbeat}} {
+			ob := audit.Observation{Lock: l.key, Kind: kind, At: At(0), Holder: "h", Token: audit.Int64(1), LeaseDuration: 40 * time.Second, Class: l.class}
+			if kind == audit.EventRenew {
+				ob.At = At(1)
+			}
+			in.Observations = append(in.Observations, ob)
+		}
+		if err := rec.Observe(ctx, in); err != nil {
+			t.Fatal(err)
+		}
+	}
+	renewedAt := func(k audit.LockKey) time.Time {
+		l, err := s.LockByKey(ctx, k)
+		if err != nil {
+			t.Fatalf("row of %s: %v", k.Name, err)
+		}
+		return l.RenewedAt
+	}
+
+	secs.Store(6) // a sync is due, and the heartbeats' is not
+	waitUntil(t, "the election's renewal to reach its row", func() bool { return renewedAt(election).Equal(At(1)) })
+	if got := renewedAt(node); got.Equal(At(1)) {
+		t.Fatalf("heartbeat's row renewed at %s after 6s, want it to wait for the heartbeat sync at 30s", got)
+	}
+	j.mu.Lock()
+	for i, b := range j.syncs {
+		if b.SyncMark || b.SyncedToMark {
+			t.Errorf("batch %d of the round without the heartbeats marks the rows (SyncMark %v, SyncedToMark %v)", i, b.SyncMark, b.SyncedToMark)
+		}
+	}
+	j.mu.Unlock()
+	if evs, err := s.Unsynced(ctx); err != nil || len(evs) != 2 {
+		t.Fatalf("renewals to replay after a crash now = %d, %v; want both, since the rows are not all complete", len(evs), err)
+	}
+	if l, err := rec.Fresh(s).LockByKey(ctx, node); err != nil || !l.RenewedAt.Equal(At(1)) {
+		t.Fatalf("heartbeat read through Fresh: renewed at %s, %v; want 1s", l.RenewedAt, err)
+	}
+
+	secs.Store(31)
+	waitUntil(t, "every renewal in the rows", func() bool {
+		evs, err := s.Unsynced(ctx)
+		return err == nil && len(evs) == 0
+	})
+	if got := renewedAt(node); !got.Equal(At(1)) {
+		t.Fatalf("heartbeat's row renewed at %s after the heartbeat sync, want 1s", got)
+	}
+}
+
 // Killed in the middle of a sync round, the restarted recorder still has
 // every renewal: the journal's mark had not moved.
 func testRecorderRenewalsSurviveACrashInASyncRound(t *testing.T, h Harness) {

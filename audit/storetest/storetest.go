@@ -99,6 +99,7 @@ var contract = []struct {
 	{"RecorderRenewalsSurviveACrashBetweenSyncs", testRecorderRenewalsSurviveACrashBetweenSyncs},
 	{"RecorderCommitsCarryTheirRenewals", testRecorderCommitsCarryTheirRenewals},
 	{"RecorderSpreadsASyncOverCommits", testRecorderSpreadsASyncOverCommits},
+	{"RecorderSyncsHeartbeatsLessOften", testRecorderSyncsHeartbeatsLessOften},
 	{"RecorderRenewalsSurviveACrashInASyncRound", testRecorderRenewalsSurviveACrashInASyncRound},
 	{"RecorderFenceRefusalKeepsOtherSources", testRecorderFenceRefusalKeepsOtherSources},
 	{"RecorderSetFenceCutsOffTheOldOwner", testRecorderSetFenceCutsOffTheOldOwner},

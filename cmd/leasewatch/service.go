@@ -84,7 +84,7 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		// renewals reach the rows that other replicas read soon enough.
 		// A commit the fence refuses shows on leasewatch's own locks.
 		r := cfg.Replication
-		opts = append(opts, audit.WithOwnership(), audit.WithSyncInterval(replicaSyncEvery),
+		opts = append(opts, audit.WithOwnership(), audit.WithSyncInterval(replicaSyncEvery), audit.WithHeartbeatSyncInterval(replicaSyncEvery),
 			audit.WithOwnLocks(audit.OwnLocks{Source: r.Source, Lock: r.OwnLock, Replica: r.Identity}))
 	}
 	rec := audit.NewRecorder(rm.timeCommits(store), audit.TrackerConfig{
