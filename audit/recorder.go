@@ -174,14 +174,13 @@ func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...Reco
 		logger = slog.New(slog.DiscardHandler)
 	}
 	r := &Recorder{
-		journal:   j,
-		tracker:   NewTracker(cfg),
-		log:       logger,
-		now:       time.Now,
-		tick:      250 * time.Millisecond,
-		syncEvery: 5 * time.Second,
-		maxGroup:  512,
-
+		journal:            j,
+		tracker:            NewTracker(cfg),
+		log:                logger,
+		now:                time.Now,
+		tick:               250 * time.Millisecond,
+		syncEvery:          5 * time.Second,
+		maxGroup:           512,
 		heartbeatSyncEvery: 30 * time.Second,
 		reqs:               make(chan *request, 1024),
 		stop:               make(chan struct{}),

@@ -325,30 +325,8 @@ func (k *ingestLoad) execute(ctx context.Context, log io.Writer) (*ingestResult,
 		return nil, err
 	}
 	defer rig.close()
-
-	// The locks change hands every k.hold between two contenders, as in the
-	// etcd scenario, so the reports carry the tokens of real tenures.
-	locks := make([]*etcdLock, k.locks)
-	t := &etcdTally{}
-	queueCtx, stopQueue := context.WithCancel(ctx)
-	holdCtx, stopHolding := context.WithCancel(ctx)
-	var contending sync.WaitGroup
-	defer func() {
-		stopQueue()
-		stopHolding()
-		contending.Wait()
-	}()
-	for i := range locks {
-		locks[i] = &etcdLock{name: fmt.Sprintf("%slock-%d", etcdLoadPrefix, i), release: make(chan struct{}, 1)}
-		for j := range 2 {
-			s := rig.sessions[(i+j*sessions/2)%sessions]
-			contending.Add(1)
-			go func() {
-				defer contending.Done()
-				contend(queueCtx, holdCtx, s, locks[i], t)
-			}()
-		}
-	}
+	locks, stopContending := k.contend(ctx, rig, sessions)
+	defer stopContending()
 	lockIDs := make([]string, k.locks)
 	if err := waitFor(ctx, 60*time.Second, "every lock's first holder, recorded", func() bool {
 		return knownLocks(ctx, rig.lw.url, locks, lockIDs) == len(locks)
@@ -361,24 +339,17 @@ func (k *ingestLoad) execute(ctx context.Context, log io.Writer) (*ingestResult,
 	loadCtx, stopLoad := context.WithTimeout(ctx, k.duration)
 	defer stopLoad()
 	var handing sync.WaitGroup
-	handing.Add(1)
-	go func() {
-		defer handing.Done()
+	handing.Go(func() {
 		dispatch(loadCtx, k.locks, k.hold, func(i int) {
 			select {
 			case locks[i].release <- struct{}{}:
 			default: // the last handover is still under way
 			}
 		})
-	}()
+	})
 
 	pid := rig.lw.cmd.Process.Pid
 	res := &ingestResult{stats: &requestStats{}}
-	client := &http.Client{
-		Timeout:   30 * time.Second,
-		Transport: &http.Transport{MaxIdleConnsPerHost: k.writers + k.browsers, MaxIdleConns: k.writers + k.browsers},
-	}
-	defer client.CloseIdleConnections()
 	before, err := sampleLeasewatch(ctx, pid, dir, rig.lw.url)
 	if err != nil {
 		return nil, err
@@ -389,44 +360,9 @@ func (k *ingestLoad) execute(ctx context.Context, log io.Writer) (*ingestResult,
 	}
 	res.loadAvg[0] = loadAverage()
 	var sampling sync.WaitGroup
-	sampling.Add(1)
-	go func() {
-		defer sampling.Done()
-		tick := time.NewTicker(k.sample)
-		defer tick.Stop()
-		for {
-			select {
-			case <-loadCtx.Done():
-				return
-			case <-tick.C:
-				if smp, err := sampleLeasewatch(ctx, pid, dir, rig.lw.url); err == nil {
-					res.samples = append(res.samples, smp)
-					fmt.Fprintf(log, "%8s  RSS %6.1f MiB (anonymous %6.1f, file %6.1f; Go heap %6.1f)  database %6.1f MiB, WAL %6.1f MiB  goroutines %4.0f  CPU %s\n",
-						smp.at.Sub(before.at).Round(time.Second), mib(smp.rss), mib(smp.anon), mib(smp.file), mib(smp.goHeap), mib(smp.db), mib(smp.wal), smp.goroutines,
-						(smp.cpu - before.cpu).Round(10*time.Millisecond))
-				}
-			}
-		}
-	}()
+	sampling.Go(func() { k.sampleUntil(loadCtx, ctx, pid, dir, rig.lw.url, before, res, log) })
 
-	sent := make([]sentReports, k.writers)
-	var clients sync.WaitGroup
-	for w := range k.writers {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			batcher := float64(w) < k.batchers*float64(k.writers)
-			k.writer(loadCtx, client, rig.lw.url, w, batcher, locks, &sent[w], res.stats)
-		}()
-	}
-	for b := range k.browsers {
-		clients.Add(1)
-		go func() {
-			defer clients.Done()
-			k.browser(loadCtx, client, rig.lw.url, b, locks, lockIDs, res.stats)
-		}()
-	}
-	clients.Wait()
+	sent := k.runClients(loadCtx, rig.lw.url, locks, lockIDs, res.stats)
 	if res.after, err = scrape(ctx, rig.lw.url); err != nil {
 		return nil, err
 	}
@@ -444,6 +380,79 @@ func (k *ingestLoad) execute(ctx context.Context, log io.Writer) (*ingestResult,
 	res.samples = append(res.samples, after)
 	res.wall = after.at.Sub(before.at)
 	res.cpu = after.cpu - before.cpu
+	res.tally(locks, sent)
+	if err := checkStored(ctx, sqliteIn(dir), sent, res); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// contend starts the locks, which change hands every k.hold between two
+// contenders each, as in the etcd scenario, so the reports carry the tokens
+// of real tenures. stop ends the contention and waits for it.
+func (k *ingestLoad) contend(ctx context.Context, rig *etcdRig, sessions int) (locks []*etcdLock, stop func()) {
+	locks = make([]*etcdLock, k.locks)
+	t := &etcdTally{}
+	queueCtx, stopQueue := context.WithCancel(ctx)
+	holdCtx, stopHolding := context.WithCancel(ctx)
+	var contending sync.WaitGroup
+	for i := range locks {
+		locks[i] = &etcdLock{name: fmt.Sprintf("%slock-%d", etcdLoadPrefix, i), release: make(chan struct{}, 1)}
+		for j := range 2 {
+			s := rig.sessions[(i+j*sessions/2)%sessions]
+			contending.Go(func() { contend(queueCtx, holdCtx, s, locks[i], t) })
+		}
+	}
+	return locks, func() {
+		stopQueue()
+		stopHolding()
+		contending.Wait()
+	}
+}
+
+// sampleUntil samples leasewatch (pid, its database in dir) every k.sample
+// into res until loadCtx ends, and logs each sample against before.
+func (k *ingestLoad) sampleUntil(loadCtx, ctx context.Context, pid int, dir, url string, before ingestSample, res *ingestResult, log io.Writer) {
+	tick := time.NewTicker(k.sample)
+	defer tick.Stop()
+	for {
+		select {
+		case <-loadCtx.Done():
+			return
+		case <-tick.C:
+			if smp, err := sampleLeasewatch(ctx, pid, dir, url); err == nil {
+				res.samples = append(res.samples, smp)
+				fmt.Fprintf(log, "%8s  RSS %6.1f MiB (anonymous %6.1f, file %6.1f; Go heap %6.1f)  database %6.1f MiB, WAL %6.1f MiB  goroutines %4.0f  CPU %s\n",
+					smp.at.Sub(before.at).Round(time.Second), mib(smp.rss), mib(smp.anon), mib(smp.file), mib(smp.goHeap), mib(smp.db), mib(smp.wal), smp.goroutines,
+					(smp.cpu - before.cpu).Round(10*time.Millisecond))
+			}
+		}
+	}
+}
+
+// runClients runs the writers and browsers against url until loadCtx ends,
+// and returns what each writer sent.
+func (k *ingestLoad) runClients(loadCtx context.Context, url string, locks []*etcdLock, lockIDs []string, stats *requestStats) []sentReports {
+	client := &http.Client{
+		Timeout:   30 * time.Second,
+		Transport: &http.Transport{MaxIdleConnsPerHost: k.writers + k.browsers, MaxIdleConns: k.writers + k.browsers},
+	}
+	defer client.CloseIdleConnections()
+	sent := make([]sentReports, k.writers)
+	var clients sync.WaitGroup
+	for w := range k.writers {
+		batcher := float64(w) < k.batchers*float64(k.writers)
+		clients.Go(func() { k.writer(loadCtx, client, url, w, batcher, locks, &sent[w], stats) })
+	}
+	for b := range k.browsers {
+		clients.Go(func() { k.browser(loadCtx, client, url, b, locks, lockIDs, stats) })
+	}
+	clients.Wait()
+	return sent
+}
+
+// tally counts the locks' handovers and the reports answered 202.
+func (res *ingestResult) tally(locks []*etcdLock, sent []sentReports) {
 	for _, l := range locks {
 		l.mu.Lock()
 		res.handovers += len(l.tenures) - 1
@@ -459,10 +468,6 @@ func (k *ingestLoad) execute(ctx context.Context, log io.Writer) (*ingestResult,
 			}
 		}
 	}
-	if err := checkStored(ctx, sqliteIn(dir), sent, res); err != nil {
-		return nil, err
-	}
-	return res, nil
 }
 
 // knownLocks fills ids with the dashboard ids of the locks that have had a
