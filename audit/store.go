@@ -53,12 +53,29 @@ type Store interface {
 	// them. Returns EINVALID if f does not cut a window into bins, ENOTFOUND
 	// if the lock does not exist.
 	WriteCounts(ctx context.Context, lockID int64, outcome WriteOutcome, f BinFilter) (Histogram, error)
+	// WriteStats returns, per resource that reported writes of the lock
+	// within f's window, how many it accepted (and of those, how many
+	// without a token) and rejected, and when it last reported, ordered by
+	// resource. f.Limit is not used. Returns ENOTFOUND if the lock does not
+	// exist.
+	WriteStats(ctx context.Context, lockID int64, f TimeFilter) ([]ResourceWrites, error)
 	// BlindWindows returns the intervals over which sources' collectors were
 	// blind that overlap f's window, in time order; if more than f.Limit
 	// match, the newest f.Limit.
 	BlindWindows(ctx context.Context, f BlindFilter) ([]BlindWindow, error)
 	// Cursors returns every source's stored resume cursor, by source name.
 	Cursors(ctx context.Context) ([]Cursor, error)
+}
+
+// ResourceWrites is what one protected resource reported of a lock's writes
+// in a window.
+type ResourceWrites struct {
+	Resource           string
+	Accepted, Rejected int
+	// Untokened counts the accepted writes that carried no fencing token:
+	// the resource did not check one.
+	Untokened int
+	LastAt    time.Time // its newest report
 }
 
 // BinFilter cuts the window From..To (both ends set and inclusive) into Bins

@@ -512,3 +512,52 @@ func testCursors(t *testing.T, h Harness) {
 	}
 	Equal(t, "cursors", got, []audit.Cursor{{Source: "a", Position: "7", At: At(1)}, {Source: "b", Position: "9", At: At(3)}})
 }
+
+// WriteStats totals a window's writes per resource, both ends inclusive,
+// leaving out other kinds, other locks and writes outside the window.
+func testWriteStats(t *testing.T, harness Harness) {
+	s := harness.Open(t)
+	ctx := context.Background()
+	key, other := audit.LockKey{Source: "src", Name: "orders"}, audit.LockKey{Source: "src", Name: "billing"}
+	write := func(k audit.LockKey, kind audit.EventKind, resource string, sec int) audit.Event {
+		return audit.Event{Lock: k, Kind: kind, Resource: resource, At: At(sec), Token: audit.Int64(1)}
+	}
+	Apply(t, s, audit.Batch{Events: []audit.Event{
+		write(key, audit.EventWriteAccepted, "db", -1),
+		write(key, audit.EventWriteAccepted, "db", 0),
+		write(key, audit.EventWriteAccepted, "db", 2),
+		write(key, audit.EventWriteRejected, "db", 5),
+		write(key, audit.EventWriteRejected, "cache", 3),
+		write(key, audit.EventWriteAccepted, "cache", 10),
+		write(key, audit.EventWriteAccepted, "cache", 11),
+		{Lock: key, Kind: audit.EventWriteAccepted, Resource: "cache", At: At(9)},
+		write(other, audit.EventWriteAccepted, "db", 4),
+		{Lock: key, Kind: audit.EventGrant, At: At(1), Token: audit.Int64(1)},
+		{Lock: key, Kind: audit.EventRenew, At: At(4)},
+	}})
+	id := LockByKey(t, s, key).ID
+
+	got, err := s.WriteStats(ctx, id, audit.TimeFilter{From: At(0), To: At(10)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Equal(t, "writes per resource in the window", got, []audit.ResourceWrites{
+		{Resource: "cache", Accepted: 2, Untokened: 1, Rejected: 1, LastAt: At(10)},
+		{Resource: "db", Accepted: 2, Rejected: 1, LastAt: At(5)},
+	})
+	got, err = s.WriteStats(ctx, id, audit.TimeFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Equal(t, "writes per resource over all time", got, []audit.ResourceWrites{
+		{Resource: "cache", Accepted: 3, Untokened: 1, Rejected: 1, LastAt: At(11)},
+		{Resource: "db", Accepted: 3, Rejected: 1, LastAt: At(5)},
+	})
+	got, err = s.WriteStats(ctx, id, audit.TimeFilter{From: At(20)})
+	if err != nil || len(got) != 0 {
+		t.Errorf("WriteStats(after every write) = %v, %v; want none", got, err)
+	}
+	if _, err := s.WriteStats(ctx, 999, audit.TimeFilter{}); audit.ErrorCode(err) != audit.ENOTFOUND {
+		t.Errorf("WriteStats(missing lock) err = %v, want ENOTFOUND", err)
+	}
+}

@@ -126,6 +126,7 @@ var contract = []struct {
 	{"EventTimes", testEventTimes},
 	{"WriteCounts", testWriteCounts},
 	{"WriteCountsMatchesBinningTimes", testWriteCountsMatchesBinningTimes},
+	{"WriteStats", testWriteStats},
 	{"BlindWindowsOnePerSourceInterval", testBlindWindowsOnePerSourceInterval},
 	{"Cursors", testCursors},
 
