@@ -29,6 +29,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
+	"github.com/leasewatch/leasewatch/audit/verdict"
 	"github.com/leasewatch/leasewatch/static"
 )
 
@@ -80,6 +81,9 @@ type Config struct {
 	// Timeouts bound how long Serve waits on a client; zero fields take
 	// the defaults.
 	Timeouts Timeouts
+	// Purposes say which locks only avoid duplicate work, for their safety
+	// verdicts (config purposes:); a lock none names is for correctness.
+	Purposes verdict.Purposes
 }
 
 // Timeouts bound how long the HTTP server waits on a client, so that slow or
@@ -125,22 +129,23 @@ const (
 
 // Server is leasewatch's HTTP server.
 type Server struct {
-	store   audit.Store
-	writes  WriteReporter
-	sources func() []audit.Source
-	known   map[string]audit.SourceKind
-	tokens  [][32]byte // SHA-256 of each ingest token
-	ready   func(ctx context.Context) error
-	now     func() time.Time
-	margin  float64
-	alerts  func() (firing, resolved []alert.Alert)
-	logger  *slog.Logger
-	metrics *metrics
-	auth    *authenticator // nil: open
-	tls     *tls.Config
-	timeout Timeouts
-	reviews *semaphore.Weighted // the incident reviews built at once
-	echo    *echo.Echo
+	store    audit.Store
+	writes   WriteReporter
+	sources  func() []audit.Source
+	known    map[string]audit.SourceKind
+	tokens   [][32]byte // SHA-256 of each ingest token
+	ready    func(ctx context.Context) error
+	now      func() time.Time
+	margin   float64
+	alerts   func() (firing, resolved []alert.Alert)
+	logger   *slog.Logger
+	metrics  *metrics
+	auth     *authenticator // nil: open
+	tls      *tls.Config
+	timeout  Timeouts
+	reviews  *semaphore.Weighted // the incident reviews built at once
+	purposes verdict.Purposes
+	echo     *echo.Echo
 }
 
 // New returns a Server for cfg with its routes and metrics registered.
@@ -152,18 +157,19 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("web: RenewMarginRatio %v: want 0 <= ratio < 1", cfg.RenewMarginRatio)
 	}
 	s := &Server{
-		store:   cfg.Store,
-		writes:  cfg.Writes,
-		sources: cfg.Sources,
-		known:   cfg.KnownSources,
-		ready:   cfg.Ready,
-		now:     cfg.Now,
-		margin:  cfg.RenewMarginRatio,
-		alerts:  cfg.Alerts,
-		logger:  cfg.Logger,
-		tls:     cfg.TLS,
-		timeout: cfg.Timeouts.withDefaults(),
-		reviews: semaphore.NewWeighted(reviewTurns),
+		store:    cfg.Store,
+		writes:   cfg.Writes,
+		sources:  cfg.Sources,
+		known:    cfg.KnownSources,
+		ready:    cfg.Ready,
+		now:      cfg.Now,
+		margin:   cfg.RenewMarginRatio,
+		alerts:   cfg.Alerts,
+		logger:   cfg.Logger,
+		tls:      cfg.TLS,
+		timeout:  cfg.Timeouts.withDefaults(),
+		reviews:  semaphore.NewWeighted(reviewTurns),
+		purposes: cfg.Purposes,
 	}
 	if s.now == nil {
 		s.now = time.Now
@@ -227,6 +233,7 @@ func New(cfg Config) (*Server, error) {
 	api.Match(getHead, "/locks/:id", s.handleAPILock)
 	api.Match(getHead, "/locks/:id/events", s.handleAPIEvents)
 	api.Match(getHead, "/locks/:id/tenures", s.handleAPITenures)
+	api.Match(getHead, "/locks/:id/verdict", s.handleAPIVerdict)
 	api.Match(getHead, "/findings", s.handleAPIFindings)
 	api.POST("/writes", s.handleIngest)
 

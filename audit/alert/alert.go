@@ -9,10 +9,10 @@ package alert
 
 import (
 	"hash/fnv"
-	"path"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
 )
 
 // Alert names (contract with rules and receivers: these are the alertname label).
@@ -136,21 +136,12 @@ const (
 )
 
 // Rule sets thresholds for the locks of one source, the locks whose names
-// match a pattern, or both. Source and Lock may not both be empty.
+// match a pattern, or both (audit.Selector). Source and Lock may not both be
+// empty. A rule with a pattern never applies to a source as a whole
+// (BlindAfter).
 type Rule struct {
-	Source string // a source name; empty: every source
-	// Lock is a path.Match pattern over lock names; empty: every lock. As in
-	// path.Match, '*' does not cross '/': "kube-system/*" matches the Leases
-	// of one namespace, "/locks/*" the etcd locks under one prefix. A rule
-	// with a pattern never applies to a source as a whole (BlindAfter).
-	Lock string
+	audit.Selector
 	Thresholds
-}
-
-// ValidPattern reports whether p is a well-formed Lock pattern.
-func ValidPattern(p string) bool {
-	_, err := path.Match(p, "")
-	return err == nil
 }
 
 // Config configures an Evaluator.
@@ -200,7 +191,7 @@ func (c Config) For(source, name string) Thresholds {
 	}
 	var matched []int
 	for i, r := range c.Rules {
-		if r.matches(source, name) {
+		if r.Matches(source, name) {
 			matched = append(matched, i)
 		}
 	}
@@ -208,7 +199,7 @@ func (c Config) For(source, name string) Thresholds {
 	// stable sort keeps file order among equals, and the reverse below makes
 	// the earlier rule win a tie.
 	slices.Reverse(matched)
-	slices.SortStableFunc(matched, func(i, j int) int { return c.Rules[i].specificity().compare(c.Rules[j].specificity()) })
+	slices.SortStableFunc(matched, func(i, j int) int { return c.Rules[i].Selector.Compare(c.Rules[j].Selector) })
 	for _, i := range matched {
 		set(&t, c.Rules[i].Thresholds)
 	}
@@ -225,71 +216,4 @@ func (c Config) For(source, name string) Thresholds {
 		t.BlindAfter = DefaultBlindAfter
 	}
 	return t
-}
-
-func (r Rule) matches(source, name string) bool {
-	if r.Source != "" && r.Source != source {
-		return false
-	}
-	if r.Lock == "" {
-		return true
-	}
-	if name == "" {
-		return false
-	}
-	ok, err := path.Match(r.Lock, name)
-	return ok && err == nil
-}
-
-// specificity ranks a rule; compare orders less specific first.
-type specificity struct {
-	kind    int // 0 source only, 1 lock only, 2 source and lock
-	exact   bool
-	literal int
-}
-
-func (s specificity) compare(o specificity) int {
-	switch {
-	case s.kind != o.kind:
-		return s.kind - o.kind
-	case s.exact != o.exact:
-		if s.exact {
-			return 1
-		}
-		return -1
-	}
-	return s.literal - o.literal
-}
-
-func (r Rule) specificity() specificity {
-	var s specificity
-	if r.Lock != "" {
-		s.kind = 1
-		if r.Source != "" {
-			s.kind = 2
-		}
-	}
-	s.exact = r.Lock != "" && !strings.ContainsAny(r.Lock, `*?[\`)
-	s.literal = literals(r.Lock)
-	return s
-}
-
-// literals counts the characters of pattern p that match only themselves.
-func literals(p string) int {
-	n := 0
-	for i := 0; i < len(p); i++ {
-		switch p[i] {
-		case '*', '?':
-		case '[':
-			if j := strings.IndexByte(p[i+1:], ']'); j >= 0 {
-				i += j + 1
-			}
-		case '\\':
-			i++
-			n++
-		default:
-			n++
-		}
-	}
-	return n
 }

@@ -89,7 +89,7 @@ type active struct {
 }
 
 // New returns an evaluator with nothing firing. cfg's rules should be valid
-// (see ValidPattern); a rule whose pattern is malformed never matches.
+// (see audit.ValidPattern); a rule whose pattern is malformed never matches.
 func New(cfg Config) *Evaluator {
 	return &Evaluator{cfg: cfg, active: make(map[string]*active), downSince: make(map[string]time.Time),
 		near: make(map[audit.LockKey]nearAlert)}

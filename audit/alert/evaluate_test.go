@@ -286,12 +286,12 @@ func TestThresholds(t *testing.T) {
 	cfg := Config{
 		Defaults: Thresholds{RenewMarginRatio: 0.25, BlindAfter: time.Minute},
 		Rules: []Rule{
-			{Source: "prod", Thresholds: Thresholds{RenewMarginRatio: 0.3, BlindAfter: 10 * time.Second}},
-			{Lock: "/locks/*", Thresholds: Thresholds{RenewMarginRatio: 0.4}},
-			{Lock: "/locks/billing-*", Thresholds: Thresholds{RenewMarginRatio: 0.5, LostHold: time.Hour}},
-			{Lock: "/locks/billing-ledger", Thresholds: Thresholds{RenewMarginRatio: 0.6}},
-			{Source: "prod", Lock: "/locks/*", Thresholds: Thresholds{RenewMarginRatio: 0.45}},
-			{Lock: "/locks/*-ledger", Thresholds: Thresholds{RenewMarginRatio: 0.55}}, // ties with billing-*: the earlier wins
+			{Selector: audit.Selector{Source: "prod"}, Thresholds: Thresholds{RenewMarginRatio: 0.3, BlindAfter: 10 * time.Second}},
+			{Selector: audit.Selector{Lock: "/locks/*"}, Thresholds: Thresholds{RenewMarginRatio: 0.4}},
+			{Selector: audit.Selector{Lock: "/locks/billing-*"}, Thresholds: Thresholds{RenewMarginRatio: 0.5, LostHold: time.Hour}},
+			{Selector: audit.Selector{Lock: "/locks/billing-ledger"}, Thresholds: Thresholds{RenewMarginRatio: 0.6}},
+			{Selector: audit.Selector{Source: "prod", Lock: "/locks/*"}, Thresholds: Thresholds{RenewMarginRatio: 0.45}},
+			{Selector: audit.Selector{Lock: "/locks/*-ledger"}, Thresholds: Thresholds{RenewMarginRatio: 0.55}}, // ties with billing-*: the earlier wins
 		},
 	}
 	tests := []struct {

@@ -25,7 +25,7 @@ func heldLock(name string, class audit.Class, renewed time.Time, lease time.Dura
 func TestWatchList(t *testing.T) {
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
 	cfg := Config{Defaults: Thresholds{RenewMarginRatio: 0.25},
-		Rules: []Rule{{Lock: "slow-*", Thresholds: Thresholds{RenewMarginRatio: 0.5}}}}
+		Rules: []Rule{{Selector: audit.Selector{Lock: "slow-*"}, Thresholds: Thresholds{RenewMarginRatio: 0.5}}}}
 	w := NewWatchList(cfg)
 	locks := make(map[audit.LockKey]audit.Lock)
 	put := func(l audit.Lock) {

@@ -452,3 +452,28 @@ func earlier(a, b time.Time) time.Time {
 	}
 	return b
 }
+
+// PurposeRule declares what the locks a selector picks are for.
+type PurposeRule struct {
+	audit.Selector
+	Purpose Purpose
+}
+
+// Purposes are the configured purpose rules.
+type Purposes []PurposeRule
+
+// For returns the purpose of lock name of source: that of the most specific
+// rule that matches it (audit.Selector.Compare; the earlier on a tie), and
+// PurposeCorrectness when none does.
+func (ps Purposes) For(source, name string) Purpose {
+	best := -1
+	for i, r := range ps {
+		if r.Matches(source, name) && (best < 0 || r.Selector.Compare(ps[best].Selector) > 0) {
+			best = i
+		}
+	}
+	if best < 0 || ps[best].Purpose == "" {
+		return PurposeCorrectness
+	}
+	return ps[best].Purpose
+}

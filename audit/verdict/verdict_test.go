@@ -285,3 +285,27 @@ func TestFigures(t *testing.T) {
 		t.Errorf("longest gap %v after %q, want 15s after b", v.LongestGap, v.GapAfter.Holder)
 	}
 }
+
+// The most specific purpose rule wins, the earlier on a tie; a lock no
+// rule names is for correctness.
+func TestPurposesFor(t *testing.T) {
+	ps := verdict.Purposes{
+		{Selector: audit.Selector{Source: "cache"}, Purpose: verdict.PurposeEfficiency},
+		{Selector: audit.Selector{Source: "cache", Lock: "ledger-*"}, Purpose: verdict.PurposeCorrectness},
+		{Selector: audit.Selector{Lock: "warm-*"}, Purpose: verdict.PurposeEfficiency},
+		{Selector: audit.Selector{Lock: "warm-?"}, Purpose: verdict.PurposeCorrectness}, // as specific as warm-*: the earlier wins
+	}
+	for _, c := range []struct {
+		source, name string
+		want         verdict.Purpose
+	}{
+		{"cache", "thumbnails", verdict.PurposeEfficiency},
+		{"cache", "ledger-eu", verdict.PurposeCorrectness},
+		{"etcd", "warm-a", verdict.PurposeEfficiency},
+		{"etcd", "orders", verdict.PurposeCorrectness},
+	} {
+		if got := ps.For(c.source, c.name); got != c.want {
+			t.Errorf("For(%s, %s) = %s, want %s", c.source, c.name, got, c.want)
+		}
+	}
+}

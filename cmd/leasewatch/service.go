@@ -174,6 +174,7 @@ func (s *service) startWeb(sources func() []audit.Source, reg *prometheus.Regist
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		Auth:             webAuth(cfg.Auth),
 		TLS:              tlsConfig,
+		Purposes:         cfg.VerdictPurposes(),
 	})
 	if err != nil {
 		return err

@@ -55,6 +55,8 @@ type Config struct {
 	Metrics         MetricsConfig   `yaml:"metrics"`
 	Retention       RetentionConfig `yaml:"retention"`
 	Sources         []SourceConfig  `yaml:"sources"`
+	// Purposes say which locks only avoid duplicate work (purpose.go).
+	Purposes []PurposeConfig `yaml:"purposes"`
 	// Replication shares the sources among replicas (replication.go).
 	Replication ReplicationConfig `yaml:"replication"`
 }
@@ -134,7 +136,7 @@ func (a AlertsConfig) Alert() alert.Config {
 		IncludeHeartbeats: a.IncludeHeartbeats,
 	}
 	for _, r := range a.Rules {
-		cfg.Rules = append(cfg.Rules, alert.Rule{Source: r.Source, Lock: r.Lock, Thresholds: alert.Thresholds{
+		cfg.Rules = append(cfg.Rules, alert.Rule{Selector: audit.Selector{Source: r.Source, Lock: r.Lock}, Thresholds: alert.Thresholds{
 			RenewMarginRatio: r.RenewMarginRatio,
 			LostHold:         r.LostHold,
 			FencingHold:      r.FencingHold,
@@ -625,6 +627,9 @@ func (c *Config) Validate() error {
 	if err := c.Retention.validate(); err != nil {
 		return fmt.Errorf("retention.%w", err)
 	}
+	if err := validatePurposes(c.Purposes, c.Sources); err != nil {
+		return err
+	}
 	if err := c.Replication.validate(c); err != nil {
 		return fmt.Errorf("replication.%w", err)
 	}
@@ -691,7 +696,7 @@ func (r *AlertRule) validate(field string, sources []SourceConfig) error {
 		return fmt.Errorf("%s: names neither a source nor a lock pattern, so it would apply everywhere: set the alerts-level keys instead", field)
 	case r.Source != "" && !slices.ContainsFunc(sources, func(s SourceConfig) bool { return s.Name == r.Source }):
 		return fmt.Errorf("%s.source: %q is not the name of a configured source", field, r.Source)
-	case r.Lock != "" && !alert.ValidPattern(r.Lock):
+	case r.Lock != "" && !audit.ValidPattern(r.Lock):
 		return fmt.Errorf("%s.lock: %q is not a valid pattern (path.Match syntax: *, ?, [a-z], \\)", field, r.Lock)
 	case r.RenewMarginRatio < 0 || r.RenewMarginRatio >= 1:
 		return fmt.Errorf("%s.renew_margin_ratio: %v is outside (0, 1)", field, r.RenewMarginRatio)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
+	"github.com/leasewatch/leasewatch/audit/verdict"
 )
 
 func TestParseConfigContractExample(t *testing.T) {
@@ -138,9 +139,9 @@ sources:
 		Defaults:          alert.Thresholds{RenewMarginRatio: 0.3, BlindAfter: 45 * time.Second, FencingHold: time.Hour, LostHold: 10 * time.Minute},
 		IncludeHeartbeats: true,
 		Rules: []alert.Rule{
-			{Source: "prod-etcd", Thresholds: alert.Thresholds{BlindAfter: 2 * time.Minute}},
-			{Lock: "/locks/billing-*", Thresholds: alert.Thresholds{RenewMarginRatio: 0.5}},
-			{Source: "prod-etcd", Lock: "/locks/billing-ledger", Thresholds: alert.Thresholds{FencingHold: 24 * time.Hour, LostHold: time.Hour}},
+			{Selector: audit.Selector{Source: "prod-etcd"}, Thresholds: alert.Thresholds{BlindAfter: 2 * time.Minute}},
+			{Selector: audit.Selector{Lock: "/locks/billing-*"}, Thresholds: alert.Thresholds{RenewMarginRatio: 0.5}},
+			{Selector: audit.Selector{Source: "prod-etcd", Lock: "/locks/billing-ledger"}, Thresholds: alert.Thresholds{FencingHold: 24 * time.Hour, LostHold: time.Hour}},
 		},
 	}
 	if !reflect.DeepEqual(got, want) {
@@ -238,6 +239,13 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"RuleNegativeBlindAfter", "sources:\n" + etcd + "alerts:\n  rules:\n    - source: e\n      blind_after: -1m\n", "alerts.rules[0].blind_after"},
 		{"RuleHoldNotADuration", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n      lost_hold: long\n", "alerts.rules[0].lost_hold"},
 		{"DuplicateRule", "alerts:\n  rules:\n    - lock: \"/locks/*\"\n      lost_hold: 1m\n    - lock: \"/locks/*\"\n      fencing_hold: 1m\n", "alerts.rules[1]: rules[0] already"},
+		{"PurposeEverywhere", "purposes:\n  - purpose: efficiency\n", "purposes[0]: names neither"},
+		{"PurposeUnknownSource", "sources:\n" + etcd + "purposes:\n  - source: prod\n    purpose: efficiency\n", "purposes[0].source"},
+		{"PurposeBadPattern", "purposes:\n  - lock: \"[a\"\n    purpose: efficiency\n", "purposes[0].lock"},
+		{"PurposeMissing", "purposes:\n  - lock: \"warm-*\"\n", "purposes[0].purpose: required"},
+		{"PurposeUnknown", "purposes:\n  - lock: \"warm-*\"\n    purpose: speed\n", "purposes[0].purpose: want correctness or efficiency"},
+		{"PurposeUnknownField", "purposes:\n  - lock: \"warm-*\"\n    purpose: efficiency\n    reason: cache\n", "purposes[0].reason"},
+		{"PurposeDuplicate", "purposes:\n  - lock: \"warm-*\"\n    purpose: efficiency\n  - lock: \"warm-*\"\n    purpose: correctness\n", "purposes[1]: purposes[0] already"},
 		{"RetentionNotADuration", "retention:\n  events: soon\n", "retention.events (line 2)"},
 		{"RetentionZeroDays", "retention:\n  findings: 0d\n", "retention.findings"},
 		{"RetentionNegative", "retention:\n  events: -1h\n", "retention.events"},
@@ -249,6 +257,20 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { parseFailsInEachStyle(t, tt.yaml, tt.want, nil) })
+	}
+}
+
+func TestParsePurposes(t *testing.T) {
+	cfg, err := Parse([]byte("sources:\n  - name: cache\n    kind: redis\n    addr: 127.0.0.1:6379\n    patterns: [\"lock:*\"]\npurposes:\n  - source: cache\n    purpose: efficiency\n  - source: cache\n    lock: \"ledger-*\"\n    purpose: correctness\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps := cfg.VerdictPurposes()
+	if got := ps.For("cache", "thumbnails"); got != verdict.PurposeEfficiency {
+		t.Errorf("cache/thumbnails is for %s, want efficiency", got)
+	}
+	if got := ps.For("cache", "ledger-eu"); got != verdict.PurposeCorrectness {
+		t.Errorf("cache/ledger-eu is for %s, want correctness", got)
 	}
 }
 

@@ -1,0 +1,80 @@
+package web
+
+import (
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/verdict"
+)
+
+func TestAPIVerdict(t *testing.T) {
+	f := newFixture(t)
+	path := "/api/v1/locks/" + itoa(f.orders.ID) + "/verdict"
+
+	// The orders lock's whole history: two fenced grants, and the one late
+	// write orders-db rejected.
+	v := f.getJSON(t, path, http.StatusOK)
+	wantKeys(t, "verdict", v, "lock_id", "from", "to", "purpose", "verdict", "reasons", "grants", "tokened_grants",
+		"token_share", "resources", "overlaps", "overlap_ms", "blind_ms", "blind_share", "longest_gap_ms",
+		"longest_gap_after_seq", "notes")
+	if v["verdict"] != "fenced" || v["purpose"] != "correctness" {
+		t.Errorf("verdict %v for %v, want fenced for correctness", v["verdict"], v["purpose"])
+	}
+	wantNumber(t, "grants", v["grants"], 2)
+	wantNumber(t, "token share", v["token_share"], 1)
+	wantTime(t, "from", v["from"], t0)
+	wantTime(t, "to", v["to"], now)
+	reasons := list(t, v, "reasons")
+	if len(reasons) != 2 || reasons[0]["code"] != "all_fenced" || reasons[0]["decides"] != true || reasons[1]["code"] != "stale_stopped" {
+		t.Fatalf("reasons = %v, want all_fenced, then stale_stopped", reasons)
+	}
+	wantKeys(t, "reason", reasons[1], "code", "decides", "text", "findings", "resource")
+	if reasons[1]["resource"] != "orders-db" || len(reasons[1]["findings"].([]any)) != 1 {
+		t.Errorf("stale_stopped = %v, want orders-db with its finding", reasons[1])
+	}
+	resources := list(t, v, "resources")
+	if len(resources) != 1 {
+		t.Fatalf("resources = %v, want orders-db alone", resources)
+	}
+	wantKeys(t, "resource", resources[0], "resource", "accepted", "rejected", "untokened", "stale_stopped",
+		"unfenced_landed", "max_exposure_ms", "total_exposure_ms", "last_report_at")
+	wantNumber(t, "rejected", resources[0]["rejected"], 1)
+	wantNumber(t, "stale stopped", resources[0]["stale_stopped"], 1)
+	wantTime(t, "last report", resources[0]["last_report_at"], t0.Add(11*time.Minute))
+	// worker-1's lease expired at 13 s; worker-2 was granted at 10 min.
+	wantNumber(t, "longest gap", v["longest_gap_ms"], float64((10*time.Minute - 13*time.Second).Milliseconds()))
+	wantNumber(t, "gap after", v["longest_gap_after_seq"], 1)
+
+	// Before the late write, nobody had reported one.
+	v = f.getJSON(t, path+"?from="+url.QueryEscape(t0.Format(time.RFC3339))+"&to="+url.QueryEscape(t0.Add(time.Minute).Format(time.RFC3339)), http.StatusOK)
+	if v["verdict"] != "unverified" || list(t, v, "reasons")[0]["code"] != "no_writes" {
+		t.Errorf("first minute: %v, want unverified for no writes", v)
+	}
+	// A grant without a token is a hint.
+	if v := f.getJSON(t, "/api/v1/locks/"+itoa(f.hostile.ID)+"/verdict", http.StatusOK); v["verdict"] != "unverified" || list(t, v, "reasons")[0]["code"] != "no_tokens" {
+		t.Errorf("hostile lock: %v, want unverified for no tokens", v)
+	}
+
+	for _, c := range []struct{ query, field string }{
+		{"?from=yesterday", "from"},
+		{"?to=soon", "to"},
+		{"?from=" + url.QueryEscape(t0.Format(time.RFC3339)) + "&to=" + url.QueryEscape(t0.Add(-time.Hour).Format(time.RFC3339)), "to"},
+	} {
+		wantError(t, f.getJSON(t, path+c.query, http.StatusBadRequest), c.field)
+	}
+	wantError(t, f.getJSON(t, "/api/v1/locks/999999/verdict", http.StatusNotFound), "999999")
+}
+
+// A lock declared for efficiency says so, whatever its writes show.
+func TestAPIVerdictPurpose(t *testing.T) {
+	f := newFixture(t, func(c *Config) {
+		c.Purposes = verdict.Purposes{{Selector: audit.Selector{Source: "prod-etcd", Lock: "/locks/*"}, Purpose: verdict.PurposeEfficiency}}
+	})
+	v := f.getJSON(t, "/api/v1/locks/"+itoa(f.orders.ID)+"/verdict", http.StatusOK)
+	if v["verdict"] != "efficiency" || v["purpose"] != "efficiency" {
+		t.Errorf("verdict %v for %v, want efficiency", v["verdict"], v["purpose"])
+	}
+}
