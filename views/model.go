@@ -133,6 +133,7 @@ type LockRow struct {
 // findings and events within the chosen window.
 type LockPage struct {
 	Lock            LockSummary
+	Verdict         VerdictPanel
 	Live            Live // empty for a fixed (custom) window
 	Window          WindowNav
 	Timeline        Timeline
@@ -147,6 +148,37 @@ type LockPage struct {
 	EventsNewer     string // URL of the newest events page; empty on it
 	EventsOlder     string // URL of the next (older) events page; empty when none
 	ReviewURL       string // the incident review of this lock in this window; empty if none
+}
+
+// VerdictPanel is a lock's safety verdict over one scope (the page's
+// window, the last 24 hours or the whole history), at the top of its page.
+type VerdictPanel struct {
+	Kind    string // unsafe, unverified, fenced or efficiency
+	Purpose string // correctness or efficiency
+	Scope   string // the scope's words: "in this window", ...
+	Scopes  []Link // the other scopes, Current marking this one
+	Reasons []VerdictReason
+	Figures []Field // label and value: token share, overlaps, blind share, longest gap
+	// Resources are the reporting resources, by name.
+	Resources []VerdictResource
+	Notes     []string
+}
+
+// VerdictReason is one reason of a verdict, linked to its evidence.
+type VerdictReason struct {
+	Text    string
+	Decides bool
+	Href    string // the findings or writes behind it; empty when none
+	Label   string // the link's words
+}
+
+// VerdictResource is what one resource reported in the verdict's scope.
+type VerdictResource struct {
+	Name                       string
+	Accepted, Rejected         int
+	Untokened, Stale, Unfenced int
+	MaxExposure, TotalExposure string
+	LastReport                 Stamp
 }
 
 // WindowNav is the time window control of the lock page.
@@ -379,4 +411,18 @@ type AlertRow struct {
 	Name, Severity, Source, Lock, Holder, Summary string
 	LockURL                                       string
 	StartsAt, EndsAt                              Stamp
+}
+
+// verdictIcon gives each verdict a shape besides its colour.
+func verdictIcon(kind string) string {
+	switch kind {
+	case "unsafe":
+		return "✖"
+	case "unverified":
+		return "?"
+	case "fenced":
+		return "✔"
+	default:
+		return "≈"
+	}
 }

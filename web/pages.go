@@ -423,7 +423,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 
 	base := fmt.Sprintf("/locks/%d", id)
 	keep := url.Values{}
-	for _, k := range []string{"tz", "kind"} {
+	for _, k := range []string{"tz", "kind", "verdict"} {
 		if v := q.Get(k); v != "" {
 			keep.Set(k, v)
 		}
@@ -465,6 +465,9 @@ func (s *Server) handleLockPage(c echo.Context) error {
 			"from": {w.From.UTC().Format(time.RFC3339Nano)}, "to": {w.To.UTC().Format(time.RFC3339Nano)}}.Encode(),
 		EventFilter: views.EventFilter{Kind: string(ef.Kind)},
 		Window:      s.windowNav(base, q, keep, w, loc, now, idle),
+	}
+	if p.Verdict, err = s.verdictPanel(ctx, l, q, base, w, loc, now); err != nil {
+		return err
 	}
 	if w.Preset != "" {
 		p.Live = views.Live{ID: "lock-live", URL: c.Request().URL.RequestURI(), Every: refreshLock}
@@ -609,7 +612,7 @@ func (s *Server) windowNav(base string, q, keep url.Values, w window, loc *time.
 		{Label: "UTC", URL: withQuery(base, zq, "tz", ""), Current: loc == time.UTC},
 		{Label: "local", URL: withQuery(base, zq, "tz", localName), Current: loc != time.UTC},
 	}
-	for _, k := range []string{"tz", "kind"} {
+	for _, k := range []string{"tz", "kind", "verdict"} {
 		if v := q.Get(k); v != "" {
 			nav.Hidden = append(nav.Hidden, views.Field{Key: k, Value: v})
 		}

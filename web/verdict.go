@@ -1,12 +1,18 @@
 package web
 
 import (
+	"context"
+	"fmt"
 	"net/http"
+	"net/url"
+	"strconv"
+	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/verdict"
+	"github.com/leasewatch/leasewatch/views"
 )
 
 // verdictJSON is GET /api/v1/locks/{id}/verdict: the lock's safety verdict
@@ -110,4 +116,89 @@ func toVerdictJSON(v verdict.Verdict) verdictJSON {
 		})
 	}
 	return j
+}
+
+// verdictScopes are the lock page's verdict scopes (its verdict parameter):
+// the page's window, the last 24 hours, the whole retained history.
+var verdictScopes = []struct{ param, label, words string }{
+	{"", "this window", "in this window"},
+	{"24h", "last 24 h", "over the last 24 hours"},
+	{"all", "whole history", "over the whole history"},
+}
+
+// verdictPanel judges lock l over the scope the page asks for (q's verdict:
+// "", 24h or all) and shapes it for the lock page at base.
+func (s *Server) verdictPanel(ctx context.Context, l audit.Lock, q url.Values, base string, pageWindow window, loc *time.Location, now time.Time) (views.VerdictPanel, error) {
+	scope := q.Get("verdict")
+	w := verdict.Window{From: pageWindow.From, To: pageWindow.To}
+	switch scope {
+	case "":
+	case "24h":
+		w = verdict.Window{From: now.Add(-24 * time.Hour), To: now}
+	case "all":
+		w = verdict.Window{To: now}
+	default:
+		return views.VerdictPanel{}, audit.Errorf(audit.EINVALID, "verdict: want 24h or all, not %q", scope)
+	}
+	v, err := verdict.Load(ctx, s.store, l, w, s.purposes.For(l.Source, l.Name), now)
+	if err != nil {
+		return views.VerdictPanel{}, err
+	}
+	p := views.VerdictPanel{Kind: string(v.Kind), Purpose: string(v.Purpose), Notes: v.Notes}
+	for _, sc := range verdictScopes {
+		p.Scopes = append(p.Scopes, views.Link{Label: sc.label, URL: withQuery(base, q, "verdict", sc.param) + "#verdict", Current: sc.param == scope})
+		if sc.param == scope {
+			p.Scope = sc.words
+		}
+	}
+	evidence := func(kind audit.FindingKind, resource string) string {
+		return withQuery("/findings", url.Values{"lock": {strconv.FormatInt(l.ID, 10)},
+			"from": {v.Window.From.UTC().Format(time.RFC3339Nano)}, "to": {v.Window.To.UTC().Format(time.RFC3339Nano)}},
+			"kind", string(kind), "resource", resource)
+	}
+	for _, r := range v.Reasons {
+		vr := views.VerdictReason{Text: printable(r.Text), Decides: r.Decides}
+		if kind, ok := reasonFindings[r.Code]; ok && len(r.Findings) > 0 {
+			vr.Href, vr.Label = evidence(kind, r.Resource), fmt.Sprintf("%d findings", len(r.Findings))
+			if len(r.Findings) == 1 {
+				vr.Label = "the finding"
+			}
+			if r.Code == verdict.ReasonRegressionWrites || r.Code == verdict.ReasonRegression {
+				vr.Href = evidence("", "") // regressions and reuses: two kinds
+			}
+		}
+		p.Reasons = append(p.Reasons, vr)
+	}
+	p.Figures = []views.Field{
+		{Key: "Grants with a token", Value: fmt.Sprintf("%d of %d (%.0f%%)", v.Tokened, v.Grants, 100*v.TokenShare())},
+		{Key: "Overlaps", Value: fmt.Sprintf("%d, %s", v.Overlaps, durationOrNone(v.OverlapTime))},
+		{Key: "Blind", Value: fmt.Sprintf("%.1f%% (%s)", 100*v.BlindShare(), durationOrNone(v.Blind))},
+		{Key: "Longest wait for the next grant", Value: durationOrNone(v.LongestGap)},
+	}
+	for _, r := range v.Resources {
+		p.Resources = append(p.Resources, views.VerdictResource{
+			Name: printable(r.Resource), Accepted: r.Accepted, Rejected: r.Rejected, Untokened: r.Untokened,
+			Stale: r.Stale, Unfenced: r.Unfenced, MaxExposure: duration(r.MaxExposure), TotalExposure: duration(r.TotalExposure),
+			LastReport: stampAgo(r.LastReport, loc, now),
+		})
+	}
+	return p, nil
+}
+
+// reasonFindings is the finding kind behind each reason that has findings.
+var reasonFindings = map[verdict.ReasonCode]audit.FindingKind{
+	verdict.ReasonUnfencedWrite:    audit.FindingUnfencedWrite,
+	verdict.ReasonOverlapWrites:    audit.FindingOverlap,
+	verdict.ReasonOverlap:          audit.FindingOverlap,
+	verdict.ReasonRegressionWrites: audit.FindingTokenRegression,
+	verdict.ReasonRegression:       audit.FindingTokenRegression,
+	verdict.ReasonStaleStopped:     audit.FindingStaleWrite,
+}
+
+// durationOrNone is d in words, "none" for zero.
+func durationOrNone(d time.Duration) string {
+	if d <= 0 {
+		return "none"
+	}
+	return duration(d)
 }

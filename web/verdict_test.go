@@ -78,3 +78,29 @@ func TestAPIVerdictPurpose(t *testing.T) {
 		t.Errorf("verdict %v for %v, want efficiency", v["verdict"], v["purpose"])
 	}
 }
+
+// The lock page opens with the verdict of its window, its reasons linked to
+// their findings, and links to the last 24 hours and the whole history.
+func TestLockPageVerdictPanel(t *testing.T) {
+	f := newFixture(t)
+	base := "/locks/" + itoa(f.orders.ID)
+	// In its first minute, before the late write at 11 min, nobody had
+	// reported a write.
+	body := f.page(t, base+"?from="+url.QueryEscape(t0.Format(time.RFC3339))+"&to="+url.QueryEscape(t0.Add(time.Minute).Format(time.RFC3339)), http.StatusOK)
+	wantContains(t, "orders page", body, `id="verdict"`, `verdict-unverified`, "in this window, for correctness",
+		"no resource reported a write")
+
+	body = f.page(t, base+"?verdict=all", http.StatusOK)
+	wantContains(t, "whole history", body, `verdict-fenced`, "over the whole history",
+		"every reported write (1) carried the newest token or was rejected",
+		"orders-db rejected 1 write from an ended or superseded tenure: fencing stopped them",
+		"kind=stale_write", "resource=orders-db", "the finding →",
+		"Grants with a token", "2 of 2 (100%)", "Resources that reported writes", "orders-db")
+	wantContains(t, "scope links", body, `<strong aria-current="true">whole history</strong>`, "verdict=24h")
+
+	body = f.page(t, "/locks/"+itoa(f.hostile.ID)+"?verdict=all", http.StatusOK)
+	wantContains(t, "hostile page", body, "verdict-unverified", "a hint, not a guarantee")
+	wantNotContains(t, "hostile page", body, xss)
+
+	wantContains(t, "bad scope", f.page(t, base+"?verdict=week", http.StatusBadRequest), "verdict: want 24h or all")
+}

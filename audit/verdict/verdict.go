@@ -216,7 +216,7 @@ func Judge(f Facts) Verdict {
 			n += r.Accepted + r.Rejected
 		}
 		v.Reasons = append([]Reason{{Code: ReasonAllFenced, Decides: true,
-			Text: fmt.Sprintf("all %d reported writes carried the newest token or were rejected, with no overlap and no token regression", n)}}, qualifying...)
+			Text: fmt.Sprintf("every reported write (%d) carried the newest token or was rejected, with no overlap and no token regression", n)}}, qualifying...)
 	}
 	return v
 }
