@@ -489,6 +489,27 @@ func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 	})
 	t.Logf("demo story complete %s after the banner", time.Since(start).Round(time.Millisecond))
 
+	// Each verdict, from the demo's own history: worker-1's orders lock is
+	// unsafe through the unfenced cache, the election is unverified, since
+	// nothing reports writes under it, and billing is fenced.
+	want := map[string]string{"/locks/orders": "unsafe", "/election/scheduler": "unverified", "/locks/billing": "fenced"}
+	got := map[string]string{}
+	eventually(t, 20*time.Second, "the demo's locks judged unsafe, unverified and fenced", func() bool {
+		var locks struct{ Locks []apiLock }
+		getJSON(t, base, "/api/v1/locks?source=demo-etcd", &locks)
+		for _, l := range locks.Locks {
+			var v struct{ Verdict string }
+			getJSON(t, base, fmt.Sprintf("/api/v1/locks/%d/verdict", l.ID), &v)
+			got[l.Name] = v.Verdict
+		}
+		for name, verdict := range want {
+			if got[name] != verdict {
+				return false
+			}
+		}
+		return true
+	})
+
 	// With redis-server installed (always in CI), the demo shows Redis locks too.
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		if os.Getenv("CI") == "true" {
