@@ -258,11 +258,19 @@ func (b *browser) noConsoleErrors(page string) {
 	}
 }
 
-func (b *browser) screenshot(dir, name string) {
+func (b *browser) screenshot(dir, name string) { b.screenshotOf(dir, name, "") }
+
+// screenshotOf saves a screenshot of the element sel selects, or of the whole
+// page when sel is empty.
+func (b *browser) screenshotOf(dir, name, sel string) {
 	b.t.Helper()
 	ctx, cancel := context.WithTimeout(b.ctx, 30*time.Second)
 	defer cancel()
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
+	action := chromedp.FullScreenshot(100)
+	if sel != "" {
+		action = chromedp.Screenshot(chromedp.CSS(sel), chromedp.NodeVisible)
+	}
+	png, err := chromedp.Run(ctx, action)
 	if err != nil {
 		b.t.Fatalf("screenshot %s: %v", name, err)
 	}
@@ -412,6 +420,26 @@ func TestBrowserDashboard(t *testing.T) {
 		b.open(ordersPath + "?" + v.Encode())
 		b.screenshot(artifacts, "lock-timeline.png")
 		b.noConsoleErrors("the lock timeline")
+	})
+
+	t.Run("VerdictPanel", func(t *testing.T) {
+		b.t = t
+		b.open(ordersPath + "?verdict=all")
+		kind := eval[string](b, "read the verdict", `document.querySelector("#verdict .verdict-badge").textContent.trim()`)
+		if kind != "✖ unsafe" {
+			t.Errorf("orders' verdict over its whole history reads %q, want ✖ unsafe", kind)
+		}
+		b.screenshotOf(artifacts, "verdict.png", "#verdict")
+		// The deciding reason links to the findings behind it.
+		if href := b.markLink(`a.closest("#verdict li.decides") !== null`); href == "" {
+			t.Fatal("the verdict's deciding reason links to no findings")
+		}
+		b.click()
+		loc := b.waitLocation("the reason's findings", func(loc string) bool { return strings.Contains(loc, "/findings?") })
+		if !strings.Contains(loc, "kind=unfenced_write") {
+			t.Errorf("the unsafe reason led to %s, want the unfenced_write findings", loc)
+		}
+		b.noConsoleErrors("the verdict panel and its findings")
 	})
 
 	t.Run("FollowFindingToTimeline", func(t *testing.T) {
