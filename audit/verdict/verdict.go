@@ -96,8 +96,9 @@ type Verdict struct {
 	// Reasons say why, the ones that decide the verdict first.
 	Reasons []Reason
 
-	// Grants counts the tenures that began in the window; Tokened, those
-	// of them that carried a fencing token.
+	// Grants counts the tenures held at some time in the window (granted
+	// in it or before); Tokened, those of them that carried a fencing
+	// token.
 	Grants, Tokened int
 	// Resources are the resources that reported writes, or that findings
 	// name, by name.
@@ -164,7 +165,7 @@ const (
 	ReasonNoTokens         ReasonCode = "no_tokens"         // unverified: no grant carried a token
 	ReasonSomeUntokened    ReasonCode = "some_untokened"    // unverified: some grants carried no token
 	ReasonNoWrites         ReasonCode = "no_writes"         // unverified: no resource reported a write
-	ReasonNoGrants         ReasonCode = "no_grants"         // unverified: nobody held the lock in the window
+	ReasonNoGrants         ReasonCode = "no_grants"         // unverified: nobody held the lock and nothing was written in the window
 	ReasonBlind            ReasonCode = "blind"             // unverified: the collector was blind for part of the window
 	ReasonOverlap          ReasonCode = "overlap"           // warning: holders overlapped, but no write was accepted meanwhile
 	ReasonRegression       ReasonCode = "regression"        // warning: a token went back or was reused, but nothing was written under it
@@ -234,11 +235,10 @@ func undecided(lists ...[]Reason) []Reason {
 	return out
 }
 
-// grants counts the tenures granted within the window, and those with a
-// token.
+// grants counts the tenures held in the window, and those with a token.
 func (v *Verdict) grants(f Facts) {
 	for _, t := range f.Tenures {
-		if t.GrantedAt.Before(f.Window.From) || t.GrantedAt.After(f.Window.To) {
+		if t.GrantedAt.After(f.Window.To) || !t.Held() && t.EndedAt.Before(f.Window.From) {
 			continue
 		}
 		v.Grants++
@@ -361,7 +361,7 @@ func (v *Verdict) unverifiedReasons() []Reason {
 	}
 	switch {
 	case v.Grants == 0 && reported == 0:
-		out = append(out, Reason{Code: ReasonNoGrants, Decides: true, Text: "nobody was granted the lock and no resource reported a write in the window"})
+		out = append(out, Reason{Code: ReasonNoGrants, Decides: true, Text: "nobody held the lock and no resource reported a write in the window"})
 	case v.Grants > 0 && v.Tokened == 0:
 		out = append(out, Reason{Code: ReasonNoTokens, Decides: true,
 			Text: "no grant carried a fencing token: the lock is a hint, not a guarantee"})

@@ -225,6 +225,22 @@ func TestVerdicts(t *testing.T) {
 		want:    verdict.Efficiency,
 		decides: []verdict.ReasonCode{verdict.ReasonEfficiency},
 		others:  []verdict.ReasonCode{verdict.ReasonUnfencedWrite, verdict.ReasonStaleStopped},
+	}, {
+		name: "a tenure granted before the window counts in it",
+		story: func(s *story) {
+			s.grant("a", 1, -10*time.Minute)
+			s.write("db", 1, audit.WriteAccepted, time.Second)
+		},
+		want:    verdict.Fenced,
+		decides: []verdict.ReasonCode{verdict.ReasonAllFenced},
+	}, {
+		name: "a lock nobody held and nobody wrote under is unverified",
+		story: func(s *story) {
+			s.grant("a", 1, -2*time.Hour)
+			s.release("a", -time.Hour-time.Minute)
+		},
+		want:    verdict.Unverified,
+		decides: []verdict.ReasonCode{verdict.ReasonNoGrants},
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			s := newStory(t)
