@@ -63,6 +63,7 @@ func (s *Server) reviewQuery(q url.Values) (review.Query, error) {
 		Sources:  nonEmpty(q["source"]),
 		Locks:    nonEmpty(q["lock"]),
 		MaxLocks: reviewMaxLocks,
+		Purposes: s.purposes,
 		Options:  review.Options{MaxHandovers: reviewMaxHandovers},
 	}
 	if err := rq.Validate(); err != nil {
@@ -238,6 +239,8 @@ func reviewPage(rq review.Query, r review.Report, now time.Time) views.ReviewPag
 			Name:        printable(l.Lock.Name),
 			Kind:        string(l.Lock.Kind),
 			TimelineURL: timelineURL(l.Lock.ID, rq.Window.From, rq.Window.To),
+			Verdict:     string(l.Verdict.Kind),
+			VerdictURL:  withQuery(fmt.Sprintf("/locks/%d", l.Lock.ID), url.Values{"from": {rq.Window.From.UTC().Format(time.RFC3339Nano)}, "to": {rq.Window.To.UTC().Format(time.RFC3339Nano)}}) + "#verdict",
 		}
 		switch {
 		case l.Omitted > 0:

@@ -225,6 +225,16 @@ func TestReviewPage(t *testing.T) {
 		t.Errorf("the late writes are not marked stale and unfenced")
 	}
 
+	// Each lock's safety verdict over the window, linked to its panel:
+	// orders' cache accepted a late write.
+	badge := doc.Find(`section.review-lock h2 a.verdict-badge[href^="/locks/` + strconv.FormatInt(orders.ID, 10) + `?"]`)
+	if got := strings.TrimSpace(badge.First().Text()); got != "✖ unsafe" {
+		t.Errorf("orders' verdict badge = %q, want ✖ unsafe", got)
+	}
+	if href, _ := badge.Attr("href"); !strings.HasSuffix(href, "#verdict") {
+		t.Errorf("orders' verdict links to %q, want its panel", href)
+	}
+
 	// Links: each lock's timeline over the window, each handover's timeline
 	// around it, and the exports with the same window.
 	wantHref := "/locks/" + strconv.FormatInt(orders.ID, 10) + "?" + q

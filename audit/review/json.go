@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/verdict"
 )
 
 // The JSON form of a report. Field names are stable: scripts depend on them.
@@ -30,6 +31,20 @@ type (
 		Class     string         `json:"class"`
 		Omitted   int            `json:"handovers_omitted"`
 		Handovers []jsonHandover `json:"handovers"`
+		// Verdict is the lock's safety verdict over the window; null in a
+		// report that was not loaded from a store.
+		Verdict *jsonVerdict `json:"verdict"`
+	}
+	jsonVerdict struct {
+		Verdict string       `json:"verdict"`
+		Purpose string       `json:"purpose"`
+		Reasons []jsonReason `json:"reasons"`
+	}
+	jsonReason struct {
+		Code     string  `json:"code"`
+		Decides  bool    `json:"decides"`
+		Text     string  `json:"text"`
+		Findings []int64 `json:"findings"`
 	}
 	jsonHandover struct {
 		At            string         `json:"at"`
@@ -118,7 +133,7 @@ func toJSON(r Report) jsonReport {
 	for _, l := range r.Locks {
 		jl := jsonLock{
 			ID: l.Lock.ID, Source: l.Lock.Source, Kind: string(l.Lock.Kind), Name: l.Lock.Name,
-			Class: string(l.Lock.Class), Omitted: l.Omitted, Handovers: []jsonHandover{},
+			Class: string(l.Lock.Class), Omitted: l.Omitted, Handovers: []jsonHandover{}, Verdict: verdictJSON(l.Verdict),
 		}
 		for _, h := range l.Handovers {
 			jh := jsonHandover{
@@ -163,6 +178,21 @@ func toJSON(r Report) jsonReport {
 		out.Locks = append(out.Locks, jl)
 	}
 	return out
+}
+
+func verdictJSON(v verdict.Verdict) *jsonVerdict {
+	if v.Kind == "" {
+		return nil
+	}
+	jv := &jsonVerdict{Verdict: string(v.Kind), Purpose: string(v.Purpose), Reasons: []jsonReason{}}
+	for _, r := range v.Reasons {
+		ids := r.Findings
+		if ids == nil {
+			ids = []int64{}
+		}
+		jv.Reasons = append(jv.Reasons, jsonReason{Code: string(r.Code), Decides: r.Decides, Text: r.Text, Findings: ids})
+	}
+	return jv
 }
 
 func tenureJSON(t audit.Tenure) jsonTenure {

@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/verdict"
 )
 
 // Query selects what a report covers.
@@ -25,6 +26,9 @@ type Query struct {
 	Locks []string
 	// MaxLocks caps the locks in one report. Default DefaultMaxLocks.
 	MaxLocks int
+	// Purposes say which locks only avoid duplicate work, for each lock's
+	// safety verdict over the window.
+	Purposes verdict.Purposes
 	Options
 }
 
@@ -117,6 +121,10 @@ func Load(ctx context.Context, st audit.Store, q Query) (Report, error) {
 		g.Go(func() error {
 			var err error
 			lrs[i], notes[i], err = loadLock(gctx, st, l, q.Window, opts)
+			if err != nil || len(lrs[i].Handovers) == 0 {
+				return err
+			}
+			lrs[i].Verdict, err = verdict.Load(gctx, st, l, verdict.Window(q.Window), q.Purposes.For(l.Source, l.Name), q.Window.To)
 			return err
 		})
 	}

@@ -58,6 +58,16 @@ func WriteMarkdown(out io.Writer, r Report) error {
 			fmt.Fprintf(w, " Earlier handovers were left out; narrow the window to see them.")
 		}
 		fmt.Fprintf(w, "\n")
+		if v := l.Verdict; v.Kind != "" {
+			fmt.Fprintf(w, "\nVerdict over the window: **%s** (for %s).\n\n", v.Kind, v.Purpose)
+			for _, r := range v.Reasons {
+				if r.Decides {
+					fmt.Fprintf(w, "- **%s**\n", EscapeMarkdown(r.Text))
+				} else {
+					fmt.Fprintf(w, "- %s\n", EscapeMarkdown(r.Text))
+				}
+			}
+		}
 
 		for i, h := range l.Handovers {
 			prev, next := h.Previous, h.Next

@@ -11,7 +11,7 @@
 // dashboard's review page, its Markdown and JSON exports and `leasewatch
 // report` all use Load, so they agree.
 //
-// It imports only the standard library and audit.
+// It imports only the standard library, audit and audit/verdict.
 package review
 
 import (
@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/verdict"
 )
 
 // Window is the closed interval a report covers.
@@ -62,6 +63,9 @@ type LockReport struct {
 	// keep the report to Options.MaxHandovers; -1 means some were, but how
 	// many is unknown.
 	Omitted int
+	// Verdict is the lock's safety verdict over the report's window, which
+	// Load judges; its Kind is empty in a report Build made.
+	Verdict verdict.Verdict
 }
 
 // Handover is one change of hands: Previous's tenure ended (or was

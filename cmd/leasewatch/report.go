@@ -102,6 +102,7 @@ func cmdReport(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		Window:   review.Window{From: from, To: to},
 		Locks:    locks,
 		MaxLocks: max(len(locks), review.DefaultMaxLocks),
+		Purposes: cfg.VerdictPurposes(),
 		Options:  review.Options{MaxHandovers: *maxHandovers, MaxWrites: *maxWrites},
 	}
 	if err := q.Validate(); err != nil {

@@ -108,6 +108,8 @@ func TestReportCommand(t *testing.T) {
 			"## prod-etcd//locks/orders",
 			"At 10:00:02.000Z worker-1 (token 41) stopped renewing; its lease expired 2.0 s after the last renewal. 1.4 s later worker-2 took the lock with token 42.",
 			"The ledger learned token 42 180 ms after the grant; a write with token 41 arrived 3.1 s after the expiry and was rejected by the ledger: fencing held.",
+			"Verdict over the window: **fenced** (for correctness).",
+			"- ledger rejected 1 write from an ended or superseded tenure: fencing stopped them",
 		} {
 			if !strings.Contains(out, s) {
 				t.Errorf("report lacks %q:\n%s", s, out)
@@ -116,7 +118,8 @@ func TestReportCommand(t *testing.T) {
 	})
 	t.Run("JSONFromTheConfigsDatabase", func(t *testing.T) {
 		cfg := filepath.Join(t.TempDir(), "leasewatch.yaml")
-		yaml := "database: " + db + "\nsources:\n  - name: prod-etcd\n    kind: etcd\n    endpoints: [\"127.0.0.1:2379\"]\n    prefixes: [\"/locks/\"]\n"
+		yaml := "database: " + db + "\nsources:\n  - name: prod-etcd\n    kind: etcd\n    endpoints: [\"127.0.0.1:2379\"]\n    prefixes: [\"/locks/\"]\n" +
+			"purposes:\n  - source: prod-etcd\n    lock: \"/locks/*\"\n    purpose: efficiency\n"
 		if err := os.WriteFile(cfg, []byte(yaml), 0o600); err != nil {
 			t.Fatal(err)
 		}
@@ -132,10 +135,15 @@ func TestReportCommand(t *testing.T) {
 					Next     struct{ Token *int64 } `json:"next"`
 					GapMS    int64                  `json:"gap_ms"`
 				} `json:"handovers"`
+				Verdict struct{ Verdict, Purpose string } `json:"verdict"`
 			} `json:"locks"`
 		}
 		if err := json.Unmarshal([]byte(out), &doc); err != nil {
 			t.Fatalf("output is not JSON: %v\n%s", err, out)
+		}
+		// The configuration's purposes reach the report's verdicts.
+		if v := doc.Locks[0].Verdict; v.Verdict != "efficiency" || v.Purpose != "efficiency" {
+			t.Errorf("verdict = %+v, want efficiency, as purposes: declares", v)
 		}
 		h := doc.Locks[0].Handovers[0]
 		if doc.Handovers != 1 || *h.Previous.Token != 41 || *h.Next.Token != 42 || h.GapMS != 1400 {
