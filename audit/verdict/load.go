@@ -1,9 +1,13 @@
 package verdict
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
+
+	"golang.org/x/sync/errgroup"
 
 	"github.com/leasewatch/leasewatch/audit"
 )
@@ -21,33 +25,63 @@ func Load(ctx context.Context, st audit.Store, lock audit.Lock, w Window, purpos
 		return Verdict{}, audit.Errorf(audit.EINVALID, "to: before from")
 	}
 	f := Facts{Lock: lock, Window: w, Purpose: purpose}
-	var notes []string
+	// The reads are independent: on a database server each is a round
+	// trip, and on SQLite each its own connection, so they overlap.
 	read := audit.TimeFilter{From: w.From, To: w.To, Limit: audit.MaxListLimit}
-	var err error
-	if f.Tenures, err = st.Tenures(ctx, lock.ID, read); err != nil {
+	found := make([][]audit.Finding, len(judged))
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(loadParallel)
+	g.Go(func() (err error) {
+		f.Tenures, err = st.Tenures(gctx, lock.ID, read)
+		return err
+	})
+	// Only the kinds a verdict counts: a busy lock's late renewals and
+	// expiries are most of its findings.
+	for i, kind := range judged {
+		g.Go(func() (err error) {
+			found[i], err = st.Findings(gctx, audit.FindingFilter{TimeFilter: read, LockID: lock.ID, Kind: kind, Overlapping: true})
+			return err
+		})
+	}
+	g.Go(func() (err error) {
+		f.Writes, err = st.WriteStats(gctx, lock.ID, audit.TimeFilter{From: w.From, To: w.To})
+		return err
+	})
+	g.Go(func() (err error) {
+		f.Blind, err = st.BlindWindows(gctx, audit.BlindFilter{TimeFilter: read, Source: lock.Source})
+		return err
+	})
+	if err := g.Wait(); err != nil {
 		return Verdict{}, fmt.Errorf("verdict of lock %d: %w", lock.ID, err)
 	}
-	notes = capped(notes, len(f.Tenures), "tenures")
-	if f.Findings, err = st.Findings(ctx, audit.FindingFilter{TimeFilter: read, LockID: lock.ID, Overlapping: true}); err != nil {
-		return Verdict{}, fmt.Errorf("verdict of lock %d: %w", lock.ID, err)
+	notes := capped(nil, len(f.Tenures), "tenures")
+	for i, kind := range judged {
+		notes = capped(notes, len(found[i]), string(kind)+" findings")
 	}
-	notes = capped(notes, len(f.Findings), "findings")
+	notes = capped(notes, len(f.Blind), "blind windows")
+	f.Findings = slices.Concat(found...)
+	slices.SortFunc(f.Findings, func(a, b audit.Finding) int {
+		return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.ID, b.ID))
+	})
 	if f.Window.From.IsZero() {
 		f.Window.From = firstRecorded(f, w.To)
 	}
-	if f.Writes, err = st.WriteStats(ctx, lock.ID, audit.TimeFilter{From: w.From, To: w.To}); err != nil {
-		return Verdict{}, fmt.Errorf("verdict of lock %d: %w", lock.ID, err)
-	}
-	if f.Blind, err = st.BlindWindows(ctx, audit.BlindFilter{TimeFilter: audit.TimeFilter{From: f.Window.From, To: f.Window.To, Limit: audit.MaxListLimit}, Source: lock.Source}); err != nil {
-		return Verdict{}, fmt.Errorf("verdict of lock %d: %w", lock.ID, err)
-	}
-	notes = capped(notes, len(f.Blind), "blind windows")
+	var err error
 	if f.AcceptedUnder, err = acceptedUnder(ctx, st, f); err != nil {
 		return Verdict{}, fmt.Errorf("verdict of lock %d: %w", lock.ID, err)
 	}
 	v := Judge(f)
 	v.Notes = notes
 	return v, nil
+}
+
+// loadParallel is how many of a verdict's reads run at once.
+const loadParallel = 4
+
+// judged are the finding kinds a verdict is judged from.
+var judged = []audit.FindingKind{
+	audit.FindingUnfencedWrite, audit.FindingStaleWrite, audit.FindingExposure,
+	audit.FindingOverlap, audit.FindingTokenRegression, audit.FindingTokenReuse,
 }
 
 // capped notes a read that returned as many items as one read can.

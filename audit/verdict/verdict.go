@@ -6,7 +6,8 @@
 //
 // Judge is pure: it works only on the Facts it is given, so the same
 // history always gives the same verdict. Load gathers those facts from an
-// audit.Store. It imports only the standard library and audit.
+// audit.Store, its reads side by side (errgroup). It imports only the
+// standard library, errgroup and audit.
 package verdict
 
 import (
