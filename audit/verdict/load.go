@@ -66,9 +66,13 @@ func Load(ctx context.Context, st audit.Store, lock audit.Lock, w Window, purpos
 	if f.Window.From.IsZero() {
 		f.Window.From = firstRecorded(f, w.To)
 	}
-	var err error
-	if f.AcceptedUnder, err = acceptedUnder(ctx, st, f); err != nil {
+	under, skipped, err := acceptedUnder(ctx, st, f)
+	if err != nil {
 		return Verdict{}, fmt.Errorf("verdict of lock %d: %w", lock.ID, err)
+	}
+	f.AcceptedUnder = under
+	if skipped > 0 {
+		notes = append(notes, fmt.Sprintf("the writes under only the newest %d overlaps and token regressions were counted, not under %d earlier ones", maxUnderChecks, skipped))
 	}
 	v := Judge(f)
 	v.Notes = notes
@@ -106,22 +110,31 @@ func firstRecorded(f Facts, to time.Time) time.Time {
 	return first
 }
 
+// maxUnderChecks caps the overlaps and regressions whose writes a verdict
+// counts, one read each, the newest first.
+const maxUnderChecks = 500
+
 // acceptedUnder counts the writes accepted during each overlap, and under
-// each regressed or reused token's tenure, in the store.
-func acceptedUnder(ctx context.Context, st audit.Store, f Facts) (map[int64]int, error) {
-	out := make(map[int64]int)
-	for _, fd := range f.Findings {
+// each regressed or reused token's tenure, in the store; skipped says how
+// many earlier ones past maxUnderChecks it left uncounted.
+func acceptedUnder(ctx context.Context, st audit.Store, f Facts) (under map[int64]int, skipped int, err error) {
+	under = make(map[int64]int)
+	for _, fd := range slices.Backward(f.Findings) {
 		from, to, ok := exposedBy(fd, f)
 		if !ok {
 			continue
 		}
-		h, err := st.WriteCounts(ctx, f.Lock.ID, audit.WriteAccepted, audit.BinFilter{From: from, To: to, Bins: 1})
-		if err != nil {
-			return nil, err
+		if len(under) == maxUnderChecks {
+			skipped++
+			continue
 		}
-		out[fd.ID] = h.Total()
+		h, err := st.WriteCounts(ctx, f.Lock.ID, audit.WriteAccepted, audit.BinFilter{From: from, To: later(to, from), Bins: 1})
+		if err != nil {
+			return nil, 0, err
+		}
+		under[fd.ID] = h.Total()
 	}
-	return out, nil
+	return under, skipped, nil
 }
 
 // exposedBy is the interval over which writes accepted make the finding
