@@ -10,6 +10,7 @@ import (
 	"unicode"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/verdict"
 )
 
 // WriteMarkdown writes r as a Markdown document for a postmortem. Strings
@@ -58,16 +59,7 @@ func WriteMarkdown(out io.Writer, r Report) error {
 			fmt.Fprintf(w, " Earlier handovers were left out; narrow the window to see them.")
 		}
 		fmt.Fprintf(w, "\n")
-		if v := l.Verdict; v.Kind != "" {
-			fmt.Fprintf(w, "\nVerdict over the window: **%s** (for %s).\n\n", v.Kind, v.Purpose)
-			for _, r := range v.Reasons {
-				if r.Decides {
-					fmt.Fprintf(w, "- **%s**\n", EscapeMarkdown(r.Text))
-				} else {
-					fmt.Fprintf(w, "- %s\n", EscapeMarkdown(r.Text))
-				}
-			}
-		}
+		writeVerdict(w, l.Verdict)
 
 		for i, h := range l.Handovers {
 			prev, next := h.Previous, h.Next
@@ -127,6 +119,22 @@ func WriteMarkdown(out io.Writer, r Report) error {
 }
 
 // verdictText says what a write meant for fencing, in words.
+// writeVerdict writes a lock's safety verdict with its reasons, the
+// deciding ones in bold; nothing for a verdict not judged.
+func writeVerdict(w io.Writer, v verdict.Verdict) {
+	if v.Kind == "" {
+		return
+	}
+	fmt.Fprintf(w, "\nVerdict over the window: **%s** (for %s).\n\n", v.Kind, v.Purpose)
+	for _, r := range v.Reasons {
+		if r.Decides {
+			fmt.Fprintf(w, "- **%s**\n", EscapeMarkdown(r.Text))
+		} else {
+			fmt.Fprintf(w, "- %s\n", EscapeMarkdown(r.Text))
+		}
+	}
+}
+
 func verdictText(v Verdict) string {
 	switch v {
 	case VerdictStale:

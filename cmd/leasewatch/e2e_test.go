@@ -446,6 +446,30 @@ func (s *syncBuffer) String() string {
 	return s.b.String()
 }
 
+// demoVerdicts checks each verdict, from the demo's own history: worker-1's
+// orders lock is unsafe through the unfenced cache, the election is
+// unverified, since nothing reports writes under it, and billing is fenced.
+func demoVerdicts(t *testing.T, base string) {
+	t.Helper()
+	want := map[string]string{"/locks/orders": "unsafe", "/election/scheduler": "unverified", "/locks/billing": "fenced"}
+	got := map[string]string{}
+	eventually(t, 20*time.Second, "the demo's locks judged unsafe, unverified and fenced", func() bool {
+		var locks struct{ Locks []apiLock }
+		getJSON(t, base, "/api/v1/locks?source=demo-etcd", &locks)
+		for _, l := range locks.Locks {
+			var v struct{ Verdict string }
+			getJSON(t, base, fmt.Sprintf("/api/v1/locks/%d/verdict", l.ID), &v)
+			got[l.Name] = v.Verdict
+		}
+		for name, verdict := range want {
+			if got[name] != verdict {
+				return false
+			}
+		}
+		return true
+	})
+}
+
 // A new user running the demo sees held locks, a handover, a stale_write
 // and an unfenced_write within 20 seconds of its banner.
 func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
@@ -489,26 +513,7 @@ func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 	})
 	t.Logf("demo story complete %s after the banner", time.Since(start).Round(time.Millisecond))
 
-	// Each verdict, from the demo's own history: worker-1's orders lock is
-	// unsafe through the unfenced cache, the election is unverified, since
-	// nothing reports writes under it, and billing is fenced.
-	want := map[string]string{"/locks/orders": "unsafe", "/election/scheduler": "unverified", "/locks/billing": "fenced"}
-	got := map[string]string{}
-	eventually(t, 20*time.Second, "the demo's locks judged unsafe, unverified and fenced", func() bool {
-		var locks struct{ Locks []apiLock }
-		getJSON(t, base, "/api/v1/locks?source=demo-etcd", &locks)
-		for _, l := range locks.Locks {
-			var v struct{ Verdict string }
-			getJSON(t, base, fmt.Sprintf("/api/v1/locks/%d/verdict", l.ID), &v)
-			got[l.Name] = v.Verdict
-		}
-		for name, verdict := range want {
-			if got[name] != verdict {
-				return false
-			}
-		}
-		return true
-	})
+	demoVerdicts(t, base)
 
 	// With redis-server installed (always in CI), the demo shows Redis locks too.
 	if _, err := exec.LookPath("redis-server"); err != nil {
