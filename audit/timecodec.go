@@ -64,3 +64,19 @@ func TimeOf(n int64) time.Time {
 	}
 	return time.Unix(0, n).UTC()
 }
+
+// MinTime returns the earlier of a and b.
+func MinTime(a, b time.Time) time.Time {
+	if a.Before(b) {
+		return a
+	}
+	return b
+}
+
+// MaxTime returns the later of a and b.
+func MaxTime(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}

@@ -484,7 +484,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		if t.Held() {
 			end = "held"
 		}
-		stop, _ := tenureEnd(t, now, maxTime(now, w.To))
+		stop, _ := tenureEnd(t, now, audit.MaxTime(now, w.To))
 		pad := max(stop.Sub(t.GrantedAt)/10, 5*time.Second)
 		p.Tenures = append(p.Tenures, views.TenureRow{
 			Seq:           t.Seq,

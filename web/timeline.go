@@ -249,7 +249,7 @@ func buildTimeline(in timelineInput) views.Timeline {
 		}
 
 		// Renewals inside this tenure's visible part.
-		visFrom, visTo := maxTime(t.GrantedAt, in.From), minTime(end, in.To)
+		visFrom, visTo := audit.MaxTime(t.GrantedAt, in.From), audit.MinTime(end, in.To)
 		for ri < len(in.Renewals) && in.Renewals[ri].Before(visFrom) {
 			ri++
 		}
@@ -400,7 +400,7 @@ func (b *writeBins) marks(sc timelineScale, y float64, loc *time.Location) []vie
 			from, to := k.counts.Bin(i)
 			out = append(out, views.WriteMark{
 				X: sc.x(from.Add(k.counts.Width / 2)), Y: y + k.dy, Kind: k.kind,
-				Title: fmt.Sprintf("%s %s\n%s → %s", countOf(c, "write", "writes"), k.kind, stampText(from, loc), stampText(minTime(to, sc.to), loc)),
+				Title: fmt.Sprintf("%s %s\n%s → %s", countOf(c, "write", "writes"), k.kind, stampText(from, loc), stampText(audit.MinTime(to, sc.to), loc)),
 			})
 		}
 	}
@@ -427,7 +427,7 @@ func tenureEnd(t audit.Tenure, now, to time.Time) (time.Time, string) {
 		}
 		return end, string(t.End)
 	}
-	end := minTime(now, to)
+	end := audit.MinTime(now, to)
 	if end.Before(t.GrantedAt) {
 		end = t.GrantedAt
 	}
@@ -570,7 +570,7 @@ func appendBar(bars []views.Bar, b views.Bar, t audit.Tenure, lane int, dense *d
 		if prev.W < tlDenseRun && b.X-(prev.X+prev.W) < tlDenseWidth {
 			prev.W = b.X + b.W - prev.X
 			d.n++
-			d.last = maxTime(d.last, end)
+			d.last = audit.MaxTime(d.last, end)
 			d.renewals += t.Renewals
 			if t.Token != nil {
 				if !d.hasToken {
@@ -732,20 +732,6 @@ func orDash(s string) string {
 		return "—"
 	}
 	return s
-}
-
-func minTime(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // sortFindingsForTimeline puts hazards in time order so later ones draw on top.

@@ -102,10 +102,10 @@ func capped(notes []string, n int, what string) []string {
 func firstRecorded(f Facts, to time.Time) time.Time {
 	first := to
 	if len(f.Tenures) > 0 {
-		first = earlier(first, f.Tenures[0].GrantedAt)
+		first = audit.MinTime(first, f.Tenures[0].GrantedAt)
 	}
 	if len(f.Findings) > 0 {
-		first = earlier(first, f.Findings[0].At)
+		first = audit.MinTime(first, f.Findings[0].At)
 	}
 	return first
 }
@@ -128,7 +128,7 @@ func acceptedUnder(ctx context.Context, st audit.Store, f Facts) (under map[int6
 			skipped++
 			continue
 		}
-		h, err := st.WriteCounts(ctx, f.Lock.ID, audit.WriteAccepted, audit.BinFilter{From: from, To: later(to, from), Bins: 1})
+		h, err := st.WriteCounts(ctx, f.Lock.ID, audit.WriteAccepted, audit.BinFilter{From: from, To: audit.MaxTime(to, from), Bins: 1})
 		if err != nil {
 			return nil, 0, err
 		}
@@ -156,7 +156,7 @@ func exposedBy(fd audit.Finding, f Facts) (from, to time.Time, ok bool) {
 			if t.Token != nil && *t.Token == token && t.GrantedAt.Equal(fd.At) {
 				end := f.Window.To
 				if !t.Held() {
-					end = earlier(end, later(t.EndedAt, t.GrantedAt))
+					end = audit.MinTime(end, audit.MaxTime(t.EndedAt, t.GrantedAt))
 				}
 				return t.GrantedAt, end, true
 			}

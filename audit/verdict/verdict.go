@@ -290,7 +290,7 @@ func span(fd audit.Finding, w Window) time.Duration {
 	if fd.Until.IsZero() {
 		return 0
 	}
-	from, to := later(fd.At, w.From), earlier(fd.Until, w.To)
+	from, to := audit.MaxTime(fd.At, w.From), audit.MinTime(fd.Until, w.To)
 	return max(0, to.Sub(from))
 }
 
@@ -302,7 +302,7 @@ func blindTime(blinds []audit.BlindWindow, w Window) time.Duration {
 	var total time.Duration
 	var reach time.Time // the end of what has been counted
 	for _, b := range bs {
-		from, to := later(later(b.From, w.From), reach), earlier(b.To, w.To)
+		from, to := audit.MaxTime(audit.MaxTime(b.From, w.From), reach), audit.MinTime(b.To, w.To)
 		if to.After(from) {
 			total += to.Sub(from)
 			reach = to
@@ -438,20 +438,6 @@ func times(n int) string {
 		return "once"
 	}
 	return fmt.Sprintf("%d times", n)
-}
-
-func later(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
-}
-
-func earlier(a, b time.Time) time.Time {
-	if a.Before(b) {
-		return a
-	}
-	return b
 }
 
 // PurposeRule declares what the locks a selector picks are for.

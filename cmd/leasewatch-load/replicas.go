@@ -15,6 +15,7 @@ import (
 
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
 	"github.com/leasewatch/leasewatch/collectors/redis/redisserver"
@@ -331,7 +332,7 @@ func (l *ownerLog) measure(d *disruption) {
 	for _, source := range d.owned {
 		for _, run := range l.runs[source] {
 			if run.owner != "" && run.owner != d.victim && !strings.Contains(run.owner, ",") && !run.last.Before(d.at) {
-				d.takeovers[source] = maxTime(run.first, d.at).Sub(d.at)
+				d.takeovers[source] = audit.MaxTime(run.first, d.at).Sub(d.at)
 				break
 			}
 		}
@@ -356,13 +357,6 @@ func (l *ownerLog) handovers(source string) [][2]time.Time {
 		prev = run
 	}
 	return out
-}
-
-func maxTime(a, b time.Time) time.Time {
-	if a.After(b) {
-		return a
-	}
-	return b
 }
 
 // fencedWriters post write reports to the replicas. A report the replica
