@@ -163,9 +163,6 @@ func (s *Server) verdictPanel(ctx context.Context, l audit.Lock, q url.Values, b
 			if len(r.Findings) == 1 {
 				vr.Label = "the finding"
 			}
-			if r.Code == verdict.ReasonRegressionWrites || r.Code == verdict.ReasonRegression {
-				vr.Href = evidence("", "") // regressions and reuses: two kinds
-			}
 		}
 		p.Reasons = append(p.Reasons, vr)
 	}
@@ -185,13 +182,14 @@ func (s *Server) verdictPanel(ctx context.Context, l audit.Lock, q url.Values, b
 	return p, nil
 }
 
-// reasonFindings is the finding kind behind each reason that has findings.
+// reasonFindings is the finding kind behind each reason that has findings;
+// "" where they are of two kinds (token regressions and reuses).
 var reasonFindings = map[verdict.ReasonCode]audit.FindingKind{
 	verdict.ReasonUnfencedWrite:    audit.FindingUnfencedWrite,
 	verdict.ReasonOverlapWrites:    audit.FindingOverlap,
 	verdict.ReasonOverlap:          audit.FindingOverlap,
-	verdict.ReasonRegressionWrites: audit.FindingTokenRegression,
-	verdict.ReasonRegression:       audit.FindingTokenRegression,
+	verdict.ReasonRegressionWrites: "",
+	verdict.ReasonRegression:       "",
 	verdict.ReasonStaleStopped:     audit.FindingStaleWrite,
 }
 

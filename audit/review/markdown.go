@@ -27,26 +27,7 @@ func WriteMarkdown(out io.Writer, r Report) error {
 		return t.UTC().Format(clock)
 	}
 
-	fmt.Fprintf(w, "# Incident review\n\n")
-	fmt.Fprintf(w, "- Window: %s to %s (%s)\n", r.Window.From.UTC().Format(clockDateTime), r.Window.To.UTC().Format(clockDateTime), human(r.Window.To.Sub(r.Window.From)))
-	if len(r.Sources) > 0 {
-		names := make([]string, len(r.Sources))
-		for i, s := range r.Sources {
-			names[i] = EscapeMarkdown(s)
-		}
-		fmt.Fprintf(w, "- Sources: %s\n", strings.Join(names, ", "))
-	}
-	fmt.Fprintf(w, "- Handovers: %d in %s", r.Handovers(), plural(len(r.Locks), "lock", "locks"))
-	if r.Quiet > 0 {
-		fmt.Fprintf(w, " (%s without a handover not shown)", plural(r.Quiet, "other lock", "other locks"))
-	}
-	fmt.Fprintf(w, "\n")
-	for _, n := range r.Notes {
-		fmt.Fprintf(w, "- Note: %s\n", EscapeMarkdown(n))
-	}
-	if len(r.Locks) == 0 {
-		fmt.Fprintf(w, "\nNo handovers in this window.\n")
-	}
+	writeHeader(w, r)
 
 	for _, l := range r.Locks {
 		fmt.Fprintf(w, "\n## %s\n\n", EscapeMarkdown(l.Lock.Key().String()))
@@ -119,6 +100,30 @@ func WriteMarkdown(out io.Writer, r Report) error {
 }
 
 // verdictText says what a write meant for fencing, in words.
+// writeHeader writes the report's title, window, sources, counts and notes.
+func writeHeader(w io.Writer, r Report) {
+	fmt.Fprintf(w, "# Incident review\n\n")
+	fmt.Fprintf(w, "- Window: %s to %s (%s)\n", r.Window.From.UTC().Format(clockDateTime), r.Window.To.UTC().Format(clockDateTime), human(r.Window.To.Sub(r.Window.From)))
+	if len(r.Sources) > 0 {
+		names := make([]string, len(r.Sources))
+		for i, s := range r.Sources {
+			names[i] = EscapeMarkdown(s)
+		}
+		fmt.Fprintf(w, "- Sources: %s\n", strings.Join(names, ", "))
+	}
+	fmt.Fprintf(w, "- Handovers: %d in %s", r.Handovers(), plural(len(r.Locks), "lock", "locks"))
+	if r.Quiet > 0 {
+		fmt.Fprintf(w, " (%s without a handover not shown)", plural(r.Quiet, "other lock", "other locks"))
+	}
+	fmt.Fprintf(w, "\n")
+	for _, n := range r.Notes {
+		fmt.Fprintf(w, "- Note: %s\n", EscapeMarkdown(n))
+	}
+	if len(r.Locks) == 0 {
+		fmt.Fprintf(w, "\nNo handovers in this window.\n")
+	}
+}
+
 // writeVerdict writes a lock's safety verdict with its reasons, the
 // deciding ones in bold; nothing for a verdict not judged.
 func writeVerdict(w io.Writer, v verdict.Verdict) {
