@@ -127,6 +127,10 @@ type Input struct {
 	// per grant (Kubernetes leaseTransitions, a Redis INCR counter), so a jump
 	// means grants the collector never saw.
 	SequentialTokens bool
+	// HolderClock says the observations' RenewedAt is the holder's own
+	// clock (a Kubernetes renewTime), not an estimate on the collector's:
+	// a holder whose clock runs ahead shows as clock_skew.
+	HolderClock bool
 }
 
 // WriteOutcome is what a protected resource did with a fenced write.

@@ -25,6 +25,22 @@ const (
 	// FindingLockEvicted: the backend evicted the lock under memory pressure
 	// while its holder still believed it held it.
 	FindingLockEvicted FindingKind = "lock_evicted"
+
+	// Leadership health (health.go).
+
+	// FindingFlapping: the lock was granted more times within an hour than
+	// health.flapping_per_hour.
+	FindingFlapping FindingKind = "flapping"
+	// FindingLeaderless: a lock that is normally held has been free or
+	// expired for longer than health.leaderless_after.
+	FindingLeaderless FindingKind = "leaderless"
+	// FindingTightRenewal: a holder's typical renewal interval leaves less
+	// than health.tight_renewal_margin_ratio of its lease.
+	FindingTightRenewal FindingKind = "tight_renewal"
+	// FindingClockSkew: a holder's clock, as the backend records it, runs
+	// ahead of the collector's by more than health.clock_skew_ratio of its
+	// lease.
+	FindingClockSkew FindingKind = "clock_skew"
 )
 
 // FindingKinds lists every finding kind in a stable order.
@@ -32,7 +48,7 @@ var FindingKinds = []FindingKind{
 	FindingTokenRegression, FindingTokenReuse, FindingTokenSkip, FindingOverlap,
 	FindingExposure, FindingUnfencedWrite, FindingStaleWrite, FindingLateRenewal,
 	FindingLeaseExpired, FindingUnfencedLock, FindingBlindWindow, FindingLockDeleted,
-	FindingLockEvicted,
+	FindingLockEvicted, FindingFlapping, FindingLeaderless, FindingTightRenewal, FindingClockSkew,
 }
 
 // Severity ranks findings (contract).

@@ -427,6 +427,14 @@ type TrackState struct {
 	SequentialTokens bool                      `json:"sequential_tokens,omitempty"`
 	UnfencedReported bool                      `json:"unfenced_reported,omitempty"`
 	Resources        map[string]*ResourceState `json:"resources,omitempty"`
+	// Leadership health (health.go): when the last flapping finding was
+	// raised; when the lock, free now, becomes leaderless if nobody takes
+	// it; the tenures (by Seq) that tight_renewal and clock_skew were
+	// raised for, so that each is raised once.
+	FlappingAt    time.Time `json:"flapping_at,omitzero"`
+	LeaderlessDue time.Time `json:"leaderless_due,omitzero"`
+	TightSeq      int64     `json:"tight_seq,omitempty"`
+	SkewSeq       int64     `json:"skew_seq,omitempty"`
 }
 
 // ResourceState is what the tracker knows of one protected resource's view of

@@ -17,6 +17,13 @@ type lockState struct {
 
 	// As in TrackState.
 	expireByClock, sequentialTokens, unfencedReported bool
+
+	// Leadership health (health.go): when the last flapping finding was
+	// raised; when the lock, free now, becomes leaderless (0: it does not);
+	// the tenures that tight_renewal and clock_skew were raised for. Times
+	// are Unix nanoseconds.
+	flappingAt, leaderlessDue int64
+	tightSeq, skewSeq         int64
 }
 
 // tenure is a Tenure as the tracker keeps it: without the lock's key, which
@@ -35,6 +42,11 @@ type tenure struct {
 	renewals int64
 	end      EndReason // empty while held
 	observed bool
+	// gap is the typical interval between the holder's renewals, over
+	// samples of them (timeRenewal); not saved, so learnt again after a
+	// restart.
+	gap     int64
+	samples uint8
 }
 
 func (tn *tenure) held() bool { return tn.end == "" }
@@ -95,7 +107,8 @@ func (st *lockState) export() TrackState {
 	ts := TrackState{
 		Lock: st.lock(), NextSeq: st.nextSeq, LastGrantToken: st.lastGrantToken,
 		ExpireByClock: st.expireByClock, SequentialTokens: st.sequentialTokens, UnfencedReported: st.unfencedReported,
-		Resources: cloneResources(st.resources),
+		Resources:  cloneResources(st.resources),
+		FlappingAt: timeOrZero(st.flappingAt), LeaderlessDue: timeOrZero(st.leaderlessDue), TightSeq: st.tightSeq, SkewSeq: st.skewSeq,
 	}
 	if len(st.recent) > 0 {
 		ts.Recent = make([]Tenure, len(st.recent))
@@ -113,7 +126,8 @@ func lockStateOf(ts TrackState) *lockState {
 	st := &lockState{
 		key: ts.Lock.Key(), kind: ts.Lock.Kind, class: ts.Lock.Class, nextSeq: ts.NextSeq, lastGrantToken: ts.LastGrantToken,
 		expireByClock: ts.ExpireByClock, sequentialTokens: ts.SequentialTokens, unfencedReported: ts.UnfencedReported,
-		resources: cloneResources(ts.Resources),
+		resources:  cloneResources(ts.Resources),
+		flappingAt: nanosOrZero(ts.FlappingAt), leaderlessDue: nanosOrZero(ts.LeaderlessDue), tightSeq: ts.TightSeq, skewSeq: ts.SkewSeq,
 	}
 	if len(ts.Recent) > 0 {
 		st.recent = make([]tenure, len(ts.Recent))
@@ -140,6 +154,22 @@ func cloneResources(m map[string]*ResourceState) map[string]*ResourceState {
 		c[name] = rc
 	}
 	return c
+}
+
+// timeOrZero and nanosOrZero convert the lock state's optional times, 0 for
+// none.
+func timeOrZero(n int64) time.Time {
+	if n == 0 {
+		return time.Time{}
+	}
+	return timeOf(n)
+}
+
+func nanosOrZero(t time.Time) int64 {
+	if t.IsZero() {
+		return 0
+	}
+	return nanos(t)
 }
 
 // nanos and timeOf are the tracker's short names for the time codec.

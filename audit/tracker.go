@@ -20,6 +20,8 @@ type TrackerConfig struct {
 	// SourceKinds names the kind of each configured source, for locks that a
 	// write report mentions before any collector has seen them.
 	SourceKinds map[string]SourceKind
+	// Health tunes the leadership health findings (health.go).
+	Health HealthConfig
 }
 
 const (
@@ -56,6 +58,9 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 	if cfg.RecentTenures <= 0 {
 		cfg.RecentTenures = 16
 	}
+	cfg.Health = cfg.Health.withDefaults()
+	// Flapping counts the grants of the last hour among the tenures kept.
+	cfg.RecentTenures = max(cfg.RecentTenures, cfg.Health.FlappingPerHour+1)
 	return &Tracker{cfg: cfg, locks: make(map[LockKey]*lockState), live: make(map[string]time.Time)}
 }
 
@@ -165,6 +170,9 @@ func (t *Tracker) Observe(in Input) Batch {
 		}
 		t.expireRunOut(o, st, max(vouched, seenUpTo(st, ob, in.Snapshot)))
 		t.observe(o, st, ob)
+		if in.HolderClock {
+			t.clockSkew(o, st, ob)
+		}
 		if seen != nil {
 			seen[ob.Lock] = true
 		}
@@ -188,7 +196,9 @@ func (t *Tracker) Observe(in Input) Batch {
 // Tick ends the tenures of locks whose backends never report expiry
 // (ExpireByClock) once last renewal + lease duration has passed, by now and
 // by the time up to which their collector is live: while a collector is down
-// or replaying, a renewal may yet arrive, so nothing expires.
+// or replaying, a renewal may yet arrive, so nothing expires. It raises the
+// leaderless finding of a lock left without a holder (health.go) by the same
+// rule, or by now where the backend ends leases itself.
 func (t *Tracker) Tick(now time.Time) Batch {
 	t.advance(now)
 	if !t.dueFrom.IsZero() && now.Before(t.dueFrom) {
@@ -201,20 +211,34 @@ func (t *Tracker) Tick(now time.Time) Batch {
 		earliest = NoNanos // none yet
 		limits   = make(map[string]int64, len(t.live))
 	)
+	// How far the lock's history is known: a source whose leases expire by
+	// the clock vouches for how far it has seen; elsewhere the backend ends
+	// leases itself, and only a leader's absence is judged, by the clock.
+	limit := func(key LockKey, st *lockState) int64 {
+		if !st.expireByClock {
+			return nanos(now)
+		}
+		l, ok := limits[key.Source]
+		if !ok {
+			l = min(t.vouched(key.Source), nanos(now))
+			limits[key.Source] = l
+		}
+		return l
+	}
 	for key, st := range t.locks {
-		cur := st.current()
-		if !st.expireByClock || cur == nil || cur.expires == NoNanos {
+		var at int64 // when the lock is due: leaderless, or its lease run out
+		switch cur := st.current(); {
+		case st.leaderlessDue != 0:
+			at = st.leaderlessDue
+		case st.expireByClock && cur != nil && cur.expires != NoNanos:
+			at = cur.expires
+		default:
 			continue
 		}
-		limit, ok := limits[key.Source]
-		if !ok {
-			limit = min(t.vouched(key.Source), nanos(now))
-			limits[key.Source] = limit
-		}
-		if st.runOut(limit) {
+		if limit(key, st) >= at {
 			due = append(due, key)
-		} else if earliest == NoNanos || cur.expires < earliest {
-			earliest = cur.expires
+		} else if earliest == NoNanos || at < earliest {
+			earliest = at
 		}
 	}
 	t.dueFrom = timeOf(earliest)
@@ -224,7 +248,14 @@ func (t *Tracker) Tick(now time.Time) Batch {
 	sortKeys(due)
 	o := newOutput(len(due))
 	for _, key := range due {
-		t.expireRunOut(o, t.locks[key], limits[key.Source])
+		st := t.locks[key]
+		if st.leaderlessDue == 0 {
+			t.expireRunOut(o, st, limit(key, st))
+		}
+		// A lease that ran out long ago leaves the lock leaderless at once.
+		if due := st.leaderlessDue; due != 0 && due <= limit(key, st) {
+			t.leaderless(o, st)
+		}
 	}
 	return t.done(o)
 }
@@ -302,6 +333,9 @@ func (t *Tracker) done(o *output) Batch {
 		for _, st := range o.locks {
 			if cur := st.current(); st.expireByClock && cur != nil && cur.expires != NoNanos && cur.expiresAt().Before(t.dueFrom) {
 				t.dueFrom = cur.expiresAt()
+			}
+			if due := st.leaderlessDue; due != 0 && timeOf(due).Before(t.dueFrom) {
+				t.dueFrom = timeOf(due)
 			}
 		}
 	}
@@ -486,6 +520,12 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 		}
 	}
 
+	// Taken only after it was due: leaderless all the same, as ticks in
+	// between would have said.
+	if due := st.leaderlessDue; due != 0 && nanos(ob.At) >= due {
+		t.leaderless(o, st)
+	}
+
 	if ob.Token != nil {
 		tok := *ob.Token
 		if last := st.lastGrantToken; last != nil {
@@ -541,7 +581,11 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 	if n := len(st.recent); n > t.cfg.RecentTenures {
 		st.recent = append(st.recent[:0], st.recent[n-t.cfg.RecentTenures:]...)
 	}
+	st.leaderlessDue = 0
 	o.tenure(st, &st.recent[len(st.recent)-1])
+	if ob.Kind == EventGrant {
+		t.flapping(o, st)
+	}
 	o.event(st, Event{Kind: ob.Kind, At: ob.At, Holder: ob.Holder, Token: ob.Token, TTL: ob.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
 }
 
@@ -589,6 +633,9 @@ func (t *Tracker) renew(o *output, st *lockState, cur *tenure, ob Observation) {
 	}
 	if !ob.RenewedAt.IsZero() {
 		detail = withDetail(detail, "renewed_at", ob.RenewedAt.UTC().Format(time.RFC3339Nano))
+	}
+	if ob.Kind == EventRenew && !ob.Inferred {
+		t.timeRenewal(o, st, cur, cur.renewedAt(), at)
 	}
 	cur.renew(at, duration)
 	o.renewal(st)
@@ -687,6 +734,7 @@ func (t *Tracker) end(o *output, st *lockState, cur *tenure, reason EndReason, a
 	cur.ended, cur.end = nanos(at), reason
 	at = cur.endedAt() // as it is kept, so that events, tenure and lock agree
 	o.tenure(st, cur)
+	t.markLeaderless(st)
 	switch reason {
 	case EndReleased:
 		o.event(st, Event{Kind: EventRelease, At: at, Holder: cur.holder, Token: cur.token, TTL: cur.lease, Inferred: inferred, Detail: copyDetail(detail)})

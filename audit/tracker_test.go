@@ -24,13 +24,22 @@ type story struct {
 	kind   audit.SourceKind
 	clock  bool // expire by clock, like Kubernetes and Redis
 	seq    bool // sequential tokens, like leaseTransitions
-	out    audit.Batch
+	// holderClock: renewal times are the holder's clock, like renewTime.
+	holderClock bool
+	out         audit.Batch
 }
 
 func newStory(t *testing.T, kind audit.SourceKind) *story {
-	s := &story{t: t, tr: audit.NewTracker(audit.TrackerConfig{RenewMarginRatio: 0.25}), source: "src", kind: kind}
+	return newStoryWith(t, kind, audit.TrackerConfig{RenewMarginRatio: 0.25})
+}
+
+// newStoryWith is newStory with a tracker configured by cfg. Inputs look as
+// kind's collector makes them.
+func newStoryWith(t *testing.T, kind audit.SourceKind, cfg audit.TrackerConfig) *story {
+	s := &story{t: t, tr: audit.NewTracker(cfg), source: "src", kind: kind}
 	s.clock = kind != audit.KindEtcd
 	s.seq = kind == audit.KindKubernetes
+	s.holderClock = kind == audit.KindKubernetes
 	return s
 }
 
@@ -40,7 +49,7 @@ func (s *story) observe(obs ...audit.Observation) {
 	for i := range obs {
 		obs[i].Lock = s.key()
 	}
-	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Observations: obs, ExpireByClock: s.clock, SequentialTokens: s.seq}))
+	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Observations: obs, ExpireByClock: s.clock, SequentialTokens: s.seq, HolderClock: s.holderClock}))
 }
 
 func (s *story) grant(holder string, token int64, when time.Time, lease time.Duration) {
@@ -621,7 +630,7 @@ func TestTrackerClockExpiryWaitsForTheCollector(t *testing.T) {
 		t.Fatalf("events while the collector is away = %v, want only the grant", got)
 	}
 	// The replay brings the renewals; then the collector is live again.
-	for renewed := 7 * time.Second; renewed <= 56*time.Second; renewed += 7 * time.Second {
+	for renewed := 5 * time.Second; renewed <= 55*time.Second; renewed += 5 * time.Second {
 		s.observe(audit.Observation{Kind: audit.EventRenew, At: at(61 * time.Second), RenewedAt: at(renewed), Holder: "pod-a", Token: audit.Int64(1)})
 	}
 	s.tick(at(62 * time.Second))

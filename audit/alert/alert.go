@@ -1,5 +1,6 @@
 // Package alert evaluates leasewatch's live alerts: leases near expiry, leases
-// lost while held, fencing violations and blind collectors. It is pure: the
+// lost while held, fencing violations, blind collectors, and leadership that
+// flaps or is missing. It is pure: the
 // caller passes the time and what the tracker and the collectors know now, and
 // gets back the alerts that fire and those that just resolved, ready for a
 // sender (Alertmanager) or a page.
@@ -21,7 +22,23 @@ const (
 	LeaseLost        = "LeaseLost"
 	FencingViolation = "FencingViolation"
 	CollectorBlind   = "CollectorBlind"
+	// Leaderless fires from a leaderless finding and goes on firing until
+	// the lock is held again, however long that takes.
+	Leaderless = "Leaderless"
+	// LeadershipFlapping fires from a flapping finding, for FlappingHold.
+	LeadershipFlapping = "LeadershipFlapping"
 )
+
+// FlappingHold is how long LeadershipFlapping fires after a lock's latest
+// flapping finding: the hour that finding counts grants over. The tracker
+// raises the next one no sooner than audit.FlappingRepeat, half of it, so a
+// lock that goes on flapping keeps its alert firing.
+const FlappingHold = time.Hour
+
+// ResolvesOnGrant reports whether the alert named name ends when its lock is
+// granted again: a caller that passes only some locks (Input.Locks) must pass
+// the lock of every such alert that fires.
+func ResolvesOnGrant(name string) bool { return name == LeaseLost || name == Leaderless }
 
 // Label and annotation names, as Alertmanager receives them.
 const (

@@ -29,7 +29,7 @@ type Input struct {
 	// finding on a lock not listed counts as class lock). A caller with many
 	// locks may pass only those that can matter: every held lock with no
 	// more than Config.WidestMargin of its lease left, every lock a finding
-	// names and every lock of a firing LeaseLost alert.
+	// names and every lock of a firing alert that ResolvesOnGrant.
 	Locks []audit.Lock
 	// Findings are those raised since the previous evaluation.
 	Findings []audit.Finding
@@ -109,7 +109,7 @@ func (e *Evaluator) Evaluate(now time.Time, in Input) []Alert {
 	// The locks by key, only when a finding or a lost lease needs them:
 	// evaluation runs several times a second over every lock.
 	var locks map[audit.LockKey]audit.Lock
-	if len(in.Findings) > 0 || e.anyActive(LeaseLost) {
+	if len(in.Findings) > 0 || e.anyActive(ResolvesOnGrant) {
 		locks = make(map[audit.LockKey]audit.Lock, len(in.Locks))
 		for _, l := range in.Locks {
 			locks[l.Key()] = l
@@ -142,10 +142,10 @@ func (e *Evaluator) Evaluate(now time.Time, in Input) []Alert {
 	return append(firing, resolved...)
 }
 
-// anyActive reports whether an alert named name fires.
-func (e *Evaluator) anyActive(name string) bool {
+// anyActive reports whether an alert fires whose name is one of named.
+func (e *Evaluator) anyActive(named func(string) bool) bool {
 	for _, a := range e.active {
-		if a.Name() == name {
+		if named(a.Name()) {
 			return true
 		}
 	}
@@ -155,15 +155,18 @@ func (e *Evaluator) anyActive(name string) bool {
 // holds reports whether a still fires, refreshing its annotations from the
 // condition that keeps it firing. LeaseLost ends once the lock has been
 // granted again after the loss (and the alert was reported firing at least
-// once), or after its hold without a grant.
+// once), or after its hold without a grant; Leaderless only by such a grant.
 func (e *Evaluator) holds(now time.Time, a *active, current map[string]Alert, locks map[audit.LockKey]audit.Lock) bool {
-	if a.hold > 0 {
-		if a.Name() == LeaseLost && a.shown {
-			l, ok := locks[audit.LockKey{Source: a.Labels[LabelSource], Name: a.Labels[LabelLock]}]
-			if ok && l.State == audit.StateHeld && l.ChangedAt.After(a.last) {
-				return false
-			}
+	if name := a.Name(); ResolvesOnGrant(name) && a.shown {
+		l, ok := locks[audit.LockKey{Source: a.Labels[LabelSource], Name: a.Labels[LabelLock]}]
+		if ok && l.State == audit.StateHeld && l.ChangedAt.After(a.last) {
+			return false
 		}
+	}
+	if a.Name() == Leaderless {
+		return true
+	}
+	if a.hold > 0 {
 		return now.Before(a.last.Add(a.hold))
 	}
 	fp := a.Fingerprint()
@@ -195,8 +198,8 @@ func (e *Evaluator) Forget(source string) {
 
 // Resume takes over, from findings another evaluator saw (a source's
 // findings read back from the store by the replica that took the source
-// over), the LeaseLost and FencingViolation alerts that still fire at now:
-// those whose hold has not run out, and, for LeaseLost, whose lock (as locks
+// over), the alerts findings raise that still fire at now: those whose hold
+// has not run out, and, for LeaseLost and Leaderless, whose lock (as locks
 // has it) has not been granted again since the loss. They keep their
 // labels and start, the finding's time, and count as reported firing, so
 // they resolve as they would have where they started. Findings of alerts
@@ -302,7 +305,8 @@ func (e *Evaluator) blind(now time.Time, sources []audit.Source, current map[str
 	}
 }
 
-// findings starts or extends LeaseLost and FencingViolation alerts.
+// findings starts or extends the alerts that findings raise: LeaseLost,
+// FencingViolation, Leaderless and LeadershipFlapping.
 func (e *Evaluator) findings(findings []audit.Finding, locks map[audit.LockKey]audit.Lock) {
 	for _, f := range findings {
 		if l, ok := locks[f.Lock]; ok && !e.watched(l.Class) {
@@ -324,6 +328,13 @@ func (e *Evaluator) findings(findings []audit.Finding, locks map[audit.LockKey]a
 			a = newAlert(LeaseLost, audit.SeverityWarning, f.Lock.Source, f.Lock.Name, holder, f.At,
 				fmt.Sprintf("%s lost %s: its lease expired while it held the lock, and it may still act as if it held it", orUnknown(holder), f.Lock))
 			hold = th.LostHold
+		case f.Kind == audit.FindingLeaderless:
+			a = newAlert(Leaderless, audit.SeverityWarning, f.Lock.Source, f.Lock.Name, "", f.At,
+				fmt.Sprintf("nobody has held %s since %s: whatever it elects or guards has no owner", f.Lock, stamp(f.At)))
+		case f.Kind == audit.FindingFlapping:
+			a = newAlert(LeadershipFlapping, audit.SeverityWarning, f.Lock.Source, f.Lock.Name, "", f.At,
+				fmt.Sprintf("leadership of %s keeps changing hands: more grants within an hour than its holders should need", f.Lock))
+			hold = FlappingHold
 		case sev == audit.SeverityCritical:
 			// One alert per lock, whoever the holders: its labels must not
 			// change while it fires.

@@ -228,6 +228,61 @@ func TestLeaseLost(t *testing.T) {
 	}
 }
 
+func TestLeaderless(t *testing.T) {
+	// The scheduler's election was released at 600s and nobody has taken
+	// it: the tracker raised leaderless a minute later.
+	missing := finding(audit.FindingLeaderless, "prod", "/election/scheduler", 600, "sched-a")
+	free := audit.Lock{Source: "prod", Name: "/election/scheduler", Class: audit.ClassLock, State: audit.StateFree, ChangedAt: at(600)}
+	retaken := func(s float64) audit.Lock {
+		l := held("prod", "/election/scheduler", "sched-b", s, 10)
+		l.ChangedAt = at(s)
+		return l
+	}
+	const day = 24 * 3600
+	play(t, Config{Defaults: Thresholds{LostHold: time.Minute}}, []step{
+		{at: 660.5, in: Input{Locks: []audit.Lock{free}, Findings: []audit.Finding{missing}}, firing: alerts("Leaderless prod//election/scheduler")},
+		// No hold runs out: a stalled election stays loud.
+		{at: day, in: locks(free), firing: alerts("Leaderless prod//election/scheduler")},
+		{at: day + 1, in: locks(retaken(day + 0.5)), resolved: alerts("Leaderless prod//election/scheduler")},
+		{at: day + 2, in: locks(retaken(day + 0.5))},
+	})
+
+	// A replica that takes the source over a day later goes on firing it,
+	// from its start; one for a lock held again since does not come back.
+	e := New(Config{})
+	other := finding(audit.FindingLeaderless, "prod", "/election/compactor", 100, "comp-a")
+	compactor := held("prod", "/election/compactor", "comp-b", day, 10)
+	compactor.ChangedAt = at(200)
+	e.Resume(at(day), []audit.Finding{missing, other}, []audit.Lock{free, compactor})
+	out := e.Evaluate(at(day+1), locks(free, compactor))
+	if got := ids(out); !slices.Equal(got, []string{"Leaderless prod//election/scheduler"}) || !out[0].StartsAt.Equal(missing.At) {
+		t.Fatalf("after the takeover: %q from %v, want only the scheduler's alert firing from %v", got, out[0].StartsAt, missing.At)
+	}
+}
+
+func TestLeadershipFlapping(t *testing.T) {
+	flap := func(s float64) audit.Finding {
+		return finding(audit.FindingFlapping, "prod", "/election/scheduler", s, "sched-a", "sched-b")
+	}
+	play(t, Config{}, []step{
+		{at: 1, in: findings(flap(0.5)), firing: alerts("LeadershipFlapping prod//election/scheduler")},
+		// The tracker raises the next finding half an hour later while the
+		// lock goes on flapping: the alert fires on, without a resolve.
+		{at: 1800, in: findings(flap(1800)), firing: alerts("LeadershipFlapping prod//election/scheduler")},
+		{at: 3600.5, firing: alerts("LeadershipFlapping prod//election/scheduler")},
+		{at: 5399, firing: alerts("LeadershipFlapping prod//election/scheduler")},
+		{at: 5400, resolved: alerts("LeadershipFlapping prod//election/scheduler")},
+		{at: 5401},
+	})
+}
+
+func TestHealthWarningsRaiseNoAlert(t *testing.T) {
+	play(t, Config{}, []step{{at: 1, in: findings(
+		finding(audit.FindingTightRenewal, "prod", "/locks/orders", 0.5, "worker-a"),
+		finding(audit.FindingClockSkew, "prod", "/locks/orders", 0.5, "worker-a"),
+	)}})
+}
+
 func TestFencingViolation(t *testing.T) {
 	cfg := Config{Defaults: Thresholds{FencingHold: 10 * time.Minute}}
 	for _, kind := range []audit.FindingKind{audit.FindingOverlap, audit.FindingUnfencedWrite, audit.FindingTokenRegression, audit.FindingTokenReuse} {

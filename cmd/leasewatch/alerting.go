@@ -59,10 +59,11 @@ type alerting struct {
 
 // owned is how far alerting has taken up a source this replica owns. On a
 // grant, the alerts the previous owner had firing from the source's
-// findings (LeaseLost, FencingViolation) are read back from the store at the
-// next evaluation (resumed); the source's collector-health alert is
-// evaluated at once; its locks only once its collector is up (live), since
-// until then the tracker's picture of them is older than the store's.
+// findings (LeaseLost, FencingViolation, Leaderless, LeadershipFlapping) are
+// read back from the store at the next evaluation (resumed); the source's
+// collector-health alert is evaluated at once; its locks only once its
+// collector is up (live), since until then the tracker's picture of them is
+// older than the store's.
 // Without replication owned is nil and every source is evaluated.
 type owned struct {
 	resumed bool
@@ -84,7 +85,7 @@ func newAlerting(cfg alert.Config, kinds map[string]audit.SourceKind, sources fu
 		live: make(map[string]time.Time), sent: make(map[string]string), watch: alert.NewWatchList(cfg),
 		log: slog.New(slog.DiscardHandler)}
 	for _, th := range append([]alert.Thresholds{cfg.For("", "")}, rulesThresholds(cfg.Rules)...) {
-		a.longestHold = max(a.longestHold, th.LostHold, th.FencingHold)
+		a.longestHold = max(a.longestHold, th.LostHold, th.FencingHold, alert.FlappingHold)
 	}
 	for name, kind := range kinds {
 		if kind.ExpiresByClock() {
@@ -364,15 +365,19 @@ func (a *alerting) takeUp(now time.Time, lost, resume, live []string) {
 }
 
 // readBack returns the findings of source that can still hold an alert at
-// now: those within the longest LostHold or FencingHold of any rule.
+// now: those within the longest LostHold, FencingHold or FlappingHold of any
+// rule, and leaderless findings of any age, whose alert fires until the
+// lock is held again.
 func (a *alerting) readBack(ctx context.Context, now time.Time, source string) ([]audit.Finding, error) {
 	from := now.Add(-a.longestHold)
 	var out []audit.Finding
 	for _, f := range []audit.FindingFilter{
-		{Source: source, Kind: audit.FindingLeaseExpired},
-		{Source: source, Severity: audit.SeverityCritical},
+		{Source: source, Kind: audit.FindingLeaseExpired, TimeFilter: audit.TimeFilter{From: from}},
+		{Source: source, Severity: audit.SeverityCritical, TimeFilter: audit.TimeFilter{From: from}},
+		{Source: source, Kind: audit.FindingFlapping, TimeFilter: audit.TimeFilter{From: from}},
+		{Source: source, Kind: audit.FindingLeaderless},
 	} {
-		f.From, f.Limit = from, audit.MaxListLimit
+		f.Limit = audit.MaxListLimit
 		for page := 0; page < maxReadBackPages; page++ {
 			fs, err := a.store.Findings(ctx, f)
 			if err != nil {
@@ -425,7 +430,8 @@ func (a *alerting) stillOwned(out []alert.Alert) []alert.Alert {
 
 // relevant appends to buf the locks an evaluation at now needs (see
 // alert.Input.Locks), as the tracker has them: those the watch list has
-// due, and those the new findings and the firing LeaseLost alerts name.
+// due, and those the new findings and the firing alerts that resolve on a
+// grant (LeaseLost, Leaderless) name.
 // a.mu must be held.
 func (a *alerting) relevant(now time.Time, buf []audit.Lock) []audit.Lock {
 	if a.peek == nil {
@@ -455,7 +461,7 @@ func (a *alerting) relevant(now time.Time, buf []audit.Lock) []audit.Lock {
 			add(f.Lock)
 		}
 		for _, al := range a.firing {
-			if al.Name() == alert.LeaseLost {
+			if alert.ResolvesOnGrant(al.Name()) {
 				add(audit.LockKey{Source: al.Labels[alert.LabelSource], Name: al.Labels[alert.LabelLock]})
 			}
 		}

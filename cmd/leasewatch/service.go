@@ -90,6 +90,7 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	rec := audit.NewRecorder(rm.timeCommits(store), audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		SourceKinds:      cfg.SourceKinds(),
+		Health:           cfg.Health.Tracker(),
 	}, logger.With("component", "recorder"), opts...)
 	if err := rec.Start(ctx); err != nil {
 		store.Close()

@@ -630,7 +630,7 @@ func (r *run) input(now time.Time, obs []audit.Observation, rvs map[string]strin
 	return audit.Input{
 		Source: r.c.cfg.Name, Kind: audit.KindKubernetes, At: now,
 		Observations: obs, Cursor: encodeCursor(rvs),
-		ExpireByClock: true, SequentialTokens: true,
+		ExpireByClock: true, SequentialTokens: true, HolderClock: true,
 	}
 }
 

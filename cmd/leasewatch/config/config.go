@@ -54,7 +54,9 @@ type Config struct {
 	Alerts          AlertsConfig    `yaml:"alerts"`
 	Metrics         MetricsConfig   `yaml:"metrics"`
 	Retention       RetentionConfig `yaml:"retention"`
-	Sources         []SourceConfig  `yaml:"sources"`
+	// Health tunes the leadership health findings (health.go).
+	Health  HealthConfig   `yaml:"health"`
+	Sources []SourceConfig `yaml:"sources"`
 	// Purposes say which locks only avoid duplicate work (purpose.go).
 	Purposes []PurposeConfig `yaml:"purposes"`
 	// Replication shares the sources among replicas (replication.go).
@@ -583,6 +585,7 @@ func (c *Config) SetDefaults() {
 		c.Metrics.MaxLockSeries = DefaultMaxLockSeries
 	}
 	c.Retention.fillDefaults()
+	c.Health.fillDefaults()
 	c.Replication.fillDefaults()
 	c.addOwnSource()
 	for d, def := range map[*time.Duration]time.Duration{
@@ -626,6 +629,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Retention.validate(); err != nil {
 		return fmt.Errorf("retention.%w", err)
+	}
+	if err := c.Health.validate(); err != nil {
+		return fmt.Errorf("health.%w", err)
 	}
 	if err := validatePurposes(c.Purposes, c.Sources); err != nil {
 		return err

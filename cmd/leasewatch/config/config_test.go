@@ -156,6 +156,23 @@ sources:
 	}
 }
 
+func TestParseConfigHealth(t *testing.T) {
+	defaults, err := Parse([]byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := defaults.Health.Tracker(), (audit.HealthConfig{FlappingPerHour: 6, LeaderlessAfter: time.Minute, TightMarginRatio: 0.4, ClockSkewRatio: 0.1}); got != want {
+		t.Fatalf("default health = %+v, want %+v", got, want)
+	}
+	cfg, err := Parse([]byte("health:\n  flapping_per_hour: 12\n  leaderless_after: 5m\n  tight_renewal_margin_ratio: 0.5\n  clock_skew_ratio: 0.05\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := cfg.Health.Tracker(), (audit.HealthConfig{FlappingPerHour: 12, LeaderlessAfter: 5 * time.Minute, TightMarginRatio: 0.5, ClockSkewRatio: 0.05}); got != want {
+		t.Fatalf("health = %+v, want %+v", got, want)
+	}
+}
+
 func TestParseConfigRetention(t *testing.T) {
 	defaults, err := Parse([]byte("{}"))
 	if err != nil {
@@ -254,6 +271,14 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"RetentionKindEmpty", "retention:\n  kinds:\n    grant: \"\"\n", "retention.kinds.grant"},
 		{"RetentionUnknownField", "retention:\n  renewals: 7d\n", "retention.renewals"},
 		{"RetentionKindsNotAMap", "retention:\n  kinds: [renew]\n", "retention.kinds"},
+		{"HealthFlappingZero", "health:\n  flapping_per_hour: 0\n", "health.flapping_per_hour"},
+		{"HealthFlappingTooMany", "health:\n  flapping_per_hour: 101\n", "health.flapping_per_hour: 101 is outside 1..100"},
+		{"HealthFlappingNotANumber", "health:\n  flapping_per_hour: often\n", "health.flapping_per_hour"},
+		{"HealthLeaderlessTooShort", "health:\n  leaderless_after: 10ms\n", "health.leaderless_after: 10ms is shorter than 1s"},
+		{"HealthLeaderlessNotADuration", "health:\n  leaderless_after: soon\n", "health.leaderless_after"},
+		{"HealthTightRatioOne", "health:\n  tight_renewal_margin_ratio: 1\n", "health.tight_renewal_margin_ratio: 1 is outside (0, 1)"},
+		{"HealthSkewNegative", "health:\n  clock_skew_ratio: -0.1\n", "health.clock_skew_ratio"},
+		{"HealthUnknownField", "health:\n  flap_per_hour: 3\n", "health.flap_per_hour"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { parseFailsInEachStyle(t, tt.yaml, tt.want, nil) })
