@@ -105,12 +105,25 @@ func (f freshStore) Tenures(ctx context.Context, lockID int64, tf TimeFilter) ([
 		return tenures, err
 	}
 	// A lock's unsaved renewal belongs to its newest tenure, if still held.
-	last := &tenures[len(tenures)-1]
-	if !last.Held() {
-		return tenures, nil
-	}
-	if rn, ok := f.r.renewal(last.Lock); ok && rn.Seq == last.Seq && rn.RenewedAt.After(last.LastRenewedAt) {
-		last.Renewals, last.LastRenewedAt, last.ExpiresAt, last.LeaseDuration = rn.Renewals, rn.RenewedAt, rn.ExpiresAt, rn.LeaseDuration
-	}
+	f.freshenTenure(&tenures[len(tenures)-1])
 	return tenures, nil
+}
+
+func (f freshStore) TenuresByHolder(ctx context.Context, hf HolderFilter) ([]Tenure, error) {
+	tenures, err := f.Store.TenuresByHolder(ctx, hf)
+	for i := range tenures {
+		f.freshenTenure(&tenures[i])
+	}
+	return tenures, err
+}
+
+// freshenTenure lays the unsaved renewal of t's lock over t, if t is the
+// tenure it renewed and is still held.
+func (f freshStore) freshenTenure(t *Tenure) {
+	if !t.Held() {
+		return
+	}
+	if rn, ok := f.r.renewal(t.Lock); ok && rn.Seq == t.Seq && rn.RenewedAt.After(t.LastRenewedAt) {
+		t.Renewals, t.LastRenewedAt, t.ExpiresAt, t.LeaseDuration = rn.Renewals, rn.RenewedAt, rn.ExpiresAt, rn.LeaseDuration
+	}
 }

@@ -28,6 +28,12 @@ type Store interface {
 	// Tenures returns the lock's tenures that overlap f's window, in grant order.
 	// Returns ENOTFOUND if the lock does not exist.
 	Tenures(ctx context.Context, lockID int64, f TimeFilter) ([]Tenure, error)
+	// TenuresByHolder returns the tenures of one holder identity across
+	// every lock and source, granted within f's window, in grant order
+	// (granted_at, then lock id and seq); if more than f.Limit match, the
+	// newest f.Limit. Each has its LockID and Lock set. A holder no tenure
+	// has matches nothing.
+	TenuresByHolder(ctx context.Context, f HolderFilter) ([]Tenure, error)
 	// Findings returns the findings that match f, in time order.
 	Findings(ctx context.Context, f FindingFilter) ([]Finding, error)
 	// LastEventAt returns, per source name, the time of its newest event.
@@ -220,6 +226,27 @@ const (
 	DefaultLockLimit = 500
 	MaxLockLimit     = 5000
 )
+
+// HolderFilter selects one holder's tenures by their grant time.
+type HolderFilter struct {
+	TimeFilter
+	Holder string // exact
+	// Before, when not zero, keeps tenures strictly older than this
+	// position in (granted_at, lock id, seq) order: keyset paging towards
+	// the past.
+	Before TenureCursor
+}
+
+// TenureCursor is a position in the (granted_at, lock id, seq) order of
+// tenures across locks.
+type TenureCursor struct {
+	GrantedAt time.Time
+	LockID    int64
+	Seq       int64
+}
+
+// IsZero reports whether the cursor is unset.
+func (c TenureCursor) IsZero() bool { return c.LockID == 0 && c.Seq == 0 && c.GrantedAt.IsZero() }
 
 // FindingFilter selects findings. LockID 0 means every lock; empty Class,
 // every class.

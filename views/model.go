@@ -133,6 +133,7 @@ type LockRow struct {
 // findings and events within the chosen window.
 type LockPage struct {
 	Lock            LockSummary
+	At              AtBanner // empty without ?at=
 	Verdict         VerdictPanel
 	Live            Live // empty for a fixed (custom) window
 	Window          WindowNav
@@ -148,6 +149,46 @@ type LockPage struct {
 	EventsNewer     string // URL of the newest events page; empty on it
 	EventsOlder     string // URL of the next (older) events page; empty when none
 	ReviewURL       string // the incident review of this lock in this window; empty if none
+}
+
+// AtBanner says who held the lock at the instant the page was asked about
+// (?at=): State "held", "free" or "blind", and Text in words. Seq is the
+// tenure current then, highlighted in the timeline and the tenure list; 0
+// when none was.
+type AtBanner struct {
+	State     string // "" when the page was asked about no instant
+	At        Stamp
+	Text      string
+	Seq       int64
+	Holder    string // the holder then, or the last one before it; "" when none
+	HolderURL string
+	APIURL    string // the same answer as JSON
+}
+
+// HolderPage is one holder identity's tenures across every lock and
+// source, newest first.
+type HolderPage struct {
+	Holder   string
+	LocksURL string // the locks it holds now
+	APIURL   string
+	Tenures  []HolderTenureRow
+	First    string // URL of the newest page; empty on it
+	Older    string // URL of the next (older) page; empty when none
+}
+
+// HolderTenureRow is one tenure of a holder's.
+type HolderTenureRow struct {
+	Lock        string // SOURCE/NAME
+	LockURL     string // the lock's page at the grant
+	Source      string
+	Seq         int64
+	Token       string
+	Granted     Stamp
+	Observed    bool
+	Ended       Stamp
+	End         string // "held" while held
+	Findings    string // count of the lock's findings during the tenure, "100+" past the cap
+	FindingsURL string // those findings
 }
 
 // VerdictPanel is a lock's safety verdict over one scope (the page's
@@ -214,6 +255,7 @@ type LockSummary struct {
 	Class         string
 	State         string
 	Holder        string
+	HolderURL     string // the holder's page; empty without a holder
 	Token         string
 	LeaseDuration string
 	Acquired      Stamp
@@ -229,9 +271,11 @@ type LockSummary struct {
 type TenureRow struct {
 	Seq           int64
 	Holder        string
+	HolderURL     string // the holder's page; empty without a holder
 	Token         string
 	Granted       Stamp
 	Observed      bool // held when the collector started: Granted is when it was first seen
+	At            bool // the tenure current at the page's ?at=
 	Renewals      int64
 	Pruned        string // what retention removed of the renewals, e.g. "118 pruned, least margin 30%"; empty if none
 	LastRenewed   Stamp

@@ -20,7 +20,9 @@ type Timeline struct {
 	Writes         []WriteMark
 	HasNow         bool
 	NowX           float64
-	Empty          string // shown when nothing happened in the window
+	HasAt          bool    // the page asks about an instant (?at=), inside the window
+	AtX            float64 // where it is drawn
+	Empty          string  // shown when nothing happened in the window
 }
 
 // Lane is one holder's row.
@@ -58,6 +60,7 @@ type Hazard struct {
 type Bar struct {
 	X, W, Y, H float64
 	Held       bool
+	At         bool    // the tenure current at the page's ?at=
 	Observed   bool    // grant not seen: the start is only when it was first seen
 	Dense      bool    // stands for a run of tenures too short to draw one by one
 	TailX      float64 // after the last renewal: the lease running out

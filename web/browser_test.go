@@ -442,6 +442,42 @@ func TestBrowserDashboard(t *testing.T) {
 		b.noConsoleErrors("the verdict panel and its findings")
 	})
 
+	t.Run("HolderPageAndAtHighlight", func(t *testing.T) {
+		b.t = t
+		b.open(ordersPath + "?window=1h")
+		// The holder named in the tenure list leads to its page.
+		if href := b.markLink(`a.closest("td.holder") !== null && a.textContent.trim() === "worker-1"`); href != "/holders/worker-1" {
+			t.Fatalf("the tenure list links worker-1 to %q, want its holder page", href)
+		}
+		b.click()
+		b.waitLocation("the holder page", func(loc string) bool { return loc == "/holders/worker-1" })
+		if h := b.heading(); h != "Holder worker-1" {
+			t.Errorf("holder page heading = %q", h)
+		}
+		b.screenshot(artifacts, "holder.png")
+		// Its tenure of orders opens the lock at the grant, highlighted.
+		if b.markLink(pathIs(ordersPath)+` && new URL(a.href).searchParams.has("at")`) == "" {
+			t.Fatalf("the holder page has no link to %s at a grant", ordersPath)
+		}
+		b.click()
+		b.waitLocation("the lock at the grant", func(loc string) bool { return strings.HasPrefix(loc, ordersPath+"?at=") })
+		b.run("wait for the banner", chromedp.WaitVisible(chromedp.CSS("#at")))
+		banner := eval[string](b, "read the banner", `document.querySelector("#at").textContent.replace(/\s+/g, " ").trim()`)
+		if !strings.Contains(banner, "held by worker-1 with token 41") {
+			t.Errorf("the banner reads %q, want worker-1 holding token 41", banner)
+		}
+		marked := eval[string](b, "read the highlighted tenure", `(() => {
+			const row = document.querySelector("tr.at-current td.holder");
+			const bar = document.querySelector("svg.timeline a.tenure.at title");
+			return (row ? row.textContent.trim() : "") + "|" + (bar ? bar.textContent.split("·")[0].trim() : "");
+		})()`)
+		if marked != "worker-1|worker-1" {
+			t.Errorf("highlighted tenure row|bar = %q, want worker-1|worker-1", marked)
+		}
+		b.screenshotOf(artifacts, "lock-at.png", "main")
+		b.noConsoleErrors("the holder page and the lock at a grant")
+	})
+
 	t.Run("FollowFindingToTimeline", func(t *testing.T) {
 		b.t = t
 		b.open("/findings")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -186,8 +187,13 @@ func TestLocksPagination(t *testing.T) {
 	})
 	t.Run("HolderLinks", func(t *testing.T) {
 		href := page("/locks?q=orders").Find("td.holder a").AttrOr("href", "")
-		if href != "/locks?class=all&holder=worker-2" {
-			t.Errorf("holder link = %q", href)
+		if href != "/holders/worker-2" {
+			t.Fatalf("holder link = %q, want the holder's page", href)
+		}
+		// The holder's page leads on to the locks it holds now.
+		if !slices.Contains(page(href).Find("a").Map(func(_ int, a *goquery.Selection) string { return a.AttrOr("href", "") }),
+			"/locks?class=all&holder=worker-2") {
+			t.Errorf("the holder page %s does not link to the locks list filtered by its holder", href)
 		}
 	})
 	t.Run("Errors", func(t *testing.T) {

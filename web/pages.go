@@ -330,7 +330,7 @@ func (s *Server) lockRow(l audit.Lock, now time.Time, loc *time.Location) views.
 		NearExpiry: s.nearExpiry(l, now),
 	}
 	if l.Holder != "" {
-		row.HolderURL = "/locks?" + url.Values{"holder": {l.Holder}, "class": {"all"}}.Encode()
+		row.HolderURL = holderURL(l.Holder)
 	}
 	return row
 }
@@ -355,7 +355,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		return err
 	}
 	now := s.now()
-	w, err := parseWindow(q, now, loc)
+	w, at, err := parseLockWindow(q, now, loc)
 	if err != nil {
 		return err
 	}
@@ -423,7 +423,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 
 	base := fmt.Sprintf("/locks/%d", id)
 	keep := url.Values{}
-	for _, k := range []string{"tz", "kind", "verdict"} {
+	for _, k := range lockPageKeep {
 		if v := q.Get(k); v != "" {
 			keep.Set(k, v)
 		}
@@ -432,7 +432,12 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		return withQuery(base, keep, "from", from.UTC().Format(time.RFC3339Nano), "to", to.UTC().Format(time.RFC3339Nano))
 	}
 	sortFindingsForTimeline(findings)
+	banner, err := s.atBanner(ctx, l, at, loc)
+	if err != nil {
+		return err
+	}
 	p := views.LockPage{
+		At: banner,
 		Lock: views.LockSummary{
 			ID:            l.ID,
 			Source:        printable(l.Source),
@@ -441,6 +446,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 			Class:         string(l.Class),
 			State:         string(l.State),
 			Holder:        printable(l.Holder),
+			HolderURL:     holderURLOf(l.Holder),
 			Token:         token(l.Token),
 			LeaseDuration: duration(l.LeaseDuration),
 			Acquired:      stampIn(l.AcquiredAt, loc),
@@ -455,6 +461,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 			Lock: l.Key().String(), From: w.From, To: w.To, Now: now, Loc: loc,
 			Tenures: tenures, Renewals: renewals, RenewalsFrom: renewalsFrom,
 			Writes: writes, WriteBins: bins, Findings: findings,
+			At: at, AtSeq: banner.Seq,
 			Zoom: windowURL,
 			FindingHref: func(f audit.Finding) string {
 				return "#finding-" + strconv.FormatInt(f.ID, 10)
@@ -489,6 +496,8 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		p.Tenures = append(p.Tenures, views.TenureRow{
 			Seq:           t.Seq,
 			Holder:        printable(t.Holder),
+			HolderURL:     holderURLOf(t.Holder),
+			At:            banner.Seq != 0 && t.Seq == banner.Seq,
 			Token:         token(t.Token),
 			Granted:       stampIn(t.GrantedAt, loc),
 			Observed:      t.Observed,
@@ -524,6 +533,10 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	}
 	return render(c, http.StatusOK, views.Lock(p))
 }
+
+// lockPageKeep are the lock page's parameters that its window links and
+// form keep.
+var lockPageKeep = []string{"tz", "kind", "verdict", "at"}
 
 // timelineWrites returns the writes the lock's timeline draws in window w:
 // every write, when there are at most timelineWrites of them; else their
@@ -612,7 +625,7 @@ func (s *Server) windowNav(base string, q, keep url.Values, w window, loc *time.
 		{Label: "UTC", URL: withQuery(base, zq, "tz", ""), Current: loc == time.UTC},
 		{Label: "local", URL: withQuery(base, zq, "tz", localName), Current: loc != time.UTC},
 	}
-	for _, k := range []string{"tz", "kind", "verdict"} {
+	for _, k := range lockPageKeep {
 		if v := q.Get(k); v != "" {
 			nav.Hidden = append(nav.Hidden, views.Field{Key: k, Value: v})
 		}

@@ -210,6 +210,7 @@ func New(cfg Config) (*Server, error) {
 	e.Match(getHead, "/", s.handleOverview)
 	e.Match(getHead, "/locks", s.handleLocksPage)
 	e.Match(getHead, "/locks/:id", s.handleLockPage)
+	e.Match(getHead, "/holders/:holder", s.handleHolderPage)
 	e.Match(getHead, "/findings", s.handleFindingsPage)
 	e.Match(getHead, "/sources", s.handleSourcesPage)
 	e.Match(getHead, "/alerts", s.handleAlertsPage)
@@ -234,6 +235,8 @@ func New(cfg Config) (*Server, error) {
 	api.Match(getHead, "/locks/:id/events", s.handleAPIEvents)
 	api.Match(getHead, "/locks/:id/tenures", s.handleAPITenures)
 	api.Match(getHead, "/locks/:id/verdict", s.handleAPIVerdict)
+	api.Match(getHead, "/locks/:id/at", s.handleAPILockAt)
+	api.Match(getHead, "/holders/:holder/tenures", s.handleAPIHolderTenures)
 	api.Match(getHead, "/findings", s.handleAPIFindings)
 	api.POST("/writes", s.handleIngest)
 

@@ -50,6 +50,11 @@ type timelineInput struct {
 	// many writes to draw one by one: they are counted per stretch of time on
 	// a lane of their own.
 	WriteBins *writeBins
+	// At, when not zero, is the instant the page asks about (?at=), marked
+	// on the axis; AtSeq is the seq of the tenure current then, drawn
+	// highlighted (0 for none).
+	At    time.Time
+	AtSeq int64
 	// Zoom returns the URL of the same page over another window.
 	Zoom func(from, to time.Time) string
 	// FindingHref returns the URL that explains a finding.
@@ -170,6 +175,9 @@ func buildTimeline(in timelineInput) views.Timeline {
 	if !in.Now.Before(in.From) && !in.Now.After(in.To) {
 		tl.HasNow, tl.NowX = true, sc.x(in.Now)
 	}
+	if !in.At.IsZero() && !in.At.Before(in.From) && !in.At.After(in.To) {
+		tl.HasAt, tl.AtX = true, sc.x(in.At)
+	}
 
 	// Blind windows and hazards from findings.
 	labelEnd := 0.0
@@ -217,7 +225,8 @@ func buildTimeline(in timelineInput) views.Timeline {
 		}
 		y := laneY(t.Holder)
 		x, x2 := sc.x(t.GrantedAt), sc.x(end)
-		b := views.Bar{X: x, W: max(1.5, x2-x), Y: y, H: tlBarH, Held: t.Held(), Observed: t.Observed && !t.GrantedAt.Before(in.From)}
+		b := views.Bar{X: x, W: max(1.5, x2-x), Y: y, H: tlBarH, Held: t.Held(), Observed: t.Observed && !t.GrantedAt.Before(in.From),
+			At: in.AtSeq != 0 && t.Seq == in.AtSeq}
 		if endKind != "" && !end.After(in.To) {
 			b.End, b.EndX = endKind, x2
 		}

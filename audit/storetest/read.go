@@ -389,3 +389,69 @@ func testLockNotFoundThenStored(t *testing.T, h Harness) {
 		t.Errorf("Tenures of the lock once stored: %v", err)
 	}
 }
+
+func testTenuresByHolder(t *testing.T, h Harness) {
+	s := h.Open(t)
+	ctx := context.Background()
+	a, b, c := audit.LockKey{Source: "src", Name: "a"}, audit.LockKey{Source: "src", Name: "b"}, audit.LockKey{Source: "other", Name: "c"}
+	ended := func(k audit.LockKey, seq int64, holder string, sec int) audit.Tenure {
+		return audit.Tenure{Lock: k, Seq: seq, Holder: holder, Token: audit.Int64(int64(sec)), GrantedAt: At(sec),
+			Renewals: 2, LastRenewedAt: At(sec + 2), LeaseDuration: 10 * time.Second, ExpiresAt: At(sec + 12),
+			EndedAt: At(sec + 4), End: audit.EndReleased}
+	}
+	held := ended(a, 3, "alice", 30)
+	held.EndedAt, held.End = time.Time{}, ""
+	// b and c are both granted at 20 s: lock id, then seq, orders them.
+	Apply(t, s, audit.Batch{Tenures: []audit.Tenure{
+		ended(a, 1, "alice", 10), ended(a, 2, "bob", 25), held,
+		ended(b, 1, "alice", 20), ended(c, 1, "alice", 20),
+		ended(b, 2, "alice2", 40), ended(c, 2, "Alice", 41),
+	}})
+	ids := map[audit.LockKey]int64{}
+	for _, k := range []audit.LockKey{a, b, c} {
+		ids[k] = LockByKey(t, s, k).ID
+	}
+	first, second := b, c // the tie at 20 s, in lock id order
+	if ids[c] < ids[b] {
+		first, second = c, b
+	}
+	name := func(k audit.LockKey, seq int64) string { return fmt.Sprintf("%s/%d", k, seq) }
+	for _, tc := range []struct {
+		name string
+		f    audit.HolderFilter
+		want []string
+	}{
+		{"AllInGrantOrder", audit.HolderFilter{Holder: "alice"}, []string{name(a, 1), name(first, 1), name(second, 1), name(a, 3)}},
+		{"HolderIsExact", audit.HolderFilter{Holder: "alic"}, nil},
+		{"UnknownHolder", audit.HolderFilter{Holder: "nobody"}, nil},
+		{"WindowOnGrantTimeInclusive", audit.HolderFilter{Holder: "alice", TimeFilter: audit.TimeFilter{From: At(20), To: At(30)}},
+			[]string{name(first, 1), name(second, 1), name(a, 3)}},
+		{"LimitKeepsTheNewest", audit.HolderFilter{Holder: "alice", TimeFilter: audit.TimeFilter{Limit: 2}}, []string{name(second, 1), name(a, 3)}},
+		{"BeforeCursorPagesBackThroughATie", audit.HolderFilter{Holder: "alice", TimeFilter: audit.TimeFilter{Limit: 2},
+			Before: audit.TenureCursor{GrantedAt: At(20), LockID: ids[second], Seq: 1}}, []string{name(a, 1), name(first, 1)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := s.TenuresByHolder(ctx, tc.f)
+			if err != nil {
+				t.Fatalf("TenuresByHolder(%+v): %v", tc.f, err)
+			}
+			var names []string
+			for _, ten := range got {
+				if ten.LockID != ids[ten.Lock] {
+					t.Errorf("tenure %s has lock id %d, want %d", name(ten.Lock, ten.Seq), ten.LockID, ids[ten.Lock])
+				}
+				names = append(names, name(ten.Lock, ten.Seq))
+			}
+			Equal(t, "tenures", names, tc.want)
+		})
+	}
+	t.Run("EveryField", func(t *testing.T) {
+		got, err := s.TenuresByHolder(ctx, audit.HolderFilter{Holder: "alice", TimeFilter: audit.TimeFilter{From: At(30)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := held
+		want.LockID = ids[a]
+		Equal(t, "the held tenure", got, []audit.Tenure{want})
+	})
+}

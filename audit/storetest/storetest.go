@@ -113,6 +113,7 @@ var contract = []struct {
 	{"EventsBeforeCursorPagesBack", testEventsBeforeCursorPagesBack},
 	{"WriteEventsReadWhatEventsRead", testWriteEventsReadWhatEventsRead},
 	{"TenuresOverlappingWindow", testTenuresOverlappingWindow},
+	{"TenuresByHolder", testTenuresByHolder},
 	{"FindingsFilters", testFindingsFilters},
 	{"FindingsBySourceOverlapAndCursor", testFindingsBySourceOverlapAndCursor},
 	{"FindingsByLockClass", testFindingsByLockClass},

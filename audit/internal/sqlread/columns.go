@@ -11,7 +11,15 @@ import (
 
 // TenureTables are the tenures (aliased t) with what retention pruned of
 // their renewals (Engine.SummaryColumns).
-const TenureTables = `tenures t LEFT JOIN renewal_summaries rs ON rs.lock_id = t.lock_id AND rs.seq = t.seq`
+const TenureTables = `tenures t` + summaryJoin
+
+// summaryJoin joins the tenures aliased t to what retention pruned of their
+// renewals, aliased rs.
+const summaryJoin = ` LEFT JOIN renewal_summaries rs ON rs.lock_id = t.lock_id AND rs.seq = t.seq`
+
+// HolderIndex is the index of a holder's tenures across locks, by grant
+// time (migrations sqlite/0015 and postgres/0007).
+const HolderIndex = "tenures_holder_granted"
 
 // LockColumns are the columns rowcodec.LockDest scans, from locks aliased l.
 const LockColumns = `l.id, l.source, l.kind, l.name, l.class, l.state, l.holder, l.token,

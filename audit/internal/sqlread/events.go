@@ -104,7 +104,7 @@ func (r *Reader) Tenures(ctx context.Context, lockID int64, f audit.TimeFilter) 
 	}
 	lim := rowcodec.Limit(f.Limit, audit.DefaultListLimit, audit.MaxListLimit)
 	what := fmt.Sprintf("list tenures of lock %d", lockID)
-	dest := func(t *audit.Tenure) []any { return append(rowcodec.TenureDest(t), rowcodec.SummaryDest{P: &t.Pruned}) }
+	dest := tenureSummaryDest
 	columns := `SELECT ` + TenureColumns + `, ` + r.SummaryColumns + ` FROM ` + TenureTables
 	var tenures []audit.Tenure
 	if f.From.IsZero() {

@@ -1,0 +1,360 @@
+package web
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+	"unicode/utf8"
+
+	"github.com/labstack/echo/v4"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/history"
+	"github.com/leasewatch/leasewatch/views"
+)
+
+// maxHolder bounds a holder identity asked for, in characters: what a
+// collector records of one (collectors.MaxText).
+const maxHolder = 1024
+
+// atSpan is how far either side of ?at= the lock page's window reaches when
+// the request gives no window.
+const atSpan = time.Hour
+
+// holderPage is how many tenures the holder page lists at once.
+const holderPage = 50
+
+// momentJSON is GET /api/v1/locks/{id}/at?t=: the lock at one instant.
+type momentJSON struct {
+	LockID int64         `json:"lock_id"`
+	At     *string       `json:"at"`
+	State  history.State `json:"state"`
+	// Holder and Token are the current tenure's; "" and null when none was.
+	Holder string      `json:"holder"`
+	Token  *int64      `json:"token"`
+	Tenure *tenureJSON `json:"tenure"`
+	// Previous is, when no tenure was current, the one whose end the lock
+	// was free since; FreeSince is that end.
+	Previous  *tenureJSON `json:"previous"`
+	FreeSince *string     `json:"free_since"`
+	Blind     *blindJSON  `json:"blind"`
+}
+
+type blindJSON struct {
+	From   *string `json:"from"`
+	To     *string `json:"to"`
+	Reason string  `json:"reason"`
+}
+
+// holderTenureJSON is one tenure of GET /api/v1/holders/{holder}/tenures:
+// a tenure object with its lock and the findings of the lock while it
+// lasted.
+type holderTenureJSON struct {
+	LockID   int64  `json:"lock_id"`
+	Source   string `json:"source"`
+	LockName string `json:"lock_name"`
+	tenureJSON
+	Findings        int  `json:"findings"`
+	FindingsAtLeast bool `json:"findings_at_least"`
+}
+
+func (s *Server) handleAPILockAt(c echo.Context) error {
+	id, err := pathID(c)
+	if err != nil {
+		return err
+	}
+	at, err := requiredTime(c.QueryParams(), "t")
+	if err != nil {
+		return err
+	}
+	ctx := c.Request().Context()
+	l, err := s.store.Lock(ctx, id)
+	if err != nil {
+		return err
+	}
+	m, err := history.At(ctx, s.store, l, at)
+	if err != nil {
+		return err
+	}
+	j := momentJSON{LockID: l.ID, At: jsonTime(m.At), State: m.State}
+	if t := m.Tenure; t != nil {
+		tj := toTenureJSON(*t)
+		j.Holder, j.Token, j.Tenure = t.Holder, t.Token, &tj
+	}
+	if t := m.Previous; t != nil {
+		tj := toTenureJSON(*t)
+		j.Previous, j.FreeSince = &tj, jsonTime(t.EndedAt)
+	}
+	if b := m.Blind; b != nil {
+		j.Blind = &blindJSON{From: jsonTime(b.From), To: jsonTime(b.To), Reason: b.Reason}
+	}
+	return c.JSON(http.StatusOK, j)
+}
+
+// requiredTime reads a time parameter that must be given, as parseTime
+// reads the optional ones.
+func requiredTime(q url.Values, name string) (time.Time, error) {
+	t, err := parseTime(q, name)
+	if err == nil && t.IsZero() {
+		err = audit.Errorf(audit.EINVALID, "%s: required, an RFC 3339 time such as 2006-01-02T15:04:05Z", name)
+	}
+	return t, err
+}
+
+// pathHolder reads the :holder path parameter: a holder identity, escaped
+// as a path segment (url.PathEscape). It must be valid UTF-8 of 1 to
+// maxHolder characters.
+func pathHolder(c echo.Context) (string, error) {
+	h := c.Param("holder")
+	// The router matched the escaped path when it had escapes the decoded
+	// one cannot show (a %2F); else the segment is decoded already.
+	if c.Request().URL.RawPath != "" {
+		var err error
+		if h, err = url.PathUnescape(h); err != nil {
+			return "", audit.Errorf(audit.EINVALID, "holder: not a valid escaped path segment")
+		}
+	}
+	switch {
+	case h == "":
+		return "", audit.Errorf(audit.EINVALID, "holder: must not be empty")
+	case !utf8.ValidString(h):
+		return "", audit.Errorf(audit.EINVALID, "holder: must be valid UTF-8")
+	case utf8.RuneCountInString(h) > maxHolder:
+		return "", audit.Errorf(audit.EINVALID, "holder: must be at most %d characters", maxHolder)
+	}
+	return h, nil
+}
+
+// holderURL is the holder page of h.
+func holderURL(h string) string { return "/holders/" + url.PathEscape(h) }
+
+// holderURLOf is holderURL, or "" for no holder.
+func holderURLOf(h string) string {
+	if h == "" {
+		return ""
+	}
+	return holderURL(h)
+}
+
+// parseHolderFilter reads the holder's tenures list parameters: from, to
+// (on the grant time), limit and the before cursor.
+func parseHolderFilter(c echo.Context) (audit.HolderFilter, error) {
+	var f audit.HolderFilter
+	var err error
+	if f.Holder, err = pathHolder(c); err != nil {
+		return f, err
+	}
+	q := c.QueryParams()
+	if f.TimeFilter, err = parseTimeFilter(q); err != nil {
+		return f, err
+	}
+	f.Before, err = parseTenureCursor(q, "before")
+	return f, err
+}
+
+// parseTenureCursor reads a tenure cursor written by formatTenureCursor.
+func parseTenureCursor(q url.Values, name string) (audit.TenureCursor, error) {
+	s := q.Get(name)
+	if s == "" {
+		return audit.TenureCursor{}, nil
+	}
+	parts := strings.Split(s, "-")
+	var n [3]int64
+	ok := len(parts) == 3
+	for i := 0; ok && i < 3; i++ {
+		var err error
+		n[i], err = strconv.ParseInt(parts[i], 10, 64)
+		ok = err == nil && (i == 0 || n[i] > 0)
+	}
+	if !ok {
+		return audit.TenureCursor{}, audit.Errorf(audit.EINVALID, "%s: not a page cursor", name)
+	}
+	return audit.TenureCursor{GrantedAt: time.Unix(0, n[0]).UTC(), LockID: n[1], Seq: n[2]}, nil
+}
+
+// formatTenureCursor writes a tenure cursor; "" for none.
+func formatTenureCursor(c audit.TenureCursor) string {
+	if c.IsZero() {
+		return ""
+	}
+	return fmt.Sprintf("%d-%d-%d", c.GrantedAt.UnixNano(), c.LockID, c.Seq)
+}
+
+func (s *Server) handleAPIHolderTenures(c echo.Context) error {
+	f, err := parseHolderFilter(c)
+	if err != nil {
+		return err
+	}
+	h, err := history.Holder(c.Request().Context(), s.store, f, s.now())
+	if err != nil {
+		return err
+	}
+	out := make([]holderTenureJSON, 0, len(h.Tenures))
+	for _, t := range h.Tenures {
+		out = append(out, holderTenureJSON{LockID: t.LockID, Source: t.Lock.Source, LockName: t.Lock.Name,
+			tenureJSON: toTenureJSON(t.Tenure), Findings: t.Findings, FindingsAtLeast: t.FindingsAtLeast})
+	}
+	var next *string
+	if cur := formatTenureCursor(h.Next); cur != "" {
+		next = &cur
+	}
+	return c.JSON(http.StatusOK, map[string]any{"holder": h.Holder, "tenures": out, "next": next})
+}
+
+func (s *Server) handleHolderPage(c echo.Context) error {
+	f, err := parseHolderFilter(c)
+	if err != nil {
+		return err
+	}
+	q := c.QueryParams()
+	loc, err := parseZone(q)
+	if err != nil {
+		return err
+	}
+	if f.Limit == 0 {
+		f.Limit = holderPage
+	}
+	h, err := history.Holder(c.Request().Context(), s.store, f, s.now())
+	if err != nil {
+		return err
+	}
+	base := holderURL(f.Holder)
+	p := views.HolderPage{
+		Holder:   printable(f.Holder),
+		LocksURL: "/locks?" + url.Values{"holder": {f.Holder}, "class": {"all"}}.Encode(),
+		APIURL:   "/api/v1" + base + "/tenures",
+	}
+	for _, t := range h.Tenures {
+		p.Tenures = append(p.Tenures, holderTenureRow(t, loc))
+	}
+	if cur := formatTenureCursor(h.Next); cur != "" {
+		p.Older = withQuery(base, q, "before", cur)
+	}
+	if !f.Before.IsZero() {
+		p.First = withQuery(base, q, "before", "")
+	}
+	return render(c, http.StatusOK, views.Holder(p))
+}
+
+// holderTenureRow shapes one of a holder's tenures for its page.
+func holderTenureRow(t history.HolderTenure, loc *time.Location) views.HolderTenureRow {
+	id := strconv.FormatInt(t.LockID, 10)
+	window := url.Values{"lock": {id}, "from": {t.GrantedAt.UTC().Format(time.RFC3339Nano)}, "to": {t.Until.UTC().Format(time.RFC3339Nano)}}
+	row := views.HolderTenureRow{
+		Lock:        printable(t.Lock.String()),
+		LockURL:     "/locks/" + id + "?" + url.Values{"at": {t.GrantedAt.UTC().Format(time.RFC3339Nano)}}.Encode(),
+		Source:      printable(t.Lock.Source),
+		Seq:         t.Seq,
+		Token:       token(t.Token),
+		Granted:     stampIn(t.GrantedAt, loc),
+		Observed:    t.Observed,
+		Ended:       stampIn(t.EndedAt, loc),
+		End:         endText(t.Tenure),
+		Findings:    strconv.Itoa(t.Findings),
+		FindingsURL: "/findings?" + window.Encode(),
+	}
+	if t.FindingsAtLeast {
+		row.Findings += "+"
+	}
+	return row
+}
+
+// endText is a tenure's end reason, "held" while it is held.
+func endText(t audit.Tenure) string {
+	if t.Held() {
+		return "held"
+	}
+	return string(t.End)
+}
+
+// parseLockWindow reads the lock page's window and its instant at (zero
+// when not given): with at and no window, the window is at ± atSpan.
+func parseLockWindow(q url.Values, now time.Time, loc *time.Location) (window, time.Time, error) {
+	at, err := parseWindowTime(q, "at", loc)
+	if err != nil {
+		return window{}, at, err
+	}
+	if !at.IsZero() && q.Get("window") == "" && q.Get("from") == "" && q.Get("to") == "" {
+		return window{From: at.Add(-atSpan), To: at.Add(atSpan)}, at, nil
+	}
+	w, err := parseWindow(q, now, loc)
+	return w, at, err
+}
+
+// atBanner reads lock l at instant at and says in words what it was; the
+// zero banner when at is zero.
+func (s *Server) atBanner(ctx context.Context, l audit.Lock, at time.Time, loc *time.Location) (views.AtBanner, error) {
+	if at.IsZero() {
+		return views.AtBanner{}, nil
+	}
+	m, err := history.At(ctx, s.store, l, at)
+	if err != nil {
+		return views.AtBanner{}, err
+	}
+	b := views.AtBanner{State: string(m.State), At: stampIn(at, loc),
+		APIURL: fmt.Sprintf("/api/v1/locks/%d/at?", l.ID) + url.Values{"t": {at.UTC().Format(time.RFC3339Nano)}}.Encode()}
+	when := "At " + stampText(at, loc)
+	var held string
+	switch t := m.Tenure; {
+	case t != nil:
+		b.Seq, b.Holder, b.HolderURL = t.Seq, printable(t.Holder), holderURL(t.Holder)
+		held = fmt.Sprintf("held by %s with %s (tenure #%d %s %s, %s)", orDash(b.Holder), tokenWords(t.Token), t.Seq,
+			grantWord(*t), stampText(t.GrantedAt, loc), endedWords(*t, loc))
+	case m.Previous != nil:
+		t := m.Previous
+		b.Holder, b.HolderURL = printable(t.Holder), holderURL(t.Holder)
+		held = "nobody held it (" + freeSince(*t, loc) + ")"
+	default:
+		held = "nobody held it (no tenure of this lock had been recorded by then)"
+	}
+	if bw := m.Blind; bw != nil {
+		b.Text = fmt.Sprintf("%s the collector was blind (blind window from %s to %s", when, stampText(bw.From, loc), stampText(bw.To, loc))
+		if bw.Reason != "" {
+			b.Text += ": " + printable(bw.Reason)
+		}
+		b.Text += "); as recorded, " + held + "."
+		return b, nil
+	}
+	b.Text = when + ": " + held + "."
+	return b, nil
+}
+
+// freeSince says since when, and why, a lock was free after tenure t.
+func freeSince(t audit.Tenure, loc *time.Location) string {
+	since, who := stampText(t.EndedAt, loc), orDash(printable(t.Holder))+" with "+tokenWords(t.Token)
+	switch t.End {
+	case audit.EndExpired:
+		return fmt.Sprintf("expired %s: the lease of %s ran out", since, who)
+	case audit.EndReleased:
+		return fmt.Sprintf("free since %s, when %s released it", since, who)
+	}
+	return fmt.Sprintf("free since %s, when the tenure of %s ended (%s)", since, who, t.End)
+}
+
+// tokenWords is "token N", or "no token".
+func tokenWords(t *int64) string {
+	if t == nil {
+		return "no token"
+	}
+	return "token " + strconv.FormatInt(*t, 10)
+}
+
+// grantWord says how a tenure's start is known.
+func grantWord(t audit.Tenure) string {
+	if t.Observed {
+		return "first seen"
+	}
+	return "granted"
+}
+
+// endedWords says how a tenure ended, or that it is still held.
+func endedWords(t audit.Tenure, loc *time.Location) string {
+	if t.Held() {
+		return "still held"
+	}
+	return fmt.Sprintf("ended %s, %s", stampText(t.EndedAt, loc), t.End)
+}
