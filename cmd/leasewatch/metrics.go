@@ -29,6 +29,7 @@ type recorderMetrics struct {
 	writes            *prometheus.CounterVec
 	heartbeatExpiries *prometheus.CounterVec
 	blindSeconds      *prometheus.CounterVec
+	health            healthMetrics
 
 	mu     sync.Mutex
 	latest map[string]sourceLag // by source
@@ -54,7 +55,68 @@ type lockSeries struct {
 	expiries    float64 // leases that expired while held
 	margin      float64 // margin_ratio of the held tenure's last renewal
 	hasMargin   bool
-	changedAt   int64 // Unix nanoseconds of the last grant or end, to rank locks no longer held
+	last        lastChange // what changedAt was
+	changedAt   int64      // Unix nanoseconds of the last grant or end, to rank locks no longer held
+}
+
+// lastChange is what a lock's last grant or end was, for the tenure and
+// takeover histograms: unknown before this process saw one.
+type lastChange uint8
+
+const (
+	changeUnknown  lastChange = iota
+	changeGranted             // a grant: a tenure's start
+	changeObserved            // a first sight: a tenure of unknown start
+	changeEnded               // a release or an expiry: the lock is free
+)
+
+// healthMetrics are the leadership health histograms of locks of class
+// lock: how long tenures last, how long a lock stays free between holders,
+// and how much of the lease each renewal had left.
+type healthMetrics struct {
+	tenure, takeover, margin *prometheus.HistogramVec
+}
+
+func newHealthMetrics() healthMetrics {
+	return healthMetrics{
+		tenure: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leasewatch_tenure_seconds",
+			Help:    "How long tenures of locks of class lock lasted, from grant to release, expiry or the next holder's grant; tenures this process saw begin only.",
+			Buckets: []float64{1, 5, 15, 30, 60, 300, 900, 3600, 6 * 3600, 24 * 3600, 7 * 24 * 3600},
+		}, []string{"source"}),
+		takeover: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leasewatch_takeover_seconds",
+			Help:    "Time from a tenure's end (release or expiry) to the next grant of the lock, for locks of class lock; 0 when the next holder took it over directly.",
+			Buckets: []float64{.01, .05, .1, .25, .5, 1, 2, 5, 10, 30, 60, 300},
+		}, []string{"source"}),
+		margin: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "leasewatch_renewal_margin_ratio",
+			Help:    "Fraction of the lease left when each renewal of a lock of class lock arrived (0.25: a quarter); renewals read after a blind window or at a start have none.",
+			Buckets: []float64{0, .1, .2, .25, .3, .4, .5, .6, .7, .8, .9, 1},
+		}, []string{"source"}),
+	}
+}
+
+func (h healthMetrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{h.tenure, h.takeover, h.margin}
+}
+
+// observe adds grant or end e, of a lock whose previous change ls has, to
+// the tenure and takeover histograms.
+func (h healthMetrics) observe(ls lockSeries, e audit.Event) {
+	since := time.Duration(e.At.UnixNano() - ls.changedAt).Seconds()
+	if ls.last == changeGranted && (e.Kind != audit.EventGrant || e.Detail["superseded"] != nil) {
+		h.tenure.WithLabelValues(e.Lock.Source).Observe(since)
+	}
+	if e.Kind != audit.EventGrant {
+		return
+	}
+	switch {
+	case e.Detail["superseded"] != nil:
+		h.takeover.WithLabelValues(e.Lock.Source).Observe(0)
+	case ls.last == changeEnded:
+		h.takeover.WithLabelValues(e.Lock.Source).Observe(since)
+	}
 }
 
 func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
@@ -90,7 +152,9 @@ func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
 			Help: "Time the source's collector could not see its backend, summed over the blind windows it recorded; a window counts once it has ended.",
 		}, []string{"source"}),
 	}
+	m.health = newHealthMetrics()
 	reg.MustRegister(m.lag, m.events, m.commits, m.findings, m.writes, m.heartbeatExpiries, m.blindSeconds)
+	reg.MustRegister(m.health.collectors()...)
 	m.latest = make(map[string]sourceLag)
 	m.locks = make(map[audit.LockKey]lockSeries)
 	m.heartbeats = make(map[audit.LockKey]bool)
@@ -222,6 +286,9 @@ func (m *recorderMetrics) lockEvent(b *audit.Batch, before *priorHolders, e audi
 	}
 	// Kept by value, in a map of 100,000 locks at scale.
 	ls := m.locks[e.Lock]
+	if e.Kind != audit.EventRenew {
+		m.health.observe(ls, e)
+	}
 	switch e.Kind {
 	case audit.EventGrant:
 		prev, known := previousHolder(b, before, &ls, e)
@@ -229,20 +296,21 @@ func (m *recorderMetrics) lockEvent(b *audit.Batch, before *priorHolders, e audi
 			ls.changes++
 		}
 		ls.hasMargin = false
-		ls.changedAt = e.At.UnixNano()
+		ls.last, ls.changedAt = changeGranted, e.At.UnixNano()
 	case audit.EventObserved:
 		ls.hasMargin = false
-		ls.changedAt = e.At.UnixNano()
+		ls.last, ls.changedAt = changeObserved, e.At.UnixNano()
 	case audit.EventRenew:
 		if r, ok := e.Detail["margin_ratio"].(float64); ok {
 			ls.margin, ls.hasMargin = r, true
+			m.health.margin.WithLabelValues(e.Lock.Source).Observe(r)
 		}
 	case audit.EventRelease, audit.EventExpire:
 		if e.Kind == audit.EventExpire {
 			ls.expiries++
 		}
 		ls.hasMargin = false
-		ls.changedAt = e.At.UnixNano()
+		ls.last, ls.changedAt = changeEnded, e.At.UnixNano()
 	}
 	ls.holder, ls.holderKnown = e.Holder, true
 	m.locks[e.Lock] = ls

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"log/slog"
+	"math"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
@@ -336,6 +338,59 @@ func TestLeaseMetrics(t *testing.T) {
 // After a restart the metrics have not seen a lock's earlier tenures: the
 // grant's own commit carries the tracker's recent tenures, which say whether
 // the holder changed.
+// The leadership health histograms: w1 holds orders for 3 s and lets it
+// expire; w2 takes it 2 s later and is superseded by w3 after 10 s; w3's
+// renewals had 80% and 30% of the lease left. A tenure first seen at start
+// (observed) has no known length, and a heartbeat counts in none.
+func TestHealthHistograms(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	m := newRecorderMetrics(reg)
+	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	orders := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
+	jobs := audit.LockKey{Source: "prod-etcd", Name: "/locks/jobs"}
+	node := audit.LockKey{Source: "prod-etcd", Name: "node-1"}
+	heartbeat := audit.TrackState{Lock: audit.Lock{Source: node.Source, Name: node.Name, Class: audit.ClassHeartbeat}}
+	m.observe(audit.Commit{At: at(30), Batch: &audit.Batch{
+		Locks: []audit.TrackState{heartbeat},
+		Events: []audit.Event{
+			{Lock: jobs, Kind: audit.EventObserved, At: at(0), Holder: "j1"},
+			{Lock: node, Kind: audit.EventGrant, At: at(0), Holder: "node-1"},
+			{Lock: orders, Kind: audit.EventGrant, At: at(0), Holder: "w1"},
+			{Lock: orders, Kind: audit.EventExpire, At: at(3), Holder: "w1"},
+			{Lock: jobs, Kind: audit.EventRelease, At: at(4), Holder: "j1"},
+			{Lock: orders, Kind: audit.EventGrant, At: at(5), Holder: "w2"},
+			{Lock: node, Kind: audit.EventRelease, At: at(9), Holder: "node-1"},
+			{Lock: orders, Kind: audit.EventGrant, At: at(15), Holder: "w3", Detail: map[string]any{"superseded": "w2"}},
+			{Lock: orders, Kind: audit.EventRenew, At: at(17), Holder: "w3", Detail: map[string]any{"margin_ratio": 0.8}},
+			{Lock: orders, Kind: audit.EventRenew, At: at(24), Holder: "w3", Detail: map[string]any{"margin_ratio": 0.3}},
+			{Lock: orders, Kind: audit.EventRenew, At: at(25), Holder: "w3"}, // read after a blind window: no margin
+		},
+	}})
+	count := func(h *prometheus.HistogramVec) (uint64, float64) {
+		t.Helper()
+		var out dto.Metric
+		if err := h.WithLabelValues("prod-etcd").(prometheus.Metric).Write(&out); err != nil {
+			t.Fatal(err)
+		}
+		return out.GetHistogram().GetSampleCount(), out.GetHistogram().GetSampleSum()
+	}
+	for _, tt := range []struct {
+		name  string
+		h     *prometheus.HistogramVec
+		count uint64
+		sum   float64
+	}{
+		{"tenure", m.health.tenure, 2, 3 + 10},
+		{"takeover", m.health.takeover, 2, 2 + 0},
+		{"margin", m.health.margin, 2, 0.8 + 0.3},
+	} {
+		if n, sum := count(tt.h); n != tt.count || math.Abs(sum-tt.sum) > 1e-9 {
+			t.Errorf("%s: %d samples summing to %v, want %d summing to %v", tt.name, n, sum, tt.count, tt.sum)
+		}
+	}
+}
+
 func TestHolderChangesAfterRestart(t *testing.T) {
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	key := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}

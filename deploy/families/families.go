@@ -36,6 +36,9 @@ var Families = map[string]Type{
 	"leasewatch_collector_blind_seconds_total":  Counter,
 	"leasewatch_events_recorded_total":          Counter,
 	"leasewatch_observation_lag_seconds":        Histogram,
+	"leasewatch_tenure_seconds":                 Histogram,
+	"leasewatch_takeover_seconds":               Histogram,
+	"leasewatch_renewal_margin_ratio":           Histogram,
 }
 
 // CriticalKinds are the finding kinds of severity critical: the ones that
