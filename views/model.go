@@ -135,6 +135,7 @@ type LockPage struct {
 	Lock            LockSummary
 	At              AtBanner // empty without ?at=
 	Verdict         VerdictPanel
+	Health          HealthPanel
 	Live            Live // empty for a fixed (custom) window
 	Window          WindowNav
 	Timeline        Timeline
@@ -469,4 +470,29 @@ func verdictIcon(kind string) string {
 	default:
 		return "≈"
 	}
+}
+
+// HealthPanel is a lock's leadership health over the page's window: the
+// distributions of its tenures' lengths, its takeover times and its
+// renewals' margins.
+type HealthPanel struct {
+	Charts []HealthChart
+	Note   string // what a cap left out; empty when nothing
+}
+
+// HealthChart is one distribution: Count samples, their Median (empty
+// without any), and a bar per bucket.
+type HealthChart struct {
+	Title  string
+	Count  int
+	Median string
+	Bars   []HealthBar
+}
+
+// HealthBar is one bucket: its Label, how many samples fell in it, and its
+// length as a percentage of the longest bar.
+type HealthBar struct {
+	Label string
+	Count int
+	Pct   int
 }

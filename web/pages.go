@@ -476,6 +476,9 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	if p.Verdict, err = s.verdictPanel(ctx, l, q, base, w, loc, now); err != nil {
 		return err
 	}
+	if p.Health, err = s.healthPanel(ctx, id, tenures, w); err != nil {
+		return err
+	}
 	if w.Preset != "" {
 		p.Live = views.Live{ID: "lock-live", URL: c.Request().URL.RequestURI(), Every: refreshLock}
 	}

@@ -1,0 +1,122 @@
+package web
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/history"
+	"github.com/leasewatch/leasewatch/views"
+)
+
+// healthMargins caps the renewals whose margins the lock page's health
+// panel reads: the newest in the window.
+const healthMargins = 500
+
+// healthPanel returns the lock page's leadership health over window w, from
+// the window's tenures (as the page read them) and the margins of its
+// newest renewals.
+func (s *Server) healthPanel(ctx context.Context, id int64, tenures []audit.Tenure, w window) (views.HealthPanel, error) {
+	renewals, err := s.store.Events(ctx, id, audit.EventFilter{Kind: audit.EventRenew,
+		TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: healthMargins}})
+	if err != nil {
+		return views.HealthPanel{}, err
+	}
+	margins := make([]float64, 0, len(renewals))
+	for _, e := range renewals {
+		if r, ok := detailNumber(e.Detail, "margin_ratio"); ok {
+			margins = append(margins, r)
+		}
+	}
+	h := history.HealthOf(tenures, margins)
+	p := views.HealthPanel{Charts: []views.HealthChart{
+		healthChart("Tenure length", h.Tenure, secondsLabel, seconds),
+		healthChart("Takeover time", h.Takeover, takeoverLabel, seconds),
+		healthChart("Renewal margin", h.Margin, percentLabel, percent),
+	}}
+	if len(renewals) == healthMargins {
+		p.Note = fmt.Sprintf("Renewal margins of the newest %d renewals in the window.", healthMargins)
+	}
+	return p, nil
+}
+
+// detailNumber returns a number of an event's detail: a float64 as the
+// tracker made it, a json.Number as a store reads it back.
+func detailNumber(d map[string]any, key string) (float64, bool) {
+	switch v := d[key].(type) {
+	case float64:
+		return v, true
+	case json.Number:
+		f, err := v.Float64()
+		return f, err == nil
+	}
+	return 0, false
+}
+
+// healthChart is one distribution as bars; label names a bucket by its
+// bounds, format a median.
+func healthChart(title string, d history.Distribution, label func(lo, hi float64, open bool) string, format func(float64) string) views.HealthChart {
+	c := views.HealthChart{Title: title, Count: d.Count}
+	if d.Count > 0 {
+		c.Median = format(d.Median)
+	}
+	most := 0
+	for _, b := range d.Buckets {
+		most = max(most, b.Count)
+	}
+	lo := math.Inf(-1)
+	for _, b := range d.Buckets {
+		bar := views.HealthBar{Label: label(lo, b.Below, b.Open), Count: b.Count}
+		if b.Count > 0 {
+			bar.Pct = max(b.Count*100/most, 5) // a bucket with samples always shows
+		}
+		c.Bars = append(c.Bars, bar)
+		lo = b.Below
+	}
+	return c
+}
+
+func seconds(s float64) string {
+	if s == 0 {
+		return "0s"
+	}
+	return duration(time.Duration(s * float64(time.Second)))
+}
+
+func percent(r float64) string { return fmt.Sprintf("%.0f%%", 100*r) }
+
+// secondsLabel names a bucket of durations in seconds.
+func secondsLabel(lo, hi float64, open bool) string {
+	switch {
+	case open:
+		return "≥ " + seconds(lo)
+	case math.IsInf(lo, -1):
+		return "< " + seconds(hi)
+	}
+	return seconds(lo) + "–" + seconds(hi)
+}
+
+// takeoverLabel is secondsLabel with the first bucket, under a microsecond,
+// named for what it is: the next holder took the lock over directly.
+func takeoverLabel(lo, hi float64, open bool) string {
+	switch {
+	case math.IsInf(lo, -1):
+		return "direct"
+	case lo < 0.001:
+		return "< " + seconds(hi)
+	}
+	return secondsLabel(lo, hi, open)
+}
+
+func percentLabel(lo, hi float64, open bool) string {
+	switch {
+	case open:
+		return "≥ " + percent(lo)
+	case math.IsInf(lo, -1):
+		return "< " + percent(hi)
+	}
+	return percent(lo) + "–" + percent(hi)
+}
