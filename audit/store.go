@@ -71,6 +71,21 @@ type Store interface {
 	BlindWindows(ctx context.Context, f BlindFilter) ([]BlindWindow, error)
 	// Cursors returns every source's stored resume cursor, by source name.
 	Cursors(ctx context.Context) ([]Cursor, error)
+	// Verdicts returns the kept verdicts (PutVerdicts) of the locks ids
+	// names, by lock id; a lock not judged yet is missing.
+	Verdicts(ctx context.Context, ids []int64) (map[int64]LockVerdict, error)
+	// VerdictCounts returns how many locks of class (empty: every class)
+	// have each kept verdict.
+	VerdictCounts(ctx context.Context, class Class) (map[string]int, error)
+}
+
+// LockVerdict is a lock's safety verdict as the query layer's keeper last
+// judged it (audit/verdict Keeper), kept so that lists, counts and metrics
+// need no scan of every lock's history. Verdict is a verdict.Kind.
+type LockVerdict struct {
+	LockID   int64
+	Verdict  string
+	JudgedAt time.Time
 }
 
 // ResourceWrites is what one protected resource reported of a lock's writes
@@ -183,11 +198,13 @@ type LockFilter struct {
 	// fraction of their lease left at ExpiringAt (or already past expiry).
 	ExpiringBy float64
 	ExpiringAt time.Time
-	Sort       LockSort
-	After      int64
-	Before     int64
-	Limit      int
-	Offset     int
+	// Verdict keeps the locks whose kept verdict (LockVerdict) is this one.
+	Verdict string
+	Sort    LockSort
+	After   int64
+	Before  int64
+	Limit   int
+	Offset  int
 }
 
 // EventFilter selects a lock's events.
@@ -409,6 +426,9 @@ type Database interface {
 	Store
 	Journal
 	Pruner
+	// PutVerdicts keeps each lock's verdict, replacing the one kept
+	// before (audit/verdict Keeper). A lock that does not exist is skipped.
+	PutVerdicts(ctx context.Context, verdicts []LockVerdict) error
 	// Size returns the bytes the database takes.
 	Size(ctx context.Context) (int64, error)
 	Close() error

@@ -29,6 +29,7 @@ var landed = map[string]map[string]string{
 		"0013_source_sync.sql":          "a6b75b3c31a6d47497ff2ffead0ac339a5c886b1e89d8316ba37ba6572d0b9c2",
 		"0014_fence_refusals.sql":       "aedb1beda0518e054304c3cfe6ed7df721ad018c23cbb68156aff8894237647d",
 		"0015_tenures_by_holder.sql":    "23f2e50c5e52a94f771b5120157059a0d83f45eb08c8d7d6cd81bbe5d1740c09",
+		"0016_lock_verdicts.sql":        "a6ef43c249b01ae379012cec0785b92a8486003b8d0d4cc3118542e0297316d6",
 	},
 	"postgres": {
 		"0001_init.sql":                "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
@@ -38,6 +39,7 @@ var landed = map[string]map[string]string{
 		"0005_source_sync.sql":         "0fb6fc6f2b196b29f0b7bed0bfe447aad0ea33ae1672b53773ef17e3a5f1b593",
 		"0006_fence_refusals.sql":      "e02173abdb0458e2a870a46dcab2e6c52bf258be1cfb316f41a52ff3342e52ff",
 		"0007_tenures_by_holder.sql":   "0a8b43c5b69f13dd7a1abc04d1d2179472cc4e2fe20cb26fe84b2c24d13d5786",
+		"0008_lock_verdicts.sql":       "70e39d86e9a59423908ab045e48a33008d74b64febc448b7a283df7b995eb632",
 	},
 }
 

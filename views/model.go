@@ -61,7 +61,8 @@ type OverviewPage struct {
 	NearExpiry  []LockRow // least lease left first
 	Margin      string    // the renew margin, e.g. "25%"
 	Severities  []SeverityCount
-	Findings    []FindingRow // the last day's newest findings, newest first
+	Verdicts    []VerdictCount // locks per kept verdict (over the last 24 h), in verdict order
+	Findings    []FindingRow   // the last day's newest findings, newest first
 	Sources     []SourceRow
 	HeldURL     string
 	NearURL     string
@@ -102,13 +103,14 @@ type LocksPage struct {
 
 // LockFilter is the locks page's filter form as submitted.
 type LockFilter struct {
-	Source string
-	Kind   string
-	Q      string
-	Class  string // "" (locks only), "lock", "heartbeat" or "all"
-	State  string
-	Holder string
-	Sort   string
+	Source  string
+	Kind    string
+	Q       string
+	Class   string // "" (locks only), "lock", "heartbeat" or "all"
+	State   string
+	Holder  string
+	Verdict string
+	Sort    string
 }
 
 // LockRow is one row of a locks table.
@@ -127,6 +129,16 @@ type LockRow struct {
 	ExpiresIn  string
 	LeftPct    int  // lease left in percent, 0..100, for the margin bar; -1 unknown
 	NearExpiry bool // held, with less than the renew margin of its lease left
+	// Verdict is the lock's kept safety verdict over the last 24 hours;
+	// empty when not judged yet.
+	Verdict string
+}
+
+// VerdictCount is how many locks have one kept verdict, linked to them.
+type VerdictCount struct {
+	Kind string
+	N    int
+	URL  string
 }
 
 // LockPage is one lock: its current state, holder timeline, tenures,
@@ -393,6 +405,12 @@ type ErrorPage struct {
 	Status  int
 	Title   string
 	Message string
+}
+
+// lockVerdictURL is a lock's page opened on its verdict over the last 24
+// hours, the one the locks list shows.
+func lockVerdictURL(id int64) templ.SafeURL {
+	return templ.SafeURL(fmt.Sprintf("/locks/%d?verdict=24h#verdict", id))
 }
 
 // lockURL links to a lock's page.

@@ -41,6 +41,10 @@ type lockJSON struct {
 	ExpiresAt       *string          `json:"expires_at"`
 	LeaseDurationMS *int64           `json:"lease_duration_ms"`
 	ChangedAt       *string          `json:"changed_at"`
+	// Verdict is the lock's kept safety verdict over the last 24 hours
+	// (audit/verdict Keeper); absent when not judged yet. An addition to
+	// the contract.
+	Verdict string `json:"verdict,omitempty"`
 }
 
 type eventJSON struct {
@@ -245,13 +249,20 @@ func (s *Server) handleAPILocks(c echo.Context) error {
 	if err := parseLockPage(q, &lq); err != nil {
 		return err
 	}
-	locks, err := s.locks(c.Request().Context(), lq)
+	ctx := c.Request().Context()
+	locks, err := s.locks(ctx, lq)
+	if err != nil {
+		return err
+	}
+	kept, err := s.keptVerdicts(ctx, locks)
 	if err != nil {
 		return err
 	}
 	out := make([]lockJSON, 0, len(locks))
 	for _, l := range locks {
-		out = append(out, toLockJSON(l))
+		j := toLockJSON(l)
+		j.Verdict = kept[l.ID].Verdict
+		out = append(out, j)
 	}
 	return c.JSON(http.StatusOK, map[string]any{"locks": out})
 }
@@ -261,11 +272,18 @@ func (s *Server) handleAPILock(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	l, err := s.store.Lock(c.Request().Context(), id)
+	ctx := c.Request().Context()
+	l, err := s.store.Lock(ctx, id)
 	if err != nil {
 		return err
 	}
-	return c.JSON(http.StatusOK, toLockJSON(l))
+	kept, err := s.keptVerdicts(ctx, []audit.Lock{l})
+	if err != nil {
+		return err
+	}
+	j := toLockJSON(l)
+	j.Verdict = kept[l.ID].Verdict
+	return c.JSON(http.StatusOK, j)
 }
 
 func (s *Server) handleAPIEvents(c echo.Context) error {

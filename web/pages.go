@@ -95,23 +95,10 @@ func (s *Server) handleOverview(c echo.Context) error {
 		NearURL:     nearExpiryURL,
 		FindingsURL: "/findings?" + url.Values{"from": {now.Add(-24 * time.Hour).UTC().Format(time.RFC3339)}}.Encode(),
 	}
-	perSource := map[string]int{}
-	for _, n := range counts {
-		if n.Class == audit.ClassHeartbeat {
-			p.Counts.Heartbeats += n.N
-			perSource[n.Source] += n.N
-			continue
-		}
-		perSource[n.Source] += n.N
-		p.Counts.Locks += n.N
-		switch n.State {
-		case audit.StateHeld:
-			p.Counts.Held += n.N
-		case audit.StateExpired:
-			p.Counts.Expired += n.N
-		default:
-			p.Counts.Free += n.N
-		}
+	var perSource map[string]int
+	p.Counts, perSource = overviewCounts(counts)
+	if p.Verdicts, err = s.verdictCounts(ctx, audit.ClassLock); err != nil {
+		return err
 	}
 
 	held, err := s.store.Locks(ctx, audit.LockFilter{Class: audit.ClassLock, State: audit.StateHeld, Sort: audit.SortChanged, Limit: overviewList})
@@ -170,6 +157,30 @@ func (s *Server) handleOverview(c echo.Context) error {
 		}
 	}
 	return render(c, http.StatusOK, views.Overview(p))
+}
+
+// overviewCounts adds up the lock counts of the overview's tiles, and the
+// locks of each source, heartbeats included.
+func overviewCounts(counts []audit.LockCount) (views.OverviewCounts, map[string]int) {
+	var out views.OverviewCounts
+	perSource := map[string]int{}
+	for _, n := range counts {
+		perSource[n.Source] += n.N
+		if n.Class == audit.ClassHeartbeat {
+			out.Heartbeats += n.N
+			continue
+		}
+		out.Locks += n.N
+		switch n.State {
+		case audit.StateHeld:
+			out.Held += n.N
+		case audit.StateExpired:
+			out.Expired += n.N
+		default:
+			out.Free += n.N
+		}
+	}
+	return out, perSource
 }
 
 func (s *Server) handleLocksPage(c echo.Context) error {
@@ -257,13 +268,14 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 	now := s.now()
 	p := views.LocksPage{
 		Filter: views.LockFilter{
-			Source: lq.Source,
-			Kind:   string(lq.Kind),
-			Q:      lq.Q,
-			Class:  class,
-			State:  string(lq.State),
-			Holder: lq.Holder,
-			Sort:   sortName,
+			Source:  lq.Source,
+			Kind:    string(lq.Kind),
+			Q:       lq.Q,
+			Class:   class,
+			State:   string(lq.State),
+			Holder:  lq.Holder,
+			Verdict: lq.Verdict,
+			Sort:    sortName,
 		},
 		Total:        total,
 		TotalAtLeast: atLeast,
@@ -272,11 +284,7 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 		Now:          stampIn(now, loc),
 		Kinds:        []string{string(audit.KindEtcd), string(audit.KindKubernetes), string(audit.KindRedis)},
 	}
-	for _, o := range []struct{ key, label string }{{"name", "Name"}, {"changed", "Last change"}, {"margin", "Lease left"}} {
-		cur := sortName == o.key || (sortName == "" && o.key == "name")
-		p.Sorts = append(p.Sorts, views.Link{Label: o.label, Current: cur,
-			URL: withQuery("/locks", q, "sort", o.key, "after", "", "before", "")})
-	}
+	p.Sorts = locksSorts(q, sortName)
 	if len(locks) > 0 {
 		if hasNext {
 			p.Next = withQuery("/locks", q, "after", strconv.FormatInt(locks[len(locks)-1].ID, 10), "before", "")
@@ -293,10 +301,21 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 		// Keep a filter from a shared URL visible even if that source is gone.
 		p.Sources = append(p.Sources, lq.Source)
 	}
-	for _, l := range locks {
-		p.Locks = append(p.Locks, s.lockRow(l, now, loc))
+	if p.Locks, err = s.lockRows(ctx, locks, now, loc); err != nil {
+		return err
 	}
 	return render(c, http.StatusOK, views.Locks(p))
+}
+
+// locksSorts are the locks list's column orders, the current one marked.
+func locksSorts(q url.Values, sortName string) []views.Link {
+	var out []views.Link
+	for _, o := range []struct{ key, label string }{{"name", "Name"}, {"changed", "Last change"}, {"margin", "Lease left"}} {
+		cur := sortName == o.key || (sortName == "" && o.key == "name")
+		out = append(out, views.Link{Label: o.label, Current: cur,
+			URL: withQuery("/locks", q, "sort", o.key, "after", "", "before", "")})
+	}
+	return out
 }
 
 // sourceNames lists the configured sources' names in order.

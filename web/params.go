@@ -158,6 +158,9 @@ func parseLockQuery(q url.Values) (lockQuery, error) {
 	if utf8.RuneCountInString(lq.Q) > maxQuery {
 		return lq, audit.Errorf(audit.EINVALID, "q: must be at most %d characters", maxQuery)
 	}
+	if lq.Verdict, err = parseVerdict(q); err != nil {
+		return lq, err
+	}
 	lq.Limit = lq.Window.Limit
 	return lq, nil
 }

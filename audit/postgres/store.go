@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 	"github.com/leasewatch/leasewatch/migrations"
 )
 
@@ -303,4 +305,17 @@ func storageError(err error) error {
 		msg = "the database server cannot be reached"
 	}
 	return audit.Caused(audit.Errorf(audit.EUNAVAILABLE, "%s", msg), err)
+}
+
+// PutVerdicts keeps each lock's verdict (audit.Database).
+func (s *Store) PutVerdicts(ctx context.Context, verdicts []audit.LockVerdict) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for chunk := range slices.Chunk(verdicts, sqlread.MaxPutVerdicts) {
+		q, args := sqlread.PutVerdicts(dialect, chunk)
+		if _, err := s.writer.Exec(ctx, q, args...); err != nil {
+			return fmt.Errorf("keep verdicts: %w", storageError(err))
+		}
+	}
+	return nil
 }

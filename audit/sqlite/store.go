@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -27,6 +28,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 	"github.com/leasewatch/leasewatch/migrations"
 )
 
@@ -299,4 +301,19 @@ func (s *Store) Size(ctx context.Context) (int64, error) {
 		return 0, fmt.Errorf("database size: %w", err)
 	}
 	return (pages - free) * size, nil
+}
+
+// PutVerdicts keeps each lock's verdict (audit.Database).
+func (s *Store) PutVerdicts(ctx context.Context, verdicts []audit.LockVerdict) error {
+	for chunk := range slices.Chunk(verdicts, sqlread.MaxPutVerdicts) {
+		q, args := sqlread.PutVerdicts(dialect, chunk)
+		err := s.writeTx(ctx, func(tx *sql.Tx) error {
+			_, err := tx.ExecContext(ctx, q, args...)
+			return err
+		}, nil)
+		if err != nil {
+			return fmt.Errorf("keep verdicts: %w", storageError(err))
+		}
+	}
+	return nil
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
+	"github.com/leasewatch/leasewatch/audit/verdict"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd"
@@ -36,6 +37,7 @@ type service struct {
 	alerts   *alerting
 	sender   *alert.Sender // nil without alerts.alertmanager.urls
 	retainer *audit.Retainer
+	verdicts *verdict.Keeper
 	web      *web.Server
 	ln       net.Listener
 	log      *slog.Logger
@@ -71,9 +73,12 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 	if cfg.Replication.Enabled() {
 		svc.alerts.ownSourcesOnly(logger.With("component", "alerting"))
 	}
+	svc.verdicts = &verdict.Keeper{Store: store, Put: store.PutVerdicts, Purposes: cfg.VerdictPurposes(), Now: time.Now,
+		Log: logger.With("component", "verdicts")}
 	opts := []audit.RecorderOption{audit.WithCommitHook(func(c audit.Commit) {
 		rm.observe(c)
 		svc.alerts.observe(c)
+		svc.verdicts.Committed(c)
 	}), audit.WithFenceRefused(func(f audit.FenceRefusal) {
 		if svc.replicas != nil {
 			svc.replicas.refused(f)
@@ -106,13 +111,16 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		svc.close()
 		return nil, err
 	}
-	reg.MustRegister(rm.newLeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")))
+	reg.MustRegister(rm.newLeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")),
+		verdictCollector{store: store, log: logger.With("component", "metrics")})
 	svc.retainer = &audit.Retainer{Store: store, Retention: cfg.Retention.Policy(), Now: time.Now,
 		Log: logger.With("component", "retention"), Pruned: newRetentionMetrics(reg, store)}
 	if svc.replicas != nil {
-		// One replica prunes: the owner of leasewatch's own source.
+		// One replica prunes: the owner of leasewatch's own source. Each
+		// keeps the verdicts of the sources it owns.
 		own := cfg.Replication.Source
 		svc.retainer.Active = func() bool { return svc.replicas.owns(own) }
+		svc.verdicts.Owns = svc.replicas.owns
 	}
 	if err := svc.startWeb(sources, reg); err != nil {
 		svc.close()
@@ -269,6 +277,7 @@ func (s *service) serve(ctx context.Context) error {
 		wg.Go(func() { _ = s.sender.Run(collectCtx) })
 	}
 	wg.Go(func() { s.retainer.Run(collectCtx) })
+	wg.Go(func() { _ = s.verdicts.Run(collectCtx) })
 	if s.replicas != nil {
 		wg.Go(func() { s.replicas.run(ctx) })
 	}

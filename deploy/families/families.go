@@ -39,6 +39,7 @@ var Families = map[string]Type{
 	"leasewatch_tenure_seconds":                 Histogram,
 	"leasewatch_takeover_seconds":               Histogram,
 	"leasewatch_renewal_margin_ratio":           Histogram,
+	"leasewatch_locks_by_verdict":               Gauge,
 }
 
 // CriticalKinds are the finding kinds of severity critical: the ones that

@@ -1,0 +1,93 @@
+package verdict_test
+
+import (
+	"context"
+	"maps"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/sqlite"
+	"github.com/leasewatch/leasewatch/audit/verdict"
+)
+
+// The keeper over a real store: a sweep judges every lock of class lock
+// (not the heartbeat, nor a source it does not own); a write that lands
+// unfenced, once committed, touches its lock, and the next round makes it
+// unsafe; locks of a purpose of efficiency are kept as such.
+func TestKeeper(t *testing.T) {
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "leasewatch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	tr := audit.NewTracker(audit.TrackerConfig{RenewMarginRatio: 0.25})
+	var touched []audit.LockKey
+	apply := func(b audit.Batch) {
+		t.Helper()
+		if err := st.Apply(ctx, b); err != nil {
+			t.Fatal(err)
+		}
+		touched = append(touched, verdict.Touched(&b)...)
+	}
+	observe := func(source, name string, class audit.Class, holder string, token int64, when time.Duration) {
+		ob := audit.Observation{Lock: audit.LockKey{Source: source, Name: name}, Kind: audit.EventGrant, At: at(when),
+			Holder: holder, Token: audit.Int64(token), LeaseDuration: lease, Class: class}
+		apply(tr.Observe(audit.Input{Source: source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}))
+	}
+	write := func(name string, token int64, outcome audit.WriteOutcome, when time.Duration) {
+		apply(tr.ReportWrite(audit.WriteReport{Source: "src", Lock: name, Resource: "db", Token: audit.Int64(token), Outcome: outcome, At: at(when)}))
+	}
+	observe("src", "orders", audit.ClassLock, "a", 1, 0)
+	write("orders", 1, audit.WriteAccepted, time.Second)
+	observe("src", "cache", audit.ClassLock, "a", 1, 0)
+	observe("src", "node-1", audit.ClassHeartbeat, "node-1", 1, 0)
+	observe("other", "jobs", audit.ClassLock, "j", 1, 0)
+
+	now := at(time.Hour)
+	k := &verdict.Keeper{Store: st, Put: st.PutVerdicts, Now: func() time.Time { return now },
+		Purposes: verdict.Purposes{{Selector: audit.Selector{Lock: "cache"}, Purpose: verdict.PurposeEfficiency}},
+		Owns:     func(source string) bool { return source == "src" }}
+	kept := func() map[string]string {
+		t.Helper()
+		out := map[string]string{}
+		for _, name := range []string{"src/orders", "src/cache", "src/node-1", "other/jobs"} {
+			key, _ := audit.ParseLockKey(name)
+			l, err := st.LockByKey(ctx, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			vs, err := st.Verdicts(ctx, []int64{l.ID})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if v, ok := vs[l.ID]; ok {
+				out[name] = v.Verdict
+				if !v.JudgedAt.Equal(now) {
+					t.Errorf("%s judged at %v, want %v", name, v.JudgedAt, now)
+				}
+			}
+		}
+		return out
+	}
+	if err := k.SweepOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := kept(), map[string]string{"src/orders": "fenced", "src/cache": "efficiency"}; !maps.Equal(got, want) {
+		t.Fatalf("after a sweep: %v, want %v", got, want)
+	}
+
+	// b takes orders over; a's late write gets through.
+	touched = nil
+	observe("src", "orders", audit.ClassLock, "b", 2, 2*time.Second)
+	write("orders", 1, audit.WriteAccepted, 3*time.Second)
+	k.Touch(touched...)
+	if err := k.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if got := kept()["src/orders"]; got != "unsafe" {
+		t.Fatalf("after the unfenced write: orders kept %q, want unsafe", got)
+	}
+}
