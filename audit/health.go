@@ -2,6 +2,7 @@ package audit
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"time"
 )
@@ -83,7 +84,7 @@ func (t *Tracker) flapping(o *output, st *lockState) {
 		return
 	}
 	newest := &st.recent[len(st.recent)-1]
-	if st.flappingAt != 0 && newest.granted-st.flappingAt < int64(FlappingRepeat) {
+	if last := st.reportedOf().flappingAt; last != 0 && newest.granted-last < int64(FlappingRepeat) {
 		return
 	}
 	from := newest.granted - int64(time.Hour)
@@ -102,7 +103,7 @@ func (t *Tracker) flapping(o *output, st *lockState) {
 	if grants <= t.cfg.Health.FlappingPerHour {
 		return
 	}
-	st.flappingAt = newest.granted
+	st.health().flappingAt = newest.granted
 	o.changed(st)
 	hs := holders(names...)
 	o.finding(st, Finding{Kind: FindingFlapping, At: newest.grantedAt(), Holders: hs,
@@ -164,33 +165,35 @@ func endedHow(r EndReason) string {
 // previous, into its typical interval, and raises tight_renewal once per
 // tenure when that leaves less than TightMarginRatio of the lease.
 func (t *Tracker) timeRenewal(o *output, st *lockState, cur *tenure, previous, at time.Time) {
-	gap := int64(at.Sub(previous))
-	if gap <= 0 || gap > int64(cur.lease) {
+	gap := at.Sub(previous)
+	if gap <= 0 || gap > cur.lease || gap > math.MaxInt32*time.Millisecond {
 		// Longer than the lease: renewals the collector did not see (a
 		// restart, a missed poll), or a late one, which late_renewal tells.
 		return
 	}
+	ms := int32(gap.Milliseconds())
 	if cur.samples == 0 {
-		cur.gap = gap
+		cur.gapMS = ms
 	} else {
-		cur.gap += (gap - cur.gap) / 4 // an average that forgets: a holder may be reconfigured
+		cur.gapMS += (ms - cur.gapMS) / 4 // an average that forgets: a holder may be reconfigured
 	}
 	if cur.samples < tightSamples {
 		cur.samples++
 		return
 	}
-	if st.tightSeq == cur.seq {
+	if st.reportedOf().tightSeq == cur.seq {
 		return
 	}
-	margin := 1 - float64(cur.gap)/float64(cur.lease)
+	typical := time.Duration(cur.gapMS) * time.Millisecond
+	margin := 1 - float64(typical)/float64(cur.lease)
 	if margin >= t.cfg.Health.TightMarginRatio {
 		return
 	}
-	st.tightSeq = cur.seq
+	st.health().tightSeq = cur.seq
 	o.changed(st)
 	o.finding(st, Finding{Kind: FindingTightRenewal, At: at, Tokens: tokens(cur.token), Holders: holders(cur.holder),
 		Summary: fmt.Sprintf("%s renews about every %s on a %s lease, leaving %.0f%% of it to spare, less than %.0f%%: one slow renewal and the lease runs out; renew well within the lease",
-			orUnknown(cur.holder), time.Duration(cur.gap).Round(time.Millisecond), cur.lease, 100*max(margin, 0), 100*t.cfg.Health.TightMarginRatio)})
+			orUnknown(cur.holder), typical, cur.lease, 100*max(margin, 0), 100*t.cfg.Health.TightMarginRatio)})
 }
 
 // clockSkew raises clock_skew once per tenure when ob, from a backend that
@@ -200,14 +203,14 @@ func (t *Tracker) timeRenewal(o *output, st *lockState, cur *tenure, previous, a
 // change delivered late.
 func (t *Tracker) clockSkew(o *output, st *lockState, ob Observation) {
 	cur := st.current()
-	if cur == nil || ob.RenewedAt.IsZero() || cur.lease <= 0 || st.skewSeq == cur.seq || cur.holder != ob.Holder {
+	if cur == nil || ob.RenewedAt.IsZero() || cur.lease <= 0 || st.reportedOf().skewSeq == cur.seq || cur.holder != ob.Holder {
 		return
 	}
 	ahead := ob.RenewedAt.Sub(ob.At)
 	if float64(ahead) <= t.cfg.Health.ClockSkewRatio*float64(cur.lease) {
 		return
 	}
-	st.skewSeq = cur.seq
+	st.health().skewSeq = cur.seq
 	o.changed(st)
 	o.finding(st, Finding{Kind: FindingClockSkew, At: ob.At, Tokens: tokens(cur.token), Holders: holders(cur.holder),
 		Summary: fmt.Sprintf("%s's clock runs at least %s ahead of the collector's (it wrote a renewal time of %s, seen at %s), %.0f%% of its %s lease: whatever judges the lease by that time thinks it runs longer than it does",

@@ -18,12 +18,34 @@ type lockState struct {
 	// As in TrackState.
 	expireByClock, sequentialTokens, unfencedReported bool
 
-	// Leadership health (health.go): when the last flapping finding was
-	// raised; when the lock, free now, becomes leaderless (0: it does not);
-	// the tenures that tight_renewal and clock_skew were raised for. Times
-	// are Unix nanoseconds.
-	flappingAt, leaderlessDue int64
-	tightSeq, skewSeq         int64
+	// Leadership health (health.go): when the lock, free now, becomes
+	// leaderless (Unix nanoseconds; 0: it does not), read by every Tick;
+	// and what was reported, nil until something was: few locks need it.
+	leaderlessDue int64
+	reported      *reported
+}
+
+// reported is what leadership health findings a lock has had, so that each
+// is raised once: when the last flapping finding was (Unix nanoseconds),
+// and the tenures that tight_renewal and clock_skew were raised for.
+type reported struct {
+	flappingAt, tightSeq, skewSeq int64
+}
+
+// health returns what st has reported, to be changed.
+func (st *lockState) health() *reported {
+	if st.reported == nil {
+		st.reported = &reported{}
+	}
+	return st.reported
+}
+
+// reportedOf returns what st has reported, zero when nothing.
+func (st *lockState) reportedOf() reported {
+	if st.reported == nil {
+		return reported{}
+	}
+	return *st.reported
 }
 
 // tenure is a Tenure as the tracker keeps it: without the lock's key, which
@@ -42,11 +64,12 @@ type tenure struct {
 	renewals int64
 	end      EndReason // empty while held
 	observed bool
-	// gap is the typical interval between the holder's renewals, over
-	// samples of them (timeRenewal); not saved, so learnt again after a
-	// restart.
-	gap     int64
+	// samples and gapMS are how many of the holder's renewal intervals
+	// the tenure has seen and their typical length in milliseconds
+	// (timeRenewal); not saved, so learnt again after a restart. Beside
+	// observed, they take no more room than its padding did.
 	samples uint8
+	gapMS   int32
 }
 
 func (tn *tenure) held() bool { return tn.end == "" }
@@ -107,8 +130,11 @@ func (st *lockState) export() TrackState {
 	ts := TrackState{
 		Lock: st.lock(), NextSeq: st.nextSeq, LastGrantToken: st.lastGrantToken,
 		ExpireByClock: st.expireByClock, SequentialTokens: st.sequentialTokens, UnfencedReported: st.unfencedReported,
-		Resources:  cloneResources(st.resources),
-		FlappingAt: timeOrZero(st.flappingAt), LeaderlessDue: timeOrZero(st.leaderlessDue), TightSeq: st.tightSeq, SkewSeq: st.skewSeq,
+		Resources:     cloneResources(st.resources),
+		LeaderlessDue: timeOrZero(st.leaderlessDue),
+	}
+	if r := st.reportedOf(); r != (reported{}) {
+		ts.FlappingAt, ts.TightSeq, ts.SkewSeq = timeOrZero(r.flappingAt), r.tightSeq, r.skewSeq
 	}
 	if len(st.recent) > 0 {
 		ts.Recent = make([]Tenure, len(st.recent))
@@ -126,8 +152,11 @@ func lockStateOf(ts TrackState) *lockState {
 	st := &lockState{
 		key: ts.Lock.Key(), kind: ts.Lock.Kind, class: ts.Lock.Class, nextSeq: ts.NextSeq, lastGrantToken: ts.LastGrantToken,
 		expireByClock: ts.ExpireByClock, sequentialTokens: ts.SequentialTokens, unfencedReported: ts.UnfencedReported,
-		resources:  cloneResources(ts.Resources),
-		flappingAt: nanosOrZero(ts.FlappingAt), leaderlessDue: nanosOrZero(ts.LeaderlessDue), tightSeq: ts.TightSeq, skewSeq: ts.SkewSeq,
+		resources:     cloneResources(ts.Resources),
+		leaderlessDue: nanosOrZero(ts.LeaderlessDue),
+	}
+	if r := (reported{flappingAt: nanosOrZero(ts.FlappingAt), tightSeq: ts.TightSeq, skewSeq: ts.SkewSeq}); r != (reported{}) {
+		st.reported = &r
 	}
 	if len(ts.Recent) > 0 {
 		st.recent = make([]tenure, len(ts.Recent))

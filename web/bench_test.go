@@ -19,6 +19,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit/review"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
 	"github.com/leasewatch/leasewatch/audit/sqlite/synth"
+	"github.com/leasewatch/leasewatch/audit/verdict"
 )
 
 // BenchmarkPages measures the server time of every dashboard page on the
@@ -85,6 +86,7 @@ func defaultPages(b *testing.B, store audit.Store, sum synth.Summary, spec synth
 		{"LocksByMargin", "/locks?sort=margin"},
 		{"LocksByChange", "/locks?sort=changed&state=expired"},
 		{"LocksHolder", "/locks?class=all&holder=" + busy.Holder},
+		{"LocksByVerdict", "/locks?verdict=unverified"},
 		{"LockBusy1h", "/locks/" + busyID},
 		{"LockBusy24h", "/locks/" + busyID + "?window=24h"},
 		{"LockBusy7d", "/locks/" + busyID + "?window=7d"},
@@ -313,4 +315,28 @@ func repoRoot() (string, error) {
 		}
 		dir = parent
 	}
+}
+
+// BenchmarkKeeperSweep is one sweep of the verdict keeper over every lock of
+// class lock of the benchmark database, as serve runs it every 10 minutes:
+// each lock's verdict over the last 24 hours, judged and kept. It reports
+// the time per lock judged. The kept verdicts stay in the database, for
+// the locks list's verdict filter (LocksByVerdict in BenchmarkPages).
+func BenchmarkKeeperSweep(b *testing.B) {
+	spec := synth.Default()
+	_, store, _ := benchServer(b, spec)
+	k := &verdict.Keeper{Store: store, Put: store.PutVerdicts, Now: func() time.Time { return spec.End }}
+	ctx := context.Background()
+	n, err := store.CountLocks(ctx, audit.LockFilter{Class: audit.ClassLock})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if err := k.SweepOnce(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/float64(n)/1e6, "ms/lock")
+	b.ReportMetric(float64(n), "locks")
 }
