@@ -526,6 +526,34 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 		t.leaderless(o, st)
 	}
 
+	t.judgeToken(o, st, ob)
+
+	st.nextSeq++
+	renewed := renewedAt(ob)
+	ten := tenure{
+		seq: st.nextSeq, holder: ob.Holder, token: ob.Token, position: ob.Position,
+		granted: nanos(ob.At), renewed: nanos(renewed), expires: NoNanos, ended: NoNanos, lease: ob.LeaseDuration, observed: ob.Kind == EventObserved,
+	}
+	if ob.LeaseDuration > 0 {
+		ten.expires = nanos(renewed.Add(ob.LeaseDuration))
+	}
+	st.recent = append(st.recent, ten)
+	if n := len(st.recent); n > t.cfg.RecentTenures {
+		st.recent = append(st.recent[:0], st.recent[n-t.cfg.RecentTenures:]...)
+	}
+	st.leaderlessDue = 0
+	o.tenure(st, &st.recent[len(st.recent)-1])
+	if ob.Kind == EventGrant {
+		t.flapping(o, st)
+	}
+	o.event(st, Event{Kind: ob.Kind, At: ob.At, Holder: ob.Holder, Token: ob.Token, TTL: ob.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
+}
+
+// judgeToken judges a grant's token against the lock's earlier grants
+// (regression, reuse, skip), and against the writes its resources accepted
+// before the tracker knew of it (unfenced_write); a grant without one makes
+// the lock unfenced, once.
+func (t *Tracker) judgeToken(o *output, st *lockState, ob Observation) {
 	if ob.Token != nil {
 		tok := *ob.Token
 		if last := st.lastGrantToken; last != nil {
@@ -567,26 +595,6 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 		o.finding(st, Finding{Kind: FindingUnfencedLock, At: ob.At, Holders: holders(ob.Holder),
 			Summary: "grants of this lock carry no fencing token: a resource cannot reject a paused holder's late writes"})
 	}
-
-	st.nextSeq++
-	renewed := renewedAt(ob)
-	ten := tenure{
-		seq: st.nextSeq, holder: ob.Holder, token: ob.Token, position: ob.Position,
-		granted: nanos(ob.At), renewed: nanos(renewed), expires: NoNanos, ended: NoNanos, lease: ob.LeaseDuration, observed: ob.Kind == EventObserved,
-	}
-	if ob.LeaseDuration > 0 {
-		ten.expires = nanos(renewed.Add(ob.LeaseDuration))
-	}
-	st.recent = append(st.recent, ten)
-	if n := len(st.recent); n > t.cfg.RecentTenures {
-		st.recent = append(st.recent[:0], st.recent[n-t.cfg.RecentTenures:]...)
-	}
-	st.leaderlessDue = 0
-	o.tenure(st, &st.recent[len(st.recent)-1])
-	if ob.Kind == EventGrant {
-		t.flapping(o, st)
-	}
-	o.event(st, Event{Kind: ob.Kind, At: ob.At, Holder: ob.Holder, Token: ob.Token, TTL: ob.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
 }
 
 // overtaken records an overtaken renewal of ten (see Observation.Overtaken).
