@@ -508,31 +508,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	if len(shown) > pageTenures {
 		shown, p.TenuresTrimmed = shown[len(shown)-pageTenures:], true
 	}
-	for _, t := range slices.Backward(shown) {
-		end := string(t.End)
-		if t.Held() {
-			end = "held"
-		}
-		stop, _ := tenureEnd(t, now, audit.MaxTime(now, w.To))
-		pad := max(stop.Sub(t.GrantedAt)/10, 5*time.Second)
-		p.Tenures = append(p.Tenures, views.TenureRow{
-			Seq:           t.Seq,
-			Holder:        printable(t.Holder),
-			HolderURL:     holderURLOf(t.Holder),
-			At:            banner.Seq != 0 && t.Seq == banner.Seq,
-			Token:         token(t.Token),
-			Granted:       stampIn(t.GrantedAt, loc),
-			Observed:      t.Observed,
-			Renewals:      t.Renewals,
-			Pruned:        prunedText(t.Pruned),
-			LastRenewed:   stampIn(t.LastRenewedAt, loc),
-			LeaseDuration: duration(t.LeaseDuration),
-			Expires:       stampIn(t.ExpiresAt, loc),
-			Ended:         stampIn(t.EndedAt, loc),
-			End:           end,
-			ZoomURL:       windowURL(t.GrantedAt.Add(-pad), stop.Add(pad)),
-		})
-	}
+	p.Tenures = tenureRows(shown, banner.Seq, now, w.To, loc, windowURL)
 	for _, f := range slices.Backward(findings) {
 		p.Findings = append(p.Findings, findingRow(f, loc))
 	}
@@ -554,6 +530,39 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		p.EventsNewer = withQuery(base, pageQ, "before", "") + "#events"
 	}
 	return render(c, http.StatusOK, views.Lock(p))
+}
+
+// tenureRows are the lock page's tenure rows, newest first: atSeq is the
+// tenure current at the page's instant (0: none), to the window's end, and
+// zoom the link to a window.
+func tenureRows(tenures []audit.Tenure, atSeq int64, now, to time.Time, loc *time.Location, zoom func(from, to time.Time) string) []views.TenureRow {
+	var rows []views.TenureRow
+	for _, t := range slices.Backward(tenures) {
+		end := string(t.End)
+		if t.Held() {
+			end = "held"
+		}
+		stop, _ := tenureEnd(t, now, audit.MaxTime(now, to))
+		pad := max(stop.Sub(t.GrantedAt)/10, 5*time.Second)
+		rows = append(rows, views.TenureRow{
+			Seq:           t.Seq,
+			Holder:        printable(t.Holder),
+			HolderURL:     holderURLOf(t.Holder),
+			At:            atSeq != 0 && t.Seq == atSeq,
+			Token:         token(t.Token),
+			Granted:       stampIn(t.GrantedAt, loc),
+			Observed:      t.Observed,
+			Renewals:      t.Renewals,
+			Pruned:        prunedText(t.Pruned),
+			LastRenewed:   stampIn(t.LastRenewedAt, loc),
+			LeaseDuration: duration(t.LeaseDuration),
+			Expires:       stampIn(t.ExpiresAt, loc),
+			Ended:         stampIn(t.EndedAt, loc),
+			End:           end,
+			ZoomURL:       zoom(t.GrantedAt.Add(-pad), stop.Add(pad)),
+		})
+	}
+	return rows
 }
 
 // lockPageKeep are the lock page's parameters that its window links and
