@@ -1,6 +1,9 @@
 package audit
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // lockState is what the tracker keeps of one lock: a TrackState in compact
 // form. The lock's current state is not kept but derived from its newest
@@ -24,6 +27,9 @@ type lockState struct {
 	// are Unix nanoseconds.
 	flappingAt, leaderlessDue int64
 	tightSeq, skewSeq         int64
+	// zombieTokens are the tokens of the zombie tenures whose finding was
+	// raised (belief.go); almost always none.
+	zombieTokens []int64
 }
 
 // tenure is a Tenure as the tracker keeps it: without the lock's key, which
@@ -109,6 +115,7 @@ func (st *lockState) export() TrackState {
 		ExpireByClock: st.expireByClock, SequentialTokens: st.sequentialTokens, UnfencedReported: st.unfencedReported,
 		Resources:  cloneResources(st.resources),
 		FlappingAt: timeOrZero(st.flappingAt), LeaderlessDue: timeOrZero(st.leaderlessDue), TightSeq: st.tightSeq, SkewSeq: st.skewSeq,
+		ZombieTokens: slices.Clone(st.zombieTokens),
 	}
 	if len(st.recent) > 0 {
 		ts.Recent = make([]Tenure, len(st.recent))
@@ -128,6 +135,7 @@ func lockStateOf(ts TrackState) *lockState {
 		expireByClock: ts.ExpireByClock, sequentialTokens: ts.SequentialTokens, unfencedReported: ts.UnfencedReported,
 		resources:  cloneResources(ts.Resources),
 		flappingAt: nanosOrZero(ts.FlappingAt), leaderlessDue: nanosOrZero(ts.LeaderlessDue), tightSeq: ts.TightSeq, skewSeq: ts.SkewSeq,
+		zombieTokens: slices.Clone(ts.ZombieTokens),
 	}
 	if len(ts.Recent) > 0 {
 		st.recent = make([]tenure, len(ts.Recent))
