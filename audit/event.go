@@ -18,12 +18,17 @@ const (
 	EventWriteAccepted EventKind = "write_accepted"
 	EventWriteRejected EventKind = "write_rejected"
 	EventBlind         EventKind = "blind" // detail.from .. detail.to: the collector could not see the backend
+	// EventZombieBelief: a holder said it acted under a token whose tenure
+	// had ended (belief.go); detail.since is when it stopped holding the
+	// lock, detail.after_ms how long before the belief. Beliefs of a held
+	// tenure are not recorded.
+	EventZombieBelief EventKind = "zombie_belief"
 )
 
 // EventKinds lists every event kind in a stable order.
 var EventKinds = []EventKind{
 	EventObserved, EventGrant, EventRenew, EventRelease, EventExpire,
-	EventWriteAccepted, EventWriteRejected, EventBlind,
+	EventWriteAccepted, EventWriteRejected, EventBlind, EventZombieBelief,
 }
 
 // Valid reports whether k is a known event kind.

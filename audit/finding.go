@@ -41,6 +41,10 @@ const (
 	// ahead of the collector's by more than health.clock_skew_ratio of its
 	// lease.
 	FindingClockSkew FindingKind = "clock_skew"
+	// FindingZombieHolder: a holder said it still acted under a token after
+	// that token's tenure had ended (belief.go), from the end to its first
+	// such belief; once per zombie tenure.
+	FindingZombieHolder FindingKind = "zombie_holder"
 )
 
 // FindingKinds lists every finding kind in a stable order.
@@ -49,6 +53,7 @@ var FindingKinds = []FindingKind{
 	FindingExposure, FindingUnfencedWrite, FindingStaleWrite, FindingLateRenewal,
 	FindingLeaseExpired, FindingUnfencedLock, FindingBlindWindow, FindingLockDeleted,
 	FindingLockEvicted, FindingFlapping, FindingLeaderless, FindingTightRenewal, FindingClockSkew,
+	FindingZombieHolder,
 }
 
 // Severity ranks findings (contract).

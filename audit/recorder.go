@@ -121,10 +121,11 @@ const probeEvery = time.Second
 const syncChunk = 1000
 
 type request struct {
-	input  *Input
-	writes []WriteReport
-	fence  *fenceChange // SetFence or DropFence, alone in its request
-	done   chan error
+	input   *Input
+	writes  []WriteReport
+	beliefs []Belief
+	fence   *fenceChange // SetFence or DropFence, alone in its request
+	done    chan error
 }
 
 // RecorderOption configures a Recorder.
@@ -332,6 +333,15 @@ func (r *Recorder) ReportWrites(ctx context.Context, reports []WriteReport) erro
 	return r.do(ctx, &request{writes: reports})
 }
 
+// ReportBeliefs judges holders' beliefs (Tracker.ReportBelief) and returns
+// once what they showed is durable. A belief of a held tenure stores
+// nothing, and commits nothing when all of a group's requests are such.
+// With replicas, a request naming a source this recorder does not own is
+// refused with EFENCED, as write reports are, and nothing of it is judged.
+func (r *Recorder) ReportBeliefs(ctx context.Context, beliefs []Belief) error {
+	return r.do(ctx, &request{beliefs: beliefs})
+}
+
 // Submit queues one collector input without waiting for it: wait blocks
 // until the input is durable and returns what Observe would have. Inputs are
 // applied in the order they are submitted, so a collector may go on reading
@@ -480,6 +490,11 @@ func (r *Recorder) commit(group []*request, tick bool) {
 		}
 		if req.input != nil {
 			step := r.tracker.Observe(*req.input)
+			r.writeOnly.update(step)
+			b.Append(r.hold(step))
+		}
+		for _, bl := range req.beliefs {
+			step := r.tracker.ReportBelief(bl)
 			r.writeOnly.update(step)
 			b.Append(r.hold(step))
 		}

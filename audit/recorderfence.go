@@ -310,6 +310,11 @@ func (req *request) sources() []string {
 			out = append(out, w.Source)
 		}
 	}
+	for _, b := range req.beliefs {
+		if !slices.Contains(out, b.Source) {
+			out = append(out, b.Source)
+		}
+	}
 	return out
 }
 
@@ -318,7 +323,8 @@ func (req *request) touches(source string) bool {
 	if req.input != nil && req.input.Source == source {
 		return true
 	}
-	return slices.ContainsFunc(req.writes, func(w WriteReport) bool { return w.Source == source })
+	return slices.ContainsFunc(req.writes, func(w WriteReport) bool { return w.Source == source }) ||
+		slices.ContainsFunc(req.beliefs, func(b Belief) bool { return b.Source == source })
 }
 
 // disownedBy returns the refusal of a request that names a source this

@@ -482,6 +482,10 @@ type TrackState struct {
 	LeaderlessDue time.Time `json:"leaderless_due,omitzero"`
 	TightSeq      int64     `json:"tight_seq,omitempty"`
 	SkewSeq       int64     `json:"skew_seq,omitempty"`
+	// ZombieTokens are the tokens of the last zombie tenures a
+	// zombie_holder finding was raised for (belief.go), so that each is
+	// raised once.
+	ZombieTokens []int64 `json:"zombie_tokens,omitempty"`
 }
 
 // ResourceState is what the tracker knows of one protected resource's view of

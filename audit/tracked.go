@@ -1,6 +1,9 @@
 package audit
 
-import "time"
+import (
+	"slices"
+	"time"
+)
 
 // lockState is what the tracker keeps of one lock: a TrackState in compact
 // form. The lock's current state is not kept but derived from its newest
@@ -25,11 +28,14 @@ type lockState struct {
 	reported      *reported
 }
 
-// reported is what leadership health findings a lock has had, so that each
-// is raised once: when the last flapping finding was (Unix nanoseconds),
-// and the tenures that tight_renewal and clock_skew were raised for.
+// reported is what leadership health and zombie findings a lock has had,
+// so that each is raised once: when the last flapping finding was (Unix
+// nanoseconds), the tenures that tight_renewal and clock_skew were raised
+// for, and the tokens of the zombie tenures whose zombie_holder finding
+// was (belief.go).
 type reported struct {
 	flappingAt, tightSeq, skewSeq int64
+	zombieTokens                  []int64
 }
 
 // health returns what st has reported, to be changed.
@@ -133,8 +139,9 @@ func (st *lockState) export() TrackState {
 		Resources:     cloneResources(st.resources),
 		LeaderlessDue: timeOrZero(st.leaderlessDue),
 	}
-	if r := st.reportedOf(); r != (reported{}) {
+	if r := st.reported; r != nil {
 		ts.FlappingAt, ts.TightSeq, ts.SkewSeq = timeOrZero(r.flappingAt), r.tightSeq, r.skewSeq
+		ts.ZombieTokens = slices.Clone(r.zombieTokens)
 	}
 	if len(st.recent) > 0 {
 		ts.Recent = make([]Tenure, len(st.recent))
@@ -155,8 +162,8 @@ func lockStateOf(ts TrackState) *lockState {
 		resources:     cloneResources(ts.Resources),
 		leaderlessDue: nanosOrZero(ts.LeaderlessDue),
 	}
-	if r := (reported{flappingAt: nanosOrZero(ts.FlappingAt), tightSeq: ts.TightSeq, skewSeq: ts.SkewSeq}); r != (reported{}) {
-		st.reported = &r
+	if ts.FlappingAt != (time.Time{}) || ts.TightSeq != 0 || ts.SkewSeq != 0 || len(ts.ZombieTokens) > 0 {
+		st.reported = &reported{flappingAt: nanosOrZero(ts.FlappingAt), tightSeq: ts.TightSeq, skewSeq: ts.SkewSeq, zombieTokens: slices.Clone(ts.ZombieTokens)}
 	}
 	if len(ts.Recent) > 0 {
 		st.recent = make([]tenure, len(ts.Recent))
