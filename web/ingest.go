@@ -54,38 +54,48 @@ func (s *Server) authorized(header string) bool {
 // whole request before recording any of it, and answers 202 only once the
 // reports are durable.
 func (s *Server) handleIngest(c echo.Context) error {
-	req := c.Request()
-	if !s.authorized(req.Header.Get(echo.HeaderAuthorization)) {
-		return audit.Errorf(audit.EUNAUTHORIZED, "missing or invalid bearer token")
-	}
-	if s.writes == nil {
-		return audit.Errorf(audit.EUNAVAILABLE, "ingest is not available")
-	}
-	if err := identityEncoding(c); err != nil {
-		return err
-	}
-	if req.ContentLength > maxIngestBody {
-		return audit.Errorf(audit.ETOOLARGE, "request body too large: over %d bytes", maxIngestBody)
-	}
-	body, err := io.ReadAll(http.MaxBytesReader(c.Response().Writer, req.Body, maxIngestBody))
+	body, err := s.ingestBody(c)
 	if err != nil {
-		var mbe *http.MaxBytesError
-		if errors.As(err, &mbe) {
-			return audit.Errorf(audit.ETOOLARGE, "request body too large: over %d bytes", maxIngestBody)
-		}
-		return audit.Errorf(audit.EINVALID, "body: could not be read")
+		return err
 	}
 	reports, err := decodeWrites(body, s.known, s.now().UTC())
 	if err != nil {
 		return err
 	}
-	if err := s.writes.ReportWrites(req.Context(), reports); err != nil {
+	if err := s.writes.ReportWrites(c.Request().Context(), reports); err != nil {
 		return err
 	}
 	for _, r := range reports {
 		s.metrics.writes.WithLabelValues(string(r.Outcome)).Inc()
 	}
 	return c.JSON(http.StatusAccepted, map[string]int{"accepted": len(reports)})
+}
+
+// ingestBody checks what every ingest request must be (authorized, taken,
+// uncompressed, within the body limit) and reads its body.
+func (s *Server) ingestBody(c echo.Context) ([]byte, error) {
+	req := c.Request()
+	if !s.authorized(req.Header.Get(echo.HeaderAuthorization)) {
+		return nil, audit.Errorf(audit.EUNAUTHORIZED, "missing or invalid bearer token")
+	}
+	if s.writes == nil {
+		return nil, audit.Errorf(audit.EUNAVAILABLE, "ingest is not available")
+	}
+	if err := identityEncoding(c); err != nil {
+		return nil, err
+	}
+	if req.ContentLength > maxIngestBody {
+		return nil, audit.Errorf(audit.ETOOLARGE, "request body too large: over %d bytes", maxIngestBody)
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(c.Response().Writer, req.Body, maxIngestBody))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, audit.Errorf(audit.ETOOLARGE, "request body too large: over %d bytes", maxIngestBody)
+		}
+		return nil, audit.Errorf(audit.EINVALID, "body: could not be read")
+	}
+	return body, nil
 }
 
 // identityEncoding refuses a body sent with a content coding (gzip, br, ...):
@@ -104,44 +114,53 @@ func identityEncoding(c echo.Context) error {
 	return nil
 }
 
-// decodeWrites decodes a body of one write report or an array of them. It
-// fails with EINVALID naming the first bad field, "outcome: ..." for a single
-// object and "writes[2].outcome: ..." in an array. at defaults to now.
-func decodeWrites(body []byte, known map[string]audit.SourceKind, now time.Time) ([]audit.WriteReport, error) {
+// decodeBatch decodes a body of one object or an array of them, each with
+// one. It fails with EINVALID naming the first bad field, "outcome: ..." for
+// a single object and "writes[2].outcome: ..." in an array (plural names the
+// array, what one object).
+func decodeBatch[T any](body []byte, what, plural string, one func(raw []byte, at string) (T, error)) ([]T, error) {
 	body = bytes.TrimSpace(body)
 	if len(body) == 0 {
-		return nil, audit.Errorf(audit.EINVALID, "body: empty; want a write report object or an array of them")
+		return nil, audit.Errorf(audit.EINVALID, "body: empty; want a %s object or an array of them", what)
 	}
 	if !json.Valid(body) {
 		return nil, audit.Errorf(audit.EINVALID, "body: invalid JSON%s", syntaxOffset(body))
 	}
 	switch body[0] {
 	case '{':
-		r, err := decodeWrite(body, "", known, now)
+		r, err := one(body, "")
 		if err != nil {
 			return nil, err
 		}
-		return []audit.WriteReport{r}, nil
+		return []T{r}, nil
 	case '[':
 		var raws []json.RawMessage
 		if err := json.Unmarshal(body, &raws); err != nil {
 			return nil, audit.Errorf(audit.EINVALID, "body: invalid JSON")
 		}
 		if len(raws) == 0 {
-			return nil, audit.Errorf(audit.EINVALID, "writes: empty array; want at least one write report")
+			return nil, audit.Errorf(audit.EINVALID, "%s: empty array; want at least one %s", plural, what)
 		}
-		reports := make([]audit.WriteReport, 0, len(raws))
+		out := make([]T, 0, len(raws))
 		for i, raw := range raws {
-			r, err := decodeWrite(raw, fmt.Sprintf("writes[%d]", i), known, now)
+			r, err := one(raw, fmt.Sprintf("%s[%d]", plural, i))
 			if err != nil {
 				return nil, err
 			}
-			reports = append(reports, r)
+			out = append(out, r)
 		}
-		return reports, nil
+		return out, nil
 	default:
-		return nil, audit.Errorf(audit.EINVALID, "body: want a write report object or an array of them")
+		return nil, audit.Errorf(audit.EINVALID, "body: want a %s object or an array of them", what)
 	}
+}
+
+// decodeWrites decodes a body of one write report or an array of them.
+// at defaults to now.
+func decodeWrites(body []byte, known map[string]audit.SourceKind, now time.Time) ([]audit.WriteReport, error) {
+	return decodeBatch(body, "write report", "writes", func(raw []byte, at string) (audit.WriteReport, error) {
+		return decodeWrite(raw, at, known, now)
+	})
 }
 
 // syntaxOffset says where body stops being JSON, to help the sender.
@@ -154,20 +173,21 @@ func syntaxOffset(body []byte) string {
 	return ""
 }
 
-// decodeWrite decodes one report object, checking its fields in document
-// order: unknown and duplicate fields, JSON types, then values. at names the
-// object in messages ("" for a lone object).
-func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now time.Time) (audit.WriteReport, error) {
-	fieldName := func(key string) string {
-		if at == "" {
-			return key
-		}
-		return at + "." + key
-	}
-	bad := func(key, format string, args ...any) error {
-		return audit.Errorf(audit.EINVALID, "%s: %s", fieldName(key), fmt.Sprintf(format, args...))
-	}
+// badField makes the EINVALID error of one field of an object.
+type badField func(key, format string, args ...any) error
 
+// decodeObject walks one object's fields in document order, refusing
+// unknown and duplicate fields and invalid JSON, and gives each field to
+// field with its display name. at names the object in messages ("" for a
+// lone object), what says what it must be. It returns the object's badField
+// for the checks made after every field is read.
+func decodeObject(raw []byte, at, what string, field func(key, name string, val json.RawMessage, bad badField) error) (badField, error) {
+	bad := func(key, format string, args ...any) error {
+		if at != "" {
+			key = at + "." + key
+		}
+		return audit.Errorf(audit.EINVALID, "%s: %s", key, fmt.Sprintf(format, args...))
+	}
 	dec := json.NewDecoder(bytes.NewReader(raw))
 	tok, err := dec.Token()
 	if d, ok := tok.(json.Delim); err != nil || !ok || d != '{' {
@@ -175,95 +195,68 @@ func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now t
 		if name == "" {
 			name = "body"
 		}
-		return audit.WriteReport{}, audit.Errorf(audit.EINVALID, "%s: must be a write report object", name)
+		return bad, audit.Errorf(audit.EINVALID, "%s: must be a %s object", name, what)
 	}
-
-	var w audit.WriteReport
 	seen := make(map[string]bool)
 	for dec.More() {
 		tok, err := dec.Token()
 		if err != nil {
-			return w, audit.Errorf(audit.EINVALID, "body: invalid JSON")
+			return bad, audit.Errorf(audit.EINVALID, "body: invalid JSON")
 		}
 		key, _ := tok.(string)
 		var val json.RawMessage
 		if err := dec.Decode(&val); err != nil {
-			return w, audit.Errorf(audit.EINVALID, "body: invalid JSON")
+			return bad, audit.Errorf(audit.EINVALID, "body: invalid JSON")
 		}
 		name := displayKey(key)
 		if seen[key] {
-			return w, bad(name, "duplicate field")
+			return bad, bad(name, "duplicate field")
 		}
 		seen[key] = true
-
-		switch key {
-		case "source":
-			v, err := jsonString(val, maxIngestString)
-			if err != nil {
-				return w, bad(name, "%v", err)
-			}
-			if v != "" {
-				if _, ok := known[v]; !ok {
-					return w, bad(name, "unknown source %q", truncate(v, 64))
-				}
-			}
-			w.Source = v
-		case "lock":
-			if w.Lock, err = jsonString(val, maxIngestString); err != nil {
-				return w, bad(name, "%v", err)
-			}
-		case "resource":
-			if w.Resource, err = jsonString(val, maxIngestString); err != nil {
-				return w, bad(name, "%v", err)
-			}
-		case "holder":
-			if w.Holder, err = jsonString(val, maxIngestString); err != nil {
-				return w, bad(name, "%v", err)
-			}
-		case "request_id":
-			if w.RequestID, err = jsonString(val, maxRequestID); err != nil {
-				return w, bad(name, "%v", err)
-			}
-		case "outcome":
-			v, err := jsonString(val, maxIngestString)
-			if err != nil {
-				return w, bad(name, "%v", err)
-			}
-			switch o := audit.WriteOutcome(v); o {
-			case audit.WriteAccepted, audit.WriteRejected:
-				w.Outcome = o
-			case "":
-			default:
-				return w, bad(name, `must be "accepted" or "rejected"`)
-			}
-		case "token":
-			if w.Token, err = jsonToken(val); err != nil {
-				return w, bad(name, "%v", err)
-			}
-		case "highest_token":
-			if w.HighestToken, err = jsonToken(val); err != nil {
-				return w, bad(name, "%v", err)
-			}
-		case "at":
-			v, err := jsonString(val, maxIngestString)
-			if err != nil {
-				return w, bad(name, "%v", err)
-			}
-			if v != "" {
-				t, err := time.Parse(time.RFC3339Nano, v)
-				if err != nil {
-					return w, bad(name, "must be an RFC 3339 time such as 2006-01-02T15:04:05.5Z")
-				}
-				if problem := reportTimeProblem(t, now); problem != "" {
-					return w, bad(name, "%s", problem)
-				}
-				w.At = t.UTC()
-			}
-		default:
-			return w, bad(name, "unknown field")
+		if err := field(key, name, val, bad); err != nil {
+			return bad, err
 		}
 	}
+	return bad, nil
+}
 
+// decodeWrite decodes one report object, checking its fields in document
+// order: unknown and duplicate fields, JSON types, then values. at names the
+// object in messages ("" for a lone object).
+func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now time.Time) (audit.WriteReport, error) {
+	var w audit.WriteReport
+	bad, err := decodeObject(raw, at, "write report", func(key, name string, val json.RawMessage, bad badField) error {
+		var err error
+		switch key {
+		case "source":
+			w.Source, err = jsonSource(val, known)
+		case "lock":
+			w.Lock, err = jsonString(val, maxIngestString)
+		case "resource":
+			w.Resource, err = jsonString(val, maxIngestString)
+		case "holder":
+			w.Holder, err = jsonString(val, maxIngestString)
+		case "request_id":
+			w.RequestID, err = jsonString(val, maxRequestID)
+		case "outcome":
+			w.Outcome, err = jsonOutcome(val)
+		case "token":
+			w.Token, err = jsonToken(val)
+		case "highest_token":
+			w.HighestToken, err = jsonToken(val)
+		case "at":
+			w.At, err = jsonReportTime(val, now)
+		default:
+			return bad(name, "unknown field")
+		}
+		if err != nil {
+			return bad(name, "%v", err)
+		}
+		return nil
+	})
+	if err != nil {
+		return w, err
+	}
 	switch {
 	case w.Source == "":
 		return w, bad("source", "required")
@@ -282,6 +275,48 @@ func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now t
 		w.At, w.AtDefaulted = now, true
 	}
 	return w, nil
+}
+
+// jsonSource decodes an optional source name, which must be configured.
+func jsonSource(val json.RawMessage, known map[string]audit.SourceKind) (string, error) {
+	v, err := jsonString(val, maxIngestString)
+	if err != nil || v == "" {
+		return v, err
+	}
+	if _, ok := known[v]; !ok {
+		return "", fmt.Errorf("unknown source %q", truncate(v, 64))
+	}
+	return v, nil
+}
+
+// jsonOutcome decodes an optional write outcome.
+func jsonOutcome(val json.RawMessage) (audit.WriteOutcome, error) {
+	v, err := jsonString(val, maxIngestString)
+	if err != nil {
+		return "", err
+	}
+	switch o := audit.WriteOutcome(v); o {
+	case audit.WriteAccepted, audit.WriteRejected, "":
+		return o, nil
+	}
+	return "", errors.New(`must be "accepted" or "rejected"`)
+}
+
+// jsonReportTime decodes an optional report time (zero when absent), which must
+// be one leasewatch keeps and not far after now.
+func jsonReportTime(val json.RawMessage, now time.Time) (time.Time, error) {
+	v, err := jsonString(val, maxIngestString)
+	if err != nil || v == "" {
+		return time.Time{}, err
+	}
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return time.Time{}, errors.New("must be an RFC 3339 time such as 2006-01-02T15:04:05.5Z")
+	}
+	if problem := reportTimeProblem(t, now); problem != "" {
+		return time.Time{}, errors.New(problem)
+	}
+	return t.UTC(), nil
 }
 
 // displayKey makes an unknown key safe and short enough to echo in a message.

@@ -15,14 +15,20 @@ import (
 // post sends a write report body with the given Authorization header.
 func (f *fixture) post(t *testing.T, body, auth string) (*http.Response, map[string]any) {
 	t.Helper()
+	return f.postTo(t, "/api/v1/writes", body, auth)
+}
+
+// postTo sends an ingest body to path with the given Authorization header.
+func (f *fixture) postTo(t *testing.T, path, body, auth string) (*http.Response, map[string]any) {
+	t.Helper()
 	hdr := []string{"Content-Type", "application/json"}
 	if auth != "" {
 		hdr = append(hdr, "Authorization", auth)
 	}
-	res, b := f.do(t, http.MethodPost, "/api/v1/writes", strings.NewReader(body), hdr...)
+	res, b := f.do(t, http.MethodPost, path, strings.NewReader(body), hdr...)
 	var m map[string]any
 	if err := jsonUnmarshal(b, &m); err != nil {
-		t.Fatalf("POST /api/v1/writes: decode %q: %v", b, err)
+		t.Fatalf("POST %s: decode %q: %v", path, b, err)
 	}
 	return res, m
 }
@@ -258,6 +264,8 @@ func TestIngestInvalid(t *testing.T) {
 type failingWrites struct{ err error }
 
 func (w failingWrites) ReportWrites(context.Context, []audit.WriteReport) error { return w.err }
+
+func (w failingWrites) ReportBeliefs(context.Context, []audit.Belief) error { return w.err }
 
 func TestIngestReporterFails(t *testing.T) {
 	body := `{"source":"cache","lock":"lock:late","resource":"r","outcome":"accepted"}`

@@ -16,6 +16,7 @@ import (
 type metrics struct {
 	duration       *prometheus.HistogramVec
 	writes         *prometheus.CounterVec
+	beliefs        prometheus.Counter
 	reviewsWaiting prometheus.Gauge
 }
 
@@ -30,12 +31,16 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "leasewatch_ingest_writes_total",
 			Help: "Write reports accepted by POST /api/v1/writes, by reported outcome.",
 		}, []string{"outcome"}),
+		beliefs: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "leasewatch_ingest_beliefs_total",
+			Help: "Holders' beliefs accepted by POST /api/v1/beliefs, zombie or not.",
+		}),
 		reviewsWaiting: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "leasewatch_reviews_waiting",
 			Help: "Incident reviews (the page and its exports) waiting for a turn: a few are built at once.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.writes, m.reviewsWaiting} {
+	for _, c := range []prometheus.Collector{m.duration, m.writes, m.beliefs, m.reviewsWaiting} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register http metrics: %w", err)
 		}

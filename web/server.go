@@ -33,19 +33,23 @@ import (
 	"github.com/leasewatch/leasewatch/static"
 )
 
-// WriteReporter records write reports from protected resources.
-// *audit.Recorder implements it.
+// WriteReporter records write reports from protected resources and the
+// beliefs of holders. *audit.Recorder implements it.
 type WriteReporter interface {
 	// ReportWrites records reports and returns once they are durable. It
 	// returns an *audit.Error with EUNAVAILABLE when it cannot take writes.
 	ReportWrites(ctx context.Context, reports []audit.WriteReport) error
+	// ReportBeliefs judges holders' beliefs and returns once what they
+	// showed is durable, failing as ReportWrites does.
+	ReportBeliefs(ctx context.Context, beliefs []audit.Belief) error
 }
 
 // Config is what a Server needs. Only Store is required.
 type Config struct {
 	// Store answers every read.
 	Store audit.Store
-	// Writes takes POST /api/v1/writes reports. Nil answers 503.
+	// Writes takes POST /api/v1/writes reports and POST /api/v1/beliefs.
+	// Nil answers 503.
 	Writes WriteReporter
 	// Sources returns the configured sources with their collectors' health.
 	// LastEventAt is completed from Store.LastEventAt. Nil lists KnownSources
@@ -207,6 +211,15 @@ func New(cfg Config) (*Server, error) {
 		e.Use(s.auth.middleware)
 	}
 
+	s.routes(e, reg)
+
+	s.echo = e
+	return s, nil
+}
+
+// routes registers every page, probe and API route on e, and /metrics
+// serving reg.
+func (s *Server) routes(e *echo.Echo, reg *prometheus.Registry) {
 	e.Match(getHead, "/", s.handleOverview)
 	e.Match(getHead, "/locks", s.handleLocksPage)
 	e.Match(getHead, "/locks/:id", s.handleLockPage)
@@ -239,9 +252,7 @@ func New(cfg Config) (*Server, error) {
 	api.Match(getHead, "/holders/:holder/tenures", s.handleAPIHolderTenures)
 	api.Match(getHead, "/findings", s.handleAPIFindings)
 	api.POST("/writes", s.handleIngest)
-
-	s.echo = e
-	return s, nil
+	api.POST("/beliefs", s.handleBeliefs)
 }
 
 // getHead are the methods of every read: HEAD works wherever GET does (RFC
