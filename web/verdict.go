@@ -183,7 +183,8 @@ func (s *Server) verdictPanel(ctx context.Context, l audit.Lock, q url.Values, b
 }
 
 // reasonFindings is the finding kind behind each reason that has findings;
-// "" where they are of two kinds (token regressions and reuses).
+// "" where they are of two kinds (token regressions and reuses, zombies
+// and their writes).
 var reasonFindings = map[verdict.ReasonCode]audit.FindingKind{
 	verdict.ReasonUnfencedWrite:    audit.FindingUnfencedWrite,
 	verdict.ReasonOverlapWrites:    audit.FindingOverlap,
@@ -191,6 +192,8 @@ var reasonFindings = map[verdict.ReasonCode]audit.FindingKind{
 	verdict.ReasonRegressionWrites: "",
 	verdict.ReasonRegression:       "",
 	verdict.ReasonStaleStopped:     audit.FindingStaleWrite,
+	verdict.ReasonZombieWrites:     "",
+	verdict.ReasonZombieHolder:     audit.FindingZombieHolder,
 }
 
 // durationOrNone is d in words, "none" for zero.

@@ -151,21 +151,11 @@ type wireWrite struct {
 // NewReporter validates cfg, fills in defaults and starts the sender. Call
 // Close to deliver what is queued and stop it.
 func NewReporter(cfg Config) (*Reporter, error) {
-	if cfg.URL == "" {
-		return nil, errors.New("fence: Config.URL is required")
-	}
-	u, err := url.Parse(cfg.URL)
+	endpoint, err := endpointOf("Config", cfg.URL, cfg.Token, cfg.Source, "writes")
 	if err != nil {
-		return nil, fmt.Errorf("fence: Config.URL: %w", err)
-	}
-	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("fence: Config.URL %q: want http://host[:port] or https://host[:port]", cfg.URL)
+		return nil, err
 	}
 	switch {
-	case cfg.Token == "":
-		return nil, errors.New("fence: Config.Token is required")
-	case cfg.Source == "":
-		return nil, errors.New("fence: Config.Source is required")
 	case cfg.Resource == "":
 		return nil, errors.New("fence: Config.Resource is required")
 	case cfg.QueueSize < 0:
@@ -199,7 +189,7 @@ func NewReporter(cfg Config) (*Reporter, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	r := &Reporter{
 		cfg:      cfg,
-		endpoint: u.JoinPath("api", "v1", "writes").String(),
+		endpoint: endpoint,
 		log:      log.With("resource", cfg.Resource),
 		ctx:      ctx,
 		cancel:   cancel,
@@ -533,13 +523,42 @@ func (r *Reporter) deliver(b batch) bool {
 // post sends one request and returns the status, the Retry-After delay and
 // the error message of a non-2xx response.
 func (r *Reporter) post(body []byte) (status int, retryAfter time.Duration, msg string, err error) {
-	req, err := http.NewRequestWithContext(r.ctx, http.MethodPost, r.endpoint, bytes.NewReader(body))
+	return postJSON(r.ctx, r.cfg.Client, r.endpoint, r.cfg.Token, body)
+}
+
+// endpointOf checks what every client of leasewatch's ingest needs (cfg
+// names the configuration in messages) and returns the URL of
+// /api/v1/<path> under rawURL.
+func endpointOf(cfg, rawURL, token, source, path string) (string, error) {
+	if rawURL == "" {
+		return "", fmt.Errorf("fence: %s.URL is required", cfg)
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		return "", fmt.Errorf("fence: %s.URL: %w", cfg, err)
+	}
+	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return "", fmt.Errorf("fence: %s.URL %q: want http://host[:port] or https://host[:port]", cfg, rawURL)
+	}
+	switch {
+	case token == "":
+		return "", fmt.Errorf("fence: %s.Token is required", cfg)
+	case source == "":
+		return "", fmt.Errorf("fence: %s.Source is required", cfg)
+	}
+	return u.JoinPath("api", "v1", path).String(), nil
+}
+
+// postJSON sends one ingest request and returns the status, the
+// Retry-After delay and the error message of a non-2xx response.
+func postJSON(ctx context.Context, client *http.Client, endpoint, token string, body []byte) (status int, retryAfter time.Duration, msg string, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, endpoint, bytes.NewReader(body))
 	if err != nil {
 		return 0, 0, "", err
 	}
-	req.Header.Set("Authorization", "Bearer "+r.cfg.Token)
+	req.Header.Set("Authorization", "Bearer "+token)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.cfg.Client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return 0, 0, "", err
 	}

@@ -85,7 +85,7 @@ const loadParallel = 4
 // judged are the finding kinds a verdict is judged from.
 var judged = []audit.FindingKind{
 	audit.FindingUnfencedWrite, audit.FindingStaleWrite, audit.FindingExposure,
-	audit.FindingOverlap, audit.FindingTokenRegression, audit.FindingTokenReuse,
+	audit.FindingOverlap, audit.FindingTokenRegression, audit.FindingTokenReuse, audit.FindingZombieHolder,
 }
 
 // capped notes a read that returned as many items as one read can.

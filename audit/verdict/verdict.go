@@ -163,6 +163,7 @@ const (
 	ReasonUntokenedWrite   ReasonCode = "untokened_write"   // unsafe: a resource accepted writes that carried no token
 	ReasonOverlapWrites    ReasonCode = "overlap_writes"    // unsafe: writes were accepted while two holders overlapped
 	ReasonRegressionWrites ReasonCode = "regression_writes" // unsafe: writes were accepted under a regressed or reused token
+	ReasonZombieWrites     ReasonCode = "zombie_writes"     // unsafe: a zombie holder's writes were accepted after its tenure ended
 	ReasonNoTokens         ReasonCode = "no_tokens"         // unverified: no grant carried a token
 	ReasonSomeUntokened    ReasonCode = "some_untokened"    // unverified: some grants carried no token
 	ReasonNoWrites         ReasonCode = "no_writes"         // unverified: no resource reported a write
@@ -170,6 +171,7 @@ const (
 	ReasonBlind            ReasonCode = "blind"             // unverified: the collector was blind for part of the window
 	ReasonOverlap          ReasonCode = "overlap"           // warning: holders overlapped, but no write was accepted meanwhile
 	ReasonRegression       ReasonCode = "regression"        // warning: a token went back or was reused, but nothing was written under it
+	ReasonZombieHolder     ReasonCode = "zombie_holder"     // warning: a holder acted under an ended tenure, but no write of it was accepted
 	ReasonStaleStopped     ReasonCode = "stale_stopped"     // info: fencing rejected writes from ended tenures
 	ReasonEfficiency       ReasonCode = "efficiency"        // efficiency: declared to avoid duplicate work only
 	ReasonAllFenced        ReasonCode = "all_fenced"        // fenced: every reported write carried the newest token or was rejected
@@ -350,7 +352,42 @@ func (v *Verdict) unsafeReasons(f Facts) []Reason {
 		out = append(out, Reason{Code: ReasonRegressionWrites, Decides: true, Findings: ids,
 			Text: fmt.Sprintf("writes were accepted under a token that went back or was reused (%s)", times(len(ids)))})
 	}
+	if zombies, ids := zombieWrites(f, true); len(ids) > 0 {
+		out = append(out, Reason{Code: ReasonZombieWrites, Decides: true, Findings: ids,
+			Text: fmt.Sprintf("a zombie holder's writes were accepted after its tenure ended (%s, %s)", zombieHolders(zombies), writes(len(ids)-zombies))})
+	}
 	return out
+}
+
+// zombieWrites returns the zombie_holder findings whose zombie had a write
+// accepted (an unfenced_write under its token, from its tenure's end on),
+// with the IDs of those writes' findings too; or, with accepted false, those
+// with none. zombies counts the zombie findings among ids.
+func zombieWrites(f Facts, accepted bool) (zombies int, ids []int64) {
+	for _, z := range f.Findings {
+		if z.Kind != audit.FindingZombieHolder || len(z.Tokens) == 0 {
+			continue
+		}
+		var landed []int64
+		for _, w := range f.Findings {
+			if w.Kind == audit.FindingUnfencedWrite && len(w.Tokens) > 0 && w.Tokens[0] == z.Tokens[0] && !w.At.Before(z.At) {
+				landed = append(landed, w.ID)
+			}
+		}
+		if (len(landed) > 0) == accepted {
+			zombies++
+			ids = append(append(ids, z.ID), landed...)
+		}
+	}
+	slices.Sort(ids)
+	return zombies, slices.Compact(ids)
+}
+
+func zombieHolders(n int) string {
+	if n == 1 {
+		return "1 zombie"
+	}
+	return fmt.Sprintf("%d zombies", n)
 }
 
 // unverifiedReasons are the reasons that leave a lock unverified.
@@ -392,6 +429,10 @@ func (v *Verdict) qualifyingReasons(f Facts) []Reason {
 	if ids := under(f, false, audit.FindingTokenRegression, audit.FindingTokenReuse); len(ids) > 0 {
 		out = append(out, Reason{Code: ReasonRegression, Findings: ids,
 			Text: fmt.Sprintf("a token went back or was reused %s, but no write was accepted under it", times(len(ids)))})
+	}
+	if zombies, ids := zombieWrites(f, false); len(ids) > 0 {
+		out = append(out, Reason{Code: ReasonZombieHolder, Findings: ids,
+			Text: fmt.Sprintf("a holder still acted under an ended tenure (%s), but no write of it was accepted", zombieHolders(zombies))})
 	}
 	stale := byResource(f.Findings, audit.FindingStaleWrite)
 	for _, r := range v.Resources {

@@ -49,6 +49,11 @@ func (s *story) release(holder string, when time.Duration) {
 	s.observe(audit.Observation{Kind: audit.EventRelease, At: at(when), Holder: holder})
 }
 
+// believe sends holder's belief that it acts under token.
+func (s *story) believe(holder string, token int64, when time.Duration) {
+	s.out.Append(s.tr.ReportBelief(audit.Belief{Source: key.Source, Lock: key.Name, Holder: holder, Token: token, At: at(when)}))
+}
+
 func (s *story) blind(from, to time.Duration) {
 	s.out.Append(s.tr.Observe(audit.Input{Source: key.Source, Kind: audit.KindEtcd, Blind: &audit.Blind{From: at(from), To: at(to), Reason: "compaction"}}))
 }
@@ -179,6 +184,31 @@ func TestVerdicts(t *testing.T) {
 		want:    verdict.Fenced,
 		decides: []verdict.ReasonCode{verdict.ReasonAllFenced},
 		others:  []verdict.ReasonCode{verdict.ReasonRegression},
+	}, {
+		name: "a zombie holder whose late write an unfenced resource accepted is unsafe",
+		story: func(s *story) {
+			s.grant("a", 1, 0)
+			s.write("db", 1, audit.WriteAccepted, time.Second)
+			s.grant("b", 2, 20*time.Second) // a's lease ran out at 10 s
+			s.write("db", 2, audit.WriteAccepted, 21*time.Second)
+			s.believe("a", 1, 25*time.Second) // a wakes from a pause
+			s.write("cache", 1, audit.WriteAccepted, 26*time.Second)
+		},
+		want:    verdict.Unsafe,
+		decides: []verdict.ReasonCode{verdict.ReasonUnfencedWrite, verdict.ReasonZombieWrites},
+	}, {
+		name: "a zombie holder whose writes were all rejected is a warning on a fenced lock",
+		story: func(s *story) {
+			s.grant("a", 1, 0)
+			s.write("db", 1, audit.WriteAccepted, time.Second)
+			s.grant("b", 2, 20*time.Second)
+			s.write("db", 2, audit.WriteAccepted, 21*time.Second)
+			s.believe("a", 1, 25*time.Second)
+			s.write("db", 1, audit.WriteRejected, 26*time.Second)
+		},
+		want:    verdict.Fenced,
+		decides: []verdict.ReasonCode{verdict.ReasonAllFenced},
+		others:  []verdict.ReasonCode{verdict.ReasonZombieHolder, verdict.ReasonStaleStopped},
 	}, {
 		name: "tokens that no resource reports on are unverified",
 		story: func(s *story) {

@@ -132,7 +132,8 @@ Press Ctrl-C to stop.
 		reporters = append(reporters, r)
 		return r
 	}
-	w, err := newWorkload(cli, filepath.Join(dir, "resources.db"), newReporter(demoSource, "ledger"), newReporter(demoSource, "cache"), logger)
+	w, err := newWorkload(cli, filepath.Join(dir, "resources.db"), newReporter(demoSource, "ledger"), newReporter(demoSource, "cache"),
+		fence.BelieverConfig{URL: svc.URL(), Token: token, Source: demoSource, Logger: logger}, logger)
 	if err != nil {
 		return err
 	}

@@ -474,8 +474,8 @@ func demoVerdicts(t *testing.T, base string) {
 	})
 }
 
-// A new user running the demo sees held locks, a handover, a stale_write
-// and an unfenced_write within 20 seconds of its banner.
+// A new user running the demo sees held locks, a handover, a stale_write,
+// an unfenced_write and a zombie_holder within 20 seconds of its banner.
 func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
@@ -498,8 +498,8 @@ func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 		return false
 	})
 	start := time.Now()
-	var held, handover, stale, unfenced bool
-	eventually(t, 20*time.Second, "held locks, a handover, a stale_write and an unfenced_write", func() bool {
+	var held, handover, stale, unfenced, zombie bool
+	eventually(t, 20*time.Second, "held locks, a handover, a stale_write, an unfenced_write and a zombie_holder", func() bool {
 		var locks struct{ Locks []apiLock }
 		getJSON(t, base, "/api/v1/locks", &locks)
 		for _, l := range locks.Locks {
@@ -513,7 +513,9 @@ func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 		stale = len(findings.Findings) > 0
 		getJSON(t, base, "/api/v1/findings?kind=unfenced_write", &findings)
 		unfenced = len(findings.Findings) > 0
-		return held && handover && stale && unfenced
+		getJSON(t, base, "/api/v1/findings?kind=zombie_holder", &findings)
+		zombie = len(findings.Findings) > 0
+		return held && handover && stale && unfenced && zombie
 	})
 	t.Logf("demo story complete %s after the banner", time.Since(start).Round(time.Millisecond))
 

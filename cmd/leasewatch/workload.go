@@ -40,12 +40,15 @@ type workload struct {
 	db     *sql.DB
 	ledger *fence.Reporter
 	cache  *fence.Reporter
-	log    *slog.Logger
+	// beliefs is how the pauser tells leasewatch what it believes: a
+	// Believer is made per session, each its own holder.
+	beliefs fence.BelieverConfig
+	log     *slog.Logger
 	mu     sync.Mutex // serialises each resource's check-and-write
 	pauses int        // the pauser's stalls so far; only its goroutine uses it
 }
 
-func newWorkload(cli *clientv3.Client, dbPath string, ledger, cache *fence.Reporter, log *slog.Logger) (*workload, error) {
+func newWorkload(cli *clientv3.Client, dbPath string, ledger, cache *fence.Reporter, beliefs fence.BelieverConfig, log *slog.Logger) (*workload, error) {
 	db, err := sql.Open("sqlite", "file:"+dbPath+"?_pragma=busy_timeout(5000)&_pragma=journal_mode(WAL)")
 	if err != nil {
 		return nil, fmt.Errorf("open demo resources: %w", err)
@@ -63,7 +66,7 @@ func newWorkload(cli *clientv3.Client, dbPath string, ledger, cache *fence.Repor
 			return nil, fmt.Errorf("prepare demo resources: %w", err)
 		}
 	}
-	return &workload{cli: cli, db: db, ledger: ledger, cache: cache, log: log}, nil
+	return &workload{cli: cli, db: db, ledger: ledger, cache: cache, beliefs: beliefs, log: log}, nil
 }
 
 // run starts every worker and returns when ctx ends and they have stopped.
@@ -145,10 +148,11 @@ func (w *workload) worker(ctx context.Context, name, lock string) {
 
 // pauser holds the orders lock, then stalls like a process in a long GC
 // pause: it stops renewing, its lease expires and another worker takes the
-// lock. When it wakes it still believes it holds the lock and writes with
-// its old token; the fenced ledger rejects that write, and every other time
-// (the first time included, so a new user sees it soon) it also writes to
-// the unfenced cache, which accepts it.
+// lock. When it wakes it still believes it holds the lock, says so (a
+// zombie_holder finding) and writes with its old token; the fenced ledger
+// rejects that write, and every other time (the first time included, so a
+// new user sees it soon) it also writes to the unfenced cache, which
+// accepts it.
 func (w *workload) pauser(ctx context.Context, name string) {
 	s, err := concurrency.NewSession(w.cli, concurrency.WithTTL(demoPauserTTL), concurrency.WithContext(ctx))
 	if err != nil {
@@ -168,6 +172,7 @@ func (w *workload) pauser(ctx context.Context, name string) {
 		return
 	}
 	holder := leaseHex(s.Lease())
+	w.believe(ctx, holder, token)
 	w.writeLedger(ctx, demoOrdersLock, holder, token)
 	w.writeCache(ctx, demoOrdersLock, holder, token)
 
@@ -176,12 +181,26 @@ func (w *workload) pauser(ctx context.Context, name string) {
 	if !sleepCtx(ctx, time.Duration(demoPauserTTL)*time.Second+2500*time.Millisecond) {
 		return
 	}
+	w.believe(ctx, holder, token)
 	w.writeLedger(ctx, demoOrdersLock, holder, token)
 	if w.pauses%2 == 0 {
 		w.writeCache(ctx, demoOrdersLock, holder, token)
 	}
 	w.pauses++
 	sleepCtx(ctx, time.Duration(2+rand.IntN(4))*time.Second)
+}
+
+// believe tells leasewatch that holder acts under token of the orders lock.
+func (w *workload) believe(ctx context.Context, holder string, token int64) {
+	cfg := w.beliefs
+	cfg.Holder = holder
+	b, err := fence.NewBeliever(cfg)
+	if err == nil {
+		err = b.Believe(ctx, demoOrdersLock, token)
+	}
+	if err != nil && ctx.Err() == nil {
+		w.log.Warn("demo: belief not delivered", "holder", holder, "err", err)
+	}
 }
 
 // candidate campaigns in the scheduler election, leads for a while,
