@@ -7,6 +7,7 @@
 package audit
 
 import (
+	"slices"
 	"strings"
 	"time"
 )
@@ -21,10 +22,11 @@ const (
 	KindRedis      SourceKind = "redis"
 )
 
+// SourceKinds lists every source kind in a stable order.
+var SourceKinds = []SourceKind{KindEtcd, KindKubernetes, KindRedis}
+
 // Valid reports whether k is one of the known source kinds.
-func (k SourceKind) Valid() bool {
-	return k == KindEtcd || k == KindKubernetes || k == KindRedis
-}
+func (k SourceKind) Valid() bool { return slices.Contains(SourceKinds, k) }
 
 // ExpiresByClock reports whether k's backend never reports a lease's expiry
 // itself (Kubernetes; Redis, whose expired event can lag): its collector

@@ -137,7 +137,7 @@ func Locks(p LocksPage) templ.Component {
 			if templ_7745c5c3_Err != nil {
 				return templ_7745c5c3_Err
 			}
-			for _, v := range []string{"unsafe", "unverified", "fenced", "efficiency"} {
+			for _, v := range p.Verdicts {
 				templ_7745c5c3_Err = option(v, v, p.Filter.Verdict).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err

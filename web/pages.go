@@ -282,9 +282,8 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 		Truncated:    hasNext,
 		Limit:        limit,
 		Now:          stampIn(now, loc),
-		Kinds:        []string{string(audit.KindEtcd), string(audit.KindKubernetes), string(audit.KindRedis)},
 	}
-	p.Sorts = locksSorts(q, sortName)
+	p.Kinds, p.Verdicts, p.Sorts = lockKinds, verdictNames, locksSorts(q, sortName)
 	if len(locks) > 0 {
 		if hasNext {
 			p.Next = withQuery("/locks", q, "after", strconv.FormatInt(locks[len(locks)-1].ID, 10), "before", "")

@@ -65,3 +65,18 @@ func (s *Server) verdictCounts(ctx context.Context, class audit.Class) ([]views.
 	}
 	return out, nil
 }
+
+// The choices of the locks list's kind and verdict filters.
+var (
+	lockKinds    = names(audit.SourceKinds)
+	verdictNames = names(verdict.Kinds)
+)
+
+// names returns the names of a contract's values, in their order.
+func names[T ~string](values []T) []string {
+	out := make([]string, len(values))
+	for i, v := range values {
+		out[i] = string(v)
+	}
+	return out
+}
