@@ -17,8 +17,9 @@ import (
 // a commit changed: a grant, an end, a write, a finding), and, every
 // Sweep, every lock of class lock whose source Owns, since the window
 // slides even over a lock nothing happens to. A verdict read from the store
-// is therefore at most Every behind the lock's events, and at most Sweep
-// behind the window. Heartbeats guard nothing, and are not judged.
+// is therefore at most Every behind the lock's events (a little more while a
+// sweep's page is judged), and at most Sweep and a sweep's time behind the
+// window. A sweep yields to the pages served meanwhile (sweep). Heartbeats guard nothing, and are not judged.
 type Keeper struct {
 	// Store is read for the verdicts' facts, which need no renewals: the
 	// rows as the journal last synced them serve.
@@ -104,7 +105,7 @@ func (k *Keeper) Run(ctx context.Context) error {
 	for {
 		var err error
 		if now := k.Now(); now.Sub(lastSweep) >= sweep {
-			if err = k.SweepOnce(ctx); err == nil {
+			if err = k.sweep(ctx, every); err == nil {
 				lastSweep = now
 			}
 		} else {
@@ -153,10 +154,21 @@ func (k *Keeper) retouch(keys map[audit.LockKey]bool) {
 	}
 }
 
-// SweepOnce judges every lock of class lock of the sources it owns.
-func (k *Keeper) SweepOnce(ctx context.Context) error {
+// SweepOnce judges every lock of class lock of the sources it owns, as
+// fast as the store answers.
+func (k *Keeper) SweepOnce(ctx context.Context) error { return k.sweep(ctx, 0) }
+
+// sweep judges every lock of class lock of the sources it owns, a page at a
+// time. With a round interval every (0: unpaced), it is background work
+// that yields: after each page it rests for as long as the page took, so
+// that a sweep takes at most half of the store's time while pages are
+// served, and it runs a Round once every has passed, so that a lock changed
+// during a long sweep is still judged within about every.
+func (k *Keeper) sweep(ctx context.Context, every time.Duration) error {
 	f := audit.LockFilter{Class: audit.ClassLock, Limit: sweepPage}
+	lastRound := time.Now()
 	for {
+		start := time.Now()
 		page, err := k.Store.Locks(ctx, f)
 		if err != nil {
 			return err
@@ -168,6 +180,30 @@ func (k *Keeper) SweepOnce(ctx context.Context) error {
 			return nil
 		}
 		f.After = page[len(page)-1].ID
+		if every <= 0 {
+			continue
+		}
+		if err := rest(ctx, time.Since(start)); err != nil {
+			return err
+		}
+		if time.Since(lastRound) >= every {
+			if err := k.Round(ctx); err != nil && ctx.Err() == nil {
+				k.Log.Error("keep lock verdicts; will retry", "err", err) // the round's locks are touched again
+			}
+			lastRound = time.Now()
+		}
+	}
+}
+
+// rest waits d, or until ctx ends.
+func rest(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 

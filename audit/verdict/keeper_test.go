@@ -2,6 +2,8 @@ package verdict_test
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
 	"maps"
 	"path/filepath"
 	"testing"
@@ -89,5 +91,48 @@ func TestKeeper(t *testing.T) {
 	}
 	if got := kept()["src/orders"]; got != "unsafe" {
 		t.Fatalf("after the unfenced write: orders kept %q, want unsafe", got)
+	}
+}
+
+// Run's sweeps yield between pages; every page is still judged.
+func TestKeeperRunSweepsEveryPage(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "leasewatch.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { st.Close() })
+	const locks = 1200 // three pages of a sweep
+	obs := make([]audit.Observation, locks)
+	for i := range obs {
+		obs[i] = audit.Observation{Lock: audit.LockKey{Source: "src", Name: fmt.Sprintf("lock-%04d", i)}, Kind: audit.EventGrant,
+			At: at(0), Holder: "a", Token: audit.Int64(1), LeaseDuration: lease}
+	}
+	tr := audit.NewTracker(audit.TrackerConfig{})
+	if err := st.Apply(ctx, tr.Observe(audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: obs})); err != nil {
+		t.Fatal(err)
+	}
+	k := &verdict.Keeper{Store: st, Put: st.PutVerdicts, Now: func() time.Time { return at(time.Hour) },
+		Every: time.Millisecond, Sweep: time.Hour, Log: slog.New(slog.DiscardHandler)}
+	done := make(chan error, 1)
+	go func() { done <- k.Run(ctx) }()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		counts, err := st.VerdictCounts(ctx, audit.ClassLock)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if counts["unverified"] == locks {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("kept verdicts %v, want all %d locks unverified (no writes)", counts, locks)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
 	}
 }
