@@ -420,6 +420,16 @@ func TestBrowserDashboard(t *testing.T) {
 		b.open(ordersPath + "?" + v.Encode())
 		b.screenshot(artifacts, "lock-timeline.png")
 		b.noConsoleErrors("the lock timeline")
+
+		// The leadership health panel: three charts, each with its bars
+		// drawn (a width from the stylesheet) and counted.
+		charts := eval[float64](b, "count the health charts", `document.querySelectorAll("#health figure.health-chart").length`)
+		drawn := eval[float64](b, "count the drawn health bars",
+			`[...document.querySelectorAll("#health .health-fill")].filter(e => e.getBoundingClientRect().width > 0).length`)
+		if charts != 3 || drawn == 0 {
+			t.Errorf("the health panel shows %v charts with %v drawn bars, want 3 charts with bars", charts, drawn)
+		}
+		b.screenshotOf(artifacts, "health.png", "#health")
 	})
 
 	t.Run("VerdictPanel", func(t *testing.T) {

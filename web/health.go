@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
+	"strings"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -92,11 +93,24 @@ func percent(r float64) string { return fmt.Sprintf("%.0f%%", 100*r) }
 func secondsLabel(lo, hi float64, open bool) string {
 	switch {
 	case open:
-		return "≥ " + seconds(lo)
+		return "≥ " + bound(lo)
 	case math.IsInf(lo, -1):
-		return "< " + seconds(hi)
+		return "< " + bound(hi)
 	}
-	return seconds(lo) + "–" + seconds(hi)
+	return bound(lo) + "–" + bound(hi)
+}
+
+// bound is a bucket's bound in seconds without its zero units: 1h, not
+// 1h0m0s.
+func bound(s float64) string {
+	b := seconds(s)
+	if t, ok := strings.CutSuffix(b, "m0s"); ok {
+		b = t + "m"
+	}
+	if t, ok := strings.CutSuffix(b, "h0m"); ok {
+		b = t + "h"
+	}
+	return b
 }
 
 // takeoverLabel is secondsLabel with the first bucket, under a microsecond,
@@ -106,7 +120,7 @@ func takeoverLabel(lo, hi float64, open bool) string {
 	case math.IsInf(lo, -1):
 		return "direct"
 	case lo < 0.001:
-		return "< " + seconds(hi)
+		return "< " + bound(hi)
 	}
 	return secondsLabel(lo, hi, open)
 }

@@ -42,7 +42,7 @@ func TestLockPageHealthPanel(t *testing.T) {
 		bars           map[string]string // label → count, for the bars with samples
 	}{
 		{"Tenure", "0 samples", nil},
-		{"Takeover", "1 samples · median 9m47s", map[string]string{"≥ 5m0s": "1"}},
+		{"Takeover", "1 sample · median 9m47s", map[string]string{"≥ 5m": "1"}},
 		{"Renewal", "2 samples · median 80%", map[string]string{"10%–25%": "1", "≥ 75%": "1"}},
 	} {
 		fig, ok := charts[tt.chart]
