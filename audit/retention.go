@@ -175,7 +175,7 @@ func (r *Retainer) Pass(ctx context.Context) error {
 			if res.Done {
 				break
 			}
-			if err := pause(ctx, time.Since(start)); err != nil {
+			if err := Pause(ctx, time.Since(start)); err != nil {
 				return err
 			}
 		}
@@ -193,7 +193,7 @@ func (r *Retainer) Pass(ctx context.Context) error {
 		if n < limit {
 			return nil
 		}
-		if err := pause(ctx, time.Since(start)); err != nil {
+		if err := Pause(ctx, time.Since(start)); err != nil {
 			return err
 		}
 	}
@@ -205,7 +205,9 @@ func (r *Retainer) count(what string, n int) {
 	}
 }
 
-func pause(ctx context.Context, d time.Duration) error {
+// Pause waits d, or until ctx ends and returns its error: how background
+// work (retention, the verdict keeper) rests between its steps.
+func Pause(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

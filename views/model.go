@@ -85,12 +85,12 @@ type SeverityCount struct {
 
 // LocksPage is the locks table with its filter form.
 type LocksPage struct {
-	Filter  LockFilter
+	Filter   LockFilter
 	Sources  []string // choices for the source filter
 	Kinds    []string
 	Verdicts []string // choices for the verdict filter
 	Locks    []LockRow
-	Total   int // locks matching the filter
+	Total    int // locks matching the filter
 	// TotalAtLeast says Total is a lower bound (searches count so far only).
 	TotalAtLeast bool
 	Truncated    bool // more locks follow this page

@@ -45,8 +45,7 @@ func decodeBeliefs(body []byte, known map[string]audit.SourceKind, now time.Time
 func decodeBelief(raw []byte, at string, known map[string]audit.SourceKind, now time.Time) (audit.Belief, error) {
 	var b audit.Belief
 	var token *int64
-	bad, err := decodeObject(raw, at, "belief", func(key, name string, val json.RawMessage, bad badField) error {
-		var err error
+	bad, err := decodeObject(raw, at, "belief", func(key string, val json.RawMessage) (ok bool, err error) {
 		switch key {
 		case "source":
 			b.Source, err = jsonSource(val, known)
@@ -59,22 +58,17 @@ func decodeBelief(raw []byte, at string, known map[string]audit.SourceKind, now 
 		case "at":
 			b.At, err = jsonReportTime(val, now)
 		default:
-			return bad(name, "unknown field")
+			return false, nil
 		}
-		if err != nil {
-			return bad(name, "%v", err)
-		}
-		return nil
+		return true, err
 	})
 	if err != nil {
 		return b, err
 	}
-	switch {
-	case b.Source == "":
-		return b, bad("source", "required")
-	case b.Lock == "":
-		return b, bad("lock", "required")
-	case token == nil:
+	if err := required(bad, "source", b.Source, "lock", b.Lock); err != nil {
+		return b, err
+	}
+	if token == nil {
 		// A belief without a token says nothing a tenure can be told by.
 		return b, bad("token", "required: the fencing token the holder acts under")
 	}

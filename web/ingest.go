@@ -177,11 +177,12 @@ func syntaxOffset(body []byte) string {
 type badField func(key, format string, args ...any) error
 
 // decodeObject walks one object's fields in document order, refusing
-// unknown and duplicate fields and invalid JSON, and gives each field to
-// field with its display name. at names the object in messages ("" for a
-// lone object), what says what it must be. It returns the object's badField
-// for the checks made after every field is read.
-func decodeObject(raw []byte, at, what string, field func(key, name string, val json.RawMessage, bad badField) error) (badField, error) {
+// duplicate fields and invalid JSON, and gives each field to field, which
+// says whether it knows the key and what is wrong with the value. at names
+// the object in messages ("" for a lone object), what says what it must be.
+// It returns the object's badField for the checks made after every field is
+// read.
+func decodeObject(raw []byte, at, what string, field func(key string, val json.RawMessage) (known bool, err error)) (badField, error) {
 	bad := func(key, format string, args ...any) error {
 		if at != "" {
 			key = at + "." + key
@@ -213,8 +214,11 @@ func decodeObject(raw []byte, at, what string, field func(key, name string, val 
 			return bad, bad(name, "duplicate field")
 		}
 		seen[key] = true
-		if err := field(key, name, val, bad); err != nil {
-			return bad, err
+		switch known, err := field(key, val); {
+		case !known:
+			return bad, bad(name, "unknown field")
+		case err != nil:
+			return bad, bad(name, "%v", err)
 		}
 	}
 	return bad, nil
@@ -225,8 +229,7 @@ func decodeObject(raw []byte, at, what string, field func(key, name string, val 
 // object in messages ("" for a lone object).
 func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now time.Time) (audit.WriteReport, error) {
 	var w audit.WriteReport
-	bad, err := decodeObject(raw, at, "write report", func(key, name string, val json.RawMessage, bad badField) error {
-		var err error
+	bad, err := decodeObject(raw, at, "write report", func(key string, val json.RawMessage) (ok bool, err error) {
 		switch key {
 		case "source":
 			w.Source, err = jsonSource(val, known)
@@ -247,23 +250,17 @@ func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now t
 		case "at":
 			w.At, err = jsonReportTime(val, now)
 		default:
-			return bad(name, "unknown field")
+			return false, nil
 		}
-		if err != nil {
-			return bad(name, "%v", err)
-		}
-		return nil
+		return true, err
 	})
 	if err != nil {
 		return w, err
 	}
+	if err := required(bad, "source", w.Source, "lock", w.Lock, "resource", w.Resource); err != nil {
+		return w, err
+	}
 	switch {
-	case w.Source == "":
-		return w, bad("source", "required")
-	case w.Lock == "":
-		return w, bad("lock", "required")
-	case w.Resource == "":
-		return w, bad("resource", "required")
 	case w.Outcome == "":
 		return w, bad("outcome", `required: "accepted" or "rejected"`)
 	case w.Outcome == audit.WriteRejected && w.Token != nil && w.HighestToken != nil && *w.Token > *w.HighestToken:
@@ -275,6 +272,16 @@ func decodeWrite(raw []byte, at string, known map[string]audit.SourceKind, now t
 		w.At, w.AtDefaulted = now, true
 	}
 	return w, nil
+}
+
+// required fails with the first of keyValues' keys whose value is empty.
+func required(bad badField, keyValues ...string) error {
+	for i := 0; i+1 < len(keyValues); i += 2 {
+		if keyValues[i+1] == "" {
+			return bad(keyValues[i], "required")
+		}
+	}
+	return nil
 }
 
 // jsonSource decodes an optional source name, which must be configured.

@@ -183,7 +183,7 @@ func (k *Keeper) sweep(ctx context.Context, every time.Duration) error {
 		if every <= 0 {
 			continue
 		}
-		if err := rest(ctx, time.Since(start)); err != nil {
+		if err := audit.Pause(ctx, time.Since(start)); err != nil {
 			return err
 		}
 		if time.Since(lastRound) >= every {
@@ -192,18 +192,6 @@ func (k *Keeper) sweep(ctx context.Context, every time.Duration) error {
 			}
 			lastRound = time.Now()
 		}
-	}
-}
-
-// rest waits d, or until ctx ends.
-func rest(ctx context.Context, d time.Duration) error {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return ctx.Err()
-	case <-t.C:
-		return nil
 	}
 }
 

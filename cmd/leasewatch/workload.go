@@ -44,8 +44,8 @@ type workload struct {
 	// Believer is made per session, each its own holder.
 	beliefs fence.BelieverConfig
 	log     *slog.Logger
-	mu     sync.Mutex // serialises each resource's check-and-write
-	pauses int        // the pauser's stalls so far; only its goroutine uses it
+	mu      sync.Mutex // serialises each resource's check-and-write
+	pauses  int        // the pauser's stalls so far; only its goroutine uses it
 }
 
 func newWorkload(cli *clientv3.Client, dbPath string, ledger, cache *fence.Reporter, beliefs fence.BelieverConfig, log *slog.Logger) (*workload, error) {
