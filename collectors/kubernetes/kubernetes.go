@@ -94,6 +94,8 @@ func WithWatchTimeout(d time.Duration) Option { return func(c *Collector) { c.wa
 // the steady trickle of a cluster's node heartbeats this more than halves
 // leasewatch's CPU per renewal, for at most d more lag. 0 records each
 // event, with those that arrived while the last input was stored, at once.
+// When events come too slowly to fill a window with about 50, the window
+// stretches, up to twice d (see stretch in run.go).
 // While d is not 0, reads of the apiserver connection are also paced to one
 // short read per d/2 (see pacedDialer), for up to d/2 more lag.
 func WithBatchWindow(d time.Duration) Option { return func(c *Collector) { c.batchWindow = d } }

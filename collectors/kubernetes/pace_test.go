@@ -81,3 +81,41 @@ func TestPacedConnFullReadsAreNotPaced(t *testing.T) {
 		t.Fatalf("reads that filled their buffer took %s: paced like short ones", took)
 	}
 }
+
+// The batch window stretches while events come too slowly to fill it, up
+// to twice the configured one, and goes back as they speed up.
+func TestBatchWindowStretches(t *testing.T) {
+	r := &run{c: &Collector{batchWindow: 100 * time.Millisecond}}
+	batch := func(n int, since time.Duration) {
+		r.stretch(n, since)
+		r.applied = time.Unix(1, 0)
+	}
+	batch(1, 0) // the first: the configured window
+	if r.window != 100*time.Millisecond {
+		t.Fatalf("first window %v, want the configured 100ms", r.window)
+	}
+	for range 20 { // 225 events a second
+		batch(22, 100*time.Millisecond)
+	}
+	if r.window != 200*time.Millisecond {
+		t.Fatalf("at 220 events/s the window is %v, want stretched to 200ms", r.window)
+	}
+	for range 20 { // 500 a second: 50 fill the configured window
+		batch(100, 200*time.Millisecond)
+	}
+	if r.window < 100*time.Millisecond || r.window > 101*time.Millisecond {
+		t.Fatalf("at 500 events/s the window is %v, want back to 100ms", r.window)
+	}
+	batch(350, 100*time.Millisecond) // one burst does not swing it past the configured
+	if r.window != 100*time.Millisecond {
+		t.Fatalf("after a burst the window is %v, want 100ms", r.window)
+	}
+
+	off := &run{c: &Collector{}}
+	off.stretch(1, time.Second)
+	off.applied = time.Unix(1, 0)
+	off.stretch(1, time.Second)
+	if off.window != 0 {
+		t.Fatalf("with no batch window, stretched to %v", off.window)
+	}
+}
