@@ -251,6 +251,9 @@ type WindowNav struct {
 	Hidden     []Field // query parameters the custom form keeps
 	Custom     bool
 	Refreshing bool // the window ends now and follows it
+	// Note says why the window is not the preset asked for (the lock's
+	// history is shorter, or nothing happened in it), with a link to it.
+	Note, NoteLink, NoteLabel string
 }
 
 // EventFilter is the lock page's event filter as submitted.

@@ -317,6 +317,44 @@ func TestLockPageTimeline(t *testing.T) {
 		if doc.Find("div#lock-live[hx-get]").Length() != 0 || doc.Find(`nav.window-nav strong[aria-current]`).Length() != 1 {
 			t.Errorf("the window around the last change is fixed, with only the zone marked current")
 		}
+		if note := text(doc.Find("p.window-note")); !strings.Contains(note, "Nothing changed in the last 1h") {
+			t.Errorf("idle lock's window note = %q, want it to say why", note)
+		}
+	})
+	t.Run("ShortHistoryFitsTheWindow", func(t *testing.T) {
+		// A lock first granted two minutes ago: a preset of an hour or 15
+		// minutes opens on its history (and a tenth of it before), says so
+		// and still follows now; a window asked for by its times does not.
+		key := audit.LockKey{Source: "prod-etcd", Name: "/locks/young"}
+		for i, holder := range []string{"w-1", "w-2"} {
+			at := now.Add(time.Duration(i-2) * time.Minute)
+			if err := f.rec.Observe(context.Background(), audit.Input{Source: key.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{{
+				Lock: key, Kind: audit.EventGrant, At: at, Holder: holder, Token: audit.Int64(int64(10 + i)), LeaseDuration: time.Minute,
+			}}}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		l, err := f.store.LockByKey(context.Background(), key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantFrom := now.Add(-2*time.Minute - 12*time.Second).UTC().Format(time.RFC3339Nano)
+		for _, q := range []string{"", "?window=15m", "?window=1h"} {
+			doc := htmlDoc(t, "young"+q, f.page(t, "/locks/"+itoa(l.ID)+q, http.StatusOK))
+			from, _ := doc.Find("div.window p.meta time").First().Attr("datetime")
+			note := doc.Find("p.window-note")
+			if from != wantFrom || !strings.Contains(text(note), "history began 2m0s ago") {
+				t.Errorf("%q: window from %s with note %q, want from %s (the history and a tenth) and a note", q, from, text(note), wantFrom)
+			}
+			if href, _ := note.Find("a").Attr("href"); !strings.Contains(href, "from=") || doc.Find("span.live-badge").Length() != 1 {
+				t.Errorf("%q: the note links to %q and the window is live: %d; want a link to the whole preset, live", q, href, doc.Find("span.live-badge").Length())
+			}
+		}
+		custom := "?" + windowQuery(now.Add(-time.Hour), now)
+		doc := htmlDoc(t, "young custom", f.page(t, "/locks/"+itoa(l.ID)+custom, http.StatusOK))
+		if doc.Find("p.window-note").Length() != 0 {
+			t.Errorf("a window given by its times was fitted: %q", text(doc.Find("p.window-note")))
+		}
 	})
 	t.Run("Errors", func(t *testing.T) {
 		f.page(t, target+"?window=2h", http.StatusBadRequest)

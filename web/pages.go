@@ -389,19 +389,12 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	idle := false
-	if w.Preset != "" && q.Get("window") == "" && !l.ChangedAt.IsZero() && l.ChangedAt.Before(w.From) && l.State != audit.StateHeld {
-		// Nothing happened lately: show the default window around the last
-		// change instead of an empty one.
-		span := w.span()
-		w = window{From: l.ChangedAt.Add(-span * 3 / 4), To: l.ChangedAt.Add(span / 4)}
-		idle = true
-	}
-
+	w, note := idleWindow(l, w, q)
 	tenures, err := s.store.Tenures(ctx, id, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineTenures})
 	if err != nil {
 		return err
 	}
+	w, note = fitHistory(w, note, tenures, now)
 	var (
 		renewals     []time.Time
 		renewalsFrom = w.To // none read: every tenure's renewals draw as a band
@@ -489,7 +482,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		FindingsURL: "/findings?" + url.Values{"lock": {strconv.FormatInt(id, 10)},
 			"from": {w.From.UTC().Format(time.RFC3339Nano)}, "to": {w.To.UTC().Format(time.RFC3339Nano)}}.Encode(),
 		EventFilter: views.EventFilter{Kind: string(ef.Kind)},
-		Window:      s.windowNav(base, q, keep, w, loc, now, idle),
+		Window:      s.windowNav(base, q, keep, w, loc, now, note),
 	}
 	if p.Verdict, err = s.verdictPanel(ctx, l, q, base, w, loc, now); err != nil {
 		return err
@@ -619,7 +612,7 @@ func (s *Server) timelineWrites(ctx context.Context, id int64, w window) ([]audi
 }
 
 // windowNav builds the lock page's window controls.
-func (s *Server) windowNav(base string, q, keep url.Values, w window, loc *time.Location, now time.Time, idle bool) views.WindowNav {
+func (s *Server) windowNav(base string, q, keep url.Values, w window, loc *time.Location, now time.Time, note windowNote) views.WindowNav {
 	span := w.span()
 	at := func(from, to time.Time) string {
 		return withQuery(base, keep, "from", from.UTC().Format(time.RFC3339Nano), "to", to.UTC().Format(time.RFC3339Nano))
@@ -640,8 +633,11 @@ func (s *Server) windowNav(base string, q, keep url.Values, w window, loc *time.
 	if w.To.Before(now) {
 		nav.Later = at(w.From.Add(span/2), w.To.Add(span/2))
 	}
+	if note.Applied {
+		nav.Note, nav.NoteLink, nav.NoteLabel = note.Text, at(note.From, note.To), "show the last "+note.Preset
+	}
 	for _, p := range windowPresets {
-		nav.Presets = append(nav.Presets, views.Link{Label: p.name, Current: w.Preset == p.name && !idle,
+		nav.Presets = append(nav.Presets, views.Link{Label: p.name, Current: w.Preset == p.name && !note.Applied,
 			URL: withQuery(base, keep, "window", p.name)})
 	}
 	zq := url.Values{}
