@@ -54,6 +54,9 @@ type Hazard struct {
 	Label string // shown when the window is wide enough
 	Title string
 	Href  string
+	// Mark: short exposures, drawn above the lanes rather than across
+	// them (several within a pixel or two are one mark).
+	Mark bool
 }
 
 // Bar is one tenure.
@@ -86,6 +89,12 @@ type WriteMark struct {
 
 // f1 formats an SVG coordinate with one decimal.
 func f1(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) }
+
+// markPath is a short exposure's mark: a small downward triangle above the
+// lanes at x, its tip at the lanes' top y0.
+func markPath(x, y0 float64) string {
+	return "M" + f1(x-3) + " " + f1(y0-9) + "h6l-3 7z"
+}
 
 // endShape returns the polygon of an end marker at x on a bar.
 func endShape(kind string, x, y, h float64) string {

@@ -179,40 +179,7 @@ func buildTimeline(in timelineInput) views.Timeline {
 		tl.HasAt, tl.AtX = true, sc.x(in.At)
 	}
 
-	// Blind windows and hazards from findings.
-	labelEnd := 0.0
-	for _, f := range in.Findings {
-		until := f.Until
-		if until.IsZero() {
-			until = f.At
-		}
-		if until.Before(in.From) || f.At.After(in.To) {
-			continue
-		}
-		x, x2 := sc.x(f.At), sc.x(until)
-		w := max(1, x2-x)
-		if f.Kind == audit.FindingOverlap {
-			w = max(2, w)
-		}
-		span := until.Sub(f.At)
-		switch f.Kind {
-		case audit.FindingBlindWindow:
-			tl.Blinds = append(tl.Blinds, views.Mark{X: x, W: w,
-				Title: fmt.Sprintf("collector blind %s → %s (%s)\n%s", clock(f.At, loc), clock(until, loc), duration(span), printable(f.Summary))})
-		case audit.FindingOverlap, audit.FindingExposure:
-			h := views.Hazard{X: x, W: w, Kind: string(f.Kind),
-				Title: fmt.Sprintf("%s %s → %s (%s)\n%s", f.Kind, clock(f.At, loc), clock(until, loc), duration(span), printable(f.Summary))}
-			// Labelled when it fits and does not run into the last label.
-			if lw := float64(len(f.Kind))*6.5 + 4; w >= lw && x >= labelEnd {
-				h.Label = string(f.Kind)
-				labelEnd = x + lw
-			}
-			if in.FindingHref != nil {
-				h.Href = in.FindingHref(f)
-			}
-			tl.Hazards = append(tl.Hazards, h)
-		}
-	}
+	tl.Blinds, tl.Hazards = hazards(in, sc)
 
 	// Renewals are assigned to tenures by time; both are in time order.
 	ticksLeft := tlMaxTicks

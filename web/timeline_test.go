@@ -220,6 +220,34 @@ func TestTimelineHazardsAndBlindWindows(t *testing.T) {
 		t.Errorf("blind title %q lacks its length", tl.Blinds[0].Title)
 	}
 
+	t.Run("ShortExposuresAreMarks", func(t *testing.T) {
+		// Three exposures of milliseconds within a pixel are one mark that
+		// counts them; one a few pixels on is a mark of its own; a long one
+		// and an instant overlap are still spans across the lanes.
+		ms := func(s, m int) time.Time { return sec(s).Add(time.Duration(m) * time.Millisecond) }
+		in.Findings = []audit.Finding{
+			{ID: 1, Kind: audit.FindingExposure, At: sec(200), Until: ms(200, 12), Resource: "db"},
+			{ID: 2, Kind: audit.FindingExposure, At: ms(200, 500), Until: ms(200, 520), Resource: "db"},
+			{ID: 3, Kind: audit.FindingExposure, At: ms(201, 0), Until: ms(201, 3), Resource: "cache"},
+			{ID: 4, Kind: audit.FindingExposure, At: sec(210), Until: ms(210, 8), Resource: "db"},
+			{ID: 5, Kind: audit.FindingExposure, At: sec(300), Until: sec(340), Resource: "db"},
+			{ID: 6, Kind: audit.FindingOverlap, At: sec(400)},
+		}
+		h := buildTimeline(in).Hazards
+		if len(h) != 4 {
+			t.Fatalf("hazards = %+v, want 2 marks and 2 spans", h)
+		}
+		if !h[0].Mark || h[0].Href != "#finding-1" || !strings.Contains(h[0].Title, "3 short exposures") {
+			t.Errorf("first mark = %+v, want one linked mark counting 3 exposures", h[0])
+		}
+		if !h[1].Mark || h[1].Href != "#finding-4" || strings.Contains(h[1].Title, "short exposures") {
+			t.Errorf("second mark = %+v, want a mark of exposure 4 alone", h[1])
+		}
+		if h[2].Mark || h[2].Kind != "exposure" || h[3].Mark || h[3].Kind != "overlap" {
+			t.Errorf("spans = %+v %+v, want the long exposure and the overlap as spans", h[2], h[3])
+		}
+	})
+
 	t.Run("InstantOverlapStillVisible", func(t *testing.T) {
 		in.Findings = []audit.Finding{{ID: 9, Kind: audit.FindingOverlap, At: sec(300)}}
 		if h := buildTimeline(in).Hazards; len(h) != 1 || h[0].W < 2 {
