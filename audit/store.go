@@ -200,11 +200,14 @@ type LockFilter struct {
 	ExpiringAt time.Time
 	// Verdict keeps the locks whose kept verdict (LockVerdict) is this one.
 	Verdict string
-	Sort    LockSort
-	After   int64
-	Before  int64
-	Limit   int
-	Offset  int
+	// ChangedFrom and ChangedTo keep the locks whose last change
+	// (Lock.ChangedAt) is within them; a zero end is open.
+	ChangedFrom, ChangedTo time.Time
+	Sort                   LockSort
+	After                  int64
+	Before                 int64
+	Limit                  int
+	Offset                 int
 }
 
 // EventFilter selects a lock's events.

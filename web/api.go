@@ -250,7 +250,7 @@ func (s *Server) handleAPILocks(c echo.Context) error {
 		return err
 	}
 	ctx := c.Request().Context()
-	locks, err := s.locks(ctx, lq)
+	locks, err := s.store.Locks(ctx, lq.LockFilter)
 	if err != nil {
 		return err
 	}
@@ -348,32 +348,6 @@ func (s *Server) handleAPIFindings(c echo.Context) error {
 		out = append(out, toFindingJSON(fd))
 	}
 	return c.JSON(http.StatusOK, map[string]any{"findings": out, "next": nextCursor(len(findings), f.Limit, oldest)})
-}
-
-// locks runs a locks query. The store cannot select locks by time, so a
-// window is applied here to each lock's last change, over at most maxLimit
-// locks, before the limit.
-func (s *Server) locks(ctx context.Context, lq lockQuery) ([]audit.Lock, error) {
-	f := lq.LockFilter
-	windowed := !lq.Window.From.IsZero() || !lq.Window.To.IsZero()
-	if windowed {
-		f.Limit = maxLimit
-	}
-	locks, err := s.store.Locks(ctx, f)
-	if err != nil {
-		return nil, err
-	}
-	if !windowed {
-		return locks, nil
-	}
-	locks = slices.DeleteFunc(locks, func(l audit.Lock) bool {
-		return (!lq.Window.From.IsZero() && l.ChangedAt.Before(lq.Window.From)) ||
-			(!lq.Window.To.IsZero() && l.ChangedAt.After(lq.Window.To))
-	})
-	if lq.Limit > 0 && len(locks) > lq.Limit {
-		locks = locks[:lq.Limit]
-	}
-	return locks, nil
 }
 
 // sourceHealth returns the sources with their collectors' health and each

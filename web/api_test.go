@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -67,6 +68,30 @@ func TestAPILocks(t *testing.T) {
 		}
 		for _, l := range locks {
 			wantKeys(t, "lock", l, lockFields...)
+		}
+	})
+
+	t.Run("ByLastChange", func(t *testing.T) {
+		// The heartbeat changed at t0, orders at t0+10m, the hostile lock
+		// at t0+20m: from and to select in the store, paged like any filter.
+		at := func(d time.Duration) string { return url.QueryEscape(t0.Add(d).Format(time.RFC3339Nano)) }
+		names := func(target string) []string {
+			var out []string
+			for _, l := range list(t, f.getJSON(t, target, http.StatusOK), "locks") {
+				out = append(out, l["name"].(string))
+			}
+			return out
+		}
+		if got := names("/api/v1/locks?from=" + at(5*time.Minute)); !slices.Equal(got, []string{"/locks/orders", xss}) {
+			t.Errorf("from t0+5m: %q, want orders and the hostile lock", got)
+		}
+		if got := names("/api/v1/locks?from=" + at(5*time.Minute) + "&to=" + at(15*time.Minute)); !slices.Equal(got, []string{"/locks/orders"}) {
+			t.Errorf("t0+5m to t0+15m: %q, want orders", got)
+		}
+		first := names("/api/v1/locks?from=" + at(5*time.Minute) + "&limit=1")
+		next := names("/api/v1/locks?from=" + at(5*time.Minute) + "&limit=1&after=" + itoa(f.orders.ID))
+		if !slices.Equal(first, []string{"/locks/orders"}) || !slices.Equal(next, []string{xss}) {
+			t.Errorf("pages of one: %q then %q, want orders then the hostile lock", first, next)
 		}
 	})
 

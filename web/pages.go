@@ -223,33 +223,23 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 		total            int
 		atLeast          bool
 	)
-	windowed := !lq.Window.From.IsZero() || !lq.Window.To.IsZero()
-	if windowed {
-		// Selecting by last change is not indexed: one bounded page.
-		lq.After, lq.Before = 0, 0
-		if locks, err = s.locks(ctx, lq); err != nil {
-			return err
-		}
-		total = len(locks)
+	if locks, err = s.store.Locks(ctx, lq.LockFilter); err != nil {
+		return err
+	}
+	if lq.After == 0 && lq.Before == 0 && len(locks) <= limit {
+		total = len(locks) // the whole list fits this page
 	} else {
-		if locks, err = s.store.Locks(ctx, lq.LockFilter); err != nil {
+		cf := lq.LockFilter
+		cf.Limit = 0
+		if cf.Q != "" {
+			// A substring is tested on every index entry: count only so
+			// far.
+			cf.Limit = searchCountCap
+		}
+		if total, err = s.store.CountLocks(ctx, cf); err != nil {
 			return err
 		}
-		if lq.After == 0 && lq.Before == 0 && len(locks) <= limit {
-			total = len(locks) // the whole list fits this page
-		} else {
-			cf := lq.LockFilter
-			cf.Limit = 0
-			if cf.Q != "" {
-				// A substring is tested on every index entry: count
-				// only so far.
-				cf.Limit = searchCountCap
-			}
-			if total, err = s.store.CountLocks(ctx, cf); err != nil {
-				return err
-			}
-			atLeast = cf.Limit > 0 && total == cf.Limit
-		}
+		atLeast = cf.Limit > 0 && total == cf.Limit
 	}
 	if len(locks) > limit {
 		if lq.Before != 0 {

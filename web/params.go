@@ -129,11 +129,10 @@ func parseState(q url.Values) (audit.LockState, error) {
 	}
 }
 
-// lockQuery is a parsed locks request. Window selects locks by their last
-// change; the store has no time filter for locks, so it is applied here.
+// lockQuery is a parsed locks request: the store's filter, from and to
+// selecting by last change.
 type lockQuery struct {
 	audit.LockFilter
-	Window audit.TimeFilter
 }
 
 // maxQuery bounds q, the locks search, in characters: well past any lock name
@@ -145,10 +144,12 @@ const maxQuery = 1024
 // caller: the API and the page treat an empty class differently.
 func parseLockQuery(q url.Values) (lockQuery, error) {
 	var lq lockQuery
-	var err error
-	if lq.Window, err = parseTimeFilter(q); err != nil {
+	// from and to select by last change, in the store like every filter.
+	w, err := parseTimeFilter(q)
+	if err != nil {
 		return lq, err
 	}
+	lq.ChangedFrom, lq.ChangedTo, lq.Limit = w.From, w.To, w.Limit
 	if lq.State, err = parseState(q); err != nil {
 		return lq, err
 	}
@@ -161,7 +162,6 @@ func parseLockQuery(q url.Values) (lockQuery, error) {
 	if lq.Verdict, err = parseVerdict(q); err != nil {
 		return lq, err
 	}
-	lq.Limit = lq.Window.Limit
 	return lq, nil
 }
 

@@ -66,6 +66,10 @@ func testLocksSortsAndKeysetPages(t *testing.T, h Harness) {
 		{"Expiry", audit.LockFilter{Class: lock, Sort: audit.SortExpiry, Limit: 3}, []string{"n3", "n1", "n5"}},
 		{"ExpiryAfter", audit.LockFilter{Class: lock, Sort: audit.SortExpiry, After: ids["n5"]}, []string{"n2", "n0", "n4"}},
 		{"ExpiryBefore", audit.LockFilter{Class: lock, Sort: audit.SortExpiry, Before: ids["n2"], Limit: 1}, []string{"n5"}},
+		// n0 changed at 100s, n1 at 99s, ... n5 at 95s; both ends count.
+		{"ChangedWindow", audit.LockFilter{Class: lock, ChangedFrom: At(96), ChangedTo: At(98)}, []string{"n2", "n3", "n4"}},
+		{"ChangedFrom", audit.LockFilter{Class: lock, ChangedFrom: At(99)}, []string{"n0", "n1"}},
+		{"ChangedToByChange", audit.LockFilter{Class: lock, ChangedTo: At(97), Sort: audit.SortChanged, Limit: 2}, []string{"n3", "n4"}},
 		{"Kind", audit.LockFilter{Kind: audit.KindRedis}, []string{"n5"}},
 		{"Holder", audit.LockFilter{Holder: "h1"}, []string{"n1", "n3", "n5"}},
 		{"HolderIsExact", audit.LockFilter{Holder: "h"}, nil},

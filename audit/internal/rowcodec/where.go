@@ -123,6 +123,12 @@ func LockWhere(f audit.LockFilter, d Dialect) Where {
 	if f.Verdict != "" {
 		w.Add("l.id IN (SELECT lock_id FROM lock_verdicts WHERE verdict = ?)", f.Verdict)
 	}
+	if !f.ChangedFrom.IsZero() {
+		w.Add("l.changed_at >= ?", audit.Nanos(f.ChangedFrom))
+	}
+	if !f.ChangedTo.IsZero() {
+		w.Add("l.changed_at <= ?", audit.Nanos(f.ChangedTo))
+	}
 	if f.ExpiringBy > 0 {
 		// expires_at - at < ratio * lease, in nanoseconds.
 		w.Add("l.state = 'held' AND l.expires_at <> ? AND l.lease_duration_ms > 0 AND l.expires_at"+d.Wide+" - ?"+d.Wide+" < l.lease_duration_ms * ?"+d.Wide,
