@@ -130,7 +130,7 @@ func Alerts(p AlertsPage) templ.Component {
 						return templ_7745c5c3_Err
 					}
 				} else {
-					templ_7745c5c3_Err = overviewLocks(p.NearExpiry, true).Render(ctx, templ_7745c5c3_Buffer)
+					templ_7745c5c3_Err = overviewLocks(p.NearExpiry, true, "").Render(ctx, templ_7745c5c3_Buffer)
 					if templ_7745c5c3_Err != nil {
 						return templ_7745c5c3_Err
 					}

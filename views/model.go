@@ -58,6 +58,7 @@ type OverviewPage struct {
 	Now         Stamp
 	Counts      OverviewCounts
 	Held        []LockRow // most recently acquired first
+	StripLabel  string    // what the held locks' strips span: "Last hour", or less
 	NearExpiry  []LockRow // least lease left first
 	Margin      string    // the renew margin, e.g. "25%"
 	Severities  []SeverityCount
@@ -133,6 +134,32 @@ type LockRow struct {
 	// Verdict is the lock's kept safety verdict over the last 24 hours;
 	// empty when not judged yet.
 	Verdict string
+	// Strip is the lock's last hour, on the overview's held locks.
+	Strip Strip
+}
+
+// Strip is a small picture of a lock's last hour: its tenures in turn and
+// marks for what matters, in SVG user units over Width.
+type Strip struct {
+	Width float64
+	Segs  []StripSeg
+	Marks []StripMark
+	Title string // the strip in words: counts of its marks
+}
+
+// StripSeg is one tenure; Alt alternates between consecutive tenures.
+type StripSeg struct {
+	X, W  float64
+	Alt   bool
+	Title string
+}
+
+// StripMark is a handover, an expiry, or a critical or warning finding
+// (Kind: handover, expired, critical, warning).
+type StripMark struct {
+	X     float64
+	Kind  string
+	Title string
 }
 
 // VerdictCount is how many locks have one kept verdict, linked to them.

@@ -336,6 +336,15 @@ func TestBrowserDashboard(t *testing.T) {
 		b.open("/")
 		b.screenshot(artifacts, "overview.png")
 		b.noConsoleErrors("the overview")
+		// Each held lock's strip draws its tenures on one scale that fits
+		// the incident's five minutes, not the right-most pixels of an hour.
+		strips := eval[float64](b, "count the strips", `document.querySelectorAll("svg.strip").length`)
+		widest := eval[float64](b, "measure the strips' tenures",
+			`Math.max(0, ...[...document.querySelectorAll("svg.strip rect.strip-seg")].map(r => r.getBoundingClientRect().width))`)
+		label := eval[string](b, "read the strips' span", `[...document.querySelectorAll("th")].map(th => th.textContent.trim()).find(t => t.startsWith("Last ")) || ""`)
+		if strips != 3 || widest < 20 || label == "Last hour" {
+			t.Errorf("%v strips, widest tenure %v px, spanning %q; want 3 strips fitted to the incident", strips, widest, label)
+		}
 	})
 
 	t.Run("FilterLocks", func(t *testing.T) {

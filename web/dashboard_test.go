@@ -46,6 +46,19 @@ func TestOverviewPage(t *testing.T) {
 	if held := doc.Find(`section[aria-labelledby="h-held"] tbody tr`); held.Length() != 1 || !strings.Contains(text(held), "worker-2") {
 		t.Errorf("held rows = %q, want orders held by worker-2", text(held))
 	}
+	// The held lock's last hour: worker-1's tenure (expired at t0+13s) and
+	// worker-2's since t0+10m, a handover between, and its lease_expired
+	// warning; its stale_write info is left out.
+	strip := doc.Find(`section[aria-labelledby="h-held"] tbody tr svg.strip`)
+	if strip.Find("rect.strip-seg").Length() != 2 || strip.Find("line.strip-handover").Length() != 1 ||
+		strip.Find("path.strip-expired").Length() != 1 || !strings.Contains(strip.AttrOr("aria-label", ""), "1 handover, 1 expiry") {
+		t.Errorf("held lock's strip: %d tenures, %d handovers, %d expiries, label %q; want 2, 1, 1 and their counts",
+			strip.Find("rect.strip-seg").Length(), strip.Find("line.strip-handover").Length(),
+			strip.Find("path.strip-expired").Length(), strip.AttrOr("aria-label", ""))
+	}
+	if w, all := strip.Find("circle.strip-finding.warning").Length(), strip.Find("circle").Length(); w != 1 || all != 1 {
+		t.Errorf("held lock's strip marks %d warnings of %d findings, want its one warning alone", w, all)
+	}
 	// The fixture's findings are older than a day before now? No: they are
 	// within the hour, so the day's counts show them.
 	sevs := text(doc.Find("ul.sevs"))

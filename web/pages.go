@@ -101,12 +101,8 @@ func (s *Server) handleOverview(c echo.Context) error {
 		return err
 	}
 
-	held, err := s.store.Locks(ctx, audit.LockFilter{Class: audit.ClassLock, State: audit.StateHeld, Sort: audit.SortChanged, Limit: overviewList})
-	if err != nil {
+	if p.Held, p.StripLabel, err = s.heldRows(ctx, now, loc); err != nil {
 		return err
-	}
-	for _, l := range held {
-		p.Held = append(p.Held, s.lockRow(l, now, loc))
 	}
 	if s.margin > 0 {
 		nf := s.expiringFilter(now, overviewList)
