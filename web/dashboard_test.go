@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"net/url"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -362,6 +363,11 @@ func TestLockPageTimeline(t *testing.T) {
 			if href, _ := note.Find("a").Attr("href"); !strings.Contains(href, "from=") || doc.Find("span.live-badge").Length() != 1 {
 				t.Errorf("%q: the note links to %q and the window is live: %d; want a link to the whole preset, live", q, href, doc.Find("span.live-badge").Length())
 			}
+		}
+		// An instant before the history keeps the preset, so it stays shown.
+		before := url.Values{"window": {"1h"}, "at": {now.Add(-30 * time.Minute).Format(time.RFC3339)}}
+		if doc := htmlDoc(t, "young at", f.page(t, "/locks/"+itoa(l.ID)+"?"+before.Encode(), http.StatusOK)); doc.Find("p.window-note").Length() != 0 {
+			t.Errorf("a window holding ?at= before the history was fitted: %q", text(doc.Find("p.window-note")))
 		}
 		custom := "?" + windowQuery(now.Add(-time.Hour), now)
 		doc := htmlDoc(t, "young custom", f.page(t, "/locks/"+itoa(l.ID)+custom, http.StatusOK))

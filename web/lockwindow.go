@@ -39,15 +39,16 @@ func idleWindow(l audit.Lock, w window, q url.Values) (window, windowNote) {
 // fitHistory narrows a preset window to the lock's history when all of it,
 // from its first tenure (tenures, as read for w, holds seq 1), began within
 // the window: the history and a tenth of its length before it, at least two
-// seconds. The window still ends now and follows it.
-func fitHistory(w window, note windowNote, tenures []audit.Tenure, now time.Time) (window, windowNote) {
+// seconds, unless that would leave out the page's instant at. The window
+// still ends now and follows it.
+func fitHistory(w window, note windowNote, tenures []audit.Tenure, at, now time.Time) (window, windowNote) {
 	if w.Preset == "" || note.Applied || len(tenures) == 0 || tenures[0].Seq != 1 {
 		return w, note
 	}
 	first := tenures[0].GrantedAt
 	history := now.Sub(first)
 	pad := max(history/10, 2*time.Second)
-	if !first.Add(-pad).After(w.From) {
+	if !first.Add(-pad).After(w.From) || (!at.IsZero() && at.Before(first.Add(-pad))) {
 		return w, note
 	}
 	fitted := window{From: first.Add(-pad), To: w.To, Preset: w.Preset}

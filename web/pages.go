@@ -380,7 +380,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	w, note = fitHistory(w, note, tenures, now)
+	w, note = fitHistory(w, note, tenures, at, now)
 	var (
 		renewals     []time.Time
 		renewalsFrom = w.To // none read: every tenure's renewals draw as a band
