@@ -2,10 +2,33 @@ package audit
 
 import "context"
 
+// Reads is a Store whose locks and tenures show every durable renewal: what
+// the dashboard, the API, alerts and metrics read. A Recorder holds renewals
+// back from the lock and tenure rows until its next sync, so the rows alone
+// can be behind; only this package makes a Reads, so a reader that needs
+// current renewals cannot be given the rows by mistake. Recorder.Fresh
+// makes one over the recorder's journal, Settled one over a store that no
+// recorder writes to now.
+type Reads interface {
+	Store
+	current() // only this package's Reads
+}
+
 // Fresh returns s with the renewals that r holds back from the lock and
 // tenure rows until its next sync (see Recorder) laid over what s reads, so
 // every durable renewal shows at once. s must read r's journal.
-func (r *Recorder) Fresh(s Store) Store { return freshStore{Store: s, r: r} }
+func (r *Recorder) Fresh(s Store) Reads { return freshStore{Store: s, r: r} }
+
+// Settled returns s as Reads, for a store no recorder is writing to (a
+// report or a copy of a stopped service's database, tests of reads): its
+// rows hold every renewal there is.
+func Settled(s Store) Reads { return settled{s} }
+
+type settled struct{ Store }
+
+func (settled) current() {}
+
+func (freshStore) current() {}
 
 type freshStore struct {
 	Store

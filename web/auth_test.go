@@ -14,6 +14,8 @@ import (
 	"testing"
 
 	"golang.org/x/crypto/bcrypt"
+
+	"github.com/leasewatch/leasewatch/audit"
 )
 
 // serveReal serves s on a loopback port until the test ends and returns its
@@ -306,7 +308,7 @@ func TestNewRejectsBadAuth(t *testing.T) {
 		{"QuoteInRealm", Auth{Users: map[string]string{"a": string(hash)}, Realm: `a"b`}, "Realm"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := New(Config{Store: newFixture(t).store, Auth: tt.auth, Logger: slog.New(slog.DiscardHandler)})
+			_, err := New(Config{Store: audit.Settled(newFixture(t).store), Auth: tt.auth, Logger: slog.New(slog.DiscardHandler)})
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("New = %v, want an error about %s", err, tt.want)
 			}

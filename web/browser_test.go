@@ -285,7 +285,7 @@ func (b *browser) screenshotOf(dir, name, sel string) {
 func serveIncident(t *testing.T, in *incident) string {
 	t.Helper()
 	srv, err := New(Config{
-		Store: in.store, Writes: in.rec, KnownSources: incidentSources,
+		Store: in.rec.Fresh(in.store), Writes: in.rec, KnownSources: incidentSources,
 		Sources: func() []audit.Source {
 			return []audit.Source{
 				{Name: incidentSource, Kind: audit.KindEtcd, State: audit.SourceUp},

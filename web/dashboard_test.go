@@ -92,7 +92,7 @@ func TestOverviewEmpty(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer store.Close()
-	srv, err := New(Config{Store: store, RenewMarginRatio: 0.25})
+	srv, err := New(Config{Store: audit.Settled(store), RenewMarginRatio: 0.25})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -130,7 +130,7 @@ func recordIncident(t *testing.T, base time.Time) *incident {
 func reviewServer(t *testing.T, in *incident, now time.Time) http.Handler {
 	t.Helper()
 	srv, err := New(Config{
-		Store: in.store, Writes: in.rec, KnownSources: incidentSources,
+		Store: in.rec.Fresh(in.store), Writes: in.rec, KnownSources: incidentSources,
 		Logger: slog.New(slog.DiscardHandler), Now: func() time.Time { return now },
 	})
 	if err != nil {

@@ -46,8 +46,9 @@ type WriteReporter interface {
 
 // Config is what a Server needs. Only Store is required.
 type Config struct {
-	// Store answers every read.
-	Store audit.Store
+	// Store answers every read, with current renewals: the recorder's
+	// Fresh, or audit.Settled for a store nothing records into.
+	Store audit.Reads
 	// Writes takes POST /api/v1/writes reports and POST /api/v1/beliefs.
 	// Nil answers 503.
 	Writes WriteReporter
@@ -133,7 +134,7 @@ const (
 
 // Server is leasewatch's HTTP server.
 type Server struct {
-	store    audit.Store
+	store    audit.Reads
 	writes   WriteReporter
 	sources  func() []audit.Source
 	known    map[string]audit.SourceKind

@@ -73,7 +73,7 @@ func newFixture(t *testing.T, opts ...fixtureOption) *fixture {
 	f.rec = rec
 
 	cfg := Config{
-		Store:        store,
+		Store:        rec.Fresh(store),
 		Writes:       rec,
 		KnownSources: knownSources,
 		Sources: func() []audit.Source {
@@ -358,7 +358,7 @@ func TestMetrics(t *testing.T) {
 
 func TestNewRejectsDuplicateRegistration(t *testing.T) {
 	f := newFixture(t)
-	if _, err := New(Config{Store: f.store, Registry: f.registry}); err == nil {
+	if _, err := New(Config{Store: f.rec.Fresh(f.store), Registry: f.registry}); err == nil {
 		t.Fatal("New with a registry that already has the metrics: want an error")
 	}
 	if _, err := New(Config{}); err == nil {

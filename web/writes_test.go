@@ -214,7 +214,7 @@ func TestTimelineSkipsRenewalsOnlyWhenAllAreBands(t *testing.T) {
 // a turn is free it is served.
 func TestReviewsWaitTheirTurn(t *testing.T) {
 	in := recordIncident(t, time.Date(2026, 5, 2, 9, 0, 0, 0, time.UTC))
-	srv, err := New(Config{Store: in.store, KnownSources: incidentSources, Logger: slog.New(slog.DiscardHandler),
+	srv, err := New(Config{Store: in.rec.Fresh(in.store), KnownSources: incidentSources, Logger: slog.New(slog.DiscardHandler),
 		Now: func() time.Time { return in.at(time.Minute) }})
 	if err != nil {
 		t.Fatal(err)

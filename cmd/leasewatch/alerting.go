@@ -157,7 +157,7 @@ func (a *alerting) evaluates(source string) bool {
 // store (the recorder's Fresh view, whose rows carry renewals the last sync
 // has not written). Locks that commits have changed meanwhile are as new in
 // store as the commits said.
-func (a *alerting) follow(ctx context.Context, peek peekFunc, store audit.Store) error {
+func (a *alerting) follow(ctx context.Context, peek peekFunc, store audit.Reads) error {
 	a.mu.Lock()
 	a.peek, a.store = peek, store
 	a.mu.Unlock()

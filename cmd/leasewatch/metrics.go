@@ -396,7 +396,7 @@ type leaseCollector struct {
 // newLeaseCollector returns the scrape-time collector over store, which
 // must not lag renewals (the recorder's Fresh store), with per-lock series
 // for at most max locks. sources may be nil.
-func (m *recorderMetrics) newLeaseCollector(store audit.Store, sources func() []audit.Source, max int, logger *slog.Logger) *leaseCollector {
+func (m *recorderMetrics) newLeaseCollector(store audit.Reads, sources func() []audit.Source, max int, logger *slog.Logger) *leaseCollector {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}

@@ -146,7 +146,7 @@ leasewatch_write_reports_total{outcome="rejected",resource="ledger",source="prod
 // leaseFixture records, through the real recorder into a SQLite file, locks
 // of class lock in prod-etcd and heartbeats in cluster-a, and returns the
 // metrics fed by its commits and its Fresh store.
-func leaseFixture(t *testing.T, t0 time.Time) (*recorderMetrics, audit.Store, *prometheus.Registry) {
+func leaseFixture(t *testing.T, t0 time.Time) (*recorderMetrics, audit.Reads, *prometheus.Registry) {
 	t.Helper()
 	ctx := context.Background()
 	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
@@ -481,7 +481,7 @@ func TestLeaseMetricsLeaveOutANameNotUTF8(t *testing.T) {
 	}
 	var logs syncBuffer
 	reg := prometheus.NewRegistry()
-	c := m.newLeaseCollector(store, nil, 100, slog.New(slog.NewTextHandler(&logs, nil)))
+	c := m.newLeaseCollector(rec.Fresh(store), nil, 100, slog.New(slog.NewTextHandler(&logs, nil)))
 	c.now = func() time.Time { return t0 }
 	reg.MustRegister(c)
 	want := `
