@@ -205,11 +205,7 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit := lq.Limit
-	if limit == 0 {
-		limit = pageLocks
-	}
-	limit = min(limit, 1000)
+	limit := pageLimit(lq.Limit, pageLocks)
 	lq.Limit = limit + 1
 
 	ctx := c.Request().Context()
@@ -406,11 +402,7 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	}
 	findings, findingsTrimmed := newest(findings, lockPageFindings)
 
-	eventLimit := ef.Limit
-	if eventLimit == 0 {
-		eventLimit = pageEvents
-	}
-	eventLimit = min(eventLimit, 1000)
+	eventLimit := pageLimit(ef.Limit, pageEvents)
 	ef.TimeFilter = audit.TimeFilter{From: w.From, To: w.To, Limit: eventLimit + 1}
 	events, err := s.store.Events(ctx, id, ef)
 	if err != nil {
@@ -670,11 +662,7 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit := f.Limit
-	if limit == 0 {
-		limit = pageFindings
-	}
-	limit = min(limit, 1000)
+	limit := pageLimit(f.Limit, pageFindings)
 	f.Limit = limit + 1
 	findings, err := s.store.Findings(c.Request().Context(), f)
 	if err != nil {

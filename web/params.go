@@ -79,6 +79,19 @@ func parseTime(q url.Values, name string) (time.Time, error) {
 	return audit.BoundTime(t), nil
 }
 
+// maxPageRows caps the rows of one page's table, whatever limit asks for:
+// the API's lists go up to maxLimit.
+const maxPageRows = 1000
+
+// pageLimit is how many rows a page's table shows: the limit asked for
+// (parseLimit), def when none, at most maxPageRows.
+func pageLimit(asked, def int) int {
+	if asked == 0 {
+		asked = def
+	}
+	return min(asked, maxPageRows)
+}
+
 // parseLimit reads an optional positive limit; above maxLimit it is capped.
 // Zero means none was given.
 func parseLimit(q url.Values) (int, error) {
