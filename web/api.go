@@ -241,7 +241,7 @@ func (s *Server) handleAPILocks(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	if lq.Class, err = parseClass(q); err != nil {
+	if lq.Class, err = parseClass(q, ""); err != nil {
 		return err
 	}
 	// Additions to the contract: kind, holder, sort and keyset cursors,

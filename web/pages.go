@@ -185,17 +185,8 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	// Heartbeats are recorded but kept out of the default view.
-	class := q.Get("class")
-	switch class {
-	case "":
-		lq.Class = audit.ClassLock
-	case "all":
-		lq.Class = ""
-	case string(audit.ClassLock), string(audit.ClassHeartbeat):
-		lq.Class = audit.Class(class)
-	default:
-		return audit.Errorf(audit.EINVALID, `class: must be "lock", "heartbeat" or "all"`)
+	if lq.Class, err = parseClass(q, audit.ClassLock); err != nil {
+		return err
 	}
 	sortName := q.Get("sort")
 	if err := parseLockPage(q, &lq); err != nil {
@@ -253,7 +244,7 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 			Source:  lq.Source,
 			Kind:    string(lq.Kind),
 			Q:       lq.Q,
-			Class:   class,
+			Class:   q.Get("class"),
 			State:   string(lq.State),
 			Holder:  lq.Holder,
 			Verdict: lq.Verdict,

@@ -118,15 +118,18 @@ func isDigits(s string) bool {
 	return s != ""
 }
 
-// parseClass reads the class parameter of the locks API: empty or all (every
-// class), lock or heartbeat. "all" is accepted as the pages and the findings
-// API spell every class.
-func parseClass(q url.Values) (audit.Class, error) {
+// parseClass reads the class parameter: lock, heartbeat, or all for every
+// class; def when absent. Heartbeats are recorded but kept out of the
+// default views (the pages, the findings API): their def is lock. The locks
+// API's is every class (""), as its contract has always said.
+func parseClass(q url.Values, def audit.Class) (audit.Class, error) {
 	switch c := audit.Class(q.Get("class")); c {
-	case "", audit.ClassLock, audit.ClassHeartbeat:
-		return c, nil
+	case "":
+		return def, nil
 	case "all":
 		return "", nil
+	case audit.ClassLock, audit.ClassHeartbeat:
+		return c, nil
 	default:
 		return "", audit.Errorf(audit.EINVALID, `class: must be "lock", "heartbeat" or "all"`)
 	}
@@ -262,7 +265,7 @@ func (s *Server) parseFindingFilter(c echo.Context) (audit.FindingFilter, error)
 	if f.Before, err = parseCursor(q, "before"); err != nil {
 		return f, err
 	}
-	if f.Class, err = parseFindingClass(q); err != nil {
+	if f.Class, err = parseClass(q, audit.ClassLock); err != nil {
 		return f, err
 	}
 	if v := q.Get("lock"); v != "" {
@@ -291,22 +294,6 @@ func (s *Server) parseFindingFilter(c echo.Context) (audit.FindingFilter, error)
 		f.Class = ""
 	}
 	return f, nil
-}
-
-// parseFindingClass reads the class of the findings' locks, for the API and
-// the page alike. Heartbeats are recorded but kept out of the default views
-// and alerts, as on the locks page: empty means lock, all every class.
-func parseFindingClass(q url.Values) (audit.Class, error) {
-	switch c := q.Get("class"); c {
-	case "":
-		return audit.ClassLock, nil
-	case "all":
-		return "", nil
-	case string(audit.ClassLock), string(audit.ClassHeartbeat):
-		return audit.Class(c), nil
-	default:
-		return "", audit.Errorf(audit.EINVALID, `class: must be "lock", "heartbeat" or "all"`)
-	}
 }
 
 // truncate shortens s to at most n bytes without splitting a UTF-8 sequence,
