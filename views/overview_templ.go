@@ -903,7 +903,7 @@ func overviewLocks(rows []LockRow, margin bool, stripLabel string) templ.Compone
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}
-				templ_7745c5c3_Err = stamp(l.Acquired).Render(ctx, templ_7745c5c3_Buffer)
+				templ_7745c5c3_Err = stampAgo(l.Acquired).Render(ctx, templ_7745c5c3_Buffer)
 				if templ_7745c5c3_Err != nil {
 					return templ_7745c5c3_Err
 				}

@@ -58,6 +58,7 @@ func (s *Server) heldRows(ctx context.Context, now time.Time, loc *time.Location
 	rows := make([]views.LockRow, 0, len(held))
 	for i, l := range held {
 		row := s.lockRow(l, now, loc)
+		row.Acquired = stampAgo(l.AcquiredAt, loc, now) // short, beside the strip
 		row.Strip = lockStrip(tenures[i], findings[i], from, now, loc)
 		rows = append(rows, row)
 	}
