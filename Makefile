@@ -7,7 +7,7 @@ SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo clean load-kubernetes load-redis load-etcd load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-postgresql install-chromium
+.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-redis load-etcd load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-postgresql install-chromium
 
 all: build
 
@@ -107,6 +107,11 @@ test: deps
 	mkdir -p "$(ARTIFACTS)"
 	$(GO) vet $(PKGS)
 	LEASEWATCH_ARTIFACTS="$(ARTIFACTS)" $(GO) test $(TESTFLAGS) $(PKGS)
+
+## demo-screenshots: the demo in a browser 1 and 10 minutes after it started, screenshots to artifacts/ (make test takes the first only).
+demo-screenshots: deps
+	mkdir -p "$(ARTIFACTS)"
+	LEASEWATCH_ARTIFACTS="$(ARTIFACTS)" LEASEWATCH_DEMO_MINUTES=10 $(GO) test -count=1 -timeout 20m -run TestDemoInABrowser ./cmd/leasewatch/
 
 ## generate: regenerate templ views (generated files are committed).
 generate:

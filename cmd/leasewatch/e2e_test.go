@@ -474,20 +474,20 @@ func demoVerdicts(t *testing.T, base string) {
 	})
 }
 
-// A new user running the demo sees held locks, a handover, a stale_write,
-// an unfenced_write and a zombie_holder within 20 seconds of its banner.
-func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
+// startDemo runs leasewatch demo until the test ends and returns its URL,
+// once its banner is out.
+func startDemo(t *testing.T) string {
+	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
 	go func() { done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0"}, &stdout, &stderr) }()
-	defer func() {
+	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
 			t.Errorf("demo exited %d: %s", code, stderr.String())
 		}
-	}()
-
+	})
 	var base string
 	eventually(t, 30*time.Second, "the demo's banner", func() bool {
 		out := stdout.String()
@@ -497,6 +497,13 @@ func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 		}
 		return false
 	})
+	return base
+}
+
+// A new user running the demo sees held locks, a handover, a stale_write,
+// an unfenced_write and a zombie_holder within 20 seconds of its banner.
+func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
+	base := startDemo(t)
 	start := time.Now()
 	var held, handover, stale, unfenced, zombie bool
 	eventually(t, 20*time.Second, "held locks, a handover, a stale_write, an unfenced_write and a zombie_holder", func() bool {
