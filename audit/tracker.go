@@ -529,13 +529,10 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 	t.judgeToken(o, st, ob)
 
 	st.nextSeq++
-	// The lease runs from its last renewal, which may be older than the
-	// grant (an etcd session's keepalive from before its key existed); the
-	// tenure's renewals begin at its grant.
 	renewed := renewedAt(ob)
 	ten := tenure{
 		seq: st.nextSeq, holder: ob.Holder, token: ob.Token, position: ob.Position,
-		granted: nanos(ob.At), renewed: nanos(MaxTime(renewed, ob.At)), expires: NoNanos, ended: NoNanos, lease: ob.LeaseDuration, observed: ob.Kind == EventObserved,
+		granted: nanos(ob.At), renewed: nanos(renewed), expires: NoNanos, ended: NoNanos, lease: ob.LeaseDuration, observed: ob.Kind == EventObserved,
 	}
 	if ob.LeaseDuration > 0 {
 		ten.expires = nanos(renewed.Add(ob.LeaseDuration))

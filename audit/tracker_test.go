@@ -571,20 +571,6 @@ func TestTrackerEtcdTenureIsNamedByToken(t *testing.T) {
 	}
 }
 
-// An etcd session's keepalive can be older than the key it grants: the
-// lease expires from that keepalive, but the tenure's renewals begin at its
-// grant.
-func TestTrackerGrantRenewedBeforeItsGrant(t *testing.T) {
-	const lease = 10 * time.Second
-	s := newStory(t, audit.KindEtcd)
-	s.observe(audit.Observation{Kind: audit.EventGrant, At: at(3 * time.Second), RenewedAt: at(time.Second), Holder: "694d", Token: audit.Int64(7), LeaseDuration: lease})
-	ten := s.out.Tenures[len(s.out.Tenures)-1]
-	if !ten.LastRenewedAt.Equal(at(3*time.Second)) || !ten.ExpiresAt.Equal(at(11*time.Second)) {
-		t.Fatalf("tenure renewed %v, expires %v; want renewed at its grant (3s), expiring 10s after the keepalive (11s)",
-			ten.LastRenewedAt.Sub(t0), ten.ExpiresAt.Sub(t0))
-	}
-}
-
 func TestTrackerNoExposureWhenResourceIsAhead(t *testing.T) {
 	// The resource's clock put its first write with token 42 a few
 	// milliseconds before the collector saw the grant: there was no window.
