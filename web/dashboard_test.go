@@ -369,6 +369,20 @@ func TestLockPageTimeline(t *testing.T) {
 		if doc := htmlDoc(t, "young at", f.page(t, "/locks/"+itoa(l.ID)+"?"+before.Encode(), http.StatusOK)); doc.Find("p.window-note").Length() != 0 {
 			t.Errorf("a window holding ?at= before the history was fitted: %q", text(doc.Find("p.window-note")))
 		}
+		// Neither tenure has renewed since its grant: no last renewal shows,
+		// rather than the lease's older one.
+		young := htmlDoc(t, "young", f.page(t, "/locks/"+itoa(l.ID), http.StatusOK))
+		rows := young.Find("table.grid").FilterFunction(func(_ int, s *goquery.Selection) bool {
+			return strings.Contains(text(s.Find("thead")), "Last renewal")
+		}).Find("tbody tr")
+		for i := range rows.Length() {
+			if cell := text(rows.Eq(i).Find("td").Eq(5)); cell != "—" {
+				t.Errorf("young lock's tenure %d shows last renewal %q, want none", i, cell)
+			}
+		}
+		if rows.Length() != 2 {
+			t.Errorf("young lock's tenure rows %q: want two", text(rows))
+		}
 		custom := "?" + windowQuery(now.Add(-time.Hour), now)
 		doc := htmlDoc(t, "young custom", f.page(t, "/locks/"+itoa(l.ID)+custom, http.StatusOK))
 		if doc.Find("p.window-note").Length() != 0 {

@@ -493,6 +493,18 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	return render(c, http.StatusOK, views.Lock(p))
 }
 
+// renewedInTenure is a tenure's last renewal as its row shows it: none
+// until one comes after its grant. A seen grant carries the lease's last
+// renewal, which may be older (an etcd session's keepalive from before its
+// key existed): the lease runs from it, but it is not the tenure's. A tenure
+// already held when the collector started shows what it read.
+func renewedInTenure(t audit.Tenure) time.Time {
+	if t.Observed || t.LastRenewedAt.After(t.GrantedAt) {
+		return t.LastRenewedAt
+	}
+	return time.Time{}
+}
+
 // tenureRows are the lock page's tenure rows, newest first: atSeq is the
 // tenure current at the page's instant (0: none), to the window's end, and
 // zoom the link to a window.
@@ -515,7 +527,7 @@ func tenureRows(tenures []audit.Tenure, atSeq int64, now, to time.Time, loc *tim
 			Observed:      t.Observed,
 			Renewals:      t.Renewals,
 			Pruned:        prunedText(t.Pruned),
-			LastRenewed:   stampIn(t.LastRenewedAt, loc),
+			LastRenewed:   stampIn(renewedInTenure(t), loc),
 			LeaseDuration: duration(t.LeaseDuration),
 			Expires:       stampIn(t.ExpiresAt, loc),
 			Ended:         stampIn(t.EndedAt, loc),
