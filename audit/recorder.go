@@ -481,42 +481,11 @@ func (r *Recorder) commit(group []*request, tick bool) {
 	var refused []error // by group index: a request refused on its own, with nothing of it recorded
 	r.trackMu.Lock()
 	for i, req := range group {
-		if err := r.disownedBy(req); err != nil {
+		if err := r.apply(req, known, &b); err != nil {
 			if refused == nil {
 				refused = make([]error, len(group))
 			}
 			refused[i] = err
-			continue
-		}
-		if req.input != nil {
-			step := r.tracker.Observe(*req.input)
-			r.writeOnly.update(step)
-			b.Append(r.hold(step))
-		}
-		for _, bl := range req.beliefs {
-			step := r.tracker.ReportBelief(bl)
-			r.writeOnly.update(step)
-			b.Append(r.hold(step))
-		}
-		if len(req.writes) == 0 {
-			continue
-		}
-		err := r.writeOnly.admit(req.writes, r.tracks)
-		var fresh []WriteReport
-		if err == nil {
-			fresh, err = claimRequests(known, req.writes)
-		}
-		if err != nil {
-			if refused == nil {
-				refused = make([]error, len(group))
-			}
-			refused[i] = err
-			continue
-		}
-		for _, w := range fresh {
-			step := r.tracker.ReportWrite(w)
-			r.writeOnly.update(step)
-			b.Append(r.hold(step))
 		}
 	}
 	r.trackMu.Unlock()
@@ -525,6 +494,42 @@ func (r *Recorder) commit(group []*request, tick bool) {
 		b.Cursors = r.probe()
 	}
 	r.finish(group, b, nil, refused, tick)
+}
+
+// apply steps the tracker through one request of a group (its input, its
+// beliefs, its write reports not stored yet; known are the group's stored
+// request IDs) and adds what that produced to b; trackMu must be held. It
+// returns the request's refusal: a source this recorder does not own, with
+// nothing of it applied, or write reports that cannot be taken.
+func (r *Recorder) apply(req *request, known map[RequestKey]WriteReport, b *Batch) error {
+	if err := r.disownedBy(req); err != nil {
+		return err
+	}
+	take := func(step Batch) {
+		r.writeOnly.update(step)
+		b.Append(r.hold(step))
+	}
+	if req.input != nil {
+		take(r.tracker.Observe(*req.input))
+	}
+	for _, bl := range req.beliefs {
+		take(r.tracker.ReportBelief(bl))
+	}
+	if len(req.writes) == 0 {
+		return nil
+	}
+	err := r.writeOnly.admit(req.writes, r.tracks)
+	var fresh []WriteReport
+	if err == nil {
+		fresh, err = claimRequests(known, req.writes)
+	}
+	if err != nil {
+		return err
+	}
+	for _, w := range fresh {
+		take(r.tracker.ReportWrite(w))
+	}
+	return nil
 }
 
 // reload restores the tracker from the journal after a failed commit. If

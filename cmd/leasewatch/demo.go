@@ -123,9 +123,27 @@ leasewatch demo is running: open %s
 Press Ctrl-C to stop.
 `, svc.URL(), server.Endpoint, redisNote, token, dir)
 
+	redisAddr := ""
+	if redisSrv != nil {
+		redisAddr = redisSrv.Addr
+	}
+	stop, err := startDemoWorkloads(ctx, svc.URL(), token, cli, dir, redisAddr, logger)
+	if err != nil {
+		return err
+	}
+	err = <-served
+	stop()
+	return err
+}
+
+// startDemoWorkloads starts the demo's traffic against the service at base:
+// the etcd workload, with its resources reporting their writes and its
+// paused worker its beliefs, and the Redis one when redisAddr is set. stop
+// waits for them to end with ctx and closes their reporters.
+func startDemoWorkloads(ctx context.Context, base, token string, cli *clientv3.Client, dir, redisAddr string, logger *slog.Logger) (stop func(), err error) {
 	var reporters []*fence.Reporter
 	newReporter := func(source, resource string) *fence.Reporter {
-		r, err := fence.NewReporter(fence.Config{URL: svc.URL(), Token: token, Source: source, Resource: resource, FlushInterval: 100 * time.Millisecond, Logger: logger})
+		r, err := fence.NewReporter(fence.Config{URL: base, Token: token, Source: source, Resource: resource, FlushInterval: 100 * time.Millisecond, Logger: logger})
 		if err != nil {
 			panic(err) // the configuration above is fixed and valid
 		}
@@ -133,9 +151,9 @@ Press Ctrl-C to stop.
 		return r
 	}
 	w, err := newWorkload(cli, filepath.Join(dir, "resources.db"), newReporter(demoSource, "ledger"), newReporter(demoSource, "cache"),
-		fence.BelieverConfig{URL: svc.URL(), Token: token, Source: demoSource, Logger: logger}, logger)
+		fence.BelieverConfig{URL: base, Token: token, Source: demoSource, Logger: logger}, logger)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -143,22 +161,22 @@ Press Ctrl-C to stop.
 		defer wg.Done()
 		w.run(ctx)
 	}()
-	if redisSrv != nil {
-		rw := newRedisWorkload(redisSrv.Addr, newReporter(demoRedisSource, "payments"), logger)
+	if redisAddr != "" {
+		rw := newRedisWorkload(redisAddr, newReporter(demoRedisSource, "payments"), logger)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			rw.run(ctx)
 		}()
 	}
-	err = <-served
-	wg.Wait()
-	closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
-	defer cancel()
-	for _, r := range reporters {
-		_ = r.Close(closeCtx) // the service is gone: what is left cannot be delivered
-	}
-	return err
+	return func() {
+		wg.Wait()
+		closeCtx, cancel := context.WithTimeout(context.Background(), time.Second)
+		defer cancel()
+		for _, r := range reporters {
+			_ = r.Close(closeCtx) // the service is gone: what is left cannot be delivered
+		}
+	}, nil
 }
 
 func randomToken() string {
