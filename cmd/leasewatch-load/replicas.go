@@ -210,11 +210,13 @@ func sourceStates(ctx context.Context, base string) (map[string]string, error) {
 }
 
 // owners returns, per source, the processes (by id) it is up on, and
-// whether every replica is up and answered with each source up or in
-// standby.
+// whether the replicas have settled: every replica is up and answered
+// with each source up or in standby, and none holds more than its share,
+// so that no rebalancing handover is still to come.
 func (r *replicaRig) owners(ctx context.Context) (up map[string][]string, settled bool) {
 	up = make(map[string][]string)
 	settled = true
+	held := make(map[string]int) // per process: the sources up on it
 	for _, rep := range r.replicas {
 		p := rep.current()
 		if p == nil {
@@ -230,20 +232,26 @@ func (r *replicaRig) owners(ctx context.Context) (up map[string][]string, settle
 			switch state {
 			case "up":
 				up[name] = append(up[name], p.id())
+				held[p.id()]++
 			case "standby":
 			default:
 				settled = false // taking over, or failing
 			}
 		}
 	}
-	for _, name := range append(replicaSources, "leasewatch") {
+	sources := append(replicaSources, "leasewatch")
+	for _, name := range sources {
 		settled = settled && len(up[name]) == 1
+	}
+	share := (len(sources) + len(r.replicas) - 1) / len(r.replicas)
+	for _, n := range held {
+		settled = settled && n <= share
 	}
 	return up, settled
 }
 
-// settle waits until every replica is up and each source is up on exactly
-// one of them.
+// settle waits until every replica is up, each source is up on exactly
+// one of them, and none holds more than its share.
 func (r *replicaRig) settle(ctx context.Context, timeout time.Duration) error {
 	return waitFor(ctx, timeout, "each source up on one replica, in standby on the others", func() bool {
 		_, settled := r.owners(ctx)
