@@ -244,6 +244,9 @@ type VerdictPanel struct {
 	// Resources are the reporting resources, by name.
 	Resources []VerdictResource
 	Notes     []string
+	// Judged is when the verdict was judged: a verdict is judged at most
+	// every few seconds, however often the page is asked for.
+	Judged Stamp
 }
 
 // VerdictReason is one reason of a verdict, linked to its evidence.

@@ -393,14 +393,6 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	}
 	findings, findingsTrimmed := newest(findings, lockPageFindings)
 
-	eventLimit := pageLimit(ef.Limit, pageEvents)
-	ef.TimeFilter = audit.TimeFilter{From: w.From, To: w.To, Limit: eventLimit + 1}
-	events, err := s.store.Events(ctx, id, ef)
-	if err != nil {
-		return err
-	}
-	events, eventsOlder := newest(events, eventLimit)
-
 	base := fmt.Sprintf("/locks/%d", id)
 	keep := url.Values{}
 	for _, k := range lockPageKeep {
@@ -456,41 +448,92 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	if p.Verdict, err = s.verdictPanel(ctx, l, q, base, w, loc, now); err != nil {
 		return err
 	}
-	if p.Health, err = s.healthPanel(ctx, id, tenures, w); err != nil {
+	if w.Preset != "" {
+		p.Live = views.Live{ID: lockLiveID, URL: c.Request().URL.RequestURI(), Every: refreshLock}
+	}
+	if liveRefresh(c, lockLiveID) {
+		return render(c, http.StatusOK, views.LockLive(p))
+	}
+	d := lockDetails{id: id, q: q, base: base, w: w, ef: ef, tenures: tenures, findings: findings,
+		atSeq: banner.Seq, now: now, loc: loc, zoom: windowURL}
+	if err := s.fillLockDetails(ctx, &p, d); err != nil {
 		return err
 	}
-	if w.Preset != "" {
-		p.Live = views.Live{ID: "lock-live", URL: c.Request().URL.RequestURI(), Every: refreshLock}
+	return render(c, http.StatusOK, views.Lock(p))
+}
+
+// lockLiveID is the id of the lock page's live region.
+const lockLiveID = "lock-live"
+
+// liveRefresh reports whether the request is htmx refreshing the page's
+// live region id, which is all it swaps in: the region alone is read and
+// sent.
+func liveRefresh(c echo.Context, id string) bool {
+	h := c.Request().Header
+	return h.Get("HX-Request") == "true" && h.Get("HX-Target") == id
+}
+
+// lockDetails is what the lock page's parts outside its live region are
+// built from.
+type lockDetails struct {
+	id       int64
+	q        url.Values
+	base     string
+	w        window
+	ef       audit.EventFilter
+	tenures  []audit.Tenure
+	findings []audit.Finding
+	atSeq    int64
+	now      time.Time
+	loc      *time.Location
+	zoom     func(from, to time.Time) string
+}
+
+// fillLockDetails reads and shapes the lock page's parts outside its live
+// region: the leadership health, the tenure and finding rows, and a page of
+// events with its links.
+func (s *Server) fillLockDetails(ctx context.Context, p *views.LockPage, d lockDetails) error {
+	var err error
+	if p.Health, err = s.healthPanel(ctx, d.id, d.tenures, d.w); err != nil {
+		return err
 	}
+	eventLimit := pageLimit(d.ef.Limit, pageEvents)
+	ef := d.ef
+	ef.TimeFilter = audit.TimeFilter{From: d.w.From, To: d.w.To, Limit: eventLimit + 1}
+	events, err := s.store.Events(ctx, d.id, ef)
+	if err != nil {
+		return err
+	}
+	events, eventsOlder := newest(events, eventLimit)
 	for _, k := range audit.EventKinds {
 		p.EventKinds = append(p.EventKinds, string(k))
 	}
-	shown := tenures
+	shown := d.tenures
 	if len(shown) > pageTenures {
 		shown, p.TenuresTrimmed = shown[len(shown)-pageTenures:], true
 	}
-	p.Tenures = tenureRows(shown, banner.Seq, now, w.To, loc, windowURL)
-	for _, f := range slices.Backward(findings) {
-		p.Findings = append(p.Findings, findingRow(f, loc))
+	p.Tenures = tenureRows(shown, d.atSeq, d.now, d.w.To, d.loc, d.zoom)
+	for _, f := range slices.Backward(d.findings) {
+		p.Findings = append(p.Findings, findingRow(f, d.loc))
 	}
 	for _, e := range slices.Backward(events) {
-		p.Events = append(p.Events, eventRow(e, loc))
+		p.Events = append(p.Events, eventRow(e, d.loc))
 	}
 	pageQ := url.Values{}
-	maps.Copy(pageQ, q)
-	if w.Preset == "" {
+	maps.Copy(pageQ, d.q)
+	if d.w.Preset == "" {
 		// Page through the same fixed window, not one that moves with now.
-		pageQ.Set("from", w.From.UTC().Format(time.RFC3339Nano))
-		pageQ.Set("to", w.To.UTC().Format(time.RFC3339Nano))
+		pageQ.Set("from", d.w.From.UTC().Format(time.RFC3339Nano))
+		pageQ.Set("to", d.w.To.UTC().Format(time.RFC3339Nano))
 	}
 	if eventsOlder && len(events) > 0 {
 		e := events[0]
-		p.EventsOlder = withQuery(base, pageQ, "before", formatCursor(e.At, e.ID)) + "#events"
+		p.EventsOlder = withQuery(d.base, pageQ, "before", formatCursor(e.At, e.ID)) + "#events"
 	}
 	if !ef.Before.IsZero() {
-		p.EventsNewer = withQuery(base, pageQ, "before", "") + "#events"
+		p.EventsNewer = withQuery(d.base, pageQ, "before", "") + "#events"
 	}
-	return render(c, http.StatusOK, views.Lock(p))
+	return nil
 }
 
 // renewedInTenure is a tenure's last renewal as its row shows it: none

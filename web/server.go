@@ -150,6 +150,7 @@ type Server struct {
 	timeout  Timeouts
 	reviews  *semaphore.Weighted // the incident reviews built at once
 	purposes verdict.Purposes
+	verdicts *verdictCache // the lock page's
 	echo     *echo.Echo
 }
 
@@ -175,6 +176,7 @@ func New(cfg Config) (*Server, error) {
 		timeout:  cfg.Timeouts.withDefaults(),
 		reviews:  semaphore.NewWeighted(reviewTurns),
 		purposes: cfg.Purposes,
+		verdicts: newVerdictCache(),
 	}
 	if s.now == nil {
 		s.now = time.Now

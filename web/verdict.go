@@ -140,11 +140,13 @@ func (s *Server) verdictPanel(ctx context.Context, l audit.Lock, q url.Values, b
 	default:
 		return views.VerdictPanel{}, audit.Errorf(audit.EINVALID, "verdict: want 24h or all, not %q", scope)
 	}
-	v, err := verdict.Load(ctx, s.store, l, w, s.purposes.For(l.Source, l.Name), now)
+	v, at, err := s.verdicts.get(ctx, pageVerdictKey(l, scope, pageWindow, w), now, func(ctx context.Context) (verdict.Verdict, error) {
+		return verdict.Load(ctx, s.store, l, w, s.purposes.For(l.Source, l.Name), now)
+	})
 	if err != nil {
 		return views.VerdictPanel{}, err
 	}
-	p := views.VerdictPanel{Kind: string(v.Kind), Purpose: string(v.Purpose), Notes: v.Notes}
+	p := views.VerdictPanel{Kind: string(v.Kind), Purpose: string(v.Purpose), Notes: v.Notes, Judged: stampAgo(at, loc, now)}
 	for _, sc := range verdictScopes {
 		p.Scopes = append(p.Scopes, views.Link{Label: sc.label, URL: withQuery(base, q, "verdict", sc.param) + "#verdict", Current: sc.param == scope})
 		if sc.param == scope {

@@ -104,3 +104,35 @@ func TestLockPageVerdictPanel(t *testing.T) {
 
 	wantContains(t, "bad scope", f.page(t, base+"?verdict=week", http.StatusBadRequest), "verdict: want 24h or all")
 }
+
+// TestLockPageVerdictJudgedOncePerRound: the lock page judges a lock's
+// verdict at most once per verdictFresh, however often it is asked for, and
+// says when it was judged; past that it judges again and sees what came
+// meanwhile. htmx's refresh of the live region gets the region alone, with
+// its verdict.
+func TestLockPageVerdictJudgedOncePerRound(t *testing.T) {
+	clock := now
+	f := newFixture(t, func(c *Config) { c.Now = func() time.Time { return clock } })
+	base := "/locks/" + itoa(f.orders.ID) + "?verdict=all"
+	judged := func(at time.Time) string { return `Judged <time datetime="` + at.UTC().Format(time.RFC3339Nano) + `"` }
+	before := `<td class="holder">orders-db</td><td>0</td><td>1</td>` // accepted 0, rejected 1
+	after := `<td class="holder">orders-db</td><td>1</td><td>1</td>`
+	wantContains(t, "first", f.page(t, base, http.StatusOK), before, judged(now))
+
+	res, _ := f.post(t, `{"source":"prod-etcd","lock":"/locks/orders","resource":"orders-db","token":42,"outcome":"accepted","request_id":"w-1"}`, "Bearer "+ingestToken)
+	if res.StatusCode != http.StatusAccepted {
+		t.Fatalf("POST a write: %d", res.StatusCode)
+	}
+	clock = now.Add(verdictFresh - time.Second)
+	body := f.page(t, base, http.StatusOK)
+	wantContains(t, "within the round", body, before, judged(now))
+	wantNotContains(t, "within the round", body, after)
+
+	clock = now.Add(verdictFresh)
+	wantContains(t, "next round", f.page(t, base, http.StatusOK), after, judged(clock))
+
+	_, live := f.do(t, http.MethodGet, base+"&window=1h", nil, "HX-Request", "true", "HX-Target", lockLiveID)
+	wantContains(t, "live refresh", string(live), `id="lock-live"`, `id="verdict"`, `id="timeline"`)
+	wantNotContains(t, "live refresh", string(live), "<html", "Leadership health", `id="events"`)
+	wantContains(t, "whole page", f.page(t, base+"&window=1h", http.StatusOK), "<html", `id="lock-live"`, `id="events"`)
+}
