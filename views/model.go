@@ -73,7 +73,8 @@ type OverviewPage struct {
 // OverviewCounts are the headline numbers.
 type OverviewCounts struct {
 	Locks, Held, Free, Expired, NearExpiry, Heartbeats int
-	Findings24h                                        int
+	Findings24h                                        int // critical and warning
+	Info24h                                            int // info findings, beside them
 	SourcesDown                                        int
 }
 
@@ -393,6 +394,10 @@ type FindingRow struct {
 	Holders     string
 	Resource    string
 	TimelineURL string // the lock's timeline centred on the finding
+	// Folded are the other findings a row of short exposures stands for
+	// (their anchors), and FoldURL lists each of them.
+	Folded  []int64
+	FoldURL string
 }
 
 // SourcesPage lists configured sources, their collectors' health and their

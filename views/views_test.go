@@ -178,11 +178,11 @@ func TestOverviewStates(t *testing.T) {
 	})
 	t.Run("CountsAndSeverities", func(t *testing.T) {
 		doc := render(t, Overview(OverviewPage{
-			Counts:     OverviewCounts{Locks: 12, Held: 7, NearExpiry: 2, Findings24h: 5},
+			Counts:     OverviewCounts{Locks: 12, Held: 7, NearExpiry: 2, Findings24h: 5, Info24h: 84},
 			Severities: []SeverityCount{{Severity: "critical", N: 1, URL: "/findings?severity=critical"}, {Severity: "warning", N: 4, URL: "/findings?severity=warning"}},
 		}))
 		tiles := squash(doc.Find("ul.tiles").Text())
-		for _, want := range []string{"12 locks", "7 held", "2 near expiry", "5 findings, 24 h"} {
+		for _, want := range []string{"12 locks", "7 held", "2 near expiry", "5 findings, 24 h", "and 84 info"} {
 			if !strings.Contains(tiles, want) {
 				t.Errorf("tiles %q lack %q", tiles, want)
 			}

@@ -128,8 +128,11 @@ func (s *Server) handleOverview(c echo.Context) error {
 	if err != nil {
 		return err
 	}
+	// The tile counts what needs a look; info findings (exposures of
+	// milliseconds with every handover, rejected stale writes) beside it.
+	p.Counts.Findings24h = sev[audit.SeverityCritical] + sev[audit.SeverityWarning]
+	p.Counts.Info24h = sev[audit.SeverityInfo]
 	for _, v := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning, audit.SeverityInfo} {
-		p.Counts.Findings24h += sev[v]
 		p.Severities = append(p.Severities, views.SeverityCount{Severity: string(v), N: sev[v],
 			URL: "/findings?" + url.Values{"severity": {string(v)}, "from": {day.From.UTC().Format(time.RFC3339)}}.Encode()})
 	}
@@ -138,9 +141,7 @@ func (s *Server) handleOverview(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	for _, f := range slices.Backward(findings) {
-		p.Findings = append(p.Findings, findingRow(f, loc))
-	}
+	p.Findings = findingRows(findings, loc, s.groupExposures)
 
 	rows, err := s.sourceRows(ctx, now, loc, day.From, perSource)
 	if err != nil {
@@ -513,9 +514,7 @@ func (s *Server) fillLockDetails(ctx context.Context, p *views.LockPage, d lockD
 		shown, p.TenuresTrimmed = shown[len(shown)-pageTenures:], true
 	}
 	p.Tenures = tenureRows(shown, d.atSeq, d.now, d.w.To, d.loc, d.zoom)
-	for _, f := range slices.Backward(d.findings) {
-		p.Findings = append(p.Findings, findingRow(f, d.loc))
-	}
+	p.Findings = findingRows(d.findings, d.loc, s.groupExposures)
 	for _, e := range slices.Backward(events) {
 		p.Events = append(p.Events, eventRow(e, d.loc))
 	}
@@ -741,9 +740,11 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 	for _, k := range audit.FindingKinds {
 		p.Kinds = append(p.Kinds, string(k))
 	}
-	for _, fd := range slices.Backward(findings) {
-		p.Findings = append(p.Findings, findingRow(fd, loc))
+	under := s.groupExposures
+	if f.Kind == audit.FindingExposure {
+		under = 0 // asked for exposures: each on its own row
 	}
+	p.Findings = findingRows(findings, loc, under)
 	if older && len(findings) > 0 {
 		p.Older = withQuery("/findings", q, "before", formatCursor(findings[0].At, findings[0].ID))
 	}

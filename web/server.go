@@ -13,6 +13,7 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -89,6 +90,11 @@ type Config struct {
 	// Purposes say which locks only avoid duplicate work, for their safety
 	// verdicts (config purposes:); a lock none names is for correctness.
 	Purposes verdict.Purposes
+	// GroupExposuresUnder folds, in the findings lists, the exposures
+	// shorter than it of one lock and resource into one row (config
+	// dashboard.group_exposures_under). Zero: DefaultGroupExposuresUnder;
+	// negative: every exposure on its own row.
+	GroupExposuresUnder time.Duration
 }
 
 // Timeouts bound how long the HTTP server waits on a client, so that slow or
@@ -151,7 +157,9 @@ type Server struct {
 	reviews  *semaphore.Weighted // the incident reviews built at once
 	purposes verdict.Purposes
 	verdicts *verdictCache // the lock page's
-	echo     *echo.Echo
+	// groupExposures folds shorter exposures in the findings lists.
+	groupExposures time.Duration
+	echo           *echo.Echo
 }
 
 // New returns a Server for cfg with its routes and metrics registered.
@@ -177,6 +185,8 @@ func New(cfg Config) (*Server, error) {
 		reviews:  semaphore.NewWeighted(reviewTurns),
 		purposes: cfg.Purposes,
 		verdicts: newVerdictCache(),
+
+		groupExposures: cmp.Or(cfg.GroupExposuresUnder, DefaultGroupExposuresUnder),
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -140,13 +140,14 @@ func (s *Server) verdictPanel(ctx context.Context, l audit.Lock, q url.Values, b
 	default:
 		return views.VerdictPanel{}, audit.Errorf(audit.EINVALID, "verdict: want 24h or all, not %q", scope)
 	}
-	v, at, err := s.verdicts.get(ctx, pageVerdictKey(l, scope, pageWindow, w), now, func(ctx context.Context) (verdict.Verdict, error) {
+	j, err := s.verdicts.get(ctx, pageVerdictKey(l, scope, pageWindow, w), now, func(ctx context.Context) (verdict.Verdict, error) {
 		return verdict.Load(ctx, s.store, l, w, s.purposes.For(l.Source, l.Name), now)
 	})
 	if err != nil {
 		return views.VerdictPanel{}, err
 	}
-	p := views.VerdictPanel{Kind: string(v.Kind), Purpose: string(v.Purpose), Notes: v.Notes, Judged: stampAgo(at, loc, now)}
+	v := j.v
+	p := views.VerdictPanel{Kind: string(v.Kind), Purpose: string(v.Purpose), Notes: v.Notes, Judged: stampAgo(j.at, loc, now)}
 	for _, sc := range verdictScopes {
 		p.Scopes = append(p.Scopes, views.Link{Label: sc.label, URL: withQuery(base, q, "verdict", sc.param) + "#verdict", Current: sc.param == scope})
 		if sc.param == scope {
@@ -158,11 +159,11 @@ func (s *Server) verdictPanel(ctx context.Context, l audit.Lock, q url.Values, b
 			"from": {v.Window.From.UTC().Format(time.RFC3339Nano)}, "to": {v.Window.To.UTC().Format(time.RFC3339Nano)}},
 			"kind", string(kind), "resource", resource)
 	}
-	for _, r := range v.Reasons {
+	for i, r := range v.Reasons {
 		vr := views.VerdictReason{Text: printable(r.Text), Decides: r.Decides}
-		if kind, ok := reasonFindings[r.Code]; ok && len(r.Findings) > 0 {
-			vr.Href, vr.Label = evidence(kind, r.Resource), fmt.Sprintf("%d findings", len(r.Findings))
-			if len(r.Findings) == 1 {
+		if kind, ok := reasonFindings[r.Code]; ok && j.counts[i] > 0 {
+			vr.Href, vr.Label = evidence(kind, r.Resource), fmt.Sprintf("%d findings", j.counts[i])
+			if j.counts[i] == 1 {
 				vr.Label = "the finding"
 			}
 		}

@@ -3,6 +3,7 @@ package web
 import (
 	"context"
 	"fmt"
+	"slices"
 	"sync"
 	"time"
 
@@ -20,7 +21,7 @@ import (
 // so the page is as fresh as the list. The panel says when it was judged.
 const (
 	verdictFresh      = verdict.DefaultKeepEvery
-	maxCachedVerdicts = 1024
+	maxCachedVerdicts = 512
 )
 
 // verdictCache keeps recent verdicts, bounded, and judges each key once at
@@ -40,9 +41,23 @@ type verdictKey struct {
 	from, to int64  // a fixed window's bounds; zero for a moving one
 }
 
+// judged is a kept verdict. Its reasons keep at most the first of their
+// findings' IDs, and counts how many each had: all the page shows of them,
+// so that a kept verdict holds a few hundred bytes whatever its findings.
 type judged struct {
-	v  verdict.Verdict
-	at time.Time
+	v      verdict.Verdict
+	counts []int // per reason, its findings
+	at     time.Time
+}
+
+func compact(v verdict.Verdict, at time.Time) judged {
+	j := judged{v: v, counts: make([]int, len(v.Reasons)), at: at}
+	j.v.Reasons = slices.Clone(v.Reasons)
+	for i, r := range j.v.Reasons {
+		j.counts[i] = len(r.Findings)
+		j.v.Reasons[i].Findings = slices.Clip(r.Findings[:min(1, len(r.Findings))])
+	}
+	return j
 }
 
 func newVerdictCache() *verdictCache {
@@ -50,10 +65,10 @@ func newVerdictCache() *verdictCache {
 }
 
 // get returns the verdict of key, judged by load at most verdictFresh
-// before now, and when it was judged.
-func (c *verdictCache) get(ctx context.Context, key verdictKey, now time.Time, load func(context.Context) (verdict.Verdict, error)) (verdict.Verdict, time.Time, error) {
+// before now (compact), and when it was judged.
+func (c *verdictCache) get(ctx context.Context, key verdictKey, now time.Time, load func(context.Context) (verdict.Verdict, error)) (judged, error) {
 	if j, ok := c.fresh(key, now); ok {
-		return j.v, j.at, nil
+		return j, nil
 	}
 	name := fmt.Sprintf("%d/%s/%d/%d", key.lock, key.scope, key.from, key.to)
 	res, err, _ := c.flight.Do(name, func() (any, error) {
@@ -66,15 +81,14 @@ func (c *verdictCache) get(ctx context.Context, key verdictKey, now time.Time, l
 		if err != nil {
 			return nil, err
 		}
-		j := judged{v: v, at: now}
+		j := compact(v, now)
 		c.put(key, j)
 		return j, nil
 	})
 	if err != nil {
-		return verdict.Verdict{}, time.Time{}, err
+		return judged{}, err
 	}
-	j := res.(judged)
-	return j.v, j.at, nil
+	return res.(judged), nil
 }
 
 func (c *verdictCache) fresh(key verdictKey, now time.Time) (judged, bool) {

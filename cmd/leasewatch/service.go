@@ -184,6 +184,8 @@ func (s *service) startWeb(sources func() []audit.Source, reg *prometheus.Regist
 		Auth:             webAuth(cfg.Auth),
 		TLS:              tlsConfig,
 		Purposes:         cfg.VerdictPurposes(),
+
+		GroupExposuresUnder: cfg.Dashboard.GroupExposuresUnder,
 	})
 	if err != nil {
 		return err

@@ -61,6 +61,8 @@ type Config struct {
 	Purposes []PurposeConfig `yaml:"purposes"`
 	// Replication shares the sources among replicas (replication.go).
 	Replication ReplicationConfig `yaml:"replication"`
+	// Dashboard shapes what the pages show (dashboard.go).
+	Dashboard DashboardConfig `yaml:"dashboard"`
 }
 
 // MetricsConfig shapes what /metrics exports. Optional, added to the contract.
@@ -586,6 +588,7 @@ func (c *Config) SetDefaults() {
 	}
 	c.Retention.fillDefaults()
 	c.Health.fillDefaults()
+	c.Dashboard.fillDefaults()
 	c.Replication.fillDefaults()
 	c.addOwnSource()
 	for d, def := range map[*time.Duration]time.Duration{
@@ -632,6 +635,9 @@ func (c *Config) Validate() error {
 	}
 	if err := c.Health.validate(); err != nil {
 		return fmt.Errorf("health.%w", err)
+	}
+	if err := c.Dashboard.validate(); err != nil {
+		return fmt.Errorf("dashboard.%w", err)
 	}
 	if err := validatePurposes(c.Purposes, c.Sources); err != nil {
 		return err

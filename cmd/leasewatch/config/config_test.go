@@ -164,6 +164,14 @@ func TestParseConfigHealth(t *testing.T) {
 	if got, want := defaults.Health.Tracker(), (audit.HealthConfig{FlappingPerHour: 6, LeaderlessAfter: time.Minute, TightMarginRatio: 0.4, ClockSkewRatio: 0.1}); got != want {
 		t.Fatalf("default health = %+v, want %+v", got, want)
 	}
+	if got := defaults.Dashboard.GroupExposuresUnder; got != time.Second {
+		t.Fatalf("default dashboard.group_exposures_under = %v, want 1s", got)
+	}
+	if cfg, err := Parse([]byte("dashboard:\n  group_exposures_under: 250ms\n")); err != nil {
+		t.Fatal(err)
+	} else if got := cfg.Dashboard.GroupExposuresUnder; got != 250*time.Millisecond {
+		t.Fatalf("dashboard.group_exposures_under: 250ms parsed as %v", got)
+	}
 	cfg, err := Parse([]byte("health:\n  flapping_per_hour: 12\n  leaderless_after: 5m\n  tight_renewal_margin_ratio: 0.5\n  clock_skew_ratio: 0.05\n"))
 	if err != nil {
 		t.Fatal(err)
@@ -279,6 +287,10 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"HealthTightRatioOne", "health:\n  tight_renewal_margin_ratio: 1\n", "health.tight_renewal_margin_ratio: 1 is outside (0, 1)"},
 		{"HealthSkewNegative", "health:\n  clock_skew_ratio: -0.1\n", "health.clock_skew_ratio"},
 		{"HealthUnknownField", "health:\n  flap_per_hour: 3\n", "health.flap_per_hour"},
+		{"DashboardGroupZero", "dashboard:\n  group_exposures_under: 0s\n", "dashboard.group_exposures_under"},
+		{"DashboardGroupNegative", "dashboard:\n  group_exposures_under: -1s\n", "dashboard.group_exposures_under: -1s is negative"},
+		{"DashboardGroupNotADuration", "dashboard:\n  group_exposures_under: short\n", "dashboard.group_exposures_under"},
+		{"DashboardUnknownField", "dashboard:\n  group_exposure_under: 1s\n", "dashboard.group_exposure_under"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { parseFailsInEachStyle(t, tt.yaml, tt.want, nil) })
