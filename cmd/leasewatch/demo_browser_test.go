@@ -17,7 +17,7 @@ import (
 // lock's timeline opens on the lock's history rather than squeezing it into
 // the right-most pixels of an hour, and says so; short exposures are marks
 // above the lanes, not spans across them; the overview's strips fit the
-// history too. The screenshots go to the artifacts directory
+// history too; the findings page folds the short exposures. The screenshots go to the artifacts directory
 // ($LEASEWATCH_ARTIFACTS).
 //
 // It runs with LEASEWATCH_DEMO_MINUTES set (make demo-screenshots), not in
@@ -82,6 +82,18 @@ func TestDemoInABrowser(t *testing.T) {
 			}
 			b.Screenshot(artifacts, name+"-overview.png")
 			b.NoConsoleErrors("the overview")
+
+			// The demo's exposures last milliseconds: they share a row per
+			// lock and resource, so the other findings show.
+			b.Open("/findings")
+			rows := browsertest.Eval[float64](b, "count the findings rows", `document.querySelectorAll("table.findings tbody tr").length`)
+			folds := browsertest.Eval[float64](b, "count the folded exposure rows", `document.querySelectorAll("table.findings tbody a[href*='kind=exposure']").length`)
+			exposureRows := browsertest.Eval[float64](b, "count the exposure rows", `[...document.querySelectorAll("table.findings tbody tr")].filter(tr => tr.cells[2].textContent.trim() === "exposure").length`)
+			if folds == 0 || exposureRows > rows/2 {
+				t.Errorf("findings page: %v rows, %v of them exposures, %v folded; want the short exposures folded", rows, exposureRows, folds)
+			}
+			b.Screenshot(artifacts, name+"-findings.png")
+			b.NoConsoleErrors("the findings page")
 		})
 	}
 }
