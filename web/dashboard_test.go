@@ -715,3 +715,24 @@ func TestHeartbeatFindingsOutOfDefaultViews(t *testing.T) {
 		}
 	})
 }
+
+// TestOverviewStripKeepsWarningsBehindInfo: a held lock whose resources
+// raised more info findings in the hour than the strip reads (exposures,
+// rejected stale writes) still shows its warning on the strip.
+func TestOverviewStripKeepsWarningsBehindInfo(t *testing.T) {
+	f := newFixture(t)
+	var b audit.Batch
+	for i := range stripFindings + 10 {
+		b.Findings = append(b.Findings, audit.Finding{Lock: audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"},
+			Kind: audit.FindingStaleWrite, Severity: audit.SeverityInfo, At: now.Add(-time.Duration(i+1) * time.Second),
+			Resource: "orders-db", Tokens: []int64{41, 42}, Summary: "rejected"})
+	}
+	if err := f.store.Apply(context.Background(), b); err != nil {
+		t.Fatal(err)
+	}
+	doc := htmlDoc(t, "/", f.page(t, "/", http.StatusOK))
+	strip := doc.Find(`section[aria-labelledby="h-held"] tbody tr svg.strip`)
+	if w := strip.Find("circle.strip-finding.warning").Length(); w != 1 {
+		t.Errorf("held lock's strip marks %d warnings behind %d newer info findings, want its one warning", w, stripFindings+10)
+	}
+}

@@ -1,8 +1,10 @@
 package web
 
 import (
+	"cmp"
 	"context"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -42,9 +44,7 @@ func (s *Server) heldRows(ctx context.Context, now time.Time, loc *time.Location
 		if tenures[i], err = s.store.Tenures(ctx, l.ID, tf); err != nil {
 			return nil, "", err
 		}
-		ff := audit.FindingFilter{TimeFilter: hour, LockID: l.ID}
-		ff.Limit = stripFindings
-		if findings[i], err = s.store.Findings(ctx, ff); err != nil {
+		if findings[i], err = s.stripFindings(ctx, l.ID, hour); err != nil {
 			return nil, "", err
 		}
 		if len(tenures[i]) > 0 {
@@ -111,4 +111,23 @@ func plural(n int, noun string) string {
 		return fmt.Sprintf("%d %sies", n, noun[:len(noun)-1])
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// stripFindings returns the newest critical and warning findings of lock id
+// in hour, up to stripFindings of each, in time order: the strip draws no
+// info findings, and a lock that resources write to often has thousands of
+// those, which would crowd the others out of a read of the newest.
+func (s *Server) stripFindings(ctx context.Context, id int64, hour audit.TimeFilter) ([]audit.Finding, error) {
+	var out []audit.Finding
+	for _, sev := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning} {
+		ff := audit.FindingFilter{TimeFilter: hour, LockID: id, Severity: sev}
+		ff.Limit = stripFindings
+		some, err := s.store.Findings(ctx, ff)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, some...)
+	}
+	slices.SortFunc(out, func(a, b audit.Finding) int { return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.ID, b.ID)) })
+	return out, nil
 }
