@@ -64,10 +64,10 @@ func findingRows(findings []audit.Finding, loc *time.Location, under time.Durati
 		r.Duration = duration(g.longest) + " longest"
 		r.Summary = fmt.Sprintf("%d exposures of %s, each shorter than %s (%s in all): each the time from a grant to the resource's first write under its token",
 			g.n, printable(g.resource), duration(under), duration(g.total))
-		window := url.Values{"from": {g.from.UTC().Format(time.RFC3339Nano)}, "to": {g.to.UTC().Format(time.RFC3339Nano)}}
 		r.Folded = g.ids
 		r.FoldURL = "/findings?" + url.Values{"kind": {string(audit.FindingExposure)}, "lock": {strconv.FormatInt(g.lockID, 10)},
-			"resource": {g.resource}, "class": {"all"}, "from": window["from"], "to": window["to"]}.Encode()
+			"resource": {g.resource}, "class": {"all"},
+			"from": {g.from.UTC().Format(time.RFC3339Nano)}, "to": {g.to.UTC().Format(time.RFC3339Nano)}}.Encode()
 		pad := max(g.to.Sub(g.from)/10, time.Minute)
 		r.TimelineURL = fmt.Sprintf("/locks/%d?", g.lockID) + url.Values{
 			"from": {g.from.Add(-pad).UTC().Format(time.RFC3339Nano)},

@@ -201,43 +201,11 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 	lq.Limit = limit + 1
 
 	ctx := c.Request().Context()
-	var (
-		locks            []audit.Lock
-		hasPrev, hasNext bool
-		total            int
-		atLeast          bool
-	)
-	if locks, err = s.store.Locks(ctx, lq.LockFilter); err != nil {
+	pg, err := s.pageOfLocks(ctx, lq.LockFilter, limit)
+	if err != nil {
 		return err
 	}
-	if lq.After == 0 && lq.Before == 0 && len(locks) <= limit {
-		total = len(locks) // the whole list fits this page
-	} else {
-		cf := lq.LockFilter
-		cf.Limit = 0
-		if cf.Q != "" {
-			// A substring is tested on every index entry: count only so
-			// far.
-			cf.Limit = searchCountCap
-		}
-		if total, err = s.store.CountLocks(ctx, cf); err != nil {
-			return err
-		}
-		atLeast = cf.Limit > 0 && total == cf.Limit
-	}
-	if len(locks) > limit {
-		if lq.Before != 0 {
-			locks, hasPrev = locks[1:], true
-		} else {
-			locks, hasNext = locks[:limit], true
-		}
-	}
-	if lq.Before != 0 {
-		hasNext = true
-	}
-	if lq.After != 0 {
-		hasPrev = true
-	}
+	locks, hasPrev, hasNext, total, atLeast := pg.locks, pg.hasPrev, pg.hasNext, pg.total, pg.atLeast
 
 	now := s.now()
 	p := views.LocksPage{
@@ -278,6 +246,49 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 		return err
 	}
 	return render(c, http.StatusOK, views.Locks(p))
+}
+
+// lockListPage is one page of the locks list, and where it stands in it.
+type lockListPage struct {
+	locks            []audit.Lock
+	hasPrev, hasNext bool
+	total            int
+	atLeast          bool // total is a cap: a search counts only so far
+}
+
+// pageOfLocks reads the page of f (whose Limit is limit+1, to tell whether
+// more follow) and counts the whole list.
+func (s *Server) pageOfLocks(ctx context.Context, f audit.LockFilter, limit int) (lockListPage, error) {
+	var pg lockListPage
+	var err error
+	if pg.locks, err = s.store.Locks(ctx, f); err != nil {
+		return pg, err
+	}
+	if f.After == 0 && f.Before == 0 && len(pg.locks) <= limit {
+		pg.total = len(pg.locks) // the whole list fits this page
+	} else {
+		cf := f
+		cf.Limit = 0
+		if cf.Q != "" {
+			// A substring is tested on every index entry: count only so
+			// far.
+			cf.Limit = searchCountCap
+		}
+		if pg.total, err = s.store.CountLocks(ctx, cf); err != nil {
+			return pg, err
+		}
+		pg.atLeast = cf.Limit > 0 && pg.total == cf.Limit
+	}
+	if len(pg.locks) > limit {
+		if f.Before != 0 {
+			pg.locks, pg.hasPrev = pg.locks[1:], true
+		} else {
+			pg.locks, pg.hasNext = pg.locks[:limit], true
+		}
+	}
+	pg.hasNext = pg.hasNext || f.Before != 0
+	pg.hasPrev = pg.hasPrev || f.After != 0
+	return pg, nil
 }
 
 // locksSorts are the locks list's column orders, the current one marked.
@@ -336,28 +347,42 @@ func leftPct(l audit.Lock, now time.Time) int {
 	return int(min(1, max(0, f))*100 + 0.5)
 }
 
+// lockPageQuery is what the lock page's request asks for.
+type lockPageQuery struct {
+	id  int64
+	q   url.Values
+	loc *time.Location
+	w   window
+	at  time.Time // the instant asked about (?at=); zero for none
+	ef  audit.EventFilter
+}
+
+// parseLockPageQuery reads the lock page's path and parameters at now.
+func parseLockPageQuery(c echo.Context, now time.Time) (lq lockPageQuery, err error) {
+	if lq.id, err = pathID(c); err != nil {
+		return lq, err
+	}
+	lq.q = c.QueryParams()
+	if lq.loc, err = parseZone(lq.q); err != nil {
+		return lq, err
+	}
+	if lq.w, lq.at, err = parseLockWindow(lq.q, now, lq.loc); err != nil {
+		return lq, err
+	}
+	if lq.ef, err = parseEventFilter(url.Values{"kind": lq.q["kind"], "limit": lq.q["limit"]}); err != nil {
+		return lq, err
+	}
+	lq.ef.Before, err = parseCursor(lq.q, "before")
+	return lq, err
+}
+
 func (s *Server) handleLockPage(c echo.Context) error {
-	id, err := pathID(c)
-	if err != nil {
-		return err
-	}
-	q := c.QueryParams()
-	loc, err := parseZone(q)
-	if err != nil {
-		return err
-	}
 	now := s.now()
-	w, at, err := parseLockWindow(q, now, loc)
+	lq, err := parseLockPageQuery(c, now)
 	if err != nil {
 		return err
 	}
-	ef, err := parseEventFilter(url.Values{"kind": q["kind"], "limit": q["limit"]})
-	if err != nil {
-		return err
-	}
-	if ef.Before, err = parseCursor(q, "before"); err != nil {
-		return err
-	}
+	id, q, loc, w, at, ef := lq.id, lq.q, lq.loc, lq.w, lq.at, lq.ef
 	ctx := c.Request().Context()
 	l, err := s.store.Lock(ctx, id)
 	if err != nil {
@@ -369,67 +394,31 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		return err
 	}
 	w, note = fitHistory(w, note, tenures, at, now)
-	var (
-		renewals     []time.Time
-		renewalsFrom = w.To // none read: every tenure's renewals draw as a band
-	)
-	if needRenewalTimes(w.From, w.To, now, tenures) {
-		renewals, err = s.store.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineRenewals})
-		if err != nil {
-			return err
-		}
-		renewalsFrom = time.Time{}
-		if len(renewals) == timelineRenewals {
-			renewalsFrom = renewals[0]
-		}
+	renewals, renewalsFrom, err := s.renewalTimes(ctx, id, w, now, tenures)
+	if err != nil {
+		return err
 	}
 	writes, bins, err := s.timelineWrites(ctx, id, w)
 	if err != nil {
 		return err
 	}
-	findings, err := s.store.Findings(ctx, audit.FindingFilter{LockID: id, Overlapping: true,
-		TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: lockPageFindings + 1}})
+	findings, findingsTrimmed, err := s.lockFindings(ctx, id, w)
 	if err != nil {
 		return err
 	}
-	findings, findingsTrimmed := newest(findings, lockPageFindings)
 
 	base := fmt.Sprintf("/locks/%d", id)
-	keep := url.Values{}
-	for _, k := range lockPageKeep {
-		if v := q.Get(k); v != "" {
-			keep.Set(k, v)
-		}
-	}
+	keep := keepParams(q, lockPageKeep)
 	windowURL := func(from, to time.Time) string {
 		return withQuery(base, keep, "from", from.UTC().Format(time.RFC3339Nano), "to", to.UTC().Format(time.RFC3339Nano))
 	}
-	sortFindingsForTimeline(findings)
 	banner, err := s.atBanner(ctx, l, at, loc)
 	if err != nil {
 		return err
 	}
 	p := views.LockPage{
-		At: banner,
-		Lock: views.LockSummary{
-			ID:            l.ID,
-			Source:        printable(l.Source),
-			Kind:          string(l.Kind),
-			Name:          printable(l.Name),
-			Class:         string(l.Class),
-			State:         string(l.State),
-			Holder:        printable(l.Holder),
-			HolderURL:     holderURLOf(l.Holder),
-			Token:         token(l.Token),
-			LeaseDuration: duration(l.LeaseDuration),
-			Acquired:      stampIn(l.AcquiredAt, loc),
-			Renewed:       stampAgo(l.RenewedAt, loc, now),
-			Expires:       stampIn(l.ExpiresAt, loc),
-			ExpiresIn:     expiresIn(l, now),
-			LeftPct:       leftPct(l, now),
-			NearExpiry:    s.nearExpiry(l, now),
-			Changed:       stampAgo(l.ChangedAt, loc, now),
-		},
+		At:   banner,
+		Lock: s.lockSummary(l, loc, now),
 		Timeline: buildTimeline(timelineInput{
 			Lock: l.Key().String(), From: w.From, To: w.To, Now: now, Loc: loc,
 			Tenures: tenures, Renewals: renewals, RenewalsFrom: renewalsFrom,
@@ -461,6 +450,68 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		return err
 	}
 	return render(c, http.StatusOK, views.Lock(p))
+}
+
+// lockSummary is the lock page's summary of l's current state.
+func (s *Server) lockSummary(l audit.Lock, loc *time.Location, now time.Time) views.LockSummary {
+	return views.LockSummary{
+		ID:            l.ID,
+		Source:        printable(l.Source),
+		Kind:          string(l.Kind),
+		Name:          printable(l.Name),
+		Class:         string(l.Class),
+		State:         string(l.State),
+		Holder:        printable(l.Holder),
+		HolderURL:     holderURLOf(l.Holder),
+		Token:         token(l.Token),
+		LeaseDuration: duration(l.LeaseDuration),
+		Acquired:      stampIn(l.AcquiredAt, loc),
+		Renewed:       stampAgo(l.RenewedAt, loc, now),
+		Expires:       stampIn(l.ExpiresAt, loc),
+		ExpiresIn:     expiresIn(l, now),
+		LeftPct:       leftPct(l, now),
+		NearExpiry:    s.nearExpiry(l, now),
+		Changed:       stampAgo(l.ChangedAt, loc, now),
+	}
+}
+
+// renewalTimes returns the renewals the timeline of lock id over w draws
+// one by one, and from when it has them: none, from w.To, when every
+// tenure's renewals draw as a band; from the oldest read when there were
+// more than timelineRenewals.
+func (s *Server) renewalTimes(ctx context.Context, id int64, w window, now time.Time, tenures []audit.Tenure) ([]time.Time, time.Time, error) {
+	if !needRenewalTimes(w.From, w.To, now, tenures) {
+		return nil, w.To, nil
+	}
+	renewals, err := s.store.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineRenewals})
+	if err != nil || len(renewals) < timelineRenewals {
+		return renewals, time.Time{}, err
+	}
+	return renewals, renewals[0], nil
+}
+
+// lockFindings returns the newest lockPageFindings findings of lock id that
+// overlap w, in the timeline's drawing order, and whether there were more.
+func (s *Server) lockFindings(ctx context.Context, id int64, w window) ([]audit.Finding, bool, error) {
+	findings, err := s.store.Findings(ctx, audit.FindingFilter{LockID: id, Overlapping: true,
+		TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: lockPageFindings + 1}})
+	if err != nil {
+		return nil, false, err
+	}
+	findings, trimmed := newest(findings, lockPageFindings)
+	sortFindingsForTimeline(findings)
+	return findings, trimmed, nil
+}
+
+// keepParams returns the parameters of q named in names that are set.
+func keepParams(q url.Values, names []string) url.Values {
+	keep := url.Values{}
+	for _, k := range names {
+		if v := q.Get(k); v != "" {
+			keep.Set(k, v)
+		}
+	}
+	return keep
 }
 
 // lockLiveID is the id of the lock page's live region.

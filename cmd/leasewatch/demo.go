@@ -63,38 +63,16 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 	defer cli.Close()
 
 	token := randomToken()
-	cfg := &config.Config{
-		Listen:       *listen,
-		Database:     filepath.Join(dir, "leasewatch.db"),
-		IngestTokens: []string{token},
-		Sources: []config.SourceConfig{{
-			Name: demoSource, Kind: "etcd", Endpoints: []string{server.Endpoint},
-			Prefixes: []string{"/locks/", "/election/"},
-		}},
-		// The demo's locks and writes are its own, made up for the tour:
-		// it may be opened on a network address (a container, a VM).
-		Auth: config.AuthConfig{AllowOpen: true},
-	}
-	if *alertmanager != "" {
-		cfg.Alerts.Alertmanager.URLs = []string{*alertmanager}
-	}
-	cfg.SetDefaults()
-	// With redis-server installed the demo shows Redis locks too.
-	redisSrv, err := redisserver.Start(ctx, filepath.Join(dir, "redis"))
-	switch {
-	case errors.Is(err, redisserver.ErrNotInstalled):
-		redisSrv = nil
-	case err != nil:
+	cfg := demoConfig(*listen, dir, server.Endpoint, token, *alertmanager)
+	redisSrv, err := startDemoRedis(ctx, dir, cfg)
+	if err != nil {
 		return err
 	}
-	redisNote := "not on PATH: install Debian's redis-server to see Redis locks too"
+	redisNote, redisAddr := "not on PATH: install Debian's redis-server to see Redis locks too", ""
 	if redisSrv != nil {
 		defer redisSrv.Stop()
+		redisAddr = redisSrv.Addr
 		redisNote = redisSrv.Addr + ": redsync mutexes on lock:jobs (no token) and fenced lock:payments"
-		cfg.Sources = append(cfg.Sources, config.SourceConfig{
-			Name: demoRedisSource, Kind: "redis", Addr: redisSrv.Addr, Patterns: []string{"lock:*"},
-			Token: &config.RedisTokenRule{ValuePattern: `^(?P<token>\d+):(?P<holder>.+)$`},
-		})
 	}
 	if err := cfg.Validate(); err != nil {
 		return err
@@ -123,10 +101,6 @@ leasewatch demo is running: open %s
 Press Ctrl-C to stop.
 `, svc.URL(), server.Endpoint, redisNote, token, dir)
 
-	redisAddr := ""
-	if redisSrv != nil {
-		redisAddr = redisSrv.Addr
-	}
 	stop, err := startDemoWorkloads(ctx, svc.URL(), token, cli, dir, redisAddr, logger)
 	if err != nil {
 		return err
@@ -134,6 +108,47 @@ Press Ctrl-C to stop.
 	err = <-served
 	stop()
 	return err
+}
+
+// demoConfig is the demo service's configuration: its database in dir, the
+// embedded etcd at endpoint as its source, token to ingest with, and the
+// Alertmanager at alertmanager ("" for none) to alert.
+func demoConfig(listen, dir, endpoint, token, alertmanager string) *config.Config {
+	cfg := &config.Config{
+		Listen:       listen,
+		Database:     filepath.Join(dir, "leasewatch.db"),
+		IngestTokens: []string{token},
+		Sources: []config.SourceConfig{{
+			Name: demoSource, Kind: "etcd", Endpoints: []string{endpoint},
+			Prefixes: []string{"/locks/", "/election/"},
+		}},
+		// The demo's locks and writes are its own, made up for the tour:
+		// it may be opened on a network address (a container, a VM).
+		Auth: config.AuthConfig{AllowOpen: true},
+	}
+	if alertmanager != "" {
+		cfg.Alerts.Alertmanager.URLs = []string{alertmanager}
+	}
+	cfg.SetDefaults()
+	return cfg
+}
+
+// startDemoRedis starts a redis-server in dir, when one is installed, and adds it
+// to cfg's sources: the demo then shows Redis locks too. Without one it
+// returns nil and no error.
+func startDemoRedis(ctx context.Context, dir string, cfg *config.Config) (*redisserver.Server, error) {
+	srv, err := redisserver.Start(ctx, filepath.Join(dir, "redis"))
+	switch {
+	case errors.Is(err, redisserver.ErrNotInstalled):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	cfg.Sources = append(cfg.Sources, config.SourceConfig{
+		Name: demoRedisSource, Kind: "redis", Addr: srv.Addr, Patterns: []string{"lock:*"},
+		Token: &config.RedisTokenRule{ValuePattern: `^(?P<token>\d+):(?P<holder>.+)$`},
+	})
+	return srv, nil
 }
 
 // startDemoWorkloads starts the demo's traffic against the service at base:
