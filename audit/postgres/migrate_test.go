@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/storetest"
 	"github.com/leasewatch/leasewatch/migrations"
 )
 
@@ -83,4 +84,54 @@ func TestEventMigrationsKeepRowsAndIds(t *testing.T) {
 	if err := conn.QueryRow(ctx, `SELECT max(id) FROM timeline`).Scan(&id); err != nil || id != 4 {
 		t.Errorf("the next event's id = %d, %v; want 4, after the rolled-back 3", id, err)
 	}
+}
+
+// 0010 counts the writes stored before it per minute, as its triggers
+// count those stored after: a window's totals are the same either way.
+func TestMigrationCountsTheWritesAlreadyStored(t *testing.T) {
+	ctx := context.Background()
+	url := pg.Get(t).Database(t)
+	conn, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	ms, err := migrations.Load(migrations.Postgres)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range ms[:9] {
+		if _, err := conn.Exec(ctx, m.SQL); err != nil {
+			t.Fatalf("%s: %v", m.Name, err)
+		}
+		if _, err := conn.Exec(ctx, `INSERT INTO schema_migrations VALUES ($1, $2, 0)`, m.Version, m.Name); err != nil {
+			t.Fatal(err)
+		}
+	}
+	minute := int64(time.Minute)
+	if _, err := conn.Exec(ctx, `INSERT INTO locks (source, name) VALUES ('src', 'orders')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO events (lock_id, kind, at, resource, token) VALUES
+			(1, 'write_accepted', $1, 'db', 1), (1, 'write_accepted', $2, 'db', NULL), (1, 'write_rejected', $3, 'db', 1),
+			(1, 'write_accepted', $4, 'cache', 2), (1, 'grant', $1, '', 1)`,
+		100*minute+5, 101*minute+7, 101*minute+9, 102*minute); err != nil {
+		t.Fatal(err)
+	}
+	s := openURL(t, url)
+	var bins int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM write_bins`).Scan(&bins); err != nil || bins != 4 {
+		t.Fatalf("write_bins rows after the upgrade = %d, %v; want 4", bins, err)
+	}
+	got, err := s.WriteStats(ctx, 1, audit.TimeFilter{From: time.Unix(0, 100*minute), To: time.Unix(0, 103*minute-1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	storetest.Equal(t, "write totals after the upgrade", got, []audit.ResourceWrites{
+		{Resource: "cache", Accepted: 1, LastAt: time.Unix(0, 102*minute).UTC()},
+		{Resource: "db", Accepted: 2, Untokened: 1, Rejected: 1, LastAt: time.Unix(0, 101*minute+9).UTC()},
+	})
 }

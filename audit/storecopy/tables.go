@@ -107,9 +107,10 @@ var Tables = []Table{
 // Ignored are the tables a store keeps for itself, which a copy leaves out:
 // each engine's record of its own migrations, the target's copy mark, and
 // the fence refusals that replicas sharing the source have yet to record
-// (a copy is taken of a store no replica writes), and the kept verdicts,
-// which the verdict keeper judges again.
-var Ignored = []string{"schema_migrations", MarkTable, "fence_refusals", "lock_verdicts"}
+// (a copy is taken of a store no replica writes), the kept verdicts,
+// which the verdict keeper judges again, and the write counts per minute,
+// which the target's triggers keep as the events are copied.
+var Ignored = []string{"schema_migrations", MarkTable, "fence_refusals", "lock_verdicts", "write_bins"}
 
 // MarkTable is the table in which a target keeps the mark of the copy it
 // holds (Target.SetMark).

@@ -128,6 +128,7 @@ var contract = []struct {
 	{"WriteCounts", testWriteCounts},
 	{"WriteCountsMatchesBinningTimes", testWriteCountsMatchesBinningTimes},
 	{"WriteStats", testWriteStats},
+	{"WriteStatsAgreesWithItsWrites", testWriteStatsAgreesWithItsWrites},
 	{"Verdicts", testVerdicts},
 	{"BlindWindowsOnePerSourceInterval", testBlindWindowsOnePerSourceInterval},
 	{"Cursors", testCursors},
