@@ -134,7 +134,7 @@ func (e *Engine) noRows(err error) bool { return errors.Is(err, e.NoRows) }
 
 // hint is e.Hint(index), or "" without a Hint.
 func (e *Engine) hint(index string) string {
-	if e.Hint == nil {
+	if e.Hint == nil || index == "" {
 		return ""
 	}
 	return e.Hint(index)
