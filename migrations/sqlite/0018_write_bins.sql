@@ -44,10 +44,3 @@ WHEN OLD.kind IN ('write_accepted', 'write_rejected') AND OLD.at >= 0 BEGIN
 		WHERE lock_id = OLD.lock_id AND bin = OLD.at - OLD.at % 60000000000 AND resource = OLD.resource AND kind = OLD.kind
 			AND last_at = OLD.at;
 END;
-
--- A lock's renewal times (the timeline's ticks) are one index range. They
--- were its event times less those of every other kind, a walk past all of
--- its writes, which on a lock written to hundreds of times a second is most
--- of a lock page's reads; the renewal's second index entry is the cheaper
--- cost.
-CREATE INDEX events_lock_renew_at ON events (lock_id, at) WHERE kind = 'renew';

@@ -74,14 +74,12 @@ const TenureColumns = `t.lock_id, t.seq, t.holder, t.token, t.granted_at, t.obse
 // finding's id, lock id and lock key, from findings aliased f.
 const findingFields = `f.kind, f.severity, f.at, f.until, f.summary, f.tokens, f.holders, f.resource`
 
-// The indexes of a lock's events: its timeline, the partial index of every
-// kind but renewals, whose condition (NotRenewal) a query must repeat for
-// the planner to use it, and the partial index of its renewals' times
-// (SQLite's; PostgreSQL keeps renewals in a table of their own).
+// The indexes of a lock's events: its timeline, and the partial index of
+// every kind but renewals, whose condition (NotRenewal) a query must repeat
+// for the planner to use it.
 const (
 	TimelineIndex = "events_lock_at"
 	RareKindIndex = "events_lock_kind_at"
-	RenewalIndex  = "events_lock_renew_at"
 )
 
 // EventIndex names the index for a lock's events, rare when they are of
