@@ -21,18 +21,8 @@ import (
 func TestEventMigrationsKeepRowsAndIds(t *testing.T) {
 	ctx := context.Background()
 	url := pg.Get(t).Database(t)
-	conn, err := pgx.Connect(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	ms, err := migrations.Load(migrations.Postgres)
-	if err != nil || ms[0].Version != 1 {
-		t.Fatalf("migrations: %v", err)
-	}
-	for _, sql := range []string{ms[0].SQL,
-		`CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`,
-		`INSERT INTO schema_migrations VALUES (1, '0001_init.sql', 0)`,
+	conn := migratedTo(t, url, 1)
+	for _, sql := range []string{
 		`INSERT INTO locks (source, name) VALUES ('src', 'a')`,
 		`INSERT INTO tenures (lock_id, seq, holder, token) VALUES (1, 1, 'w', 7)`,
 		`INSERT INTO events (lock_id, kind, at, holder, token, ttl_ms, detail) VALUES (1, 'grant', 1000, 'w', 7, 10000, '{"why":"x"}')`,
@@ -91,11 +81,30 @@ func TestEventMigrationsKeepRowsAndIds(t *testing.T) {
 func TestMigrationCountsTheWritesAlreadyStored(t *testing.T) {
 	ctx := context.Background()
 	url := pg.Get(t).Database(t)
+	conn := migratedTo(t, url, 9)
+	for _, q := range storetest.WritesBeforeBins {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	s := openURL(t, url)
+	var bins int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM write_bins`).Scan(&bins); err != nil {
+		t.Fatal(err)
+	}
+	storetest.CheckWritesBeforeBins(t, s, bins)
+}
+
+// migratedTo connects to the empty database at url and applies the
+// migrations up to version, as a leasewatch of that schema would have.
+func migratedTo(t *testing.T, url string, version int) *pgx.Conn {
+	t.Helper()
+	ctx := context.Background()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer conn.Close(ctx)
+	t.Cleanup(func() { conn.Close(context.Background()) })
 	ms, err := migrations.Load(migrations.Postgres)
 	if err != nil {
 		t.Fatal(err)
@@ -103,7 +112,10 @@ func TestMigrationCountsTheWritesAlreadyStored(t *testing.T) {
 	if _, err := conn.Exec(ctx, `CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, applied_at BIGINT NOT NULL)`); err != nil {
 		t.Fatal(err)
 	}
-	for _, m := range ms[:9] {
+	for _, m := range ms {
+		if m.Version > version {
+			break
+		}
 		if _, err := conn.Exec(ctx, m.SQL); err != nil {
 			t.Fatalf("%s: %v", m.Name, err)
 		}
@@ -111,27 +123,5 @@ func TestMigrationCountsTheWritesAlreadyStored(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	minute := int64(time.Minute)
-	if _, err := conn.Exec(ctx, `INSERT INTO locks (source, name) VALUES ('src', 'orders')`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := conn.Exec(ctx, `INSERT INTO events (lock_id, kind, at, resource, token) VALUES
-			(1, 'write_accepted', $1, 'db', 1), (1, 'write_accepted', $2, 'db', NULL), (1, 'write_rejected', $3, 'db', 1),
-			(1, 'write_accepted', $4, 'cache', 2), (1, 'grant', $1, '', 1)`,
-		100*minute+5, 101*minute+7, 101*minute+9, 102*minute); err != nil {
-		t.Fatal(err)
-	}
-	s := openURL(t, url)
-	var bins int
-	if err := conn.QueryRow(ctx, `SELECT count(*) FROM write_bins`).Scan(&bins); err != nil || bins != 4 {
-		t.Fatalf("write_bins rows after the upgrade = %d, %v; want 4", bins, err)
-	}
-	got, err := s.WriteStats(ctx, 1, audit.TimeFilter{From: time.Unix(0, 100*minute), To: time.Unix(0, 103*minute-1)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	storetest.Equal(t, "write totals after the upgrade", got, []audit.ResourceWrites{
-		{Resource: "cache", Accepted: 1, LastAt: time.Unix(0, 102*minute).UTC()},
-		{Resource: "db", Accepted: 2, Untokened: 1, Rejected: 1, LastAt: time.Unix(0, 101*minute+9).UTC()},
-	})
+	return conn
 }

@@ -151,3 +151,34 @@ func totals(writes []audit.Event, w audit.TimeFilter) []audit.ResourceWrites {
 	slices.SortFunc(out, func(a, b audit.ResourceWrites) int { return strings.Compare(a.Resource, b.Resource) })
 	return out
 }
+
+// WritesBeforeBins are the rows of a lock (id 1) and its writes, as a
+// database stored them before it counted writes per minute: a migration
+// test inserts them at the schema before the one that adds the counts,
+// then opens the store and calls CheckWritesBeforeBins.
+var WritesBeforeBins = []string{
+	`INSERT INTO locks (source, name) VALUES ('src', 'orders')`,
+	fmt.Sprintf(`INSERT INTO events (lock_id, kind, at, resource, token) VALUES
+		(1, 'write_accepted', %d, 'db', 1), (1, 'write_accepted', %d, 'db', NULL), (1, 'write_rejected', %d, 'db', 1),
+		(1, 'write_accepted', %d, 'cache', 2), (1, 'grant', %[1]d, '', 1)`,
+		100*int64(time.Minute)+5, 101*int64(time.Minute)+7, 101*int64(time.Minute)+9, 102*int64(time.Minute)),
+}
+
+// CheckWritesBeforeBins checks that the migration counted WritesBeforeBins:
+// bins is how many write_bins rows it made (one per minute, resource and
+// outcome: 4), and a window of whole minutes totals the writes.
+func CheckWritesBeforeBins(t *testing.T, s audit.Store, bins int) {
+	t.Helper()
+	if bins != 4 {
+		t.Fatalf("write_bins rows after the upgrade = %d, want 4", bins)
+	}
+	minute := int64(time.Minute)
+	got, err := s.WriteStats(context.Background(), 1, audit.TimeFilter{From: time.Unix(0, 100*minute), To: time.Unix(0, 103*minute-1)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Equal(t, "write totals after the upgrade", got, []audit.ResourceWrites{
+		{Resource: "cache", Accepted: 1, LastAt: time.Unix(0, 102*minute).UTC()},
+		{Resource: "db", Accepted: 2, Untokened: 1, Rejected: 1, LastAt: time.Unix(0, 101*minute+9).UTC()},
+	})
+}
