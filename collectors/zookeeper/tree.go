@@ -1,0 +1,187 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+
+	"github.com/go-zookeeper/zk"
+)
+
+// tree is one complete read of every configured path: the lock
+// directories found (a configured path itself, when it has contenders or no
+// other children, and the configured paths' child directories) and the
+// highest zxid the read showed.
+type tree struct {
+	dirs map[string]*dir   // full path -> its read; nil: the path does not exist
+	subs map[string][]string // configured full path -> its child directories' full paths
+	zxid int64
+}
+
+func newTree() *tree {
+	return &tree{dirs: make(map[string]*dir), subs: make(map[string][]string)}
+}
+
+// watched returns every path the tree covers, sorted: the configured paths
+// and their child directories.
+func (t *tree) watched() []string {
+	var out []string
+	for root, subs := range t.subs {
+		out = append(out, root)
+		out = append(out, subs...)
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// settle sets t.zxid to the highest zxid its reads showed.
+func (t *tree) settle() {
+	t.zxid = 0
+	for _, d := range t.dirs {
+		if d == nil {
+			continue
+		}
+		t.zxid = max(t.zxid, d.readZxid)
+		for _, n := range d.nodes {
+			t.zxid = max(t.zxid, n.czxid)
+		}
+	}
+}
+
+// clone returns a copy that shares the dirs, which reads replace and never
+// modify.
+func (t *tree) clone() *tree {
+	c := newTree()
+	for k, v := range t.dirs {
+		c.dirs[k] = v
+	}
+	for k, v := range t.subs {
+		c.subs[k] = v
+	}
+	c.zxid = t.zxid
+	return c
+}
+
+// readRoot reads a configured path and every child directory of it into t,
+// arming a watch on each.
+func (r *run) readRoot(ctx context.Context, t *tree, root string) error {
+	d, others, err := r.readDir(ctx, root)
+	if err != nil {
+		return err
+	}
+	for _, sub := range t.subs[root] {
+		delete(t.dirs, sub)
+	}
+	t.dirs[root], t.subs[root] = d, nil
+	if d == nil {
+		return nil
+	}
+	d.foreign = 0 // a configured path's other children are its lock directories
+	for _, name := range others {
+		sub := join(root, name)
+		sd, _, err := r.readDir(ctx, sub)
+		if err != nil {
+			return err
+		}
+		t.dirs[sub] = sd
+		t.subs[root] = append(t.subs[root], sub)
+	}
+	return nil
+}
+
+// readDir lists p with a child watch and reads each contender's Stat and
+// data. It returns nil for a path that does not exist (watching for its
+// creation), and the children that are no recipe's contenders.
+func (r *run) readDir(ctx context.Context, p string) (*dir, []string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, nil, err
+	}
+	z := r.conn.zk
+	names, st, ch, err := z.ChildrenW(p)
+	if errors.Is(err, zk.ErrNoNode) {
+		ok, _, ech, err := z.ExistsW(p)
+		if err != nil {
+			return nil, nil, err
+		}
+		r.arm(ctx, p, ech)
+		if ok {
+			return r.readDir(ctx, p) // created in between
+		}
+		return nil, nil, nil
+	}
+	if err != nil {
+		return nil, nil, err
+	}
+	r.arm(ctx, p, ch)
+	d := &dir{path: r.lockName(p), pzxid: st.Pzxid, creates: createsOf(st.Cversion, st.NumChildren), readZxid: max(st.Pzxid, st.Czxid)}
+	var others []string
+	for _, name := range names {
+		seq, ok := parseSeq(name)
+		if !ok {
+			others = append(others, name)
+			continue
+		}
+		data, ns, err := z.Get(join(p, name))
+		if errors.Is(err, zk.ErrNoNode) {
+			continue // deleted since the listing: the watch has fired
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		d.nodes = append(d.nodes, node{name: name, seq: seq, czxid: ns.Czxid, owner: ns.EphemeralOwner, data: string(data), created: ns.Ctime})
+	}
+	sortNodes(d.nodes)
+	d.foreign = len(others)
+	return d, others, nil
+}
+
+// arm forwards the one event of a watch on p to the run's loop. A watch
+// ended by the session's end (EventNotWatching) is left to the session's
+// own handling, which reads everything again.
+func (r *run) arm(ctx context.Context, p string, ch <-chan zk.Event) {
+	go func() {
+		select {
+		case ev, ok := <-ch:
+			if !ok || ev.Type == zk.EventNotWatching {
+				return
+			}
+			select {
+			case r.wake <- p:
+			case <-ctx.Done():
+			}
+		case <-ctx.Done():
+		}
+	}()
+}
+
+// join appends a child's name to its parent's path.
+func join(parent, name string) string {
+	if parent == "/" {
+		return "/" + name
+	}
+	return parent + "/" + name
+}
+
+// fullPath is p below the chroot: the path the servers know.
+func (r *run) fullPath(p string) string {
+	switch {
+	case r.c.cfg.Chroot == "":
+		return p
+	case p == "/":
+		return r.c.cfg.Chroot
+	}
+	return r.c.cfg.Chroot + p
+}
+
+// lockName is the name of the lock at full path p: its path as the
+// chrooted clients see it.
+func (r *run) lockName(p string) string {
+	if r.c.cfg.Chroot == "" {
+		return p
+	}
+	if name := strings.TrimPrefix(p, r.c.cfg.Chroot); name != "" {
+		return name
+	}
+	return "/"
+}
