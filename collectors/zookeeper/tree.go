@@ -14,7 +14,7 @@ import (
 // other children, and the configured paths' child directories) and the
 // highest zxid the read showed.
 type tree struct {
-	dirs map[string]*dir   // full path -> its read; nil: the path does not exist
+	dirs map[string]*dir     // full path -> its read; nil: the path does not exist
 	subs map[string][]string // configured full path -> its child directories' full paths
 	zxid int64
 }
