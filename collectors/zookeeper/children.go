@@ -84,19 +84,6 @@ func (d *dir) owner() *node {
 	return &d.nodes[0]
 }
 
-// waiters returns the queued contenders' names, in the order they would be
-// granted the lock.
-func (d *dir) waiters() []string {
-	if d == nil || len(d.nodes) < 2 {
-		return nil
-	}
-	out := make([]string, 0, len(d.nodes)-1)
-	for _, n := range d.nodes[1:] {
-		out = append(out, n.name)
-	}
-	return out
-}
-
 // sortNodes orders contenders by sequence number, as the recipes do; the
 // creation zxid breaks ties (two parents' children never meet in one dir).
 func sortNodes(nodes []node) {
@@ -116,13 +103,11 @@ func createsOf(cversion, numChildren int32) int64 {
 // directory: the holding that ended (nil: none) and the one granted (nil:
 // none). Both are set when the owner was replaced.
 type handover struct {
-	lock     string
-	ended    *node
-	granted  *node
-	unseen   int64 // creates the reads did not show: contenders that came and went between them
-	waiters  []string
-	pzxid    int64
-	foreigns int
+	lock    string
+	ended   *node
+	granted *node
+	unseen  int64 // creates the reads did not show: contenders that came and went between them
+	pzxid   int64
 }
 
 // diff compares two reads of one lock directory (before nil: not read
@@ -138,7 +123,7 @@ func diff(before, after *dir) (handover, bool) {
 	}
 	h := handover{ended: was, granted: is}
 	if after != nil {
-		h.lock, h.pzxid, h.waiters, h.foreigns = after.path, after.pzxid, after.waiters(), after.foreign
+		h.lock, h.pzxid = after.path, after.pzxid
 		if before != nil {
 			h.unseen = after.creates - before.creates - int64(newNodes(before, after)+max(0, after.foreign-before.foreign))
 		}

@@ -51,7 +51,7 @@ func classify(e evidence) verdict {
 			"before the delete: expired"}
 	case e.probedBefore:
 		return verdict{kind: audit.EventRelease, inferred: true, reason: "node deleted with its session, which was connected shortly " +
-			"before: closed by its client (or expired within one poll interval)"}
+			"before: closed by its client, or expired while its connection stayed open (a paused client) or within one poll interval"}
 	}
 	return verdict{kind: audit.EventRelease, inferred: true, reason: "node deleted with its session, not probed before: closed or expired"}
 }
