@@ -25,9 +25,10 @@ import (
 // manifest's Class-Path names the libraries it needs in /usr/share/java.
 const Jar = "/usr/share/java/zookeeper.jar"
 
-// classPath adds a logging binding (the server logs nothing without one:
-// the expiry lines are the tests' evidence) to the jar.
-var classPath = strings.Join([]string{Jar, "/usr/share/java/slf4j-simple.jar"}, ":")
+// classPath adds to the jar a logging binding (the server logs nothing
+// without one) and Netty's codecs, which the manifest leaves out and the
+// Netty connection factory (secureClientPort, TLS) needs.
+var classPath = strings.Join([]string{Jar, "/usr/share/java/slf4j-simple.jar", "/usr/share/java/netty-codec.jar"}, ":")
 
 // TickTime is the server's tick: sessions may last from 2 to 20 ticks, so
 // tests can expire one in well under a second.
@@ -48,9 +49,10 @@ type Server struct {
 }
 
 // Start writes zoo.cfg (tickTime 200 ms, every four-letter word allowed,
-// no admin server) into a new temporary directory and starts the server on
-// a free loopback port, waiting until it answers srvr as standalone.
-func Start() (*Server, error) {
+// no admin server, and the extra lines given) into a new temporary
+// directory and starts the server on a free loopback port, waiting until it
+// answers srvr as standalone.
+func Start(extra ...string) (*Server, error) {
 	java, err := exec.LookPath("java")
 	if err != nil {
 		return nil, ErrMissing
@@ -74,7 +76,7 @@ func Start() (*Server, error) {
 		"clientPortAddress=127.0.0.1",
 		"admin.enableServer=false",
 		"4lw.commands.whitelist=*",
-	}, "\n") + "\n"
+	}, "\n") + "\n" + strings.Join(extra, "\n") + "\n"
 	if err := os.WriteFile(filepath.Join(dir, "zoo.cfg"), []byte(cfg), 0o600); err != nil {
 		return nil, err
 	}
