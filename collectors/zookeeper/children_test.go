@@ -1,6 +1,7 @@
 package zookeeper
 
 import (
+	"maps"
 	"testing"
 	"time"
 
@@ -107,6 +108,7 @@ func TestClassify(t *testing.T) {
 		{"ServerSilent", evidence{probing: true, complete: false, probedBefore: true}, audit.EventRelease, true},
 		{"DisconnectedThenGone", evidence{probing: true, complete: true, probedBefore: true}, audit.EventExpire, true},
 		{"ConnectedThenGone", evidence{probing: true, complete: true, probedBefore: true, connectedBefore: true}, audit.EventRelease, true},
+		{"ConnectedButSilentThenGone", evidence{probing: true, complete: true, probedBefore: true, connectedBefore: true, silent: true}, audit.EventExpire, true},
 		{"GoneNeverProbed", evidence{probing: true, complete: true}, audit.EventRelease, true},
 	} {
 		v := classify(tt.e)
@@ -124,10 +126,25 @@ func TestParseCons(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || got[0x100002ae6440002] != 4*time.Second || got[0x100002ae6440003] != time.Second {
-		t.Errorf("parseCons = %v", got)
+	want := map[int64]consSession{0x100002ae6440002: {timeout: 4 * time.Second, lresp: 1234}, 0x100002ae6440003: {timeout: time.Second, lresp: 1}}
+	if !maps.Equal(got, want) {
+		t.Errorf("parseCons = %v, want %v", got, want)
 	}
 	if _, err := parseCons("cons is not executed because it is not in the whitelist.\n"); err == nil {
 		t.Error("a refused cons parsed")
+	}
+}
+
+func TestServerClockNeverOverstatesIdle(t *testing.T) {
+	t0 := time.UnixMilli(1_000_000)
+	var k serverClock
+	k.observe(t0, 500)                   // newest answer 0..? before: offset <= 999500
+	k.observe(t0.Add(time.Second), 1490) // an answer 10 ms before this probe
+	if got := k.idle(t0.Add(time.Second), 990); got != 510*time.Millisecond {
+		t.Errorf("idle = %v, want 510ms (the answer 500 ms before the newest, which was 10 ms old)", got)
+	}
+	k.observe(t0.Add(2*time.Second), 100) // the server restarted: a new clock
+	if got := k.idle(t0.Add(2*time.Second), 100); got != 0 {
+		t.Errorf("idle after a restart = %v, want 0", got)
 	}
 }

@@ -26,6 +26,12 @@ type evidence struct {
 	// From the probe before it, while the node existed: the session was an
 	// owner then, every server answered, and it was connected to one.
 	probedBefore, connectedBefore bool
+	// silent: by the delete, the server had answered the connected session
+	// nothing for more than two thirds of its timeout (lresp at that probe,
+	// plus the time since), longer than a live client goes between pings
+	// (a third of it): its connection stayed open while its client was
+	// paused.
+	silent bool
 }
 
 // classify judges why an owner node was deleted. A release deletes one
@@ -49,9 +55,12 @@ func classify(e evidence) verdict {
 	case e.probedBefore && !e.connectedBefore:
 		return verdict{kind: audit.EventExpire, inferred: true, reason: "node deleted with its session, which was connected to no server " +
 			"before the delete: expired"}
+	case e.probedBefore && e.silent:
+		return verdict{kind: audit.EventExpire, inferred: true, reason: "node deleted with its session, whose connection stayed open " +
+			"but which the server had answered nothing for over two thirds of its timeout, longer than a live client goes between pings (cons lresp): expired"}
 	case e.probedBefore:
-		return verdict{kind: audit.EventRelease, inferred: true, reason: "node deleted with its session, which was connected shortly " +
-			"before: closed by its client, or expired while its connection stayed open (a paused client) or within one poll interval"}
+		return verdict{kind: audit.EventRelease, inferred: true, reason: "node deleted with its session, which was connected and answered " +
+			"within its timeout shortly before: closed by its client"}
 	}
 	return verdict{kind: audit.EventRelease, inferred: true, reason: "node deleted with its session, not probed before: closed or expired"}
 }
@@ -61,11 +70,12 @@ func (r *run) end(h handover, t *tree, now time.Time) audit.Observation {
 	n := *h.ended
 	e := evidence{ownsOther: ownsOther(t, n), probing: r.c.cfg.ProbeSessions}
 	if e.probing {
-		_, e.connected = r.probed.timeouts[n.owner]
+		_, e.connected = r.probed.listed[n.owner]
 		e.complete = r.probed.complete
 		if b := r.before; b.complete && b.owners[n.owner] {
-			_, e.connectedBefore = b.timeouts[n.owner]
-			e.probedBefore = true
+			cs, ok := b.listed[n.owner]
+			e.probedBefore, e.connectedBefore = true, ok
+			e.silent = ok && cs.timeout > 0 && cs.idle+now.Sub(b.at) > cs.timeout*2/3
 		}
 	}
 	v := classify(e)
@@ -111,7 +121,7 @@ func ownsOther(t *tree, n node) bool {
 // owners t has, keeping the previous probe for the ends it is evidence of.
 func (r *run) probe(t *tree) {
 	r.before = r.probed
-	s := r.c.probe()
+	s := r.c.probe(r.clocks)
 	s.owners = make(map[int64]bool)
 	for _, d := range t.dirs {
 		if o := d.owner(); o != nil {

@@ -45,9 +45,10 @@ func need(t *testing.T) *zktest.Server {
 // its session about one session timeout later.
 type client struct {
 	*zk.Conn
-	mu   sync.Mutex
-	nc   net.Conn
-	dead bool
+	mu     sync.Mutex
+	nc     net.Conn
+	dead   bool
+	frozen chan struct{} // closed by thaw; nil until freeze
 }
 
 // connect opens a client with the given session timeout, closed when the
@@ -62,8 +63,11 @@ func connect(t *testing.T, timeout time.Duration) *client {
 			return nil, errors.New("cut by the test")
 		}
 		nc, err := net.DialTimeout(network, addr, d)
+		if err != nil {
+			return nil, err
+		}
 		c.nc = nc
-		return nc, err
+		return pausable{nc, c}, nil
 	}
 	conn, _, err := zk.Connect([]string{need(t).Addr}, timeout, zk.WithDialer(dial), zk.WithLogInfo(false), zk.WithLogger(quiet{}))
 	if err != nil {
@@ -83,6 +87,50 @@ func (c *client) cut() {
 	if c.nc != nil {
 		c.nc.Close()
 	}
+}
+
+// freeze stops the client as a paused process does: nothing more reaches
+// the server, yet its connection stays open there, so the server expires
+// the session about one timeout after its last ping while cons still lists
+// it. The connection closes when the test ends.
+func (c *client) freeze(t *testing.T) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.dead, c.frozen = true, make(chan struct{})
+	t.Cleanup(c.thaw)
+}
+
+func (c *client) thaw() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	close(c.frozen)
+	c.nc.Close()
+}
+
+func (c *client) isFrozen() (chan struct{}, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.frozen, c.frozen != nil
+}
+
+// pausable is a client's connection that freeze can stop.
+type pausable struct {
+	net.Conn
+	c *client
+}
+
+func (p pausable) Write(b []byte) (int, error) {
+	if _, frozen := p.c.isFrozen(); frozen {
+		return len(b), nil // dropped: the server hears nothing
+	}
+	return p.Conn.Write(b)
+}
+
+func (p pausable) Close() error {
+	if _, frozen := p.c.isFrozen(); frozen {
+		return nil // kept open on the server's side until thaw
+	}
+	return p.Conn.Close()
 }
 
 type quiet struct{}

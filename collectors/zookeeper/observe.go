@@ -153,8 +153,8 @@ func (r *run) grant(d *dir, n node, at time.Time) audit.Observation {
 	if n.owner == 0 {
 		ob.Detail["persistent"] = true // no session: no one's release or expiry ends it
 	}
-	if to, ok := r.probed.timeouts[n.owner]; ok {
-		ob.LeaseDuration = to
+	if cs, ok := r.probed.listed[n.owner]; ok {
+		ob.LeaseDuration = cs.timeout
 	}
 	if d.foreign > 0 {
 		ob.Detail["foreign_children"] = d.foreign

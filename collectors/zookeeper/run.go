@@ -29,10 +29,11 @@ type run struct {
 	cursor int64     // the zxid the stored cursor names
 	probed sessions  // the last probe of the servers' sessions (ProbeSessions)
 	before sessions  // the probe before it
+	clocks map[string]*serverClock
 }
 
 func newRun(c *Collector, cn *conn, sink collectors.Sink) *run {
-	r := &run{c: c, conn: cn, sink: sink, log: c.log, tree: newTree(), wake: make(chan string, 64)}
+	r := &run{c: c, conn: cn, sink: sink, log: c.log, tree: newTree(), wake: make(chan string, 64), clocks: make(map[string]*serverClock)}
 	for _, p := range c.cfg.Paths {
 		r.roots = append(r.roots, r.fullPath(p))
 	}

@@ -38,8 +38,9 @@
 // collector calls it a release when it sees the owner session alive after
 // the delete (it still owns another watched node, or cons lists it), an
 // expiry when cons showed the session connected to no server before the
-// delete and on none after it, and otherwise an inferred release whose
-// detail says what is unknown.
+// delete, or connected but unanswered for over two thirds of its timeout
+// (a paused client: a live one pings every third), and on none after it,
+// and otherwise an inferred release whose detail says what is unknown.
 //
 // ZooKeeper keeps no history to resume from. The cursor is the highest zxid
 // the collector has read; a restart that finds every watched directory

@@ -241,3 +241,24 @@ func TestHostileNamesAndHolders(t *testing.T) {
 		t.Errorf("holder %q is not bounded and escaped", g.Holder)
 	}
 }
+
+// A paused holder keeps its connection open while its session expires:
+// cons still lists the session, but the server has answered it nothing for
+// longer than a live client goes between pings.
+func TestPausedHolderExpires(t *testing.T) {
+	p, other := connect(t, time.Second), connect(t, time.Second)
+	const lock = "/t-paused/m"
+	mkdirs(t, other, lock)
+	sk := newSink(t)
+	runCollector(t, testConfig(t, "/t-paused"), sk)
+	if err := zk.NewLock(p.Conn, lock, acl).Lock(); err != nil {
+		t.Fatal(err)
+	}
+	sk.waitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)
+	time.Sleep(500 * time.Millisecond) // probes learn the server's clock
+	p.freeze(t)
+	end := sk.waitEvents(t, 10*time.Second, lock, 1, audit.EventExpire, audit.EventRelease)[0]
+	if end.Kind != audit.EventExpire || !strings.Contains(end.Detail["reason"].(string), "lresp") {
+		t.Errorf("paused holder's end = %s (%v), want an expiry judged by lresp", end.Kind, end.Detail["reason"])
+	}
+}
