@@ -3,6 +3,7 @@ package zookeeper
 import (
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -119,7 +120,7 @@ func TestCuratorLayoutsMutexAndLatch(t *testing.T) {
 		return got
 	}
 	create(a, "/t-curator/mutex/_c_f290140d-9856-42ad-b9bf-348ffc086062-lock-", "10.0.0.7")
-	create(b, "/t-curator/mutex/_c_0b8a2d1c-1111-4a2b-9c3d-2e4f5a6b7c8d-lock-", "10.0.0.8")
+	waiter := create(b, "/t-curator/mutex/_c_0b8a2d1c-1111-4a2b-9c3d-2e4f5a6b7c8d-lock-", "10.0.0.8")
 	latchA := create(a, "/t-curator/latch/_c_7d1e0c5a-2222-4b3c-8d4e-5f6a7b8c9d0e-latch-", "replica-a")
 	create(b, "/t-curator/latch/_c_3c2b1a09-3333-4c4d-9e5f-6a7b8c9d0e1f-latch-", "replica-b")
 
@@ -139,8 +140,21 @@ func TestCuratorLayoutsMutexAndLatch(t *testing.T) {
 	if evs[1].Holder != sessionHex(b)+" replica-b" || *evs[1].Token <= *evs[0].Token {
 		t.Errorf("second leader = %q token %d, want b's with a higher token than %d", evs[1].Holder, *evs[1].Token, *evs[0].Token)
 	}
+	// A timed acquire that gives up deletes its own waiting node: no grant.
+	if err := b.Delete(waiter, -1); err != nil {
+		t.Fatal(err)
+	}
+	_, st, err := a.Exists("/t-curator/mutex")
+	if err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 5*time.Second, "the cursor past b's delete", func() bool {
+		pos, _ := sk.Cursor(testSource)
+		cur, _ := strconv.ParseInt(pos, 10, 64)
+		return cur >= st.Pzxid
+	})
 	if got := kinds(sk.events(t, "/t-curator/mutex")); !slices.Equal(got, []audit.EventKind{audit.EventGrant}) {
-		t.Errorf("mutex events = %v, want one grant (b only waits)", got)
+		t.Errorf("mutex events = %v, want one grant (b only waited, then gave up)", got)
 	}
 }
 

@@ -147,6 +147,11 @@ func (s *Server) Stop() {
 // sessions and nodes survive, as they do a real restart.
 func (s *Server) Restart() error {
 	s.Stop()
+	return s.Relaunch()
+}
+
+// Relaunch starts the stopped server again on its port and data.
+func (s *Server) Relaunch() error {
 	java, err := exec.LookPath("java")
 	if err != nil {
 		return err
