@@ -44,12 +44,11 @@ func parseSeq(name string) (int64, bool) {
 // node is one contender: an ephemeral sequential child of a lock directory,
 // as the collector last read it.
 type node struct {
-	name    string // the child's name, raw
-	seq     int64
-	czxid   int64 // the zxid of its creation: the fencing token
-	owner   int64 // ephemeralOwner: the session that created it (0: persistent)
-	data    string
-	created int64 // ctime, ms since the epoch on the server's clock
+	name  string // the child's name, raw
+	seq   int64
+	czxid int64 // the zxid of its creation: the fencing token
+	owner int64 // ephemeralOwner: the session that created it (0: persistent)
+	data  string
 }
 
 // holder renders who holds through n: the owner session in hex (the form

@@ -90,32 +90,46 @@ func (r *run) readRoot(ctx context.Context, t *tree, root string) error {
 	return nil
 }
 
+// relists bounds how often readDir lists a directory again because a
+// child went between the listing and its read.
+const relists = 5
+
 // readDir lists p with a child watch and reads each contender's Stat and
 // data. It returns nil for a path that does not exist (watching for its
-// creation), and the children that are no recipe's contenders.
+// creation), and the children that are no recipe's contenders. A contender
+// deleted between the listing and its read makes the listing stale (its
+// pzxid is before the delete, and a child created meanwhile is missing), so
+// the directory is listed again.
 func (r *run) readDir(ctx context.Context, p string) (*dir, []string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, nil, err
+	for attempt := 1; ; attempt++ {
+		if err := ctx.Err(); err != nil {
+			return nil, nil, err
+		}
+		d, others, stale, err := r.listDir(ctx, p)
+		if err != nil || !stale || attempt == relists {
+			return d, others, err
+		}
 	}
+}
+
+// listDir is one attempt of readDir; stale says a contender went while it
+// read the children.
+func (r *run) listDir(ctx context.Context, p string) (d *dir, others []string, stale bool, err error) {
 	z := r.conn.zk
 	names, st, ch, err := z.ChildrenW(p)
 	if errors.Is(err, zk.ErrNoNode) {
 		ok, _, ech, err := z.ExistsW(p)
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
 		r.arm(ctx, p, ech)
-		if ok {
-			return r.readDir(ctx, p) // created in between
-		}
-		return nil, nil, nil
+		return nil, nil, ok, nil // ok: created in between
 	}
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	r.arm(ctx, p, ch)
-	d := &dir{path: r.lockName(p), pzxid: st.Pzxid, creates: createsOf(st.Cversion, st.NumChildren), readZxid: max(st.Pzxid, st.Czxid)}
-	var others []string
+	d = &dir{path: r.lockName(p), pzxid: st.Pzxid, creates: createsOf(st.Cversion, st.NumChildren), readZxid: max(st.Pzxid, st.Czxid)}
 	for _, name := range names {
 		seq, ok := parseSeq(name)
 		if !ok {
@@ -124,16 +138,17 @@ func (r *run) readDir(ctx context.Context, p string) (*dir, []string, error) {
 		}
 		data, ns, err := z.Get(join(p, name))
 		if errors.Is(err, zk.ErrNoNode) {
-			continue // deleted since the listing: the watch has fired
+			stale = true
+			continue
 		}
 		if err != nil {
-			return nil, nil, err
+			return nil, nil, false, err
 		}
-		d.nodes = append(d.nodes, node{name: name, seq: seq, czxid: ns.Czxid, owner: ns.EphemeralOwner, data: string(data), created: ns.Ctime})
+		d.nodes = append(d.nodes, node{name: name, seq: seq, czxid: ns.Czxid, owner: ns.EphemeralOwner, data: string(data)})
 	}
 	sortNodes(d.nodes)
 	d.foreign = len(others)
-	return d, others, nil
+	return d, others, stale, nil
 }
 
 // arm forwards the one event of a watch on p to the run's loop. A watch
