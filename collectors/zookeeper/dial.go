@@ -33,8 +33,12 @@ func (c *conn) sessionEvent(ev zk.Event, now time.Time) {
 	c.mu.Lock()
 	switch ev.State {
 	case zk.StateDisconnected, zk.StateExpired, zk.StateAuthFailed:
-		if c.lost.IsZero() {
+		switch {
+		case c.lost.IsZero():
 			c.lost, c.why, c.back = now, lostReason(ev.State, ev.Server), false
+		case ev.State != zk.StateDisconnected:
+			// The loss began as a disconnect; say what it came to.
+			c.why = lostReason(ev.State, ev.Server) + " (after " + c.why + ")"
 		}
 	case zk.StateHasSession:
 		c.back = !c.lost.IsZero()
@@ -140,11 +144,18 @@ func (c *Collector) dialServer(network, addr string, timeout time.Duration) (net
 	if err != nil {
 		return nil, err
 	}
-	if cfg == nil {
-		return net.DialTimeout(network, addr, timeout)
+	nc, err := c.netDial(network, addr, timeout)
+	if err != nil || cfg == nil {
+		return nc, err
 	}
-	d := &tls.Dialer{NetDialer: &net.Dialer{Timeout: timeout}, Config: cfg}
-	return d.Dial(network, addr)
+	tc := tls.Client(nc, withServerName(cfg, addr))
+	tc.SetDeadline(time.Now().Add(timeout))
+	if err := tc.Handshake(); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	tc.SetDeadline(time.Time{})
+	return tc, nil
 }
 
 // zkLogger routes go-zookeeper's own messages (reconnect attempts, which
@@ -153,4 +164,19 @@ type zkLogger struct{ log *slog.Logger }
 
 func (l zkLogger) Printf(format string, v ...any) {
 	l.log.Debug(fmt.Sprintf(format, v...), "component", "go-zookeeper")
+}
+
+// withServerName returns cfg naming addr's host as the server to verify,
+// unless it names one already (tls.Dialer's rule).
+func withServerName(cfg *tls.Config, addr string) *tls.Config {
+	if cfg.ServerName != "" {
+		return cfg
+	}
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return cfg
+	}
+	cfg = cfg.Clone()
+	cfg.ServerName = host
+	return cfg
 }

@@ -290,12 +290,15 @@ type collectorRun struct {
 
 // runCollector builds a collector for cfg, runs it on sink and waits until it
 // is ready. It is stopped when the test ends.
-func runCollector(t *testing.T, cfg Config, sk collectors.Sink) *collectorRun {
+func runCollector(t *testing.T, cfg Config, sk collectors.Sink, adjust ...func(*Collector)) *collectorRun {
 	t.Helper()
 	logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})).With("source", testSource)
 	c, err := New(cfg, logger)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for _, f := range adjust {
+		f(c)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cr := &collectorRun{cancel: cancel, done: make(chan error, 1)}

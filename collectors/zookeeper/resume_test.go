@@ -1,9 +1,12 @@
 package zookeeper
 
 import (
+	"errors"
+	"net"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -130,5 +133,80 @@ func TestDigestCredentials(t *testing.T) {
 	runCollector(t, cfg, sk)
 	if g := sk.events(t, "/t-digest/m", audit.EventObserved); len(g) != 1 {
 		t.Errorf("observed = %d, want the held lock", len(g))
+	}
+}
+
+// gate is a dialer the test can close: closed, it refuses new connections
+// and cuts the ones it made.
+type gate struct {
+	mu     sync.Mutex
+	closed bool
+	conns  []net.Conn
+}
+
+func (g *gate) dial(network, addr string, d time.Duration) (net.Conn, error) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return nil, errors.New("gate closed by the test")
+	}
+	nc, err := net.DialTimeout(network, addr, d)
+	if err == nil {
+		g.conns = append(g.conns, nc)
+	}
+	return nc, err
+}
+
+func (g *gate) set(closed bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = closed
+	if closed {
+		for _, nc := range g.conns {
+			nc.Close()
+		}
+		g.conns = nil
+	}
+}
+
+// When the collector's own session expires its watches are gone: the time
+// it was cut off is one blind window, and the read with its new session
+// records what changed meanwhile.
+func TestOwnSessionExpiryIsOneBlindWindow(t *testing.T) {
+	a, b := connect(t, 4*time.Second), connect(t, 4*time.Second)
+	const lock = "/t-own-expiry/m"
+	mkdirs(t, a, lock)
+	sk := newSink(t)
+	cfg := testConfig(t, "/t-own-expiry")
+	cfg.SessionTimeout = 500 * time.Millisecond
+	g := &gate{}
+	runCollector(t, cfg, sk, func(c *Collector) { c.netDial = g.dial })
+	la := zk.NewLock(a.Conn, lock, acl)
+	if err := la.Lock(); err != nil {
+		t.Fatal(err)
+	}
+	sk.waitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)
+
+	cut := time.Now()
+	g.set(true)
+	held := lockAsync(t, zk.NewLock(b.Conn, lock, acl))
+	la.Unlock()
+	<-held
+	_, statB := ownNode(t, b, lock)
+	time.Sleep(1500 * time.Millisecond) // past the session timeout: the server expires it
+	g.set(false)
+
+	evs := sk.waitEvents(t, 10*time.Second, lock, 2, audit.EventGrant)
+	if g := evs[1]; !g.Inferred || *g.Token != statB.Czxid {
+		t.Errorf("grant after the expiry = %+v, want b's, inferred", g)
+	}
+	var windows []*audit.Blind
+	for _, in := range sk.allInputs() {
+		if in.Blind != nil {
+			windows = append(windows, in.Blind)
+		}
+	}
+	if len(windows) != 1 || windows[0].From.After(cut) || !strings.Contains(windows[0].Reason, "expired") {
+		t.Fatalf("blind windows = %+v, want one from before the cut naming the expired session", windows)
 	}
 }

@@ -56,6 +56,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"path"
 	"strings"
 	"time"
@@ -110,9 +111,10 @@ func WithClock(now func() time.Time) Option { return func(c *Collector) { c.now 
 
 // Collector watches one ZooKeeper source. It implements collectors.Collector.
 type Collector struct {
-	cfg Config
-	now func() time.Time
-	log *slog.Logger
+	cfg     Config
+	now     func() time.Time
+	log     *slog.Logger
+	netDial func(network, addr string, timeout time.Duration) (net.Conn, error)
 }
 
 var _ collectors.Collector = (*Collector)(nil)
@@ -124,7 +126,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
 	if err := Validate(cfg); err != nil {
 		return nil, err
 	}
-	c := &Collector{cfg: cfg, now: time.Now}
+	c := &Collector{cfg: cfg, now: time.Now, netDial: net.DialTimeout}
 	for _, opt := range opts {
 		opt(c)
 	}
