@@ -72,7 +72,7 @@ func (r *run) end(h handover, t *tree, now time.Time) audit.Observation {
 	if e.probing {
 		_, e.connected = r.probed.listed[n.owner]
 		e.complete = r.probed.complete
-		if b := r.before; b.complete && b.owners[n.owner] {
+		if b := r.vouched; b.complete && b.owners[n.owner] {
 			cs, ok := b.listed[n.owner]
 			e.probedBefore, e.connectedBefore = true, ok
 			e.silent = ok && cs.timeout > 0 && cs.idle+now.Sub(b.at) > cs.timeout*2/3
@@ -118,9 +118,8 @@ func ownsOther(t *tree, n node) bool {
 }
 
 // probe asks the servers for the sessions connected now and notes which
-// owners t has, keeping the previous probe for the ends it is evidence of.
-func (r *run) probe(t *tree) {
-	r.before = r.probed
+// owners t has.
+func (r *run) probe(t *tree) sessions {
 	s := r.c.probe(r.clocks)
 	s.owners = make(map[int64]bool)
 	for _, d := range t.dirs {
@@ -128,15 +127,23 @@ func (r *run) probe(t *tree) {
 			s.owners[o.owner] = true
 		}
 	}
-	r.probed = s
+	return s
 }
 
 // poll checks every watched directory's Stat: a child list whose pzxid moved
 // without its watch firing (a watch lost on the way) is read again. With
-// ProbeSessions it probes the owner sessions while any lock is held.
+// ProbeSessions it first probes the owner sessions while any lock is held:
+// a probe followed by a check that finds every directory unchanged was
+// taken while every owner node still existed, so it is evidence of what an
+// owner's session was doing before its node went (vouched).
 func (r *run) poll(ctx context.Context) error {
 	if !r.conn.seeing() {
 		return nil
+	}
+	probing := r.c.cfg.ProbeSessions && len(r.held(r.tree)) > 0
+	var s sessions
+	if probing {
+		s = r.probe(r.tree)
 	}
 	var stale []string
 	for _, p := range r.tree.watched() {
@@ -154,8 +161,8 @@ func (r *run) poll(ctx context.Context) error {
 		r.log.Debug("directories changed since their last read; reading again", "paths", len(stale))
 		return r.reread(ctx, stale)
 	}
-	if r.c.cfg.ProbeSessions && len(r.held(r.tree)) > 0 {
-		r.probe(r.tree)
+	if probing {
+		r.probed, r.vouched = s, s
 	}
 	r.seenAt = r.c.now()
 	return nil

@@ -18,7 +18,7 @@ import (
 func (r *run) snapshot(ctx context.Context, t *tree, blind *audit.Blind) error {
 	r.keepHolders(t)
 	if r.c.cfg.ProbeSessions {
-		r.probe(t)
+		r.probed = r.probe(t)
 	}
 	now := r.c.now()
 	kind := audit.EventObserved
@@ -92,7 +92,7 @@ func (r *run) record(ctx context.Context, t *tree) error {
 		return nil
 	}
 	if r.c.cfg.ProbeSessions && len(hs) > 0 {
-		r.probe(t)
+		r.probed = r.probe(t)
 	}
 	now := r.c.now()
 	var obs []audit.Observation

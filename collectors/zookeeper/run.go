@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"slices"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -22,18 +23,22 @@ type run struct {
 	sink collectors.Sink
 	log  *slog.Logger
 
-	roots  []string // the configured paths below the chroot
-	tree   *tree    // the last complete read
-	wake   chan string
-	seenAt time.Time // when the collector last knew it saw everything
-	cursor int64     // the zxid the stored cursor names
-	probed sessions  // the last probe of the servers' sessions (ProbeSessions)
-	before sessions  // the probe before it
-	clocks map[string]*serverClock
+	roots   []string // the configured paths below the chroot
+	tree    *tree    // the last complete read
+	wake    chan string
+	seenAt  time.Time // when the collector last knew it saw everything
+	cursor  int64     // the zxid the stored cursor names
+	probed  sessions  // the last probe of the servers' sessions (ProbeSessions)
+	vouched sessions  // the last probe known to precede every change since (poll)
+	clocks  map[string]*serverClock
+
+	mu    sync.Mutex
+	armed map[string]int // path -> watches armed on it that have not fired
 }
 
 func newRun(c *Collector, cn *conn, sink collectors.Sink) *run {
-	r := &run{c: c, conn: cn, sink: sink, log: c.log, tree: newTree(), wake: make(chan string, 64), clocks: make(map[string]*serverClock)}
+	r := &run{c: c, conn: cn, sink: sink, log: c.log, tree: newTree(), wake: make(chan string, 64),
+		clocks: make(map[string]*serverClock), armed: make(map[string]int)}
 	for _, p := range c.cfg.Paths {
 		r.roots = append(r.roots, r.fullPath(p))
 	}

@@ -70,7 +70,9 @@ func (r *run) readRoot(ctx context.Context, t *tree, root string) error {
 	if err != nil {
 		return err
 	}
+	known := make(map[string]*dir)
 	for _, sub := range t.subs[root] {
+		known[sub] = t.dirs[sub]
 		delete(t.dirs, sub)
 	}
 	t.dirs[root], t.subs[root] = d, nil
@@ -80,9 +82,13 @@ func (r *run) readRoot(ctx context.Context, t *tree, root string) error {
 	d.foreign = 0 // a configured path's other children are its lock directories
 	for _, name := range others {
 		sub := join(root, name)
-		sd, _, err := r.readDir(ctx, sub)
-		if err != nil {
-			return err
+		sd, ok := known[sub]
+		// A directory read before whose watch has not fired is unchanged:
+		// reading it again would only stack another watch on it.
+		if !ok || sd == nil || !r.watching(sub) {
+			if sd, _, err = r.readDir(ctx, sub); err != nil {
+				return err
+			}
 		}
 		t.dirs[sub] = sd
 		t.subs[root] = append(t.subs[root], sub)
@@ -155,7 +161,17 @@ func (r *run) listDir(ctx context.Context, p string) (d *dir, others []string, s
 // ended by the session's end (EventNotWatching) is left to the session's
 // own handling, which reads everything again.
 func (r *run) arm(ctx context.Context, p string, ch <-chan zk.Event) {
+	r.mu.Lock()
+	r.armed[p]++
+	r.mu.Unlock()
 	go func() {
+		defer func() {
+			r.mu.Lock()
+			if r.armed[p]--; r.armed[p] <= 0 {
+				delete(r.armed, p)
+			}
+			r.mu.Unlock()
+		}()
 		select {
 		case ev, ok := <-ch:
 			if !ok || ev.Type == zk.EventNotWatching {
@@ -168,6 +184,13 @@ func (r *run) arm(ctx context.Context, p string, ch <-chan zk.Event) {
 		case <-ctx.Done():
 		}
 	}()
+}
+
+// watching reports whether a watch on p is armed and has not fired.
+func (r *run) watching(p string) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.armed[p] > 0
 }
 
 // join appends a child's name to its parent's path.
