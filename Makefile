@@ -7,7 +7,7 @@ SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-redis load-etcd load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-postgresql install-chromium
+.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-redis load-etcd load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-chromium
 
 all: build
 
@@ -15,13 +15,14 @@ build:
 	$(GO) build -o bin/leasewatch ./cmd/leasewatch
 
 ## deps: install or build what the tests need on a fresh Debian machine:
-## Go modules (etcd runs in-process), redis-server, postgresql and chromium from Debian, and a real kube-apiserver, built from the
+## Go modules (etcd runs in-process), redis-server, zookeeper, postgresql and chromium from Debian, and a real kube-apiserver, built from the
 ## Kubernetes Go module into .cache/ (several minutes the first time, then
 ## reused until its wrapper module changes), and a real Alertmanager, built
 ## from its Go module into .cache/alertmanager-<version>/ (a few minutes once).
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go is required: https://go.dev/doc/install" >&2; exit 1; }
 	@command -v redis-server >/dev/null || $(MAKE) install-redis
+	@test -f /usr/share/java/zookeeper.jar || $(MAKE) install-zookeeper
 	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || $(MAKE) install-postgresql
 	@test -x /usr/bin/chromium || $(MAKE) install-chromium
 	$(GO) mod download
@@ -33,6 +34,13 @@ deps:
 install-redis:
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server
+
+## install-zookeeper: Debian's ZooKeeper server (3.8, with a Java runtime), for the
+## ZooKeeper collector's tests. The tests run it with java from
+## /usr/share/java/zookeeper.jar on a free loopback port; the package starts nothing.
+install-zookeeper:
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zookeeper
 
 ## install-postgresql: Debian's PostgreSQL server, for the Postgres store's tests.
 ## Each test package initdb's and runs its own server on a free port; the

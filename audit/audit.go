@@ -20,10 +20,11 @@ const (
 	KindEtcd       SourceKind = "etcd"
 	KindKubernetes SourceKind = "kubernetes"
 	KindRedis      SourceKind = "redis"
+	KindZooKeeper  SourceKind = "zookeeper"
 )
 
 // SourceKinds lists every source kind in a stable order.
-var SourceKinds = []SourceKind{KindEtcd, KindKubernetes, KindRedis}
+var SourceKinds = []SourceKind{KindEtcd, KindKubernetes, KindRedis, KindZooKeeper}
 
 // Valid reports whether k is one of the known source kinds.
 func (k SourceKind) Valid() bool { return slices.Contains(SourceKinds, k) }

@@ -214,7 +214,7 @@ func TestLocksPagination(t *testing.T) {
 		f.page(t, "/locks?sort=size", http.StatusBadRequest)
 		f.page(t, "/locks?after=999999", http.StatusBadRequest)
 		f.page(t, "/locks?after=-1", http.StatusBadRequest)
-		f.page(t, "/locks?kind=zookeeper", http.StatusBadRequest)
+		f.page(t, "/locks?kind=consul", http.StatusBadRequest)
 	})
 }
 

@@ -23,6 +23,7 @@ import (
 	"github.com/leasewatch/leasewatch/collectors/etcd"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes"
 	"github.com/leasewatch/leasewatch/collectors/redis"
+	"github.com/leasewatch/leasewatch/collectors/zookeeper"
 	"github.com/leasewatch/leasewatch/web"
 )
 
@@ -235,6 +236,8 @@ func newCollector(sc config.SourceConfig, cli *clientv3.Client, logger *slog.Log
 	case audit.KindRedis:
 		goredis.SetLogger(redisLogger{logger})
 		return redis.New(sc.RedisConfig(tlsConfig), logger)
+	case audit.KindZooKeeper:
+		return zookeeper.New(sc.ZooKeeperConfig(tlsConfig), logger)
 	case audit.KindKubernetes:
 		return kubernetes.New(kubernetes.Config{
 			Name: sc.Name, Kubeconfig: sc.Kubeconfig, Context: sc.Context,

@@ -157,16 +157,16 @@ type SourceConfig struct {
 	Name string `yaml:"name"`
 	Kind string `yaml:"kind"`
 
-	// etcd and redis credentials. The password may instead come from a
-	// file (a mounted Secret) or an environment variable, so it stays out of
-	// the configuration file. Load reads password_env into Password, and
-	// checks password_file, which the collector reads again on each
-	// connection (Secret).
-	Username     string     `yaml:"username" kinds:"etcd,redis"`
-	Password     string     `yaml:"password" kinds:"etcd,redis"`
-	PasswordFile string     `yaml:"password_file" kinds:"etcd,redis"`
-	PasswordEnv  string     `yaml:"password_env" kinds:"etcd,redis"`
-	TLS          *SourceTLS `yaml:"tls" kinds:"etcd,redis"` // nil: plain text (etcd: unless an endpoint is https://)
+	// etcd, redis and zookeeper credentials (zookeeper: its digest scheme).
+	// The password may instead come from a file (a mounted Secret) or an
+	// environment variable, so it stays out of the configuration file. Load
+	// reads password_env into Password, and checks password_file, which the
+	// collector reads again on each connection (Secret).
+	Username     string     `yaml:"username" kinds:"etcd,redis,zookeeper"`
+	Password     string     `yaml:"password" kinds:"etcd,redis,zookeeper"`
+	PasswordFile string     `yaml:"password_file" kinds:"etcd,redis,zookeeper"`
+	PasswordEnv  string     `yaml:"password_env" kinds:"etcd,redis,zookeeper"`
+	TLS          *SourceTLS `yaml:"tls" kinds:"etcd,redis,zookeeper"` // nil: plain text (etcd: unless an endpoint is https://)
 
 	// etcd
 	Endpoints []string `yaml:"endpoints" kinds:"etcd"`
@@ -185,6 +185,12 @@ type SourceConfig struct {
 	DB       int             `yaml:"db" kinds:"redis"`
 	Patterns []string        `yaml:"patterns" kinds:"redis"`
 	Token    *RedisTokenRule `yaml:"token" kinds:"redis"`
+
+	// zookeeper
+	Servers       []string `yaml:"servers" kinds:"zookeeper"`
+	Chroot        string   `yaml:"chroot" kinds:"zookeeper"`
+	Paths         []string `yaml:"paths" kinds:"zookeeper"`
+	ProbeSessions bool     `yaml:"probe_sessions" kinds:"zookeeper"` // ask the servers' cons for owner sessions
 }
 
 // RedisConfig returns the Redis collector's configuration for s, a redis
@@ -339,7 +345,7 @@ const (
 )
 
 // supportedKinds are the source kinds this build has collectors for.
-var supportedKinds = map[audit.SourceKind]bool{audit.KindEtcd: true, audit.KindKubernetes: true, audit.KindRedis: true}
+var supportedKinds = map[audit.SourceKind]bool{audit.KindEtcd: true, audit.KindKubernetes: true, audit.KindRedis: true, audit.KindZooKeeper: true}
 
 // Load reads and validates the configuration file at path.
 func Load(path string) (*Config, error) {
@@ -738,10 +744,10 @@ func (s *SourceConfig) validate() error {
 	}
 	kind := audit.SourceKind(s.Kind)
 	if !kind.Valid() {
-		return fmt.Errorf("kind: %q is not one of etcd, kubernetes, redis", s.Kind)
+		return fmt.Errorf("kind: %q is not one of etcd, kubernetes, redis, zookeeper", s.Kind)
 	}
 	if !supportedKinds[kind] {
-		return fmt.Errorf("kind: %q sources are not supported by this version yet (supported: etcd, kubernetes, redis)", s.Kind)
+		return fmt.Errorf("kind: %q sources are not supported by this version yet (supported: etcd, kubernetes, redis, zookeeper)", s.Kind)
 	}
 	if err := s.keysOfKind(kind); err != nil {
 		return err
@@ -796,6 +802,10 @@ func (s *SourceConfig) validate() error {
 		if err := redis.Validate(rc); err != nil {
 			return err
 		}
+	case audit.KindZooKeeper:
+		if err := s.validateZooKeeper(); err != nil {
+			return err
+		}
 	case audit.KindKubernetes:
 		for field, names := range map[string][]string{"namespaces": s.Namespaces, "heartbeat_namespaces": s.HeartbeatNamespaces} {
 			for i, ns := range names {
@@ -826,7 +836,7 @@ func (s *SourceConfig) validateEndpoints() error {
 // field's kinds tag lists the kinds it applies to.
 func (s *SourceConfig) keysOfKind(kind audit.SourceKind) error {
 	err := keysOfKind(s, string(kind), "sources")
-	if f, ok := err.(kindError); ok && kind == audit.KindKubernetes && f.kinds == "etcd,redis" {
+	if f, ok := err.(kindError); ok && kind == audit.KindKubernetes && f.kinds == "etcd,redis,zookeeper" {
 		return fmt.Errorf("%w: a kubernetes source takes its credentials and TLS from its kubeconfig", err)
 	}
 	return err
@@ -862,7 +872,7 @@ func (s *SourceConfig) validateCredentials(kind audit.SourceKind) error {
 	switch {
 	case err != nil:
 		return err
-	case kind == audit.KindEtcd && len(set) > 0 && s.Username == "":
+	case (kind == audit.KindEtcd || kind == audit.KindZooKeeper) && len(set) > 0 && s.Username == "":
 		return fmt.Errorf("username: required with %s", set[0])
 	case s.Username != "" && len(set) == 0:
 		// clientv3 and go-redis send a user name only with a password;

@@ -230,7 +230,7 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"IngestTokenControl", "ingest_tokens: [\"to\\x00k\"]\n", "ingest_tokens[0]: holds a control character"},
 		{"MissingName", "sources:\n  - kind: etcd\n", "sources[0].name"},
 		{"SlashInName", "sources:\n  - name: a/b\n    kind: etcd\n", "sources[0].name"},
-		{"UnknownKind", "sources:\n  - name: x\n    kind: zookeeper\n", "sources[0].kind"},
+		{"UnknownKind", "sources:\n  - name: x\n    kind: consul\n", "sources[0].kind"},
 		{"UnknownTokenRuleField", "sources:\n  - name: r\n    kind: redis\n    addr: a:1\n    patterns: [\"l:*\"]\n    token: {counter: \"{key}:f\"}\n", "sources[0].token.counter"},
 		{"RedisNoAddr", "sources:\n  - name: r\n    kind: redis\n    patterns: [\"lock:*\"]\n", "sources[0].addr"},
 		{"RedisAddrAndAddrs", "sources:\n  - name: r\n    kind: redis\n    addr: a:1\n    addrs: [\"b:1\"]\n    patterns: [\"l:*\"]\n", "sources[0].addrs"},
@@ -433,8 +433,8 @@ func TestParseConfigSourceCredentialsErrors(t *testing.T) {
 			"sources[0].addr: /run/redis.sock is a Unix socket"},
 		{"RedlockTLSToSocket", "sources:\n  - name: r\n    kind: redis\n    addrs: [\"r-0:6380\", \"unix:/run/redis.sock\", \"r-2:6380\"]\n    patterns: [\"l:*\"]\n    tls: {}\n",
 			"sources[0].addrs[1]: unix:/run/redis.sock is a Unix socket"},
-		{"KubernetesTLS", kube + "    tls: {ca_file: ca.crt}\n", "sources[0].tls: applies only to etcd and redis sources"},
-		{"KubernetesUser", kube + "    username: admin\n    password: " + secret + "\n", "sources[0].username: applies only to etcd and redis sources"},
+		{"KubernetesTLS", kube + "    tls: {ca_file: ca.crt}\n", "sources[0].tls: applies only to etcd and redis and zookeeper sources"},
+		{"KubernetesUser", kube + "    username: admin\n    password: " + secret + "\n", "sources[0].username: applies only to etcd and redis and zookeeper sources"},
 		{"KubernetesPasswordEnv", kube + "    password_env: PW\n", "sources[0].password_env: applies only"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -15,13 +15,13 @@ func TestParseConfigRefusesKeysOfAnotherKind(t *testing.T) {
 		kinds []string // the kinds the key applies to
 		value string
 	}{
-		"name":                 {[]string{"etcd", "kubernetes", "redis"}, "s"},
-		"kind":                 {[]string{"etcd", "kubernetes", "redis"}, "etcd"},
-		"username":             {[]string{"etcd", "redis"}, "u"},
-		"password":             {[]string{"etcd", "redis"}, "p"},
-		"password_file":        {[]string{"etcd", "redis"}, "/run/pw"},
-		"password_env":         {[]string{"etcd", "redis"}, "PW"},
-		"tls":                  {[]string{"etcd", "redis"}, "{}"},
+		"name":                 {[]string{"etcd", "kubernetes", "redis", "zookeeper"}, "s"},
+		"kind":                 {[]string{"etcd", "kubernetes", "redis", "zookeeper"}, "etcd"},
+		"username":             {[]string{"etcd", "redis", "zookeeper"}, "u"},
+		"password":             {[]string{"etcd", "redis", "zookeeper"}, "p"},
+		"password_file":        {[]string{"etcd", "redis", "zookeeper"}, "/run/pw"},
+		"password_env":         {[]string{"etcd", "redis", "zookeeper"}, "PW"},
+		"tls":                  {[]string{"etcd", "redis", "zookeeper"}, "{}"},
 		"endpoints":            {[]string{"etcd"}, `["h:2379"]`},
 		"prefixes":             {[]string{"etcd"}, `["/locks/"]`},
 		"kubeconfig":           {[]string{"kubernetes"}, "/etc/kubeconfig"},
@@ -34,6 +34,10 @@ func TestParseConfigRefusesKeysOfAnotherKind(t *testing.T) {
 		"db":                   {[]string{"redis"}, "1"},
 		"patterns":             {[]string{"redis"}, `["lock:*"]`},
 		"token":                {[]string{"redis"}, `{counter_key: "{key}:fence"}`},
+		"servers":              {[]string{"zookeeper"}, `["h:2181"]`},
+		"chroot":               {[]string{"zookeeper"}, "/app"},
+		"paths":                {[]string{"zookeeper"}, `["/locks"]`},
+		"probe_sessions":       {[]string{"zookeeper"}, "true"},
 	}
 	if got, want := slices.Sorted(func(yield func(string) bool) {
 		for k := range keys {
@@ -48,6 +52,7 @@ func TestParseConfigRefusesKeysOfAnotherKind(t *testing.T) {
 		"etcd":       "sources:\n  - name: s\n    kind: etcd\n    endpoints: [\"h:2379\"]\n    prefixes: [\"/locks/\"]\n",
 		"kubernetes": "sources:\n  - name: s\n    kind: kubernetes\n",
 		"redis":      "sources:\n  - name: s\n    kind: redis\n    addr: h:6379\n    patterns: [\"lock:*\"]\n",
+		"zookeeper":  "sources:\n  - name: s\n    kind: zookeeper\n    servers: [\"h:2181\"]\n    paths: [\"/locks\"]\n",
 	}
 	for kind, config := range base {
 		if _, err := Parse([]byte(config)); err != nil {

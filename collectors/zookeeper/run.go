@@ -1,0 +1,170 @@
+package zookeeper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/go-zookeeper/zk"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
+)
+
+// run is one connection's watch of the source.
+type run struct {
+	c    *Collector
+	conn *conn
+	sink collectors.Sink
+	log  *slog.Logger
+
+	roots   []string // the configured paths below the chroot
+	tree    *tree    // the last complete read
+	wake    chan string
+	seenAt  time.Time // when the collector last knew it saw everything
+	cursor  int64     // the zxid the stored cursor names
+	probed  sessions  // the last probe of the servers' sessions (ProbeSessions)
+	vouched sessions  // the last probe known to precede every change since (poll)
+	clocks  map[string]*serverClock
+
+	mu    sync.Mutex
+	armed map[string]int // path -> watches armed on it that have not fired
+}
+
+func newRun(c *Collector, cn *conn, sink collectors.Sink) *run {
+	r := &run{c: c, conn: cn, sink: sink, log: c.log, tree: newTree(), wake: make(chan string, 64),
+		clocks: make(map[string]*serverClock), armed: make(map[string]int)}
+	for _, p := range c.cfg.Paths {
+		r.roots = append(r.roots, r.fullPath(p))
+	}
+	slices.Sort(r.roots)
+	r.roots = slices.Compact(r.roots)
+	return r
+}
+
+func (r *run) run(ctx context.Context, ready func()) error {
+	if err := r.start(ctx); err != nil {
+		return err
+	}
+	ready()
+	tick := time.NewTicker(r.c.cfg.PollInterval)
+	defer tick.Stop()
+	for {
+		var err error
+		select {
+		case <-ctx.Done():
+			return nil
+		case p := <-r.wake:
+			err = r.reread(ctx, r.woken(p))
+		case <-r.conn.changed:
+			if from, why, ok := r.conn.regained(); ok {
+				err = r.resync(ctx, from, why)
+			}
+		case <-tick.C:
+			err = r.poll(ctx)
+		}
+		if err != nil && !lostConnection(err) {
+			return err
+		}
+	}
+}
+
+// lostConnection reports whether err is the session's connection failing:
+// the session's callback has seen it, and the re-read once the session is
+// back covers what the failed read would have.
+func lostConnection(err error) bool {
+	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
+		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionMoved)
+}
+
+// woken returns p and every other path whose watch has fired meanwhile.
+func (r *run) woken(p string) []string {
+	paths := []string{p}
+	for {
+		select {
+		case q := <-r.wake:
+			paths = append(paths, q)
+		default:
+			slices.Sort(paths)
+			return slices.Compact(paths)
+		}
+	}
+}
+
+// readAll reads every configured path afresh.
+func (r *run) readAll(ctx context.Context) (*tree, error) {
+	t := newTree()
+	for _, root := range r.roots {
+		if err := r.readRoot(ctx, t, root); err != nil {
+			return nil, fmt.Errorf("read %s: %w", root, err)
+		}
+	}
+	t.settle()
+	return t, nil
+}
+
+// start takes the first snapshot, or resumes from the stored cursor. No
+// history survives in ZooKeeper, so a resume compares the zxid the cursor
+// names with the highest one the paths show now: unchanged, the tracker
+// already knows this state and nothing is recorded; changed, the time since
+// the cursor is a blind window and the snapshot says what is held now.
+func (r *run) start(ctx context.Context) error {
+	pos, at := r.sink.Cursor(r.c.cfg.Name)
+	if _, err := r.conn.zk.Sync(r.roots[0]); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return fmt.Errorf("sync: %w", err)
+	}
+	t, err := r.readAll(ctx)
+	if err != nil {
+		return err
+	}
+	if pos == "" {
+		return r.snapshot(ctx, t, nil)
+	}
+	cur, err := strconv.ParseInt(pos, 10, 64)
+	switch {
+	case err != nil:
+		return r.snapshot(ctx, t, &audit.Blind{From: at, Reason: fmt.Sprintf("stored cursor %q is not a ZooKeeper zxid", pos)})
+	case cur != t.zxid:
+		return r.snapshot(ctx, t, &audit.Blind{From: at, Reason: fmt.Sprintf(
+			"the watched paths changed while the collector was stopped (highest zxid 0x%x at the cursor, 0x%x now)", cur, t.zxid)})
+	}
+	r.tree, r.cursor, r.seenAt = t, cur, r.c.now()
+	r.log.Info("resumed", "zxid", cur, "held", len(r.held(t)))
+	return nil
+}
+
+// resync reads everything again once the collector's session is back after
+// a loss: from the last complete read before it to this read the collector
+// was blind, and the snapshot says what is held now.
+func (r *run) resync(ctx context.Context, lost time.Time, why string) error {
+	if _, err := r.conn.zk.Sync(r.roots[0]); err != nil && !errors.Is(err, zk.ErrNoNode) {
+		return err
+	}
+	t, err := r.readAll(ctx)
+	if err != nil {
+		return err
+	}
+	from := r.seenAt
+	if from.IsZero() || lost.Before(from) {
+		from = lost
+	}
+	r.log.Warn("session back; recording the blind window", "since", from, "reason", why)
+	return r.snapshot(ctx, t, &audit.Blind{From: from, Reason: why})
+}
+
+// held returns the owner of every held lock in t, by lock directory path.
+func (r *run) held(t *tree) []string {
+	var out []string
+	for p, d := range t.dirs {
+		if d.owner() != nil {
+			out = append(out, p)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
