@@ -1,8 +1,6 @@
 package web
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
 	"math"
 	"strings"
@@ -10,51 +8,24 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/history"
+	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/views"
 )
 
-// healthMargins caps the renewals whose margins the lock page's health
-// panel reads: the newest in the window.
-const healthMargins = 500
-
-// healthPanel returns the lock page's leadership health over window w, from
+// healthPanel is the lock page's leadership health over its window, from
 // the window's tenures (as the page read them) and the margins of its
 // newest renewals.
-func (s *Server) healthPanel(ctx context.Context, id int64, tenures []audit.Tenure, w window) (views.HealthPanel, error) {
-	renewals, err := s.store.Events(ctx, id, audit.EventFilter{Kind: audit.EventRenew,
-		TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: healthMargins}})
-	if err != nil {
-		return views.HealthPanel{}, err
-	}
-	margins := make([]float64, 0, len(renewals))
-	for _, e := range renewals {
-		if r, ok := detailNumber(e.Detail, "margin_ratio"); ok {
-			margins = append(margins, r)
-		}
-	}
+func healthPanel(tenures []audit.Tenure, margins []float64, capped bool) views.HealthPanel {
 	h := history.HealthOf(tenures, margins)
 	p := views.HealthPanel{Charts: []views.HealthChart{
 		healthChart("Tenure length", h.Tenure, secondsLabel, seconds),
 		healthChart("Takeover time", h.Takeover, takeoverLabel, seconds),
 		healthChart("Renewal margin", h.Margin, percentLabel, percent),
 	}}
-	if len(renewals) == healthMargins {
-		p.Note = fmt.Sprintf("Renewal margins of the newest %d renewals in the window.", healthMargins)
+	if capped {
+		p.Note = fmt.Sprintf("Renewal margins of the newest %d renewals in the window.", query.HealthMargins)
 	}
-	return p, nil
-}
-
-// detailNumber returns a number of an event's detail: a float64 as the
-// tracker made it, a json.Number as a store reads it back.
-func detailNumber(d map[string]any, key string) (float64, bool) {
-	switch v := d[key].(type) {
-	case float64:
-		return v, true
-	case json.Number:
-		f, err := v.Float64()
-		return f, err == nil
-	}
-	return 0, false
+	return p
 }
 
 // healthChart is one distribution as bars; label names a bucket by its

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -13,6 +12,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/audit/history"
 	"github.com/leasewatch/leasewatch/views"
 )
@@ -273,28 +273,25 @@ func endText(t audit.Tenure) string {
 
 // parseLockWindow reads the lock page's window and its instant at (zero
 // when not given): with at and no window, the window is at ± atSpan.
-func parseLockWindow(q url.Values, now time.Time, loc *time.Location) (window, time.Time, error) {
+func parseLockWindow(q url.Values, now time.Time, loc *time.Location) (query.Window, time.Time, error) {
 	at, err := parseWindowTime(q, "at", loc)
 	if err != nil {
-		return window{}, at, err
+		return query.Window{}, at, err
 	}
 	if !at.IsZero() && q.Get("window") == "" && q.Get("from") == "" && q.Get("to") == "" {
-		return window{From: at.Add(-atSpan), To: at.Add(atSpan)}, at, nil
+		return query.Window{From: at.Add(-atSpan), To: at.Add(atSpan)}, at, nil
 	}
 	w, err := parseWindow(q, now, loc)
 	return w, at, err
 }
 
-// atBanner reads lock l at instant at and says in words what it was; the
-// zero banner when at is zero.
-func (s *Server) atBanner(ctx context.Context, l audit.Lock, at time.Time, loc *time.Location) (views.AtBanner, error) {
-	if at.IsZero() {
-		return views.AtBanner{}, nil
+// atBanner says in words what lock l was at the instant of moment m; the
+// zero banner when m is nil.
+func atBanner(l audit.Lock, m *history.Moment, loc *time.Location) views.AtBanner {
+	if m == nil {
+		return views.AtBanner{}
 	}
-	m, err := history.At(ctx, s.store, l, at)
-	if err != nil {
-		return views.AtBanner{}, err
-	}
+	at := m.At
 	b := views.AtBanner{State: string(m.State), At: stampIn(at, loc),
 		APIURL: fmt.Sprintf("/api/v1/locks/%d/at?", l.ID) + url.Values{"t": {at.UTC().Format(time.RFC3339Nano)}}.Encode()}
 	when := "At " + stampText(at, loc)
@@ -317,10 +314,10 @@ func (s *Server) atBanner(ctx context.Context, l audit.Lock, at time.Time, loc *
 			b.Text += ": " + printable(bw.Reason)
 		}
 		b.Text += "); as recorded, " + held + "."
-		return b, nil
+		return b
 	}
 	b.Text = when + ": " + held + "."
-	return b, nil
+	return b
 }
 
 // freeSince says since when, and why, a lock was free after tenure t.

@@ -18,6 +18,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/views"
 )
 
@@ -349,30 +350,34 @@ func leftPct(l audit.Lock, now time.Time) int {
 
 // lockPageQuery is what the lock page's request asks for.
 type lockPageQuery struct {
-	id  int64
-	q   url.Values
-	loc *time.Location
-	w   window
-	at  time.Time // the instant asked about (?at=); zero for none
-	ef  audit.EventFilter
+	q       url.Values
+	loc     *time.Location
+	verdict query.VerdictScope
+	query.LockPageQuery
 }
 
 // parseLockPageQuery reads the lock page's path and parameters at now.
 func parseLockPageQuery(c echo.Context, now time.Time) (lq lockPageQuery, err error) {
-	if lq.id, err = pathID(c); err != nil {
+	if lq.ID, err = pathID(c); err != nil {
 		return lq, err
 	}
 	lq.q = c.QueryParams()
 	if lq.loc, err = parseZone(lq.q); err != nil {
 		return lq, err
 	}
-	if lq.w, lq.at, err = parseLockWindow(lq.q, now, lq.loc); err != nil {
+	if lq.Window, lq.At, err = parseLockWindow(lq.q, now, lq.loc); err != nil {
 		return lq, err
 	}
-	if lq.ef, err = parseEventFilter(url.Values{"kind": lq.q["kind"], "limit": lq.q["limit"]}); err != nil {
+	if lq.Events, err = parseEventFilter(url.Values{"kind": lq.q["kind"], "limit": lq.q["limit"]}); err != nil {
 		return lq, err
 	}
-	lq.ef.Before, err = parseCursor(lq.q, "before")
+	lq.Events.Limit = pageLimit(lq.Events.Limit, pageEvents)
+	if lq.Verdict = query.VerdictScope(lq.q.Get("verdict")); !lq.Verdict.Valid() {
+		return lq, audit.Errorf(audit.EINVALID, "verdict: want 24h or all, not %q", lq.Verdict)
+	}
+	lq.Now, lq.PresetAsked = now, lq.q.Get("window") != ""
+	lq.Draw = query.Drawing{WriteBins: tlWriteBins, DrawsRenewals: needRenewalTimes}
+	lq.Events.Before, err = parseCursor(lq.q, "before")
 	return lq, err
 }
 
@@ -382,73 +387,47 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	id, q, loc, w, at, ef := lq.id, lq.q, lq.loc, lq.w, lq.at, lq.ef
-	ctx := c.Request().Context()
-	l, err := s.store.Lock(ctx, id)
+	live := liveRefresh(c, lockLiveID)
+	lq.LiveOnly = live
+	pg, err := s.query.LockPage(c.Request().Context(), lq.LockPageQuery)
 	if err != nil {
 		return err
 	}
-	w, note := idleWindow(l, w, q)
-	tenures, err := s.store.Tenures(ctx, id, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineTenures})
-	if err != nil {
-		return err
-	}
-	w, note = fitHistory(w, note, tenures, at, now)
-	renewals, renewalsFrom, err := s.renewalTimes(ctx, id, w, now, tenures)
-	if err != nil {
-		return err
-	}
-	writes, bins, err := s.timelineWrites(ctx, id, w)
-	if err != nil {
-		return err
-	}
-	findings, findingsTrimmed, err := s.lockFindings(ctx, id, w)
-	if err != nil {
-		return err
-	}
-
-	base := fmt.Sprintf("/locks/%d", id)
+	q, loc, w, l := lq.q, lq.loc, pg.Window, pg.Lock
+	sortFindingsForTimeline(pg.Findings)
+	base := fmt.Sprintf("/locks/%d", l.ID)
 	keep := keepParams(q, lockPageKeep)
 	windowURL := func(from, to time.Time) string {
 		return withQuery(base, keep, "from", from.UTC().Format(time.RFC3339Nano), "to", to.UTC().Format(time.RFC3339Nano))
 	}
-	banner, err := s.atBanner(ctx, l, at, loc)
-	if err != nil {
-		return err
-	}
+	banner := atBanner(l, pg.Moment, loc)
 	p := views.LockPage{
 		At:   banner,
 		Lock: s.lockSummary(l, loc, now),
 		Timeline: buildTimeline(timelineInput{
 			Lock: l.Key().String(), From: w.From, To: w.To, Now: now, Loc: loc,
-			Tenures: tenures, Renewals: renewals, RenewalsFrom: renewalsFrom,
-			Writes: writes, WriteBins: bins, Findings: findings,
-			At: at, AtSeq: banner.Seq,
+			Tenures: pg.Tenures, Renewals: pg.Renewals, RenewalsFrom: pg.RenewalsFrom,
+			Writes: pg.Writes, WriteBins: writeBinsOf(pg.WriteCounts, l.ID), Findings: pg.Findings,
+			At: lq.At, AtSeq: banner.Seq,
 			Zoom: windowURL,
 			FindingHref: func(f audit.Finding) string {
 				return "#finding-" + strconv.FormatInt(f.ID, 10)
 			},
 		}),
-		FindingsTrimmed: findingsTrimmed,
-		FindingsURL: "/findings?" + url.Values{"lock": {strconv.FormatInt(id, 10)},
+		FindingsTrimmed: pg.FindingsTrimmed,
+		FindingsURL: "/findings?" + url.Values{"lock": {strconv.FormatInt(l.ID, 10)},
 			"from": {w.From.UTC().Format(time.RFC3339Nano)}, "to": {w.To.UTC().Format(time.RFC3339Nano)}}.Encode(),
-		EventFilter: views.EventFilter{Kind: string(ef.Kind)},
-		Window:      s.windowNav(base, q, keep, w, loc, now, note),
-	}
-	if p.Verdict, err = s.verdictPanel(ctx, l, q, base, w, loc, now); err != nil {
-		return err
+		EventFilter: views.EventFilter{Kind: string(lq.Events.Kind)},
+		Window:      windowNav(base, q, keep, w, loc, now, pg.Note),
+		Verdict:     verdictPanel(l, q, base, pg.Verdict, lq.Verdict, loc, now),
 	}
 	if w.Preset != "" {
 		p.Live = views.Live{ID: lockLiveID, URL: c.Request().URL.RequestURI(), Every: refreshLock}
 	}
-	if liveRefresh(c, lockLiveID) {
+	if live {
 		return render(c, http.StatusOK, views.LockLive(p))
 	}
-	d := lockDetails{id: id, q: q, base: base, w: w, ef: ef, tenures: tenures, findings: findings,
-		atSeq: banner.Seq, now: now, loc: loc, zoom: windowURL}
-	if err := s.fillLockDetails(ctx, &p, d); err != nil {
-		return err
-	}
+	s.fillLockDetails(&p, lq, pg, banner.Seq, windowURL)
 	return render(c, http.StatusOK, views.Lock(p))
 }
 
@@ -475,34 +454,6 @@ func (s *Server) lockSummary(l audit.Lock, loc *time.Location, now time.Time) vi
 	}
 }
 
-// renewalTimes returns the renewals the timeline of lock id over w draws
-// one by one, and from when it has them: none, from w.To, when every
-// tenure's renewals draw as a band; from the oldest read when there were
-// more than timelineRenewals.
-func (s *Server) renewalTimes(ctx context.Context, id int64, w window, now time.Time, tenures []audit.Tenure) ([]time.Time, time.Time, error) {
-	if !needRenewalTimes(w.From, w.To, now, tenures) {
-		return nil, w.To, nil
-	}
-	renewals, err := s.store.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineRenewals})
-	if err != nil || len(renewals) < timelineRenewals {
-		return renewals, time.Time{}, err
-	}
-	return renewals, renewals[0], nil
-}
-
-// lockFindings returns the newest lockPageFindings findings of lock id that
-// overlap w, in the timeline's drawing order, and whether there were more.
-func (s *Server) lockFindings(ctx context.Context, id int64, w window) ([]audit.Finding, bool, error) {
-	findings, err := s.store.Findings(ctx, audit.FindingFilter{LockID: id, Overlapping: true,
-		TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: lockPageFindings + 1}})
-	if err != nil {
-		return nil, false, err
-	}
-	findings, trimmed := newest(findings, lockPageFindings)
-	sortFindingsForTimeline(findings)
-	return findings, trimmed, nil
-}
-
 // keepParams returns the parameters of q named in names that are set.
 func keepParams(q url.Values, names []string) url.Values {
 	keep := url.Values{}
@@ -525,65 +476,41 @@ func liveRefresh(c echo.Context, id string) bool {
 	return h.Get("HX-Request") == "true" && h.Get("HX-Target") == id
 }
 
-// lockDetails is what the lock page's parts outside its live region are
-// built from.
-type lockDetails struct {
-	id       int64
-	q        url.Values
-	base     string
-	w        window
-	ef       audit.EventFilter
-	tenures  []audit.Tenure
-	findings []audit.Finding
-	atSeq    int64
-	now      time.Time
-	loc      *time.Location
-	zoom     func(from, to time.Time) string
-}
-
-// fillLockDetails reads and shapes the lock page's parts outside its live
-// region: the leadership health, the tenure and finding rows, and a page of
-// events with its links.
-func (s *Server) fillLockDetails(ctx context.Context, p *views.LockPage, d lockDetails) error {
-	var err error
-	if p.Health, err = s.healthPanel(ctx, d.id, d.tenures, d.w); err != nil {
-		return err
-	}
-	eventLimit := pageLimit(d.ef.Limit, pageEvents)
-	ef := d.ef
-	ef.TimeFilter = audit.TimeFilter{From: d.w.From, To: d.w.To, Limit: eventLimit + 1}
-	events, err := s.store.Events(ctx, d.id, ef)
-	if err != nil {
-		return err
-	}
-	events, eventsOlder := newest(events, eventLimit)
+// fillLockDetails shapes the lock page's parts outside its live region:
+// the leadership health, the tenure and finding rows, and a page of events
+// with its links. atSeq is the tenure current at the page's instant, zoom
+// the link to a window.
+func (s *Server) fillLockDetails(p *views.LockPage, lq lockPageQuery, pg query.LockPage, atSeq int64, zoom func(from, to time.Time) string) {
+	w, loc := pg.Window, lq.loc
+	p.Health = healthPanel(pg.Tenures, pg.Margins, pg.MarginsCapped)
 	for _, k := range audit.EventKinds {
 		p.EventKinds = append(p.EventKinds, string(k))
 	}
-	shown := d.tenures
+	shown := pg.Tenures
 	if len(shown) > pageTenures {
 		shown, p.TenuresTrimmed = shown[len(shown)-pageTenures:], true
 	}
-	p.Tenures = tenureRows(shown, d.atSeq, d.now, d.w.To, d.loc, d.zoom)
-	p.Findings = findingRows(d.findings, d.loc, s.groupExposures)
+	p.Tenures = tenureRows(shown, atSeq, lq.Now, w.To, loc, zoom)
+	p.Findings = findingRows(pg.Findings, loc, s.groupExposures)
+	events := pg.Events.Events
 	for _, e := range slices.Backward(events) {
-		p.Events = append(p.Events, eventRow(e, d.loc))
+		p.Events = append(p.Events, eventRow(e, loc))
 	}
+	base := fmt.Sprintf("/locks/%d", pg.Lock.ID)
 	pageQ := url.Values{}
-	maps.Copy(pageQ, d.q)
-	if d.w.Preset == "" {
+	maps.Copy(pageQ, lq.q)
+	if w.Preset == "" {
 		// Page through the same fixed window, not one that moves with now.
-		pageQ.Set("from", d.w.From.UTC().Format(time.RFC3339Nano))
-		pageQ.Set("to", d.w.To.UTC().Format(time.RFC3339Nano))
+		pageQ.Set("from", w.From.UTC().Format(time.RFC3339Nano))
+		pageQ.Set("to", w.To.UTC().Format(time.RFC3339Nano))
 	}
-	if eventsOlder && len(events) > 0 {
+	if pg.Events.Older && len(events) > 0 {
 		e := events[0]
-		p.EventsOlder = withQuery(d.base, pageQ, "before", formatCursor(e.At, e.ID)) + "#events"
+		p.EventsOlder = withQuery(base, pageQ, "before", formatCursor(e.At, e.ID)) + "#events"
 	}
-	if !ef.Before.IsZero() {
-		p.EventsNewer = withQuery(d.base, pageQ, "before", "") + "#events"
+	if !lq.Events.Before.IsZero() {
+		p.EventsNewer = withQuery(base, pageQ, "before", "") + "#events"
 	}
-	return nil
 }
 
 // renewedInTenure is a tenure's last renewal as its row shows it: none
@@ -635,59 +562,9 @@ func tenureRows(tenures []audit.Tenure, atSeq int64, now, to time.Time, loc *tim
 // form keep.
 var lockPageKeep = []string{"tz", "kind", "verdict", "at"}
 
-// timelineWrites returns the writes the lock's timeline draws in window w:
-// every write, when there are at most timelineWrites of them; else their
-// counts per stretch of the window, exact up to timelineWriteCount per
-// outcome, and the unfenced writes. The store counts them, so a window of
-// millions of writes costs the page no more memory than one of hundreds.
-func (s *Server) timelineWrites(ctx context.Context, id int64, w window) ([]audit.Event, *writeBins, error) {
-	bins := &writeBins{EventsURL: fmt.Sprintf("/api/v1/locks/%d/events?kind=write_accepted", id)}
-	f := audit.BinFilter{From: w.From, To: w.To, Bins: tlWriteBins, Limit: timelineWriteCount}
-	for _, k := range []struct {
-		outcome audit.WriteOutcome
-		counts  *audit.Histogram
-	}{{audit.WriteAccepted, &bins.Accepted}, {audit.WriteRejected, &bins.Rejected}} {
-		h, err := s.store.WriteCounts(ctx, id, k.outcome, f)
-		if err != nil {
-			return nil, nil, err
-		}
-		*k.counts, bins.AtLeast = h, bins.AtLeast || h.AtLeast
-	}
-	if bins.Accepted.Total()+bins.Rejected.Total() <= timelineWrites {
-		var writes []audit.Event
-		for _, k := range []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected} {
-			ws, err := s.store.Events(ctx, id, audit.EventFilter{Kind: k, TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: timelineWrites}})
-			if err != nil {
-				return nil, nil, err
-			}
-			writes = append(writes, ws...)
-		}
-		slices.SortStableFunc(writes, func(a, b audit.Event) int { return a.At.Compare(b.At) })
-		return writes, nil, nil
-	}
-	unfenced, err := s.store.Findings(ctx, audit.FindingFilter{LockID: id, Kind: audit.FindingUnfencedWrite,
-		TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: timelineWrites + 1}})
-	if err != nil {
-		return nil, nil, err
-	}
-	bins.Unfenced = unfenced
-	if len(unfenced) > timelineWrites {
-		// Rare: count the rest, which the findings page lists.
-		bins.Unfenced = unfenced[1:]
-		all, err := s.store.Findings(ctx, audit.FindingFilter{LockID: id, Kind: audit.FindingUnfencedWrite,
-			TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: unfencedCount}})
-		if err != nil {
-			return nil, nil, err
-		}
-		bins.UnfencedMore = len(all) - len(bins.Unfenced)
-		bins.AtLeast = bins.AtLeast || len(all) == unfencedCount
-	}
-	return nil, bins, nil
-}
-
 // windowNav builds the lock page's window controls.
-func (s *Server) windowNav(base string, q, keep url.Values, w window, loc *time.Location, now time.Time, note windowNote) views.WindowNav {
-	span := w.span()
+func windowNav(base string, q, keep url.Values, w query.Window, loc *time.Location, now time.Time, note query.WindowNote) views.WindowNav {
+	span := w.Span()
 	at := func(from, to time.Time) string {
 		return withQuery(base, keep, "from", from.UTC().Format(time.RFC3339Nano), "to", to.UTC().Format(time.RFC3339Nano))
 	}
@@ -707,11 +584,11 @@ func (s *Server) windowNav(base string, q, keep url.Values, w window, loc *time.
 	if w.To.Before(now) {
 		nav.Later = at(w.From.Add(span/2), w.To.Add(span/2))
 	}
-	if note.Applied {
-		nav.Note, nav.NoteLink, nav.NoteLabel = note.Text, at(note.From, note.To), "show the last "+note.Preset
+	if note.Reason != "" {
+		nav.Note, nav.NoteLink, nav.NoteLabel = noteText(note), at(note.Asked.From, note.Asked.To), "show the last "+note.Asked.Preset
 	}
 	for _, p := range windowPresets {
-		nav.Presets = append(nav.Presets, views.Link{Label: p.name, Current: w.Preset == p.name && !note.Applied,
+		nav.Presets = append(nav.Presets, views.Link{Label: p.name, Current: w.Preset == p.name && note.Reason == "",
 			URL: withQuery(base, keep, "window", p.name)})
 	}
 	zq := url.Values{}
@@ -731,6 +608,14 @@ func (s *Server) windowNav(base string, q, keep url.Values, w window, loc *time.
 		}
 	}
 	return nav
+}
+
+// noteText says why the lock page shows another window than its preset's.
+func noteText(note query.WindowNote) string {
+	if note.Reason == query.NoteFitted {
+		return fmt.Sprintf("The lock's history began %s ago, within the last %s: the window fits it.", duration(note.History), note.Asked.Preset)
+	}
+	return fmt.Sprintf("Nothing changed in the last %s: the window shows the lock's last change instead.", note.Asked.Preset)
 }
 
 func eventRow(e audit.Event, loc *time.Location) views.EventRow {

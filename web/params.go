@@ -11,6 +11,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/query"
 )
 
 // maxLimit caps limit on every list so one request cannot ask for the whole
@@ -323,19 +324,10 @@ const (
 	minWindow     = time.Second
 )
 
-// window is the lock page's time window. Relative windows end now and
-// follow it; custom ones (from/to given) are fixed.
-type window struct {
-	From, To time.Time
-	Preset   string // "15m", ...; "" for a custom window
-}
-
-func (w window) span() time.Duration { return w.To.Sub(w.From) }
-
 // parseWindow reads window (a preset) or from/to (a custom window, RFC 3339
 // or a datetime-local value in loc). Only one side given keeps the preset's
 // (or an hour's) length.
-func parseWindow(q url.Values, now time.Time, loc *time.Location) (window, error) {
+func parseWindow(q url.Values, now time.Time, loc *time.Location) (query.Window, error) {
 	span := defaultWindow
 	preset := "1h"
 	if name := q.Get("window"); name != "" {
@@ -346,35 +338,35 @@ func parseWindow(q url.Values, now time.Time, loc *time.Location) (window, error
 			}
 		}
 		if !found {
-			return window{}, audit.Errorf(audit.EINVALID, `window: must be one of 15m, 1h, 6h, 24h, 7d`)
+			return query.Window{}, audit.Errorf(audit.EINVALID, `window: must be one of 15m, 1h, 6h, 24h, 7d`)
 		}
 	}
 	from, err := parseWindowTime(q, "from", loc)
 	if err != nil {
-		return window{}, err
+		return query.Window{}, err
 	}
 	to, err := parseWindowTime(q, "to", loc)
 	if err != nil {
-		return window{}, err
+		return query.Window{}, err
 	}
 	switch {
 	case from.IsZero() && to.IsZero():
-		return window{From: now.Add(-span), To: now, Preset: preset}, nil
+		return query.Window{From: now.Add(-span), To: now, Preset: preset}, nil
 	case from.IsZero():
 		from = to.Add(-span)
 	case to.IsZero():
 		to = from.Add(span)
 	}
 	if !to.After(from) {
-		return window{}, audit.Errorf(audit.EINVALID, "to: must be after from")
+		return query.Window{}, audit.Errorf(audit.EINVALID, "to: must be after from")
 	}
 	if to.Sub(from) > maxWindow {
-		return window{}, audit.Errorf(audit.EINVALID, "to: the window may be at most 92 days long")
+		return query.Window{}, audit.Errorf(audit.EINVALID, "to: the window may be at most 92 days long")
 	}
 	if to.Sub(from) < minWindow {
 		to = from.Add(minWindow)
 	}
-	return window{From: from, To: to}, nil
+	return query.Window{From: from, To: to}, nil
 }
 
 // parseWindowTime reads an RFC 3339 time or a datetime-local value

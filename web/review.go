@@ -63,7 +63,7 @@ func (s *Server) reviewQuery(q url.Values) (review.Query, error) {
 		Sources:  nonEmpty(q["source"]),
 		Locks:    nonEmpty(q["lock"]),
 		MaxLocks: reviewMaxLocks,
-		Purposes: s.purposes,
+		Purposes: s.query.Purposes(),
 		Options:  review.Options{MaxHandovers: reviewMaxHandovers},
 	}
 	if err := rq.Validate(); err != nil {

@@ -29,6 +29,7 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/audit/alert"
 	"github.com/leasewatch/leasewatch/audit/verdict"
 	"github.com/leasewatch/leasewatch/static"
@@ -155,8 +156,7 @@ type Server struct {
 	tls      *tls.Config
 	timeout  Timeouts
 	reviews  *semaphore.Weighted // the incident reviews built at once
-	purposes verdict.Purposes
-	verdicts *verdictCache // the lock page's
+	query    *query.Reader
 	// groupExposures folds shorter exposures in the findings lists.
 	groupExposures time.Duration
 	echo           *echo.Echo
@@ -183,8 +183,6 @@ func New(cfg Config) (*Server, error) {
 		tls:      cfg.TLS,
 		timeout:  cfg.Timeouts.withDefaults(),
 		reviews:  semaphore.NewWeighted(reviewTurns),
-		purposes: cfg.Purposes,
-		verdicts: newVerdictCache(),
 
 		groupExposures: cmp.Or(cfg.GroupExposuresUnder, DefaultGroupExposuresUnder),
 	}
@@ -194,6 +192,8 @@ func New(cfg Config) (*Server, error) {
 	if s.logger == nil {
 		s.logger = slog.New(slog.DiscardHandler)
 	}
+	s.query = query.New(query.Config{Store: cfg.Store, Sources: cfg.Sources, KnownSources: cfg.KnownSources,
+		RenewMarginRatio: cfg.RenewMarginRatio, Purposes: cfg.Purposes, Logger: s.logger})
 	auth, err := newAuthenticator(cfg.Auth, s.logger, s.now)
 	if err != nil {
 		return nil, err

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/views"
 )
 
@@ -322,14 +323,18 @@ const tlWriteBins = 85
 // unfenced writes the tracker found, which are few and always drawn one by
 // one.
 type writeBins struct {
-	Accepted, Rejected audit.Histogram
-	// AtLeast says counting stopped at a cap: the counts are lower bounds.
-	AtLeast  bool
-	Unfenced []audit.Finding // unfenced_write findings in the window
-	// UnfencedMore counts unfenced writes in the window not in Unfenced.
-	UnfencedMore int
+	query.WriteCounts
 	// Where every write is listed.
 	EventsURL string
+}
+
+// writeBinsOf are lock id's counted writes as its timeline draws them; nil
+// when they are drawn one by one.
+func writeBinsOf(c *query.WriteCounts, id int64) *writeBins {
+	if c == nil {
+		return nil
+	}
+	return &writeBins{WriteCounts: *c, EventsURL: fmt.Sprintf("/api/v1/locks/%d/events?kind=write_accepted", id)}
 }
 
 // total counts the writes, as the writes lane's label.

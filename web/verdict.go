@@ -1,7 +1,6 @@
 package web
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -11,6 +10,7 @@ import (
 	"github.com/labstack/echo/v4"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/audit/verdict"
 	"github.com/leasewatch/leasewatch/views"
 )
@@ -73,12 +73,7 @@ func (s *Server) handleAPIVerdict(c echo.Context) error {
 	if w.To, err = parseTime(q, "to"); err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	l, err := s.store.Lock(ctx, id)
-	if err != nil {
-		return err
-	}
-	v, err := verdict.Load(ctx, s.store, l, w, s.purposes.For(l.Source, l.Name), s.now())
+	v, err := s.query.Verdict(c.Request().Context(), id, w, s.now())
 	if err != nil {
 		return err
 	}
@@ -120,36 +115,22 @@ func toVerdictJSON(v verdict.Verdict) verdictJSON {
 
 // verdictScopes are the lock page's verdict scopes (its verdict parameter):
 // the page's window, the last 24 hours, the whole retained history.
-var verdictScopes = []struct{ param, label, words string }{
+var verdictScopes = []struct {
+	param        query.VerdictScope
+	label, words string
+}{
 	{"", "this window", "in this window"},
 	{"24h", "last 24 h", "over the last 24 hours"},
 	{"all", "whole history", "over the whole history"},
 }
 
-// verdictPanel judges lock l over the scope the page asks for (q's verdict:
-// "", 24h or all) and shapes it for the lock page at base.
-func (s *Server) verdictPanel(ctx context.Context, l audit.Lock, q url.Values, base string, pageWindow window, loc *time.Location, now time.Time) (views.VerdictPanel, error) {
-	scope := q.Get("verdict")
-	w := verdict.Window{From: pageWindow.From, To: pageWindow.To}
-	switch scope {
-	case "":
-	case "24h":
-		w = verdict.Window{From: now.Add(-24 * time.Hour), To: now}
-	case "all":
-		w = verdict.Window{To: now}
-	default:
-		return views.VerdictPanel{}, audit.Errorf(audit.EINVALID, "verdict: want 24h or all, not %q", scope)
-	}
-	j, err := s.verdicts.get(ctx, pageVerdictKey(l, scope, pageWindow, w), now, func(ctx context.Context) (verdict.Verdict, error) {
-		return verdict.Load(ctx, s.store, l, w, s.purposes.For(l.Source, l.Name), now)
-	})
-	if err != nil {
-		return views.VerdictPanel{}, err
-	}
-	v := j.v
-	p := views.VerdictPanel{Kind: string(v.Kind), Purpose: string(v.Purpose), Notes: v.Notes, Judged: stampAgo(j.at, loc, now)}
+// verdictPanel shapes the verdict j of lock l over scope for the lock page
+// at base.
+func verdictPanel(l audit.Lock, q url.Values, base string, j query.Judged, scope query.VerdictScope, loc *time.Location, now time.Time) views.VerdictPanel {
+	v := j.Verdict
+	p := views.VerdictPanel{Kind: string(v.Kind), Purpose: string(v.Purpose), Notes: v.Notes, Judged: stampAgo(j.At, loc, now)}
 	for _, sc := range verdictScopes {
-		p.Scopes = append(p.Scopes, views.Link{Label: sc.label, URL: withQuery(base, q, "verdict", sc.param) + "#verdict", Current: sc.param == scope})
+		p.Scopes = append(p.Scopes, views.Link{Label: sc.label, URL: withQuery(base, q, "verdict", string(sc.param)) + "#verdict", Current: sc.param == scope})
 		if sc.param == scope {
 			p.Scope = sc.words
 		}
@@ -161,9 +142,9 @@ func (s *Server) verdictPanel(ctx context.Context, l audit.Lock, q url.Values, b
 	}
 	for i, r := range v.Reasons {
 		vr := views.VerdictReason{Text: printable(r.Text), Decides: r.Decides}
-		if kind, ok := reasonFindings[r.Code]; ok && j.counts[i] > 0 {
-			vr.Href, vr.Label = evidence(kind, r.Resource), fmt.Sprintf("%d findings", j.counts[i])
-			if j.counts[i] == 1 {
+		if kind, ok := reasonFindings[r.Code]; ok && j.Counts[i] > 0 {
+			vr.Href, vr.Label = evidence(kind, r.Resource), fmt.Sprintf("%d findings", j.Counts[i])
+			if j.Counts[i] == 1 {
 				vr.Label = "the finding"
 			}
 		}
@@ -182,7 +163,7 @@ func (s *Server) verdictPanel(ctx context.Context, l audit.Lock, q url.Values, b
 			LastReport: stampAgo(r.LastReport, loc, now),
 		})
 	}
-	return p, nil
+	return p
 }
 
 // reasonFindings is the finding kind behind each reason that has findings;

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/audit/verdict"
 )
 
@@ -106,7 +107,7 @@ func TestLockPageVerdictPanel(t *testing.T) {
 }
 
 // TestLockPageVerdictJudgedOncePerRound: the lock page judges a lock's
-// verdict at most once per verdictFresh, however often it is asked for, and
+// verdict at most once per query.VerdictFresh, however often it is asked for, and
 // says when it was judged; past that it judges again and sees what came
 // meanwhile. htmx's refresh of the live region gets the region alone, with
 // its verdict.
@@ -123,12 +124,12 @@ func TestLockPageVerdictJudgedOncePerRound(t *testing.T) {
 	if res.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST a write: %d", res.StatusCode)
 	}
-	clock = now.Add(verdictFresh - time.Second)
+	clock = now.Add(query.VerdictFresh - time.Second)
 	body := f.page(t, base, http.StatusOK)
 	wantContains(t, "within the round", body, before, judged(now))
 	wantNotContains(t, "within the round", body, after)
 
-	clock = now.Add(verdictFresh)
+	clock = now.Add(query.VerdictFresh)
 	wantContains(t, "next round", f.page(t, base, http.StatusOK), after, judged(clock))
 
 	_, live := f.do(t, http.MethodGet, base+"&window=1h", nil, "HX-Request", "true", "HX-Target", lockLiveID)

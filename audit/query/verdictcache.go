@@ -1,4 +1,4 @@
-package web
+package query
 
 import (
 	"context"
@@ -13,14 +13,14 @@ import (
 	"github.com/leasewatch/leasewatch/audit/verdict"
 )
 
-// Verdicts on the lock page are judged at most once per verdictFresh for a
+// Verdicts on the lock page are judged at most once per VerdictFresh for a
 // lock and scope, however many people have the page open and however often
 // its live region refreshes: a verdict reads every write report of the
 // window, which on a busy lock is most of the page's cost. The keeper that
 // files the locks list's verdicts judges as often (verdict.DefaultKeepEvery),
 // so the page is as fresh as the list. The panel says when it was judged.
 const (
-	verdictFresh      = verdict.DefaultKeepEvery
+	VerdictFresh      = verdict.DefaultKeepEvery
 	maxCachedVerdicts = 512
 )
 
@@ -28,7 +28,7 @@ const (
 // a time: requests for a verdict being judged wait for that judgement.
 type verdictCache struct {
 	mu      sync.Mutex
-	entries map[verdictKey]judged
+	entries map[verdictKey]Judged
 	flight  singleflight.Group
 }
 
@@ -41,32 +41,33 @@ type verdictKey struct {
 	from, to int64  // a fixed window's bounds; zero for a moving one
 }
 
-// judged is a kept verdict. Its reasons keep at most the first of their
-// findings' IDs, and counts how many each had: all the page shows of them,
-// so that a kept verdict holds a few hundred bytes whatever its findings.
-type judged struct {
-	v      verdict.Verdict
-	counts []int // per reason, its findings
-	at     time.Time
+// Judged is a verdict as the lock page keeps it. Its reasons keep at most
+// the first of their findings' IDs, and Counts says how many each had: all
+// the page shows of them, so that a kept verdict holds a few hundred bytes
+// whatever its findings.
+type Judged struct {
+	Verdict verdict.Verdict
+	Counts  []int // per reason, its findings
+	At      time.Time
 }
 
-func compact(v verdict.Verdict, at time.Time) judged {
-	j := judged{v: v, counts: make([]int, len(v.Reasons)), at: at}
-	j.v.Reasons = slices.Clone(v.Reasons)
-	for i, r := range j.v.Reasons {
-		j.counts[i] = len(r.Findings)
-		j.v.Reasons[i].Findings = slices.Clip(r.Findings[:min(1, len(r.Findings))])
+func compact(v verdict.Verdict, at time.Time) Judged {
+	j := Judged{Verdict: v, Counts: make([]int, len(v.Reasons)), At: at}
+	j.Verdict.Reasons = slices.Clone(v.Reasons)
+	for i, r := range j.Verdict.Reasons {
+		j.Counts[i] = len(r.Findings)
+		j.Verdict.Reasons[i].Findings = slices.Clip(r.Findings[:min(1, len(r.Findings))])
 	}
 	return j
 }
 
 func newVerdictCache() *verdictCache {
-	return &verdictCache{entries: make(map[verdictKey]judged)}
+	return &verdictCache{entries: make(map[verdictKey]Judged)}
 }
 
-// get returns the verdict of key, judged by load at most verdictFresh
+// get returns the verdict of key, judged by load at most VerdictFresh
 // before now (compact), and when it was judged.
-func (c *verdictCache) get(ctx context.Context, key verdictKey, now time.Time, load func(context.Context) (verdict.Verdict, error)) (judged, error) {
+func (c *verdictCache) get(ctx context.Context, key verdictKey, now time.Time, load func(context.Context) (verdict.Verdict, error)) (Judged, error) {
 	if j, ok := c.fresh(key, now); ok {
 		return j, nil
 	}
@@ -86,26 +87,26 @@ func (c *verdictCache) get(ctx context.Context, key verdictKey, now time.Time, l
 		return j, nil
 	})
 	if err != nil {
-		return judged{}, err
+		return Judged{}, err
 	}
-	return res.(judged), nil
+	return res.(Judged), nil
 }
 
-func (c *verdictCache) fresh(key verdictKey, now time.Time) (judged, bool) {
+func (c *verdictCache) fresh(key verdictKey, now time.Time) (Judged, bool) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	j, ok := c.entries[key]
-	return j, ok && now.Sub(j.at) < verdictFresh && !j.at.After(now)
+	return j, ok && now.Sub(j.At) < VerdictFresh && !j.At.After(now)
 }
 
 // put keeps j, first dropping stale entries when the cache is full, and any
 // entry if none is stale.
-func (c *verdictCache) put(key verdictKey, j judged) {
+func (c *verdictCache) put(key verdictKey, j Judged) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.entries) >= maxCachedVerdicts {
 		for k, e := range c.entries {
-			if j.at.Sub(e.at) >= verdictFresh {
+			if j.At.Sub(e.At) >= VerdictFresh {
 				delete(c.entries, k)
 			}
 		}
@@ -121,7 +122,7 @@ func (c *verdictCache) put(key verdictKey, j judged) {
 
 // pageVerdictKey names the verdict of lock l over w, the window the page
 // judges for scope.
-func pageVerdictKey(l audit.Lock, scope string, page window, w verdict.Window) verdictKey {
+func pageVerdictKey(l audit.Lock, scope string, page Window, w verdict.Window) verdictKey {
 	switch {
 	case scope != "":
 		return verdictKey{lock: l.ID, scope: scope}

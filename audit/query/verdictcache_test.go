@@ -1,4 +1,4 @@
-package web
+package query
 
 import (
 	"context"
@@ -10,7 +10,7 @@ import (
 
 // TestVerdictCacheBounded: the cache keeps at most maxCachedVerdicts, each
 // reason with one finding ID and the count of them all, and judges a key
-// again once its verdict is verdictFresh old.
+// again once its verdict is VerdictFresh old.
 func TestVerdictCacheBounded(t *testing.T) {
 	c := newVerdictCache()
 	ctx := context.Background()
@@ -25,19 +25,19 @@ func TestVerdictCacheBounded(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.counts[0] != 3 || len(j.v.Reasons[0].Findings) != 1 || j.counts[1] != 0 || len(j.v.Reasons[1].Findings) != 0 {
-			t.Fatalf("kept reasons %+v with counts %v, want one ID of 3, then none", j.v.Reasons, j.counts)
+		if j.Counts[0] != 3 || len(j.Verdict.Reasons[0].Findings) != 1 || j.Counts[1] != 0 || len(j.Verdict.Reasons[1].Findings) != 0 {
+			t.Fatalf("kept reasons %+v with counts %v, want one ID of 3, then none", j.Verdict.Reasons, j.Counts)
 		}
 	}
 	if n := len(c.entries); n > maxCachedVerdicts {
 		t.Fatalf("%d verdicts kept, want at most %d", n, maxCachedVerdicts)
 	}
-	key := verdictKey{lock: maxCachedVerdicts + 9} // judged last: still kept
+	key := verdictKey{lock: maxCachedVerdicts + 9} // Judged last: still kept
 	before := loads
-	if _, err := c.get(ctx, key, t0.Add(verdictFresh-time.Millisecond), load); err != nil || loads != before {
-		t.Fatalf("within the round: judged again (%d loads, err %v)", loads-before, err)
+	if _, err := c.get(ctx, key, t0.Add(VerdictFresh-time.Millisecond), load); err != nil || loads != before {
+		t.Fatalf("within the round: Judged again (%d loads, err %v)", loads-before, err)
 	}
-	if _, err := c.get(ctx, key, t0.Add(verdictFresh), load); err != nil || loads != before+1 {
+	if _, err := c.get(ctx, key, t0.Add(VerdictFresh), load); err != nil || loads != before+1 {
 		t.Fatalf("a round later: %d loads, want 1 (err %v)", loads-before, err)
 	}
 }

@@ -1,0 +1,179 @@
+package query
+
+import (
+	"cmp"
+	"context"
+	"slices"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// What the overview lists at most.
+const (
+	OverviewList     = 10 // held locks, and locks near their expiry
+	OverviewFindings = 10
+	// StripSpan is how far back each held lock's strip reaches.
+	StripSpan     = time.Hour
+	stripTenures  = 200 // the newest in the span; a busier lock draws those
+	stripFindings = 50  // of each severity drawn
+)
+
+// Overview is the dashboard's front page at Now.
+type Overview struct {
+	Now    time.Time
+	Counts Counts
+	// Verdicts counts the locks of class lock by kept verdict.
+	Verdicts map[string]int
+	// Held are the most recently acquired held locks, each with its strip.
+	Held []HeldLock
+	// StripFrom is where the strips begin: StripSpan ago, or later when
+	// every tenure they show began later (with a tenth more before it), so
+	// that a young history is not squeezed into their last pixels.
+	StripFrom time.Time
+	// NearExpiry are the held locks with the least lease left, under the
+	// renew margin; none when no margin is set.
+	NearExpiry []audit.Lock
+	// Day is the last 24 hours, which Severities and Findings cover.
+	Day audit.TimeFilter
+	// Severities counts the findings of the Day by severity, heartbeats'
+	// left out as heartbeats are.
+	Severities map[audit.Severity]int
+	// Findings are the newest of the Day, in time order.
+	Findings []audit.Finding
+	Sources  Sources
+}
+
+// Counts are the overview's tiles.
+type Counts struct {
+	Locks, Held, Free, Expired int // class lock
+	Heartbeats                 int
+	NearExpiry                 int
+}
+
+// HeldLock is a held lock and what its strip draws over the last
+// StripSpan: its tenures, and its critical and warning findings.
+type HeldLock struct {
+	audit.Lock
+	Tenures  []audit.Tenure
+	Findings []audit.Finding
+}
+
+// Overview reads the overview at now.
+func (r *Reader) Overview(ctx context.Context, now time.Time) (Overview, error) {
+	counts, err := r.store.LockCounts(ctx)
+	if err != nil {
+		return Overview{}, err
+	}
+	o := Overview{Now: now, Counts: lockCounts(counts),
+		Day: audit.TimeFilter{From: now.Add(-24 * time.Hour), To: now}}
+	if o.Verdicts, err = r.store.VerdictCounts(ctx, audit.ClassLock); err != nil {
+		return Overview{}, err
+	}
+	if o.Held, o.StripFrom, err = r.heldLocks(ctx, now); err != nil {
+		return Overview{}, err
+	}
+	if o.NearExpiry, o.Counts.NearExpiry, err = r.nearExpiry(ctx, now); err != nil {
+		return Overview{}, err
+	}
+	// Heartbeats' findings (a node's lease running out) stay out of the
+	// overview, as heartbeats do; the findings page shows them on request.
+	if o.Severities, err = r.store.FindingCounts(ctx, audit.FindingCountFilter{TimeFilter: o.Day, Class: audit.ClassLock}); err != nil {
+		return Overview{}, err
+	}
+	if o.Findings, err = r.store.Findings(ctx, audit.FindingFilter{Class: audit.ClassLock,
+		TimeFilter: audit.TimeFilter{From: o.Day.From, Limit: OverviewFindings}}); err != nil {
+		return Overview{}, err
+	}
+	if o.Sources, err = r.sourcesSince(ctx, o.Day.From, counts); err != nil {
+		return Overview{}, err
+	}
+	return o, nil
+}
+
+// lockCounts adds up the lock counts of the overview's tiles.
+func lockCounts(counts []audit.LockCount) Counts {
+	var out Counts
+	for _, n := range counts {
+		if n.Class == audit.ClassHeartbeat {
+			out.Heartbeats += n.N
+			continue
+		}
+		out.Locks += n.N
+		switch n.State {
+		case audit.StateHeld:
+			out.Held += n.N
+		case audit.StateExpired:
+			out.Expired += n.N
+		default:
+			out.Free += n.N
+		}
+	}
+	return out
+}
+
+// nearExpiry reads the OverviewList held locks with the least lease left
+// under the renew margin, and counts them all.
+func (r *Reader) nearExpiry(ctx context.Context, now time.Time) ([]audit.Lock, int, error) {
+	if r.margin <= 0 {
+		return nil, 0, nil
+	}
+	nf := r.expiringFilter(now, OverviewList)
+	near, err := r.store.Locks(ctx, nf)
+	if err != nil || len(near) < OverviewList {
+		return near, len(near), err
+	}
+	nf.Limit = 0
+	n, err := r.store.CountLocks(ctx, nf)
+	return near, n, err
+}
+
+// heldLocks reads the overview's most recently acquired held locks, each
+// with its strip's tenures and findings, and where the strips begin.
+func (r *Reader) heldLocks(ctx context.Context, now time.Time) ([]HeldLock, time.Time, error) {
+	held, err := r.store.Locks(ctx, audit.LockFilter{Class: audit.ClassLock, State: audit.StateHeld, Sort: audit.SortChanged, Limit: OverviewList})
+	if err != nil {
+		return nil, time.Time{}, err
+	}
+	span := audit.TimeFilter{From: now.Add(-StripSpan), To: now}
+	out := make([]HeldLock, len(held))
+	first := now
+	for i, l := range held {
+		out[i].Lock = l
+		tf := span
+		tf.Limit = stripTenures
+		if out[i].Tenures, err = r.store.Tenures(ctx, l.ID, tf); err != nil {
+			return nil, time.Time{}, err
+		}
+		if out[i].Findings, err = r.stripFindings(ctx, l.ID, span); err != nil {
+			return nil, time.Time{}, err
+		}
+		if len(out[i].Tenures) > 0 {
+			first = audit.MinTime(first, out[i].Tenures[0].GrantedAt)
+		}
+	}
+	from := span.From
+	if fit := first.Add(-max(now.Sub(first)/10, 2*time.Second)); fit.After(from) {
+		from = fit
+	}
+	return out, from, nil
+}
+
+// stripFindings returns the newest critical and warning findings of lock id
+// in span, up to stripFindings of each, in time order: the strip draws no
+// info findings, and a lock that resources write to often has thousands of
+// those, which would crowd the others out of a read of the newest.
+func (r *Reader) stripFindings(ctx context.Context, id int64, span audit.TimeFilter) ([]audit.Finding, error) {
+	var out []audit.Finding
+	for _, sev := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning} {
+		ff := audit.FindingFilter{TimeFilter: span, LockID: id, Severity: sev}
+		ff.Limit = stripFindings
+		some, err := r.store.Findings(ctx, ff)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, some...)
+	}
+	slices.SortFunc(out, func(a, b audit.Finding) int { return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.ID, b.ID)) })
+	return out, nil
+}
