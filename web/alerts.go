@@ -50,14 +50,12 @@ func (s *Server) handleAlertsPage(c echo.Context) error {
 			p.Resolved = append(p.Resolved, s.alertRow(c, a, loc))
 		}
 	}
-	if s.margin > 0 {
-		near, err := s.store.Locks(ctx, s.expiringFilter(now, alertsNearList))
-		if err != nil {
-			return err
-		}
-		for _, l := range near {
-			p.NearExpiry = append(p.NearExpiry, s.lockRow(l, now, loc))
-		}
+	near, err := s.query.Expiring(ctx, now, alertsNearList)
+	if err != nil {
+		return err
+	}
+	for _, l := range near {
+		p.NearExpiry = append(p.NearExpiry, s.lockRow(l, now, loc))
 	}
 	return render(c, http.StatusOK, views.Alerts(p))
 }

@@ -1,15 +1,13 @@
 package web
 
 import (
-	"context"
 	"net/http"
-	"slices"
-	"strings"
 	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/query"
 )
 
 // JSON shapes of the API (README.md, "HTTP API"). Field names are a contract:
@@ -210,7 +208,7 @@ func toFindingJSON(f audit.Finding) findingJSON {
 }
 
 func (s *Server) handleAPISources(c echo.Context) error {
-	sources, err := s.sourceHealth(c.Request().Context())
+	sources, err := s.query.Sources(c.Request().Context())
 	if err != nil {
 		return err
 	}
@@ -249,22 +247,22 @@ func (s *Server) handleAPILocks(c echo.Context) error {
 	if err := parseLockPage(q, &lq); err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	locks, err := s.store.Locks(ctx, lq.LockFilter)
+	pg, err := s.query.Locks(c.Request().Context(), query.LocksQuery{Filter: lq.LockFilter, Limit: lq.Limit})
 	if err != nil {
 		return err
 	}
-	kept, err := s.keptVerdicts(ctx, locks)
-	if err != nil {
-		return err
-	}
-	out := make([]lockJSON, 0, len(locks))
-	for _, l := range locks {
-		j := toLockJSON(l)
-		j.Verdict = kept[l.ID].Verdict
-		out = append(out, j)
+	out := make([]lockJSON, 0, len(pg.Locks))
+	for _, l := range pg.Locks {
+		out = append(out, toKeptLockJSON(l))
 	}
 	return c.JSON(http.StatusOK, map[string]any{"locks": out})
+}
+
+// toKeptLockJSON is l with its kept verdict.
+func toKeptLockJSON(l query.KeptLock) lockJSON {
+	j := toLockJSON(l.Lock)
+	j.Verdict = l.Verdict
+	return j
 }
 
 func (s *Server) handleAPILock(c echo.Context) error {
@@ -272,18 +270,11 @@ func (s *Server) handleAPILock(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	l, err := s.store.Lock(ctx, id)
+	l, err := s.query.Lock(c.Request().Context(), id)
 	if err != nil {
 		return err
 	}
-	kept, err := s.keptVerdicts(ctx, []audit.Lock{l})
-	if err != nil {
-		return err
-	}
-	j := toLockJSON(l)
-	j.Verdict = kept[l.ID].Verdict
-	return c.JSON(http.StatusOK, j)
+	return c.JSON(http.StatusOK, toKeptLockJSON(l))
 }
 
 func (s *Server) handleAPIEvents(c echo.Context) error {
@@ -295,19 +286,19 @@ func (s *Server) handleAPIEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	events, err := s.store.Events(c.Request().Context(), id, f)
+	page, err := s.query.Events(c.Request().Context(), id, f, f.Limit)
 	if err != nil {
 		return err
 	}
-	out := make([]eventJSON, 0, len(events))
-	var oldest audit.EventCursor
-	for i, e := range events {
-		if i == 0 {
-			oldest = audit.EventCursor{At: e.At, ID: e.ID}
-		}
+	out := make([]eventJSON, 0, len(page.Events))
+	for _, e := range page.Events {
 		out = append(out, toEventJSON(e))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"events": out, "next": nextCursor(len(events), f.Limit, oldest)})
+	var next *string
+	if page.Older {
+		next = cursorOf(page.Events[0].At, page.Events[0].ID)
+	}
+	return c.JSON(http.StatusOK, map[string]any{"events": out, "next": next})
 }
 
 func (s *Server) handleAPITenures(c echo.Context) error {
@@ -319,7 +310,7 @@ func (s *Server) handleAPITenures(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	tenures, err := s.store.Tenures(c.Request().Context(), id, f)
+	tenures, err := s.query.Tenures(c.Request().Context(), id, f)
 	if err != nil {
 		return err
 	}
@@ -331,53 +322,22 @@ func (s *Server) handleAPITenures(c echo.Context) error {
 }
 
 func (s *Server) handleAPIFindings(c echo.Context) error {
-	f, err := s.parseFindingFilter(c)
+	fq, err := parseFindingsQuery(c.QueryParams())
 	if err != nil {
 		return err
 	}
-	findings, err := s.store.Findings(c.Request().Context(), f)
+	fq.Limit = fq.Filter.Limit
+	page, err := s.query.Findings(c.Request().Context(), fq)
 	if err != nil {
 		return err
 	}
-	out := make([]findingJSON, 0, len(findings))
-	var oldest audit.EventCursor
-	for i, fd := range findings {
-		if i == 0 {
-			oldest = audit.EventCursor{At: fd.At, ID: fd.ID}
-		}
+	out := make([]findingJSON, 0, len(page.Findings))
+	for _, fd := range page.Findings {
 		out = append(out, toFindingJSON(fd))
 	}
-	return c.JSON(http.StatusOK, map[string]any{"findings": out, "next": nextCursor(len(findings), f.Limit, oldest)})
-}
-
-// sourceHealth returns the sources with their collectors' health and each
-// one's newest event from the store, ordered by name.
-func (s *Server) sourceHealth(ctx context.Context) ([]audit.Source, error) {
-	var sources []audit.Source
-	if s.sources != nil {
-		sources = slices.Clone(s.sources())
-	} else {
-		for name, kind := range s.known {
-			sources = append(sources, audit.Source{Name: name, Kind: kind, State: audit.SourceDown})
-		}
+	var next *string
+	if page.Older {
+		next = cursorOf(page.Findings[0].At, page.Findings[0].ID)
 	}
-	last, err := s.store.LastEventAt(ctx)
-	switch {
-	case audit.ErrorCode(err) == audit.EUNAVAILABLE && ctx.Err() == nil:
-		// A database that is down is when source health matters most:
-		// answer with what the collectors know.
-		s.logger.Warn("source health without the stored last events", "err", err)
-	case err != nil:
-		return nil, err
-	}
-	for i := range sources {
-		if t, ok := last[sources[i].Name]; ok && t.After(sources[i].LastEventAt) {
-			sources[i].LastEventAt = t
-		}
-		if sources[i].State == "" {
-			sources[i].State = audit.SourceDown
-		}
-	}
-	slices.SortFunc(sources, func(a, b audit.Source) int { return strings.Compare(a.Name, b.Name) })
-	return sources, nil
+	return c.JSON(http.StatusOK, map[string]any{"findings": out, "next": next})
 }

@@ -2,7 +2,6 @@ package web
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"maps"
@@ -84,7 +83,7 @@ func (s *Server) handleOverview(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	counts, err := s.store.LockCounts(ctx)
+	o, err := s.query.Overview(ctx, now)
 	if err != nil {
 		return err
 	}
@@ -94,91 +93,27 @@ func (s *Server) handleOverview(c echo.Context) error {
 		Margin:      s.marginText(),
 		HeldURL:     "/locks?state=held&sort=changed",
 		NearURL:     nearExpiryURL,
-		FindingsURL: "/findings?" + url.Values{"from": {now.Add(-24 * time.Hour).UTC().Format(time.RFC3339)}}.Encode(),
+		FindingsURL: "/findings?" + url.Values{"from": {o.Day.From.UTC().Format(time.RFC3339)}}.Encode(),
+		Counts: views.OverviewCounts{Locks: o.Counts.Locks, Held: o.Counts.Held, Free: o.Counts.Free, Expired: o.Counts.Expired,
+			Heartbeats: o.Counts.Heartbeats, NearExpiry: o.Counts.NearExpiry, SourcesDown: o.Sources.Down()},
+		Verdicts: verdictCounts(o.Verdicts),
+		Findings: findingRows(o.Findings, loc, s.groupExposures),
+		Sources:  sourceRows(o.Sources, now, loc),
 	}
-	var perSource map[string]int
-	p.Counts, perSource = overviewCounts(counts)
-	if p.Verdicts, err = s.verdictCounts(ctx, audit.ClassLock); err != nil {
-		return err
-	}
-
-	if p.Held, p.StripLabel, err = s.heldRows(ctx, now, loc); err != nil {
-		return err
-	}
-	if s.margin > 0 {
-		nf := s.expiringFilter(now, overviewList)
-		near, err := s.store.Locks(ctx, nf)
-		if err != nil {
-			return err
-		}
-		for _, l := range near {
-			p.NearExpiry = append(p.NearExpiry, s.lockRow(l, now, loc))
-		}
-		if p.Counts.NearExpiry = len(near); len(near) == overviewList {
-			nf.Limit = 0
-			if p.Counts.NearExpiry, err = s.store.CountLocks(ctx, nf); err != nil {
-				return err
-			}
-		}
-	}
-
-	// Heartbeats' findings (a node's lease running out) stay out of the
-	// overview, as heartbeats do; the findings page shows them on request.
-	day := audit.TimeFilter{From: now.Add(-24 * time.Hour), To: now}
-	sev, err := s.store.FindingCounts(ctx, audit.FindingCountFilter{TimeFilter: day, Class: audit.ClassLock})
-	if err != nil {
-		return err
+	p.Held, p.StripLabel = s.heldRows(o, loc)
+	for _, l := range o.NearExpiry {
+		p.NearExpiry = append(p.NearExpiry, s.lockRow(l, now, loc))
 	}
 	// The tile counts what needs a look; info findings (exposures of
 	// milliseconds with every handover, rejected stale writes) beside it.
+	sev := o.Severities
 	p.Counts.Findings24h = sev[audit.SeverityCritical] + sev[audit.SeverityWarning]
 	p.Counts.Info24h = sev[audit.SeverityInfo]
 	for _, v := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning, audit.SeverityInfo} {
 		p.Severities = append(p.Severities, views.SeverityCount{Severity: string(v), N: sev[v],
-			URL: "/findings?" + url.Values{"severity": {string(v)}, "from": {day.From.UTC().Format(time.RFC3339)}}.Encode()})
-	}
-	findings, err := s.store.Findings(ctx, audit.FindingFilter{Class: audit.ClassLock,
-		TimeFilter: audit.TimeFilter{From: day.From, Limit: overviewFindings}})
-	if err != nil {
-		return err
-	}
-	p.Findings = findingRows(findings, loc, s.groupExposures)
-
-	rows, err := s.sourceRows(ctx, now, loc, day.From, perSource)
-	if err != nil {
-		return err
-	}
-	p.Sources = rows
-	for _, r := range rows {
-		if r.State != audit.SourceUp {
-			p.Counts.SourcesDown++
-		}
+			URL: "/findings?" + url.Values{"severity": {string(v)}, "from": {o.Day.From.UTC().Format(time.RFC3339)}}.Encode()})
 	}
 	return render(c, http.StatusOK, views.Overview(p))
-}
-
-// overviewCounts adds up the lock counts of the overview's tiles, and the
-// locks of each source, heartbeats included.
-func overviewCounts(counts []audit.LockCount) (views.OverviewCounts, map[string]int) {
-	var out views.OverviewCounts
-	perSource := map[string]int{}
-	for _, n := range counts {
-		perSource[n.Source] += n.N
-		if n.Class == audit.ClassHeartbeat {
-			out.Heartbeats += n.N
-			continue
-		}
-		out.Locks += n.N
-		switch n.State {
-		case audit.StateHeld:
-			out.Held += n.N
-		case audit.StateExpired:
-			out.Expired += n.N
-		default:
-			out.Free += n.N
-		}
-	}
-	return out, perSource
 }
 
 func (s *Server) handleLocksPage(c echo.Context) error {
@@ -199,14 +134,11 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 		return err
 	}
 	limit := pageLimit(lq.Limit, pageLocks)
-	lq.Limit = limit + 1
-
-	ctx := c.Request().Context()
-	pg, err := s.pageOfLocks(ctx, lq.LockFilter, limit)
+	pg, err := s.query.Locks(c.Request().Context(), query.LocksQuery{Filter: lq.LockFilter, Limit: limit, Count: true})
 	if err != nil {
 		return err
 	}
-	locks, hasPrev, hasNext, total, atLeast := pg.locks, pg.hasPrev, pg.hasNext, pg.total, pg.atLeast
+	locks, hasPrev, hasNext := pg.Locks, pg.HasPrev, pg.HasNext
 
 	now := s.now()
 	p := views.LocksPage{
@@ -220,8 +152,8 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 			Verdict: lq.Verdict,
 			Sort:    sortName,
 		},
-		Total:        total,
-		TotalAtLeast: atLeast,
+		Total:        pg.Total,
+		TotalAtLeast: pg.AtLeast,
 		Truncated:    hasNext,
 		Limit:        limit,
 		Now:          stampIn(now, loc),
@@ -238,58 +170,17 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 	if lq.After != 0 || lq.Before != 0 {
 		p.First = withQuery("/locks", q, "after", "", "before", "")
 	}
-	p.Sources = s.sourceNames()
+	p.Sources = s.query.SourceNames()
 	if lq.Source != "" && !slices.Contains(p.Sources, lq.Source) {
 		// Keep a filter from a shared URL visible even if that source is gone.
 		p.Sources = append(p.Sources, lq.Source)
 	}
-	if p.Locks, err = s.lockRows(ctx, locks, now, loc); err != nil {
-		return err
+	for _, l := range locks {
+		row := s.lockRow(l.Lock, now, loc)
+		row.Verdict = l.Verdict
+		p.Locks = append(p.Locks, row)
 	}
 	return render(c, http.StatusOK, views.Locks(p))
-}
-
-// lockListPage is one page of the locks list, and where it stands in it.
-type lockListPage struct {
-	locks            []audit.Lock
-	hasPrev, hasNext bool
-	total            int
-	atLeast          bool // total is a cap: a search counts only so far
-}
-
-// pageOfLocks reads the page of f (whose Limit is limit+1, to tell whether
-// more follow) and counts the whole list.
-func (s *Server) pageOfLocks(ctx context.Context, f audit.LockFilter, limit int) (lockListPage, error) {
-	var pg lockListPage
-	var err error
-	if pg.locks, err = s.store.Locks(ctx, f); err != nil {
-		return pg, err
-	}
-	if f.After == 0 && f.Before == 0 && len(pg.locks) <= limit {
-		pg.total = len(pg.locks) // the whole list fits this page
-	} else {
-		cf := f
-		cf.Limit = 0
-		if cf.Q != "" {
-			// A substring is tested on every index entry: count only so
-			// far.
-			cf.Limit = searchCountCap
-		}
-		if pg.total, err = s.store.CountLocks(ctx, cf); err != nil {
-			return pg, err
-		}
-		pg.atLeast = cf.Limit > 0 && pg.total == cf.Limit
-	}
-	if len(pg.locks) > limit {
-		if f.Before != 0 {
-			pg.locks, pg.hasPrev = pg.locks[1:], true
-		} else {
-			pg.locks, pg.hasNext = pg.locks[:limit], true
-		}
-	}
-	pg.hasNext = pg.hasNext || f.Before != 0
-	pg.hasPrev = pg.hasPrev || f.After != 0
-	return pg, nil
 }
 
 // locksSorts are the locks list's column orders, the current one marked.
@@ -301,20 +192,6 @@ func locksSorts(q url.Values, sortName string) []views.Link {
 			URL: withQuery("/locks", q, "sort", o.key, "after", "", "before", "")})
 	}
 	return out
-}
-
-// sourceNames lists the configured sources' names in order.
-func (s *Server) sourceNames() []string {
-	var names []string
-	if s.sources != nil {
-		for _, src := range s.sources() {
-			names = append(names, src.Name)
-		}
-	} else {
-		names = slices.Collect(maps.Keys(s.known))
-	}
-	slices.Sort(names)
-	return slices.Compact(names)
 }
 
 func (s *Server) lockRow(l audit.Lock, now time.Time, loc *time.Location) views.LockRow {
@@ -331,7 +208,7 @@ func (s *Server) lockRow(l audit.Lock, now time.Time, loc *time.Location) views.
 		Changed:    stampAgo(l.ChangedAt, loc, now),
 		ExpiresIn:  expiresIn(l, now),
 		LeftPct:    leftPct(l, now),
-		NearExpiry: s.nearExpiry(l, now),
+		NearExpiry: s.query.NearExpiry(l, now),
 	}
 	if l.Holder != "" {
 		row.HolderURL = holderURL(l.Holder)
@@ -449,7 +326,7 @@ func (s *Server) lockSummary(l audit.Lock, loc *time.Location, now time.Time) vi
 		Expires:       stampIn(l.ExpiresAt, loc),
 		ExpiresIn:     expiresIn(l, now),
 		LeftPct:       leftPct(l, now),
-		NearExpiry:    s.nearExpiry(l, now),
+		NearExpiry:    s.query.NearExpiry(l, now),
 		Changed:       stampAgo(l.ChangedAt, loc, now),
 	}
 }
@@ -634,22 +511,22 @@ func eventRow(e audit.Event, loc *time.Location) views.EventRow {
 }
 
 func (s *Server) handleFindingsPage(c echo.Context) error {
-	f, err := s.parseFindingFilter(c)
+	q := c.QueryParams()
+	fq, err := parseFindingsQuery(q)
 	if err != nil {
 		return err
 	}
-	q := c.QueryParams()
 	loc, err := parseZone(q)
 	if err != nil {
 		return err
 	}
-	limit := pageLimit(f.Limit, pageFindings)
-	f.Limit = limit + 1
-	findings, err := s.store.Findings(c.Request().Context(), f)
+	limit := pageLimit(fq.Filter.Limit, pageFindings)
+	fq.Limit = limit
+	page, err := s.query.Findings(c.Request().Context(), fq)
 	if err != nil {
 		return err
 	}
-	findings, older := newest(findings, limit)
+	f, findings, older := fq.Filter, page.Findings, page.Older
 
 	p := views.FindingsPage{
 		Filter: views.FindingFilter{
@@ -665,12 +542,12 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 		Truncated:  older,
 		Limit:      limit,
 		Severities: []string{string(audit.SeverityCritical), string(audit.SeverityWarning), string(audit.SeverityInfo)},
-		Sources:    s.sourceNames(),
+		Sources:    s.query.SourceNames(),
 	}
 	if f.Source != "" && !slices.Contains(p.Sources, f.Source) {
 		p.Sources = append(p.Sources, f.Source)
 	}
-	if p.Filter.Class == "" && f.Class == "" {
+	if !fq.ClassGiven && !fq.Lock.IsZero() {
 		p.Filter.Class = "all" // a named lock's findings, whatever its class
 	}
 	for _, k := range audit.FindingKinds {
@@ -691,36 +568,22 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 }
 
 func (s *Server) handleSourcesPage(c echo.Context) error {
-	ctx := c.Request().Context()
 	loc, err := parseZone(c.QueryParams())
 	if err != nil {
 		return err
 	}
 	now := s.now()
-	since := now.Add(-30 * 24 * time.Hour)
-	counts, err := s.store.LockCounts(ctx)
-	if err != nil {
-		return err
-	}
-	perSource := map[string]int{}
-	for _, n := range counts {
-		perSource[n.Source] += n.N
-	}
-	rows, err := s.sourceRows(ctx, now, loc, since, perSource)
-	if err != nil {
-		return err
-	}
-	blinds, err := s.store.BlindWindows(ctx, audit.BlindFilter{TimeFilter: audit.TimeFilter{From: since, Limit: sourcesBlindLimit}})
+	v, err := s.query.SourcesPage(c.Request().Context(), now)
 	if err != nil {
 		return err
 	}
 	p := views.SourcesPage{
 		Live:    views.Live{ID: "sources-live", URL: c.Request().URL.RequestURI(), Every: refreshOverview},
 		Now:     stampIn(now, loc),
-		Sources: rows,
-		Since:   stampIn(since, loc),
+		Sources: sourceRows(v, now, loc),
+		Since:   stampIn(v.Since, loc),
 	}
-	for _, b := range slices.Backward(blinds) {
+	for _, b := range slices.Backward(v.Blinds) {
 		p.Blinds = append(p.Blinds, views.BlindRow{
 			Source:   printable(b.Source),
 			From:     stampIn(b.From, loc),
@@ -735,44 +598,24 @@ func (s *Server) handleSourcesPage(c echo.Context) error {
 	return render(c, http.StatusOK, views.Sources(p))
 }
 
-// sourceRows describes every source's health, its cursor, lock count and its
-// blind windows since a time.
-func (s *Server) sourceRows(ctx context.Context, now time.Time, loc *time.Location, since time.Time, locks map[string]int) ([]views.SourceRow, error) {
-	sources, err := s.sourceHealth(ctx)
-	if err != nil {
-		return nil, err
-	}
-	cursors, err := s.store.Cursors(ctx)
-	if err != nil {
-		return nil, err
-	}
-	blinds, err := s.store.BlindWindows(ctx, audit.BlindFilter{TimeFilter: audit.TimeFilter{From: since, Limit: sourcesBlindLimit}})
-	if err != nil {
-		return nil, err
-	}
-	blindCount := map[string]int{}
-	for _, b := range blinds {
-		blindCount[b.Source]++
-	}
-	cursorOf := map[string]audit.Cursor{}
-	for _, cur := range cursors {
-		cursorOf[cur.Source] = cur
-	}
+// sourceRows describes every source of v: its health, cursor, lock count
+// and blind windows since v.Since.
+func sourceRows(v query.Sources, now time.Time, loc *time.Location) []views.SourceRow {
 	var rows []views.SourceRow
-	for _, src := range sources {
+	for _, src := range v.Statuses {
 		row := views.SourceRow{
 			Name:       printable(src.Name),
 			Kind:       string(src.Kind),
 			State:      src.State,
 			LastEvent:  stampAgo(src.LastEventAt, loc, now),
 			BlindSince: stampAgo(src.BlindSince, loc, now),
-			Blinds:     blindCount[src.Name],
+			Blinds:     src.Blinds,
 			Degraded:   printable(src.Degraded),
 			Error:      printable(src.Error),
-			Locks:      locks[src.Name],
+			Locks:      src.Locks,
 			LocksURL:   "/locks?" + url.Values{"source": {src.Name}, "class": {"all"}}.Encode(),
 			BlindsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {src.Name}, "class": {"all"},
-				"from": {since.UTC().Format(time.RFC3339)}}.Encode(),
+				"from": {v.Since.UTC().Format(time.RFC3339)}}.Encode(),
 		}
 		if !src.LagAt.IsZero() {
 			if row.Lag = duration(src.Lag); row.Lag == "" {
@@ -780,22 +623,13 @@ func (s *Server) sourceRows(ctx context.Context, now time.Time, loc *time.Locati
 			}
 			row.LagAt = stampAgo(src.LagAt, loc, now)
 		}
-		if cur, ok := cursorOf[src.Name]; ok {
-			row.Cursor = printable(cur.Position)
-			row.CursorAt = stampAgo(cur.At, loc, now)
+		if src.HasCursor {
+			row.Cursor = printable(src.Cursor.Position)
+			row.CursorAt = stampAgo(src.Cursor.At, loc, now)
 		}
 		rows = append(rows, row)
 	}
-	return rows, nil
-}
-
-// newest keeps the last n items of a list in time order (the store returns
-// the newest when asked for one more than n) and says whether it dropped any.
-func newest[T any](items []T, n int) ([]T, bool) {
-	if len(items) <= n {
-		return items, false
-	}
-	return items[len(items)-n:], true
+	return rows
 }
 
 func findingRow(f audit.Finding, loc *time.Location) views.FindingRow {
@@ -878,22 +712,8 @@ func prunedText(p *audit.RenewalSummary) string {
 }
 
 // marginText is the renew margin as a percentage, e.g. "25%".
-func (s *Server) marginText() string { return strconv.Itoa(int(s.margin*100+0.5)) + "%" }
-
-// expiringFilter selects the held locks (class lock) with less than the renew
-// margin of their lease left at now, least left first.
-func (s *Server) expiringFilter(now time.Time, limit int) audit.LockFilter {
-	return audit.LockFilter{Class: audit.ClassLock, ExpiringBy: s.margin, ExpiringAt: now, Sort: audit.SortExpiry, Limit: limit}
-}
-
-// nearExpiry reports whether a held lock has less than the renew margin of its
-// lease left (or is past its expiry without having been released).
-func (s *Server) nearExpiry(l audit.Lock, now time.Time) bool {
-	if s.margin == 0 || l.State != audit.StateHeld || l.ExpiresAt.IsZero() || l.LeaseDuration <= 0 {
-		return false
-	}
-	left := l.ExpiresAt.Sub(now)
-	return float64(left) < s.margin*float64(l.LeaseDuration)
+func (s *Server) marginText() string {
+	return strconv.Itoa(int(s.query.RenewMarginRatio()*100+0.5)) + "%"
 }
 
 // expiresIn says how long a held lock's lease has left, or how long ago it ran out.

@@ -51,17 +51,10 @@ func parseTimeFilter(q url.Values) (audit.TimeFilter, error) {
 	return f, nil
 }
 
-// nextCursor returns the before cursor of the page after a full one (n items
-// of limit, or of the default limit when limit is 0) whose oldest item is at
-// oldest; nil after a page that was not full, which was the last.
-func nextCursor(n, limit int, oldest audit.EventCursor) *string {
-	if limit <= 0 {
-		limit = audit.DefaultListLimit
-	}
-	if n == 0 || n < limit {
-		return nil
-	}
-	s := formatCursor(oldest.At, oldest.ID)
+// cursorOf is the before cursor of the page after one whose oldest item
+// is at, id: the API's next.
+func cursorOf(at time.Time, id int64) *string {
+	s := formatCursor(at, id)
 	return &s
 }
 
@@ -188,7 +181,7 @@ func parseLockQuery(q url.Values) (lockQuery, error) {
 func parseLockPage(q url.Values, lq *lockQuery) error {
 	if k := audit.SourceKind(q.Get("kind")); k != "" {
 		if !k.Valid() {
-			return audit.Errorf(audit.EINVALID, `kind: must be "etcd", "kubernetes" or "redis"`)
+			return mustBe("kind", audit.SourceKinds)
 		}
 		lq.Kind = k
 	}
@@ -239,62 +232,47 @@ func parseEventFilter(q url.Values) (audit.EventFilter, error) {
 	return f, nil
 }
 
-// parseFindingFilter reads the findings list parameters. A lock id is checked
-// to exist, so a typo answers 404 rather than an empty list. Without class,
+// parseFindingsQuery reads the findings list parameters. Without class,
 // only findings of class lock match, unless a lock is named.
-func (s *Server) parseFindingFilter(c echo.Context) (audit.FindingFilter, error) {
-	q := c.QueryParams()
-	var f audit.FindingFilter
+func parseFindingsQuery(q url.Values) (query.FindingsQuery, error) {
+	var fq query.FindingsQuery
+	f := &fq.Filter
 	var err error
 	if f.TimeFilter, err = parseTimeFilter(q); err != nil {
-		return f, err
+		return fq, err
 	}
 	if k := audit.FindingKind(q.Get("kind")); k != "" {
 		if !k.Valid() {
-			return f, audit.Errorf(audit.EINVALID, "kind: unknown finding kind %q", truncate(string(k), 64))
+			return fq, audit.Errorf(audit.EINVALID, "kind: unknown finding kind %q", truncate(string(k), 64))
 		}
 		f.Kind = k
 	}
 	if sev := audit.Severity(q.Get("severity")); sev != "" {
 		if !sev.Valid() {
-			return f, audit.Errorf(audit.EINVALID, `severity: must be "critical", "warning" or "info"`)
+			return fq, audit.Errorf(audit.EINVALID, `severity: must be "critical", "warning" or "info"`)
 		}
 		f.Severity = sev
 	}
 	f.Resource = q.Get("resource")
 	f.Source = q.Get("source")
 	if f.Before, err = parseCursor(q, "before"); err != nil {
-		return f, err
+		return fq, err
 	}
 	if f.Class, err = parseClass(q, audit.ClassLock); err != nil {
-		return f, err
+		return fq, err
 	}
+	fq.ClassGiven = q.Get("class") != ""
 	if v := q.Get("lock"); v != "" {
 		// A lock id, or (an addition to the API) SOURCE/NAME.
 		if isDigits(v) || !strings.Contains(v, "/") {
-			if f.LockID, err = parseID("lock", v); err != nil {
-				return f, err
-			}
-			if _, err := s.store.Lock(c.Request().Context(), f.LockID); err != nil {
-				return f, err
-			}
-		} else {
-			key, err := audit.ParseLockKey(v)
-			if err != nil {
-				return f, audit.Errorf(audit.EINVALID, "lock: must be a lock id or SOURCE/NAME")
-			}
-			l, err := s.store.LockByKey(c.Request().Context(), key)
-			if err != nil {
-				return f, err
-			}
-			f.LockID = l.ID
+			fq.Lock.ID, err = parseID("lock", v)
+			return fq, err
+		}
+		if fq.Lock.Key, err = audit.ParseLockKey(v); err != nil {
+			return fq, audit.Errorf(audit.EINVALID, "lock: must be a lock id or SOURCE/NAME")
 		}
 	}
-	if q.Get("class") == "" && f.LockID != 0 {
-		// A lock asked for by name shows its findings whatever its class.
-		f.Class = ""
-	}
-	return f, nil
+	return fq, nil
 }
 
 // truncate shortens s to at most n bytes without splitting a UTF-8 sequence,

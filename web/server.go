@@ -29,8 +29,8 @@ import (
 	"golang.org/x/sync/semaphore"
 
 	"github.com/leasewatch/leasewatch/audit"
-	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/audit/alert"
+	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/audit/verdict"
 	"github.com/leasewatch/leasewatch/static"
 )
@@ -141,22 +141,22 @@ const (
 
 // Server is leasewatch's HTTP server.
 type Server struct {
-	store    audit.Reads
-	writes   WriteReporter
-	sources  func() []audit.Source
-	known    map[string]audit.SourceKind
-	tokens   [][32]byte // SHA-256 of each ingest token
-	ready    func(ctx context.Context) error
-	now      func() time.Time
-	margin   float64
-	alerts   func() (firing, resolved []alert.Alert)
-	logger   *slog.Logger
-	metrics  *metrics
-	auth     *authenticator // nil: open
-	tls      *tls.Config
-	timeout  Timeouts
-	reviews  *semaphore.Weighted // the incident reviews built at once
-	query    *query.Reader
+	store   audit.Reads
+	writes  WriteReporter
+	sources func() []audit.Source
+	known   map[string]audit.SourceKind
+	tokens  [][32]byte // SHA-256 of each ingest token
+	ready   func(ctx context.Context) error
+	now     func() time.Time
+	margin  float64
+	alerts  func() (firing, resolved []alert.Alert)
+	logger  *slog.Logger
+	metrics *metrics
+	auth    *authenticator // nil: open
+	tls     *tls.Config
+	timeout Timeouts
+	reviews *semaphore.Weighted // the incident reviews built at once
+	query   *query.Reader
 	// groupExposures folds shorter exposures in the findings lists.
 	groupExposures time.Duration
 	echo           *echo.Echo
@@ -171,18 +171,18 @@ func New(cfg Config) (*Server, error) {
 		return nil, fmt.Errorf("web: RenewMarginRatio %v: want 0 <= ratio < 1", cfg.RenewMarginRatio)
 	}
 	s := &Server{
-		store:    cfg.Store,
-		writes:   cfg.Writes,
-		sources:  cfg.Sources,
-		known:    cfg.KnownSources,
-		ready:    cfg.Ready,
-		now:      cfg.Now,
-		margin:   cfg.RenewMarginRatio,
-		alerts:   cfg.Alerts,
-		logger:   cfg.Logger,
-		tls:      cfg.TLS,
-		timeout:  cfg.Timeouts.withDefaults(),
-		reviews:  semaphore.NewWeighted(reviewTurns),
+		store:   cfg.Store,
+		writes:  cfg.Writes,
+		sources: cfg.Sources,
+		known:   cfg.KnownSources,
+		ready:   cfg.Ready,
+		now:     cfg.Now,
+		margin:  cfg.RenewMarginRatio,
+		alerts:  cfg.Alerts,
+		logger:  cfg.Logger,
+		tls:     cfg.TLS,
+		timeout: cfg.Timeouts.withDefaults(),
+		reviews: semaphore.NewWeighted(reviewTurns),
 
 		groupExposures: cmp.Or(cfg.GroupExposuresUnder, DefaultGroupExposuresUnder),
 	}

@@ -1,13 +1,11 @@
 package web
 
 import (
-	"cmp"
-	"context"
 	"fmt"
-	"slices"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/views"
 )
 
@@ -17,52 +15,25 @@ import (
 // stands out before anyone reads a row. Info findings (mostly exposures of
 // milliseconds) are left out.
 
-const (
-	stripSpan     = time.Hour
-	stripWidth    = 120.0
-	stripTenures  = 200 // the newest in the hour; a busier lock draws those
-	stripFindings = 50
-)
+const stripWidth = 120.0
 
-// heldRows returns the overview's most recently acquired held locks, each
-// with its strip, and what the strips span in words. They share one scale:
-// the last hour, or less when every tenure they show began later (with a
-// tenth more before it), so that a young history is not squeezed into the
-// strips' last pixels.
-func (s *Server) heldRows(ctx context.Context, now time.Time, loc *time.Location) ([]views.LockRow, string, error) {
-	held, err := s.store.Locks(ctx, audit.LockFilter{Class: audit.ClassLock, State: audit.StateHeld, Sort: audit.SortChanged, Limit: overviewList})
-	if err != nil {
-		return nil, "", err
+// heldRows are the overview's held locks, each with its strip, and what the
+// strips span in words. They share one scale: the last hour, or less when
+// every tenure they show began later.
+func (s *Server) heldRows(o query.Overview, loc *time.Location) ([]views.LockRow, string) {
+	now, from := o.Now, o.StripFrom
+	label := "Last hour"
+	if from.After(now.Add(-query.StripSpan)) {
+		label = "Last " + duration(now.Sub(from).Round(time.Second))
 	}
-	hour := audit.TimeFilter{From: now.Add(-stripSpan), To: now}
-	tenures := make([][]audit.Tenure, len(held))
-	findings := make([][]audit.Finding, len(held))
-	first := now
-	for i, l := range held {
-		tf := hour
-		tf.Limit = stripTenures
-		if tenures[i], err = s.store.Tenures(ctx, l.ID, tf); err != nil {
-			return nil, "", err
-		}
-		if findings[i], err = s.stripFindings(ctx, l.ID, hour); err != nil {
-			return nil, "", err
-		}
-		if len(tenures[i]) > 0 {
-			first = audit.MinTime(first, tenures[i][0].GrantedAt)
-		}
-	}
-	from, label := hour.From, "Last hour"
-	if fit := first.Add(-max(now.Sub(first)/10, 2*time.Second)); fit.After(hour.From) {
-		from, label = fit, "Last "+duration(now.Sub(fit).Round(time.Second))
-	}
-	rows := make([]views.LockRow, 0, len(held))
-	for i, l := range held {
-		row := s.lockRow(l, now, loc)
-		row.Acquired = stampAgo(l.AcquiredAt, loc, now) // short, beside the strip
-		row.Strip = lockStrip(tenures[i], findings[i], from, now, loc)
+	rows := make([]views.LockRow, 0, len(o.Held))
+	for _, h := range o.Held {
+		row := s.lockRow(h.Lock, now, loc)
+		row.Acquired = stampAgo(h.AcquiredAt, loc, now) // short, beside the strip
+		row.Strip = lockStrip(h.Tenures, h.Findings, from, now, loc)
 		rows = append(rows, row)
 	}
-	return rows, label, nil
+	return rows, label
 }
 
 // lockStrip draws tenures and findings over [from, to].
@@ -111,23 +82,4 @@ func plural(n int, noun string) string {
 		return fmt.Sprintf("%d %sies", n, noun[:len(noun)-1])
 	}
 	return fmt.Sprintf("%d %ss", n, noun)
-}
-
-// stripFindings returns the newest critical and warning findings of lock id
-// in hour, up to stripFindings of each, in time order: the strip draws no
-// info findings, and a lock that resources write to often has thousands of
-// those, which would crowd the others out of a read of the newest.
-func (s *Server) stripFindings(ctx context.Context, id int64, hour audit.TimeFilter) ([]audit.Finding, error) {
-	var out []audit.Finding
-	for _, sev := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning} {
-		ff := audit.FindingFilter{TimeFilter: hour, LockID: id, Severity: sev}
-		ff.Limit = stripFindings
-		some, err := s.store.Findings(ctx, ff)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, some...)
-	}
-	slices.SortFunc(out, func(a, b audit.Finding) int { return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.ID, b.ID)) })
-	return out, nil
 }

@@ -1,10 +1,9 @@
 package web
 
 import (
-	"context"
 	"net/url"
+	"strconv"
 	"strings"
-	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/verdict"
@@ -20,50 +19,27 @@ func parseVerdict(q url.Values) (string, error) {
 	if v == "" || verdict.Kind(v).Valid() {
 		return v, nil
 	}
-	names := make([]string, len(verdict.Kinds))
-	for i, k := range verdict.Kinds {
-		names[i] = `"` + string(k) + `"`
-	}
-	return "", audit.Errorf(audit.EINVALID, "verdict: must be %s", strings.Join(names, ", "))
+	return "", mustBe("verdict", verdict.Kinds)
 }
 
-// keptVerdicts returns the kept verdicts of locks, by lock id.
-func (s *Server) keptVerdicts(ctx context.Context, locks []audit.Lock) (map[int64]audit.LockVerdict, error) {
-	ids := make([]int64, len(locks))
-	for i, l := range locks {
-		ids[i] = l.ID
+// mustBe is the error of a parameter that is none of values.
+func mustBe[T ~string](param string, values []T) error {
+	quoted := make([]string, len(values))
+	for i, v := range values {
+		quoted[i] = strconv.Quote(string(v))
 	}
-	return s.store.Verdicts(ctx, ids)
+	return audit.Errorf(audit.EINVALID, "%s: must be %s", param, strings.Join(quoted, ", "))
 }
 
-// lockRows returns the table rows of locks, with their kept verdicts.
-func (s *Server) lockRows(ctx context.Context, locks []audit.Lock, now time.Time, loc *time.Location) ([]views.LockRow, error) {
-	kept, err := s.keptVerdicts(ctx, locks)
-	if err != nil {
-		return nil, err
-	}
-	rows := make([]views.LockRow, 0, len(locks))
-	for _, l := range locks {
-		row := s.lockRow(l, now, loc)
-		row.Verdict = kept[l.ID].Verdict
-		rows = append(rows, row)
-	}
-	return rows, nil
-}
-
-// verdictCounts returns the overview's count of locks of class per kept
-// verdict, in verdict order, each linked to the locks list filtered by it.
-func (s *Server) verdictCounts(ctx context.Context, class audit.Class) ([]views.VerdictCount, error) {
-	counts, err := s.store.VerdictCounts(ctx, class)
-	if err != nil {
-		return nil, err
-	}
+// verdictCounts are the overview's counts of locks per kept verdict, in
+// verdict order, each linked to the locks list filtered by it.
+func verdictCounts(counts map[string]int) []views.VerdictCount {
 	out := make([]views.VerdictCount, 0, len(verdict.Kinds))
 	for _, k := range verdict.Kinds {
 		out = append(out, views.VerdictCount{Kind: string(k), N: counts[string(k)],
 			URL: "/locks?" + url.Values{"verdict": {string(k)}}.Encode()})
 	}
-	return out, nil
+	return out
 }
 
 // The choices of the locks list's kind and verdict filters.

@@ -16,7 +16,7 @@ const (
 	// StripSpan is how far back each held lock's strip reaches.
 	StripSpan     = time.Hour
 	stripTenures  = 200 // the newest in the span; a busier lock draws those
-	stripFindings = 50  // of each severity drawn
+	StripFindings = 50  // of each severity drawn
 )
 
 // Overview is the dashboard's front page at Now.
@@ -115,17 +115,22 @@ func lockCounts(counts []audit.LockCount) Counts {
 // nearExpiry reads the OverviewList held locks with the least lease left
 // under the renew margin, and counts them all.
 func (r *Reader) nearExpiry(ctx context.Context, now time.Time) ([]audit.Lock, int, error) {
-	if r.margin <= 0 {
-		return nil, 0, nil
-	}
-	nf := r.expiringFilter(now, OverviewList)
-	near, err := r.store.Locks(ctx, nf)
+	near, err := r.Expiring(ctx, now, OverviewList)
 	if err != nil || len(near) < OverviewList {
 		return near, len(near), err
 	}
-	nf.Limit = 0
-	n, err := r.store.CountLocks(ctx, nf)
+	n, err := r.store.CountLocks(ctx, r.expiringFilter(now, 0))
 	return near, n, err
+}
+
+// Expiring reads the limit held locks (class lock) with the least lease
+// left at now under the renew margin, least left first; none when no
+// margin is set.
+func (r *Reader) Expiring(ctx context.Context, now time.Time, limit int) ([]audit.Lock, error) {
+	if r.margin <= 0 {
+		return nil, nil
+	}
+	return r.store.Locks(ctx, r.expiringFilter(now, limit))
 }
 
 // heldLocks reads the overview's most recently acquired held locks, each
@@ -160,14 +165,14 @@ func (r *Reader) heldLocks(ctx context.Context, now time.Time) ([]HeldLock, time
 }
 
 // stripFindings returns the newest critical and warning findings of lock id
-// in span, up to stripFindings of each, in time order: the strip draws no
+// in span, up to StripFindings of each, in time order: the strip draws no
 // info findings, and a lock that resources write to often has thousands of
 // those, which would crowd the others out of a read of the newest.
 func (r *Reader) stripFindings(ctx context.Context, id int64, span audit.TimeFilter) ([]audit.Finding, error) {
 	var out []audit.Finding
 	for _, sev := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning} {
 		ff := audit.FindingFilter{TimeFilter: span, LockID: id, Severity: sev}
-		ff.Limit = stripFindings
+		ff.Limit = StripFindings
 		some, err := r.store.Findings(ctx, ff)
 		if err != nil {
 			return nil, err
