@@ -435,6 +435,10 @@ func TestAPIPagesByCursor(t *testing.T) {
 			if m := f.getJSON(t, strings.Replace(tc.base, "limit=2", "limit=100", 1), http.StatusOK); m["next"] != nil {
 				t.Errorf("a page that was not full has next %v", m["next"])
 			}
+			exact := strings.Replace(tc.base, "limit=2", "limit="+itoa(n), 1)
+			if m := f.getJSON(t, exact, http.StatusOK); len(list(t, m, tc.list)) != n || m["next"] != nil {
+				t.Errorf("the page holding the last item (%d of %d) has next %v, want null", len(list(t, m, tc.list)), n, m["next"])
+			}
 			for _, bad := range []string{"yesterday", "12-", "-4", "12-0", "12--3", "1-2-3"} {
 				wantError(t, f.getJSON(t, tc.base+"&before="+url.QueryEscape(bad), http.StatusBadRequest), "before")
 			}

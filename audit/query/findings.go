@@ -80,7 +80,7 @@ func (r *Reader) Findings(ctx context.Context, q FindingsQuery) (FindingList, er
 	if err != nil {
 		return FindingList{}, err
 	}
-	findings, older := newest(findings, limit)
+	findings, older := olderPage(findings, limit)
 	return FindingList{Findings: findings, Older: older, LockID: f.LockID}, nil
 }
 
@@ -102,7 +102,7 @@ func (r *Reader) Events(ctx context.Context, id int64, f audit.EventFilter, limi
 	if err != nil {
 		return EventList{}, err
 	}
-	events, older := newest(events, limit)
+	events, older := olderPage(events, limit)
 	return EventList{Events: events, Older: older}, nil
 }
 

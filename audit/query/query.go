@@ -152,3 +152,12 @@ func newest[T any](items []T, n int) ([]T, bool) {
 	}
 	return items[len(items)-n:], true
 }
+
+// olderPage keeps the newest limit of items, read as limit+1, and says
+// whether older ones exist. A store reads at most audit.MaxListLimit, so at
+// that limit the one more cannot be read: a full page is taken to have
+// older ones, and the next page says whether it had.
+func olderPage[T any](items []T, limit int) ([]T, bool) {
+	items, older := newest(items, limit)
+	return items, older || (limit >= audit.MaxListLimit && len(items) == limit)
+}
