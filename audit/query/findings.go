@@ -59,10 +59,7 @@ type FindingList struct {
 
 // Findings reads one page of findings.
 func (r *Reader) Findings(ctx context.Context, q FindingsQuery) (FindingList, error) {
-	limit := q.Limit
-	if limit <= 0 {
-		limit = audit.DefaultListLimit
-	}
+	limit := orDefault(q.Limit, audit.DefaultListLimit)
 	f := q.Filter
 	f.LockID = 0
 	if !q.Lock.IsZero() {
@@ -94,9 +91,7 @@ type EventList struct {
 // Events reads one page of lock id's events, the newest limit that f
 // selects (zero: audit.DefaultListLimit); f's Limit is ignored.
 func (r *Reader) Events(ctx context.Context, id int64, f audit.EventFilter, limit int) (EventList, error) {
-	if limit <= 0 {
-		limit = audit.DefaultListLimit
-	}
+	limit = orDefault(limit, audit.DefaultListLimit)
 	f.Limit = limit + 1
 	events, err := r.store.Events(ctx, id, f)
 	if err != nil {

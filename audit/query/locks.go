@@ -22,7 +22,7 @@ type LocksQuery struct {
 	// Filter selects and orders the locks, and its After and Before are
 	// the page's keyset cursor. Its Limit is ignored: Limit counts.
 	Filter audit.LockFilter
-	// Limit is the most locks on the page; zero: audit.DefaultListLimit.
+	// Limit is the most locks on the page; zero: audit.DefaultLockLimit.
 	Limit int
 	// Count asks for the whole list's length, as the page shows it.
 	Count bool
@@ -41,10 +41,7 @@ type LockList struct {
 
 // Locks reads one page of the locks list, with the locks' kept verdicts.
 func (r *Reader) Locks(ctx context.Context, q LocksQuery) (LockList, error) {
-	limit := q.Limit
-	if limit <= 0 {
-		limit = audit.DefaultListLimit
-	}
+	limit := orDefault(q.Limit, audit.DefaultLockLimit)
 	f := q.Filter
 	f.Limit = limit + 1 // one more tells whether more follow
 	locks, err := r.store.Locks(ctx, f)

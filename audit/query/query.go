@@ -161,3 +161,11 @@ func olderPage[T any](items []T, limit int) ([]T, bool) {
 	items, older := newest(items, limit)
 	return items, older || (limit >= audit.MaxListLimit && len(items) == limit)
 }
+
+// orDefault is limit, or def when limit is not positive.
+func orDefault(limit, def int) int {
+	if limit <= 0 {
+		return def
+	}
+	return limit
+}
