@@ -757,61 +757,74 @@ func (s *SourceConfig) validate() error {
 	}
 	switch kind {
 	case audit.KindEtcd:
-		if err := s.validateEndpoints(); err != nil {
-			return err
-		}
-		if len(s.Prefixes) == 0 {
-			return errors.New("prefixes: at least one key prefix is required")
-		}
-		for i, p := range s.Prefixes {
-			if strings.TrimSpace(p) == "" {
-				return fmt.Errorf("prefixes[%d]: must not be empty", i)
-			}
-		}
+		return s.validateEtcd()
 	case audit.KindRedis:
-		switch {
-		case s.Addr == "" && len(s.Addrs) == 0:
-			return errors.New("addr: required (or addrs, for Redlock over several instances)")
-		case s.Addr != "" && len(s.Addrs) > 0:
-			return errors.New("addrs: give addr or addrs, not both")
-		case s.Quorum != 0 && len(s.Addrs) == 0:
-			return errors.New("quorum: applies only to addrs (Redlock)")
-		case s.Quorum != 0 && (s.Quorum <= len(s.Addrs)/2 || s.Quorum > len(s.Addrs)):
-			return fmt.Errorf("quorum: %d must be more than half of the %d addrs and at most all of them", s.Quorum, len(s.Addrs))
-		case s.DB < 0:
-			return fmt.Errorf("db: %d is negative", s.DB)
-		case len(s.Patterns) == 0:
-			return errors.New(`patterns: at least one key pattern is required, e.g. ["lock:*"]`)
-		case s.Token != nil && s.Token.CounterKey != "" && s.Token.ValuePattern != "":
-			return errors.New("token: give counter_key or value_pattern, not both")
-		}
-		for i, p := range s.Patterns {
-			if strings.TrimSpace(p) == "" {
-				return fmt.Errorf("patterns[%d]: must not be empty", i)
-			}
-		}
-		// What the collector checks besides: addrs listed twice, a Unix
-		// socket with tls, the token rule's counter key and pattern. The
-		// TLS files and the password are Load's to read, later.
-		var tlsConfig collectors.TLS
-		if s.TLS != nil {
-			tlsConfig = collectors.StaticTLS(&tls.Config{})
-		}
-		rc := s.RedisConfig(tlsConfig)
-		rc.Username, rc.Password = "", collectors.Secret{}
-		if err := redis.Validate(rc); err != nil {
-			return err
-		}
+		return s.validateRedis()
 	case audit.KindZooKeeper:
-		if err := s.validateZooKeeper(); err != nil {
-			return err
-		}
+		return s.validateZooKeeper()
 	case audit.KindKubernetes:
-		for field, names := range map[string][]string{"namespaces": s.Namespaces, "heartbeat_namespaces": s.HeartbeatNamespaces} {
-			for i, ns := range names {
-				if !dnsLabel.MatchString(ns) {
-					return fmt.Errorf("%s[%d]: %q is not a valid namespace name", field, i, ns)
-				}
+		return s.validateKubernetes()
+	}
+	return nil
+}
+
+// validateEtcd checks an etcd source's own keys.
+func (s *SourceConfig) validateEtcd() error {
+	if err := s.validateEndpoints(); err != nil {
+		return err
+	}
+	if len(s.Prefixes) == 0 {
+		return errors.New("prefixes: at least one key prefix is required")
+	}
+	for i, p := range s.Prefixes {
+		if strings.TrimSpace(p) == "" {
+			return fmt.Errorf("prefixes[%d]: must not be empty", i)
+		}
+	}
+	return nil
+}
+
+// validateRedis checks a Redis source's own keys.
+func (s *SourceConfig) validateRedis() error {
+	switch {
+	case s.Addr == "" && len(s.Addrs) == 0:
+		return errors.New("addr: required (or addrs, for Redlock over several instances)")
+	case s.Addr != "" && len(s.Addrs) > 0:
+		return errors.New("addrs: give addr or addrs, not both")
+	case s.Quorum != 0 && len(s.Addrs) == 0:
+		return errors.New("quorum: applies only to addrs (Redlock)")
+	case s.Quorum != 0 && (s.Quorum <= len(s.Addrs)/2 || s.Quorum > len(s.Addrs)):
+		return fmt.Errorf("quorum: %d must be more than half of the %d addrs and at most all of them", s.Quorum, len(s.Addrs))
+	case s.DB < 0:
+		return fmt.Errorf("db: %d is negative", s.DB)
+	case len(s.Patterns) == 0:
+		return errors.New(`patterns: at least one key pattern is required, e.g. ["lock:*"]`)
+	case s.Token != nil && s.Token.CounterKey != "" && s.Token.ValuePattern != "":
+		return errors.New("token: give counter_key or value_pattern, not both")
+	}
+	for i, p := range s.Patterns {
+		if strings.TrimSpace(p) == "" {
+			return fmt.Errorf("patterns[%d]: must not be empty", i)
+		}
+	}
+	// What the collector checks besides: addrs listed twice, a Unix
+	// socket with tls, the token rule's counter key and pattern. The
+	// TLS files and the password are Load's to read, later.
+	var tlsConfig collectors.TLS
+	if s.TLS != nil {
+		tlsConfig = collectors.StaticTLS(&tls.Config{})
+	}
+	rc := s.RedisConfig(tlsConfig)
+	rc.Username, rc.Password = "", collectors.Secret{}
+	return redis.Validate(rc)
+}
+
+// validateKubernetes checks a Kubernetes source's own keys.
+func (s *SourceConfig) validateKubernetes() error {
+	for field, names := range map[string][]string{"namespaces": s.Namespaces, "heartbeat_namespaces": s.HeartbeatNamespaces} {
+		for i, ns := range names {
+			if !dnsLabel.MatchString(ns) {
+				return fmt.Errorf("%s[%d]: %q is not a valid namespace name", field, i, ns)
 			}
 		}
 	}
