@@ -80,109 +80,155 @@ func (s timelineScale) x(t time.Time) float64 {
 // buildTimeline computes the timeline's geometry. It is a pure function of
 // its input.
 func buildTimeline(in timelineInput) views.Timeline {
-	loc := in.Loc
-	if loc == nil {
-		loc = time.UTC
+	if in.Loc == nil {
+		in.Loc = time.UTC
 	}
 	sc := timelineScale{from: in.From, to: in.To, x0: tlGutter, x1: tlWidth - tlRightPad}
-	tl := views.Timeline{Width: tlWidth, PlotX0: sc.x0, PlotX1: sc.x1, Zone: zoneName(loc)}
+	tl := views.Timeline{Width: tlWidth, PlotX0: sc.x0, PlotX1: sc.x1, Zone: zoneName(in.Loc)}
+	ln := newTimelineLanes(in)
+	ln.draw(&tl, in.WriteBins)
 
-	// Lanes: one per holder in order of first appearance; writers without
-	// a tenure in the window get theirs after.
-	lanes := map[string]int{}
-	var holders []string
-	addLane := func(h string) {
-		if _, ok := lanes[h]; ok {
-			return
-		}
-		lanes[h] = len(holders)
-		holders = append(holders, h)
-	}
-	for _, t := range in.Tenures {
-		addLane(t.Holder)
-	}
-	tokenHolder := map[int64]string{}
-	for _, t := range in.Tenures {
-		if t.Token != nil {
-			tokenHolder[*t.Token] = t.Holder
-		}
-	}
-	writerLane := func(e audit.Event) string {
-		if _, ok := lanes[e.Holder]; ok && e.Holder != "" {
-			return e.Holder
-		}
-		if e.Token != nil {
-			if h, ok := tokenHolder[*e.Token]; ok {
-				return h
-			}
-		}
-		if e.Holder != "" {
-			return e.Holder
-		}
-		return "\x00unknown"
-	}
-	for _, w := range in.Writes {
-		addLane(writerLane(w))
-	}
-	binned := 0
-	if in.WriteBins != nil {
-		binned = 1 // the last lane is the writes'
-	}
-	// With more holders than lanes, the earliest share the first lane: the
-	// holders nearest the window's end matter most.
-	merged := max(0, len(holders)-(tlMaxLanes-1))
-	if len(holders) <= tlMaxLanes {
-		merged = 0
-	}
-	laneOf := func(h string) int {
-		i := lanes[h]
-		if merged == 0 {
-			return i
-		}
-		return max(0, i-merged+1)
-	}
-	n := min(len(holders), tlMaxLanes)
-	if n == 0 && binned == 0 {
-		n = 1
-	}
-	n += binned
-	tl.PlotY0 = tlTopPad
-	tl.PlotY1 = tlTopPad + float64(n)*tlLaneH
-	tl.AxisY = tl.PlotY1 + 18
-	tl.Height = tl.PlotY1 + tlAxisH
-	for i := range n {
-		y := tlTopPad + float64(i)*tlLaneH
-		l := views.Lane{Y: y, H: tlLaneH, TextY: y + tlBarTop + tlBarH - 4, Odd: i%2 == 1}
-		switch {
-		case binned > 0 && i == n-1:
-			l.Label, l.Full = shorten(in.WriteBins.total(), tlLabelChars), in.WriteBins.note()
-		case len(holders) == 0:
-		case merged > 0 && i == 0:
-			l.Label = fmt.Sprintf("+%d earlier holders", merged)
-			names := make([]string, 0, min(merged, 20))
-			for _, h := range holders[max(0, merged-20):merged] {
-				names = append(names, holderLabel(h))
-			}
-			l.Full = strings.Join(names, ", ")
-		default:
-			l.Full = holderLabel(holders[i+max(0, merged-1)])
-			l.Label = shorten(l.Full, tlLabelChars)
-		}
-		tl.Lanes = append(tl.Lanes, l)
-	}
-	laneY := func(h string) float64 { return tlTopPad + float64(laneOf(h))*tlLaneH + tlBarTop }
-
-	tl.Ticks = axisTicks(in.From, in.To, loc, sc)
+	tl.Ticks = axisTicks(in.From, in.To, in.Loc, sc)
 	if !in.Now.Before(in.From) && !in.Now.After(in.To) {
 		tl.HasNow, tl.NowX = true, sc.x(in.Now)
 	}
 	if !in.At.IsZero() && !in.At.Before(in.From) && !in.At.After(in.To) {
 		tl.HasAt, tl.AtX = true, sc.x(in.At)
 	}
-
 	tl.Blinds, tl.Hazards = hazards(in, sc)
+	tl.Bars = tenureBars(in, sc, ln)
+	tl.Writes = writeMarks(in, sc, ln)
 
-	// Renewals are assigned to tenures by time; both are in time order.
+	writes := countOf(len(tl.Writes), "write", "writes")
+	if b := in.WriteBins; b != nil {
+		y := tlTopPad + float64(ln.n-1)*tlLaneH
+		tl.Writes = append(tl.Writes, b.marks(sc, y, in.Loc)...)
+		writes = b.total()
+	}
+	if len(tl.Bars) == 0 && len(tl.Writes) == 0 {
+		tl.Empty = "nothing held or written in this window"
+	}
+	tl.Title = fmt.Sprintf("Holder timeline of %s", printable(in.Lock))
+	tl.Desc = fmt.Sprintf("%s to %s: %s, %s, %s, %s.", stampText(in.From, in.Loc), stampText(in.To, in.Loc),
+		countOf(len(tl.Bars), "tenure", "tenures"), writes,
+		countOf(len(tl.Hazards), "hazard window", "hazard windows"), countOf(len(tl.Blinds), "blind window", "blind windows"))
+	if in.WriteBins != nil {
+		tl.Desc += " " + in.WriteBins.note()
+	}
+	return tl
+}
+
+// timelineLanes are the timeline's lanes: one per holder in order of first
+// appearance, writers without a tenure in the window after them, and the
+// counted writes' lane last when there is one. With more holders than
+// lanes, the earliest share the first lane: the holders nearest the
+// window's end matter most.
+type timelineLanes struct {
+	index       map[string]int
+	holders     []string
+	tokenHolder map[int64]string
+	merged      int // holders sharing the first lane; 0 for none
+	n           int // lanes drawn
+	binned      bool
+}
+
+func newTimelineLanes(in timelineInput) *timelineLanes {
+	ln := &timelineLanes{index: map[string]int{}, tokenHolder: map[int64]string{}, binned: in.WriteBins != nil}
+	for _, t := range in.Tenures {
+		ln.add(t.Holder)
+	}
+	for _, t := range in.Tenures {
+		if t.Token != nil {
+			ln.tokenHolder[*t.Token] = t.Holder
+		}
+	}
+	for _, w := range in.Writes {
+		ln.add(ln.writer(w))
+	}
+	if len(ln.holders) > tlMaxLanes {
+		ln.merged = len(ln.holders) - (tlMaxLanes - 1)
+	}
+	ln.n = min(len(ln.holders), tlMaxLanes)
+	if ln.n == 0 && !ln.binned {
+		ln.n = 1
+	}
+	if ln.binned {
+		ln.n++
+	}
+	return ln
+}
+
+func (ln *timelineLanes) add(h string) {
+	if _, ok := ln.index[h]; ok {
+		return
+	}
+	ln.index[h] = len(ln.holders)
+	ln.holders = append(ln.holders, h)
+}
+
+// writer is the lane a write goes on: its holder's, else its token's
+// holder's, else a lane of its own.
+func (ln *timelineLanes) writer(e audit.Event) string {
+	if _, ok := ln.index[e.Holder]; ok && e.Holder != "" {
+		return e.Holder
+	}
+	if e.Token != nil {
+		if h, ok := ln.tokenHolder[*e.Token]; ok {
+			return h
+		}
+	}
+	if e.Holder != "" {
+		return e.Holder
+	}
+	return "\x00unknown"
+}
+
+// of is holder h's lane.
+func (ln *timelineLanes) of(h string) int {
+	i := ln.index[h]
+	if ln.merged == 0 {
+		return i
+	}
+	return max(0, i-ln.merged+1)
+}
+
+// y is where the bars of holder h's lane begin.
+func (ln *timelineLanes) y(h string) float64 {
+	return tlTopPad + float64(ln.of(h))*tlLaneH + tlBarTop
+}
+
+// draw sets tl's plot height and its lanes with their labels.
+func (ln *timelineLanes) draw(tl *views.Timeline, bins *writeBins) {
+	tl.PlotY0 = tlTopPad
+	tl.PlotY1 = tlTopPad + float64(ln.n)*tlLaneH
+	tl.AxisY = tl.PlotY1 + 18
+	tl.Height = tl.PlotY1 + tlAxisH
+	for i := range ln.n {
+		y := tlTopPad + float64(i)*tlLaneH
+		l := views.Lane{Y: y, H: tlLaneH, TextY: y + tlBarTop + tlBarH - 4, Odd: i%2 == 1}
+		switch {
+		case ln.binned && i == ln.n-1:
+			l.Label, l.Full = shorten(bins.total(), tlLabelChars), bins.note()
+		case len(ln.holders) == 0:
+		case ln.merged > 0 && i == 0:
+			l.Label = fmt.Sprintf("+%d earlier holders", ln.merged)
+			names := make([]string, 0, min(ln.merged, 20))
+			for _, h := range ln.holders[max(0, ln.merged-20):ln.merged] {
+				names = append(names, holderLabel(h))
+			}
+			l.Full = strings.Join(names, ", ")
+		default:
+			l.Full = holderLabel(ln.holders[i+max(0, ln.merged-1)])
+			l.Label = shorten(l.Full, tlLabelChars)
+		}
+		tl.Lanes = append(tl.Lanes, l)
+	}
+}
+
+// tenureBars draws the tenures in the window, each with its renewals,
+// which are assigned to tenures by time (both are in time order).
+func tenureBars(in timelineInput, sc timelineScale, ln *timelineLanes) []views.Bar {
+	var bars []views.Bar
 	ticksLeft := tlMaxTicks
 	dense := &denseRuns{byLane: map[int]*denseRun{}}
 	ri := 0
@@ -191,39 +237,8 @@ func buildTimeline(in timelineInput) views.Timeline {
 		if end.Before(in.From) || t.GrantedAt.After(in.To) {
 			continue
 		}
-		y := laneY(t.Holder)
+		b := tenureBar(in, sc, t, end, endKind, ln.y(t.Holder))
 		x, x2 := sc.x(t.GrantedAt), sc.x(end)
-		b := views.Bar{X: x, W: max(1.5, x2-x), Y: y, H: tlBarH, Held: t.Held(), Observed: t.Observed && !t.GrantedAt.Before(in.From),
-			At: in.AtSeq != 0 && t.Seq == in.AtSeq}
-		if endKind != "" && !end.After(in.To) {
-			b.End, b.EndX = endKind, x2
-		}
-		// Expired: the part after the last renewal is the lease running out.
-		// Held: the lease stays valid past now until its expiry.
-		if t.End == audit.EndExpired && !t.LastRenewedAt.IsZero() && t.LastRenewedAt.Before(end) {
-			lx := sc.x(t.LastRenewedAt)
-			b.W = max(1.5, lx-x)
-			b.TailX, b.TailW = lx, x2-lx
-		} else if t.Held() && !t.ExpiresAt.IsZero() && t.ExpiresAt.After(end) {
-			b.TailX, b.TailW = x2, sc.x(t.ExpiresAt)-x2
-		}
-		tok := "no token"
-		if t.Token != nil {
-			tok = "token " + strconv.FormatInt(*t.Token, 10)
-			label := strconv.FormatInt(*t.Token, 10)
-			if b.W >= float64(len(label))*7+8 {
-				b.Label, b.LabelX = label, b.X+4
-			}
-		}
-		if x2-x < tlDenseWidth {
-			// Too narrow for a marker or a label: the tooltip says it all.
-			b.End, b.Label = "", ""
-		}
-		b.Title = tenureTitle(t, tok, endKind, loc)
-		if in.Zoom != nil {
-			pad := max(end.Sub(t.GrantedAt)/10, 5*time.Second)
-			b.Href = in.Zoom(t.GrantedAt.Add(-pad), end.Add(pad))
-		}
 
 		// Renewals inside this tenure's visible part.
 		visFrom, visTo := audit.MaxTime(t.GrantedAt, in.From), audit.MinTime(end, in.To)
@@ -249,18 +264,61 @@ func buildTimeline(in timelineInput) views.Timeline {
 			}
 			bx := sc.x(visFrom)
 			b.BandX, b.BandW = bx, max(1, sc.x(last)-bx)
-			b.BandTitle = fmt.Sprintf("%d renewals in this tenure; last %s", t.Renewals, clock(t.LastRenewedAt, loc))
+			b.BandTitle = fmt.Sprintf("%d renewals in this tenure; last %s", t.Renewals, clock(t.LastRenewedAt, in.Loc))
 		}
-		tl.Bars = appendBar(tl.Bars, b, t, laneOf(t.Holder), dense)
+		bars = appendBar(bars, b, t, ln.of(t.Holder), dense)
 	}
 	for _, d := range dense.all {
 		if d.n > 1 {
-			finishDense(&tl.Bars[d.bar], d, in.Zoom, loc)
+			finishDense(&bars[d.bar], d, in.Zoom, in.Loc)
 		}
 	}
+	return bars
+}
 
-	// Writes on their writer's lane; an accepted write from an ended tenure,
-	// or older than the newest grant, got past the fence.
+// tenureBar is tenure t's bar at y, ending at end (how: endKind), without
+// its renewals.
+func tenureBar(in timelineInput, sc timelineScale, t audit.Tenure, end time.Time, endKind string, y float64) views.Bar {
+	x, x2 := sc.x(t.GrantedAt), sc.x(end)
+	b := views.Bar{X: x, W: max(1.5, x2-x), Y: y, H: tlBarH, Held: t.Held(), Observed: t.Observed && !t.GrantedAt.Before(in.From),
+		At: in.AtSeq != 0 && t.Seq == in.AtSeq}
+	if endKind != "" && !end.After(in.To) {
+		b.End, b.EndX = endKind, x2
+	}
+	// Expired: the part after the last renewal is the lease running out.
+	// Held: the lease stays valid past now until its expiry.
+	if t.End == audit.EndExpired && !t.LastRenewedAt.IsZero() && t.LastRenewedAt.Before(end) {
+		lx := sc.x(t.LastRenewedAt)
+		b.W = max(1.5, lx-x)
+		b.TailX, b.TailW = lx, x2-lx
+	} else if t.Held() && !t.ExpiresAt.IsZero() && t.ExpiresAt.After(end) {
+		b.TailX, b.TailW = x2, sc.x(t.ExpiresAt)-x2
+	}
+	tok := "no token"
+	if t.Token != nil {
+		tok = "token " + strconv.FormatInt(*t.Token, 10)
+		label := strconv.FormatInt(*t.Token, 10)
+		if b.W >= float64(len(label))*7+8 {
+			b.Label, b.LabelX = label, b.X+4
+		}
+	}
+	if x2-x < tlDenseWidth {
+		// Too narrow for a marker or a label: the tooltip says it all.
+		b.End, b.Label = "", ""
+	}
+	b.Title = tenureTitle(t, tok, endKind, in.Loc)
+	if in.Zoom != nil {
+		pad := max(end.Sub(t.GrantedAt)/10, 5*time.Second)
+		b.Href = in.Zoom(t.GrantedAt.Add(-pad), end.Add(pad))
+	}
+	return b
+}
+
+// writeMarks marks each write drawn one by one on its writer's lane; an
+// accepted write from an ended tenure, or older than the newest grant, got
+// past the fence.
+func writeMarks(in timelineInput, sc timelineScale, ln *timelineLanes) []views.WriteMark {
+	var marks []views.WriteMark
 	fences := newFenceIndex(in.Tenures)
 	unfencedAt := map[int64]bool{}
 	for _, f := range in.Findings {
@@ -282,36 +340,19 @@ func buildTimeline(in timelineInput) views.Timeline {
 				note = "reported as an unfenced write"
 			}
 		}
-		y := laneY(writerLane(e)) - tlBarTop + tlWriteY
+		y := ln.y(ln.writer(e)) - tlBarTop + tlWriteY
 		tok := "no token"
 		if e.Token != nil {
 			tok = "token " + strconv.FormatInt(*e.Token, 10)
 		}
 		title := fmt.Sprintf("write %s by %s at %s\n%s · holder %s", strings.TrimPrefix(string(e.Kind), "write_"),
-			orDash(printable(e.Resource)), stampText(e.At, loc), tok, orDash(printable(e.Holder)))
+			orDash(printable(e.Resource)), stampText(e.At, in.Loc), tok, orDash(printable(e.Holder)))
 		if note != "" {
 			title += "\nUNFENCED: " + note
 		}
-		tl.Writes = append(tl.Writes, views.WriteMark{X: sc.x(e.At), Y: y, Kind: kind, Title: title})
+		marks = append(marks, views.WriteMark{X: sc.x(e.At), Y: y, Kind: kind, Title: title})
 	}
-
-	writes := countOf(len(tl.Writes), "write", "writes")
-	if b := in.WriteBins; b != nil {
-		y := tlTopPad + float64(n-1)*tlLaneH
-		tl.Writes = append(tl.Writes, b.marks(sc, y, loc)...)
-		writes = b.total()
-	}
-	if len(tl.Bars) == 0 && len(tl.Writes) == 0 {
-		tl.Empty = "nothing held or written in this window"
-	}
-	tl.Title = fmt.Sprintf("Holder timeline of %s", printable(in.Lock))
-	tl.Desc = fmt.Sprintf("%s to %s: %s, %s, %s, %s.", stampText(in.From, loc), stampText(in.To, loc),
-		countOf(len(tl.Bars), "tenure", "tenures"), writes,
-		countOf(len(tl.Hazards), "hazard window", "hazard windows"), countOf(len(tl.Blinds), "blind window", "blind windows"))
-	if in.WriteBins != nil {
-		tl.Desc += " " + in.WriteBins.note()
-	}
-	return tl
+	return marks
 }
 
 // tlWriteBins is how many stretches of time binned write marks count: each
