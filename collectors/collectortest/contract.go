@@ -71,24 +71,29 @@ const (
 	// Plain: the backend restricts it (a Kubernetes object name, an etcd
 	// lease ID).
 	Plain Hostility = iota
-	// AnyText: any UTF-8, control characters and bidirectional overrides
-	// included.
+	// Printable: markup and bidirectional controls, but no control
+	// characters (a ZooKeeper path).
+	Printable
+	// AnyText: any UTF-8, control characters included.
 	AnyText
 	// AnyBytes: any bytes, invalid UTF-8 included.
 	AnyBytes
 )
 
 // hostile returns the text the suite feeds a backend of hostility h: longer
-// than collectors.MaxText, with markup, an escape sequence and bidirectional
-// controls, and invalid UTF-8 where the backend takes bytes. It holds no
-// slash or NUL, which no backend takes in a name. "" for Plain.
+// than collectors.MaxText, with markup and bidirectional controls, control
+// characters and invalid UTF-8 as far as the backend takes them. It holds
+// no slash or NUL, which no backend takes in a name. "" for Plain.
 func hostile(h Hostility, tag string) string {
-	s := "<b>" + tag + "</b>\x1b[31m\u202eevil\u2066\t\n" + strings.Repeat("x", 3000)
+	marked := "<b>" + tag + "</b>\u202eevil\u2066"
+	tail := strings.Repeat("x", 3000)
 	switch h {
+	case Printable:
+		return marked + tail
 	case AnyText:
-		return s
+		return marked + "\x1b[31m\t\n" + tail
 	case AnyBytes:
-		return "\xff\xfe" + s
+		return "\xff\xfe" + marked + "\x1b[31m\t\n" + tail
 	}
 	return ""
 }
