@@ -14,6 +14,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
 // A restart that finds nothing changed records nothing; one that finds the
@@ -30,18 +31,18 @@ func TestRestartResumesFromItsCursor(t *testing.T) {
 	if err := la.Lock(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)
-	cr.stop(t)
-	sk.close()
+	sk.WaitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)
+	cr.Stop(t)
+	sk.Close()
 
 	sk = openSink(t, db)
 	cr = runCollector(t, testConfig(t, "/t-resume"), sk)
 	time.Sleep(300 * time.Millisecond) // a few polls: nothing to record
-	if in := sk.allInputs(); len(in) != 0 {
+	if in := sk.Inputs(); len(in) != 0 {
 		t.Fatalf("resume over an unchanged tree recorded %d inputs, want none: %+v", len(in), in)
 	}
-	cr.stop(t)
-	sk.close()
+	cr.Stop(t)
+	sk.Close()
 
 	lb := zk.NewLock(b.Conn, lock, acl)
 	held := lockAsync(t, lb)
@@ -51,9 +52,9 @@ func TestRestartResumesFromItsCursor(t *testing.T) {
 
 	sk = openSink(t, db)
 	runCollector(t, testConfig(t, "/t-resume"), sk)
-	evs := sk.events(t, lock)
+	evs := sk.Events(t, lock)
 	want := []audit.EventKind{audit.EventGrant, audit.EventBlind, audit.EventRelease, audit.EventGrant}
-	if got := kinds(evs); !slices.Equal(got, want) {
+	if got := collectortest.Kinds(evs); !slices.Equal(got, want) {
 		t.Fatalf("events = %v, want %v", got, want)
 	}
 	if g := evs[3]; !g.Inferred || *g.Token != statB.Czxid || g.Holder != sessionHex(b) {
@@ -79,7 +80,7 @@ func TestServerOutageIsOneBlindWindow(t *testing.T) {
 	if err := zk.NewLock(a.Conn, lock, acl).Lock(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)
+	sk.WaitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)
 
 	down := time.Now()
 	srv.Stop()
@@ -87,15 +88,15 @@ func TestServerOutageIsOneBlindWindow(t *testing.T) {
 	if err := srv.Relaunch(); err != nil {
 		t.Fatal(err)
 	}
-	blind := sk.waitEvents(t, 15*time.Second, lock, 1, audit.EventBlind)
+	blind := sk.WaitEvents(t, 15*time.Second, lock, 1, audit.EventBlind)
 	time.Sleep(500 * time.Millisecond) // no second window follows
 	var windows []*audit.Blind
-	for _, in := range sk.allInputs() {
+	for _, in := range sk.Inputs() {
 		if in.Blind != nil {
 			windows = append(windows, in.Blind)
 		}
 	}
-	if len(windows) != 1 || len(sk.events(t, lock, audit.EventBlind)) != 1 {
+	if len(windows) != 1 || len(sk.Events(t, lock, audit.EventBlind)) != 1 {
 		t.Fatalf("blind windows = %+v (events %d), want exactly one", windows, len(blind))
 	}
 	// A stopping server may still answer reads until it exits: the window
@@ -103,7 +104,7 @@ func TestServerOutageIsOneBlindWindow(t *testing.T) {
 	if w := windows[0]; w.From.Before(down.Add(-time.Second)) || w.From.After(gone) || w.To.Before(gone) {
 		t.Errorf("blind window %v .. %v does not cover the server's exit at %v (stopped at %v)", w.From, w.To, gone, down)
 	}
-	if g := sk.events(t, lock, audit.EventGrant); len(g) != 1 {
+	if g := sk.Events(t, lock, audit.EventGrant); len(g) != 1 {
 		t.Errorf("grants = %d, want the one tenure, kept across the outage", len(g))
 	}
 }
@@ -133,7 +134,7 @@ func TestDigestCredentials(t *testing.T) {
 	cfg.Username, cfg.Password = "watcher", collectors.Password("s3cret")
 	sk := newSink(t)
 	runCollector(t, cfg, sk)
-	if g := sk.events(t, "/t-digest/m", audit.EventObserved); len(g) != 1 {
+	if g := sk.Events(t, "/t-digest/m", audit.EventObserved); len(g) != 1 {
 		t.Errorf("observed = %d, want the held lock", len(g))
 	}
 }
@@ -187,7 +188,7 @@ func TestOwnSessionExpiryIsOneBlindWindow(t *testing.T) {
 	if err := la.Lock(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)
+	sk.WaitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)
 
 	cut := time.Now()
 	g.set(true)
@@ -198,12 +199,12 @@ func TestOwnSessionExpiryIsOneBlindWindow(t *testing.T) {
 	time.Sleep(1500 * time.Millisecond) // past the session timeout: the server expires it
 	g.set(false)
 
-	evs := sk.waitEvents(t, 10*time.Second, lock, 2, audit.EventGrant)
+	evs := sk.WaitEvents(t, 10*time.Second, lock, 2, audit.EventGrant)
 	if g := evs[1]; !g.Inferred || *g.Token != statB.Czxid {
 		t.Errorf("grant after the expiry = %+v, want b's, inferred", g)
 	}
 	var windows []*audit.Blind
-	for _, in := range sk.allInputs() {
+	for _, in := range sk.Inputs() {
 		if in.Blind != nil {
 			windows = append(windows, in.Blind)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 	"github.com/leasewatch/leasewatch/collectors/testcert"
 	"github.com/leasewatch/leasewatch/collectors/zookeeper/zktest"
 	"github.com/leasewatch/leasewatch/deploy/testproc"
@@ -58,7 +59,7 @@ func TestTLSSecureClientPort(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(holder.Close)
-	eventually(t, 10*time.Second, "a session over TLS", func() bool { return holder.State() == zk.StateHasSession })
+	collectortest.Eventually(t, 10*time.Second, "a session over TLS", func() bool { return holder.State() == zk.StateHasSession })
 	if _, err := holder.Create("/t-tls", nil, 0, acl); err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +71,7 @@ func TestTLSSecureClientPort(t *testing.T) {
 	cfg.TLS = collectors.StaticTLS(clientTLS)
 	sk := newSink(t)
 	runCollector(t, cfg, sk)
-	obs := sk.events(t, "/t-tls", audit.EventObserved)
+	obs := sk.Events(t, "/t-tls", audit.EventObserved)
 	if len(obs) != 1 || obs[0].TTL != 4*time.Second {
 		t.Fatalf("observed = %+v, want the held lock with the owner's 4s lease read by cons over TLS", obs)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
 var acl = zk.WorldACL(zk.PermAll)
@@ -62,7 +63,7 @@ func TestGoZookeeperLockGrantsReleasesAndWaiters(t *testing.T) {
 		t.Fatal(err)
 	}
 	nodeA, statA := ownNode(t, a, lock)
-	grant := sk.waitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)[0]
+	grant := sk.WaitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)[0]
 	if grant.Token == nil || *grant.Token != statA.Czxid || grant.Holder != sessionHex(a) {
 		t.Fatalf("grant = holder %q token %v, want %s and czxid %d", grant.Holder, grant.Token, sessionHex(a), statA.Czxid)
 	}
@@ -70,33 +71,33 @@ func TestGoZookeeperLockGrantsReleasesAndWaiters(t *testing.T) {
 		t.Errorf("node = %v, want %s (go-zookeeper's protected name)", grant.Detail["node"], nodeA)
 	}
 	heldB := lockAsync(t, lb)
-	eventually(t, 5*time.Second, "b waiting", func() bool { n, _, _ := a.Children(lock); return len(n) == 2 })
+	collectortest.Eventually(t, 5*time.Second, "b waiting", func() bool { n, _, _ := a.Children(lock); return len(n) == 2 })
 	heldC := lockAsync(t, lc)
-	eventually(t, 5*time.Second, "c waiting", func() bool { n, _, _ := a.Children(lock); return len(n) == 3 })
+	collectortest.Eventually(t, 5*time.Second, "c waiting", func() bool { n, _, _ := a.Children(lock); return len(n) == 3 })
 
 	if err := la.Unlock(); err != nil {
 		t.Fatal(err)
 	}
 	<-heldB
 	_, statB := ownNode(t, b, lock)
-	evs := sk.waitEvents(t, 5*time.Second, lock, 2, audit.EventGrant)
+	evs := sk.WaitEvents(t, 5*time.Second, lock, 2, audit.EventGrant)
 	if g := evs[1]; *g.Token != statB.Czxid || g.Holder != sessionHex(b) || fmt.Sprint(g.Detail["waiters"]) != "1" {
 		t.Errorf("second grant = %q token %d waiters %v, want %s, %d and one waiter (c)", g.Holder, *g.Token, g.Detail["waiters"], sessionHex(b), statB.Czxid)
 	}
 	if *evs[1].Token <= *evs[0].Token {
 		t.Errorf("tokens %d then %d: czxid must increase", *evs[0].Token, *evs[1].Token)
 	}
-	rel := sk.events(t, lock, audit.EventRelease)
+	rel := sk.Events(t, lock, audit.EventRelease)
 	if len(rel) != 1 || rel[0].Inferred || rel[0].Holder != sessionHex(a) {
 		t.Fatalf("releases = %+v, want a's, seen (its session lives on)", rel)
 	}
 	lb.Unlock()
 	<-heldC
-	sk.waitEvents(t, 5*time.Second, lock, 3, audit.EventGrant) // a grant shorter than a read is not seen
+	sk.WaitEvents(t, 5*time.Second, lock, 3, audit.EventGrant) // a grant shorter than a read is not seen
 	lc.Unlock()
-	evs = sk.waitEvents(t, 5*time.Second, lock, 6, audit.EventGrant, audit.EventRelease)
+	evs = sk.WaitEvents(t, 5*time.Second, lock, 6, audit.EventGrant, audit.EventRelease)
 	want := []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventGrant, audit.EventRelease, audit.EventGrant, audit.EventRelease}
-	if got := kinds(evs); !slices.Equal(got, want) {
+	if got := collectortest.Kinds(evs); !slices.Equal(got, want) {
 		t.Errorf("events = %v, want %v", got, want)
 	}
 }
@@ -124,11 +125,11 @@ func TestCuratorLayoutsMutexAndLatch(t *testing.T) {
 	latchA := create(a, "/t-curator/latch/_c_7d1e0c5a-2222-4b3c-8d4e-5f6a7b8c9d0e-latch-", "replica-a")
 	create(b, "/t-curator/latch/_c_3c2b1a09-3333-4c4d-9e5f-6a7b8c9d0e1f-latch-", "replica-b")
 
-	m := sk.waitEvents(t, 5*time.Second, "/t-curator/mutex", 1, audit.EventGrant)[0]
+	m := sk.WaitEvents(t, 5*time.Second, "/t-curator/mutex", 1, audit.EventGrant)[0]
 	if m.Holder != sessionHex(a)+" 10.0.0.7" {
 		t.Errorf("mutex holder = %q, want a's session and address", m.Holder)
 	}
-	l := sk.waitEvents(t, 5*time.Second, "/t-curator/latch", 1, audit.EventGrant)[0]
+	l := sk.WaitEvents(t, 5*time.Second, "/t-curator/latch", 1, audit.EventGrant)[0]
 	if l.Holder != sessionHex(a)+" replica-a" {
 		t.Errorf("latch leader = %q, want a's session and id", l.Holder)
 	}
@@ -136,7 +137,7 @@ func TestCuratorLayoutsMutexAndLatch(t *testing.T) {
 	if err := a.Delete(latchA, -1); err != nil {
 		t.Fatal(err)
 	}
-	evs := sk.waitEvents(t, 5*time.Second, "/t-curator/latch", 2, audit.EventGrant)
+	evs := sk.WaitEvents(t, 5*time.Second, "/t-curator/latch", 2, audit.EventGrant)
 	if evs[1].Holder != sessionHex(b)+" replica-b" || *evs[1].Token <= *evs[0].Token {
 		t.Errorf("second leader = %q token %d, want b's with a higher token than %d", evs[1].Holder, *evs[1].Token, *evs[0].Token)
 	}
@@ -148,12 +149,12 @@ func TestCuratorLayoutsMutexAndLatch(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 5*time.Second, "the cursor past b's delete", func() bool {
+	collectortest.Eventually(t, 5*time.Second, "the cursor past b's delete", func() bool {
 		pos, _ := sk.Cursor(testSource)
 		cur, _ := strconv.ParseInt(pos, 10, 64)
 		return cur >= st.Pzxid
 	})
-	if got := kinds(sk.events(t, "/t-curator/mutex")); !slices.Equal(got, []audit.EventKind{audit.EventGrant}) {
+	if got := collectortest.Kinds(sk.Events(t, "/t-curator/mutex")); !slices.Equal(got, []audit.EventKind{audit.EventGrant}) {
 		t.Errorf("mutex events = %v, want one grant (b only waited, then gave up)", got)
 	}
 }
@@ -176,7 +177,7 @@ func TestSessionCloseExpiryAndRelease(t *testing.T) {
 		if err := zk.NewLock(x.c.Conn, x.lock, acl).Lock(); err != nil {
 			t.Fatal(err)
 		}
-		sk.waitEvents(t, 5*time.Second, x.lock, 1, audit.EventGrant)
+		sk.WaitEvents(t, 5*time.Second, x.lock, 1, audit.EventGrant)
 	}
 	time.Sleep(300 * time.Millisecond) // a few probes see every owner connected
 
@@ -187,19 +188,19 @@ func TestSessionCloseExpiryAndRelease(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	exp := sk.waitEvents(t, 10*time.Second, "/t-ends/expired", 1, audit.EventExpire, audit.EventRelease)[0]
+	exp := sk.WaitEvents(t, 10*time.Second, "/t-ends/expired", 1, audit.EventExpire, audit.EventRelease)[0]
 	if exp.Kind != audit.EventExpire {
 		t.Errorf("cut client's end = %s (%v), want expire", exp.Kind, exp.Detail["reason"])
 	}
-	cl := sk.waitEvents(t, 5*time.Second, "/t-ends/closed", 1, audit.EventExpire, audit.EventRelease)[0]
+	cl := sk.WaitEvents(t, 5*time.Second, "/t-ends/closed", 1, audit.EventExpire, audit.EventRelease)[0]
 	if cl.Kind != audit.EventRelease || !cl.Inferred || !strings.Contains(cl.Detail["reason"].(string), "closed") {
 		t.Errorf("closed session's end = %s inferred=%v (%v), want an inferred release naming the close", cl.Kind, cl.Inferred, cl.Detail["reason"])
 	}
-	rel := sk.waitEvents(t, 5*time.Second, "/t-ends/released", 1, audit.EventExpire, audit.EventRelease)[0]
+	rel := sk.WaitEvents(t, 5*time.Second, "/t-ends/released", 1, audit.EventExpire, audit.EventRelease)[0]
 	if rel.Kind != audit.EventRelease || rel.Inferred {
 		t.Errorf("release = %s inferred=%v (%v), want a seen release", rel.Kind, rel.Inferred, rel.Detail["reason"])
 	}
-	if grant := sk.events(t, "/t-ends/expired", audit.EventGrant)[0]; grant.TTL != time.Second {
+	if grant := sk.Events(t, "/t-ends/expired", audit.EventGrant)[0]; grant.TTL != time.Second {
 		t.Errorf("lease of the expired grant = %v, want the session's negotiated 1s", grant.TTL)
 	}
 }
@@ -217,15 +218,15 @@ func TestTokensRiseAcrossARecreatedDirectory(t *testing.T) {
 		if err := l.Lock(); err != nil {
 			t.Fatal(err)
 		}
-		sk.waitEvents(t, 5*time.Second, lock, i+1, audit.EventGrant)
+		sk.WaitEvents(t, 5*time.Second, lock, i+1, audit.EventGrant)
 		l.Unlock()
-		sk.waitEvents(t, 5*time.Second, lock, i+1, audit.EventRelease)
+		sk.WaitEvents(t, 5*time.Second, lock, i+1, audit.EventRelease)
 		if err := a.Delete(lock, -1); err != nil {
 			t.Fatal(err)
 		}
 		mkdirs(t, a, lock)
 	}
-	gs := sk.events(t, lock, audit.EventGrant)
+	gs := sk.Events(t, lock, audit.EventGrant)
 	if fmt.Sprint(gs[0].Detail["sequence"]) != "0" || fmt.Sprint(gs[1].Detail["sequence"]) != "0" {
 		t.Errorf("sequences = %v, %v, want 0 both times", gs[0].Detail["sequence"], gs[1].Detail["sequence"])
 	}
@@ -247,7 +248,7 @@ func TestHostileNamesAndHolders(t *testing.T) {
 		t.Fatal(err)
 	}
 	name := collectors.Text(dir)
-	g := sk.waitEvents(t, 5*time.Second, name, 1, audit.EventGrant)[0]
+	g := sk.WaitEvents(t, 5*time.Second, name, 1, audit.EventGrant)[0]
 	if want := collectors.Text(sessionHex(a) + " " + data); g.Holder != want {
 		t.Errorf("holder = %q, want %q", g.Holder, want)
 	}
@@ -268,10 +269,10 @@ func TestPausedHolderExpires(t *testing.T) {
 	if err := zk.NewLock(p.Conn, lock, acl).Lock(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)
+	sk.WaitEvents(t, 5*time.Second, lock, 1, audit.EventGrant)
 	time.Sleep(500 * time.Millisecond) // probes learn the server's clock
 	p.freeze(t)
-	end := sk.waitEvents(t, 10*time.Second, lock, 1, audit.EventExpire, audit.EventRelease)[0]
+	end := sk.WaitEvents(t, 10*time.Second, lock, 1, audit.EventExpire, audit.EventRelease)[0]
 	if end.Kind != audit.EventExpire || !strings.Contains(end.Detail["reason"].(string), "lresp") {
 		t.Errorf("paused holder's end = %s (%v), want an expiry judged by lresp", end.Kind, end.Detail["reason"])
 	}
