@@ -59,6 +59,20 @@ func (r *Running) Stop(t testing.TB) {
 	})
 }
 
+// Failed waits up to timeout for the collector to stop on its own and
+// returns the error it stopped with.
+func (r *Running) Failed(t testing.TB, timeout time.Duration) error {
+	t.Helper()
+	var err error
+	select {
+	case err = <-r.done:
+	case <-time.After(timeout):
+		t.Fatalf("Run still running after %s", timeout)
+	}
+	r.once.Do(r.cancel)
+	return err
+}
+
 // Eventually polls cond every 10 ms until it holds, failing the test after
 // timeout with what it was waiting for.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() bool) {

@@ -228,6 +228,18 @@ func (s *Sink) WaitEvents(t testing.TB, timeout time.Duration, lock string, n in
 	return got
 }
 
+// WaitHeld polls the store until lock is held by holder and returns it.
+func (s *Sink) WaitHeld(t testing.TB, timeout time.Duration, lock, holder string) audit.Lock {
+	t.Helper()
+	var l audit.Lock
+	Eventually(t, timeout, fmt.Sprintf("%s held by %s", lock, holder), func() bool {
+		var ok bool
+		l, ok = s.Lock(t, lock)
+		return ok && l.State == audit.StateHeld && l.Holder == holder
+	})
+	return l
+}
+
 // WaitFindings polls the store until lock has a finding of kind.
 func (s *Sink) WaitFindings(t testing.TB, timeout time.Duration, lock string, kind audit.FindingKind) []audit.Finding {
 	t.Helper()
@@ -245,6 +257,15 @@ func (s *Sink) NoFindings(t testing.TB, lock string, kinds ...audit.FindingKind)
 	for _, f := range s.Findings(t, lock, kinds...) {
 		t.Errorf("unexpected %s finding on %s: %s", f.Kind, lock, f.Summary)
 	}
+}
+
+// Holders returns the holders of evs, in order.
+func Holders(evs []audit.Event) []string {
+	out := make([]string, 0, len(evs))
+	for _, e := range evs {
+		out = append(out, e.Holder)
+	}
+	return out
 }
 
 // Kinds returns the kinds of evs, in order.
