@@ -85,7 +85,7 @@ const (
 // characters and invalid UTF-8 as far as the backend takes them. It holds
 // no slash or NUL, which no backend takes in a name. "" for Plain.
 func hostile(h Hostility, tag string) string {
-	marked := "<b>" + tag + "</b>\u202eevil\u2066"
+	marked := "<img src=x onerror=alert(" + tag + ")>\u202eevil\u2066"
 	tail := strings.Repeat("x", 3000)
 	switch h {
 	case Printable:

@@ -78,12 +78,9 @@ func (contract) Outage(t *testing.T) func() {
 
 // Traits: a session renews without changing a node, so nothing shows a
 // renewal; ZooKeeper keeps no history a collector could resume from; a
-// node's data takes any bytes. Names stay Plain for now: a lock directory
-// with a long, marked-up name created while the collector runs was not
-// recorded within 20 s (TestHostileNamesAndHolders creates its directory
-// before the collector starts); that is an open bug.
+// node's data takes any bytes, and a path any printable text.
 func (contract) Traits() collectortest.Traits {
-	return collectortest.Traits{Names: collectortest.Plain, Holders: collectortest.AnyBytes}
+	return collectortest.Traits{Names: collectortest.Printable, Holders: collectortest.AnyBytes}
 }
 
 type zkHeld struct {
