@@ -29,14 +29,6 @@ var SourceKinds = []SourceKind{KindEtcd, KindKubernetes, KindRedis, KindZooKeepe
 // Valid reports whether k is one of the known source kinds.
 func (k SourceKind) Valid() bool { return slices.Contains(SourceKinds, k) }
 
-// ExpiresByClock reports whether k's backend never reports a lease's expiry
-// itself (Kubernetes; Redis, whose expired event can lag): its collector
-// sends Input.ExpireByClock and vouches with Input.Live for the time up to
-// which it has delivered every change, and leases are judged only up to then.
-func (k SourceKind) ExpiresByClock() bool {
-	return k == KindKubernetes || k == KindRedis
-}
-
 // Class separates mutual-exclusion locks from liveness heartbeats.
 type Class string
 

@@ -132,6 +132,17 @@ type Input struct {
 	// per grant (Kubernetes leaseTransitions, a Redis INCR counter), so a jump
 	// means grants the collector never saw.
 	SequentialTokens bool
+	// TokenPerTenure says a token names exactly one tenure (an etcd owner
+	// key's CreateRevision): a token alone decides which tenure an end or a
+	// renewal is of, so a holder string that changes within it (an
+	// election's Proclaim) is the same tenure. Elsewhere a token can repeat
+	// across holders (Kubernetes leaseTransitions), so the holder must match
+	// too.
+	TokenPerTenure bool
+	// CoarseRenewals says the observations' RenewedAt is estimated from a
+	// TTL read to the second (etcd): the store keeps it, but its error is no
+	// observation lag.
+	CoarseRenewals bool
 	// HolderClock says the observations' RenewedAt is the holder's own
 	// clock (a Kubernetes renewTime), not an estimate on the collector's:
 	// a holder whose clock runs ahead shows as clock_skew.

@@ -475,6 +475,7 @@ type TrackState struct {
 	LastGrantToken   *int64                    `json:"last_grant_token,omitempty"`
 	ExpireByClock    bool                      `json:"expire_by_clock,omitempty"`
 	SequentialTokens bool                      `json:"sequential_tokens,omitempty"`
+	TokenPerTenure   bool                      `json:"token_per_tenure,omitempty"`
 	UnfencedReported bool                      `json:"unfenced_reported,omitempty"`
 	Resources        map[string]*ResourceState `json:"resources,omitempty"`
 	// Leadership health (health.go): when the last flapping finding was

@@ -19,7 +19,7 @@ type lockState struct {
 	resources      map[string]*ResourceState
 
 	// As in TrackState.
-	expireByClock, sequentialTokens, unfencedReported bool
+	expireByClock, sequentialTokens, tokenPerTenure, unfencedReported bool
 
 	// Leadership health (health.go): when the lock, free now, becomes
 	// leaderless (Unix nanoseconds; 0: it does not), read by every Tick;
@@ -135,9 +135,10 @@ func (st *lockState) lock() Lock {
 func (st *lockState) export() TrackState {
 	ts := TrackState{
 		Lock: st.lock(), NextSeq: st.nextSeq, LastGrantToken: st.lastGrantToken,
-		ExpireByClock: st.expireByClock, SequentialTokens: st.sequentialTokens, UnfencedReported: st.unfencedReported,
-		Resources:     cloneResources(st.resources),
-		LeaderlessDue: timeOrZero(st.leaderlessDue),
+		ExpireByClock: st.expireByClock, SequentialTokens: st.sequentialTokens, TokenPerTenure: st.tokenPerTenure,
+		UnfencedReported: st.unfencedReported,
+		Resources:        cloneResources(st.resources),
+		LeaderlessDue:    timeOrZero(st.leaderlessDue),
 	}
 	if r := st.reported; r != nil {
 		ts.FlappingAt, ts.TightSeq, ts.SkewSeq = timeOrZero(r.flappingAt), r.tightSeq, r.skewSeq
@@ -158,9 +159,10 @@ func (st *lockState) export() TrackState {
 func lockStateOf(ts TrackState) *lockState {
 	st := &lockState{
 		key: ts.Lock.Key(), kind: ts.Lock.Kind, class: ts.Lock.Class, nextSeq: ts.NextSeq, lastGrantToken: ts.LastGrantToken,
-		expireByClock: ts.ExpireByClock, sequentialTokens: ts.SequentialTokens, unfencedReported: ts.UnfencedReported,
-		resources:     cloneResources(ts.Resources),
-		leaderlessDue: nanosOrZero(ts.LeaderlessDue),
+		expireByClock: ts.ExpireByClock, sequentialTokens: ts.SequentialTokens, tokenPerTenure: ts.TokenPerTenure,
+		unfencedReported: ts.UnfencedReported,
+		resources:        cloneResources(ts.Resources),
+		leaderlessDue:    nanosOrZero(ts.LeaderlessDue),
 	}
 	if ts.FlappingAt != (time.Time{}) || ts.TightSeq != 0 || ts.SkewSeq != 0 || len(ts.ZombieTokens) > 0 {
 		st.reported = &reported{flappingAt: nanosOrZero(ts.FlappingAt), tightSeq: ts.TightSeq, skewSeq: ts.SkewSeq, zombieTokens: slices.Clone(ts.ZombieTokens)}

@@ -160,11 +160,11 @@ func (t *Tracker) Observe(in Input) Batch {
 	}
 	for _, ob := range in.Observations {
 		st := t.lock(o, ob.Lock, in.Kind)
-		if st.expireByClock != in.ExpireByClock || st.sequentialTokens != in.SequentialTokens || (ob.Class != "" && ob.Class != st.class) {
+		if st.expireByClock != in.ExpireByClock || st.sequentialTokens != in.SequentialTokens ||
+			st.tokenPerTenure != in.TokenPerTenure || (ob.Class != "" && ob.Class != st.class) {
 			o.changed(st)
 		}
-		st.expireByClock = in.ExpireByClock
-		st.sequentialTokens = in.SequentialTokens
+		st.expireByClock, st.sequentialTokens, st.tokenPerTenure = in.ExpireByClock, in.SequentialTokens, in.TokenPerTenure
 		if ob.Class != "" {
 			st.class = ob.Class
 		}
@@ -846,16 +846,14 @@ func (st *lockState) current() *tenure {
 	return nil
 }
 
-// sameTenure reports whether holder and token name the tenure cur. An etcd
-// token (the owner key's CreateRevision) names exactly one key, so it alone
-// decides: an election's Proclaim changes the value in the holder string but
-// not the tenure. Elsewhere a token can repeat across holders (Kubernetes
-// leaseTransitions), so the holder must match too.
+// sameTenure reports whether holder and token name the tenure cur: the
+// token alone where the backend's tokens name one tenure each
+// (Input.TokenPerTenure), else the holder and the token.
 func (st *lockState) sameTenure(cur *tenure, holder string, token *int64) bool {
 	switch {
 	case token == nil && holder != "" && cur.token != nil:
 		return cur.holder == holder // an end that names only the holder
-	case st.kind == KindEtcd && token != nil:
+	case st.tokenPerTenure && token != nil:
 		return tokenEqual(cur.token, token)
 	}
 	return cur.holder == holder && tokenEqual(cur.token, token)

@@ -26,6 +26,7 @@ type story struct {
 	seq    bool // sequential tokens, like leaseTransitions
 	// holderClock: renewal times are the holder's clock, like renewTime.
 	holderClock bool
+	perTenure   bool // a token names one tenure, like an etcd CreateRevision
 	out         audit.Batch
 }
 
@@ -40,6 +41,7 @@ func newStoryWith(t *testing.T, kind audit.SourceKind, cfg audit.TrackerConfig) 
 	s.clock = kind != audit.KindEtcd
 	s.seq = kind == audit.KindKubernetes
 	s.holderClock = kind == audit.KindKubernetes
+	s.perTenure = kind == audit.KindEtcd
 	return s
 }
 
@@ -49,7 +51,7 @@ func (s *story) observe(obs ...audit.Observation) {
 	for i := range obs {
 		obs[i].Lock = s.key()
 	}
-	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Observations: obs, ExpireByClock: s.clock, SequentialTokens: s.seq, HolderClock: s.holderClock}))
+	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Observations: obs, ExpireByClock: s.clock, SequentialTokens: s.seq, HolderClock: s.holderClock, TokenPerTenure: s.perTenure}))
 }
 
 func (s *story) grant(holder string, token int64, when time.Time, lease time.Duration) {
@@ -80,7 +82,7 @@ func (s *story) tick(when time.Time) {
 }
 
 func (s *story) live(when time.Time) {
-	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: when, Live: true, ExpireByClock: s.clock, SequentialTokens: s.seq}))
+	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: when, Live: true, ExpireByClock: s.clock, SequentialTokens: s.seq, TokenPerTenure: s.perTenure}))
 }
 
 func (s *story) write(resource string, token int64, outcome audit.WriteOutcome, when time.Time) {
@@ -465,7 +467,7 @@ func TestTrackerEvents(t *testing.T) {
 		s := newStory(t, audit.KindEtcd)
 		s.grant("A", 5, at(0), lease)
 		before := len(s.out.Events)
-		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Snapshot: true, Observations: []audit.Observation{
+		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, Observations: []audit.Observation{
 			{Lock: s.key(), Kind: audit.EventGrant, At: at(time.Second), Holder: "A", Token: audit.Int64(5), LeaseDuration: lease, Inferred: true},
 		}}))
 		if len(s.out.Events) != before {
@@ -475,7 +477,7 @@ func TestTrackerEvents(t *testing.T) {
 	t.Run("SnapshotEndsLocksThatVanishedWhileBlind", func(t *testing.T) {
 		s := newStory(t, audit.KindEtcd)
 		s.grant("A", 5, at(0), lease)
-		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Snapshot: true, At: at(time.Minute),
+		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, At: at(time.Minute),
 			Blind: &audit.Blind{From: at(time.Second), To: at(time.Minute)}}))
 		last := s.out.Events[len(s.out.Events)-1]
 		if last.Kind != audit.EventExpire || !last.Inferred {
@@ -485,7 +487,7 @@ func TestTrackerEvents(t *testing.T) {
 	t.Run("InferredGrantAfterBlindDoesNotClaimOverlap", func(t *testing.T) {
 		s := newStory(t, audit.KindEtcd)
 		s.grant("A", 5, at(0), lease)
-		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Snapshot: true, Blind: &audit.Blind{From: at(time.Second), To: at(2 * time.Second)},
+		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, Blind: &audit.Blind{From: at(time.Second), To: at(2 * time.Second)},
 			Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(2 * time.Second), Holder: "B", Token: audit.Int64(9), LeaseDuration: lease, Inferred: true}}}))
 		if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingBlindWindow}) {
 			t.Fatalf("findings = %v, want only the blind window", got)
@@ -560,7 +562,7 @@ func TestTrackerEtcdTenureIsNamedByToken(t *testing.T) {
 	// same key (same CreateRevision), so the same tenure, not a new grant.
 	s := newStory(t, audit.KindEtcd)
 	s.grant("694d leader-a", 7, at(0), lease)
-	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Snapshot: true, Blind: &audit.Blind{From: at(time.Second), To: at(2 * time.Second)},
+	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, Blind: &audit.Blind{From: at(time.Second), To: at(2 * time.Second)},
 		Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(2 * time.Second), Holder: "694d leader-a (draining)", Token: audit.Int64(7), LeaseDuration: lease, Inferred: true}}}))
 	s.release("694d leader-a", at(3*time.Second))
 	if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingBlindWindow}) {

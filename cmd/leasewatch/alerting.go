@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
+	"github.com/leasewatch/leasewatch/collectors/backends"
 )
 
 // evaluateEvery is how often the live alerts are evaluated: as often as the
@@ -88,7 +89,7 @@ func newAlerting(cfg alert.Config, kinds map[string]audit.SourceKind, sources fu
 		a.longestHold = max(a.longestHold, th.LostHold, th.FencingHold, alert.FlappingHold)
 	}
 	for name, kind := range kinds {
-		if kind.ExpiresByClock() {
+		if b, ok := backends.Of(kind); ok && b.ExpiresByClock {
 			a.live[name] = time.Time{}
 		}
 	}

@@ -224,9 +224,7 @@ func (m *recorderMetrics) observe(c audit.Commit) {
 		}
 		for _, ob := range in.Observations {
 			from := ob.At
-			// An etcd RenewedAt is estimated from TTLs read to the second:
-			// the store keeps it, but its error is no lag.
-			if !ob.RenewedAt.IsZero() && in.Kind != audit.KindEtcd {
+			if !ob.RenewedAt.IsZero() && !in.CoarseRenewals {
 				from = ob.RenewedAt
 			}
 			lag := c.At.Sub(from) + in.Behind

@@ -51,7 +51,7 @@ func TestRecorderMetricsKeepEachSourcesLatestLag(t *testing.T) {
 	// An etcd renewal time is estimated from whole-second TTLs: the lag
 	// counts from the read that showed it (At), and a grant's from the
 	// watch response, whatever keepalive time it carries.
-	etcd := &audit.Input{Source: "etcd-b", Kind: audit.KindEtcd, Observations: []audit.Observation{
+	etcd := &audit.Input{Source: "etcd-b", Kind: audit.KindEtcd, CoarseRenewals: true, Observations: []audit.Observation{
 		{Kind: audit.EventRenew, At: t0.Add(-15 * time.Millisecond), RenewedAt: t0.Add(-900 * time.Millisecond)},
 		{Kind: audit.EventGrant, At: t0.Add(-5 * time.Millisecond), RenewedAt: t0.Add(-1500 * time.Millisecond)},
 	}}

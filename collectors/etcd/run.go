@@ -186,10 +186,8 @@ func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 		ob.Inferred = inferred
 		obs = append(obs, ob)
 	}
-	in := audit.Input{
-		Source: r.c.cfg.Name, Kind: audit.KindEtcd, At: now, Blind: blind,
-		Observations: obs, Cursor: pos, Snapshot: true,
-	}
+	in := r.input()
+	in.At, in.Blind, in.Observations, in.Cursor, in.Snapshot = now, blind, obs, pos, true
 	if err := r.sink.Observe(ctx, in); err != nil {
 		return fmt.Errorf("record snapshot at revision %d: %w", rev, err)
 	}
@@ -428,7 +426,8 @@ func (r *run) drain(ctx context.Context, m *merger) error {
 // pendingInput returns the input being gathered for the next submission.
 func (r *run) pendingInput() *audit.Input {
 	if r.pending == nil {
-		r.pending = &audit.Input{Source: r.c.cfg.Name, Kind: audit.KindEtcd}
+		in := r.input()
+		r.pending = &in
 	}
 	return r.pending
 }
@@ -597,6 +596,13 @@ func (r *run) observeSteps(ctx context.Context, steps []step) ([]audit.Observati
 		}
 	}
 	return obs, behind, nil
+}
+
+// input is an empty input of the source, with what etcd's tokens and TTLs
+// are: a lock key's CreateRevision names one tenure, and a RenewedAt
+// estimated from a TTL is good to the second.
+func (r *run) input() audit.Input {
+	return audit.Input{Source: r.c.cfg.Name, Kind: audit.KindEtcd, TokenPerTenure: true, CoarseRenewals: true}
 }
 
 // observation describes holding h, its strings made text by
