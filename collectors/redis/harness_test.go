@@ -90,7 +90,12 @@ func startRedis(t *testing.T, extra ...string) *redisServer {
 }
 
 func (s *redisServer) start() {
-	t := s.t
+	s.t.Helper()
+	s.launch(s.t)
+}
+
+// launch starts the server, failing t if it does not answer.
+func (s *redisServer) launch(t *testing.T) {
 	t.Helper()
 	cmd := exec.Command(s.bin, s.conf)
 	if err := cmd.Start(); err != nil {
@@ -132,6 +137,16 @@ func (s *redisServer) stop() {
 		cmd.Process.Kill()
 		<-done
 	}
+}
+
+// crash kills the server, as a crash does, and waits for it to exit.
+func (s *redisServer) crash() {
+	s.mu.Lock()
+	cmd, done := s.cmd, s.done
+	s.cmd = nil
+	s.mu.Unlock()
+	cmd.Process.Kill()
+	<-done
 }
 
 // restart stops the server and starts a new one on the same socket: a new
