@@ -16,6 +16,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 	"github.com/leasewatch/leasewatch/collectors/testcert"
 )
 
@@ -64,7 +65,7 @@ func (srv *tlsRedis) recordsAcrossRotation(t *testing.T, cfg Config, rotate func
 		if err := cli.Eval(ctx, AcquireScript, []string{lock, lock + ":fence"}, holder, 60000).Err(); err != nil {
 			t.Fatal(err)
 		}
-		sk.waitEvents(t, timeout, lock, 1, audit.EventGrant)
+		sk.WaitEvents(t, timeout, lock, 1, audit.EventGrant)
 	}
 	lock := "lock:" + path.Base(t.Name()) // one per subtest: the locks stay held
 	grant(lock+"-before", "holder-a", 5*time.Second)
@@ -114,8 +115,8 @@ func TestTLSClientCertAndACLUser(t *testing.T) {
 		}
 
 		sk := newSink(t)
-		cr := runCollector(t, cfg, sk)
-		if d := cr.c.Degraded(); d != "" {
+		c, _ := runCollector(t, cfg, sk)
+		if d := c.Degraded(); d != "" {
 			t.Fatalf("Degraded() = %q, want keyspace notifications with the minimal ACL", d)
 		}
 		// The lock's owner writes over the unix socket, as the default user.
@@ -123,14 +124,14 @@ func TestTLSClientCertAndACLUser(t *testing.T) {
 		if err := cli.Eval(ctx, AcquireScript, []string{"lock:tls", "lock:tls:fence"}, "holder-a", 60000).Err(); err != nil {
 			t.Fatal(err)
 		}
-		g := sk.waitEvents(t, 5*time.Second, "lock:tls", 1, audit.EventGrant)[0]
+		g := sk.WaitEvents(t, 5*time.Second, "lock:tls", 1, audit.EventGrant)[0]
 		if g.Holder != "1:holder-a" || g.Token == nil || *g.Token != 1 || g.Inferred {
 			t.Fatalf("grant = %+v, want 1:holder-a's with token 1, seen", g)
 		}
 		if err := cli.Del(ctx, "lock:tls").Err(); err != nil {
 			t.Fatal(err)
 		}
-		if rel := sk.waitEvents(t, 5*time.Second, "lock:tls", 1, audit.EventRelease)[0]; rel.Holder != "1:holder-a" {
+		if rel := sk.WaitEvents(t, 5*time.Second, "lock:tls", 1, audit.EventRelease)[0]; rel.Holder != "1:holder-a" {
 			t.Fatalf("release = %+v, want 1:holder-a's", rel)
 		}
 	})
@@ -243,7 +244,7 @@ func TestTLSClientCertAndACLUser(t *testing.T) {
 // with, failing the test if it is ready or still running after 10 seconds.
 func runUntilFailed(t *testing.T, cfg Config) error {
 	t.Helper()
-	c, err := New(cfg, testLogger(t), WithGiveUpAfter(time.Second))
+	c, err := New(cfg, collectortest.Logger(t, testSource), WithGiveUpAfter(time.Second))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 	"github.com/leasewatch/leasewatch/collectors/faulttest"
 )
 
@@ -39,12 +40,12 @@ func TestBackendFaults(t *testing.T) {
 	srv := startRedis(t)
 	cli := srv.client(t)
 	sk := newSink(t)
-	c, err := New(testConfig(srv), testLogger(t), WithReconnectBackoff(100*time.Millisecond, faultBackoffCap))
+	c, err := New(testConfig(srv), collectortest.Logger(t, testSource), WithReconnectBackoff(100*time.Millisecond, faultBackoffCap))
 	if err != nil {
 		t.Fatal(err)
 	}
 	faulttest.Supervise(t, sk, c, collectors.RunnerConfig{
-		Logger: testLogger(t), MinBackoff: 100 * time.Millisecond, MaxBackoff: faultBackoffCap,
+		Logger: collectortest.Logger(t, testSource), MinBackoff: 100 * time.Millisecond, MaxBackoff: faultBackoffCap,
 	})
 	ctx := context.Background()
 	locks := []string{"lock:f", "lock:g"}
@@ -53,7 +54,7 @@ func TestBackendFaults(t *testing.T) {
 	for cycle := 1; cycle <= cycles; cycle++ {
 		// Stop and restart: without persistence the new server has no keys.
 		setLock(t, cli, "lock:f", fmt.Sprintf("A%d", cycle), time.Minute)
-		sk.waitHeld(t, 5*time.Second, "lock:f", fmt.Sprintf("A%d", cycle))
+		sk.WaitHeld(t, 5*time.Second, "lock:f", fmt.Sprintf("A%d", cycle))
 		srv.stop()
 		down := time.Now()
 		back := time.Now()
@@ -68,7 +69,7 @@ func TestBackendFaults(t *testing.T) {
 		// Freeze past the lease: C's lease runs out inside the freeze, and D
 		// asks for another lock during it, which Redis grants on waking.
 		setLock(t, cli, "lock:f", fmt.Sprintf("C%d", cycle), faultLease)
-		sk.waitHeld(t, 5*time.Second, "lock:f", fmt.Sprintf("C%d", cycle))
+		sk.WaitHeld(t, 5*time.Second, "lock:f", fmt.Sprintf("C%d", cycle))
 		if err := cli.Del(ctx, "lock:g").Err(); err != nil {
 			t.Fatal(err)
 		}
@@ -93,7 +94,7 @@ func TestBackendFaults(t *testing.T) {
 	}
 	usage.Report(t)
 	for _, k := range []audit.FindingKind{audit.FindingOverlap, audit.FindingTokenRegression} {
-		if f := sk.findings(t, "", k); len(f) != 0 {
+		if f := sk.Findings(t, "", k); len(f) != 0 {
 			t.Errorf("%s findings across the faults: %+v", k, f[0])
 		}
 	}
@@ -117,12 +118,12 @@ func setLock(t *testing.T, cli *goredis.Client, key, value string, lease time.Du
 // it covers the outage (from down, when the server had certainly stopped, to
 // back, when it was about to return) and that it ended (the collector
 // reconnected) within the backoff cap, and returns it.
-func waitBlind(t *testing.T, sk *sink, down, back time.Time) *audit.Blind {
+func waitBlind(t *testing.T, sk *collectortest.Sink, down, back time.Time) *audit.Blind {
 	t.Helper()
 	var b *audit.Blind
 	for deadline := time.Now().Add(faultBackoffCap + faultSlack + 5*time.Second); b == nil; time.Sleep(10 * time.Millisecond) {
 		var seen []string
-		for _, in := range sk.allInputs() {
+		for _, in := range sk.Inputs() {
 			if in.Blind != nil && in.Blind.To.After(back) {
 				b = in.Blind
 				break
@@ -144,7 +145,7 @@ func waitBlind(t *testing.T, sk *sink, down, back time.Time) *audit.Blind {
 
 // checkHolders waits until the store shows, for every lock, the holder Redis
 // has (or none), and fails if that takes longer than a reconnect may.
-func checkHolders(t *testing.T, sk *sink, cli *goredis.Client, locks []string, back time.Time) {
+func checkHolders(t *testing.T, sk *collectortest.Sink, cli *goredis.Client, locks []string, back time.Time) {
 	t.Helper()
 	ctx := context.Background()
 	agreed := faulttest.SameHolders(t, "redis", locks, faultBackoffCap+faultSlack+5*time.Second, func(key string) (string, string) {
@@ -155,11 +156,8 @@ func checkHolders(t *testing.T, sk *sink, cli *goredis.Client, locks []string, b
 			t.Fatalf("GET %s: %v", key, err)
 		}
 		got := ""
-		l, err := sk.store.LockByKey(ctx, audit.LockKey{Source: testSource, Name: key})
-		if err == nil && l.State == audit.StateHeld {
+		if l, ok := sk.Lock(t, key); ok && l.State == audit.StateHeld {
 			got = l.Holder
-		} else if err != nil && audit.ErrorCode(err) != audit.ENOTFOUND {
-			t.Fatalf("lock %s: %v", key, err)
 		}
 		return got, want
 	})

@@ -19,6 +19,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
 func TestRedsyncSingleInstance(t *testing.T) {
@@ -36,7 +37,7 @@ func TestRedsyncSingleInstance(t *testing.T) {
 	// Overlapping patterns: every event arrives twice, once per pattern.
 	cfg.Patterns = []string{"lock:*", "lock:o*"}
 	runCollector(t, cfg, sk)
-	first := sk.allInputs()[0]
+	first := sk.Inputs()[0]
 	if !first.Snapshot || first.Blind != nil || first.Cursor != seenCursor || !first.ExpireByClock || first.SequentialTokens || first.Kind != audit.KindRedis {
 		t.Fatalf("first input = %+v, want a snapshot with the seen cursor and no blind, redis kind, expiry by clock, no sequential tokens", first)
 	}
@@ -49,14 +50,14 @@ func TestRedsyncSingleInstance(t *testing.T) {
 	if err := m.Lock(); err != nil {
 		t.Fatalf("redsync lock: %v", err)
 	}
-	g := sk.waitEvents(t, 5*time.Second, "lock:orders", 1, audit.EventGrant)[0]
+	g := sk.WaitEvents(t, 5*time.Second, "lock:orders", 1, audit.EventGrant)[0]
 	if g.Holder != m.Value() || g.Token != nil || g.Inferred {
 		t.Fatalf("grant = %+v, want holder %s, no token, seen", g, m.Value())
 	}
 	if g.TTL <= time.Second || g.TTL > 2*time.Second+time.Millisecond {
 		t.Fatalf("grant TTL = %s, want the 2s redsync set, less the time to read it", g.TTL)
 	}
-	if f := sk.findings(t, "lock:orders", audit.FindingUnfencedLock); len(f) != 1 {
+	if f := sk.Findings(t, "lock:orders", audit.FindingUnfencedLock); len(f) != 1 {
 		t.Fatalf("unfenced_lock findings = %d, want 1: redsync grants carry no token", len(f))
 	}
 
@@ -64,14 +65,14 @@ func TestRedsyncSingleInstance(t *testing.T) {
 	if ok, err := m.Extend(); !ok || err != nil {
 		t.Fatalf("redsync extend: %v, %v", ok, err)
 	}
-	r := sk.waitEvents(t, 5*time.Second, "lock:orders", 1, audit.EventRenew)[0]
+	r := sk.WaitEvents(t, 5*time.Second, "lock:orders", 1, audit.EventRenew)[0]
 	if r.Holder != m.Value() {
 		t.Fatalf("renew holder = %s, want %s", r.Holder, m.Value())
 	}
 	if ok, err := m.Unlock(); !ok || err != nil {
 		t.Fatalf("redsync unlock: %v, %v", ok, err)
 	}
-	rel := sk.waitEvents(t, 5*time.Second, "lock:orders", 1, audit.EventRelease)[0]
+	rel := sk.WaitEvents(t, 5*time.Second, "lock:orders", 1, audit.EventRelease)[0]
 	if rel.Holder != m.Value() || rel.Inferred {
 		t.Fatalf("release = %+v, want a seen release by %s", rel, m.Value())
 	}
@@ -81,8 +82,8 @@ func TestRedsyncSingleInstance(t *testing.T) {
 	if err := m2.Lock(); err != nil {
 		t.Fatalf("redsync lock: %v", err)
 	}
-	sk.waitEvents(t, 5*time.Second, "lock:orders", 1, audit.EventExpire)
-	ts := sk.tenures(t, "lock:orders")
+	sk.WaitEvents(t, 5*time.Second, "lock:orders", 1, audit.EventExpire)
+	ts := sk.Tenures(t, "lock:orders")
 	if len(ts) != 2 {
 		t.Fatalf("tenures = %+v, want 2", ts)
 	}
@@ -92,14 +93,14 @@ func TestRedsyncSingleInstance(t *testing.T) {
 	if ts[1].Holder != m2.Value() || ts[1].End != audit.EndExpired {
 		t.Fatalf("second tenure = %+v, want %s expired", ts[1], m2.Value())
 	}
-	if f := sk.findings(t, "lock:orders", audit.FindingLeaseExpired); len(f) != 1 {
+	if f := sk.Findings(t, "lock:orders", audit.FindingLeaseExpired); len(f) != 1 {
 		t.Fatalf("lease_expired findings = %d, want 1", len(f))
 	}
-	if f := sk.findings(t, "", audit.FindingOverlap); len(f) != 0 {
+	if f := sk.Findings(t, "", audit.FindingOverlap); len(f) != 0 {
 		t.Fatalf("overlap findings: %+v", f)
 	}
 	// Redis's own expired event comes later and changes nothing.
-	if got := kinds(sk.events(t, "lock:orders")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventRenew, audit.EventRelease, audit.EventGrant, audit.EventExpire}) {
+	if got := collectortest.Kinds(sk.Events(t, "lock:orders")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventRenew, audit.EventRelease, audit.EventGrant, audit.EventExpire}) {
 		t.Fatalf("events = %v", got)
 	}
 }
@@ -109,8 +110,8 @@ func TestRedlockWithOneInstanceDown(t *testing.T) {
 	servers := []*redisServer{startRedis(t), startRedis(t), startRedis(t)}
 	servers[2].stop()
 	sk := newSink(t)
-	cr := runCollector(t, testConfig(servers...), sk)
-	if d := cr.c.Degraded(); !strings.Contains(d, servers[2].sock) || !strings.Contains(d, "unreachable") {
+	c, _ := runCollector(t, testConfig(servers...), sk)
+	if d := c.Degraded(); !strings.Contains(d, servers[2].sock) || !strings.Contains(d, "unreachable") {
 		t.Fatalf("Degraded() = %q, want it to name the unreachable %s", d, servers[2].sock)
 	}
 
@@ -131,14 +132,14 @@ func TestRedlockWithOneInstanceDown(t *testing.T) {
 	if err := m1.Lock(); err != nil {
 		t.Fatalf("redlock with 2 of 3 instances: %v", err)
 	}
-	g := sk.waitEvents(t, 5*time.Second, "lock:red", 1, audit.EventGrant)[0]
+	g := sk.WaitEvents(t, 5*time.Second, "lock:red", 1, audit.EventGrant)[0]
 	if g.Holder != "holder-1" || g.Detail["instances"] != "2/3" {
 		t.Fatalf("grant = %+v, want holder-1 on 2/3 instances", g)
 	}
 	if ok, err := m1.Unlock(); !ok {
 		t.Fatalf("redlock unlock: %v", err)
 	}
-	sk.waitEvents(t, 5*time.Second, "lock:red", 1, audit.EventRelease)
+	sk.WaitEvents(t, 5*time.Second, "lock:red", 1, audit.EventRelease)
 
 	// A leftover on instance 0 lets the next attempt reach only instance 1:
 	// no quorum, so redsync deletes its key again. Not a grant.
@@ -156,12 +157,12 @@ func TestRedlockWithOneInstanceDown(t *testing.T) {
 	if err := m3.Lock(); err != nil {
 		t.Fatalf("redlock after the leftover went: %v", err)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:red", "holder-3")
-	grants := sk.events(t, "lock:red", audit.EventGrant, audit.EventObserved)
-	if got := holders(grants); !slices.Equal(got, []string{"holder-1", "holder-3"}) {
+	sk.WaitHeld(t, 5*time.Second, "lock:red", "holder-3")
+	grants := sk.Events(t, "lock:red", audit.EventGrant, audit.EventObserved)
+	if got := collectortest.Holders(grants); !slices.Equal(got, []string{"holder-1", "holder-3"}) {
 		t.Fatalf("grants to %v, want [holder-1 holder-3]: neither the leftover nor the rolled-back attempt-2 had a quorum", got)
 	}
-	if got := kinds(sk.events(t, "lock:red")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventGrant}) {
+	if got := collectortest.Kinds(sk.Events(t, "lock:red")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventGrant}) {
 		t.Fatalf("events = %v, want grant, release, grant", got)
 	}
 
@@ -169,7 +170,7 @@ func TestRedlockWithOneInstanceDown(t *testing.T) {
 	if err := clis[1].Del(ctx, "lock:red").Err(); err != nil {
 		t.Fatal(err)
 	}
-	rel := sk.waitEvents(t, 5*time.Second, "lock:red", 2, audit.EventRelease)[1]
+	rel := sk.WaitEvents(t, 5*time.Second, "lock:red", 2, audit.EventRelease)[1]
 	if rel.Holder != "holder-3" {
 		t.Fatalf("release = %+v, want holder-3's", rel)
 	}
@@ -188,7 +189,7 @@ func TestRedislockObtainRefreshRelease(t *testing.T) {
 	if err != nil {
 		t.Fatalf("obtain: %v", err)
 	}
-	g := sk.waitEvents(t, 5*time.Second, "lock:job", 1, audit.EventGrant)[0]
+	g := sk.WaitEvents(t, 5*time.Second, "lock:job", 1, audit.EventGrant)[0]
 	if g.Holder != l.Token() {
 		t.Fatalf("grant holder = %q, want the lock's token %q", g.Holder, l.Token())
 	}
@@ -200,12 +201,12 @@ func TestRedislockObtainRefreshRelease(t *testing.T) {
 	if err := l.Refresh(ctx, 2*time.Second, nil); err != nil {
 		t.Fatalf("refresh: %v", err)
 	}
-	sk.waitEvents(t, 5*time.Second, "lock:job", 1, audit.EventRenew)
+	sk.WaitEvents(t, 5*time.Second, "lock:job", 1, audit.EventRenew)
 	if err := l.Release(ctx); err != nil {
 		t.Fatalf("release: %v", err)
 	}
-	sk.waitEvents(t, 5*time.Second, "lock:job", 1, audit.EventRelease)
-	if got := kinds(sk.events(t, "lock:job")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventRenew, audit.EventRelease}) {
+	sk.WaitEvents(t, 5*time.Second, "lock:job", 1, audit.EventRelease)
+	if got := collectortest.Kinds(sk.Events(t, "lock:job")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventRenew, audit.EventRelease}) {
 		t.Fatalf("events = %v, want grant, renew, release", got)
 	}
 }
@@ -277,7 +278,7 @@ func TestRedissonHashLock(t *testing.T) {
 	if err := acquire(a); !errors.Is(err, goredis.Nil) {
 		t.Fatalf("acquire = %v, want nil (acquired)", err)
 	}
-	sk.waitHeld(t, 5*time.Second, key, a)
+	sk.WaitHeld(t, 5*time.Second, key, a)
 	if err := acquire(a); !errors.Is(err, goredis.Nil) { // re-entry: count 2
 		t.Fatalf("re-entrant acquire = %v", err)
 	}
@@ -293,29 +294,29 @@ func TestRedissonHashLock(t *testing.T) {
 	if err := acquire(b); !errors.Is(err, goredis.Nil) {
 		t.Fatalf("acquire by b = %v", err)
 	}
-	sk.waitHeld(t, 5*time.Second, key, b)
+	sk.WaitHeld(t, 5*time.Second, key, b)
 
-	grants := sk.events(t, key, audit.EventGrant)
-	if got := holders(grants); !slices.Equal(got, []string{a, b}) {
+	grants := sk.Events(t, key, audit.EventGrant)
+	if got := collectortest.Holders(grants); !slices.Equal(got, []string{a, b}) {
 		t.Fatalf("grants to %v, want [%s %s]: re-entry is no grant", got, a, b)
 	}
-	rels := sk.events(t, key, audit.EventRelease)
+	rels := sk.Events(t, key, audit.EventRelease)
 	if len(rels) != 1 || rels[0].Holder != a {
 		t.Fatalf("releases = %+v, want one, by %s, at the last unlock only", rels, a)
 	}
-	if len(sk.events(t, key, audit.EventRenew)) == 0 {
+	if len(sk.Events(t, key, audit.EventRenew)) == 0 {
 		t.Fatal("no renewal recorded for the watchdog's PEXPIRE")
 	}
-	ts := sk.tenures(t, key)
+	ts := sk.Tenures(t, key)
 	if len(ts) != 2 || ts[0].End != audit.EndReleased || ts[1].Held() != true {
 		t.Fatalf("tenures = %+v, want a's released and b's held", ts)
 	}
-	if f := sk.findings(t, key, audit.FindingOverlap); len(f) != 0 {
+	if f := sk.Findings(t, key, audit.FindingOverlap); len(f) != 0 {
 		t.Fatalf("overlap findings: %+v", f)
 	}
 	// The unlock latch keys are not locks.
-	if _, err := sk.store.LockByKey(ctx, audit.LockKey{Source: testSource, Name: "redisson_unlock_latch:{lock:res}:req-1"}); audit.ErrorCode(err) != audit.ENOTFOUND {
-		t.Fatalf("latch key recorded as a lock: %v", err)
+	if l, ok := sk.Lock(t, "redisson_unlock_latch:{lock:res}:req-1"); ok {
+		t.Fatalf("latch key recorded as a lock: %+v", l)
 	}
 }
 
@@ -351,28 +352,28 @@ func TestCounterKeyTokens(t *testing.T) {
 	}
 
 	tok1, v1 := take("worker-a")
-	sk.waitHeld(t, 5*time.Second, key, v1)
+	sk.WaitHeld(t, 5*time.Second, key, v1)
 	if _, err := acquire.Run(ctx, cli, []string{key, fence}, "worker-b", 5000).Result(); !errors.Is(err, goredis.Nil) {
 		t.Fatalf("acquire while held = %v, want nil (refused)", err)
 	}
 	release(v1)
 	tok2, v2 := take("worker-b")
-	sk.waitHeld(t, 5*time.Second, key, v2)
+	sk.WaitHeld(t, 5*time.Second, key, v2)
 	release(v2)
 	// Grants nobody saw: the counter moved twice behind the collector's back.
 	if err := cli.IncrBy(ctx, fence, 2).Err(); err != nil {
 		t.Fatal(err)
 	}
 	tok5, v5 := take("worker-c")
-	sk.waitHeld(t, 5*time.Second, key, v5)
+	sk.WaitHeld(t, 5*time.Second, key, v5)
 	release(v5)
-	sk.waitEvents(t, 5*time.Second, key, 3, audit.EventRelease)
+	sk.WaitEvents(t, 5*time.Second, key, 3, audit.EventRelease)
 
 	if tok1 != 1 || tok2 != 2 || tok5 != 5 {
 		t.Fatalf("script tokens = %d, %d, %d, want 1, 2, 5", tok1, tok2, tok5)
 	}
 	var toks []int64
-	for _, g := range sk.events(t, key, audit.EventGrant) {
+	for _, g := range sk.Events(t, key, audit.EventGrant) {
 		if g.Token == nil {
 			t.Fatalf("grant without token: %+v", g)
 		}
@@ -381,16 +382,16 @@ func TestCounterKeyTokens(t *testing.T) {
 	if !slices.Equal(toks, []int64{1, 2, 5}) {
 		t.Fatalf("granted tokens = %v, want [1 2 5]", toks)
 	}
-	for _, in := range sk.allInputs() {
+	for _, in := range sk.Inputs() {
 		if !in.SequentialTokens {
 			t.Fatalf("input without SequentialTokens under a counter rule: %+v", in)
 		}
 	}
-	skips := sk.findings(t, key, audit.FindingTokenSkip)
+	skips := sk.Findings(t, key, audit.FindingTokenSkip)
 	if len(skips) != 1 || !slices.Equal(skips[0].Tokens, []int64{2, 5}) {
 		t.Fatalf("token_skip findings = %+v, want one from 2 to 5", skips)
 	}
-	if f := sk.findings(t, key, audit.FindingUnfencedLock); len(f) != 0 {
+	if f := sk.Findings(t, key, audit.FindingUnfencedLock); len(f) != 0 {
 		t.Fatalf("unfenced_lock under a counter rule: %+v", f)
 	}
 
@@ -405,15 +406,15 @@ func TestCounterKeyTokens(t *testing.T) {
 	if err != nil {
 		t.Fatalf("acquire and release in MULTI: %v", err)
 	}
-	flash := sk.waitEvents(t, 5*time.Second, key, 4, audit.EventGrant)[3]
+	flash := sk.WaitEvents(t, 5*time.Second, key, 4, audit.EventGrant)[3]
 	if !flash.Inferred || flash.Holder != "" || flash.Token == nil || *flash.Token != 6 {
 		t.Fatalf("grant of a hold never read = %+v, want inferred, holder unknown, token 6", flash)
 	}
-	if rel := sk.waitEvents(t, 5*time.Second, key, 4, audit.EventRelease)[3]; rel.Token == nil || *rel.Token != 6 {
+	if rel := sk.WaitEvents(t, 5*time.Second, key, 4, audit.EventRelease)[3]; rel.Token == nil || *rel.Token != 6 {
 		t.Fatalf("its release = %+v", rel)
 	}
-	if _, err := sk.store.LockByKey(ctx, audit.LockKey{Source: testSource, Name: fence}); audit.ErrorCode(err) != audit.ENOTFOUND {
-		t.Fatalf("the counter key was recorded as a lock: %v", err)
+	if l, ok := sk.Lock(t, fence); ok {
+		t.Fatalf("the counter key was recorded as a lock: %+v", l)
 	}
 }
 
@@ -433,7 +434,7 @@ func TestValuePatternTokens(t *testing.T) {
 	if err := acquire.Run(ctx, cli, []string{"lock:v", "fence:lock:v"}, "alice", 5000).Err(); err != nil {
 		t.Fatal(err)
 	}
-	l := sk.waitHeld(t, 5*time.Second, "lock:v", "alice")
+	l := sk.WaitHeld(t, 5*time.Second, "lock:v", "alice")
 	if l.Token == nil || *l.Token != 1 {
 		t.Fatalf("lock = %+v, want token 1", l)
 	}
@@ -444,13 +445,13 @@ func TestValuePatternTokens(t *testing.T) {
 	if err := cli.SetNX(ctx, "lock:v", "0:bob", 5*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:v", "bob")
-	reg := sk.findings(t, "lock:v", audit.FindingTokenRegression)
+	sk.WaitHeld(t, 5*time.Second, "lock:v", "bob")
+	reg := sk.Findings(t, "lock:v", audit.FindingTokenRegression)
 	if len(reg) != 1 || !slices.Equal(reg[0].Tokens, []int64{1, 0}) {
 		t.Fatalf("token_regression findings = %+v, want one from 1 to 0", reg)
 	}
 	// Only the counter rule promises tokens that rise by one.
-	for _, in := range sk.allInputs() {
+	for _, in := range sk.Inputs() {
 		if in.SequentialTokens {
 			t.Fatal("SequentialTokens under a value_pattern rule")
 		}
@@ -459,7 +460,7 @@ func TestValuePatternTokens(t *testing.T) {
 	if err := cli.Set(ctx, "lock:w", "no-token-here", 5*time.Second).Err(); err != nil {
 		t.Fatal(err)
 	}
-	g := sk.waitEvents(t, 5*time.Second, "lock:w", 1, audit.EventGrant)[0]
+	g := sk.WaitEvents(t, 5*time.Second, "lock:w", 1, audit.EventGrant)[0]
 	if g.Holder != "no-token-here" || g.Token != nil || g.Detail["token_rule"] == nil {
 		t.Fatalf("grant of an unmatched value = %+v", g)
 	}
@@ -471,13 +472,13 @@ func TestPubSubKilledIsBlind(t *testing.T) {
 	cli := srv.client(t)
 	sk := newSink(t)
 	// Reconnect slowly enough for the changes below to fall into the gap.
-	cr := runCollector(t, testConfig(srv), sk, WithReconnectBackoff(time.Second, 2*time.Second))
+	c, _ := runCollector(t, testConfig(srv), sk, WithReconnectBackoff(time.Second, 2*time.Second))
 	ctx := context.Background()
 
 	if err := cli.SetNX(ctx, "lock:k", "A", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:k", "A")
+	sk.WaitHeld(t, 5*time.Second, "lock:k", "A")
 	killed, err := cli.ClientKillByFilter(ctx, "TYPE", "pubsub").Result()
 	if err != nil || killed < 1 {
 		t.Fatalf("CLIENT KILL TYPE pubsub = %d, %v", killed, err)
@@ -490,33 +491,33 @@ func TestPubSubKilledIsBlind(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	blind := sk.waitEvents(t, 10*time.Second, "lock:k", 1, audit.EventBlind)[0]
+	blind := sk.WaitEvents(t, 10*time.Second, "lock:k", 1, audit.EventBlind)[0]
 	if blind.Detail["from"] == nil || blind.Detail["to"] == nil || !strings.Contains(fmt.Sprint(blind.Detail["reason"]), "lost the connection") {
 		t.Fatalf("blind event = %+v, want from, to and the lost connection as reason", blind)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:k", "B")
-	evs := sk.events(t, "lock:k")
-	if got := kinds(evs); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventBlind, audit.EventRelease, audit.EventGrant}) {
+	sk.WaitHeld(t, 5*time.Second, "lock:k", "B")
+	evs := sk.Events(t, "lock:k")
+	if got := collectortest.Kinds(evs); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventBlind, audit.EventRelease, audit.EventGrant}) {
 		t.Fatalf("events = %v, want grant, blind, release (inferred), grant (inferred)", got)
 	}
 	if !evs[2].Inferred || evs[2].Holder != "A" || !evs[3].Inferred || evs[3].Holder != "B" {
 		t.Fatalf("events after the gap = %+v, %+v: want A's end and B's grant, both inferred", evs[2], evs[3])
 	}
-	if f := sk.findings(t, "lock:k", audit.FindingBlindWindow); len(f) != 1 {
+	if f := sk.Findings(t, "lock:k", audit.FindingBlindWindow); len(f) != 1 {
 		t.Fatalf("blind_window findings = %d, want 1", len(f))
 	}
-	if f := sk.findings(t, "lock:k", audit.FindingOverlap); len(f) != 0 {
+	if f := sk.Findings(t, "lock:k", audit.FindingOverlap); len(f) != 0 {
 		t.Fatalf("overlap findings across the gap: %+v", f)
 	}
 	// Watching again: B's release is seen as it happens.
 	if err := cli.Del(ctx, "lock:k").Err(); err != nil {
 		t.Fatal(err)
 	}
-	rel := sk.waitEvents(t, 5*time.Second, "lock:k", 2, audit.EventRelease)[1]
+	rel := sk.WaitEvents(t, 5*time.Second, "lock:k", 2, audit.EventRelease)[1]
 	if rel.Inferred || rel.Holder != "B" {
 		t.Fatalf("release after reconnecting = %+v, want B's, seen", rel)
 	}
-	if d := cr.c.Degraded(); d != "" {
+	if d := c.Degraded(); d != "" {
 		t.Fatalf("Degraded() = %q after reconnecting", d)
 	}
 }
@@ -532,14 +533,14 @@ func TestServerRestartIsBlind(t *testing.T) {
 	if err := cli.SetNX(ctx, "lock:r", "A", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:r", "A")
+	sk.WaitHeld(t, 5*time.Second, "lock:r", "A")
 	srv.restart() // no persistence: the lock is gone
 
-	blind := sk.waitEvents(t, 15*time.Second, "lock:r", 1, audit.EventBlind)[0]
+	blind := sk.WaitEvents(t, 15*time.Second, "lock:r", 1, audit.EventBlind)[0]
 	if !strings.Contains(fmt.Sprint(blind.Detail["reason"]), "restarted") {
 		t.Fatalf("blind reason = %v, want the restart named", blind.Detail["reason"])
 	}
-	ts := sk.tenures(t, "lock:r")
+	ts := sk.Tenures(t, "lock:r")
 	if len(ts) != 1 || ts[0].Held() {
 		t.Fatalf("tenures = %+v, want A's ended", ts)
 	}
@@ -548,7 +549,7 @@ func TestServerRestartIsBlind(t *testing.T) {
 	if err := cli.SetNX(ctx, "lock:r", "B", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	g := sk.waitEvents(t, 5*time.Second, "lock:r", 2, audit.EventGrant)[1]
+	g := sk.WaitEvents(t, 5*time.Second, "lock:r", 2, audit.EventGrant)[1]
 	if g.Holder != "B" || g.Inferred {
 		t.Fatalf("grant after the restart = %+v, want B's, seen", g)
 	}
@@ -567,11 +568,11 @@ func TestFlushAllCaughtByReconciliation(t *testing.T) {
 	if err := cli.SetNX(ctx, "lock:f", "A", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:f", "A")
+	sk.WaitHeld(t, 5*time.Second, "lock:f", "A")
 	if err := cli.FlushAll(ctx).Err(); err != nil { // sends no notification
 		t.Fatal(err)
 	}
-	rel := sk.waitEvents(t, 5*time.Second, "lock:f", 1, audit.EventRelease)[0]
+	rel := sk.WaitEvents(t, 5*time.Second, "lock:f", 1, audit.EventRelease)[0]
 	if !rel.Inferred || rel.Holder != "A" || !strings.Contains(fmt.Sprint(rel.Detail["reason"]), "gone when every key was read again") {
 		t.Fatalf("release = %+v, want A's, inferred from a snapshot missing it", rel)
 	}
@@ -588,7 +589,7 @@ func TestEvictionUnderMaxmemory(t *testing.T) {
 	if err := cli.SetNX(ctx, "lock:e", "A", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:e", "A")
+	sk.WaitHeld(t, 5*time.Second, "lock:e", "A")
 	used := usedMemory(t, cli)
 	if err := cli.ConfigSet(ctx, "maxmemory", strconv.FormatInt(used+2<<20, 10)).Err(); err != nil {
 		t.Fatal(err)
@@ -609,11 +610,11 @@ func TestEvictionUnderMaxmemory(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	exp := sk.waitEvents(t, 5*time.Second, "lock:e", 1, audit.EventExpire)[0]
+	exp := sk.WaitEvents(t, 5*time.Second, "lock:e", 1, audit.EventExpire)[0]
 	if exp.Holder != "A" || exp.Inferred {
 		t.Fatalf("expire = %+v, want A's, seen", exp)
 	}
-	ev := sk.findings(t, "lock:e", audit.FindingLockEvicted)
+	ev := sk.Findings(t, "lock:e", audit.FindingLockEvicted)
 	if len(ev) != 1 || !slices.Equal(ev[0].Holders, []string{"A"}) {
 		t.Fatalf("lock_evicted findings = %+v, want one naming A", ev)
 	}
@@ -649,7 +650,7 @@ func TestNotificationsEnabledByTheCollector(t *testing.T) {
 	sk := newSink(t)
 	cfg := testConfig()
 	cfg.Addrs = []string{"127.0.0.1:" + port}
-	cr := runCollector(t, cfg, sk)
+	c, _ := runCollector(t, cfg, sk)
 
 	flags, err := cli.ConfigGet(ctx, "notify-keyspace-events").Result()
 	if err != nil {
@@ -659,13 +660,13 @@ func TestNotificationsEnabledByTheCollector(t *testing.T) {
 	if missingFlags(got) != "" || !strings.ContainsRune(got, 'E') || !strings.ContainsRune(got, 'l') {
 		t.Fatalf("notify-keyspace-events = %q, want K, g, $, h, x, e added to E and l", got)
 	}
-	if d := cr.c.Degraded(); d != "" {
+	if d := c.Degraded(); d != "" {
 		t.Fatalf("Degraded() = %q, want \"\"", d)
 	}
 	if err := cli.SetNX(ctx, "lock:n", "A", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	if g := sk.waitEvents(t, 5*time.Second, "lock:n", 1, audit.EventGrant)[0]; g.Holder != "A" || g.Inferred {
+	if g := sk.WaitEvents(t, 5*time.Second, "lock:n", 1, audit.EventGrant)[0]; g.Holder != "A" || g.Inferred {
 		t.Fatalf("grant = %+v, want A's, seen", g)
 	}
 }
@@ -688,23 +689,23 @@ func TestConfigDeniedPolls(t *testing.T) {
 			cli := srv.client(t)
 			ctx := context.Background()
 			sk := newSink(t)
-			cr := runCollector(t, testConfig(srv), sk)
-			if d := cr.c.Degraded(); !strings.Contains(d, "polling every 100ms") {
+			c, _ := runCollector(t, testConfig(srv), sk)
+			if d := c.Degraded(); !strings.Contains(d, "polling every 100ms") {
 				t.Fatalf("Degraded() = %q, want it to say the source is polled", d)
 			}
 
 			if err := cli.SetNX(ctx, "lock:p", "A", 800*time.Millisecond).Err(); err != nil {
 				t.Fatal(err)
 			}
-			g := sk.waitEvents(t, 5*time.Second, "lock:p", 1, audit.EventGrant)[0]
+			g := sk.WaitEvents(t, 5*time.Second, "lock:p", 1, audit.EventGrant)[0]
 			if g.Holder != "A" || g.TTL <= 0 || g.TTL > 801*time.Millisecond {
 				t.Fatalf("polled grant = %+v, want A's with its TTL", g)
 			}
-			sk.waitEvents(t, 5*time.Second, "lock:p", 1, audit.EventExpire)
-			if ts := sk.tenures(t, "lock:p"); len(ts) != 1 || ts[0].End != audit.EndExpired {
+			sk.WaitEvents(t, 5*time.Second, "lock:p", 1, audit.EventExpire)
+			if ts := sk.Tenures(t, "lock:p"); len(ts) != 1 || ts[0].End != audit.EndExpired {
 				t.Fatalf("tenures = %+v, want A's expired", ts)
 			}
-			if f := sk.findings(t, "lock:p", audit.FindingLeaseExpired); len(f) != 1 {
+			if f := sk.Findings(t, "lock:p", audit.FindingLeaseExpired); len(f) != 1 {
 				t.Fatalf("lease_expired findings = %d, want 1", len(f))
 			}
 
@@ -712,11 +713,11 @@ func TestConfigDeniedPolls(t *testing.T) {
 			if err := cli.SetNX(ctx, "lock:p", "B", time.Minute).Err(); err != nil {
 				t.Fatal(err)
 			}
-			sk.waitHeld(t, 5*time.Second, "lock:p", "B")
+			sk.WaitHeld(t, 5*time.Second, "lock:p", "B")
 			if err := cli.Del(ctx, "lock:p").Err(); err != nil {
 				t.Fatal(err)
 			}
-			rel := sk.waitEvents(t, 5*time.Second, "lock:p", 1, audit.EventRelease)[0]
+			rel := sk.WaitEvents(t, 5*time.Second, "lock:p", 1, audit.EventRelease)[0]
 			if rel.Holder != "B" {
 				t.Fatalf("release = %+v, want B's", rel)
 			}
@@ -742,8 +743,8 @@ func TestClockExpiresBeforeLazyExpiredEvent(t *testing.T) {
 		t.Fatal(err)
 	}
 	setDone := time.Now()
-	sk.waitEvents(t, 5*time.Second, "lock:lazy", 1, audit.EventGrant)
-	exp := sk.waitEvents(t, 5*time.Second, "lock:lazy", 1, audit.EventExpire)[0]
+	sk.WaitEvents(t, 5*time.Second, "lock:lazy", 1, audit.EventGrant)
+	exp := sk.WaitEvents(t, 5*time.Second, "lock:lazy", 1, audit.EventExpire)[0]
 	if !exp.Inferred || exp.Holder != "A" {
 		t.Fatalf("expire = %+v, want A's, by the tracker's clock", exp)
 	}
@@ -756,7 +757,7 @@ func TestClockExpiresBeforeLazyExpiredEvent(t *testing.T) {
 		t.Fatalf("expired %s after the server's deadline", late)
 	}
 	live := false
-	for _, in := range sk.allInputs() {
+	for _, in := range sk.Inputs() {
 		live = live || (in.Live && !in.At.Before(exp.At))
 	}
 	if !live {
@@ -770,8 +771,8 @@ func TestClockExpiresBeforeLazyExpiredEvent(t *testing.T) {
 	if err := cli.SetNX(ctx, "lock:lazy", "B", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:lazy", "B")
-	if got := kinds(sk.events(t, "lock:lazy")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventExpire, audit.EventGrant}) {
+	sk.WaitHeld(t, 5*time.Second, "lock:lazy", "B")
+	if got := collectortest.Kinds(sk.Events(t, "lock:lazy")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventExpire, audit.EventGrant}) {
 		t.Fatalf("events = %v, want grant, expire, grant", got)
 	}
 }
@@ -782,66 +783,36 @@ func TestRunGivesUpAndRestartsBlind(t *testing.T) {
 	cli := srv.client(t)
 	ctx := context.Background()
 	sk := newSink(t)
-	c, err := New(testConfig(srv), testLogger(t), WithGiveUpAfter(300*time.Millisecond), WithReconnectBackoff(50*time.Millisecond, 100*time.Millisecond))
+	c, err := New(testConfig(srv), collectortest.Logger(t, testSource), WithGiveUpAfter(300*time.Millisecond), WithReconnectBackoff(50*time.Millisecond, 100*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	runOnce := func() (chan error, context.CancelFunc) {
-		rctx, cancel := context.WithCancel(ctx)
-		done, ready := make(chan error, 1), make(chan struct{}, 1)
-		go func() {
-			done <- c.Run(rctx, sk, func() { ready <- struct{}{} })
-		}()
-		select {
-		case <-ready:
-		case err := <-done:
-			cancel()
-			t.Fatalf("Run stopped before ready: %v", err)
-		case <-time.After(10 * time.Second):
-			cancel()
-			t.Fatal("Run not ready after 10s")
-		}
-		return done, cancel
-	}
-
-	done, cancel := runOnce()
-	defer cancel()
+	run := collectortest.Run(t, c, sk)
 	if err := cli.SetNX(ctx, "lock:x", "A", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:x", "A")
+	sk.WaitHeld(t, 5*time.Second, "lock:x", "A")
 	srv.stop()
-	select {
-	case err := <-done:
-		if err == nil {
-			t.Fatal("Run returned nil with redis gone")
-		}
-	case <-time.After(10 * time.Second):
-		t.Fatal("Run still running 10s after redis went away")
+	if err := run.Failed(t, 10*time.Second); err == nil {
+		t.Fatal("Run returned nil with redis gone")
 	}
-	before := len(sk.allInputs())
+	before := len(sk.Inputs())
 
 	// What the Runner does: run the same collector again.
 	srv.start()
 	if err := cli.SetNX(ctx, "lock:x", "B", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	done, cancel2 := runOnce()
-	defer func() {
-		cancel2()
-		if err := <-done; err != nil {
-			t.Errorf("Run after cancel = %v", err)
-		}
-	}()
-	first := sk.allInputs()[before]
+	collectortest.Run(t, c, sk) // stopped, and Run's nil checked, when the test ends
+	first := sk.Inputs()[before]
 	if !first.Snapshot || first.Blind == nil || !strings.Contains(first.Blind.Reason, "restarted") {
 		t.Fatalf("first input of the new run = %+v, want a snapshot after a blind window naming the restart", first)
 	}
 	if len(first.Observations) != 1 || first.Observations[0].Kind != audit.EventGrant || !first.Observations[0].Inferred || first.Observations[0].Holder != "B" {
 		t.Fatalf("snapshot = %+v, want B's grant, inferred", first.Observations)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:x", "B")
-	if got := kinds(sk.events(t, "lock:x")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventBlind, audit.EventRelease, audit.EventGrant}) {
+	sk.WaitHeld(t, 5*time.Second, "lock:x", "B")
+	if got := collectortest.Kinds(sk.Events(t, "lock:x")); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventBlind, audit.EventRelease, audit.EventGrant}) {
 		t.Fatalf("events = %v, want grant, blind, release (inferred), grant (inferred)", got)
 	}
 }
@@ -853,7 +824,7 @@ func TestUnreachableAtFirstThenObserved(t *testing.T) {
 	cli := srv.client(t)
 	ctx := context.Background()
 	sk := newSink(t)
-	c, err := New(testConfig(srv), testLogger(t))
+	c, err := New(testConfig(srv), collectortest.Logger(t, testSource))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -866,20 +837,12 @@ func TestUnreachableAtFirstThenObserved(t *testing.T) {
 	}
 	// The Runner's restart: the source is seen for the first time, so what
 	// it holds was held before the collector saw it, not granted unseen.
-	rctx, cancel := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- c.Run(rctx, sk, func() {}) }()
-	defer func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Run after cancel = %v", err)
-		}
-	}()
-	ev := sk.waitEvents(t, 10*time.Second, "lock:u", 1)[0]
+	collectortest.Run(t, c, sk)
+	ev := sk.WaitEvents(t, 10*time.Second, "lock:u", 1)[0]
 	if ev.Kind != audit.EventObserved || ev.Inferred {
 		t.Fatalf("first event = %+v, want observed", ev)
 	}
-	if in := sk.allInputs()[0]; in.Blind != nil {
+	if in := sk.Inputs()[0]; in.Blind != nil {
 		t.Fatalf("first input has a blind window %+v: nothing was seen before it", in.Blind)
 	}
 }
@@ -893,12 +856,12 @@ func TestLeasewatchRestartIsBlind(t *testing.T) {
 	cli := srv.client(t)
 	ctx := context.Background()
 	sk := newSink(t)
-	cr := runCollector(t, testConfig(srv), sk)
+	_, run := runCollector(t, testConfig(srv), sk)
 	if err := cli.SetNX(ctx, "lock:x", "A", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:x", "A")
-	cr.stop(t)
+	sk.WaitHeld(t, 5*time.Second, "lock:x", "A")
+	run.Stop(t)
 
 	// While leasewatch is down, A releases and B takes the lock.
 	if err := cli.Del(ctx, "lock:x").Err(); err != nil {
@@ -908,11 +871,11 @@ func TestLeasewatchRestartIsBlind(t *testing.T) {
 		t.Fatal(err)
 	}
 	runCollector(t, testConfig(srv), sk) // a new Collector: a new process
-	sk.waitHeld(t, 5*time.Second, "lock:x", "B")
-	if got := sk.events(t, "lock:x", audit.EventBlind); len(got) != 1 {
+	sk.WaitHeld(t, 5*time.Second, "lock:x", "B")
+	if got := sk.Events(t, "lock:x", audit.EventBlind); len(got) != 1 {
 		t.Fatalf("blind events = %d, want 1 for the time leasewatch was down", len(got))
 	}
-	grants := sk.events(t, "lock:x", audit.EventGrant)
+	grants := sk.Events(t, "lock:x", audit.EventGrant)
 	if last := grants[len(grants)-1]; last.Holder != "B" || !last.Inferred {
 		t.Fatalf("last grant = %+v, want B's, inferred", last)
 	}
@@ -944,11 +907,11 @@ func TestScriptAndMultiReadsAgree(t *testing.T) {
 	for _, rule := range []TokenRule{{}, {CounterKey: "{key}:fence"}} {
 		cfg := testConfig(srv)
 		cfg.Token = rule
-		c, err := New(cfg, testLogger(t))
+		c, err := New(cfg, collectortest.Logger(t, testSource))
 		if err != nil {
 			t.Fatal(err)
 		}
-		in := &instance{c: c, addr: srv.sock, client: c.client(srv.sock), log: testLogger(t)}
+		in := &instance{c: c, addr: srv.sock, client: c.client(srv.sock), log: collectortest.Logger(t, testSource)}
 		defer in.client.Close()
 		byScript, err := in.readByScript(ctx, keys)
 		if err != nil {
@@ -993,7 +956,7 @@ func TestScriptsDeniedReadsWithMulti(t *testing.T) {
 	sk := newSink(t)
 	cfg := testConfig(srv)
 	cfg.Token = TokenRule{CounterKey: "{key}:fence"}
-	cr := runCollector(t, cfg, sk)
+	c, _ := runCollector(t, cfg, sk)
 	ctx := context.Background()
 	if err := cli.Incr(ctx, "lock:m:fence").Err(); err != nil {
 		t.Fatal(err)
@@ -1001,11 +964,11 @@ func TestScriptsDeniedReadsWithMulti(t *testing.T) {
 	if err := cli.SetNX(ctx, "lock:m", "A", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	g := sk.waitEvents(t, 5*time.Second, "lock:m", 1, audit.EventGrant)[0]
+	g := sk.WaitEvents(t, 5*time.Second, "lock:m", 1, audit.EventGrant)[0]
 	if g.Holder != "A" || g.Token == nil || *g.Token != 1 {
 		t.Fatalf("grant = %+v, want A's with token 1", g)
 	}
-	if d := cr.c.Degraded(); d != "" {
+	if d := c.Degraded(); d != "" {
 		t.Fatalf("Degraded() = %q: reading without scripts sees everything", d)
 	}
 }
@@ -1013,7 +976,7 @@ func TestScriptsDeniedReadsWithMulti(t *testing.T) {
 // stallingSink holds every input while stalled, as a recorder held up by a
 // slow disk does.
 type stallingSink struct {
-	*sink
+	*collectortest.Sink
 	stalled atomic.Bool
 	release chan struct{}
 }
@@ -1026,12 +989,12 @@ func (s *stallingSink) wait() {
 
 func (s *stallingSink) Observe(ctx context.Context, in audit.Input) error {
 	s.wait()
-	return s.sink.Observe(ctx, in)
+	return s.Sink.Observe(ctx, in)
 }
 
 func (s *stallingSink) Submit(ctx context.Context, in audit.Input) func() error {
 	s.wait()
-	return s.sink.Submit(ctx, in)
+	return s.Sink.Submit(ctx, in)
 }
 
 // A collector held up longer than deadAfter by its own sink has heard
@@ -1041,14 +1004,14 @@ func TestStalledSinkIsNotBlind(t *testing.T) {
 	t.Parallel()
 	srv := startRedis(t)
 	cli := srv.client(t)
-	sk := &stallingSink{sink: newSink(t), release: make(chan struct{})}
+	sk := &stallingSink{Sink: newSink(t), release: make(chan struct{})}
 	runCollector(t, testConfig(srv), sk)
 	ctx := context.Background()
 
 	if err := cli.SetNX(ctx, "lock:k", "A", time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	sk.waitHeld(t, 5*time.Second, "lock:k", "A")
+	sk.WaitHeld(t, 5*time.Second, "lock:k", "A")
 	sk.stalled.Store(true)
 	if err := cli.Del(ctx, "lock:k").Err(); err != nil {
 		t.Fatal(err)
@@ -1062,20 +1025,20 @@ func TestStalledSinkIsNotBlind(t *testing.T) {
 	close(sk.release)
 	released := time.Now()
 
-	sk.waitHeld(t, 5*time.Second, "lock:k", "B")
+	sk.WaitHeld(t, 5*time.Second, "lock:k", "B")
 	// A connection wrongly called dead would be replaced within a ping or
 	// two, and its blind window recorded before the new connection vouches
 	// for anything after that.
-	eventually(t, 5*time.Second, "the collector to vouch for the time after the stall", func() bool {
-		for _, in := range sk.allInputs() {
+	collectortest.Eventually(t, 5*time.Second, "the collector to vouch for the time after the stall", func() bool {
+		for _, in := range sk.Inputs() {
 			if in.Live && in.At.After(released.Add(4*pingInterval)) {
 				return true
 			}
 		}
 		return false
 	})
-	evs := sk.events(t, "lock:k")
-	if got := kinds(evs); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventGrant}) {
+	evs := sk.Events(t, "lock:k")
+	if got := collectortest.Kinds(evs); !slices.Equal(got, []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventGrant}) {
 		t.Fatalf("events = %v, want grant, release, grant: nothing blind", got)
 	}
 	for _, e := range evs {
@@ -1083,7 +1046,7 @@ func TestStalledSinkIsNotBlind(t *testing.T) {
 			t.Fatalf("event %+v inferred, want every change seen", e)
 		}
 	}
-	if f := sk.findings(t, "lock:k", audit.FindingBlindWindow); len(f) != 0 {
+	if f := sk.Findings(t, "lock:k", audit.FindingBlindWindow); len(f) != 0 {
 		t.Fatalf("blind_window findings = %+v, want none", f)
 	}
 }
