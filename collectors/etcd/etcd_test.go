@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -446,6 +447,40 @@ func TestRenewalsSeenByPolling(t *testing.T) {
 	}
 	if f := sink.findingsOf(audit.FindingLeaseExpired); len(f) != 1 {
 		t.Fatalf("lease_expired findings = %+v, want 1", f)
+	}
+}
+
+// An input of renewals alone carries the revision the renewals were judged
+// at, as every input with observations does: the store keeps the cursor
+// with what it records.
+func TestRenewalInputsCarryTheCursor(t *testing.T) {
+	t.Parallel()
+	ep := startEtcd(t)
+	cli := newClient(t, ep)
+	sink := newRecorder()
+	runCollector(t, ep, sink, "/locks/")
+
+	s := newSession(t, cli, 5)
+	lockMutex(t, s, "/locks/rc")
+	sink.waitObs(t, 15*time.Second, "/locks/rc", 2, audit.EventRenew)
+	want := strconv.FormatInt(head(t, cli), 10) // nothing changed after the grant
+	renewalInputs := 0
+	for _, in := range sink.allInputs() {
+		if len(in.Observations) > 0 && in.Cursor == "" {
+			t.Errorf("an input with %d observations (%s first) carries no cursor", len(in.Observations), in.Observations[0].Kind)
+		}
+		if len(in.Observations) > 0 && !slices.ContainsFunc(in.Observations, func(ob audit.Observation) bool { return ob.Kind != audit.EventRenew }) {
+			renewalInputs++
+			if in.Cursor != want {
+				t.Errorf("an input of renewals carries cursor %q, want the revision of the grant, %s", in.Cursor, want)
+			}
+		}
+	}
+	if renewalInputs == 0 {
+		t.Fatal("no input of renewals alone")
+	}
+	if pos, _ := sink.Cursor(testSource); pos != want {
+		t.Fatalf("recorded cursor %q, want %s", pos, want)
 	}
 }
 
