@@ -251,9 +251,10 @@ type proxy struct {
 	l      net.Listener
 	target string
 
-	mu    sync.Mutex
-	down  bool
-	conns []net.Conn
+	mu      sync.Mutex
+	down    bool
+	conns   []net.Conn
+	refused int // connections turned away while down
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -285,6 +286,7 @@ func (p *proxy) serve() {
 		}
 		p.mu.Lock()
 		if p.down {
+			p.refused++
 			p.mu.Unlock()
 			c.Close()
 			continue
@@ -328,6 +330,14 @@ func (p *proxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// refusals counts the connections turned away while cut: a client that
+// tried to reach etcd and could not.
+func (p *proxy) refusals() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
 }
 
 func (p *proxy) restore() {
