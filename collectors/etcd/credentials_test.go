@@ -19,6 +19,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
 	"github.com/leasewatch/leasewatch/collectors/faulttest"
 	"github.com/leasewatch/leasewatch/collectors/testcert"
@@ -82,11 +83,11 @@ func TestAuthUserWithReadRole(t *testing.T) {
 
 	t.Run("Recorded", func(t *testing.T) {
 		rec := newRecorder()
-		c, err := New(cfg, testLogger(t), WithProgressInterval(300*time.Millisecond))
+		c, err := New(cfg, collectortest.Logger(t, testSource), WithProgressInterval(300*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
-		startCollector(t, c, rec)
+		collectortest.Run(t, c, rec)
 		s := newSession(t, root, 5)
 		m := lockMutex(t, s, "/locks/orders")
 		want := token(t, root, m.Key())
@@ -117,12 +118,12 @@ func TestAuthUserWithReadRole(t *testing.T) {
 		write(password)
 		fromFile := cfg
 		fromFile.Password = collectors.PasswordFile(path)
-		c, err := New(fromFile, testLogger(t))
+		c, err := New(fromFile, collectortest.Logger(t, testSource))
 		if err != nil {
 			t.Fatal(err)
 		}
 		rec := newRecorder()
-		cr := startCollector(t, c, rec)
+		cr := collectortest.Run(t, c, rec)
 
 		const rotated = "lw-etcd-pass-rotated-5e07"
 		ctx := context.Background()
@@ -141,13 +142,13 @@ func TestAuthUserWithReadRole(t *testing.T) {
 		m := lockMutex(t, s, "/locks/rotated")
 		// The old token refused on the watch stream, or the old password
 		// refused when the client logs in again for a call.
-		if err := cr.failed(t, 15*time.Second); err == nil ||
+		if err := cr.Failed(t, 15*time.Second); err == nil ||
 			!slices.ContainsFunc([]string{"invalid auth token", "authentication failed"}, func(w string) bool { return strings.Contains(err.Error(), w) }) {
 			t.Fatalf("Run after the rotation: err = %v, want the old token or password refused", err)
 		}
 
 		// Resumed from its cursor, the collector sees the grant it missed.
-		startCollector(t, c, rec)
+		collectortest.Run(t, c, rec)
 		if g := rec.waitObs(t, 10*time.Second, "/locks/rotated", 1, audit.EventGrant)[0]; g.Holder != leaseHolder(s) {
 			t.Fatalf("grant = %+v, want %s's", g, leaseHolder(s))
 		}
@@ -175,7 +176,7 @@ func TestAuthUserWithReadRole(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			bad := cfg
 			bad.Username, bad.Password = tt.user, collectors.Password(tt.password)
-			c, err := New(bad, testLogger(t))
+			c, err := New(bad, collectortest.Logger(t, testSource))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -215,11 +216,11 @@ func TestTLSWithClientCertificate(t *testing.T) {
 		}
 		t.Cleanup(func() { locker.Close() })
 		rec := newRecorder()
-		c, err := New(cfg, testLogger(t), WithProgressInterval(300*time.Millisecond))
+		c, err := New(cfg, collectortest.Logger(t, testSource), WithProgressInterval(300*time.Millisecond))
 		if err != nil {
 			t.Fatal(err)
 		}
-		startCollector(t, c, rec)
+		collectortest.Run(t, c, rec)
 		s := newSession(t, locker, 5)
 		m := lockMutex(t, s, "/locks/tls")
 		want := token(t, locker, m.Key())
@@ -238,7 +239,7 @@ func TestTLSWithClientCertificate(t *testing.T) {
 		trusted.Store(testcert.ClientTLS(t, other, client))
 		rotating := cfg
 		rotating.TLS = func() (*tls.Config, error) { return trusted.Load(), nil }
-		c, err := New(rotating, testLogger(t))
+		c, err := New(rotating, collectortest.Logger(t, testSource))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -247,7 +248,7 @@ func TestTLSWithClientCertificate(t *testing.T) {
 		}
 		trusted.Store(clientTLS)
 		rec := newRecorder()
-		startCollector(t, c, rec)
+		collectortest.Run(t, c, rec)
 		locker, err := clientv3.New(clientv3.Config{Endpoints: []string{ep}, DialTimeout: 5 * time.Second, TLS: clientTLS, Logger: zap.NewNop()})
 		if err != nil {
 			t.Fatal(err)
@@ -281,7 +282,7 @@ func TestTLSWithClientCertificate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			bad := cfg
 			tt.change(&bad)
-			c, err := New(bad, testLogger(t))
+			c, err := New(bad, collectortest.Logger(t, testSource))
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -371,13 +372,13 @@ func TestTLSCARotatedWhileRunning(t *testing.T) {
 	trusted.Store(testcert.ClientTLS(t, oldCA, testcert.Pair{}))
 	cfg := testConfig([]string{"/locks/"}, srv.endpoint)
 	cfg.TLS = func() (*tls.Config, error) { return trusted.Load(), nil }
-	c, err := New(cfg, testLogger(t), WithProgressInterval(300*time.Millisecond))
+	c, err := New(cfg, collectortest.Logger(t, testSource), WithProgressInterval(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	rec := newRecorder()
 	faulttest.Supervise(t, rec, c, collectors.RunnerConfig{
-		Logger: testLogger(t), MinBackoff: 100 * time.Millisecond, MaxBackoff: faultBackoffCap,
+		Logger: collectortest.Logger(t, testSource), MinBackoff: 100 * time.Millisecond, MaxBackoff: faultBackoffCap,
 	})
 	grant := func(name string) {
 		t.Helper()

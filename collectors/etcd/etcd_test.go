@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -141,7 +143,7 @@ func TestThreeWaitersGrantedInOrder(t *testing.T) {
 			defer cancel()
 			got[i] <- acquired{m: m, err: m.Lock(ctx)}
 		}()
-		eventually(t, 5*time.Second, fmt.Sprintf("waiter %d queued", i), func() bool {
+		collectortest.Eventually(t, 5*time.Second, fmt.Sprintf("waiter %d queued", i), func() bool {
 			resp, err := cli.Get(context.Background(), "/locks/q/", clientv3.WithPrefix())
 			return err == nil && len(resp.Kvs) == i+1
 		})
@@ -269,13 +271,13 @@ func TestElectionCampaignProclaimResign(t *testing.T) {
 	sink := newRecorder()
 	// The demo hands the collector its own client: it must use it and
 	// leave it open.
-	c, err := NewWithClient(testConfig([]string{"/election/"}), cli, testLogger(t), WithProgressInterval(300*time.Millisecond))
+	c, err := NewWithClient(testConfig([]string{"/election/"}), cli, collectortest.Logger(t, testSource), WithProgressInterval(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	cr := startCollector(t, c, sink)
+	cr := collectortest.Run(t, c, sink)
 	defer func() {
-		cr.stop(t)
+		cr.Stop(t)
 		if _, err := cli.Get(context.Background(), "/election/"); err != nil {
 			t.Errorf("shared client after the collector stopped: %v", err)
 		}
@@ -293,7 +295,7 @@ func TestElectionCampaignProclaimResign(t *testing.T) {
 		defer cancel()
 		won <- e2.Campaign(ctx, "node-b")
 	}()
-	eventually(t, 5*time.Second, "second candidate queued", func() bool {
+	collectortest.Eventually(t, 5*time.Second, "second candidate queued", func() bool {
 		resp, err := cli.Get(context.Background(), "/election/leader/", clientv3.WithPrefix())
 		return err == nil && len(resp.Kvs) == 2
 	})
@@ -385,7 +387,7 @@ func TestNestedPrefixes(t *testing.T) {
 		defer cancel()
 		locked <- parent.Lock(ctx)
 	}()
-	eventually(t, 5*time.Second, "parent waiter queued", func() bool {
+	collectortest.Eventually(t, 5*time.Second, "parent waiter queued", func() bool {
 		resp, err := cli.Get(context.Background(), "/locks/n/", clientv3.WithPrefix())
 		return err == nil && len(resp.Kvs) == 2
 	})
@@ -448,6 +450,40 @@ func TestRenewalsSeenByPolling(t *testing.T) {
 	}
 }
 
+// An input of renewals alone carries the revision the renewals were judged
+// at, as every input with observations does: the store keeps the cursor
+// with what it records.
+func TestRenewalInputsCarryTheCursor(t *testing.T) {
+	t.Parallel()
+	ep := startEtcd(t)
+	cli := newClient(t, ep)
+	sink := newRecorder()
+	runCollector(t, ep, sink, "/locks/")
+
+	s := newSession(t, cli, 5)
+	lockMutex(t, s, "/locks/rc")
+	sink.waitObs(t, 15*time.Second, "/locks/rc", 2, audit.EventRenew)
+	want := strconv.FormatInt(head(t, cli), 10) // nothing changed after the grant
+	renewalInputs := 0
+	for _, in := range sink.allInputs() {
+		if len(in.Observations) > 0 && in.Cursor == "" {
+			t.Errorf("an input with %d observations (%s first) carries no cursor", len(in.Observations), in.Observations[0].Kind)
+		}
+		if len(in.Observations) > 0 && !slices.ContainsFunc(in.Observations, func(ob audit.Observation) bool { return ob.Kind != audit.EventRenew }) {
+			renewalInputs++
+			if in.Cursor != want {
+				t.Errorf("an input of renewals carries cursor %q, want the revision of the grant, %s", in.Cursor, want)
+			}
+		}
+	}
+	if renewalInputs == 0 {
+		t.Fatal("no input of renewals alone")
+	}
+	if pos, _ := sink.Cursor(testSource); pos != want {
+		t.Fatalf("recorded cursor %q, want %s", pos, want)
+	}
+}
+
 func TestCompactionWhileStopped(t *testing.T) {
 	t.Parallel()
 	ep := startEtcd(t)
@@ -460,7 +496,7 @@ func TestCompactionWhileStopped(t *testing.T) {
 	lockMutex(t, sC, "/locks/kept")
 	sink.waitObs(t, 5*time.Second, "", 2, audit.EventGrant)
 	sink.waitCursor(t, head(t, cli))
-	cr.stop(t)
+	cr.Stop(t)
 	_, stoppedAt := sink.Cursor(testSource)
 
 	// While the collector is away: one lock is released, a new one is taken,
@@ -553,7 +589,7 @@ func TestCompactionMidWatch(t *testing.T) {
 	px.restore()
 
 	var blind audit.Input
-	eventually(t, 20*time.Second, "a blind input", func() bool {
+	collectortest.Eventually(t, 20*time.Second, "a blind input", func() bool {
 		for _, in := range sink.allInputs() {
 			if in.Blind != nil {
 				blind = in
@@ -598,7 +634,7 @@ func TestUnreachableEtcdFailsRun(t *testing.T) {
 	// The client would retry forever; the collector must notice the silence
 	// and fail, so the Runner marks the source down and restarts it.
 	px.cut()
-	err := cr.failed(t, 20*time.Second)
+	err := cr.Failed(t, 20*time.Second)
 	if err == nil {
 		t.Fatal("Run returned nil while etcd was unreachable, want an error")
 	}
@@ -700,14 +736,14 @@ func TestRestartMidStream(t *testing.T) {
 	// Three restarts, each after the workers made progress.
 	for round := 1; round <= 3; round++ {
 		n := count()
-		eventually(t, 10*time.Second, "workers to make progress", func() bool { return count() >= n+15 })
-		cr.stop(t)
+		collectortest.Eventually(t, 10*time.Second, "workers to make progress", func() bool { return count() >= n+15 })
+		cr.Stop(t)
 		n = count()
-		eventually(t, 10*time.Second, "workers to make progress while the collector is down", func() bool { return count() >= n+10 })
+		collectortest.Eventually(t, 10*time.Second, "workers to make progress while the collector is down", func() bool { return count() >= n+10 })
 		cr = runCollector(t, ep, sink, "/locks/", "/election/")
 	}
 	n := count()
-	eventually(t, 10*time.Second, "workers to make progress", func() bool { return count() >= n+15 })
+	collectortest.Eventually(t, 10*time.Second, "workers to make progress", func() bool { return count() >= n+15 })
 	close(stop)
 	wg.Wait()
 	close(errs)

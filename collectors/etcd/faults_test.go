@@ -12,6 +12,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 	"github.com/leasewatch/leasewatch/collectors/faulttest"
 )
 
@@ -42,12 +43,12 @@ func TestBackendFaults(t *testing.T) {
 	cli := newClient(t, srv.endpoint)
 	sink := newRecorder()
 	cfg := testConfig([]string{"/locks/"}, srv.endpoint)
-	c, err := New(cfg, testLogger(t), WithProgressInterval(300*time.Millisecond))
+	c, err := New(cfg, collectortest.Logger(t, testSource), WithProgressInterval(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
 	faulttest.Supervise(t, sink, c, collectors.RunnerConfig{
-		Logger: testLogger(t), MinBackoff: 100 * time.Millisecond, MaxBackoff: faultBackoffCap,
+		Logger: collectortest.Logger(t, testSource), MinBackoff: 100 * time.Millisecond, MaxBackoff: faultBackoffCap,
 	})
 
 	var acquired []acquisition
@@ -186,7 +187,7 @@ func unlockMutex(t *testing.T, m *concurrency.Mutex) {
 func caughtUp(t *testing.T, sink *recorder, cli *clientv3.Client, ready time.Time) {
 	t.Helper()
 	rev := head(t, cli)
-	eventually(t, faultBackoffCap+faultSlack+10*time.Second, fmt.Sprintf("cursor >= %d", rev), func() bool { return sink.cursorRev() >= rev })
+	collectortest.Eventually(t, faultBackoffCap+faultSlack+10*time.Second, fmt.Sprintf("cursor >= %d", rev), func() bool { return sink.cursorRev() >= rev })
 	d := faulttest.Reconnected(t, "etcd", ready, time.Now(), faultBackoffCap+faultSlack)
 	t.Logf("caught up with etcd's head %d %s after etcd returned", rev, d.Round(time.Millisecond))
 }

@@ -3,9 +3,9 @@ package etcd
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"net"
 	"net/url"
+	"slices"
 	"strconv"
 	"sync"
 	"testing"
@@ -17,6 +17,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
 )
 
@@ -112,7 +113,7 @@ func (r *recorder) obs(lock string, kinds ...audit.EventKind) []audit.Observatio
 			if lock != "" && ob.Lock.Name != lock {
 				continue
 			}
-			if len(kinds) > 0 && !hasKind(kinds, ob.Kind) {
+			if len(kinds) > 0 && !slices.Contains(kinds, ob.Kind) {
 				continue
 			}
 			out = append(out, ob)
@@ -140,21 +141,12 @@ func (r *recorder) state(lock string) audit.TrackState {
 	return st
 }
 
-func hasKind(kinds []audit.EventKind, k audit.EventKind) bool {
-	for _, x := range kinds {
-		if x == k {
-			return true
-		}
-	}
-	return false
-}
-
 // waitObs polls until an observation of lock of one of kinds exists (n of
 // them, if n > 1) and returns them.
 func (r *recorder) waitObs(t *testing.T, timeout time.Duration, lock string, n int, kinds ...audit.EventKind) []audit.Observation {
 	t.Helper()
 	var got []audit.Observation
-	eventually(t, timeout, fmt.Sprintf("%d %v observation(s) of %s", n, kinds, lock), func() bool {
+	collectortest.Eventually(t, timeout, fmt.Sprintf("%d %v observation(s) of %s", n, kinds, lock), func() bool {
 		got = r.obs(lock, kinds...)
 		return len(got) >= n
 	})
@@ -165,97 +157,24 @@ func (r *recorder) waitObs(t *testing.T, timeout time.Duration, lock string, n i
 // has been recorded.
 func (r *recorder) waitCursor(t *testing.T, rev int64) {
 	t.Helper()
-	eventually(t, 10*time.Second, fmt.Sprintf("cursor >= %d", rev), func() bool { return r.cursorRev() >= rev })
-}
-
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out after %s waiting for %s", timeout, what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	collectortest.Eventually(t, 10*time.Second, fmt.Sprintf("cursor >= %d", rev), func() bool { return r.cursorRev() >= rev })
 }
 
 const testSource = "test-etcd"
 
-// collectorRun is one running collector.
-type collectorRun struct {
-	cancel context.CancelFunc
-	done   chan error
-	once   sync.Once
-}
-
 // runCollector starts a collector dialling endpoint and waits until it is
-// ready.
-func runCollector(t *testing.T, endpoint string, sink collectors.Sink, prefixes ...string) *collectorRun {
+// ready. It is stopped when the test ends.
+func runCollector(t *testing.T, endpoint string, sink collectors.Sink, prefixes ...string) *collectortest.Running {
 	t.Helper()
-	c, err := New(testConfig(prefixes, endpoint), testLogger(t), WithProgressInterval(300*time.Millisecond))
+	c, err := New(testConfig(prefixes, endpoint), collectortest.Logger(t, testSource), WithProgressInterval(300*time.Millisecond))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return startCollector(t, c, sink)
+	return collectortest.Run(t, c, sink)
 }
 
 func testConfig(prefixes []string, endpoints ...string) Config {
 	return Config{Name: testSource, Endpoints: endpoints, Prefixes: prefixes, PollInterval: 200 * time.Millisecond, DialTimeout: 2 * time.Second}
-}
-
-func testLogger(t *testing.T) *slog.Logger {
-	return slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelInfo})).With("source", testSource)
-}
-
-// startCollector runs c on sink and waits until it is ready. The collector
-// is stopped when the test ends.
-func startCollector(t *testing.T, c *Collector, sink collectors.Sink) *collectorRun {
-	t.Helper()
-	ctx, cancel := context.WithCancel(context.Background())
-	cr := &collectorRun{cancel: cancel, done: make(chan error, 1)}
-	ready := make(chan struct{})
-	var once sync.Once
-	go func() { cr.done <- c.Run(ctx, sink, func() { once.Do(func() { close(ready) }) }) }()
-	select {
-	case <-ready:
-	case err := <-cr.done:
-		cancel()
-		t.Fatalf("collector stopped before ready: %v", err)
-	case <-time.After(15 * time.Second):
-		cancel()
-		t.Fatal("collector not ready after 15s")
-	}
-	t.Cleanup(func() { cr.stop(t) })
-	return cr
-}
-
-// failed waits for Run to return on its own and returns its error.
-func (cr *collectorRun) failed(t *testing.T, timeout time.Duration) error {
-	t.Helper()
-	var err error
-	select {
-	case err = <-cr.done:
-	case <-time.After(timeout):
-		t.Fatalf("Run still running after %s", timeout)
-	}
-	cr.once.Do(cr.cancel)
-	return err
-}
-
-// stop cancels the collector and checks it returned nil. Safe to call twice.
-func (cr *collectorRun) stop(t *testing.T) {
-	t.Helper()
-	cr.once.Do(func() {
-		cr.cancel()
-		select {
-		case err := <-cr.done:
-			if err != nil {
-				t.Errorf("Run returned %v after cancel, want nil", err)
-			}
-		case <-time.After(10 * time.Second):
-			t.Error("Run did not return within 10s of cancel")
-		}
-	})
 }
 
 func newSession(t *testing.T, cli *clientv3.Client, ttl int) *concurrency.Session {
@@ -332,9 +251,10 @@ type proxy struct {
 	l      net.Listener
 	target string
 
-	mu    sync.Mutex
-	down  bool
-	conns []net.Conn
+	mu      sync.Mutex
+	down    bool
+	conns   []net.Conn
+	refused int // connections turned away while down
 }
 
 func startProxy(t *testing.T, target string) *proxy {
@@ -366,6 +286,7 @@ func (p *proxy) serve() {
 		}
 		p.mu.Lock()
 		if p.down {
+			p.refused++
 			p.mu.Unlock()
 			c.Close()
 			continue
@@ -409,6 +330,14 @@ func (p *proxy) cut() {
 		c.Close()
 	}
 	p.conns = nil
+}
+
+// refusals counts the connections turned away while cut: a client that
+// tried to reach etcd and could not.
+func (p *proxy) refusals() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.refused
 }
 
 func (p *proxy) restore() {

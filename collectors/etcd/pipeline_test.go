@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
 // gatedSink is a collectors.Submitter whose commits wait for the test: each
@@ -126,7 +127,7 @@ func TestOneInputInFlight(t *testing.T) {
 	}
 
 	tokens := map[string]int64{"/locks/p0": lockAndUnlock("/locks/p0")}
-	eventually(t, 5*time.Second, "the first input to be submitted", func() bool { n, _ := sink.counts(); return n == 1 })
+	collectortest.Eventually(t, 5*time.Second, "the first input to be submitted", func() bool { n, _ := sink.counts(); return n == 1 })
 	for i := 1; i <= 30; i++ {
 		name := fmt.Sprintf("/locks/p%d", i)
 		tokens[name] = lockAndUnlock(name)
@@ -172,13 +173,13 @@ func TestFailedCommitLosesNothing(t *testing.T) {
 	}
 
 	tokens := map[string]int64{"/locks/f0": lockAndUnlock("/locks/f0")}
-	eventually(t, 5*time.Second, "the first input to be submitted", func() bool { n, _ := sink.counts(); return n == 1 })
+	collectortest.Eventually(t, 5*time.Second, "the first input to be submitted", func() bool { n, _ := sink.counts(); return n == 1 })
 	for i := 1; i <= 10; i++ {
 		name := fmt.Sprintf("/locks/f%d", i)
 		tokens[name] = lockAndUnlock(name)
 	}
 	sink.gate <- false
-	if err := cr.failed(t, 10*time.Second); err == nil || !strings.Contains(err.Error(), "disk full") {
+	if err := cr.Failed(t, 10*time.Second); err == nil || !strings.Contains(err.Error(), "disk full") {
 		t.Fatalf("Run returned %v, want the commit's error", err)
 	}
 	if n := len(sink.obs("", audit.EventGrant, audit.EventRelease)); n != 0 {

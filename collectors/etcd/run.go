@@ -436,6 +436,11 @@ func (r *run) pendingInput() *audit.Input {
 // collectors.Submitter it returns at once; a plain Sink's Observe runs on
 // its own. Either way the loop goes on reading etcd, and land learns the
 // outcome.
+//
+// Every input carries the revision its picture covers as its cursor, one
+// of renewals alone too: the polls that showed them were judged against
+// the locks as of that revision, and every input before it, which covers
+// as much, is stored by the time this one is.
 func (r *run) submit(ctx context.Context) {
 	if r.inflight != nil || r.pending == nil {
 		return
@@ -443,6 +448,7 @@ func (r *run) submit(ctx context.Context) {
 	in := r.pending
 	r.pending = nil
 	in.At = r.now()
+	in.Cursor = strconv.FormatInt(r.applied, 10)
 	var wait func() error
 	if sub, ok := r.sink.(collectors.Submitter); ok {
 		wait = sub.Submit(ctx, *in)
@@ -473,15 +479,10 @@ func (r *run) land(err error) error {
 	f := r.inflight
 	r.inflight = nil
 	if err != nil {
-		if f.in.Cursor != "" {
-			return fmt.Errorf("record revision %s: %w", f.in.Cursor, err)
-		}
-		return fmt.Errorf("record renewals: %w", err)
+		return fmt.Errorf("record revision %s: %w", f.in.Cursor, err)
 	}
-	if f.in.Cursor != "" {
-		rev, _ := strconv.ParseInt(f.in.Cursor, 10, 64)
-		r.rev, r.revAt = rev, f.in.At
-	}
+	rev, _ := strconv.ParseInt(f.in.Cursor, 10, 64)
+	r.rev, r.revAt = rev, f.in.At
 	return nil
 }
 
