@@ -14,6 +14,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
 func TestNewValidates(t *testing.T) {
@@ -191,21 +192,21 @@ func TestKubeconfigCredentials(t *testing.T) {
 	ns := newNamespace(t)
 
 	t.Run("ContextWithTokenFile", func(t *testing.T) {
-		c, err := New(Config{Name: testSource, Kubeconfig: path, Context: "from-file", Namespaces: []string{ns}}, testLogger(t))
+		c, err := New(Config{Name: testSource, Kubeconfig: path, Context: "from-file", Namespaces: []string{ns}}, collectortest.Logger(t, testSource))
 		if err != nil {
 			t.Fatal(err)
 		}
 		s := newSink(t)
-		startCollector(t, c, s)
+		collectortest.Run(t, c, s)
 		createLease(t, ns, "credentials", coordinationv1.LeaseSpec{HolderIdentity: ptr("holder-a"), LeaseDurationSeconds: ptr(int32(30)), RenewTime: now()})
-		g := s.waitEvents(t, 10*time.Second, ns+"/credentials", 1, audit.EventGrant)[0]
+		g := s.WaitEvents(t, 10*time.Second, ns+"/credentials", 1, audit.EventGrant)[0]
 		if g.Holder != "holder-a" {
 			t.Fatalf("grant = %+v, want holder-a's", g)
 		}
 	})
 
 	t.Run("WrongToken", func(t *testing.T) {
-		c, err := New(Config{Name: testSource, Kubeconfig: path, Namespaces: []string{ns}}, testLogger(t))
+		c, err := New(Config{Name: testSource, Kubeconfig: path, Namespaces: []string{ns}}, collectortest.Logger(t, testSource))
 		if err != nil {
 			t.Fatal(err)
 		}

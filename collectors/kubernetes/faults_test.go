@@ -11,6 +11,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 	"github.com/leasewatch/leasewatch/collectors/faulttest"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
 	"github.com/leasewatch/leasewatch/deploy/testproc"
@@ -46,12 +47,12 @@ func TestBackendFaults(t *testing.T) {
 	ns := newNamespace(t)
 	lease := ns + "/f"
 	s := newSink(t)
-	c, err := New(Config{Name: testSource, Namespaces: []string{ns}}, testLogger(t), WithRESTConfig(peer.Config))
+	c, err := New(Config{Name: testSource, Namespaces: []string{ns}}, collectortest.Logger(t, testSource), WithRESTConfig(peer.Config))
 	if err != nil {
 		t.Fatal(err)
 	}
 	faulttest.Supervise(t, s, c, collectors.RunnerConfig{
-		Logger: testLogger(t), MinBackoff: 100 * time.Millisecond, MaxBackoff: faultBackoffCap,
+		Logger: collectortest.Logger(t, testSource), MinBackoff: 100 * time.Millisecond, MaxBackoff: faultBackoffCap,
 	})
 
 	elog := &faultLog{electionLog: &electionLog{}}
@@ -91,7 +92,7 @@ func TestBackendFaults(t *testing.T) {
 		usage.Measure(t, cycle)
 	}
 	usage.Report(t)
-	s.noFindings(t, lease, audit.FindingOverlap, audit.FindingTokenRegression, audit.FindingTokenReuse)
+	s.NoFindings(t, lease, audit.FindingOverlap, audit.FindingTokenRegression, audit.FindingTokenReuse)
 }
 
 // faultLog is the electors' acquisitions, and how many of them checkFault
@@ -150,14 +151,15 @@ func (p *peerApiserver) restart() {
 }
 
 // waitHolder polls the store until lock is held by holder (free for "").
-func waitHolder(t *testing.T, s *sink, lock, holder string, timeout time.Duration) {
+func waitHolder(t *testing.T, s *collectortest.Sink, lock, holder string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, timeout, fmt.Sprintf("%s held by %q", lock, holder), func() bool {
-		l, ok := s.lock(t, lock)
-		if holder == "" {
-			return !ok || l.State != audit.StateHeld
-		}
-		return ok && l.State == audit.StateHeld && l.Holder == holder
+	if holder != "" {
+		s.WaitHeld(t, timeout, lock, holder)
+		return
+	}
+	collectortest.Eventually(t, timeout, lock+" free", func() bool {
+		l, ok := s.Lock(t, lock)
+		return !ok || l.State != audit.StateHeld
 	})
 }
 
@@ -167,7 +169,7 @@ func waitHolder(t *testing.T, s *sink, lock, holder string, timeout time.Duratio
 // acquisition so far is one grant with its token (inferred only at the end
 // of a blind window, which must cover the outage; none at all only for a
 // tenure that a blind window hid whole), and nothing looks expired.
-func checkFault(t *testing.T, s *sink, ns, name string, elog *faultLog, down, back, ready time.Time) {
+func checkFault(t *testing.T, s *collectortest.Sink, ns, name string, elog *faultLog, down, back, ready time.Time) {
 	t.Helper()
 	lock := ns + "/" + name
 	holder := deref(getLease(t, ns, name).Spec.HolderIdentity)
@@ -177,7 +179,7 @@ func checkFault(t *testing.T, s *sink, ns, name string, elog *faultLog, down, ba
 	var blinds []string
 	var blindEnds []time.Time // every blind window's end: where the tracker infers what it missed
 	var blindFrom []time.Time // and its start
-	for _, in := range s.allInputs() {
+	for _, in := range s.Inputs() {
 		b := in.Blind
 		if b == nil {
 			continue
@@ -210,7 +212,7 @@ func checkFault(t *testing.T, s *sink, ns, name string, elog *faultLog, down, ba
 		return false
 	}
 	grants := map[string]int{}
-	for _, e := range s.events(t, lock, audit.EventGrant) {
+	for _, e := range s.Events(t, lock, audit.EventGrant) {
 		if e.Inferred && !atBlindEnd(e.At) {
 			t.Fatalf("inferred grant %+v, not at the end of a blind window", e)
 		}
@@ -228,12 +230,12 @@ func checkFault(t *testing.T, s *sink, ns, name string, elog *faultLog, down, ba
 	// Every holder renewed or released: an expiry is the collector's
 	// mistake, except one the tracker infers within a blind window for a
 	// tenure that ended unseen.
-	for _, e := range s.events(t, lock, audit.EventExpire) {
+	for _, e := range s.Events(t, lock, audit.EventExpire) {
 		if !e.Inferred || !inBlind(e.At) {
 			t.Fatalf("expire event %+v: every holder renewed or released; the collector just could not see it", e)
 		}
 	}
-	for _, f := range s.findings(t, lock, audit.FindingLeaseExpired) {
+	for _, f := range s.Findings(t, lock, audit.FindingLeaseExpired) {
 		if !inBlind(f.At) {
 			t.Fatalf("lease_expired finding %+v: every holder renewed or released", f)
 		}

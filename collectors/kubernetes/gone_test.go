@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
 	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
@@ -187,9 +188,9 @@ func TestWatchGoneRelists(t *testing.T) {
 	moved := startElector(t, ns, "moved", "m1", electorConfig{Release: true, LeaseDuration: long, Log: &log})
 	kept.waitLeading(t, 10*time.Second)
 	moved.waitLeading(t, 10*time.Second)
-	s.waitEvents(t, 10*time.Second, ns+"/kept", 1, audit.EventGrant)
-	s.waitEvents(t, 10*time.Second, ns+"/moved", 1, audit.EventGrant)
-	cr.stop(t)
+	s.WaitEvents(t, 10*time.Second, ns+"/kept", 1, audit.EventGrant)
+	s.WaitEvents(t, 10*time.Second, ns+"/moved", 1, audit.EventGrant)
+	cr.Stop(t)
 
 	// While the collector is away: "moved" changes hands, "fresh" is taken,
 	// "kept" goes on renewing; then etcd's history is compacted.
@@ -199,18 +200,18 @@ func TestWatchGoneRelists(t *testing.T) {
 	m2.waitLeading(t, 10*time.Second)
 	fresh.waitLeading(t, 10*time.Second)
 	renewedBefore := getLease(t, ns, "kept").Spec.RenewTime.Time
-	eventually(t, 10*time.Second, "kept to renew", func() bool { return getLease(t, ns, "kept").Spec.RenewTime.After(renewedBefore) })
+	collectortest.Eventually(t, 10*time.Second, "kept to renew", func() bool { return getLease(t, ns, "kept").Spec.RenewTime.After(renewedBefore) })
 	compacted := compactEtcd(t)
 
 	peer := startPeer(t)
 	// An input in flight when the collector stopped may have been stored
 	// after Run returned; the cursor now stored is the one to resume from.
 	stoppedCursor, stoppedAt := s.Cursor(testSource)
-	before := len(s.allInputs())
+	before := len(s.Inputs())
 	runCollector(t, s, cfg, WithRESTConfig(peer))
 	// A resume is ready once its watch is open; the 410 arrives on it.
-	eventually(t, 10*time.Second, "an input after the restart", func() bool { return len(s.allInputs()) > before })
-	in := s.allInputs()[before]
+	collectortest.Eventually(t, 10*time.Second, "an input after the restart", func() bool { return len(s.Inputs()) > before })
+	in := s.Inputs()[before]
 	if in.Blind == nil || !in.Snapshot || !strings.Contains(in.Blind.Reason, "410") {
 		t.Fatalf("first input after the restart = %+v, want a blind snapshot citing the 410", in)
 	}
@@ -242,28 +243,34 @@ func TestWatchGoneRelists(t *testing.T) {
 		}
 	}
 
+	// The sink notes an input before it stores it: the relist is in the
+	// store once its blind windows are.
+	for _, name := range []string{"kept", "moved"} {
+		s.WaitEvents(t, 10*time.Second, ns+"/"+name, 1, audit.EventBlind)
+	}
+
 	// The tracker: kept goes on with its tenure, moved's first tenure ended
 	// out of sight, fresh is new, and the window is on record.
-	if ts := s.tenures(t, ns+"/kept"); len(ts) != 1 || !ts[0].Held() {
+	if ts := s.Tenures(t, ns+"/kept"); len(ts) != 1 || !ts[0].Held() {
 		t.Errorf("kept tenures = %+v, want the one tenure, still held", ts)
 	}
-	ts := s.tenures(t, ns+"/moved")
+	ts := s.Tenures(t, ns+"/moved")
 	if len(ts) != 2 || ts[0].Held() || ts[0].Holder != "m1" || !ts[1].Held() || ts[1].Holder != "m2" {
 		t.Errorf("moved tenures = %+v, want m1's ended and m2's held", ts)
 	}
 	for _, name := range []string{"kept", "moved"} {
-		if f := s.findings(t, ns+"/"+name, audit.FindingBlindWindow); len(f) != 1 || !f[0].At.Equal(stoppedAt) {
+		if f := s.Findings(t, ns+"/"+name, audit.FindingBlindWindow); len(f) != 1 || !f[0].At.Equal(stoppedAt) {
 			t.Errorf("blind_window findings of %s = %+v, want one from %s", name, f, stoppedAt)
 		}
-		if evs := s.events(t, ns+"/"+name, audit.EventBlind); len(evs) != 1 {
+		if evs := s.Events(t, ns+"/"+name, audit.EventBlind); len(evs) != 1 {
 			t.Errorf("blind events of %s = %d, want 1", name, len(evs))
 		}
-		s.noFindings(t, ns+"/"+name, fencingFindings...)
+		s.NoFindings(t, ns+"/"+name, fencingFindings...)
 	}
 
 	// And it watches on from the list's resourceVersion.
 	m2.stop()
-	rel := s.waitEvents(t, 10*time.Second, ns+"/moved", 2, audit.EventRelease)[1]
+	rel := s.WaitEvents(t, 10*time.Second, ns+"/moved", 2, audit.EventRelease)[1]
 	if rel.Holder != "m2" || tokenOf(rel.Token) != 1 || rel.Inferred {
 		t.Fatalf("release after the relist = %+v, want m2's token 1, seen", rel)
 	}

@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
 // fencingFindings are the findings that say a lock's tokens cannot be
@@ -35,7 +36,7 @@ func TestAcquireRenewRelease(t *testing.T) {
 	// them from the last recorded resourceVersion without a gap.
 	runCollector(t, s, Config{Namespaces: []string{ns}}, WithWatchTimeout(2*time.Second))
 
-	first := s.allInputs()[0]
+	first := s.Inputs()[0]
 	if !first.Snapshot || first.Cursor == "" || !first.ExpireByClock || !first.SequentialTokens || first.Kind != audit.KindKubernetes || len(first.Observations) != 0 {
 		t.Fatalf("first input = %+v, want an empty snapshot of kind kubernetes with a cursor, clock expiry and sequential tokens", first)
 	}
@@ -47,19 +48,19 @@ func TestAcquireRenewRelease(t *testing.T) {
 	var log electionLog
 	a := startElector(t, ns, "leader", "node-a_7c1f", electorConfig{Release: true, Log: &log})
 	a.waitLeading(t, 10*time.Second)
-	g := s.waitEvents(t, 10*time.Second, lock, 1, audit.EventGrant)[0]
+	g := s.WaitEvents(t, 10*time.Second, lock, 1, audit.EventGrant)[0]
 	acq := log.all()[0]
 	if g.Holder != "node-a_7c1f" || tokenOf(g.Token) != acq.token || acq.token != 0 || g.TTL != leaseDuration || g.Inferred || g.Position == "" {
 		t.Fatalf("grant = %+v, want node-a_7c1f with token %d (the elector read 0), a 2s lease and a position", g, acq.token)
 	}
-	if l, _ := s.lock(t, lock); l.Class != audit.ClassLock || l.Kind != audit.KindKubernetes || l.State != audit.StateHeld {
+	if l, _ := s.Lock(t, lock); l.Class != audit.ClassLock || l.Kind != audit.KindKubernetes || l.State != audit.StateHeld {
 		t.Fatalf("lock = %+v, want a held lock of kind kubernetes", l)
 	}
 
 	// client-go renews every RetryPeriod: each renewal is a write, and
 	// renewTime moves by at least RetryPeriod. 20 of them span several
 	// watch requests.
-	renews := s.waitEvents(t, 20*time.Second, lock, 20, audit.EventRenew)
+	renews := s.WaitEvents(t, 20*time.Second, lock, 20, audit.EventRenew)
 	var prev time.Time
 	var gaps []time.Duration
 	for i, r := range renews {
@@ -82,23 +83,23 @@ func TestAcquireRenewRelease(t *testing.T) {
 	t.Logf("renewal intervals (sorted): %v", gaps)
 
 	a.stop() // ReleaseOnCancel: holderIdentity "", leaseTransitions kept
-	rel := s.waitEvents(t, 10*time.Second, lock, 1, audit.EventRelease)[0]
+	rel := s.WaitEvents(t, 10*time.Second, lock, 1, audit.EventRelease)[0]
 	if rel.Holder != g.Holder || tokenOf(rel.Token) != 0 || rel.Inferred {
 		t.Fatalf("release = %+v, want %s's token 0, seen rather than inferred", rel, g.Holder)
 	}
-	if l, _ := s.lock(t, lock); l.State != audit.StateFree {
+	if l, _ := s.Lock(t, lock); l.State != audit.StateFree {
 		t.Fatalf("lock state after release = %s, want free", l.State)
 	}
-	ts := s.tenures(t, lock)
-	if len(ts) != 1 || ts[0].End != audit.EndReleased || ts[0].Renewals != int64(len(s.events(t, lock, audit.EventRenew))) {
+	ts := s.Tenures(t, lock)
+	if len(ts) != 1 || ts[0].End != audit.EndReleased || ts[0].Renewals != int64(len(s.Events(t, lock, audit.EventRenew))) {
 		t.Fatalf("tenures = %+v, want one, released, counting every renewal event", ts)
 	}
-	s.noFindings(t, lock, audit.FindingLeaseExpired, audit.FindingLateRenewal, audit.FindingUnfencedLock)
+	s.NoFindings(t, lock, audit.FindingLeaseExpired, audit.FindingLateRenewal, audit.FindingUnfencedLock)
 
 	// Every write to the Lease became exactly one observation, in order.
 	want := writes.until(t, func(l *coordinationv1.Lease) bool { return deref(l.Spec.HolderIdentity) == "" })
 	var got []string
-	for _, ob := range s.obs(lock) {
+	for _, ob := range s.Obs(lock) {
 		got = append(got, ob.Position)
 	}
 	if !slices.Equal(got, want) {
@@ -147,7 +148,7 @@ func watchLease(t *testing.T, ns, name, fromRV string) *leaseWrites {
 func (lw *leaseWrites) until(t *testing.T, done func(*coordinationv1.Lease) bool) []string {
 	t.Helper()
 	var out []string
-	eventually(t, 10*time.Second, "the test's watch to see the Lease's last write", func() bool {
+	collectortest.Eventually(t, 10*time.Second, "the test's watch to see the Lease's last write", func() bool {
 		lw.mu.Lock()
 		defer lw.mu.Unlock()
 		out = slices.Clone(lw.rvs)
@@ -166,10 +167,10 @@ func TestStoppedWithoutReleaseExpires(t *testing.T) {
 
 	a := startElector(t, ns, "leader", "node-a", electorConfig{})
 	a.waitLeading(t, 10*time.Second)
-	s.waitEvents(t, 10*time.Second, lock, 2, audit.EventRenew)
+	s.WaitEvents(t, 10*time.Second, lock, 2, audit.EventRenew)
 	a.stop() // no ReleaseOnCancel: it just stops renewing; nobody writes the expiry
 
-	exp := s.waitEvents(t, 10*time.Second, lock, 1, audit.EventExpire)[0]
+	exp := s.WaitEvents(t, 10*time.Second, lock, 1, audit.EventExpire)[0]
 	l := getLease(t, ns, "leader")
 	if deref(l.Spec.HolderIdentity) != "node-a" {
 		t.Fatalf("Lease holder = %q, want node-a still: the expiry is only inferred", deref(l.Spec.HolderIdentity))
@@ -178,14 +179,14 @@ func TestStoppedWithoutReleaseExpires(t *testing.T) {
 	if !exp.Inferred || exp.Holder != "node-a" || tokenOf(exp.Token) != 0 || !exp.At.Equal(wantAt) {
 		t.Fatalf("expire = %+v, want inferred, node-a token 0, at the last renewTime + 2s = %s", exp, wantAt)
 	}
-	f := s.findings(t, lock, audit.FindingLeaseExpired)
+	f := s.Findings(t, lock, audit.FindingLeaseExpired)
 	if len(f) != 1 || !slices.Equal(f[0].Holders, []string{"node-a"}) {
 		t.Fatalf("lease_expired findings = %+v, want one for node-a", f)
 	}
-	if lk, _ := s.lock(t, lock); lk.State != audit.StateExpired {
+	if lk, _ := s.Lock(t, lock); lk.State != audit.StateExpired {
 		t.Fatalf("lock state = %s, want expired", lk.State)
 	}
-	if n := len(s.obs(lock, audit.EventRelease, audit.EventExpire)); n != 0 {
+	if n := len(s.Obs(lock, audit.EventRelease, audit.EventExpire)); n != 0 {
 		t.Fatalf("%d end observations, want none: the collector saw no end, the tracker inferred it", n)
 	}
 }
@@ -208,7 +209,7 @@ func TestFailoverTokensIncrease(t *testing.T) {
 	c := startElector(t, ns, "leader", "c", electorConfig{Log: &log})
 
 	a.stop() // released: b or c takes over at its next retry
-	eventually(t, 10*time.Second, "a second leader", func() bool { return len(log.all()) == 2 })
+	collectortest.Eventually(t, 10*time.Second, "a second leader", func() bool { return len(log.all()) == 2 })
 	second, third := b, c
 	if log.all()[1].identity == "c" {
 		second, third = c, b
@@ -216,7 +217,7 @@ func TestFailoverTokensIncrease(t *testing.T) {
 	second.stop() // c stops without release (b takes over after expiry), b releases (c at once)
 	third.waitLeading(t, 10*time.Second)
 
-	grants := s.waitEvents(t, 10*time.Second, lock, 3, audit.EventGrant)
+	grants := s.WaitEvents(t, 10*time.Second, lock, 3, audit.EventGrant)
 	acqs := log.all()
 	if len(grants) != 3 || len(acqs) != 3 {
 		t.Fatalf("%d grants, %d acquisitions, want 3 of each", len(grants), len(acqs))
@@ -229,11 +230,11 @@ func TestFailoverTokensIncrease(t *testing.T) {
 			t.Errorf("grant %d inferred, want seen", i)
 		}
 	}
-	ts := s.tenures(t, lock)
+	ts := s.Tenures(t, lock)
 	if len(ts) != 3 || ts[0].End != audit.EndReleased || ts[1].Held() || !ts[2].Held() {
 		t.Fatalf("tenures = %+v, want a released, %s ended, %s holding", ts, second.identity, third.identity)
 	}
-	s.noFindings(t, lock, fencingFindings...)
+	s.NoFindings(t, lock, fencingFindings...)
 }
 
 // TestSharedIdentityTokenReuse: two processes with one identity. The second
@@ -249,24 +250,24 @@ func TestSharedIdentityTokenReuse(t *testing.T) {
 
 	first := startElector(t, ns, "leader", "app-0", electorConfig{})
 	first.waitLeading(t, 10*time.Second)
-	s.waitEvents(t, 10*time.Second, lock, 1, audit.EventGrant)
+	s.WaitEvents(t, 10*time.Second, lock, 1, audit.EventGrant)
 	first.stop()
-	s.waitEvents(t, 10*time.Second, lock, 1, audit.EventExpire)
+	s.WaitEvents(t, 10*time.Second, lock, 1, audit.EventExpire)
 
 	second := startElector(t, ns, "leader", "app-0", electorConfig{})
 	second.waitLeading(t, 10*time.Second)
-	grants := s.waitEvents(t, 10*time.Second, lock, 2, audit.EventGrant)
+	grants := s.WaitEvents(t, 10*time.Second, lock, 2, audit.EventGrant)
 	if g := grants[1]; g.Holder != "app-0" || tokenOf(g.Token) != 0 || g.Inferred {
 		t.Fatalf("second grant = %+v, want app-0 again with token 0, seen", g)
 	}
-	f := s.waitFindings(t, 5*time.Second, lock, audit.FindingTokenReuse)
+	f := s.WaitFindings(t, 5*time.Second, lock, audit.FindingTokenReuse)
 	if len(f) != 1 || !slices.Equal(f[0].Tokens, []int64{0}) || f[0].Severity != audit.SeverityCritical {
 		t.Fatalf("token_reuse findings = %+v, want one critical for token 0", f)
 	}
 	if l := getLease(t, ns, "leader"); deref(l.Spec.LeaseTransitions) != 0 {
 		t.Fatalf("leaseTransitions = %d, want 0: client-go does not count a re-acquire by the same identity", deref(l.Spec.LeaseTransitions))
 	}
-	ts := s.tenures(t, lock)
+	ts := s.Tenures(t, lock)
 	if len(ts) != 2 || ts[0].End != audit.EndExpired || !ts[1].Held() {
 		t.Fatalf("tenures = %+v, want the first expired and the second held", ts)
 	}
@@ -285,22 +286,22 @@ func TestTokenRegressionByHand(t *testing.T) {
 		e.waitLeading(t, 10*time.Second)
 		e.stop()
 	}
-	s.waitEvents(t, 10*time.Second, lock, 2, audit.EventRelease)
+	s.WaitEvents(t, 10*time.Second, lock, 2, audit.EventRelease)
 
 	// Nothing on the server keeps leaseTransitions from going backwards.
 	updateLease(t, ns, "leader", func(l *coordinationv1.Lease) {
 		l.Spec.HolderIdentity, l.Spec.LeaseTransitions = ptr("intruder"), ptr[int32](0)
 		l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = now(), now(), ptr[int32](10)
 	})
-	f := s.waitFindings(t, 10*time.Second, lock, audit.FindingTokenRegression)
+	f := s.WaitFindings(t, 10*time.Second, lock, audit.FindingTokenRegression)
 	if len(f) != 1 || !slices.Equal(f[0].Tokens, []int64{1, 0}) || !slices.Equal(f[0].Holders, []string{"b", "intruder"}) {
 		t.Fatalf("token_regression findings = %+v, want tokens [1 0], holders [b intruder]", f)
 	}
-	grants := s.events(t, lock, audit.EventGrant)
+	grants := s.Events(t, lock, audit.EventGrant)
 	if g := grants[len(grants)-1]; g.Holder != "intruder" || tokenOf(g.Token) != 0 {
 		t.Fatalf("last grant = %+v, want intruder with token 0", g)
 	}
-	s.noFindings(t, lock, audit.FindingOverlap)
+	s.NoFindings(t, lock, audit.FindingOverlap)
 }
 
 // TestHandEditedHolderOverlaps hands a held Lease to a new holder by hand
@@ -321,7 +322,7 @@ func TestHandEditedHolderOverlaps(t *testing.T) {
 	const lease = 10 * time.Second
 	a := startElector(t, ns, "leader", "node-a", electorConfig{LeaseDuration: lease})
 	a.waitLeading(t, 10*time.Second)
-	s.waitEvents(t, 10*time.Second, lock, 1, audit.EventRenew)
+	s.WaitEvents(t, 10*time.Second, lock, 1, audit.EventRenew)
 
 	// Nothing on the server checks that the holder's lease ran out first.
 	edited := updateLease(t, ns, "leader", func(l *coordinationv1.Lease) {
@@ -329,7 +330,7 @@ func TestHandEditedHolderOverlaps(t *testing.T) {
 		l.Spec.LeaseTransitions = ptr(deref(l.Spec.LeaseTransitions) + 1)
 		l.Spec.AcquireTime, l.Spec.RenewTime, l.Spec.LeaseDurationSeconds = now(), now(), ptr[int32](10)
 	})
-	f := s.waitFindings(t, 10*time.Second, lock, audit.FindingOverlap)
+	f := s.WaitFindings(t, 10*time.Second, lock, audit.FindingOverlap)
 	// The elector finds the Lease held by another with a valid lease, writes
 	// nothing more and stops leading; stopping it now keeps it from taking
 	// the Lease back once the intruder's lease runs out.
@@ -341,7 +342,7 @@ func TestHandEditedHolderOverlaps(t *testing.T) {
 	if left := f[0].Until.Sub(f[0].At); left <= 0 || left > lease {
 		t.Errorf("overlap lasts %s (%s to %s), want the rest of node-a's 10s lease", left, f[0].At, f[0].Until)
 	}
-	grants := s.events(t, lock, audit.EventGrant)
+	grants := s.Events(t, lock, audit.EventGrant)
 	g := grants[len(grants)-1]
 	if len(grants) != 2 || g.Holder != "intruder" || tokenOf(g.Token) != 1 || g.Position != edited.ResourceVersion || g.Detail["superseded"] != "node-a" {
 		t.Fatalf("grants = %+v, want node-a's then intruder's with token 1 at the edit's resourceVersion %s, superseding node-a", grants, edited.ResourceVersion)
@@ -349,15 +350,15 @@ func TestHandEditedHolderOverlaps(t *testing.T) {
 	if !f[0].At.Equal(g.At) {
 		t.Errorf("overlap starts at %s, want the intruder's grant at %s", f[0].At, g.At)
 	}
-	ts := s.tenures(t, lock)
+	ts := s.Tenures(t, lock)
 	if len(ts) != 2 || ts[0].Holder != "node-a" || ts[0].End != audit.EndSuperseded || !ts[0].EndedAt.Equal(g.At) ||
 		!ts[0].ExpiresAt.Equal(f[0].Until) || ts[1].Holder != "intruder" || !ts[1].Held() {
 		t.Fatalf("tenures = %+v, want node-a's superseded at the grant with its lease running to the overlap's end, then intruder's held", ts)
 	}
-	if n := len(s.events(t, lock, audit.EventExpire, audit.EventRelease)); n != 0 {
+	if n := len(s.Events(t, lock, audit.EventExpire, audit.EventRelease)); n != 0 {
 		t.Errorf("%d expire or release events, want none: node-a's tenure was superseded", n)
 	}
-	s.noFindings(t, lock, audit.FindingLeaseExpired, audit.FindingTokenRegression, audit.FindingTokenReuse, audit.FindingTokenSkip)
+	s.NoFindings(t, lock, audit.FindingLeaseExpired, audit.FindingTokenRegression, audit.FindingTokenReuse, audit.FindingTokenSkip)
 }
 
 func TestLeaseDeletedWhileHeld(t *testing.T) {
@@ -370,30 +371,30 @@ func TestLeaseDeletedWhileHeld(t *testing.T) {
 
 	a := startElector(t, ns, "leader", "a", electorConfig{})
 	a.waitLeading(t, 10*time.Second)
-	s.waitEvents(t, 10*time.Second, lock, 1, audit.EventGrant)
+	s.WaitEvents(t, 10*time.Second, lock, 1, audit.EventGrant)
 	if err := admin(t).CoordinationV1().Leases(ns).Delete(context.Background(), "leader", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 
-	rel := s.waitEvents(t, 10*time.Second, lock, 1, audit.EventRelease)[0]
+	rel := s.WaitEvents(t, 10*time.Second, lock, 1, audit.EventRelease)[0]
 	if rel.Holder != "a" || tokenOf(rel.Token) != 0 || rel.Detail["deleted"] != true {
 		t.Fatalf("release = %+v, want a's token 0 with deleted=true", rel)
 	}
-	f := s.waitFindings(t, 5*time.Second, lock, audit.FindingLockDeleted)
+	f := s.WaitFindings(t, 5*time.Second, lock, audit.FindingLockDeleted)
 	if len(f) != 1 || !slices.Equal(f[0].Holders, []string{"a"}) {
 		t.Fatalf("lock_deleted findings = %+v, want one naming a", f)
 	}
-	if ob := s.obs(lock, audit.EventRelease); len(ob) != 1 || !ob[0].Deleted {
+	if ob := s.Obs(lock, audit.EventRelease); len(ob) != 1 || !ob[0].Deleted {
 		t.Fatalf("release observations = %+v, want one with Deleted", ob)
 	}
 
 	// The elector still believes it leads: its next renewal finds the Lease
 	// gone and creates it again, and leaseTransitions starts over at 0.
-	grants := s.waitEvents(t, 10*time.Second, lock, 2, audit.EventGrant)
+	grants := s.WaitEvents(t, 10*time.Second, lock, 2, audit.EventGrant)
 	if g := grants[1]; g.Holder != "a" || tokenOf(g.Token) != 0 {
 		t.Fatalf("grant after the re-create = %+v, want a with token 0", g)
 	}
-	s.waitFindings(t, 5*time.Second, lock, audit.FindingTokenReuse)
+	s.WaitFindings(t, 5*time.Second, lock, audit.FindingTokenReuse)
 }
 
 // TestRestartResumesNothingLostOrRepeated stops and restarts the collector
@@ -408,7 +409,7 @@ func TestRestartResumesNothingLostOrRepeated(t *testing.T) {
 	cfg := Config{Namespaces: []string{nsA, nsB}}
 	opts := []Option{WithWatchTimeout(2 * time.Second)}
 	cr := runCollector(t, s, cfg, opts...)
-	if c := s.allInputs()[0].Cursor; !strings.Contains(c, nsA+"=") || !strings.Contains(c, nsB+"=") {
+	if c := s.Inputs()[0].Cursor; !strings.Contains(c, nsA+"=") || !strings.Contains(c, nsB+"=") {
 		t.Fatalf("cursor %q, want a resourceVersion for each of %s and %s", c, nsA, nsB)
 	}
 
@@ -438,14 +439,14 @@ func TestRestartResumesNothingLostOrRepeated(t *testing.T) {
 	count := func() int { return len(log.all()) }
 	for round := 1; round <= 3; round++ {
 		n := count()
-		eventually(t, 20*time.Second, "electors to make progress", func() bool { return count() >= n+8 })
-		cr.stop(t)
+		collectortest.Eventually(t, 20*time.Second, "electors to make progress", func() bool { return count() >= n+8 })
+		cr.Stop(t)
 		n = count()
-		eventually(t, 20*time.Second, "electors to make progress while the collector is stopped", func() bool { return count() >= n+6 })
+		collectortest.Eventually(t, 20*time.Second, "electors to make progress while the collector is stopped", func() bool { return count() >= n+6 })
 		cr = runCollector(t, s, cfg, opts...)
 	}
 	n := count()
-	eventually(t, 20*time.Second, "electors to make progress", func() bool { return count() >= n+8 })
+	collectortest.Eventually(t, 20*time.Second, "electors to make progress", func() bool { return count() >= n+8 })
 	close(stop)
 	wg.Wait()
 
@@ -464,9 +465,9 @@ func TestRestartResumesNothingLostOrRepeated(t *testing.T) {
 			want[lock] = append(want[lock], acquisition{lease: lock, identity: *l.Spec.HolderIdentity, token: int64(deref(l.Spec.LeaseTransitions))})
 			t.Logf("%s: still held by %s, an acquisition its elector did not see", lock, *l.Spec.HolderIdentity)
 		}
-		s.waitEvents(t, 10*time.Second, lock, released, audit.EventRelease)
-		s.waitEvents(t, 10*time.Second, lock, len(want[lock]), audit.EventGrant)
-		grants := s.events(t, lock, audit.EventGrant)
+		s.WaitEvents(t, 10*time.Second, lock, released, audit.EventRelease)
+		s.WaitEvents(t, 10*time.Second, lock, len(want[lock]), audit.EventGrant)
+		grants := s.Events(t, lock, audit.EventGrant)
 		if len(grants) != len(want[lock]) {
 			t.Errorf("%s: %d grants, want one per acquisition: %d", lock, len(grants), len(want[lock]))
 		}
@@ -476,16 +477,16 @@ func TestRestartResumesNothingLostOrRepeated(t *testing.T) {
 				t.Errorf("%s grant %d = %s token %d (inferred %v), want %s token %d as its elector read it", lock, i, g.Holder, tokenOf(g.Token), g.Inferred, a.identity, a.token)
 			}
 		}
-		if ends := s.events(t, lock, audit.EventRelease, audit.EventExpire); len(ends) != released || slices.ContainsFunc(ends, func(e audit.Event) bool { return e.Kind != audit.EventRelease }) {
+		if ends := s.Events(t, lock, audit.EventRelease, audit.EventExpire); len(ends) != released || slices.ContainsFunc(ends, func(e audit.Event) bool { return e.Kind != audit.EventRelease }) {
 			t.Errorf("%s: %d ends, want %d releases", lock, len(ends), released)
 		}
-		s.noFindings(t, lock, fencingFindings...)
-		s.noFindings(t, lock, audit.FindingBlindWindow, audit.FindingLeaseExpired)
+		s.NoFindings(t, lock, fencingFindings...)
+		s.NoFindings(t, lock, audit.FindingBlindWindow, audit.FindingLeaseExpired)
 	}
-	if _, ok := s.lock(t, other+"/o"); ok {
+	if _, ok := s.Lock(t, other+"/o"); ok {
 		t.Errorf("lock %s/o recorded: namespace %s is not configured", other, other)
 	}
-	for i, in := range s.allInputs()[1:] {
+	for i, in := range s.Inputs()[1:] {
 		if in.Snapshot || in.Blind != nil {
 			t.Fatalf("input %d after the first = %+v, want plain watch inputs: nothing was lost", i+1, in)
 		}
@@ -519,7 +520,7 @@ func TestHeartbeatClassification(t *testing.T) {
 	t.Cleanup(func() { _ = ids.Delete(context.Background(), identityName, metav1.DeleteOptions{}) })
 	s := newSink(t)
 	runCollector(t, s, Config{}) // every namespace, one watch
-	first := s.allInputs()[0]
+	first := s.Inputs()[0]
 	if strings.Contains(first.Cursor, "=") {
 		t.Errorf("cursor %q, want a bare resourceVersion for an all-namespaces watch", first.Cursor)
 	}
@@ -538,21 +539,21 @@ func TestHeartbeatClassification(t *testing.T) {
 	// A node renewing, and a lock without leaseTransitions next to it.
 	nodeLock := NamespaceNodeLease + "/" + node
 	updateLease(t, NamespaceNodeLease, node, func(l *coordinationv1.Lease) { l.Spec.RenewTime = now() })
-	s.waitEvents(t, 10*time.Second, nodeLock, 1, audit.EventRenew)
+	s.WaitEvents(t, 10*time.Second, nodeLock, 1, audit.EventRenew)
 	createLease(t, ns, "plain", coordinationv1.LeaseSpec{HolderIdentity: ptr("worker"), LeaseDurationSeconds: ptr[int32](10), RenewTime: now()})
-	s.waitFindings(t, 10*time.Second, ns+"/plain", audit.FindingUnfencedLock)
+	s.WaitFindings(t, 10*time.Second, ns+"/plain", audit.FindingUnfencedLock)
 
 	for _, name := range []string{nodeLock, identity} {
-		l, ok := s.lock(t, name)
+		l, ok := s.Lock(t, name)
 		if !ok || l.Class != audit.ClassHeartbeat {
 			t.Errorf("lock %s = %+v, want class heartbeat", name, l)
 		}
-		s.noFindings(t, name, audit.FindingUnfencedLock)
+		s.NoFindings(t, name, audit.FindingUnfencedLock)
 	}
-	if l, _ := s.lock(t, ns+"/plain"); l.Class != audit.ClassLock {
+	if l, _ := s.Lock(t, ns+"/plain"); l.Class != audit.ClassLock {
 		t.Errorf("lock %s/plain class %s, want lock", ns, l.Class)
 	}
-	if evs := s.events(t, nodeLock); len(evs) != 2 || evs[0].Kind != audit.EventObserved || evs[1].Kind != audit.EventRenew || evs[1].Token != nil {
+	if evs := s.Events(t, nodeLock); len(evs) != 2 || evs[0].Kind != audit.EventObserved || evs[1].Kind != audit.EventRenew || evs[1].Token != nil {
 		t.Errorf("events of %s = %+v, want observed then renew, without a token", nodeLock, evs)
 	}
 }
@@ -570,20 +571,20 @@ func TestOutageLongerThanLeaseIsNotAnExpiry(t *testing.T) {
 	cr := runCollector(t, s, cfg)
 	e := startElector(t, ns, "leader", "holder-1", electorConfig{Release: true, LeaseDuration: 2 * time.Second})
 	e.waitLeading(t, 20*time.Second)
-	s.waitEvents(t, 10*time.Second, lock, 2, audit.EventRenew)
+	s.WaitEvents(t, 10*time.Second, lock, 2, audit.EventRenew)
 
-	cr.stop(t)
+	cr.Stop(t)
 	stopped := time.Now()
-	eventually(t, 20*time.Second, "the elector to renew for more than two leases while the collector is stopped", func() bool {
+	collectortest.Eventually(t, 20*time.Second, "the elector to renew for more than two leases while the collector is stopped", func() bool {
 		rt := getLease(t, ns, "leader").Spec.RenewTime
 		return rt != nil && rt.Time.Sub(stopped) > 5*time.Second
 	})
-	before := len(s.events(t, lock, audit.EventRenew))
+	before := len(s.Events(t, lock, audit.EventRenew))
 	runCollector(t, s, cfg)
-	s.waitEvents(t, 20*time.Second, lock, before+10, audit.EventRenew)
+	s.WaitEvents(t, 20*time.Second, lock, before+10, audit.EventRenew)
 
-	s.noFindings(t, lock, audit.FindingLeaseExpired, audit.FindingTokenReuse, audit.FindingOverlap)
-	if ts := s.tenures(t, lock); len(ts) != 1 || !ts[0].Held() {
+	s.NoFindings(t, lock, audit.FindingLeaseExpired, audit.FindingTokenReuse, audit.FindingOverlap)
+	if ts := s.Tenures(t, lock); len(ts) != 1 || !ts[0].Held() {
 		t.Fatalf("tenures = %+v, want the one tenure, still held", ts)
 	}
 }
@@ -604,7 +605,7 @@ func TestSteadyRenewalsShareInputs(t *testing.T) {
 	}
 	s := newSink(t)
 	runCollector(t, s, Config{Namespaces: []string{ns}})
-	before := len(s.allInputs())
+	before := len(s.Inputs())
 
 	// About 1.5 s of renewals, each a Get and an Update, by one writer per
 	// Lease at once: many per batch window even when a busy apiserver
@@ -638,10 +639,10 @@ func TestSteadyRenewalsShareInputs(t *testing.T) {
 	}
 	writes := int(wrote.Load())
 	spent := time.Since(start)
-	eventually(t, 10*time.Second, "every renewal recorded", func() bool { return len(s.obs("", audit.EventRenew)) >= writes })
+	collectortest.Eventually(t, 10*time.Second, "every renewal recorded", func() bool { return len(s.Obs("", audit.EventRenew)) >= writes })
 
 	var inputs, renewals int
-	for _, in := range s.allInputs()[before:] {
+	for _, in := range s.Inputs()[before:] {
 		if len(in.Observations) > 0 {
 			inputs++
 		}

@@ -34,21 +34,21 @@ func TestRenewTimeBeyondTheRangeIsClamped(t *testing.T) {
 			HolderIdentity: ptr("writer-" + tc.name), LeaseTransitions: ptr[int32](1), LeaseDurationSeconds: ptr[int32](10),
 			AcquireTime: &metav1.MicroTime{Time: tc.renew}, RenewTime: &metav1.MicroTime{Time: tc.renew},
 		})
-		grants := s.waitEvents(t, 10*time.Second, lock, 1, audit.EventGrant, audit.EventObserved)
-		obs := s.obs(lock, audit.EventGrant, audit.EventObserved)
+		grants := s.WaitEvents(t, 10*time.Second, lock, 1, audit.EventGrant, audit.EventObserved)
+		obs := s.Obs(lock, audit.EventGrant, audit.EventObserved)
 		if len(obs) == 0 || !obs[0].RenewedAt.Equal(tc.want) {
 			t.Fatalf("%s: observations %+v, want renewed at %v", tc.name, obs, tc.want)
 		}
 		if got := grants[0].Detail["renewed_at"]; got != nil && got != tc.want.Format(time.RFC3339Nano) {
 			t.Errorf("%s: grant detail renewed_at = %v, want %v", tc.name, got, tc.want.Format(time.RFC3339Nano))
 		}
-		ts := s.tenures(t, lock)
+		ts := s.Tenures(t, lock)
 		if len(ts) != 1 || !ts[0].LastRenewedAt.Equal(tc.want) || ts[0].LastRenewedAt.IsZero() {
 			t.Errorf("%s: tenures %+v, want one last renewed at %v", tc.name, ts, tc.want)
 		}
 	}
 	// The far-future lease is held until the latest time kept.
-	if l, ok := s.lock(t, ns+"/far-future"); !ok || l.State != audit.StateHeld || !l.ExpiresAt.Equal(audit.LatestTime) {
+	if l, ok := s.Lock(t, ns+"/far-future"); !ok || l.State != audit.StateHeld || !l.ExpiresAt.Equal(audit.LatestTime) {
 		t.Errorf("far-future lock = %+v, want held, expiring at %v", l, audit.LatestTime)
 	}
 }
