@@ -30,8 +30,10 @@ type Backend interface {
 	// lets it choose one (a Lease's holderIdentity, a Redis value).
 	Acquire(t *testing.T, scope, name, holder string) Held
 	// Outage takes the server away from the collectors, as a crash or a
-	// partition does, for less than a lease, and returns what ends it.
-	// Locks held before it are still held after.
+	// partition does, for less than a lease but long enough for a
+	// collector to notice (an outage it cannot see missed nothing, and is
+	// rightly no blind window), and returns what ends it. Locks held before
+	// it are still held after.
 	Outage(t *testing.T) (end func())
 	// Traits are what the contract may expect of this backend.
 	Traits() Traits
