@@ -1,6 +1,10 @@
 package collectors
 
-import "github.com/leasewatch/leasewatch/audit"
+import (
+	"log/slog"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
 
 // Backend is what a backend's package declares about it to the rest of
 // leasewatch. Outside that package, the declaration is the only knowledge
@@ -16,4 +20,46 @@ type Backend struct {
 	// Input.Live for the time up to which it has delivered every change, and
 	// its leases are judged only up to then.
 	ExpiresByClock bool
+	// Credentials is what a source of the backend takes of the keys every
+	// source may have: username, password (or password_file,
+	// password_env) and tls.
+	Credentials Credentials
+	// Section returns a new, empty section: a pointer to the struct, with
+	// yaml tags, of the backend's own keys of a source in the
+	// configuration file (etcd's endpoints and prefixes, say).
+	Section func() Section
+}
+
+// Credentials is what a backend's sources take of username, password and
+// tls.
+type Credentials struct {
+	// None says why a source of the backend takes none of them (a
+	// Kubernetes source: "a kubernetes source takes its credentials and
+	// TLS from its kubeconfig"); "" when it takes them.
+	None string
+	// UserRequired says a password needs a user name (etcd's auth,
+	// ZooKeeper's digest). Without it, a password alone is allowed (Redis's
+	// AUTH password, the default user's).
+	UserRequired bool
+}
+
+// Section is a backend's own keys of a source in the configuration file,
+// decoded from the source's entry.
+type Section interface {
+	// Check validates the keys as the collector would, for a source with
+	// tls set or not, and returns the first problem. The error starts with
+	// the key it is about ("prefixes: at least one key prefix is
+	// required"), which the configuration prefixes with the source's place.
+	Check(tls bool) error
+	// Collector returns the collector of src, a source with this section.
+	Collector(src Source, logger *slog.Logger) (Collector, error)
+}
+
+// Source is what a source's entry in the configuration file says besides
+// its backend's section.
+type Source struct {
+	Name     string
+	Username string
+	Password Secret
+	TLS      TLS // nil: plain text
 }

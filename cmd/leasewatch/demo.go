@@ -19,7 +19,9 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit/fence"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
+	"github.com/leasewatch/leasewatch/collectors/etcd"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
+	"github.com/leasewatch/leasewatch/collectors/redis"
 	"github.com/leasewatch/leasewatch/collectors/redis/redisserver"
 )
 
@@ -77,7 +79,7 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	svc, err := startService(ctx, cfg, map[string]*clientv3.Client{demoSource: cli}, logger)
+	svc, err := startService(ctx, cfg, logger)
 	if err != nil {
 		return err
 	}
@@ -119,8 +121,8 @@ func demoConfig(listen, dir, endpoint, token, alertmanager string) *config.Confi
 		Database:     filepath.Join(dir, "leasewatch.db"),
 		IngestTokens: []string{token},
 		Sources: []config.SourceConfig{{
-			Name: demoSource, Kind: "etcd", Endpoints: []string{endpoint},
-			Prefixes: []string{"/locks/", "/election/"},
+			Name: demoSource, Kind: string(etcd.Backend.Kind),
+			Backend: &etcd.Section{Endpoints: []string{endpoint}, Prefixes: []string{"/locks/", "/election/"}},
 		}},
 		// The demo's locks and writes are its own, made up for the tour:
 		// it may be opened on a network address (a container, a VM).
@@ -145,8 +147,10 @@ func startDemoRedis(ctx context.Context, dir string, cfg *config.Config) (*redis
 		return nil, err
 	}
 	cfg.Sources = append(cfg.Sources, config.SourceConfig{
-		Name: demoRedisSource, Kind: "redis", Addr: srv.Addr, Patterns: []string{"lock:*"},
-		Token: &config.RedisTokenRule{ValuePattern: `^(?P<token>\d+):(?P<holder>.+)$`},
+		Name: demoRedisSource, Kind: string(redis.Backend.Kind), Backend: &redis.Section{
+			Addr: srv.Addr, Patterns: []string{"lock:*"},
+			Token: &redis.TokenRule{ValuePattern: `^(?P<token>\d+):(?P<holder>.+)$`},
+		},
 	})
 	return srv, nil
 }

@@ -23,6 +23,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit/fence"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
+	"github.com/leasewatch/leasewatch/collectors/etcd"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
 )
 
@@ -57,14 +58,14 @@ func startTestService(t *testing.T, endpoint, dbPath string) *runningService {
 	t.Helper()
 	cfg := &config.Config{
 		Listen: "127.0.0.1:0", Database: dbPath, IngestTokens: []string{testIngestToken},
-		Sources: []config.SourceConfig{{Name: "e2e", Kind: "etcd", Endpoints: []string{endpoint}, Prefixes: []string{"/locks/"}}},
+		Sources: []config.SourceConfig{{Name: "e2e", Kind: "etcd", Backend: &etcd.Section{Endpoints: []string{endpoint}, Prefixes: []string{"/locks/"}}}},
 	}
 	cfg.SetDefaults()
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	svc, err := startService(ctx, cfg, nil, slog.New(slog.DiscardHandler))
+	svc, err := startService(ctx, cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		cancel()
 		t.Fatalf("start service: %v", err)

@@ -140,7 +140,7 @@ func cmdServe(ctx context.Context, args []string, logger *slog.Logger, stderr io
 	if err != nil {
 		return err
 	}
-	svc, err := startService(ctx, cfg, nil, logger)
+	svc, err := startService(ctx, cfg, logger)
 	if errors.Is(err, context.Canceled) && ctx.Err() != nil {
 		return nil // stopped before it could serve: waiting for the database, say
 	}

@@ -172,7 +172,7 @@ func newElector(ctx context.Context, cfg config.ReplicationConfig) (ownership.El
 		if err != nil {
 			return nil, fmt.Errorf("tls.%w", err)
 		}
-		cli, err := etcd.Dial(ctx, etcd.Config{Name: src.Name, Endpoints: src.Endpoints, Prefixes: []string{cfg.Prefix},
+		cli, err := etcd.Dial(ctx, etcd.Config{Name: src.Name, Endpoints: cfg.Endpoints, Prefixes: []string{cfg.Prefix},
 			Username: src.Username, Password: src.Secret(), TLS: tlsConfig})
 		if err != nil {
 			return nil, err

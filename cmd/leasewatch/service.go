@@ -12,18 +12,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	promcollectors "github.com/prometheus/client_golang/prometheus/collectors"
-	goredis "github.com/redis/go-redis/v9"
-	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
 	"github.com/leasewatch/leasewatch/audit/verdict"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors"
-	"github.com/leasewatch/leasewatch/collectors/etcd"
-	"github.com/leasewatch/leasewatch/collectors/kubernetes"
-	"github.com/leasewatch/leasewatch/collectors/redis"
-	"github.com/leasewatch/leasewatch/collectors/zookeeper"
 	"github.com/leasewatch/leasewatch/web"
 )
 
@@ -45,10 +39,8 @@ type service struct {
 }
 
 // startService opens the database, restores the tracker, builds the
-// collectors and binds the listener. clients supplies ready etcd clients by
-// source name (the demo's in-process etcd); other sources dial their
-// configured endpoints.
-func startService(ctx context.Context, cfg *config.Config, clients map[string]*clientv3.Client, logger *slog.Logger) (*service, error) {
+// collectors and binds the listener.
+func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) (*service, error) {
 	store, err := openDatabase(ctx, cfg, forServing, logger)
 	if err != nil {
 		return nil, err
@@ -108,7 +100,7 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 		return nil, fmt.Errorf("load locks for alerting: %w", err)
 	}
 
-	if err := svc.startCollectors(ctx, clients, reg); err != nil {
+	if err := svc.startCollectors(ctx, reg); err != nil {
 		svc.close()
 		return nil, err
 	}
@@ -132,11 +124,11 @@ func startService(ctx context.Context, cfg *config.Config, clients map[string]*c
 
 // startCollectors builds a collector per source and their runner, and with
 // replication the replicas' share of them.
-func (s *service) startCollectors(ctx context.Context, clients map[string]*clientv3.Client, reg prometheus.Registerer) error {
+func (s *service) startCollectors(ctx context.Context, reg prometheus.Registerer) error {
 	cfg := s.cfg
 	var cs []collectors.Collector
 	for i, sc := range cfg.Sources {
-		c, err := newCollector(sc, clients[sc.Name], s.log.With("source", sc.Name))
+		c, err := sc.Collector(s.log.With("source", sc.Name))
 		if err != nil {
 			return fmt.Errorf("sources[%d]: %w", i, err)
 		}
@@ -210,41 +202,6 @@ func webAuth(a config.AuthConfig) web.Auth {
 	}
 	wa.ProtectMetrics, wa.ProtectHealth = a.ProtectMetrics, a.ProtectHealth
 	return wa
-}
-
-// redisLogger routes go-redis's own messages (dial failures while a Redis
-// source reconnects, which the collector already reports) to the debug log.
-type redisLogger struct{ log *slog.Logger }
-
-func (l redisLogger) Printf(ctx context.Context, format string, v ...any) {
-	l.log.DebugContext(ctx, fmt.Sprintf(format, v...), "component", "go-redis")
-}
-
-func newCollector(sc config.SourceConfig, cli *clientv3.Client, logger *slog.Logger) (collectors.Collector, error) {
-	// Load has checked the password file and these files once already.
-	tlsConfig, err := sc.TLS.ClientConfig(logger)
-	if err != nil {
-		return nil, fmt.Errorf("tls.%w", err)
-	}
-	switch audit.SourceKind(sc.Kind) {
-	case audit.KindEtcd:
-		ec := etcd.Config{Name: sc.Name, Endpoints: sc.Endpoints, Prefixes: sc.Prefixes, Username: sc.Username, Password: sc.Secret(), TLS: tlsConfig}
-		if cli != nil {
-			return etcd.NewWithClient(ec, cli, logger)
-		}
-		return etcd.New(ec, logger)
-	case audit.KindRedis:
-		goredis.SetLogger(redisLogger{logger})
-		return redis.New(sc.RedisConfig(tlsConfig), logger)
-	case audit.KindZooKeeper:
-		return zookeeper.New(sc.ZooKeeperConfig(tlsConfig), logger)
-	case audit.KindKubernetes:
-		return kubernetes.New(kubernetes.Config{
-			Name: sc.Name, Kubeconfig: sc.Kubeconfig, Context: sc.Context,
-			Namespaces: sc.Namespaces, HeartbeatNamespaces: sc.HeartbeatNamespaces,
-		}, logger)
-	}
-	return nil, fmt.Errorf("kind: %q sources are not supported by this version yet", sc.Kind)
 }
 
 // URL is the base URL the service listens on.

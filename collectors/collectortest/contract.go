@@ -16,8 +16,9 @@ import (
 // collector of its real server, and that server's locks driven the way
 // their clients take them. Every method fails t on error.
 type Backend interface {
-	// Kind is the collectors' source kind.
-	Kind() audit.SourceKind
+	// Declaration is the backend's collectors.Backend, which its
+	// collectors' inputs must agree with.
+	Declaration() collectors.Backend
 	// Collector returns a new collector named source that watches only
 	// scope: a fresh prefix, namespace or path, one per test, that the
 	// suite names. Its leases last a few seconds at most.
@@ -139,7 +140,7 @@ func scope(t *testing.T) string {
 // start runs a collector of scope on a new sink (at path, if given).
 func (c *contract) start(t *testing.T, sc string, opts ...SinkOption) (*Sink, *Running) {
 	t.Helper()
-	sk := NewSink(t, source, c.b.Kind(), opts...)
+	sk := NewSink(t, source, c.b.Declaration().Kind, opts...)
 	return sk, Run(t, c.b.Collector(t, source, sc), sk)
 }
 
@@ -337,7 +338,12 @@ func (c *contract) cursor(t *testing.T) {
 	sk.Close()
 
 	last := ""
+	decl := c.b.Declaration()
 	for _, in := range sk.Inputs() {
+		if in.Kind != decl.Kind || len(in.Observations) > 0 && in.ExpireByClock != decl.ExpiresByClock {
+			t.Errorf("an input of kind %q with ExpireByClock %v; the backend declares %q, ExpiresByClock %v",
+				in.Kind, in.ExpireByClock, decl.Kind, decl.ExpiresByClock)
+		}
 		if len(in.Observations) > 0 && in.Cursor == "" {
 			t.Errorf("an input with %d observations carries no cursor", len(in.Observations))
 		}
@@ -345,7 +351,7 @@ func (c *contract) cursor(t *testing.T) {
 			last = in.Cursor
 		}
 	}
-	again := NewSink(t, source, c.b.Kind(), AtPath(sk.Path))
+	again := NewSink(t, source, c.b.Declaration().Kind, AtPath(sk.Path))
 	if pos, _ := again.Cursor(source); pos != last || pos == "" {
 		t.Errorf("stored cursor = %q, want the last input's %q", pos, last)
 	}

@@ -8,7 +8,6 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
@@ -40,7 +39,7 @@ type contract struct {
 	election bool
 }
 
-func (*contract) Kind() audit.SourceKind { return audit.KindEtcd }
+func (*contract) Declaration() collectors.Backend { return Backend }
 
 // Collector watches /<scope>/ through the proxy. Its dial timeout sets the
 // silence it waits out before giving etcd up (twice it): longer than an

@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
-	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
@@ -51,7 +50,7 @@ type contract struct {
 	holders *rest.Config // the holders' client configuration
 }
 
-func (*contract) Kind() audit.SourceKind { return audit.KindKubernetes }
+func (*contract) Declaration() collectors.Backend { return Backend }
 
 // Collector watches the namespace scope, created here if it is new (a
 // restart asks again for the same scope). The collector is restarted from

@@ -7,7 +7,6 @@ import (
 
 	goredis "github.com/redis/go-redis/v9"
 
-	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
@@ -34,7 +33,7 @@ type contract struct {
 	srv *redisServer
 }
 
-func (contract) Kind() audit.SourceKind { return audit.KindRedis }
+func (contract) Declaration() collectors.Backend { return Backend }
 
 func (b contract) Collector(t *testing.T, source, scope string) collectors.Collector {
 	cfg := testConfig(b.srv)

@@ -136,11 +136,11 @@ type TokenRule struct {
 	// (see AcquireScript), read atomically with the lock; {key} stands for the
 	// lock's key, e.g. "{key}:fence". Its tokens rise by one per grant, so a
 	// jump means grants the collector never saw.
-	CounterKey string
+	CounterKey string `yaml:"counter_key"`
 	// ValuePattern is a regular expression with the named groups token and
 	// holder, matched against the lock's value (a hash lock's field), e.g.
 	// `^(?P<token>\d+):(?P<holder>.+)$`.
-	ValuePattern string
+	ValuePattern string `yaml:"value_pattern"`
 }
 
 // Option adjusts a Collector.

@@ -8,7 +8,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
@@ -24,7 +23,7 @@ func TestContract(t *testing.T) {
 // holds) by a session of its own, with the holder as the node's data.
 type contract struct{}
 
-func (contract) Kind() audit.SourceKind { return audit.KindZooKeeper }
+func (contract) Declaration() collectors.Backend { return Backend }
 
 func (contract) Collector(t *testing.T, source, scope string) collectors.Collector {
 	mkdirs(t, connect(t, 4*time.Second), "/"+scope)

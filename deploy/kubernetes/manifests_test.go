@@ -53,6 +53,7 @@ import (
 	sigsyaml "sigs.k8s.io/yaml"
 
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
+	"github.com/leasewatch/leasewatch/collectors/kubernetes"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
 	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
@@ -824,10 +825,11 @@ func TestConfigMap(t *testing.T) {
 			if s.Kind != "kubernetes" {
 				continue
 			}
+			sec := s.Backend.(*kubernetes.Section)
 			if cfg.Replication.Enabled() && s.Name == cfg.Replication.Source {
 				// leasewatch's own source: the ownership Leases, in its namespace.
-				if !slices.Equal(s.Namespaces, []string{cfg.Replication.Namespace}) {
-					t.Errorf("leasewatch's own source %q watches %q, want the replication namespace %q", s.Name, s.Namespaces, cfg.Replication.Namespace)
+				if !slices.Equal(sec.Namespaces, []string{cfg.Replication.Namespace}) {
+					t.Errorf("leasewatch's own source %q watches %q, want the replication namespace %q", s.Name, sec.Namespaces, cfg.Replication.Namespace)
 				}
 				continue
 			}
@@ -835,11 +837,11 @@ func TestConfigMap(t *testing.T) {
 			if s.Name != "cluster" {
 				t.Errorf("sources[%d].name %q, want cluster", i, s.Name)
 			}
-			if s.Kubeconfig != "" || s.Context != "" {
-				t.Errorf("sources[%d]: kubeconfig %q context %q, want an empty kubeconfig (in-cluster)", i, s.Kubeconfig, s.Context)
+			if sec.Kubeconfig != "" || sec.Context != "" {
+				t.Errorf("sources[%d]: kubeconfig %q context %q, want an empty kubeconfig (in-cluster)", i, sec.Kubeconfig, sec.Context)
 			}
-			if !slices.Contains(s.HeartbeatNamespaces, "kube-node-lease") {
-				t.Errorf("sources[%d].heartbeat_namespaces %q lacks kube-node-lease", i, s.HeartbeatNamespaces)
+			if !slices.Contains(sec.HeartbeatNamespaces, "kube-node-lease") {
+				t.Errorf("sources[%d].heartbeat_namespaces %q lacks kube-node-lease", i, sec.HeartbeatNamespaces)
 			}
 		}
 		if kube != 1 {

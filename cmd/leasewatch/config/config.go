@@ -12,7 +12,6 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"reflect"
 	"regexp"
 	"slices"
 	"strconv"
@@ -24,7 +23,6 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
 	"github.com/leasewatch/leasewatch/collectors"
-	"github.com/leasewatch/leasewatch/collectors/redis"
 )
 
 // Config is the configuration file.
@@ -150,80 +148,6 @@ func (a AlertsConfig) Alert() alert.Config {
 	return cfg
 }
 
-// SourceConfig is one backend endpoint. Which fields apply depends on Kind:
-// a field's kinds tag lists the kinds it applies to (none: every kind), and
-// a field set for another kind is refused, since it would have no effect.
-type SourceConfig struct {
-	Name string `yaml:"name"`
-	Kind string `yaml:"kind"`
-
-	// etcd, redis and zookeeper credentials (zookeeper: its digest scheme).
-	// The password may instead come from a file (a mounted Secret) or an
-	// environment variable, so it stays out of the configuration file. Load
-	// reads password_env into Password, and checks password_file, which the
-	// collector reads again on each connection (Secret).
-	Username     string     `yaml:"username" kinds:"etcd,redis,zookeeper"`
-	Password     string     `yaml:"password" kinds:"etcd,redis,zookeeper"`
-	PasswordFile string     `yaml:"password_file" kinds:"etcd,redis,zookeeper"`
-	PasswordEnv  string     `yaml:"password_env" kinds:"etcd,redis,zookeeper"`
-	TLS          *SourceTLS `yaml:"tls" kinds:"etcd,redis,zookeeper"` // nil: plain text (etcd: unless an endpoint is https://)
-
-	// etcd
-	Endpoints []string `yaml:"endpoints" kinds:"etcd"`
-	Prefixes  []string `yaml:"prefixes" kinds:"etcd"`
-
-	// kubernetes
-	Kubeconfig          string   `yaml:"kubeconfig" kinds:"kubernetes"`
-	Context             string   `yaml:"context" kinds:"kubernetes"`
-	Namespaces          []string `yaml:"namespaces" kinds:"kubernetes"`
-	HeartbeatNamespaces []string `yaml:"heartbeat_namespaces" kinds:"kubernetes"`
-
-	// redis
-	Addr     string          `yaml:"addr" kinds:"redis"`
-	Addrs    []string        `yaml:"addrs" kinds:"redis"`               // several instances: Redlock
-	Quorum   int             `yaml:"quorum" kinds:"redis" lw:"nonzero"` // Redlock quorum; default len(addrs)/2+1
-	DB       int             `yaml:"db" kinds:"redis"`
-	Patterns []string        `yaml:"patterns" kinds:"redis"`
-	Token    *RedisTokenRule `yaml:"token" kinds:"redis"`
-
-	// zookeeper
-	Servers       []string `yaml:"servers" kinds:"zookeeper"`
-	Chroot        string   `yaml:"chroot" kinds:"zookeeper"`
-	Paths         []string `yaml:"paths" kinds:"zookeeper"`
-	ProbeSessions bool     `yaml:"probe_sessions" kinds:"zookeeper"` // ask the servers' cons for owner sessions
-}
-
-// RedisConfig returns the Redis collector's configuration for s, a redis
-// source, connecting with tlsConfig (nil: plain text).
-func (s SourceConfig) RedisConfig(tlsConfig collectors.TLS) redis.Config {
-	rc := redis.Config{
-		Name: s.Name, Addrs: s.Addrs, Quorum: s.Quorum, DB: s.DB,
-		Username: s.Username, Password: s.Secret(), TLS: tlsConfig, Patterns: s.Patterns,
-	}
-	if s.Addr != "" {
-		rc.Addrs = []string{s.Addr}
-	}
-	if s.Token != nil {
-		rc.Token = redis.TokenRule{CounterKey: s.Token.CounterKey, ValuePattern: s.Token.ValuePattern}
-	}
-	return rc
-}
-
-// Secret is the source's password for its collector: password_file read
-// on each connection, or the password given or read from password_env.
-func (s SourceConfig) Secret() collectors.Secret {
-	if s.PasswordFile != "" {
-		return collectors.PasswordFile(s.PasswordFile)
-	}
-	return collectors.Password(s.Password)
-}
-
-// RedisTokenRule says where a Redis lock's fencing token comes from.
-type RedisTokenRule struct {
-	CounterKey   string `yaml:"counter_key"`
-	ValuePattern string `yaml:"value_pattern"`
-}
-
 // SourceTLS is a source's tls: connect to an etcd or Redis backend over TLS.
 // Its presence turns TLS on, even empty (tls: {}), which verifies the server
 // against the system's roots. The names are those of Prometheus's
@@ -343,9 +267,6 @@ const (
 	DefaultLostHold         = alert.DefaultLostHold
 	DefaultMaxLockSeries    = 1000
 )
-
-// supportedKinds are the source kinds this build has collectors for.
-var supportedKinds = map[audit.SourceKind]bool{audit.KindEtcd: true, audit.KindKubernetes: true, audit.KindRedis: true, audit.KindZooKeeper: true}
 
 // Load reads and validates the configuration file at path.
 func Load(path string) (*Config, error) {
@@ -730,190 +651,6 @@ func (r *AlertRule) validate(field string, sources []SourceConfig) error {
 	}{{"blind_after", r.BlindAfter}, {"fencing_hold", r.FencingHold}, {"lost_hold", r.LostHold}} {
 		if d.d < 0 {
 			return fmt.Errorf("%s.%s: %v is negative", field, d.field, d.d)
-		}
-	}
-	return nil
-}
-
-func (s *SourceConfig) validate() error {
-	switch {
-	case s.Name == "":
-		return errors.New("name: required")
-	case strings.ContainsAny(s.Name, "/ \t\n"):
-		return fmt.Errorf("name: %q must not contain '/' or white space (locks are named SOURCE/NAME)", s.Name)
-	}
-	kind := audit.SourceKind(s.Kind)
-	if !kind.Valid() {
-		return fmt.Errorf("kind: %q is not one of etcd, kubernetes, redis, zookeeper", s.Kind)
-	}
-	if !supportedKinds[kind] {
-		return fmt.Errorf("kind: %q sources are not supported by this version yet (supported: etcd, kubernetes, redis, zookeeper)", s.Kind)
-	}
-	if err := s.keysOfKind(kind); err != nil {
-		return err
-	}
-	if err := s.validateCredentials(kind); err != nil {
-		return err
-	}
-	switch kind {
-	case audit.KindEtcd:
-		return s.validateEtcd()
-	case audit.KindRedis:
-		return s.validateRedis()
-	case audit.KindZooKeeper:
-		return s.validateZooKeeper()
-	case audit.KindKubernetes:
-		return s.validateKubernetes()
-	}
-	return nil
-}
-
-// validateEtcd checks an etcd source's own keys.
-func (s *SourceConfig) validateEtcd() error {
-	if err := s.validateEndpoints(); err != nil {
-		return err
-	}
-	if len(s.Prefixes) == 0 {
-		return errors.New("prefixes: at least one key prefix is required")
-	}
-	for i, p := range s.Prefixes {
-		if strings.TrimSpace(p) == "" {
-			return fmt.Errorf("prefixes[%d]: must not be empty", i)
-		}
-	}
-	return nil
-}
-
-// validateRedis checks a Redis source's own keys.
-func (s *SourceConfig) validateRedis() error {
-	switch {
-	case s.Addr == "" && len(s.Addrs) == 0:
-		return errors.New("addr: required (or addrs, for Redlock over several instances)")
-	case s.Addr != "" && len(s.Addrs) > 0:
-		return errors.New("addrs: give addr or addrs, not both")
-	case s.Quorum != 0 && len(s.Addrs) == 0:
-		return errors.New("quorum: applies only to addrs (Redlock)")
-	case s.Quorum != 0 && (s.Quorum <= len(s.Addrs)/2 || s.Quorum > len(s.Addrs)):
-		return fmt.Errorf("quorum: %d must be more than half of the %d addrs and at most all of them", s.Quorum, len(s.Addrs))
-	case s.DB < 0:
-		return fmt.Errorf("db: %d is negative", s.DB)
-	case len(s.Patterns) == 0:
-		return errors.New(`patterns: at least one key pattern is required, e.g. ["lock:*"]`)
-	case s.Token != nil && s.Token.CounterKey != "" && s.Token.ValuePattern != "":
-		return errors.New("token: give counter_key or value_pattern, not both")
-	}
-	for i, p := range s.Patterns {
-		if strings.TrimSpace(p) == "" {
-			return fmt.Errorf("patterns[%d]: must not be empty", i)
-		}
-	}
-	// What the collector checks besides: addrs listed twice, a Unix
-	// socket with tls, the token rule's counter key and pattern. The
-	// TLS files and the password are Load's to read, later.
-	var tlsConfig collectors.TLS
-	if s.TLS != nil {
-		tlsConfig = collectors.StaticTLS(&tls.Config{})
-	}
-	rc := s.RedisConfig(tlsConfig)
-	rc.Username, rc.Password = "", collectors.Secret{}
-	return redis.Validate(rc)
-}
-
-// validateKubernetes checks a Kubernetes source's own keys.
-func (s *SourceConfig) validateKubernetes() error {
-	for field, names := range map[string][]string{"namespaces": s.Namespaces, "heartbeat_namespaces": s.HeartbeatNamespaces} {
-		for i, ns := range names {
-			if !dnsLabel.MatchString(ns) {
-				return fmt.Errorf("%s[%d]: %q is not a valid namespace name", field, i, ns)
-			}
-		}
-	}
-	return nil
-}
-
-// validateEndpoints checks an etcd source's endpoints.
-func (s *SourceConfig) validateEndpoints() error {
-	if len(s.Endpoints) == 0 {
-		return errors.New("endpoints: at least one etcd endpoint is required")
-	}
-	for i, e := range s.Endpoints {
-		if strings.TrimSpace(e) == "" {
-			return fmt.Errorf("endpoints[%d]: must not be empty", i)
-		}
-	}
-	return nil
-}
-
-// keysOfKind refuses a field set for a kind of source other than kind,
-// where it would have no effect: patterns on an etcd source, say. The
-// field's kinds tag lists the kinds it applies to.
-func (s *SourceConfig) keysOfKind(kind audit.SourceKind) error {
-	err := keysOfKind(s, string(kind), "sources")
-	if f, ok := err.(kindError); ok && kind == audit.KindKubernetes && f.kinds == "etcd,redis,zookeeper" {
-		return fmt.Errorf("%w: a kubernetes source takes its credentials and TLS from its kubeconfig", err)
-	}
-	return err
-}
-
-// kindError is keysOfKind's error: the field's kinds tag, for a hint.
-type kindError struct {
-	msg, kinds string
-}
-
-func (e kindError) Error() string { return e.msg }
-
-// keysOfKind refuses a field of the struct *v set for a kind other than
-// kind; what names what the kinds are of (sources, a backend).
-func keysOfKind(v any, kind, what string) error {
-	rv := reflect.ValueOf(v).Elem()
-	for _, f := range reflect.VisibleFields(rv.Type()) {
-		kinds := f.Tag.Get("kinds")
-		if kinds == "" || rv.FieldByIndex(f.Index).IsZero() || slices.Contains(strings.Split(kinds, ","), kind) {
-			continue
-		}
-		return kindError{msg: fmt.Sprintf("%s: applies only to %s %s, not %s", yamlKey(f), strings.ReplaceAll(kinds, ",", " and "), what, kind), kinds: kinds}
-	}
-	return nil
-}
-
-// validateCredentials checks username, the password keys and tls.
-func (s *SourceConfig) validateCredentials(kind audit.SourceKind) error {
-	if kind == audit.KindKubernetes {
-		return nil // keysOfKind refuses them
-	}
-	set, err := sourcePasswordKeys.check(s.Password != "", s.PasswordFile, s.PasswordEnv)
-	switch {
-	case err != nil:
-		return err
-	case (kind == audit.KindEtcd || kind == audit.KindZooKeeper) && len(set) > 0 && s.Username == "":
-		return fmt.Errorf("username: required with %s", set[0])
-	case s.Username != "" && len(set) == 0:
-		// clientv3 and go-redis send a user name only with a password;
-		// alone it would be dropped without a word, and a Redis client
-		// would go on as the default user.
-		return errors.New("password: required with username (or password_file, password_env)")
-	}
-	if s.TLS == nil {
-		return nil
-	}
-	if err := s.TLS.validate(); err != nil {
-		return fmt.Errorf("tls.%w", err)
-	}
-	// Plain-text addresses that a TLS configuration would not change:
-	// clientv3 dials http:// and unix:// without TLS, and Redis serves its
-	// Unix socket without TLS.
-	for i, e := range s.Endpoints {
-		if strings.HasPrefix(e, "http://") || strings.HasPrefix(e, "unix://") {
-			return fmt.Errorf("endpoints[%d]: %s is plain text, but tls is set: use https:// or leave the scheme out", i, e)
-		}
-	}
-	for i, a := range append([]string{s.Addr}, s.Addrs...) {
-		field := "addr"
-		if i > 0 {
-			field = fmt.Sprintf("addrs[%d]", i-1)
-		}
-		if strings.HasPrefix(a, "/") || strings.HasPrefix(a, "unix:") {
-			return fmt.Errorf("%s: %s is a Unix socket, which Redis serves without TLS: give host:port or leave tls out", field, a)
 		}
 	}
 	return nil

@@ -13,6 +13,9 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
 	"github.com/leasewatch/leasewatch/audit/verdict"
+	"github.com/leasewatch/leasewatch/collectors/etcd"
+	"github.com/leasewatch/leasewatch/collectors/kubernetes"
+	"github.com/leasewatch/leasewatch/collectors/redis"
 )
 
 func TestParseConfigContractExample(t *testing.T) {
@@ -49,16 +52,16 @@ sources:
 	if cfg.Listen != "127.0.0.1:9090" || cfg.Database != "/var/lib/leasewatch/lw.db" || cfg.Alerts.RenewMarginRatio != 0.3 {
 		t.Fatalf("config = %+v", cfg)
 	}
-	if s := cfg.Sources[0]; s.Name != "prod-etcd" || len(s.Prefixes) != 2 || s.Endpoints[0] != "127.0.0.1:2379" {
+	if s := sectionOf[etcd.Section](t, cfg.Sources[0]); cfg.Sources[0].Name != "prod-etcd" || len(s.Prefixes) != 2 || s.Endpoints[0] != "127.0.0.1:2379" {
 		t.Fatalf("source = %+v", s)
 	}
-	if s := cfg.Sources[1]; s.Kubeconfig != "~/.kube/config" || s.Namespaces == nil || len(s.Namespaces) != 0 || s.HeartbeatNamespaces[0] != "kube-node-lease" {
+	if s := sectionOf[kubernetes.Section](t, cfg.Sources[1]); s.Kubeconfig != "~/.kube/config" || s.Namespaces == nil || len(s.Namespaces) != 0 || s.HeartbeatNamespaces[0] != "kube-node-lease" {
 		t.Fatalf("kubernetes source = %+v", s)
 	}
-	if s := cfg.Sources[2]; s.Addr != "127.0.0.1:6379" || s.Token.CounterKey != "{key}:fence" {
+	if s := sectionOf[redis.Section](t, cfg.Sources[2]); s.Addr != "127.0.0.1:6379" || s.Token.CounterKey != "{key}:fence" {
 		t.Fatalf("redis source = %+v", s)
 	}
-	if s := cfg.Sources[3]; len(s.Addrs) != 3 || s.Token.ValuePattern != `^(?P<token>\d+):(?P<holder>.+)$` {
+	if s := sectionOf[redis.Section](t, cfg.Sources[3]); len(s.Addrs) != 3 || s.Token.ValuePattern != `^(?P<token>\d+):(?P<holder>.+)$` {
 		t.Fatalf("redlock source = %+v", s)
 	}
 }
@@ -79,11 +82,11 @@ sources:
 	if err != nil {
 		t.Fatalf("Parse: %v", err)
 	}
-	if s := cfg.Sources[0]; s.Context != "staging-admin" || s.Kubeconfig != "/etc/leasewatch/kubeconfig" ||
+	if s := sectionOf[kubernetes.Section](t, cfg.Sources[0]); s.Context != "staging-admin" || s.Kubeconfig != "/etc/leasewatch/kubeconfig" ||
 		!slices.Equal(s.HeartbeatNamespaces, []string{"kube-node-lease", "node-heartbeats"}) {
 		t.Fatalf("source with a context = %+v", s)
 	}
-	if s := cfg.Sources[1]; s.Context != "" || s.Kubeconfig != "" {
+	if s := sectionOf[kubernetes.Section](t, cfg.Sources[1]); s.Context != "" || s.Kubeconfig != "" {
 		t.Fatalf("source without kubeconfig or context = %+v, want both empty (client-go's defaults)", s)
 	}
 	t.Run("Misspelt", func(t *testing.T) {
@@ -534,4 +537,14 @@ func TestLoadConfigSourceTLS(t *testing.T) {
 			}
 		})
 	}
+}
+
+// sectionOf returns source s's backend section, of type T.
+func sectionOf[T any](t *testing.T, s SourceConfig) *T {
+	t.Helper()
+	sec, ok := any(s.Backend).(*T)
+	if !ok {
+		t.Fatalf("source %s: section %T, want %T", s.Name, s.Backend, new(T))
+	}
+	return sec
 }

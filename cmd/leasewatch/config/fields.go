@@ -70,6 +70,10 @@ func (c *fieldChecker) value(n *yaml.Node, t reflect.Type, path string) {
 	for t.Kind() == reflect.Pointer {
 		t = t.Elem()
 	}
+	if t == sharedKeysType && n.Kind == yaml.MappingNode {
+		c.source(n, path)
+		return
+	}
 	if reflect.PointerTo(t).Implements(unmarshalerType) {
 		c.leaf(n, t, path)
 		return
@@ -82,10 +86,7 @@ func (c *fieldChecker) value(n *yaml.Node, t reflect.Type, path string) {
 				c.add(join(path, name), k.Line, "unknown key; want one of "+strings.Join(structKeys(t), ", "))
 				return
 			}
-			c.value(v, f.Type, join(path, name))
-			if c.zeros && f.Tag.Get("lw") == "nonzero" {
-				c.explicitZero(v, f.Type, join(path, name))
-			}
+			c.field(v, f, join(path, name))
 		})
 	case t.Kind() == reflect.Map && n.Kind == yaml.MappingNode:
 		c.mapping(n, path, func(k, v *yaml.Node, name string) {
@@ -98,6 +99,14 @@ func (c *fieldChecker) value(n *yaml.Node, t reflect.Type, path string) {
 		}
 	default:
 		c.leaf(n, t, path)
+	}
+}
+
+// field checks n as the value of struct field f at path.
+func (c *fieldChecker) field(n *yaml.Node, f reflect.StructField, path string) {
+	c.value(n, f.Type, path)
+	if c.zeros && f.Tag.Get("lw") == "nonzero" {
+		c.explicitZero(n, f.Type, path)
 	}
 }
 

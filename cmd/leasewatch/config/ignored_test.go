@@ -1,7 +1,6 @@
 package config
 
 import (
-	"reflect"
 	"slices"
 	"strings"
 	"testing"
@@ -45,7 +44,7 @@ func TestParseConfigRefusesKeysOfAnotherKind(t *testing.T) {
 				return
 			}
 		}
-	}), structKeys(reflect.TypeFor[SourceConfig]()); !slices.Equal(got, want) {
+	}), sourceKeys(); !slices.Equal(got, want) {
 		t.Fatalf("the table has keys %q, a source %q", got, want)
 	}
 	base := map[string]string{

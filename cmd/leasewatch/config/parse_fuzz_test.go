@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"io"
+	"log/slog"
 	"reflect"
 	"strings"
 	"testing"
@@ -13,7 +14,6 @@ import (
 	"go.yaml.in/yaml/v3"
 
 	"github.com/leasewatch/leasewatch/collectors"
-	"github.com/leasewatch/leasewatch/collectors/redis"
 )
 
 // FuzzParse feeds Parse arbitrary configuration files. Whatever the file,
@@ -93,9 +93,7 @@ func FuzzParse(f *testing.F) {
 			if s.TLS != nil {
 				tlsConfig = collectors.StaticTLS(&tls.Config{})
 			}
-			rc := s.RedisConfig(tlsConfig)
-			rc.Username, rc.Password = "", collectors.Secret{}
-			if _, err := redis.New(rc, nil); err != nil {
+			if _, err := s.Backend.Collector(collectors.Source{Name: s.Name, TLS: tlsConfig}, slog.New(slog.DiscardHandler)); err != nil {
 				t.Fatalf("sources[%d] accepted, but the Redis collector refuses it: %v", i, err)
 			}
 		}

@@ -10,7 +10,8 @@ import (
 	"time"
 	"unicode"
 
-	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors/etcd"
+	"github.com/leasewatch/leasewatch/collectors/kubernetes"
 	"github.com/leasewatch/leasewatch/collectors/ownership"
 )
 
@@ -83,7 +84,7 @@ func (r ReplicationConfig) Timing() ownership.Timing {
 // its client: endpoints, credentials (Secret) and tls (SourceTLS).
 func (r ReplicationConfig) EtcdSource() SourceConfig {
 	return SourceConfig{
-		Name: "replication", Kind: string(audit.KindEtcd), Endpoints: r.Endpoints,
+		Name: "replication", Kind: string(etcd.Backend.Kind), Backend: &etcd.Section{Endpoints: r.Endpoints, Prefixes: []string{r.Prefix}},
 		Username: r.Username, Password: r.Password, PasswordFile: r.PasswordFile, PasswordEnv: r.PasswordEnv, TLS: r.TLS,
 	}
 }
@@ -115,11 +116,12 @@ const DefaultOwnSource = "leasewatch"
 func (r ReplicationConfig) OwnSource() SourceConfig {
 	if r.Backend == ReplicationEtcd {
 		src := r.EtcdSource()
-		src.Name, src.Prefixes = r.Source, []string{ownership.EtcdSourcesPrefix(r.Prefix)}
+		src.Name = r.Source
+		src.Backend = &etcd.Section{Endpoints: r.Endpoints, Prefixes: []string{ownership.EtcdSourcesPrefix(r.Prefix)}}
 		return src
 	}
-	return SourceConfig{Name: r.Source, Kind: string(audit.KindKubernetes), Kubeconfig: r.Kubeconfig, Context: r.Context,
-		Namespaces: []string{r.Namespace}}
+	return SourceConfig{Name: r.Source, Kind: string(kubernetes.Backend.Kind), Backend: &kubernetes.Section{
+		Kubeconfig: r.Kubeconfig, Context: r.Context, Namespaces: []string{r.Namespace}}}
 }
 
 // OwnLock is the lock of leasewatch's own source that source's ownership
@@ -177,10 +179,10 @@ func (r *ReplicationConfig) validate(c *Config) error {
 			return fmt.Errorf("prefix: %q must start and end with '/' and name something (/leasewatch/ownership/, say)", r.Prefix)
 		}
 		src := r.EtcdSource()
-		if err := src.validateEndpoints(); err != nil {
+		if err := src.validateCredentials(etcd.Backend); err != nil {
 			return err
 		}
-		if err := src.validateCredentials(audit.KindEtcd); err != nil {
+		if err := src.Backend.Check(src.TLS != nil); err != nil {
 			return err
 		}
 	}
@@ -214,6 +216,21 @@ func checkIdentity(id string) error {
 		if !unicode.IsPrint(r) || unicode.IsSpace(r) || r == unicode.ReplacementChar {
 			return fmt.Errorf("%q holds white space or a character that is not printable", id)
 		}
+	}
+	return nil
+}
+
+// keysOfKind refuses a field of the struct *v set for a kind other than
+// kind: the field's kinds tag lists the kinds it applies to (none: every
+// kind); what names what the kinds are of.
+func keysOfKind(v any, kind, what string) error {
+	rv := reflect.ValueOf(v).Elem()
+	for _, f := range reflect.VisibleFields(rv.Type()) {
+		kinds := f.Tag.Get("kinds")
+		if kinds == "" || rv.FieldByIndex(f.Index).IsZero() || slices.Contains(strings.Split(kinds, ","), kind) {
+			continue
+		}
+		return fmt.Errorf("%s: applies only to %s %s, not %s", yamlKey(f), strings.ReplaceAll(kinds, ",", " and "), what, kind)
 	}
 	return nil
 }

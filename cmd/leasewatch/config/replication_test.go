@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasewatch/leasewatch/collectors/etcd"
+	"github.com/leasewatch/leasewatch/collectors/kubernetes"
 	"github.com/leasewatch/leasewatch/collectors/ownership"
 )
 
@@ -169,8 +171,9 @@ replication:
   username: lw
   password: secret
 `)
-		if n != 1 || src.Name != DefaultOwnSource || src.Kind != "etcd" || strings.Join(src.Endpoints, ",") != "etcd-0:2379" ||
-			src.Username != "lw" || src.Password != "secret" || strings.Join(src.Prefixes, ",") != "/leasewatch/ownership/sources/" {
+		sec := sectionOf[etcd.Section](t, src)
+		if n != 1 || src.Name != DefaultOwnSource || src.Kind != "etcd" || strings.Join(sec.Endpoints, ",") != "etcd-0:2379" ||
+			src.Username != "lw" || src.Password != "secret" || strings.Join(sec.Prefixes, ",") != "/leasewatch/ownership/sources/" {
 			t.Errorf("own source = %+v (%d of its name)", src, n)
 		}
 	})
@@ -181,7 +184,7 @@ replication:
   namespace: lw-system
   source: ownership
 `)
-		if n != 1 || src.Name != "ownership" || src.Kind != "kubernetes" || strings.Join(src.Namespaces, ",") != "lw-system" {
+		if n != 1 || src.Name != "ownership" || src.Kind != "kubernetes" || strings.Join(sectionOf[kubernetes.Section](t, src).Namespaces, ",") != "lw-system" {
 			t.Errorf("own source = %+v (%d of its name)", src, n)
 		}
 	})
@@ -196,7 +199,7 @@ replication:
   backend: etcd
   endpoints: ["etcd-0:2379"]
 `)
-		if n != 1 || strings.Join(src.Endpoints, ",") != "etcd-9:2379" {
+		if n != 1 || strings.Join(sectionOf[etcd.Section](t, src).Endpoints, ",") != "etcd-9:2379" {
 			t.Errorf("own source = %+v (%d of its name), want the configured one alone", src, n)
 		}
 	})

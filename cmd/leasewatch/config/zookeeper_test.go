@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/leasewatch/leasewatch/collectors/zookeeper"
 )
 
 func TestParseConfigZooKeeperSource(t *testing.T) {
@@ -24,9 +26,9 @@ sources:
 		t.Fatalf("Parse: %v", err)
 	}
 	s := cfg.Sources[0]
-	zc := s.ZooKeeperConfig(nil)
-	if len(zc.Servers) != 3 || zc.Chroot != "/app" || len(zc.Paths) != 2 || !zc.ProbeSessions || zc.Username != "leasewatch" {
-		t.Fatalf("collector config = %+v", zc)
+	zc := sectionOf[zookeeper.Section](t, s)
+	if len(zc.Servers) != 3 || zc.Chroot != "/app" || len(zc.Paths) != 2 || !zc.ProbeSessions || s.Username != "leasewatch" {
+		t.Fatalf("section = %+v, username %q", zc, s.Username)
 	}
 	if s.PasswordEnv != "LEASEWATCH_ZK_PASSWORD" || s.TLS == nil || s.TLS.CAFile != "/etc/leasewatch/zk/ca.crt" {
 		t.Fatalf("source = %+v, tls %+v", s, s.TLS)
@@ -50,7 +52,7 @@ func TestLoadZooKeeperPassword(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := cfg.Sources[0].ZooKeeperConfig(nil).Password.Get()
+	got, err := cfg.Sources[0].Secret().Get()
 	if err != nil || got != "s3cret" {
 		t.Fatalf("password = %q, %v", got, err)
 	}
