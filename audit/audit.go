@@ -7,7 +7,6 @@
 package audit
 
 import (
-	"slices"
 	"strings"
 	"time"
 )
@@ -15,19 +14,14 @@ import (
 // SourceKind names the backend a source watches.
 type SourceKind string
 
-// Source kinds (contract).
+// Source kinds (contract) of the first backends. A backend's kind is
+// declared by its package (collectors.Backend), and the list of those
+// leasewatch speaks is collectors/backends.
 const (
 	KindEtcd       SourceKind = "etcd"
 	KindKubernetes SourceKind = "kubernetes"
 	KindRedis      SourceKind = "redis"
-	KindZooKeeper  SourceKind = "zookeeper"
 )
-
-// SourceKinds lists every source kind in a stable order.
-var SourceKinds = []SourceKind{KindEtcd, KindKubernetes, KindRedis, KindZooKeeper}
-
-// Valid reports whether k is one of the known source kinds.
-func (k SourceKind) Valid() bool { return slices.Contains(SourceKinds, k) }
 
 // Class separates mutual-exclusion locks from liveness heartbeats.
 type Class string

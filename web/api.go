@@ -244,7 +244,7 @@ func (s *Server) handleAPILocks(c echo.Context) error {
 	}
 	// Additions to the contract: kind, holder, sort and keyset cursors,
 	// as on the locks page.
-	if err := parseLockPage(q, &lq); err != nil {
+	if err := parseLockPage(q, &lq, s.kinds); err != nil {
 		return err
 	}
 	pg, err := s.query.Locks(c.Request().Context(), query.LocksQuery{Filter: lq.LockFilter, Limit: lq.Limit})

@@ -126,7 +126,7 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 		return err
 	}
 	sortName := q.Get("sort")
-	if err := parseLockPage(q, &lq); err != nil {
+	if err := parseLockPage(q, &lq, s.kinds); err != nil {
 		return err
 	}
 	loc, err := parseZone(q)
@@ -158,7 +158,7 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 		Limit:        limit,
 		Now:          stampIn(now, loc),
 	}
-	p.Kinds, p.Verdicts, p.Sorts = lockKinds, verdictNames, locksSorts(q, sortName)
+	p.Kinds, p.Verdicts, p.Sorts = names(s.kinds), verdictNames, locksSorts(q, sortName)
 	if len(locks) > 0 {
 		if hasNext {
 			p.Next = withQuery("/locks", q, "after", strconv.FormatInt(locks[len(locks)-1].ID, 10), "before", "")

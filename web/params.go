@@ -2,6 +2,7 @@ package web
 
 import (
 	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -178,10 +179,10 @@ func parseLockQuery(q url.Values) (lockQuery, error) {
 // parseLockPage reads the locks list's additions to the filter: kind,
 // holder, sort (name, changed, or margin: held locks by lease left) and the
 // keyset cursors after and before (lock ids).
-func parseLockPage(q url.Values, lq *lockQuery) error {
+func parseLockPage(q url.Values, lq *lockQuery, kinds []audit.SourceKind) error {
 	if k := audit.SourceKind(q.Get("kind")); k != "" {
-		if !k.Valid() {
-			return mustBe("kind", audit.SourceKinds)
+		if !slices.Contains(kinds, k) {
+			return mustBe("kind", kinds)
 		}
 		lq.Kind = k
 	}

@@ -21,6 +21,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"slices"
 	"time"
 
 	"github.com/labstack/echo/v4"
@@ -61,6 +62,9 @@ type Config struct {
 	// KnownSources are the configured sources by name; ingest accepts reports
 	// only for these.
 	KnownSources map[string]audit.SourceKind
+	// Kinds are the source kinds leasewatch speaks, which the locks list's
+	// kind filter offers and takes. Nil: the kinds of KnownSources.
+	Kinds []audit.SourceKind
 	// IngestTokens are the bearer tokens POST /api/v1/writes accepts. With none,
 	// every report is refused.
 	IngestTokens []string
@@ -145,7 +149,8 @@ type Server struct {
 	writes  WriteReporter
 	sources func() []audit.Source
 	known   map[string]audit.SourceKind
-	tokens  [][32]byte // SHA-256 of each ingest token
+	kinds   []audit.SourceKind // sorted
+	tokens  [][32]byte         // SHA-256 of each ingest token
 	ready   func(ctx context.Context) error
 	now     func() time.Time
 	margin  float64
@@ -175,6 +180,7 @@ func New(cfg Config) (*Server, error) {
 		writes:  cfg.Writes,
 		sources: cfg.Sources,
 		known:   cfg.KnownSources,
+		kinds:   kindsOf(cfg),
 		ready:   cfg.Ready,
 		now:     cfg.Now,
 		margin:  cfg.RenewMarginRatio,
@@ -355,4 +361,16 @@ func (s *Server) recoverPanic(next echo.HandlerFunc) echo.HandlerFunc {
 		}()
 		return next(c)
 	}
+}
+
+// kindsOf returns cfg.Kinds, or the kinds of cfg.KnownSources, sorted.
+func kindsOf(cfg Config) []audit.SourceKind {
+	kinds := slices.Clone(cfg.Kinds)
+	if kinds == nil {
+		for _, k := range cfg.KnownSources {
+			kinds = append(kinds, k)
+		}
+	}
+	slices.Sort(kinds)
+	return slices.Compact(kinds)
 }

@@ -44,7 +44,6 @@ func verdictCounts(counts map[string]int) []views.VerdictCount {
 
 // The choices of the locks list's kind and verdict filters.
 var (
-	lockKinds    = names(audit.SourceKinds)
 	verdictNames = names(verdict.Kinds)
 )
 

@@ -18,6 +18,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit/verdict"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/collectors/backends"
 	"github.com/leasewatch/leasewatch/web"
 )
 
@@ -169,6 +170,7 @@ func (s *service) startWeb(sources func() []audit.Source, reg *prometheus.Regist
 		Sources:          sources,
 		Alerts:           s.alerts.alerts,
 		KnownSources:     cfg.SourceKinds(),
+		Kinds:            backends.Kinds(),
 		IngestTokens:     cfg.IngestTokens,
 		Registry:         reg,
 		Logger:           webLog,

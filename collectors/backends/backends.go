@@ -4,6 +4,7 @@
 package backends
 
 import (
+	"cmp"
 	"slices"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -24,18 +25,17 @@ var all = []collectors.Backend{
 // All returns every backend, in the order of their kinds.
 func All() []collectors.Backend {
 	out := slices.Clone(all)
-	slices.SortFunc(out, func(a, b collectors.Backend) int { return cmpKind(a.Kind, b.Kind) })
+	slices.SortFunc(out, func(a, b collectors.Backend) int { return cmp.Compare(a.Kind, b.Kind) })
 	return out
 }
 
-func cmpKind(a, b audit.SourceKind) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+// Kinds returns every backend's kind, sorted.
+func Kinds() []audit.SourceKind {
+	var out []audit.SourceKind
+	for _, b := range All() {
+		out = append(out, b.Kind)
 	}
-	return 0
+	return out
 }
 
 // Of returns the backend of kind, if leasewatch speaks it.

@@ -1,23 +1,31 @@
 package backends
 
 import (
+	"reflect"
+	"slices"
 	"testing"
 
 	"github.com/leasewatch/leasewatch/audit"
 )
 
-// Every source kind of the contract has its backend, declared once.
-func TestEveryKindHasOneBackend(t *testing.T) {
-	got := All()
-	if len(got) != len(audit.SourceKinds) {
-		t.Fatalf("%d backends for %d kinds", len(got), len(audit.SourceKinds))
+// Each backend is declared once, under its own kind, with a section of
+// its own keys; Of finds it and nothing else.
+func TestEveryBackendDeclaredOnce(t *testing.T) {
+	want := []audit.SourceKind{audit.KindEtcd, audit.KindKubernetes, audit.KindRedis, "zookeeper"}
+	if got := Kinds(); !slices.Equal(got, want) {
+		t.Fatalf("Kinds() = %q, want %q", got, want)
 	}
-	for i, kind := range audit.SourceKinds {
-		if got[i].Kind != kind {
-			t.Errorf("backend %d is %q, want %q", i, got[i].Kind, kind)
+	for _, kind := range want {
+		b, ok := Of(kind)
+		if !ok || b.Kind != kind {
+			t.Fatalf("Of(%q) = %q, %v", kind, b.Kind, ok)
 		}
-		if b, ok := Of(kind); !ok || b.Kind != kind {
-			t.Errorf("Of(%q) = %q, %v", kind, b.Kind, ok)
+		sec := b.Section()
+		if rt := reflect.TypeOf(sec); rt == nil || rt.Kind() != reflect.Pointer || rt.Elem().Kind() != reflect.Struct {
+			t.Errorf("%s: Section() = %T, want a pointer to a struct", kind, sec)
+		}
+		if b.Section() == sec {
+			t.Errorf("%s: Section() returned the same section twice", kind)
 		}
 	}
 	if _, ok := Of("consul"); ok {

@@ -3,7 +3,6 @@ package zookeeper
 import (
 	"log/slog"
 
-	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
 )
 
@@ -11,7 +10,7 @@ import (
 // deletes an expired session's nodes, and the collector sees the delete;
 // its digest scheme takes a user and a password together.
 var Backend = collectors.Backend{
-	Kind:        audit.KindZooKeeper,
+	Kind:        "zookeeper",
 	Credentials: collectors.Credentials{UserRequired: true},
 	Section:     func() collectors.Section { return new(Section) },
 }

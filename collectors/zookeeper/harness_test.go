@@ -11,7 +11,6 @@ import (
 
 	"github.com/go-zookeeper/zk"
 
-	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 	"github.com/leasewatch/leasewatch/collectors/zookeeper/zktest"
@@ -149,13 +148,13 @@ func splitPath(p string) []string { return strings.Split(strings.TrimPrefix(p, "
 
 func newSink(t *testing.T) *collectortest.Sink {
 	t.Helper()
-	return collectortest.NewSink(t, testSource, audit.KindZooKeeper)
+	return collectortest.NewSink(t, testSource, Backend.Kind)
 }
 
 // openSink opens the store at path: a second sink on one path is a restart.
 func openSink(t *testing.T, path string) *collectortest.Sink {
 	t.Helper()
-	return collectortest.NewSink(t, testSource, audit.KindZooKeeper, collectortest.AtPath(path))
+	return collectortest.NewSink(t, testSource, Backend.Kind, collectortest.AtPath(path))
 }
 
 // testConfig watches paths on the test server, probing sessions and

@@ -131,7 +131,7 @@ func unionKeys(a, b map[string]*dir) []string {
 
 func (r *run) input(now time.Time, obs []audit.Observation, cursor int64) audit.Input {
 	return audit.Input{
-		Source: r.c.cfg.Name, Kind: audit.KindZooKeeper, At: now,
+		Source: r.c.cfg.Name, Kind: Backend.Kind, At: now,
 		Observations: obs, Cursor: strconv.FormatInt(cursor, 10),
 	}
 }

@@ -208,8 +208,8 @@ func checkPath(p string) error {
 // Name is the source's configured name.
 func (c *Collector) Name() string { return c.cfg.Name }
 
-// Kind is audit.KindZooKeeper.
-func (c *Collector) Kind() audit.SourceKind { return audit.KindZooKeeper }
+// Kind is Backend.Kind.
+func (c *Collector) Kind() audit.SourceKind { return Backend.Kind }
 
 // Run watches the source until ctx ends (returning nil) or ZooKeeper fails
 // (returning the error, for the Runner to restart it). It calls ready once
