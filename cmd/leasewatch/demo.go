@@ -76,6 +76,16 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 		redisAddr = redisSrv.Addr
 		redisNote = redisSrv.Addr + ": redsync mutexes on lock:jobs (no token) and fenced lock:payments"
 	}
+	zkSrv, err := startDemoZooKeeper(cfg)
+	if err != nil {
+		return err
+	}
+	zkNote, zkAddr := "not installed: install Debian's zookeeper to see ZooKeeper locks too", ""
+	if zkSrv != nil {
+		defer zkSrv.Close()
+		zkAddr = zkSrv.Addr
+		zkNote = zkSrv.Addr + ": the lock recipe on /locks/reports, a LeaderLatch on /election/leader"
+	}
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -94,6 +104,7 @@ leasewatch demo is running: open %s
 
   etcd (in-process):  %s, locks under /locks/ and /election/
   redis-server:       %s
+  zookeeper:          %s
   workload:           7 real etcd lock clients; worker-1 pauses past its lease
                       and its late write is rejected by the fenced "ledger"
                       resource (and now and then accepted by the unfenced "cache")
@@ -101,9 +112,9 @@ leasewatch demo is running: open %s
   data:               %s
 
 Press Ctrl-C to stop.
-`, svc.URL(), server.Endpoint, redisNote, token, dir)
+`, svc.URL(), server.Endpoint, redisNote, zkNote, token, dir)
 
-	stop, err := startDemoWorkloads(ctx, svc.URL(), token, cli, dir, redisAddr, logger)
+	stop, err := startDemoWorkloads(ctx, svc.URL(), token, cli, dir, redisAddr, zkAddr, logger)
 	if err != nil {
 		return err
 	}
@@ -157,9 +168,10 @@ func startDemoRedis(ctx context.Context, dir string, cfg *config.Config) (*redis
 
 // startDemoWorkloads starts the demo's traffic against the service at base:
 // the etcd workload, with its resources reporting their writes and its
-// paused worker its beliefs, and the Redis one when redisAddr is set. stop
+// paused worker its beliefs, the Redis one when redisAddr is set and the
+// ZooKeeper one when zkAddr is. stop
 // waits for them to end with ctx and closes their reporters.
-func startDemoWorkloads(ctx context.Context, base, token string, cli *clientv3.Client, dir, redisAddr string, logger *slog.Logger) (stop func(), err error) {
+func startDemoWorkloads(ctx context.Context, base, token string, cli *clientv3.Client, dir, redisAddr, zkAddr string, logger *slog.Logger) (stop func(), err error) {
 	var reporters []*fence.Reporter
 	newReporter := func(source, resource string) *fence.Reporter {
 		r, err := fence.NewReporter(fence.Config{URL: base, Token: token, Source: source, Resource: resource, FlushInterval: 100 * time.Millisecond, Logger: logger})
@@ -186,6 +198,14 @@ func startDemoWorkloads(ctx context.Context, base, token string, cli *clientv3.C
 		go func() {
 			defer wg.Done()
 			rw.run(ctx)
+		}()
+	}
+	if zkAddr != "" {
+		zw := &zkWorkload{addr: zkAddr, log: logger}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			zw.run(ctx)
 		}()
 	}
 	return func() {

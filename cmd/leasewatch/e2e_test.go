@@ -25,6 +25,7 @@ import (
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors/etcd"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
+	"github.com/leasewatch/leasewatch/collectors/zookeeper/zkserver"
 )
 
 // These tests run the whole chain: real embedded etcd, real lock clients,
@@ -550,5 +551,31 @@ func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 		var findings struct{ Findings []apiFinding }
 		getJSON(t, base, "/api/v1/findings?kind=stale_write&resource=payments", &findings)
 		return handovers == 2 && len(findings.Findings) > 0
+	})
+
+	// With ZooKeeper installed (always in CI), it shows ZooKeeper's lock
+	// and election changing hands, each grant with its zxid as the token.
+	if _, err := os.Stat(zkserver.Jar); err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(zkserver.ErrMissing)
+		}
+		t.Skip(zkserver.ErrMissing)
+	}
+	eventually(t, 30*time.Second, "the ZooKeeper lock and election changing hands, with tokens", func() bool {
+		handed := map[string]bool{}
+		var locks struct{ Locks []apiLock }
+		getJSON(t, base, "/api/v1/locks?source=demo-zookeeper", &locks)
+		for _, l := range locks.Locks {
+			var tenures struct{ Tenures []apiTenure }
+			getJSON(t, base, fmt.Sprintf("/api/v1/locks/%d/tenures", l.ID), &tenures)
+			n := 0
+			for _, tn := range tenures.Tenures {
+				if tn.Token != nil {
+					n++
+				}
+			}
+			handed[l.Name] = n >= 2
+		}
+		return handed["/locks/reports"] && handed["/election/leader"]
 	})
 }

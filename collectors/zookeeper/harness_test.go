@@ -13,24 +13,24 @@ import (
 
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
-	"github.com/leasewatch/leasewatch/collectors/zookeeper/zktest"
+	"github.com/leasewatch/leasewatch/collectors/zookeeper/zkserver"
 )
 
 const testSource = "test-zk"
 
 // server is the package's one ZooKeeper server (nil: not installed, outside
 // CI); tests keep apart by their own paths.
-var server *zktest.Server
+var server *zkserver.Server
 
 func TestMain(m *testing.M) {
-	os.Exit(zktest.Main(m, func(s *zktest.Server) { server = s }))
+	os.Exit(zkserver.Main(m, func(s *zkserver.Server) { server = s }))
 }
 
 // need returns the shared server, skipping the test without one.
-func need(t *testing.T) *zktest.Server {
+func need(t *testing.T) *zkserver.Server {
 	t.Helper()
 	if server == nil {
-		t.Skip(zktest.ErrMissing)
+		t.Skip(zkserver.ErrMissing)
 	}
 	return server
 }

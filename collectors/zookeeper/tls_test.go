@@ -15,7 +15,7 @@ import (
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 	"github.com/leasewatch/leasewatch/collectors/testcert"
-	"github.com/leasewatch/leasewatch/collectors/zookeeper/zktest"
+	"github.com/leasewatch/leasewatch/collectors/zookeeper/zkserver"
 	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
@@ -36,7 +36,7 @@ func TestTLSSecureClientPort(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv, err := zktest.Start(
+	srv, err := zkserver.Start(
 		"serverCnxnFactory=org.apache.zookeeper.server.NettyServerCnxnFactory",
 		"secureClientPort="+strconv.Itoa(port),
 		"ssl.keyStore.location="+keyStore, "ssl.keyStore.type=PEM",

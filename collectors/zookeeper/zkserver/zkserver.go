@@ -1,9 +1,10 @@
-// Package zktest runs a real ZooKeeper server for tests: Debian's package
-// (3.8), started with java from /usr/share/java/zookeeper.jar as a
-// standalone server on a free loopback port in a temporary directory, and
-// stopped by its process id. One server is meant to be shared by a test
-// package (start it in TestMain); tests keep apart by using their own paths.
-package zktest
+// Package zkserver runs a real ZooKeeper server: Debian's package (3.8),
+// started with java from /usr/share/java/zookeeper.jar as a standalone
+// server on a free loopback port in a temporary directory, and stopped by
+// its process id. It is the ZooKeeper of `leasewatch demo` and of the
+// tests; a test package shares one server (Main, in its TestMain), and its
+// tests keep apart by using their own paths.
+package zkserver
 
 import (
 	"errors"
