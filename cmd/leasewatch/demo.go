@@ -66,26 +66,11 @@ func cmdDemo(ctx context.Context, args []string, logger *slog.Logger, stdout, st
 
 	token := randomToken()
 	cfg := demoConfig(*listen, dir, server.Endpoint, token, *alertmanager)
-	redisSrv, err := startDemoRedis(ctx, dir, cfg)
+	extras, err := startDemoExtras(ctx, dir, cfg)
 	if err != nil {
 		return err
 	}
-	redisNote, redisAddr := "not on PATH: install Debian's redis-server to see Redis locks too", ""
-	if redisSrv != nil {
-		defer redisSrv.Stop()
-		redisAddr = redisSrv.Addr
-		redisNote = redisSrv.Addr + ": redsync mutexes on lock:jobs (no token) and fenced lock:payments"
-	}
-	zkSrv, err := startDemoZooKeeper(cfg)
-	if err != nil {
-		return err
-	}
-	zkNote, zkAddr := "not installed: install Debian's zookeeper to see ZooKeeper locks too", ""
-	if zkSrv != nil {
-		defer zkSrv.Close()
-		zkAddr = zkSrv.Addr
-		zkNote = zkSrv.Addr + ": the lock recipe on /locks/reports, a LeaderLatch on /election/leader"
-	}
+	defer extras.close()
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
@@ -112,9 +97,9 @@ leasewatch demo is running: open %s
   data:               %s
 
 Press Ctrl-C to stop.
-`, svc.URL(), server.Endpoint, redisNote, zkNote, token, dir)
+`, svc.URL(), server.Endpoint, extras.redisNote, extras.zkNote, token, dir)
 
-	stop, err := startDemoWorkloads(ctx, svc.URL(), token, cli, dir, redisAddr, zkAddr, logger)
+	stop, err := startDemoWorkloads(ctx, svc.URL(), token, cli, dir, extras.redisAddr, extras.zkAddr, logger)
 	if err != nil {
 		return err
 	}
@@ -144,6 +129,50 @@ func demoConfig(listen, dir, endpoint, token, alertmanager string) *config.Confi
 	}
 	cfg.SetDefaults()
 	return cfg
+}
+
+// demoExtras are the demo's optional backends, each started where its
+// server is installed, with the line the banner shows of it.
+type demoExtras struct {
+	redisAddr, redisNote string // redisAddr "": not installed
+	zkAddr, zkNote       string // zkAddr "": not installed
+	closers              []func()
+}
+
+// startDemoExtras starts a redis-server and a ZooKeeper server where they
+// are installed, adding them to cfg's sources.
+func startDemoExtras(ctx context.Context, dir string, cfg *config.Config) (*demoExtras, error) {
+	x := &demoExtras{
+		redisNote: "not on PATH: install Debian's redis-server to see Redis locks too",
+		zkNote:    "not installed: install Debian's zookeeper to see ZooKeeper locks too",
+	}
+	redisSrv, err := startDemoRedis(ctx, dir, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if redisSrv != nil {
+		x.closers = append(x.closers, redisSrv.Stop)
+		x.redisAddr = redisSrv.Addr
+		x.redisNote = redisSrv.Addr + ": redsync mutexes on lock:jobs (no token) and fenced lock:payments"
+	}
+	zkSrv, err := startDemoZooKeeper(cfg)
+	if err != nil {
+		x.close()
+		return nil, err
+	}
+	if zkSrv != nil {
+		x.closers = append(x.closers, zkSrv.Close)
+		x.zkAddr = zkSrv.Addr
+		x.zkNote = zkSrv.Addr + ": the lock recipe on /locks/reports, a LeaderLatch on /election/leader"
+	}
+	return x, nil
+}
+
+// close stops the servers started.
+func (x *demoExtras) close() {
+	for _, f := range x.closers {
+		f()
+	}
 }
 
 // startDemoRedis starts a redis-server in dir, when one is installed, and adds it

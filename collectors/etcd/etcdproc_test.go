@@ -16,6 +16,8 @@ import (
 
 	"go.etcd.io/etcd/server/v3/embed"
 	"go.uber.org/zap"
+
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // The fault tests need etcd in a process of its own, to stop, restart and
@@ -181,13 +183,7 @@ func (p *etcdProcess) stop() {
 		return
 	}
 	cmd.Process.Signal(syscall.SIGCONT)
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
+	testproc.Terminate(cmd.Process, done, 15*time.Second)
 }
 
 // pid returns the running child's process id.

@@ -9,7 +9,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -130,13 +129,7 @@ func (s *redisServer) stop() {
 	if cmd == nil {
 		return
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
+	testproc.Terminate(cmd.Process, done, 10*time.Second)
 }
 
 // crash kills the server, as a crash does, and waits for it to exit.

@@ -8,6 +8,8 @@ import (
 	"net"
 	"os"
 	"strings"
+	"syscall"
+	"time"
 )
 
 // FreePort returns a TCP port on 127.0.0.1 that was free a moment ago. The
@@ -38,4 +40,16 @@ func TailFile(path string, n int) string {
 		return err.Error()
 	}
 	return Tail(string(b), n)
+}
+
+// Terminate sends p SIGTERM and waits until done is closed (the process has
+// exited), killing it if that takes longer than grace.
+func Terminate(p *os.Process, done <-chan struct{}, grace time.Duration) {
+	_ = p.Signal(syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(grace):
+		_ = p.Kill()
+		<-done
+	}
 }

@@ -16,7 +16,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/leasewatch/leasewatch/deploy/testproc"
@@ -135,13 +134,7 @@ func (s *Server) Stop() {
 	if cmd == nil {
 		return
 	}
-	cmd.Process.Signal(syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(15 * time.Second):
-		cmd.Process.Kill()
-		<-done
-	}
+	testproc.Terminate(cmd.Process, done, 15*time.Second)
 }
 
 // Restart stops the server and starts it again on the same port and data:
