@@ -7,7 +7,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -71,37 +70,6 @@ const (
 	etcdRamp = 30 * time.Second
 )
 
-// etcdLock is one lock of the load and the load's own log of it.
-type etcdLock struct {
-	name    string        // as the collector names it: the mutex's prefix
-	release chan struct{} // tells the current holder to unlock
-	// Grants and releases as the clients saw them: a Lock that returned, an
-	// Unlock that returned. Contenders of one lock take turns, but on
-	// different goroutines, hence the mutex.
-	mu      sync.Mutex
-	tenures []etcdTenure
-	key     string // the latest holder's key
-}
-
-// etcdTenure is one acquisition: its fencing token (the owner key's
-// CreateRevision, which the collector records as the token) and when the
-// client's Lock and Unlock returned.
-type etcdTenure struct {
-	token             int64
-	key               string // the holder's key, whose last segment is its lease in hex
-	granted, released time.Time
-	unlocked          bool // Unlock returned without error
-}
-
-// etcdTally is what the load did beyond the per-lock log.
-type etcdTally struct {
-	skipped, failed atomic.Int64
-	queued          atomic.Int64 // Lock calls under way
-	// inFlight counts the locks started and the handovers signalled that
-	// have not yet led to a grant.
-	inFlight atomic.Int64
-}
-
 func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 	if k.locks < 1 || k.hold <= 0 {
 		return fmt.Errorf("want at least one lock and a positive --hold")
@@ -131,11 +99,11 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 
 	fmt.Fprintf(log, "%d locks, %d contenders each from %d sessions with %s TTLs, handed over every %s: %s of warm-up, %s measured\n",
 		k.locks, k.contenders, k.sessions, k.ttl, k.hold, k.warmup, k.duration)
-	locks := make([]*etcdLock, k.locks)
+	locks := make([]*loggedLock, k.locks)
 	for i := range locks {
-		locks[i] = &etcdLock{name: fmt.Sprintf("%slock-%d", etcdLoadPrefix, i), release: make(chan struct{}, 1)}
+		locks[i] = &loggedLock{name: fmt.Sprintf("%slock-%d", etcdLoadPrefix, i), release: make(chan struct{}, 1)}
 	}
-	t := &etcdTally{}
+	t := &loadTally{}
 	// Queued Locks end with queueCtx, at the end of the load; holders stop
 	// holding (without unlocking) with holdCtx, after the comparison.
 	queueCtx, stopQueue := context.WithCancel(ctx)
@@ -156,7 +124,7 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 	}
 
 	loadCtx, stopLoad := context.WithCancel(ctx)
-	dispatched := k.signalHandovers(loadCtx, locks, t)
+	dispatched := signalHandovers(loadCtx, locks, k.hold, t)
 	w, err := measure(ctx, url, lw.cmd.Process.Pid, loadSource, k.warmup, k.duration)
 	stopLoad()
 	dispatched()
@@ -174,7 +142,7 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 // settle waits, once the load has stopped, for the last handovers, then
 // ends the queued Locks (stopQueue) and sweeps the keys they left. It
 // returns how long that took and how many keys it swept.
-func settle(ctx context.Context, t *etcdTally, rig *etcdRig, stopQueue context.CancelFunc, locks []*etcdLock) (settled time.Duration, swept int, err error) {
+func settle(ctx context.Context, t *loadTally, rig *etcdRig, stopQueue context.CancelFunc, locks []*loggedLock) (settled time.Duration, swept int, err error) {
 	loadEnd := time.Now()
 	// End the queued Locks only once every lock has a holder and no handover
 	// is under way. Then every queued key is behind its lock's holder, and
@@ -202,8 +170,8 @@ func settle(ctx context.Context, t *etcdTally, rig *etcdRig, stopQueue context.C
 // etcd is not asked for every lock at once; it returns when all have
 // started or ctx ends. Queued Locks end with queueCtx, holders stop holding
 // with holdCtx; contending counts the contenders running.
-func (k *etcdLoad) startContenders(ctx, queueCtx, holdCtx context.Context, sessions []*concurrency.Session, locks []*etcdLock,
-	t *etcdTally, contending *sync.WaitGroup) {
+func (k *etcdLoad) startContenders(ctx, queueCtx, holdCtx context.Context, sessions []*concurrency.Session, locks []*loggedLock,
+	t *loadTally, contending *sync.WaitGroup) {
 	ramp := min(k.hold, etcdRamp)
 	started := make([]bool, k.locks)
 	rampCtx, rampDone := context.WithCancel(ctx)
@@ -228,52 +196,10 @@ func (k *etcdLoad) startContenders(ctx, queueCtx, holdCtx context.Context, sessi
 	rampDone()
 }
 
-// signalHandovers tells each lock's holder to unlock once per hold period,
-// at a rate kept by the clock, until ctx ends: the holder queues again
-// behind the other contenders, so every signal is a handover. The function
-// it returns waits for the signalling to stop.
-func (k *etcdLoad) signalHandovers(ctx context.Context, locks []*etcdLock, t *etcdTally) (wait func()) {
-	var dispatched sync.WaitGroup
-	dispatched.Add(1)
-	go func() {
-		defer dispatched.Done()
-		dispatch(ctx, k.locks, k.hold, func(i int) {
-			t.inFlight.Add(1) // until the grant that follows the release
-			select {
-			case locks[i].release <- struct{}{}:
-			default: // the last signal is still unread: the lock is between holders
-				t.inFlight.Add(-1)
-				t.skipped.Add(1)
-			}
-		})
-	}()
-	return dispatched.Wait
-}
-
-// madeCounts returns the grants and releases the clients made, per lock
-// and in all.
-func madeCounts(locks []*etcdLock) (grantsMade, releasesMade map[string]int64, madeGrants, madeReleases int64) {
-	grantsMade = make(map[string]int64, len(locks))
-	releasesMade = make(map[string]int64, len(locks))
-	for _, l := range locks {
-		l.mu.Lock()
-		for _, tn := range l.tenures {
-			grantsMade[l.name]++
-			madeGrants++
-			if tn.unlocked {
-				releasesMade[l.name]++
-				madeReleases++
-			}
-		}
-		l.mu.Unlock()
-	}
-	return grantsMade, releasesMade, madeGrants, madeReleases
-}
-
 // verify drains leasewatch, checks that it recorded what the clients did,
 // once, with their tokens, and writes the run's table (w, how the load
 // settled and what the tally t and the rig counted) to out.
-func (k *etcdLoad) verify(ctx context.Context, out io.Writer, url string, locks []*etcdLock, t *etcdTally, rig *etcdRig,
+func (k *etcdLoad) verify(ctx context.Context, out io.Writer, url string, locks []*loggedLock, t *loadTally, rig *etcdRig,
 	w window, settled time.Duration, swept int) error {
 	_, _, madeGrants, madeReleases := madeCounts(locks)
 
@@ -282,7 +208,7 @@ func (k *etcdLoad) verify(ctx context.Context, out io.Writer, url string, locks 
 	gotGrants, gotReleases := recorded(ctx, url, loadSource, "grant"), recorded(ctx, url, loadSource, "release")
 	gotExpiries := recorded(ctx, url, loadSource, "expire")
 
-	o, err := readEtcdOutcome(ctx, rig.lw.database, loadSource, locks)
+	o, err := readLockOutcome(ctx, rig.lw.database, loadSource, locks)
 	if err != nil {
 		return err
 	}
@@ -338,11 +264,7 @@ func startEtcdRig(ctx context.Context, bin, dir, config string, sessions int, tt
 	if err != nil {
 		return nil, err
 	}
-	if err := waitFor(ctx, 60*time.Second, "leasewatch's etcd source to come up", func() bool {
-		mfs, err := scrape(ctx, r.lw.url)
-		up := labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})
-		return err == nil && len(up) > 0 && up[0].GetGauge().GetValue() == 1
-	}); err != nil {
+	if err := waitUp(ctx, r.lw.url, loadSource); err != nil {
 		return nil, err
 	}
 	if err := r.connect(r.srv.Endpoint, sessions, ttl); err != nil {
@@ -403,7 +325,7 @@ func (r *etcdRig) close() {
 // and queues again, logging every grant and release as the client saw it. It
 // returns when a queued Lock ends with queue, or when hold ends while it
 // holds the lock, which it then keeps: the session's end revokes it.
-func contend(queue, hold context.Context, s *concurrency.Session, l *etcdLock, t *etcdTally) {
+func contend(queue, hold context.Context, s *concurrency.Session, l *loggedLock, t *loadTally) {
 	m := concurrency.NewMutex(s, l.name)
 	for {
 		t.queued.Add(1)
@@ -417,7 +339,7 @@ func contend(queue, hold context.Context, s *concurrency.Session, l *etcdLock, t
 		}
 		l.mu.Lock()
 		l.key = m.Key()
-		l.tenures = append(l.tenures, etcdTenure{token: ownerRevision(m), key: m.Key(), granted: time.Now()})
+		l.tenures = append(l.tenures, loggedTenure{token: ownerRevision(m), key: m.Key(), granted: time.Now()})
 		n := len(l.tenures) - 1
 		l.mu.Unlock()
 		t.inFlight.Add(-1)
@@ -438,7 +360,7 @@ func contend(queue, hold context.Context, s *concurrency.Session, l *etcdLock, t
 
 // sweepQueued deletes every key under the load's prefix but the holders',
 // and returns how many it deleted.
-func sweepQueued(ctx context.Context, cli *clientv3.Client, locks []*etcdLock) (int, error) {
+func sweepQueued(ctx context.Context, cli *clientv3.Client, locks []*loggedLock) (int, error) {
 	holders := make(map[string]bool, len(locks))
 	for _, l := range locks {
 		l.mu.Lock()
@@ -468,107 +390,4 @@ func sweepQueued(ctx context.Context, cli *clientv3.Client, locks []*etcdLock) (
 func ownerRevision(m *concurrency.Mutex) int64 {
 	cmp := m.IsOwner()
 	return cmp.GetCompare().GetCreateRevision()
-}
-
-// tokenMatch is the clients' tenures matched by token against leasewatch's
-// grant and release events: a check that per-lock counts cannot make (the
-// right number of grants with the wrong tokens), and how much later than the
-// client the collector saw each change.
-type tokenMatch struct {
-	tenures, matched int
-	missing          int // client tenures whose grant or release leasewatch lacks
-	unknown          int // grants or releases leasewatch has under a token no client held
-	grantSkew        skew
-	releaseSkew      skew
-}
-
-func (m tokenMatch) summary() string {
-	return fmt.Sprintf("%d of %d (%d without their grant or release, %d events under a token no client held)", m.matched, m.tenures, m.missing, m.unknown)
-}
-
-// skew is the collector's event time less the client's return time, for the
-// changes both saw: negative when the collector saw the change first (the
-// client learns of a handover only after its watch fires and a Get returns).
-type skew []time.Duration
-
-func (s skew) describe() string {
-	if len(s) == 0 {
-		return "none matched"
-	}
-	slices.Sort(s)
-	q := func(p float64) time.Duration { return s[int(p*float64(len(s)-1))].Round(100 * time.Microsecond) }
-	return fmt.Sprintf("%s / %s (%d samples; collector's clock, before the commit)", q(0.50), q(0.99), len(s))
-}
-
-// matchTokens reads every grant and release leasewatch stored in database
-// for source and matches them with the clients' tenures by lock and token.
-func matchTokens(ctx context.Context, database, source string, locks []*etcdLock) (tokenMatch, error) {
-	var m tokenMatch
-	db, err := openDatabase(database)
-	if err != nil {
-		return m, err
-	}
-	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT l.name, e.kind, e.token, e.at FROM events e JOIN locks l ON l.id = e.lock_id
-		WHERE l.source = $1 AND e.kind IN ('grant', 'release') AND e.token IS NOT NULL`, source)
-	if err != nil {
-		return m, fmt.Errorf("read grants and releases: %w", err)
-	}
-	defer rows.Close()
-	type key struct {
-		lock, kind string
-		token      int64
-	}
-	recorded := make(map[key][]time.Time)
-	for rows.Next() {
-		var k key
-		var at int64
-		if err := rows.Scan(&k.lock, &k.kind, &k.token, &at); err != nil {
-			return m, err
-		}
-		recorded[k] = append(recorded[k], time.Unix(0, at))
-	}
-	if err := rows.Err(); err != nil {
-		return m, err
-	}
-	take := func(k key) (time.Time, bool) {
-		ats := recorded[k]
-		if len(ats) == 0 {
-			return time.Time{}, false
-		}
-		if len(ats) == 1 {
-			delete(recorded, k)
-		} else {
-			recorded[k] = ats[1:]
-		}
-		return ats[0], true
-	}
-	for _, l := range locks {
-		l.mu.Lock()
-		tenures := slices.Clone(l.tenures)
-		l.mu.Unlock()
-		for _, tn := range tenures {
-			m.tenures++
-			grant, okGrant := take(key{l.name, "grant", tn.token})
-			if okGrant {
-				m.grantSkew = append(m.grantSkew, grant.Sub(tn.granted))
-			}
-			okRelease := !tn.unlocked
-			if tn.unlocked {
-				var release time.Time
-				if release, okRelease = take(key{l.name, "release", tn.token}); okRelease {
-					m.releaseSkew = append(m.releaseSkew, release.Sub(tn.released))
-				}
-			}
-			if okGrant && okRelease {
-				m.matched++
-			} else {
-				m.missing++
-			}
-		}
-	}
-	for _, ats := range recorded {
-		m.unknown += len(ats)
-	}
-	return m, nil
 }

@@ -79,7 +79,7 @@ type disruption struct {
 type failoverResult struct {
 	wall        time.Duration
 	disruptions []disruption
-	etcd        etcdOutcome
+	etcd        lockOutcome
 	kube        kubeOutcome
 	writes      ingestResult
 	sent, acked int // write reports made, and answered 202
@@ -305,8 +305,8 @@ func (c *cursorLog) watch(ctx context.Context, database, namespace string) {
 type replicaClients struct {
 	k        *failoverLoad
 	etcd     *etcdRig
-	locks    []*etcdLock
-	tally    etcdTally
+	locks    []*loggedLock
+	tally    loadTally
 	leases   []*lease
 	kubeDone sync.WaitGroup
 	updates  atomic.Int64
@@ -351,14 +351,14 @@ func (k *failoverLoad) startClients(ctx context.Context, rig *replicaRig) (c *re
 	}
 	etcdK := &etcdLoad{locks: k.etcdLocks, contenders: 2, sessions: sessions, hold: k.hold}
 	for i := range k.etcdLocks {
-		c.locks = append(c.locks, &etcdLock{name: fmt.Sprintf("%slock-%d", etcdLoadPrefix, i), release: make(chan struct{}, 1)})
+		c.locks = append(c.locks, &loggedLock{name: fmt.Sprintf("%slock-%d", etcdLoadPrefix, i), release: make(chan struct{}, 1)})
 	}
 	etcdK.startContenders(ctx, queueCtx, holdCtx, c.etcd.sessions, c.locks, &c.tally, &c.contending)
 	// Reports name a lock's holder: each lock has had its first one.
 	if err := waitFor(ctx, time.Minute, "every etcd lock's first grant", func() bool { return c.tally.inFlight.Load() == 0 }); err != nil {
 		return c, err
 	}
-	c.handovers = etcdK.signalHandovers(loadCtx, c.locks, &c.tally)
+	c.handovers = signalHandovers(loadCtx, c.locks, k.hold, &c.tally)
 
 	c.redis = &redisRig{srv: rig.redis}
 	if err := c.redis.connect(ctx); err != nil {
@@ -408,7 +408,7 @@ func (c *replicaClients) drain(ctx context.Context, database string) (time.Durat
 // read compares what leasewatch stored with what the clients logged.
 func (c *replicaClients) read(ctx context.Context, database string, res *failoverResult) error {
 	var err error
-	if res.etcd, err = readEtcdOutcome(ctx, database, etcdSource, c.locks); err != nil {
+	if res.etcd, err = readLockOutcome(ctx, database, etcdSource, c.locks); err != nil {
 		return err
 	}
 	writes, err := recordedWrites(ctx, database, kubeSource)

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -22,57 +21,6 @@ const (
 	blindBefore = 2 * time.Second
 	blindAfter  = time.Second
 )
-
-// etcdOutcome compares the etcd locks' grants and releases, lock by lock
-// and token by token, with what leasewatch stored.
-type etcdOutcome struct {
-	madeGrants, madeReleases       int64
-	grantsDiffer, releasesDiffer   int
-	grantsPerLock, releasesPerLock string
-	expiries                       int64
-	tokens                         tokenMatch
-}
-
-// readEtcdOutcome reads, from database, what leasewatch stored of the load
-// source's locks.
-func readEtcdOutcome(ctx context.Context, database string, source string, locks []*etcdLock) (o etcdOutcome, err error) {
-	grantsMade, releasesMade, madeGrants, madeReleases := madeCounts(locks)
-	o.madeGrants, o.madeReleases = madeGrants, madeReleases
-	grantsGot, err := recordedPerLock(ctx, database, source, "grant")
-	if err != nil {
-		return o, err
-	}
-	releasesGot, err := recordedPerLock(ctx, database, source, "release")
-	if err != nil {
-		return o, err
-	}
-	expiries, err := recordedPerLock(ctx, database, source, "expire")
-	if err != nil {
-		return o, err
-	}
-	for _, n := range expiries {
-		o.expiries += n
-	}
-	o.grantsDiffer, o.grantsPerLock = compareCounts(grantsMade, grantsGot)
-	o.releasesDiffer, o.releasesPerLock = compareCounts(releasesMade, releasesGot)
-	o.tokens, err = matchTokens(ctx, database, source, locks)
-	return o, err
-}
-
-// problems lists how o falls short of every transition recorded once.
-func (o etcdOutcome) problems() []string {
-	var out []string
-	if o.grantsDiffer > 0 || o.releasesDiffer > 0 {
-		out = append(out, fmt.Sprintf("etcd: %d locks' grants differ (%s), %d locks' releases differ (%s)", o.grantsDiffer, o.grantsPerLock, o.releasesDiffer, o.releasesPerLock))
-	}
-	if o.tokens.missing > 0 || o.tokens.unknown > 0 {
-		out = append(out, "etcd: "+o.tokens.summary())
-	}
-	if o.expiries > 0 {
-		out = append(out, fmt.Sprintf("etcd: %d expiries recorded, and no session ended", o.expiries))
-	}
-	return out
-}
 
 // kubeOutcome compares the Leases' committed writes with what leasewatch
 // stored.
@@ -140,7 +88,7 @@ func matchBlinds(handovers [][2]time.Time, windows []blindWindow) (uncovered [][
 
 // check returns an error naming every way the run fell short.
 func (k *failoverLoad) check(res *failoverResult) error {
-	problems := res.etcd.problems()
+	problems := res.etcd.problems("etcd")
 	if kc := res.kube.check; len(kc.diffs) > 0 || kc.matched != res.kube.want.writes {
 		problems = append(problems, fmt.Sprintf("kubernetes: %d of %d committed writes recorded once; %d Leases differ: %s",
 			kc.matched, res.kube.want.writes, len(kc.diffs), strings.Join(first(kc.diffs, 5), "; ")))

@@ -390,14 +390,14 @@ func (k *ingestLoad) execute(ctx context.Context, log io.Writer) (*ingestResult,
 // contend starts the locks, which change hands every k.hold between two
 // contenders each, as in the etcd scenario, so the reports carry the tokens
 // of real tenures. stop ends the contention and waits for it.
-func (k *ingestLoad) contend(ctx context.Context, rig *etcdRig, sessions int) (locks []*etcdLock, stop func()) {
-	locks = make([]*etcdLock, k.locks)
-	t := &etcdTally{}
+func (k *ingestLoad) contend(ctx context.Context, rig *etcdRig, sessions int) (locks []*loggedLock, stop func()) {
+	locks = make([]*loggedLock, k.locks)
+	t := &loadTally{}
 	queueCtx, stopQueue := context.WithCancel(ctx)
 	holdCtx, stopHolding := context.WithCancel(ctx)
 	var contending sync.WaitGroup
 	for i := range locks {
-		locks[i] = &etcdLock{name: fmt.Sprintf("%slock-%d", etcdLoadPrefix, i), release: make(chan struct{}, 1)}
+		locks[i] = &loggedLock{name: fmt.Sprintf("%slock-%d", etcdLoadPrefix, i), release: make(chan struct{}, 1)}
 		for j := range 2 {
 			s := rig.sessions[(i+j*sessions/2)%sessions]
 			contending.Go(func() { contend(queueCtx, holdCtx, s, locks[i], t) })
@@ -432,7 +432,7 @@ func (k *ingestLoad) sampleUntil(loadCtx, ctx context.Context, pid int, dir, url
 
 // runClients runs the writers and browsers against url until loadCtx ends,
 // and returns what each writer sent.
-func (k *ingestLoad) runClients(loadCtx context.Context, url string, locks []*etcdLock, lockIDs []string, stats *requestStats) []sentReports {
+func (k *ingestLoad) runClients(loadCtx context.Context, url string, locks []*loggedLock, lockIDs []string, stats *requestStats) []sentReports {
 	client := &http.Client{
 		Timeout:   30 * time.Second,
 		Transport: &http.Transport{MaxIdleConnsPerHost: k.writers + k.browsers, MaxIdleConns: k.writers + k.browsers},
@@ -452,7 +452,7 @@ func (k *ingestLoad) runClients(loadCtx context.Context, url string, locks []*et
 }
 
 // tally counts the locks' handovers and the reports answered 202.
-func (res *ingestResult) tally(locks []*etcdLock, sent []sentReports) {
+func (res *ingestResult) tally(locks []*loggedLock, sent []sentReports) {
 	for _, l := range locks {
 		l.mu.Lock()
 		res.handovers += len(l.tenures) - 1
@@ -472,7 +472,7 @@ func (res *ingestResult) tally(locks []*etcdLock, sent []sentReports) {
 
 // knownLocks fills ids with the dashboard ids of the locks that have had a
 // holder and that leasewatch has recorded, and returns how many it found.
-func knownLocks(ctx context.Context, base string, locks []*etcdLock, ids []string) int {
+func knownLocks(ctx context.Context, base string, locks []*loggedLock, ids []string) int {
 	var resp struct {
 		Locks []struct {
 			ID   int64  `json:"id"`
@@ -517,7 +517,7 @@ func jitter(rng *rand.Rand, d time.Duration) time.Duration {
 // current holder's token, or (a share k.rejected of them, once the lock has
 // changed hands) rejected, from the previous holder, still writing with its
 // old token: a zombie the fencing stopped.
-func (k *ingestLoad) report(rng *rand.Rand, source string, locks []*etcdLock, requestID string) (writeReport, bool) {
+func (k *ingestLoad) report(rng *rand.Rand, source string, locks []*loggedLock, requestID string) (writeReport, bool) {
 	i := rng.IntN(len(locks))
 	l := locks[i]
 	l.mu.Lock()
@@ -542,7 +542,7 @@ func (k *ingestLoad) report(rng *rand.Rand, source string, locks []*etcdLock, re
 
 // writer posts reports as resource w until ctx ends: one at a time, or arrays
 // of 2 to k.maxBatch when it is a batcher, every k.writeEvery or so.
-func (k *ingestLoad) writer(ctx context.Context, client *http.Client, base string, w int, batcher bool, locks []*etcdLock, sent *sentReports, stats *requestStats) {
+func (k *ingestLoad) writer(ctx context.Context, client *http.Client, base string, w int, batcher bool, locks []*loggedLock, sent *sentReports, stats *requestStats) {
 	rng := rand.New(rand.NewPCG(uint64(w), 1))
 	if sleep(ctx, time.Duration(rng.Int64N(int64(k.writeEvery)+1))) != nil { // spread the first requests
 		return
@@ -612,7 +612,7 @@ func post(client *http.Client, u string, body []byte, n int) error {
 // region refreshing), the locks list and a search, a lock's timeline (and its
 // live region), the fencing gaps and an incident review of that lock, with
 // think time between pages, until ctx ends.
-func (k *ingestLoad) browser(ctx context.Context, client *http.Client, base string, b int, locks []*etcdLock, ids []string, stats *requestStats) {
+func (k *ingestLoad) browser(ctx context.Context, client *http.Client, base string, b int, locks []*loggedLock, ids []string, stats *requestStats) {
 	rng := rand.New(rand.NewPCG(uint64(b), 2))
 	for ctx.Err() == nil {
 		i := rng.IntN(len(locks))

@@ -44,6 +44,16 @@ func measure(ctx context.Context, url string, pid int, source string, warmup, du
 	return w, err
 }
 
+// waitUp waits, for up to a minute, until leasewatch at url says source's
+// collector is up: its first snapshot is stored.
+func waitUp(ctx context.Context, url, source string) error {
+	return waitFor(ctx, time.Minute, fmt.Sprintf("leasewatch's source %s to come up", source), func() bool {
+		mfs, err := scrape(ctx, url)
+		up := labelled(mfs, "leasewatch_collector_up", map[string]string{"source": source})
+		return err == nil && len(up) > 0 && up[0].GetGauge().GetValue() == 1
+	})
+}
+
 // recorded returns how many events of kind (all kinds if empty) leasewatch
 // at url has stored for source so far.
 func recorded(ctx context.Context, url, source, kind string) float64 {

@@ -145,11 +145,7 @@ func startRedisRig(ctx context.Context, bin string, keep, postgres bool, config 
 	if err != nil {
 		return nil, err
 	}
-	if err := waitFor(ctx, 60*time.Second, "leasewatch's Redis source to come up", func() bool {
-		mfs, err := scrape(ctx, r.lw.url)
-		return err == nil && len(labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})) > 0 &&
-			labelled(mfs, "leasewatch_collector_up", map[string]string{"source": loadSource})[0].GetGauge().GetValue() == 1
-	}); err != nil {
+	if err := waitUp(ctx, r.lw.url, loadSource); err != nil {
 		return nil, err
 	}
 	if err := r.connect(ctx); err != nil {

@@ -382,7 +382,7 @@ type fencedWriters struct {
 // run runs n writers, each posting a report every k.writeEvery or so,
 // until ctx ends; a report under way then is still sent until answered, or
 // for up to a minute.
-func (w *fencedWriters) run(ctx context.Context, n int, locks []*etcdLock) {
+func (w *fencedWriters) run(ctx context.Context, n int, locks []*loggedLock) {
 	w.sent = make([]sentReports, n)
 	w.retried = make([]int, n)
 	client := &http.Client{Timeout: 10 * time.Second}
@@ -393,7 +393,7 @@ func (w *fencedWriters) run(ctx context.Context, n int, locks []*etcdLock) {
 	wg.Wait()
 }
 
-func (w *fencedWriters) writer(ctx context.Context, client *http.Client, i int, locks []*etcdLock) {
+func (w *fencedWriters) writer(ctx context.Context, client *http.Client, i int, locks []*loggedLock) {
 	rng := rand.New(rand.NewPCG(uint64(i), 3))
 	sent := &w.sent[i]
 	next := i // the replica to send to first: the last that answered 202
