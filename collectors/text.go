@@ -102,8 +102,13 @@ func AsText(ob *audit.Observation) {
 	ob.Holder = Text(ob.Holder)
 	ob.Position = Text(ob.Position)
 	for k, v := range ob.Detail {
-		if s, ok := v.(string); ok {
-			ob.Detail[k] = Text(s)
+		switch v := v.(type) {
+		case string:
+			ob.Detail[k] = Text(v)
+		case []string:
+			for i := range v {
+				v[i] = Text(v[i])
+			}
 		}
 	}
 }

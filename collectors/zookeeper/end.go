@@ -2,6 +2,7 @@ package zookeeper
 
 import (
 	"context"
+	"slices"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -101,15 +102,20 @@ func (r *run) end(h handover, t *tree, now time.Time) audit.Observation {
 
 // ownsOther reports whether n's session owns another node in t.
 func ownsOther(t *tree, n node) bool {
-	if n.owner == 0 {
-		return false
-	}
-	for _, d := range t.dirs {
-		if d == nil {
-			continue
+	return n.owner != 0 && slices.ContainsFunc(t.owned[n.owner], func(czxid int64) bool { return czxid != n.czxid })
+}
+
+// probeNeeded reports whether recording hs takes a probe of the servers'
+// sessions: an end whose session owns no other node needs one to tell a
+// release from an expiry, and a grant to a session no probe has listed
+// needs one for its lease's duration (a session's timeout never changes).
+func (r *run) probeNeeded(hs []handover, t *tree) bool {
+	for _, h := range hs {
+		if h.ended != nil && h.ended.owner != 0 && !ownsOther(t, *h.ended) {
+			return true
 		}
-		for _, m := range d.nodes {
-			if m.owner == n.owner && m.czxid != n.czxid {
+		if h.granted != nil && h.granted.owner != 0 {
+			if _, ok := r.probed.listed[h.granted.owner]; !ok {
 				return true
 			}
 		}
@@ -145,14 +151,20 @@ func (r *run) poll(ctx context.Context) error {
 	if probing {
 		s = r.probe(r.tree)
 	}
+	watched := r.tree.watched()
+	changed := make([]bool, len(watched))
+	err := r.each(ctx, len(watched), func(i int) error {
+		ok, st, err := r.conn.zk.Exists(watched[i])
+		d := r.tree.dirs[watched[i]]
+		changed[i] = err == nil && (ok != (d != nil) || d != nil && st.Pzxid != d.pzxid)
+		return err
+	})
+	if err != nil {
+		return err
+	}
 	var stale []string
-	for _, p := range r.tree.watched() {
-		ok, st, err := r.conn.zk.Exists(p)
-		if err != nil {
-			return err
-		}
-		d := r.tree.dirs[p]
-		if ok != (d != nil) || d != nil && st.Pzxid != d.pzxid {
+	for i, p := range watched {
+		if changed[i] {
 			stale = append(stale, p)
 		}
 	}

@@ -59,18 +59,20 @@ func (r *run) keepHolders(t *tree) {
 // changed hands.
 func (r *run) reread(ctx context.Context, paths []string) error {
 	t := r.tree.clone()
+	var dirs []string
+	// Paths come sorted, a configured path before its directories: one
+	// its read found gone is not read again.
 	for _, p := range paths {
-		var err error
 		if slices.Contains(r.roots, p) {
-			err = r.readRoot(ctx, t, p)
+			if err := r.readRoot(ctx, t, p); err != nil {
+				return fmt.Errorf("read %s: %w", p, err)
+			}
 		} else if _, ok := t.dirs[p]; ok {
-			var d *dir
-			d, _, err = r.readDir(ctx, p)
-			t.dirs[p] = d
+			dirs = append(dirs, p)
 		}
-		if err != nil {
-			return fmt.Errorf("read %s: %w", p, err)
-		}
+	}
+	if err := r.readDirs(ctx, t, dirs); err != nil {
+		return err
 	}
 	t.settle()
 	return r.record(ctx, t)
@@ -81,7 +83,7 @@ func (r *run) reread(ctx context.Context, paths []string) error {
 func (r *run) record(ctx context.Context, t *tree) error {
 	r.keepHolders(t)
 	var hs []handover
-	for _, p := range unionKeys(r.tree.dirs, t.dirs) {
+	for _, p := range changedKeys(r.tree.dirs, t.dirs) {
 		if h, ok := diff(r.tree.dirs[p], t.dirs[p]); ok {
 			hs = append(hs, h)
 		}
@@ -91,7 +93,7 @@ func (r *run) record(ctx context.Context, t *tree) error {
 		r.tree, r.seenAt = t, r.c.now()
 		return nil
 	}
-	if r.c.cfg.ProbeSessions && len(hs) > 0 {
+	if r.c.cfg.ProbeSessions && r.probeNeeded(hs, t) {
 		r.probed = r.probe(t)
 	}
 	now := r.c.now()
@@ -117,16 +119,23 @@ func (r *run) record(ctx context.Context, t *tree) error {
 	return nil
 }
 
-func unionKeys(a, b map[string]*dir) []string {
+// changedKeys returns, sorted, the paths whose reads differ between a and
+// b. A read replaces a directory's and never modifies it, so an unchanged
+// directory is the same read in both.
+func changedKeys(a, b map[string]*dir) []string {
 	var out []string
-	for k := range a {
-		out = append(out, k)
+	for k, v := range a {
+		if w, ok := b[k]; !ok || w != v {
+			out = append(out, k)
+		}
 	}
 	for k := range b {
-		out = append(out, k)
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
 	}
 	slices.Sort(out)
-	return slices.Compact(out)
+	return out
 }
 
 func (r *run) input(now time.Time, obs []audit.Observation, cursor int64) audit.Input {
@@ -136,7 +145,12 @@ func (r *run) input(now time.Time, obs []audit.Observation, cursor int64) audit.
 	}
 }
 
-// grant describes n's hold of the lock of directory d. Its strings are made
+// queueShown is how many waiters a grant names, in queue order; "waiters"
+// counts them all.
+const queueShown = 16
+
+// grant describes n's hold of the lock of directory d, and the queue
+// behind it as the read that saw the grant found it. Its strings are made
 // text by collectors.AsText.
 func (r *run) grant(d *dir, n node, at time.Time) audit.Observation {
 	ob := audit.Observation{
@@ -149,6 +163,13 @@ func (r *run) grant(d *dir, n node, at time.Time) audit.Observation {
 		Detail: map[string]any{
 			"node": n.name, "session": zxidHex(n.owner), "sequence": n.seq, "waiters": len(d.nodes) - 1,
 		},
+	}
+	if waiting := d.nodes[1:]; len(waiting) > 0 {
+		queue := make([]string, 0, min(len(waiting), queueShown))
+		for _, w := range waiting[:min(len(waiting), queueShown)] {
+			queue = append(queue, w.holder())
+		}
+		ob.Detail["queue"] = queue
 	}
 	if n.owner == 0 {
 		ob.Detail["persistent"] = true // no session: no one's release or expiry ends it

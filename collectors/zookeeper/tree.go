@@ -3,10 +3,12 @@ package zookeeper
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/go-zookeeper/zk"
+	"golang.org/x/sync/errgroup"
 )
 
 // tree is one complete read of every configured path: the lock
@@ -17,6 +19,8 @@ type tree struct {
 	dirs map[string]*dir     // full path -> its read; nil: the path does not exist
 	subs map[string][]string // configured full path -> its child directories' full paths
 	zxid int64
+	// owned is every session's nodes, by their czxids (settle).
+	owned map[int64][]int64
 }
 
 func newTree() *tree {
@@ -35,9 +39,11 @@ func (t *tree) watched() []string {
 	return slices.Compact(out)
 }
 
-// settle sets t.zxid to the highest zxid its reads showed.
+// settle sets t.zxid to the highest zxid its reads showed, and indexes the
+// nodes by their owner sessions.
 func (t *tree) settle() {
 	t.zxid = 0
+	t.owned = make(map[int64][]int64)
 	for _, d := range t.dirs {
 		if d == nil {
 			continue
@@ -45,6 +51,9 @@ func (t *tree) settle() {
 		t.zxid = max(t.zxid, d.readZxid)
 		for _, n := range d.nodes {
 			t.zxid = max(t.zxid, n.czxid)
+			if n.owner != 0 {
+				t.owned[n.owner] = append(t.owned[n.owner], n.czxid)
+			}
 		}
 	}
 }
@@ -80,20 +89,60 @@ func (r *run) readRoot(ctx context.Context, t *tree, root string) error {
 		return nil
 	}
 	d.foreign = 0 // a configured path's other children are its lock directories
+	var unread []string
 	for _, name := range others {
 		sub := join(root, name)
-		sd, ok := known[sub]
+		t.subs[root] = append(t.subs[root], sub)
 		// A directory read before whose watch has not fired is unchanged:
 		// reading it again would only stack another watch on it.
-		if !ok || sd == nil || !r.watching(sub) {
-			if sd, _, err = r.readDir(ctx, sub); err != nil {
-				return err
-			}
+		if sd, ok := known[sub]; ok && sd != nil && r.watching(sub) {
+			t.dirs[sub] = sd
+			continue
 		}
-		t.dirs[sub] = sd
-		t.subs[root] = append(t.subs[root], sub)
+		unread = append(unread, sub)
+	}
+	return r.readDirs(ctx, t, unread)
+}
+
+// concurrentReads bounds the reads a run has in flight at once. A read
+// waits a round trip to the server, and a busy source has hundreds of
+// directories changing a second: read one after another, they fall behind
+// (go-zookeeper pipelines concurrent requests on the one connection).
+const concurrentReads = 32
+
+// readDirs reads the lock directories paths into t, concurrently.
+func (r *run) readDirs(ctx context.Context, t *tree, paths []string) error {
+	read := make([]*dir, len(paths))
+	err := r.each(ctx, len(paths), func(i int) (err error) {
+		if read[i], _, err = r.readDir(ctx, paths[i]); err != nil {
+			return fmt.Errorf("read %s: %w", paths[i], err)
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for i, p := range paths {
+		t.dirs[p] = read[i]
 	}
 	return nil
+}
+
+// each calls fn(0) to fn(n-1), at most concurrentReads at once, and returns
+// the first error.
+func (r *run) each(ctx context.Context, n int, fn func(i int) error) error {
+	g, failed := errgroup.WithContext(ctx) // done when one fails, and by Wait's return
+	g.SetLimit(concurrentReads)
+	for i := range n {
+		if failed.Err() != nil {
+			break
+		}
+		g.Go(func() error { return fn(i) })
+	}
+	if err := g.Wait(); err != nil {
+		return err
+	}
+	return ctx.Err()
 }
 
 // relists bounds how often readDir lists a directory again because a
@@ -136,21 +185,38 @@ func (r *run) listDir(ctx context.Context, p string) (d *dir, others []string, s
 	}
 	r.arm(ctx, p, ch)
 	d = &dir{path: r.lockName(p), pzxid: st.Pzxid, creates: createsOf(st.Cversion, st.NumChildren), readZxid: max(st.Pzxid, st.Czxid)}
+	var contenders []string
 	for _, name := range names {
-		seq, ok := parseSeq(name)
-		if !ok {
+		if seq, ok := parseSeq(name); ok {
+			contenders = append(contenders, name)
+			d.nodes = append(d.nodes, node{name: name, seq: seq})
+		} else {
 			others = append(others, name)
-			continue
 		}
-		data, ns, err := z.Get(join(p, name))
-		if errors.Is(err, zk.ErrNoNode) {
+	}
+	// The contenders' reads go together: one round trip, not one each.
+	gone := make([]bool, len(contenders))
+	err = r.each(ctx, len(contenders), func(i int) error {
+		data, ns, err := z.Get(join(p, contenders[i]))
+		switch {
+		case errors.Is(err, zk.ErrNoNode):
+			gone[i] = true
+		case err != nil:
+			return err
+		default:
+			n := &d.nodes[i]
+			n.czxid, n.owner, n.data = ns.Czxid, ns.EphemeralOwner, string(data)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, nil, false, err
+	}
+	for i := len(gone) - 1; i >= 0; i-- {
+		if gone[i] {
 			stale = true
-			continue
+			d.nodes = slices.Delete(d.nodes, i, i+1)
 		}
-		if err != nil {
-			return nil, nil, false, err
-		}
-		d.nodes = append(d.nodes, node{name: name, seq: seq, czxid: ns.Czxid, owner: ns.EphemeralOwner, data: string(data)})
 	}
 	sortNodes(d.nodes)
 	d.foreign = len(others)

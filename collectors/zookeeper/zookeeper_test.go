@@ -81,8 +81,10 @@ func TestGoZookeeperLockGrantsReleasesAndWaiters(t *testing.T) {
 	<-heldB
 	_, statB := ownNode(t, b, lock)
 	evs := sk.WaitEvents(t, 5*time.Second, lock, 2, audit.EventGrant)
-	if g := evs[1]; *g.Token != statB.Czxid || g.Holder != sessionHex(b) || fmt.Sprint(g.Detail["waiters"]) != "1" {
-		t.Errorf("second grant = %q token %d waiters %v, want %s, %d and one waiter (c)", g.Holder, *g.Token, g.Detail["waiters"], sessionHex(b), statB.Czxid)
+	if g := evs[1]; *g.Token != statB.Czxid || g.Holder != sessionHex(b) || fmt.Sprint(g.Detail["waiters"]) != "1" ||
+		fmt.Sprint(g.Detail["queue"]) != fmt.Sprint([]string{sessionHex(c)}) {
+		t.Errorf("second grant = %q token %d waiters %v queue %v, want %s, %d and one waiter (c, %s)",
+			g.Holder, *g.Token, g.Detail["waiters"], g.Detail["queue"], sessionHex(b), statB.Czxid, sessionHex(c))
 	}
 	if *evs[1].Token <= *evs[0].Token {
 		t.Errorf("tokens %d then %d: czxid must increase", *evs[0].Token, *evs[1].Token)
