@@ -7,7 +7,7 @@ SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-redis load-etcd load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-chromium
+.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-redis load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-chromium
 
 all: build
 
@@ -73,6 +73,10 @@ load-rolling:
 ## load-etcd: the etcd scale run (5,000 concurrency.Mutex locks, 2 contenders each, handed over every 2 minutes).
 load-etcd:
 	$(GO) run ./cmd/leasewatch-load etcd
+
+## load-zookeeper: the ZooKeeper scale run (2,000 lock directories, 2 contenders each by the documented recipe, handed over every 4 s).
+load-zookeeper:
+	$(GO) run ./cmd/leasewatch-load zookeeper
 
 ## load-ingest: 200 resources posting write reports and 50 people browsing the dashboard for 5 minutes (latency, RSS, exactly-once).
 load-ingest:

@@ -7,6 +7,7 @@
 //	leasewatch-load kubernetes [--heartbeats 2000] [--elections 50] [--duration 60s]
 //	leasewatch-load redis [--locks 10000] [--ttl 2s] [--every 500ms] [--duration 30s]
 //	leasewatch-load etcd [--locks 5000] [--contenders 2] [--sessions 32] [--ttl 5s] [--hold 20s] [--duration 30s]
+//	leasewatch-load zookeeper [--locks 2000] [--contenders 2] [--sessions 32] [--hold 4s] [--duration 30s]
 //	leasewatch-load soak [--locks 1000] [--every 500ms] [--duration 30m] [--renewals 2m] [--events 5m] [--postgres]
 //	leasewatch-load ingest [--writers 200] [--browsers 50] [--duration 5m] [--write-every 500ms] [--think 1s]
 //	leasewatch-load failover [--kills 20] [--every 5s] [--lease 2s] [--leases 200] [--etcd-locks 50] [--redis-locks 200] [--writers 20]
@@ -18,11 +19,12 @@
 // starts Debian's redis-server on loopback. The etcd scenario starts an
 // embedded etcd in-process and contends for concurrency.Mutex locks on it,
 // comparing every grant and release its clients saw with what leasewatch
-// stored. The soak runs the redis load for a long time with short
-// retention and samples the database's size, which must level off; with
-// --postgres, leasewatch's database is on a PostgreSQL server of the run's
-// own. The
-// ingest scenario has many resources post fenced-write reports about etcd
+// stored; the zookeeper scenario does the same with Debian's ZooKeeper
+// server and go-zookeeper's Lock, the documented lock recipe. The soak
+// runs the redis load for a long time with short retention and samples the
+// database's size, which must level off; with --postgres, leasewatch's
+// database is on a PostgreSQL server of the run's own. The ingest scenario
+// has many resources post fenced-write reports about etcd
 // locks that change hands while people browse the dashboard, and checks that
 // every report answered 202 was stored exactly once. The failover scenario
 // runs two replicas on a PostgreSQL server of its own, sharing an etcd, a
@@ -55,7 +57,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis|etcd|soak|ingest|failover|rolling [flags]  (-h for flags)")
+		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis|etcd|zookeeper|soak|ingest|failover|rolling [flags]  (-h for flags)")
 		os.Exit(2)
 	}
 	var scenario interface {
@@ -106,12 +108,16 @@ func main() {
 		var i ingestLoad
 		i.flags(fs)
 		scenario = &i
+	case "zookeeper":
+		var z zkLoad
+		z.flags(fs)
+		scenario = &z
 	case "failover", "rolling":
 		var f failoverLoad
 		f.flags(fs, os.Args[1] == "rolling")
 		scenario = &f
 	default:
-		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis, etcd, soak, ingest, failover or rolling\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis, etcd, zookeeper, soak, ingest, failover or rolling\n", os.Args[1])
 		os.Exit(2)
 	}
 	fs.StringVar(&serveCPUProfile, "cpuprofile", "", "have leasewatch write a CPU profile of its whole run to this file (leasewatch serve --cpuprofile; the binary must have the flag)")
