@@ -578,4 +578,26 @@ func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 		}
 		return handed["/locks/reports"] && handed["/election/leader"]
 	})
+	// Its lock page names the queue behind each grant, and the incident
+	// review and its exports take the ZooKeeper lock like any other.
+	var locks struct{ Locks []apiLock }
+	getJSON(t, base, "/api/v1/locks?source=demo-zookeeper", &locks)
+	for _, l := range locks.Locks {
+		if l.Name != "/locks/reports" {
+			continue
+		}
+		window := url.Values{"lock": {"demo-zookeeper/" + l.Name}, "from": {time.Now().Add(-time.Hour).UTC().Format(time.RFC3339)}}.Encode()
+		for path, want := range map[string]string{
+			fmt.Sprintf("/locks/%d", l.ID): "queue",
+			"/review?" + window:            l.Name,
+			"/review.md?" + window:         l.Name,
+			"/review.json?" + window:       l.Name,
+		} {
+			if code, body := get(t, base, path); code != http.StatusOK || !strings.Contains(body, want) {
+				t.Errorf("GET %s: %d, want 200 with %q:\n%.500s", path, code, want, body)
+			}
+		}
+		return
+	}
+	t.Error("no /locks/reports among demo-zookeeper's locks")
 }
