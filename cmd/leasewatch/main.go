@@ -5,6 +5,7 @@
 //	leasewatch demo [--listen 127.0.0.1:8080]
 //	leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
 //	leasewatch copy --from DATABASE (--to DATABASE | --config FILE)
+//	leasewatch check config [--syntax-only] FILE...
 //	leasewatch version
 package main
 
@@ -45,6 +46,9 @@ Usage:
   leasewatch copy --from DATABASE (--to DATABASE | --config FILE) [--chunk N]
                                                 copy the whole history into a new database (a SQLite
                                                 file or a postgres:// URL); rerun to resume
+  leasewatch check config [--syntax-only] FILE...
+                                                validate configuration files as serve loads them
+                                                (--syntax-only: without reading the secrets they name)
   leasewatch version                            print the version
 `
 
@@ -78,6 +82,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdReport(ctx, args[1:], stdout, stderr)
 	case "copy":
 		err = cmdCopy(ctx, args[1:], stdout, stderr)
+	case "check":
+		err = cmdCheck(ctx, args[1:], stdout, stderr)
 	case "demo":
 		setGCPercent()
 		err = cmdDemo(ctx, args[1:], logger, stdout, stderr)

@@ -10,8 +10,16 @@ import (
 )
 
 func TestCommandLine(t *testing.T) {
-	bad := filepath.Join(t.TempDir(), "bad.yaml")
+	dir := t.TempDir()
+	bad := filepath.Join(dir, "bad.yaml")
 	if err := os.WriteFile(bad, []byte("sources:\n  - name: x\n    kind: etcd\n    prefixes: [\"/l/\"]\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// A good file whose ingest token file is missing: only a check that
+	// reads the secrets finds that out.
+	good := filepath.Join(dir, "good.yaml")
+	if err := os.WriteFile(good, []byte("database: "+filepath.Join(dir, "lw.db")+"\ningest_tokens_file: "+filepath.Join(dir, "none")+
+		"\nsources:\n  - name: x\n    kind: etcd\n    endpoints: [\"127.0.0.1:2379\"]\n    prefixes: [\"/l/\"]\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -29,6 +37,13 @@ func TestCommandLine(t *testing.T) {
 		{"ServeBadConfigNamesTheField", []string{"serve", "--config", bad}, 1, "", "sources[0].endpoints"},
 		{"ServeUnknownFlag", []string{"serve", "--confg", "x"}, 2, "", "flag provided but not defined"},
 		{"ServeCPUProfileUnwritable", []string{"serve", "--cpuprofile", filepath.Join(t.TempDir(), "no", "cpu.pprof")}, 2, "", "cpuprofile: open"},
+		{"CheckConfigNamesTheField", []string{"check", "config", bad}, 1, "", "sources[0].endpoints"},
+		{"CheckConfigReadsTheSecrets", []string{"check", "config", good}, 1, "", "ingest_tokens_file"},
+		{"CheckConfigSyntaxOnly", []string{"check", "config", "--syntax-only", good}, 0, good + ": OK, 1 source(s), database ", ""},
+		{"CheckConfigEveryFile", []string{"check", "config", "--syntax-only", good, bad}, 1, good + ": OK", bad + ": sources[0].endpoints"},
+		{"CheckConfigMissingFile", []string{"check", "config", filepath.Join(dir, "none.yaml")}, 1, "", "read config"},
+		{"CheckWhat", []string{"check", "rules"}, 2, "", "want: check config"},
+		{"CheckConfigNoFile", []string{"check", "config"}, 2, "", "name at least one file"},
 		{"DemoBadListen", []string{"demo", "--listen", "nowhere"}, 2, "", "--listen"},
 		{"DemoStrayArgument", []string{"demo", "extra"}, 2, "", `unexpected argument "extra"`},
 	}
