@@ -7,7 +7,7 @@ SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-redis load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-chromium
+.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-redis load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-chromium install-systemd
 
 all: build
 
@@ -25,6 +25,7 @@ deps:
 	@test -f /usr/share/java/zookeeper.jar || $(MAKE) install-zookeeper
 	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || $(MAKE) install-postgresql
 	@test -x /usr/bin/chromium || $(MAKE) install-chromium
+	@command -v systemd-analyze >/dev/null || $(MAKE) install-systemd
 	$(GO) mod download
 	$(GO) run ./collectors/kubernetes/kubetest/buildapiserver
 	$(GO) run ./audit/alert/alertmanagertest/buildalertmanager
@@ -48,6 +49,11 @@ install-zookeeper:
 install-postgresql:
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql
+
+## install-systemd: Debian's systemd, whose systemd-analyze checks deploy/systemd's unit.
+install-systemd:
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd
 
 ## install-chromium: Debian's Chromium, for the dashboard's browser tests.
 install-chromium:
