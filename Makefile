@@ -134,13 +134,15 @@ demo-screenshots: deps
 ## generate: regenerate templ views (generated files are committed).
 generate:
 	$(GO) tool templ generate
+	$(GO) generate ./deploy/prometheus/operator
 
 ## check: formatting, tidy modules and generated files are up to date.
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) mod tidy -diff
 	$(GO) tool templ generate
-	@git diff --exit-code -- '*_templ.go' || { echo "templ output is stale: run make generate and commit" >&2; exit 1; }
+	$(GO) generate ./deploy/prometheus/operator
+	@git diff --exit-code -- '*_templ.go' deploy/prometheus/operator/prometheusrule.yaml || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
 
 demo:
 	$(GO) run ./cmd/leasewatch demo

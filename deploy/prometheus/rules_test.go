@@ -10,8 +10,6 @@ package prometheus_test
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
 	"os"
 	"os/exec"
 	"slices"
@@ -29,49 +27,11 @@ import (
 const (
 	rulesFile     = "leasewatch-rules.yaml"
 	rulesTestFile = "leasewatch-rules_test.yaml"
-	buildBudget   = 20 * time.Minute // a cold build of promtool takes about 8 minutes
 )
-
-// The promtool binary shared by the package's tests (TestMain).
-var (
-	promtool    string
-	promtoolErr error
-)
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	if testing.Short() && !inCI() {
-		promtoolErr = errors.New("not built under -short")
-	} else {
-		ctx, cancel := context.WithTimeout(context.Background(), buildBudget)
-		var log bytes.Buffer
-		promtool, promtoolErr = promtooltest.Binary(ctx, &log)
-		cancel()
-		if promtoolErr != nil {
-			promtoolErr = errors.Join(promtoolErr, errors.New(log.String()))
-		}
-	}
-	os.Exit(m.Run())
-}
-
-func inCI() bool { return os.Getenv("CI") == "true" }
-
-// requirePromtool returns the package's promtool. One that failed to build
-// fails the test under CI=true and skips it elsewhere.
-func requirePromtool(t *testing.T) string {
-	t.Helper()
-	if promtoolErr != nil {
-		if inCI() {
-			t.Fatalf("promtool unavailable (CI=true, so this is a failure): %v", promtoolErr)
-		}
-		t.Skipf("promtool unavailable: %v", promtoolErr)
-	}
-	return promtool
-}
 
 func runPromtool(t *testing.T, args ...string) {
 	t.Helper()
-	bin := requirePromtool(t)
+	bin := promtooltest.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()
