@@ -387,7 +387,20 @@ func (s *Sender) deliver(ctx context.Context, t *target) {
 	}
 }
 
-// rejectedError is a 4xx answer: the request, not Alertmanager, is at fault.
+// retryable reports whether a 4xx answer may change on its own: a time-out
+// or a rate limit passes, and a refused credential is fixed by rotating the
+// secret, which the client reads again for each request. The alerts wait in
+// their queue meanwhile.
+func retryable(code int) bool {
+	switch code {
+	case http.StatusRequestTimeout, http.StatusTooManyRequests, http.StatusUnauthorized, http.StatusForbidden:
+		return true
+	}
+	return false
+}
+
+// rejectedError is a 4xx answer other than retryable's: the alerts, not
+// Alertmanager or the credentials, are at fault.
 type rejectedError struct {
 	status string
 	body   string
@@ -418,7 +431,7 @@ func (s *Sender) post(ctx context.Context, endpoint string, batch []postableAler
 	switch code := resp.StatusCode; {
 	case code/100 == 2:
 		return nil
-	case code/100 == 4 && code != http.StatusRequestTimeout && code != http.StatusTooManyRequests:
+	case code/100 == 4 && !retryable(code):
 		return &rejectedError{status: resp.Status, body: string(bytes.TrimSpace(msg))}
 	default:
 		return fmt.Errorf("POST %s: %s: %s", endpoint, resp.Status, bytes.TrimSpace(msg))

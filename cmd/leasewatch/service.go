@@ -54,9 +54,12 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	sources := func() []audit.Source { return rm.withLag(svc.runner.Sources()) }
 	var notify func([]alert.Alert)
 	if am := cfg.Alerts.Alertmanager; am.Enabled() {
-		sc := am.SenderConfig()
-		sc.Logger = logger.With("component", "alertmanager")
-		if svc.sender, err = alert.NewSender(sc); err != nil {
+		sc, err := am.SenderConfig(logger.With("component", "alertmanager"))
+		if err == nil {
+			sc.Logger = logger.With("component", "alertmanager")
+			svc.sender, err = alert.NewSender(sc)
+		}
+		if err != nil {
 			store.Close()
 			return nil, fmt.Errorf("alerts.alertmanager: %w", err)
 		}

@@ -83,31 +83,62 @@ receivers:
 
 // Alertmanager is a running alertmanager process.
 type Alertmanager struct {
-	// URL is the base URL, http://127.0.0.1:PORT.
+	// URL is the base URL, http://127.0.0.1:PORT (https with TLS).
 	URL string
 	// Addr is the listen address, the same across Stop and Start.
 	Addr string
+	// Gossip is the cluster listen address, with Options.Cluster.
+	Gossip string
 
 	t       testing.TB
 	bin     string
 	dir     string
 	logPath string
+	opts    Options
 	cmd     *exec.Cmd
 	done    chan error
+}
+
+// Options are what StartWith adds to a plain Alertmanager.
+type Options struct {
+	// WebConfig is the content of its --web.config.file (Prometheus's
+	// exporter-toolkit: tls_server_config, basic_auth_users); empty, none.
+	WebConfig string
+	// TLS says WebConfig serves HTTPS: the URL's scheme.
+	TLS bool
+	// Client reaches it for the readiness probe and Alerts (its TLS, its
+	// credentials); nil: http.DefaultClient.
+	Client *http.Client
+	// Cluster listens for gossip on a free loopback port and joins Peers.
+	Cluster bool
+	Peers   []*Alertmanager
 }
 
 // Start runs an alertmanager on a free loopback port, with its state in a
 // temporary directory, and waits until it is ready. It is stopped when the
 // test ends. Without a binary the test fails under CI=true and is skipped
 // elsewhere.
-func Start(t testing.TB) *Alertmanager {
+func Start(t testing.TB) *Alertmanager { return StartWith(t, Options{}) }
+
+// StartWith is Start with opts.
+func StartWith(t testing.TB, opts Options) *Alertmanager {
 	t.Helper()
 	bin := binary(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "alertmanager.yml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	am := &Alertmanager{t: t, bin: bin, dir: dir, logPath: filepath.Join(dir, "alertmanager.log")}
+	if err := os.WriteFile(filepath.Join(dir, "web.yml"), []byte(opts.WebConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if opts.Client == nil {
+		opts.Client = http.DefaultClient
+	}
+	am := &Alertmanager{t: t, bin: bin, dir: dir, logPath: filepath.Join(dir, "alertmanager.log"), opts: opts}
+	scheme := "http://"
+	if opts.TLS {
+		scheme = "https://"
+	}
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
 		var port int
@@ -115,7 +146,13 @@ func Start(t testing.TB) *Alertmanager {
 			t.Fatal(err)
 		}
 		am.Addr = "127.0.0.1:" + strconv.Itoa(port)
-		am.URL = "http://" + am.Addr
+		am.URL = scheme + am.Addr
+		if opts.Cluster {
+			if port, err = testproc.FreePort(); err != nil {
+				t.Fatal(err)
+			}
+			am.Gossip = "127.0.0.1:" + strconv.Itoa(port)
+		}
 		if err = am.start(); err == nil {
 			t.Cleanup(am.Stop)
 			return am
@@ -145,13 +182,25 @@ func (am *Alertmanager) start() error {
 		return err
 	}
 	defer log.Close() // the process keeps its own descriptor
-	am.cmd = exec.Command(am.bin,
-		"--config.file="+filepath.Join(am.dir, "alertmanager.yml"),
-		"--storage.path="+filepath.Join(am.dir, "data"),
-		"--web.listen-address="+am.Addr,
-		"--cluster.listen-address=", // no clustering, no gossip port
+	args := []string{
+		"--config.file=" + filepath.Join(am.dir, "alertmanager.yml"),
+		"--storage.path=" + filepath.Join(am.dir, "data"),
+		"--web.listen-address=" + am.Addr,
+		"--cluster.listen-address=" + am.Gossip, // empty: no clustering, no gossip port
 		"--log.level=debug",
-	)
+	}
+	if am.opts.WebConfig != "" {
+		args = append(args, "--web.config.file="+filepath.Join(am.dir, "web.yml"))
+	}
+	for _, p := range am.opts.Peers {
+		args = append(args, "--cluster.peer="+p.Gossip)
+	}
+	if am.Gossip != "" {
+		// Gossip settles in a second on loopback, not the default minute.
+		args = append(args, "--cluster.advertise-address="+am.Gossip, "--cluster.settle-timeout=2s",
+			"--cluster.pushpull-interval=1s", "--cluster.gossip-interval=100ms")
+	}
+	am.cmd = exec.Command(am.bin, args...)
 	am.cmd.Stdout, am.cmd.Stderr = log, log
 	if err := am.cmd.Start(); err != nil {
 		return fmt.Errorf("start alertmanager: %w", err)
@@ -167,7 +216,8 @@ func (am *Alertmanager) start() error {
 
 func (am *Alertmanager) waitReady() error {
 	deadline := time.Now().Add(30 * time.Second)
-	client := &http.Client{Timeout: time.Second}
+	client := *am.opts.Client
+	client.Timeout = time.Second
 	for {
 		resp, err := client.Get(am.URL + "/-/ready")
 		if err == nil {
@@ -225,7 +275,7 @@ func (am *Alertmanager) Alerts(ctx context.Context) ([]Alert, error) {
 	if err != nil {
 		return nil, err
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := am.opts.Client.Do(req)
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +289,32 @@ func (am *Alertmanager) Alerts(ctx context.Context) ([]Alert, error) {
 		return nil, fmt.Errorf("decode /api/v2/alerts: %w", err)
 	}
 	return alerts, nil
+}
+
+// ClusterPeers returns how many members Alertmanager's cluster has, itself
+// included, from GET /api/v2/status.
+func (am *Alertmanager) ClusterPeers(ctx context.Context) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, am.URL+"/api/v2/status", nil)
+	if err != nil {
+		return 0, err
+	}
+	resp, err := am.opts.Client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	var status struct {
+		Cluster struct {
+			Peers []json.RawMessage `json:"peers"`
+		} `json:"cluster"`
+	}
+	if resp.StatusCode != http.StatusOK {
+		return 0, fmt.Errorf("GET /api/v2/status: %s", resp.Status)
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&status); err != nil {
+		return 0, fmt.Errorf("decode /api/v2/status: %w", err)
+	}
+	return len(status.Cluster.Peers), nil
 }
 
 // Log returns the end of the alertmanager's log, for failure messages.

@@ -306,6 +306,9 @@ func (c *Config) readSecrets() error {
 	if err := c.Replication.readSecrets(); err != nil {
 		return fmt.Errorf("replication.%w", err)
 	}
+	if err := c.Alerts.Alertmanager.readSecrets(); err != nil {
+		return fmt.Errorf("alerts.alertmanager.%w", err)
+	}
 	for i := range c.Sources {
 		if err := c.Sources[i].readSecrets(); err != nil {
 			return fmt.Errorf("sources[%d].%w", i, err)
@@ -692,7 +695,7 @@ var quoteRE = regexp.MustCompile("`[^`]*`")
 // must not reach an error message (and so the log).
 func secretField(path string) bool {
 	return strings.HasPrefix(path, "ingest_tokens") || strings.HasPrefix(path, "auth.users") ||
-		strings.HasSuffix(path, ".password") || path == "database"
+		strings.HasSuffix(path, ".password") || strings.HasSuffix(path, ".bearer_token") || path == "database"
 }
 
 // hideValues rewrites an error of yaml's decoder as one line, without the
