@@ -478,12 +478,13 @@ func demoVerdicts(t *testing.T, base string) {
 
 // startDemo runs leasewatch demo until the test ends and returns its URL,
 // once its banner is out.
-func startDemo(t *testing.T) string {
+func startDemo(t *testing.T, flags ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
 	var stdout, stderr syncBuffer
 	done := make(chan int, 1)
-	go func() { done <- run(ctx, []string{"demo", "--listen", "127.0.0.1:0"}, &stdout, &stderr) }()
+	args := append([]string{"demo", "--listen", "127.0.0.1:0"}, flags...)
+	go func() { done <- run(ctx, args, &stdout, &stderr) }()
 	t.Cleanup(func() {
 		cancel()
 		if code := <-done; code != 0 {
