@@ -51,7 +51,7 @@ func TestElectorUnderTheOwnershipRole(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := applyOwnershipRBAC(t, ctx, admin, ms)
+	ns := applyOwnershipRBAC(t, ctx, a, admin, ms)
 	pod := serviceAccountClient(t, ctx, a, one[*corev1.ServiceAccount](t, ms), ns)
 
 	sources := []string{"cluster", "dc-east"}
@@ -85,39 +85,17 @@ func TestElectorUnderTheOwnershipRole(t *testing.T) {
 // and RoleBinding (and removes them, and the Leases, when the test ends:
 // the dry-run test expects none of the manifests' objects to exist). It
 // returns the namespace.
-func applyOwnershipRBAC(t *testing.T, ctx context.Context, admin kubernetes.Interface, ms []manifest) string {
+func applyOwnershipRBAC(t *testing.T, ctx context.Context, a *kubetest.Apiserver, admin kubernetes.Interface, ms []manifest) string {
 	t.Helper()
-	sa := one[*corev1.ServiceAccount](t, ms)
-	role := one[*rbacv1.Role](t, ms)
-	binding := one[*rbacv1.RoleBinding](t, ms)
-	ns := role.Namespace
-	create := func(what string, err error) {
-		t.Helper()
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("create %s: %v", what, err)
-		}
-	}
-	_, err := admin.CoreV1().Namespaces().Create(ctx, one[*corev1.Namespace](t, ms), metav1.CreateOptions{})
-	create("Namespace", err)
-	_, err = admin.CoreV1().ServiceAccounts(ns).Create(ctx, sa, metav1.CreateOptions{})
-	create("ServiceAccount", err)
-	_, err = admin.RbacV1().Roles(ns).Create(ctx, role, metav1.CreateOptions{})
-	create("Role", err)
-	_, err = admin.RbacV1().RoleBindings(ns).Create(ctx, binding, metav1.CreateOptions{})
-	create("RoleBinding", err)
+	ns := one[*rbacv1.Role](t, ms).Namespace
+	applyKinds(t, ctx, newDryRunner(t, a), ms, "Namespace", "ServiceAccount", "Role", "RoleBinding")
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), apiTimeout)
 		defer cancel()
-		for what, err := range map[string]error{
-			"RoleBinding":    admin.RbacV1().RoleBindings(ns).Delete(ctx, binding.Name, metav1.DeleteOptions{}),
-			"Role":           admin.RbacV1().Roles(ns).Delete(ctx, role.Name, metav1.DeleteOptions{}),
-			"ServiceAccount": admin.CoreV1().ServiceAccounts(ns).Delete(ctx, sa.Name, metav1.DeleteOptions{}),
-			"Leases": admin.CoordinationV1().Leases(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
-				metav1.ListOptions{LabelSelector: ownership.LabelManagedBy + "=leasewatch"}),
-		} {
-			if err != nil && !apierrors.IsNotFound(err) {
-				t.Errorf("clean up the %s: %v", what, err)
-			}
+		err := admin.CoordinationV1().Leases(ns).DeleteCollection(ctx, metav1.DeleteOptions{},
+			metav1.ListOptions{LabelSelector: ownership.LabelManagedBy + "=leasewatch"})
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("clean up the Leases: %v", err)
 		}
 	})
 	return ns
