@@ -4,10 +4,17 @@ PKGS     := ./...
 # The race detector slows embedded etcd a lot; tests are sized for 2 cores.
 TESTFLAGS ?= -race -count=1 -timeout 20m
 SUDO     := $(if $(filter 0,$(shell id -u)),,sudo)
+# The container image (deploy/container/Dockerfile): its tag, version and
+# builder (buildah, or docker), and the context make image-context fills.
+VERSION  ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo dev)
+REVISION ?= $(shell git rev-parse HEAD 2>/dev/null || echo unknown)
+IMAGE    ?= leasewatch:$(VERSION)
+IMAGE_BUILDER ?= buildah
+IMAGE_CONTEXT ?= $(CURDIR)/bin/image-context
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-redis load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-chromium install-systemd
+.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-redis load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-chromium install-systemd install-buildah image image-context
 
 all: build
 
@@ -26,6 +33,7 @@ deps:
 	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || $(MAKE) install-postgresql
 	@test -x /usr/bin/chromium || $(MAKE) install-chromium
 	@command -v systemd-analyze >/dev/null || $(MAKE) install-systemd
+	@command -v buildah >/dev/null || $(MAKE) install-buildah
 	$(GO) mod download
 	$(GO) run ./collectors/kubernetes/kubetest/buildapiserver
 	$(GO) run ./audit/alert/alertmanagertest/buildalertmanager
@@ -54,6 +62,22 @@ install-postgresql:
 install-systemd:
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends systemd
+
+## install-buildah: Debian's buildah, which builds the container image in the tests (vfs storage, no daemon).
+install-buildah:
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends buildah
+
+## image-context: the container image's build context: the static binary, the CA bundle, the state directory.
+image-context:
+	rm -rf "$(IMAGE_CONTEXT)" && mkdir -p "$(IMAGE_CONTEXT)/state"
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags "-s -w -X main.version=$(VERSION)" -o "$(IMAGE_CONTEXT)/leasewatch" ./cmd/leasewatch
+	cp /etc/ssl/certs/ca-certificates.crt "$(IMAGE_CONTEXT)/"
+
+## image: the container image $(IMAGE), from scratch, with $(IMAGE_BUILDER) (buildah on vfs storage, or docker).
+image: image-context
+	STORAGE_DRIVER=$${STORAGE_DRIVER:-vfs} $(IMAGE_BUILDER) build --build-arg VERSION=$(VERSION) --build-arg REVISION=$(REVISION) \
+		-f deploy/container/Dockerfile -t $(IMAGE) "$(IMAGE_CONTEXT)"
 
 ## install-chromium: Debian's Chromium, for the dashboard's browser tests.
 install-chromium:
