@@ -38,6 +38,7 @@ deps:
 	$(GO) run ./collectors/kubernetes/kubetest/buildapiserver
 	$(GO) run ./audit/alert/alertmanagertest/buildalertmanager
 	$(GO) run ./deploy/prometheus/promtooltest/buildpromtool
+	$(GO) run ./deploy/helm/helmtest/buildhelm
 
 ## install-redis: Debian's redis-server, for the Redis collector's tests.
 install-redis:
@@ -166,7 +167,7 @@ check:
 	$(GO) mod tidy -diff
 	$(GO) tool templ generate
 	$(GO) generate ./deploy/prometheus/operator
-	@git diff --exit-code -- '*_templ.go' deploy/prometheus/operator/prometheusrule.yaml || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
+	@git diff --exit-code -- '*_templ.go' deploy/prometheus/operator/prometheusrule.yaml deploy/helm/leasewatch/files/ || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
 
 demo:
 	$(GO) run ./cmd/leasewatch demo

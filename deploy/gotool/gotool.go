@@ -5,7 +5,9 @@
 package gotool
 
 import (
+	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +15,8 @@ import (
 	"path"
 	"path/filepath"
 	"runtime"
+	"sync"
+	"testing"
 	"time"
 )
 
@@ -59,4 +63,55 @@ func Install(ctx context.Context, pkg, version string, log io.Writer) (string, e
 	}
 	fmt.Fprintf(log, "built %s in %s\n", name, time.Since(start).Round(time.Second))
 	return bin, nil
+}
+
+// built holds each tool a test process asked Require for, built at most
+// once: pkg@version -> its build.
+var built sync.Map
+
+type build struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// Require returns the binary of pkg at version for a test, installing it
+// (within budget) on the process's first call for it. One that cannot be
+// had fails the test under CI=true and skips it elsewhere, as does -short
+// outside CI (no build of minutes then).
+func Require(t testing.TB, pkg, version string, budget time.Duration) string {
+	t.Helper()
+	ci := os.Getenv("CI") == "true"
+	v, _ := built.LoadOrStore(pkg+"@"+version, &build{})
+	b := v.(*build)
+	b.once.Do(func() {
+		if testing.Short() && !ci {
+			b.err = errors.New("not built under -short")
+			return
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), budget)
+		defer cancel()
+		var log bytes.Buffer
+		if b.bin, b.err = Install(ctx, pkg, version, &log); b.err != nil {
+			b.err = errors.Join(b.err, errors.New(log.String()))
+		}
+	})
+	if b.err != nil {
+		if ci {
+			t.Fatalf("%s unavailable (CI=true, so this is a failure): %v", path.Base(pkg), b.err)
+		}
+		t.Skipf("%s unavailable: %v", path.Base(pkg), b.err)
+	}
+	return b.bin
+}
+
+// Main is the main of a command that installs a tool ahead of the tests
+// (make deps): it prints the binary's path, or the error and exits 1.
+func Main(install func(context.Context, io.Writer) (string, error)) {
+	bin, err := install(context.Background(), os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(bin)
 }

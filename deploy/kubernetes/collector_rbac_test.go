@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -139,15 +140,39 @@ func TestLeasewatchUnderTheClusterRole(t *testing.T) {
 	}
 }
 
+// built is the leasewatch binary of the package's tests, built once.
+var built struct {
+	once sync.Once
+	bin  string
+	err  error
+}
+
+// leasewatchBinary builds leasewatch on the first call of the test process.
+func leasewatchBinary(t *testing.T) string {
+	t.Helper()
+	built.once.Do(func() {
+		dir, err := os.MkdirTemp("", "leasewatch-bin-")
+		if err != nil {
+			built.err = err
+			return
+		}
+		built.bin = filepath.Join(dir, "leasewatch")
+		if out, err := exec.Command("go", "build", "-o", built.bin, "github.com/leasewatch/leasewatch/cmd/leasewatch").CombinedOutput(); err != nil {
+			built.err = fmt.Errorf("build leasewatch: %v\n%s", err, out)
+		}
+	})
+	if built.err != nil {
+		t.Fatal(built.err)
+	}
+	return built.bin
+}
+
 // serveLeasewatch builds leasewatch and runs `leasewatch serve` watching
 // every namespace through kubeconfig, until the test ends. It returns the
 // base URL once the source is up.
 func serveLeasewatch(t *testing.T, dir, kubeconfig string) string {
 	t.Helper()
-	bin := filepath.Join(dir, "leasewatch")
-	if out, err := exec.Command("go", "build", "-o", bin, "github.com/leasewatch/leasewatch/cmd/leasewatch").CombinedOutput(); err != nil {
-		t.Fatalf("build leasewatch: %v\n%s", err, out)
-	}
+	bin := leasewatchBinary(t)
 	port, err := testproc.FreePort()
 	if err != nil {
 		t.Fatal(err)

@@ -2,7 +2,10 @@
 // prometheusrule.yaml, a PrometheusRule generated from
 // ../leasewatch-rules.yaml (its groups, comments and all, under spec), so
 // the two cannot drift; and servicemonitor.yaml beside it, written by hand.
-// `kubectl apply -k deploy/prometheus/operator` applies both.
+// `kubectl apply -k deploy/prometheus/operator` applies both. The same
+// generation copies the rules into the Helm chart (ChartRulesFile), whose
+// PrometheusRule template reads them there: a chart reads no file outside
+// its directory.
 package operator
 
 //go:generate go run ./gen
@@ -18,6 +21,7 @@ import (
 const (
 	RulesFile          = "../leasewatch-rules.yaml"
 	PrometheusRuleFile = "prometheusrule.yaml"
+	ChartRulesFile     = "../../helm/leasewatch/files/leasewatch-rules.yaml"
 )
 
 // header opens the generated file.

@@ -33,7 +33,14 @@ func TestPrometheusRuleIsGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !bytes.Equal(got, want) {
-		t.Fatalf("%s is stale: run make generate (go generate ./deploy/prometheus/operator) and commit it", PrometheusRuleFile)
+		t.Errorf("%s is stale: run make generate (go generate ./deploy/prometheus/operator) and commit it", PrometheusRuleFile)
+	}
+	chart, err := os.ReadFile(ChartRulesFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(chart, rules) {
+		t.Errorf("%s is stale: run make generate and commit it", ChartRulesFile)
 	}
 }
 

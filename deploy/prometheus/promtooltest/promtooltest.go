@@ -6,12 +6,8 @@
 package promtooltest
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"io"
-	"os"
-	"sync"
 	"testing"
 	"time"
 
@@ -33,36 +29,9 @@ func Binary(ctx context.Context, log io.Writer) (string, error) {
 // buildBudget bounds a cold build of promtool (about 8 minutes).
 const buildBudget = 20 * time.Minute
 
-// shared is the promtool of a test process, built at most once.
-var shared struct {
-	once sync.Once
-	bin  string
-	err  error
-}
-
 // Require returns promtool for a test, building it on the first call of
-// the process. One that cannot be had fails the test under CI=true and
-// skips it elsewhere, as does -short outside CI (no build of minutes then).
+// the process: see gotool.Require.
 func Require(t testing.TB) string {
 	t.Helper()
-	ci := os.Getenv("CI") == "true"
-	shared.once.Do(func() {
-		if testing.Short() && !ci {
-			shared.err = errors.New("not built under -short")
-			return
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), buildBudget)
-		defer cancel()
-		var log bytes.Buffer
-		if shared.bin, shared.err = Binary(ctx, &log); shared.err != nil {
-			shared.err = errors.Join(shared.err, errors.New(log.String()))
-		}
-	})
-	if shared.err != nil {
-		if ci {
-			t.Fatalf("promtool unavailable (CI=true, so this is a failure): %v", shared.err)
-		}
-		t.Skipf("promtool unavailable: %v", shared.err)
-	}
-	return shared.bin
+	return gotool.Require(t, pkg, Version, buildBudget)
 }

@@ -1,5 +1,6 @@
-// Command gen writes prometheusrule.yaml from ../leasewatch-rules.yaml; go
-// generate runs it in deploy/prometheus/operator.
+// Command gen writes prometheusrule.yaml from ../leasewatch-rules.yaml, and
+// copies the rules into the Helm chart; go generate runs it in
+// deploy/prometheus/operator.
 package main
 
 import (
@@ -15,6 +16,9 @@ func main() {
 		var out []byte
 		if out, err = operator.PrometheusRule(rules); err == nil {
 			err = os.WriteFile(operator.PrometheusRuleFile, out, 0o644)
+		}
+		if err == nil {
+			err = os.WriteFile(operator.ChartRulesFile, rules, 0o644)
 		}
 	}
 	if err != nil {

@@ -3,18 +3,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-
+	"github.com/leasewatch/leasewatch/deploy/gotool"
 	"github.com/leasewatch/leasewatch/deploy/prometheus/promtooltest"
 )
 
-func main() {
-	bin, err := promtooltest.Binary(context.Background(), os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Println(bin)
-}
+func main() { gotool.Main(promtooltest.Binary) }
