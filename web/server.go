@@ -261,6 +261,7 @@ func (s *Server) routes(e *echo.Echo, reg *prometheus.Registry) {
 	})))
 
 	api := e.Group("/api/v1")
+	api.Match(getHead, "/openapi.json", s.handleOpenAPI)
 	api.Match(getHead, "/sources", s.handleAPISources)
 	api.Match(getHead, "/locks", s.handleAPILocks)
 	api.Match(getHead, "/locks/:id", s.handleAPILock)
