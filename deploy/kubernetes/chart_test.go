@@ -281,3 +281,32 @@ func TestHelmChartAgreesWithTheManifests(t *testing.T) {
 		})
 	}
 }
+
+// The commands the chart's README and the repository's README show install
+// the chart: their helm install lines, as helm template, render it.
+func TestHelmInstallAsDocumented(t *testing.T) {
+	for _, doc := range []string{chartDir + "/README.md", "../../README.md"} {
+		b, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var found bool
+		// A command continued with a backslash is one line.
+		for _, line := range strings.Split(strings.ReplaceAll(string(b), "\\\n", " "), "\n") {
+			args, ok := strings.CutPrefix(strings.TrimSpace(line), "helm install ")
+			if !ok {
+				continue
+			}
+			found = true
+			fields := strings.Fields(args)
+			// helm install NAME CHART ...: the chart's path is the repository's.
+			fields[1] = chartDir
+			if out, err := helmRun(t, append([]string{"template"}, fields...)...); err != nil {
+				t.Errorf("%s: helm install %s: %v\n%s", doc, args, err, out)
+			}
+		}
+		if !found {
+			t.Errorf("%s shows no helm install", doc)
+		}
+	}
+}
