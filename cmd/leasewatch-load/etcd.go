@@ -5,7 +5,6 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -80,15 +79,11 @@ func (k *etcdLoad) run(ctx context.Context, out, log io.Writer) error {
 	if k.ttl < 2*time.Second {
 		return fmt.Errorf("--ttl %s: etcd's minimum lease TTL is 2s with its default heartbeat", k.ttl)
 	}
-	dir, err := os.MkdirTemp("", "leasewatch-load-")
+	dir, done, err := runFolder(k.keep, log)
 	if err != nil {
 		return err
 	}
-	if k.keep {
-		fmt.Fprintf(log, "keeping %s\n", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer done()
 	rig, err := startEtcdRig(ctx, k.leasewatch, dir, "", k.sessions, k.ttl, log)
 	if err != nil {
 		return err

@@ -310,15 +310,11 @@ func (k *ingestLoad) execute(ctx context.Context, log io.Writer) (*ingestResult,
 	if err := k.validate(); err != nil {
 		return nil, err
 	}
-	dir, err := os.MkdirTemp("", "leasewatch-load-")
+	dir, done, err := runFolder(k.keep, log)
 	if err != nil {
 		return nil, err
 	}
-	if k.keep {
-		fmt.Fprintf(log, "keeping %s\n", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer done()
 	const sessions, ttl = 4, 5 * time.Second
 	rig, err := startEtcdRig(ctx, k.leasewatch, dir, fmt.Sprintf("ingest_tokens: [%q]\n", ingestToken), sessions, ttl, log)
 	if err != nil {

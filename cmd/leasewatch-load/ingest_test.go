@@ -30,6 +30,26 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// startLoadTest begins a short load run in a test: a context of 3 minutes,
+// the log of leasewatch and the load (shown when the test fails), and
+// leasewatch built as the test was (raceFlags).
+func startLoadTest(t *testing.T) (context.Context, *syncBuffer, string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	log := &syncBuffer{}
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log of leasewatch and the load:\n%s", log.String())
+		}
+	})
+	bin, err := buildLeasewatch(ctx, t.TempDir(), log, raceFlags()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ctx, log, bin
+}
+
 // raceFlags are the go build flags that give leasewatch the race detector
 // when this test has it: the race-built packages are then the ones the
 // other tests' builds cached, and a race in ingest or the pages under
@@ -49,18 +69,7 @@ func raceFlags() []string {
 // every request succeeds, every page and both ingest shapes were exercised,
 // and every report answered 202 is stored exactly once.
 func TestIngestLoadStoresEveryAcceptedReportOnce(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var log syncBuffer
-	defer func() {
-		if t.Failed() {
-			t.Logf("log of leasewatch and the load:\n%s", log.String())
-		}
-	}()
-	bin, err := buildLeasewatch(ctx, t.TempDir(), &log, raceFlags()...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, log, bin := startLoadTest(t)
 
 	var k ingestLoad
 	fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
@@ -70,7 +79,7 @@ func TestIngestLoadStoresEveryAcceptedReportOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	r, err := k.execute(ctx, &log)
+	r, err := k.execute(ctx, log)
 	if err != nil {
 		t.Fatalf("run: %v", err)
 	}

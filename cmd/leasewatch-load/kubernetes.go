@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"io"
 	"maps"
-	"os"
 	"slices"
 	"strings"
 	"sync"
@@ -74,15 +73,11 @@ type leaseWrite struct {
 func (w leaseWrite) ranOut() bool { return !w.renewed.Before(w.deadline) }
 
 func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
-	dir, err := os.MkdirTemp("", "leasewatch-load-")
+	dir, done, err := runFolder(k.keep, log)
 	if err != nil {
 		return err
 	}
-	if k.keep {
-		fmt.Fprintf(log, "keeping %s\n", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer done()
 
 	kubeconfig, cs, stopAPI, err := k.connect(ctx, dir, log)
 	if err != nil {

@@ -129,6 +129,19 @@ func main() {
 	}
 }
 
+// runFolder makes the folder of a run (leasewatch's database and config):
+// done removes it, unless keep, which says where it is kept instead.
+func runFolder(keep bool, log io.Writer) (dir string, done func(), err error) {
+	if dir, err = os.MkdirTemp("", "leasewatch-load-"); err != nil {
+		return "", nil, err
+	}
+	if keep {
+		fmt.Fprintf(log, "keeping %s\n", dir)
+		return dir, func() {}, nil
+	}
+	return dir, func() { os.RemoveAll(dir) }, nil
+}
+
 // buildLeasewatch builds the leasewatch binary into dir, with any extra go
 // build flags.
 func buildLeasewatch(ctx context.Context, dir string, log io.Writer, flags ...string) (string, error) {

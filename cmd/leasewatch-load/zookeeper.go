@@ -73,15 +73,11 @@ func (k *zkLoad) run(ctx context.Context, out, log io.Writer) error {
 	if k.contenders < 2 || k.sessions < 1 {
 		return fmt.Errorf("want at least 2 contenders per lock and a session (%d contenders, %d sessions)", k.contenders, k.sessions)
 	}
-	dir, err := os.MkdirTemp("", "leasewatch-load-")
+	dir, done, err := runFolder(k.keep, log)
 	if err != nil {
 		return err
 	}
-	if k.keep {
-		fmt.Fprintf(log, "keeping %s\n", dir)
-	} else {
-		defer os.RemoveAll(dir)
-	}
+	defer done()
 	rig, err := startZKRig(ctx, k.leasewatch, dir, k.locks, k.sessions, k.session, log)
 	if err != nil {
 		return err

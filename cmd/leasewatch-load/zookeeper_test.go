@@ -1,14 +1,12 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"flag"
 	"os"
 	"regexp"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/leasewatch/leasewatch/collectors/zookeeper/zkserver"
 )
@@ -18,18 +16,7 @@ import (
 // lock recipe logged is stored once, with the czxid they held as its
 // token, and no end is taken for an expiry.
 func TestZooKeeperLoadRecordsEveryHandoverOnce(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var log syncBuffer
-	defer func() {
-		if t.Failed() {
-			t.Logf("log of leasewatch and the load:\n%s", log.String())
-		}
-	}()
-	bin, err := buildLeasewatch(ctx, t.TempDir(), &log, raceFlags()...)
-	if err != nil {
-		t.Fatal(err)
-	}
+	ctx, log, bin := startLoadTest(t)
 	var k zkLoad
 	fs := flag.NewFlagSet("zookeeper", flag.ContinueOnError)
 	k.flags(fs)
@@ -40,7 +27,7 @@ func TestZooKeeperLoadRecordsEveryHandoverOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out syncBuffer
-	err = k.run(ctx, &out, &log)
+	err := k.run(ctx, &out, log)
 	if errors.Is(err, zkserver.ErrMissing) && os.Getenv("CI") != "true" {
 		t.Skip(err)
 	}

@@ -19,8 +19,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -42,34 +40,11 @@ func Binary(ctx context.Context, log io.Writer) (string, error) {
 	return gotool.Install(ctx, module, Version, log)
 }
 
-var (
-	binaryOnce sync.Once
-	binaryPath string
-	binaryErr  error
-	binaryLog  strings.Builder
-)
-
-// binary builds the binary once per test process.
+// binary returns the alertmanager for a test, built once per test process:
+// see gotool.Require.
 func binary(t testing.TB) string {
 	t.Helper()
-	binaryOnce.Do(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), buildBudget)
-		defer cancel()
-		binaryPath, binaryErr = Binary(ctx, &binaryLog)
-	})
-	if binaryErr != nil {
-		unavailable(t, fmt.Errorf("%w\n%s", binaryErr, testproc.Tail(binaryLog.String(), 30)))
-	}
-	return binaryPath
-}
-
-// unavailable fails the test under CI=true and skips it elsewhere.
-func unavailable(t testing.TB, err error) {
-	t.Helper()
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("alertmanager unavailable (CI=true, so this is a failure): %v", err)
-	}
-	t.Skipf("alertmanager unavailable: %v", err)
+	return gotool.Require(t, module, Version, buildBudget)
 }
 
 // config routes every alert to a receiver that notifies no one: the tests
