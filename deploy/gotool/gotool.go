@@ -105,10 +105,29 @@ func Require(t testing.TB, pkg, version string, budget time.Duration) string {
 	return b.bin
 }
 
-// Main is the main of a command that installs a tool ahead of the tests
-// (make deps): it prints the binary's path, or the error and exits 1.
-func Main(install func(context.Context, io.Writer) (string, error)) {
-	bin, err := install(context.Background(), os.Stderr)
+// Tool is a command the tests run, built from its Go module: Pkg, the main
+// package, at Version, within Budget when a test builds it.
+type Tool struct {
+	Pkg, Version string
+	Budget       time.Duration
+}
+
+// Binary returns the path of the cached binary, building it first when the
+// cache has none. Progress of a build is written to log.
+func (tl Tool) Binary(ctx context.Context, log io.Writer) (string, error) {
+	return Install(ctx, tl.Pkg, tl.Version, log)
+}
+
+// Require returns the binary for a test: see the function Require.
+func (tl Tool) Require(t testing.TB) string {
+	t.Helper()
+	return Require(t, tl.Pkg, tl.Version, tl.Budget)
+}
+
+// Main is the main of a command that builds tool ahead of the tests (make
+// deps): it prints the binary's path, or the error and exits 1.
+func Main(tool Tool) {
+	bin, err := tool.Binary(context.Background(), os.Stderr)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)

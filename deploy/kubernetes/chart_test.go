@@ -63,7 +63,7 @@ sources:
 func helmRun(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out bytes.Buffer
-	cmd := exec.Command(helmtest.Require(t), args...)
+	cmd := exec.Command(helmtest.Helm.Require(t), args...)
 	cmd.Stdout, cmd.Stderr = &out, &out
 	err := cmd.Run()
 	return out.String(), err

@@ -31,7 +31,7 @@ const (
 
 func runPromtool(t *testing.T, args ...string) {
 	t.Helper()
-	bin := promtooltest.Require(t)
+	bin := promtooltest.Promtool.Require(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	out, err := exec.CommandContext(ctx, bin, args...).CombinedOutput()

@@ -26,26 +26,9 @@ import (
 	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
-// Version is the Alertmanager module version the tests run.
-const Version = "v0.28.1"
-
-const module = "github.com/prometheus/alertmanager/cmd/alertmanager"
-
-// buildBudget bounds a cold build started by a test.
-const buildBudget = 15 * time.Minute
-
-// Binary returns the path of the cached alertmanager binary, building it
-// first when the cache has none. Progress of a build is written to log.
-func Binary(ctx context.Context, log io.Writer) (string, error) {
-	return gotool.Install(ctx, module, Version, log)
-}
-
-// binary returns the alertmanager for a test, built once per test process:
-// see gotool.Require.
-func binary(t testing.TB) string {
-	t.Helper()
-	return gotool.Require(t, module, Version, buildBudget)
-}
+// Alertmanager's binary, built from a pinned module version (newer ones lack
+// their UI assets and fail to build); a few minutes cold.
+var Tool = gotool.Tool{Pkg: "github.com/prometheus/alertmanager/cmd/alertmanager", Version: "v0.28.1", Budget: 15 * time.Minute}
 
 // config routes every alert to a receiver that notifies no one: the tests
 // read alerts back through the API.
@@ -98,7 +81,7 @@ func Start(t testing.TB) *Alertmanager { return StartWith(t, Options{}) }
 // StartWith is Start with opts.
 func StartWith(t testing.TB, opts Options) *Alertmanager {
 	t.Helper()
-	bin := binary(t)
+	bin := Tool.Require(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "alertmanager.yml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)

@@ -71,7 +71,7 @@ func TestPrometheusRuleSpecIsTheRules(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	out, err := exec.CommandContext(ctx, promtooltest.Require(t), "check", "rules", path).CombinedOutput()
+	out, err := exec.CommandContext(ctx, promtooltest.Promtool.Require(t), "check", "rules", path).CombinedOutput()
 	if err != nil {
 		t.Fatalf("promtool check rules on the PrometheusRule's spec: %v\n%s", err, out)
 	}

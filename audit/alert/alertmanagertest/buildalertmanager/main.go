@@ -3,18 +3,8 @@
 package main
 
 import (
-	"context"
-	"fmt"
-	"os"
-
 	"github.com/leasewatch/leasewatch/audit/alert/alertmanagertest"
+	"github.com/leasewatch/leasewatch/deploy/gotool"
 )
 
-func main() {
-	bin, err := alertmanagertest.Binary(context.Background(), os.Stderr)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	fmt.Println(bin)
-}
+func main() { gotool.Main(alertmanagertest.Tool) }

@@ -7,4 +7,4 @@ import (
 	"github.com/leasewatch/leasewatch/deploy/helm/helmtest"
 )
 
-func main() { gotool.Main(helmtest.Binary) }
+func main() { gotool.Main(helmtest.Helm) }

@@ -7,4 +7,4 @@ import (
 	"github.com/leasewatch/leasewatch/deploy/prometheus/promtooltest"
 )
 
-func main() { gotool.Main(promtooltest.Binary) }
+func main() { gotool.Main(promtooltest.Promtool) }
