@@ -4,10 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/go-zookeeper/zk"
@@ -76,10 +79,15 @@ func (r *run) run(ctx context.Context, ready func()) error {
 
 // lostConnection reports whether err is the session's connection failing:
 // the session's callback has seen it, and the re-read once the session is
-// back covers what the failed read would have.
+// back covers what the failed read would have. go-zookeeper answers the
+// requests waiting on a broken connection with ErrConnectionClosed, but the
+// one whose write failed with the write's own error (a broken pipe, a
+// reset): with many reads in flight, one often is.
 func lostConnection(err error) bool {
+	var netErr net.Error
 	return errors.Is(err, zk.ErrConnectionClosed) || errors.Is(err, zk.ErrNoServer) ||
-		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionMoved)
+		errors.Is(err, zk.ErrSessionExpired) || errors.Is(err, zk.ErrClosing) || errors.Is(err, zk.ErrSessionMoved) ||
+		errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)
 }
 
 // woken returns p and every other path whose watch has fired meanwhile.
