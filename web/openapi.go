@@ -33,9 +33,6 @@ func mustJSON(doc []byte) []byte {
 	return b
 }
 
-// OpenAPI returns the API's OpenAPI document as JSON.
-func OpenAPI() []byte { return openAPIJSON }
-
 func (s *Server) handleOpenAPI(c echo.Context) error {
 	return c.Blob(http.StatusOK, echo.MIMEApplicationJSON, openAPIJSON)
 }

@@ -2,10 +2,10 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
-	"os"
 
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 )
@@ -23,7 +23,7 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	fs.SetOutput(stderr)
 	syntaxOnly := fs.Bool("syntax-only", false, "check the file alone, without reading the secrets it names")
 	if err := fs.Parse(args[1:]); err != nil {
-		if err == flag.ErrHelp {
+		if errors.Is(err, flag.ErrHelp) {
 			return err
 		}
 		return usageError{err}
@@ -31,29 +31,16 @@ func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error 
 	if fs.NArg() == 0 {
 		return usageError{fmt.Errorf("config: name at least one file")}
 	}
+	load := config.Load
+	if *syntaxOnly {
+		load = config.Read
+	}
 	for _, path := range fs.Args() {
-		cfg, err := checkConfig(path, *syntaxOnly)
+		cfg, err := load(path)
 		if err != nil {
 			return err
 		}
 		fmt.Fprintf(stdout, "%s: OK, %d source(s), database %s\n", path, len(cfg.Sources), cfg.DatabaseName())
 	}
 	return nil
-}
-
-// checkConfig validates the configuration file at path, with its secrets
-// unless syntaxOnly.
-func checkConfig(path string, syntaxOnly bool) (*config.Config, error) {
-	if !syntaxOnly {
-		return config.Load(path)
-	}
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("read config: %w", err)
-	}
-	cfg, err := config.Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return cfg, nil
 }

@@ -52,18 +52,12 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	rm.startSources(cfg.SourceKinds())
 	svc := &service{cfg: cfg, store: store, log: logger}
 	sources := func() []audit.Source { return rm.withLag(svc.runner.Sources()) }
+	if svc.sender, err = newAlertSender(cfg.Alerts.Alertmanager, logger.With("component", "alertmanager"), reg); err != nil {
+		store.Close()
+		return nil, err
+	}
 	var notify func([]alert.Alert)
-	if am := cfg.Alerts.Alertmanager; am.Enabled() {
-		sc, err := am.SenderConfig(logger.With("component", "alertmanager"))
-		if err == nil {
-			sc.Logger = logger.With("component", "alertmanager")
-			svc.sender, err = alert.NewSender(sc)
-		}
-		if err != nil {
-			store.Close()
-			return nil, fmt.Errorf("alerts.alertmanager: %w", err)
-		}
-		registerSenderMetrics(reg, svc.sender)
+	if svc.sender != nil {
 		notify = svc.sender.Send
 	}
 	svc.alerts = newAlerting(cfg.Alerts.Alert(), cfg.SourceKinds(), sources, notify, cfg.Alerts.Alertmanager.ResendEvery)
@@ -124,6 +118,25 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		return nil, err
 	}
 	return svc, nil
+}
+
+// newAlertSender builds the Alertmanager sender of am, its metrics in reg;
+// nil when no Alertmanager is configured.
+func newAlertSender(am config.AlertmanagerConfig, log *slog.Logger, reg prometheus.Registerer) (*alert.Sender, error) {
+	if !am.Enabled() {
+		return nil, nil
+	}
+	sc, err := am.SenderConfig(log)
+	if err != nil {
+		return nil, fmt.Errorf("alerts.alertmanager: %w", err)
+	}
+	sc.Logger = log
+	sender, err := alert.NewSender(sc)
+	if err != nil {
+		return nil, fmt.Errorf("alerts.alertmanager: %w", err)
+	}
+	registerSenderMetrics(reg, sender)
+	return sender, nil
 }
 
 // startCollectors builds a collector per source and their runner, and with

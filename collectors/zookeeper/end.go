@@ -102,7 +102,7 @@ func (r *run) end(h handover, t *tree, now time.Time) audit.Observation {
 
 // ownsOther reports whether n's session owns another node in t.
 func ownsOther(t *tree, n node) bool {
-	return n.owner != 0 && slices.ContainsFunc(t.owned[n.owner], func(czxid int64) bool { return czxid != n.czxid })
+	return n.owner != 0 && slices.ContainsFunc(t.ownedBy(n.owner), func(czxid int64) bool { return czxid != n.czxid })
 }
 
 // probeNeeded reports whether recording hs takes a probe of the servers'

@@ -19,7 +19,8 @@ type tree struct {
 	dirs map[string]*dir     // full path -> its read; nil: the path does not exist
 	subs map[string][]string // configured full path -> its child directories' full paths
 	zxid int64
-	// owned is every session's nodes, by their czxids (settle).
+	// owned is every session's nodes, by their czxids: made by ownedBy when
+	// first asked for after settle, which only ends need.
 	owned map[int64][]int64
 }
 
@@ -39,11 +40,9 @@ func (t *tree) watched() []string {
 	return slices.Compact(out)
 }
 
-// settle sets t.zxid to the highest zxid its reads showed, and indexes the
-// nodes by their owner sessions.
+// settle sets t.zxid to the highest zxid its reads showed.
 func (t *tree) settle() {
-	t.zxid = 0
-	t.owned = make(map[int64][]int64)
+	t.zxid, t.owned = 0, nil
 	for _, d := range t.dirs {
 		if d == nil {
 			continue
@@ -51,11 +50,26 @@ func (t *tree) settle() {
 		t.zxid = max(t.zxid, d.readZxid)
 		for _, n := range d.nodes {
 			t.zxid = max(t.zxid, n.czxid)
-			if n.owner != 0 {
-				t.owned[n.owner] = append(t.owned[n.owner], n.czxid)
+		}
+	}
+}
+
+// ownedBy returns the czxids of the nodes session owns in t.
+func (t *tree) ownedBy(session int64) []int64 {
+	if t.owned == nil {
+		t.owned = make(map[int64][]int64)
+		for _, d := range t.dirs {
+			if d == nil {
+				continue
+			}
+			for _, n := range d.nodes {
+				if n.owner != 0 {
+					t.owned[n.owner] = append(t.owned[n.owner], n.czxid)
+				}
 			}
 		}
 	}
+	return t.owned[session]
 }
 
 // clone returns a copy that shares the dirs, which reads replace and never

@@ -35,8 +35,8 @@ func TestImageBuildsFromScratchAndRunsAsNonRoot(t *testing.T) {
 	}
 	dir := t.TempDir()
 	context := filepath.Join(dir, "context")
-	make := exec.Command("make", "-C", "../..", "image-context", "IMAGE_CONTEXT="+context, "VERSION=v0.0.0-test", "REVISION=abc123")
-	if out, err := make.CombinedOutput(); err != nil {
+	prepare := exec.Command("make", "-C", "../..", "image-context", "IMAGE_CONTEXT="+context, "VERSION=v0.0.0-test", "REVISION=abc123")
+	if out, err := prepare.CombinedOutput(); err != nil {
 		t.Fatalf("make image-context: %v\n%s", err, out)
 	}
 	root := filepath.Join(dir, "buildah")

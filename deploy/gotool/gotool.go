@@ -65,6 +65,19 @@ func Install(ctx context.Context, pkg, version string, log io.Writer) (string, e
 	return bin, nil
 }
 
+// Tool is a command the tests run, built from its Go module: Pkg, the main
+// package, at Version, within Budget when a test builds it.
+type Tool struct {
+	Pkg, Version string
+	Budget       time.Duration
+}
+
+// Binary returns the path of the cached binary, building it first when the
+// cache has none. Progress of a build is written to log.
+func (tl Tool) Binary(ctx context.Context, log io.Writer) (string, error) {
+	return Install(ctx, tl.Pkg, tl.Version, log)
+}
+
 // built holds each tool a test process asked Require for, built at most
 // once: pkg@version -> its build.
 var built sync.Map
@@ -75,12 +88,13 @@ type build struct {
 	err  error
 }
 
-// Require returns the binary of pkg at version for a test, installing it
-// (within budget) on the process's first call for it. One that cannot be
-// had fails the test under CI=true and skips it elsewhere, as does -short
-// outside CI (no build of minutes then).
-func Require(t testing.TB, pkg, version string, budget time.Duration) string {
+// Require returns the tool's binary for a test, installing it (within
+// Budget) on the process's first call for it. One that cannot be had fails
+// the test under CI=true and skips it elsewhere, as does -short outside CI
+// (no build of minutes then).
+func (tl Tool) Require(t testing.TB) string {
 	t.Helper()
+	pkg, version, budget := tl.Pkg, tl.Version, tl.Budget
 	ci := os.Getenv("CI") == "true"
 	v, _ := built.LoadOrStore(pkg+"@"+version, &build{})
 	b := v.(*build)
@@ -103,25 +117,6 @@ func Require(t testing.TB, pkg, version string, budget time.Duration) string {
 		t.Skipf("%s unavailable: %v", path.Base(pkg), b.err)
 	}
 	return b.bin
-}
-
-// Tool is a command the tests run, built from its Go module: Pkg, the main
-// package, at Version, within Budget when a test builds it.
-type Tool struct {
-	Pkg, Version string
-	Budget       time.Duration
-}
-
-// Binary returns the path of the cached binary, building it first when the
-// cache has none. Progress of a build is written to log.
-func (tl Tool) Binary(ctx context.Context, log io.Writer) (string, error) {
-	return Install(ctx, tl.Pkg, tl.Version, log)
-}
-
-// Require returns the binary for a test: see the function Require.
-func (tl Tool) Require(t testing.TB) string {
-	t.Helper()
-	return Require(t, tl.Pkg, tl.Version, tl.Budget)
 }
 
 // Main is the main of a command that builds tool ahead of the tests (make

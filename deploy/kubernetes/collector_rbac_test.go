@@ -9,7 +9,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -219,7 +218,7 @@ func recordedLocks(base string) map[string]bool {
 	}
 	if json.NewDecoder(resp.Body).Decode(&body) == nil {
 		for _, l := range body.Locks {
-			out[strings.TrimPrefix(l.Name, "/")] = true
+			out[l.Name] = true
 		}
 	}
 	return out

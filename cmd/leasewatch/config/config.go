@@ -268,17 +268,28 @@ const (
 	DefaultMaxLockSeries    = 1000
 )
 
-// Load reads and validates the configuration file at path.
+// Load reads and validates the configuration file at path, with the
+// secrets it names.
 func Load(path string) (*Config, error) {
+	cfg, err := Read(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := cfg.readSecrets(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return cfg, nil
+}
+
+// Read reads and validates the configuration file at path alone: the
+// secrets it names are left unread (Parse).
+func Read(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
 	cfg, err := Parse(data)
 	if err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	if err := cfg.readSecrets(); err != nil {
 		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return cfg, nil
