@@ -52,20 +52,6 @@ Usage:
   leasewatch version                            print the version
 `
 
-// gcPercent is the garbage collector's target (GOGC) that serve and demo
-// run with unless the GOGC environment variable sets one. Most of
-// leasewatch's heap is long-lived (every lock's state, about 1.1 KB a lock
-// in all), so at Go's default of 100 the heap grows to twice what is live
-// before each collection; at 50 it grows to one and a half times, for a
-// little more collector CPU (BENCHMARKS.md, Memory).
-const gcPercent = 50
-
-func setGCPercent() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(gcPercent)
-	}
-}
-
 // run executes one subcommand and returns the process exit code.
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 0 {
@@ -76,7 +62,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch args[0] {
 	case "serve":
-		setGCPercent()
+		tuneGC(ctx, gcTuneEvery)
 		err = cmdServe(ctx, args[1:], logger, stderr)
 	case "report":
 		err = cmdReport(ctx, args[1:], stdout, stderr)
@@ -85,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	case "check":
 		err = cmdCheck(ctx, args[1:], stdout, stderr)
 	case "demo":
-		setGCPercent()
+		tuneGC(ctx, gcTuneEvery)
 		err = cmdDemo(ctx, args[1:], logger, stdout, stderr)
 	case "version", "--version":
 		fmt.Fprintln(stdout, "leasewatch", versionString())
