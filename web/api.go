@@ -235,16 +235,10 @@ func (s *Server) handleAPISources(c echo.Context) error {
 
 func (s *Server) handleAPILocks(c echo.Context) error {
 	q := c.QueryParams()
-	lq, err := parseLockQuery(q)
-	if err != nil {
-		return err
-	}
-	if lq.Class, err = parseClass(q, ""); err != nil {
-		return err
-	}
 	// Additions to the contract: kind, holder, sort and keyset cursors,
 	// as on the locks page.
-	if err := parseLockPage(q, &lq, s.kinds); err != nil {
+	lq, err := parseLockQuery(q, locksAPI, s.kinds)
+	if err != nil {
 		return err
 	}
 	pg, err := s.query.Locks(c.Request().Context(), query.LocksQuery{Filter: lq.LockFilter, Limit: lq.Limit})
@@ -282,7 +276,7 @@ func (s *Server) handleAPIEvents(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f, err := parseEventFilter(c.QueryParams())
+	f, err := parseEventFilter(c.QueryParams(), otherAPI)
 	if err != nil {
 		return err
 	}
@@ -306,7 +300,7 @@ func (s *Server) handleAPITenures(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	f, err := parseTimeFilter(c.QueryParams())
+	f, err := parseTimeFilter(c.QueryParams(), otherAPI)
 	if err != nil {
 		return err
 	}
@@ -322,11 +316,10 @@ func (s *Server) handleAPITenures(c echo.Context) error {
 }
 
 func (s *Server) handleAPIFindings(c echo.Context) error {
-	fq, err := parseFindingsQuery(c.QueryParams())
+	fq, err := parseFindingsQuery(c.QueryParams(), findingsAPI)
 	if err != nil {
 		return err
 	}
-	fq.Limit = fq.Filter.Limit
 	page, err := s.query.Findings(c.Request().Context(), fq)
 	if err != nil {
 		return err

@@ -25,9 +25,6 @@ const maxHolder = 1024
 // the request gives no window.
 const atSpan = time.Hour
 
-// holderPage is how many tenures the holder page lists at once.
-const holderPage = 50
-
 // momentJSON is GET /api/v1/locks/{id}/at?t=: the lock at one instant.
 type momentJSON struct {
 	LockID int64         `json:"lock_id"`
@@ -142,14 +139,14 @@ func holderURLOf(h string) string {
 
 // parseHolderFilter reads the holder's tenures list parameters: from, to
 // (on the grant time), limit and the before cursor.
-func parseHolderFilter(c echo.Context) (audit.HolderFilter, error) {
+func parseHolderFilter(c echo.Context, l listing) (audit.HolderFilter, error) {
 	var f audit.HolderFilter
 	var err error
 	if f.Holder, err = pathHolder(c); err != nil {
 		return f, err
 	}
 	q := c.QueryParams()
-	if f.TimeFilter, err = parseTimeFilter(q); err != nil {
+	if f.TimeFilter, err = parseTimeFilter(q, l); err != nil {
 		return f, err
 	}
 	f.Before, err = parseTenureCursor(q, "before")
@@ -185,7 +182,7 @@ func formatTenureCursor(c audit.TenureCursor) string {
 }
 
 func (s *Server) handleAPIHolderTenures(c echo.Context) error {
-	f, err := parseHolderFilter(c)
+	f, err := parseHolderFilter(c, otherAPI)
 	if err != nil {
 		return err
 	}
@@ -206,7 +203,7 @@ func (s *Server) handleAPIHolderTenures(c echo.Context) error {
 }
 
 func (s *Server) handleHolderPage(c echo.Context) error {
-	f, err := parseHolderFilter(c)
+	f, err := parseHolderFilter(c, holderPage)
 	if err != nil {
 		return err
 	}
@@ -214,9 +211,6 @@ func (s *Server) handleHolderPage(c echo.Context) error {
 	loc, err := parseZone(q)
 	if err != nil {
 		return err
-	}
-	if f.Limit == 0 {
-		f.Limit = holderPage
 	}
 	h, err := history.Holder(c.Request().Context(), s.store, f, s.now())
 	if err != nil {

@@ -23,10 +23,7 @@ import (
 
 // How much each page shows at most. Longer lists page by keyset.
 const (
-	pageLocks        = 100
-	pageEvents       = 50
 	pageTenures      = 100
-	pageFindings     = 100
 	lockPageFindings = 200
 	timelineTenures  = 2000
 	timelineRenewals = 3000
@@ -118,22 +115,16 @@ func (s *Server) handleOverview(c echo.Context) error {
 
 func (s *Server) handleLocksPage(c echo.Context) error {
 	q := c.QueryParams()
-	lq, err := parseLockQuery(q)
+	lq, err := parseLockQuery(q, locksPage, s.kinds)
 	if err != nil {
 		return err
 	}
-	if lq.Class, err = parseClass(q, audit.ClassLock); err != nil {
-		return err
-	}
 	sortName := q.Get("sort")
-	if err := parseLockPage(q, &lq, s.kinds); err != nil {
-		return err
-	}
 	loc, err := parseZone(q)
 	if err != nil {
 		return err
 	}
-	limit := pageLimit(lq.Limit, pageLocks)
+	limit := lq.Limit
 	pg, err := s.query.Locks(c.Request().Context(), query.LocksQuery{Filter: lq.LockFilter, Limit: limit, Count: true})
 	if err != nil {
 		return err
@@ -245,10 +236,9 @@ func parseLockPageQuery(c echo.Context, now time.Time) (lq lockPageQuery, err er
 	if lq.Window, lq.At, err = parseLockWindow(lq.q, now, lq.loc); err != nil {
 		return lq, err
 	}
-	if lq.Events, err = parseEventFilter(url.Values{"kind": lq.q["kind"], "limit": lq.q["limit"]}); err != nil {
+	if lq.Events, err = parseEventFilter(url.Values{"kind": lq.q["kind"], "limit": lq.q["limit"]}, eventsPage); err != nil {
 		return lq, err
 	}
-	lq.Events.Limit = pageLimit(lq.Events.Limit, pageEvents)
 	if lq.Verdict = query.VerdictScope(lq.q.Get("verdict")); !lq.Verdict.Valid() {
 		return lq, audit.Errorf(audit.EINVALID, "verdict: want 24h or all, not %q", lq.Verdict)
 	}
@@ -270,7 +260,19 @@ func (s *Server) handleLockPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	q, loc, w, l := lq.q, lq.loc, pg.Window, pg.Lock
+	p := s.lockPageView(lq, pg, c.Request().URL.RequestURI())
+	if live {
+		return render(c, http.StatusOK, views.LockLive(p))
+	}
+	return render(c, http.StatusOK, views.Lock(p))
+}
+
+// lockPageView shapes the lock page from what the query layer read: its
+// live region (the verdict, the state and the timeline) and, unless the
+// request is htmx's refresh of that region, the rest (fillLockDetails).
+// uri is the request's, which the live region refreshes from.
+func (s *Server) lockPageView(lq lockPageQuery, pg query.LockPage, uri string) views.LockPage {
+	q, loc, w, l, now := lq.q, lq.loc, pg.Window, pg.Lock, lq.Now
 	sortFindingsForTimeline(pg.Findings)
 	base := fmt.Sprintf("/locks/%d", l.ID)
 	keep := keepParams(q, lockPageKeep)
@@ -299,13 +301,12 @@ func (s *Server) handleLockPage(c echo.Context) error {
 		Verdict:     verdictPanel(l, q, base, pg.Verdict, lq.Verdict, loc, now),
 	}
 	if w.Preset != "" {
-		p.Live = views.Live{ID: lockLiveID, URL: c.Request().URL.RequestURI(), Every: refreshLock}
+		p.Live = views.Live{ID: lockLiveID, URL: uri, Every: refreshLock}
 	}
-	if live {
-		return render(c, http.StatusOK, views.LockLive(p))
+	if !lq.LiveOnly {
+		s.fillLockDetails(&p, lq, pg, banner.Seq, windowURL)
 	}
-	s.fillLockDetails(&p, lq, pg, banner.Seq, windowURL)
-	return render(c, http.StatusOK, views.Lock(p))
+	return p
 }
 
 // lockSummary is the lock page's summary of l's current state.
@@ -512,7 +513,7 @@ func eventRow(e audit.Event, loc *time.Location) views.EventRow {
 
 func (s *Server) handleFindingsPage(c echo.Context) error {
 	q := c.QueryParams()
-	fq, err := parseFindingsQuery(q)
+	fq, err := parseFindingsQuery(q, findingsPage)
 	if err != nil {
 		return err
 	}
@@ -520,8 +521,7 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit := pageLimit(fq.Filter.Limit, pageFindings)
-	fq.Limit = limit
+	limit := fq.Limit
 	page, err := s.query.Findings(c.Request().Context(), fq)
 	if err != nil {
 		return err

@@ -33,8 +33,8 @@ func parseID(name, s string) (int64, error) {
 	return id, nil
 }
 
-// parseTimeFilter reads from, to and limit.
-func parseTimeFilter(q url.Values) (audit.TimeFilter, error) {
+// parseTimeFilter reads from, to and the limit of list l.
+func parseTimeFilter(q url.Values, l listing) (audit.TimeFilter, error) {
 	var f audit.TimeFilter
 	var err error
 	if f.From, err = parseTime(q, "from"); err != nil {
@@ -46,7 +46,7 @@ func parseTimeFilter(q url.Values) (audit.TimeFilter, error) {
 	if !f.From.IsZero() && !f.To.IsZero() && f.To.Before(f.From) {
 		return f, audit.Errorf(audit.EINVALID, "to: must not be before from")
 	}
-	if f.Limit, err = parseLimit(q); err != nil {
+	if f.Limit, err = l.limit(q); err != nil {
 		return f, err
 	}
 	return f, nil
@@ -78,30 +78,42 @@ func parseTime(q url.Values, name string) (time.Time, error) {
 // the API's lists go up to maxLimit.
 const maxPageRows = 1000
 
-// pageLimit is how many rows a page's table shows: the limit asked for
-// (parseLimit), def when none, at most maxPageRows.
-func pageLimit(asked, def int) int {
-	if asked == 0 {
-		asked = def
-	}
-	return min(asked, maxPageRows)
+// listing is how one list reads its limit and class when a request leaves them
+// out, and the most rows it gives. Each list's are declared here, once.
+type listing struct {
+	rows  int         // when no limit is asked; 0 leaves it to the store
+	most  int         // whatever limit is asked
+	class audit.Class // when no class is asked; "" is every class
 }
 
-// parseLimit reads an optional positive limit; above maxLimit it is capped.
-// Zero means none was given.
-func parseLimit(q url.Values) (int, error) {
+// The lists. Heartbeats are recorded but kept out of the default views (the
+// pages, the findings API): their class is lock unless asked. The locks
+// API's is every class, as its contract has always said.
+var (
+	locksPage    = listing{rows: 100, most: maxPageRows, class: audit.ClassLock}
+	eventsPage   = listing{rows: 50, most: maxPageRows}
+	findingsPage = listing{rows: 100, most: maxPageRows, class: audit.ClassLock}
+	holderPage   = listing{rows: 50, most: maxPageRows}
+	locksAPI     = listing{most: maxLimit}
+	findingsAPI  = listing{most: maxLimit, class: audit.ClassLock}
+	otherAPI     = listing{most: maxLimit} // events, tenures, a holder's tenures
+)
+
+// limit reads the optional positive limit: l.rows when absent, at most
+// l.most.
+func (l listing) limit(q url.Values) (int, error) {
 	s := q.Get("limit")
 	if s == "" {
-		return 0, nil
+		return l.rows, nil
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n <= 0 {
 		if err != nil && isDigits(s) { // too large for an int: still a positive integer
-			return maxLimit, nil
+			return l.most, nil
 		}
 		return 0, audit.Errorf(audit.EINVALID, "limit: must be a positive integer")
 	}
-	return min(n, maxLimit), nil
+	return min(n, l.most), nil
 }
 
 func isDigits(s string) bool {
@@ -113,14 +125,12 @@ func isDigits(s string) bool {
 	return s != ""
 }
 
-// parseClass reads the class parameter: lock, heartbeat, or all for every
-// class; def when absent. Heartbeats are recorded but kept out of the
-// default views (the pages, the findings API): their def is lock. The locks
-// API's is every class (""), as its contract has always said.
-func parseClass(q url.Values, def audit.Class) (audit.Class, error) {
+// classOf reads the class parameter: lock, heartbeat, or all for every
+// class; l.class when absent.
+func (l listing) classOf(q url.Values) (audit.Class, error) {
 	switch c := audit.Class(q.Get("class")); c {
 	case "":
-		return def, nil
+		return l.class, nil
 	case "all":
 		return "", nil
 	case audit.ClassLock, audit.ClassHeartbeat:
@@ -151,12 +161,12 @@ type lockQuery struct {
 // limit even when every character is escaped.
 const maxQuery = 1024
 
-// parseLockQuery reads the locks list parameters. class is parsed by the
-// caller: the API and the page treat an empty class differently.
-func parseLockQuery(q url.Values) (lockQuery, error) {
+// parseLockQuery reads the parameters of the locks list l (the page's or
+// the API's), kinds being the source kinds there are.
+func parseLockQuery(q url.Values, l listing, kinds []audit.SourceKind) (lockQuery, error) {
 	var lq lockQuery
 	// from and to select by last change, in the store like every filter.
-	w, err := parseTimeFilter(q)
+	w, err := parseTimeFilter(q, l)
 	if err != nil {
 		return lq, err
 	}
@@ -173,7 +183,10 @@ func parseLockQuery(q url.Values) (lockQuery, error) {
 	if lq.Verdict, err = parseVerdict(q); err != nil {
 		return lq, err
 	}
-	return lq, nil
+	if lq.Class, err = l.classOf(q); err != nil {
+		return lq, err
+	}
+	return lq, parseLockPage(q, &lq, kinds)
 }
 
 // parseLockPage reads the locks list's additions to the filter: kind,
@@ -214,11 +227,11 @@ func parseLockPage(q url.Values, lq *lockQuery, kinds []audit.SourceKind) error 
 	return nil
 }
 
-// parseEventFilter reads a lock's event list parameters.
-func parseEventFilter(q url.Values) (audit.EventFilter, error) {
+// parseEventFilter reads the parameters of a lock's event list l.
+func parseEventFilter(q url.Values, l listing) (audit.EventFilter, error) {
 	var f audit.EventFilter
 	var err error
-	if f.TimeFilter, err = parseTimeFilter(q); err != nil {
+	if f.TimeFilter, err = parseTimeFilter(q, l); err != nil {
 		return f, err
 	}
 	if k := audit.EventKind(q.Get("kind")); k != "" {
@@ -235,11 +248,11 @@ func parseEventFilter(q url.Values) (audit.EventFilter, error) {
 
 // parseFindingsQuery reads the findings list parameters. Without class,
 // only findings of class lock match, unless a lock is named.
-func parseFindingsQuery(q url.Values) (query.FindingsQuery, error) {
+func parseFindingsQuery(q url.Values, l listing) (query.FindingsQuery, error) {
 	var fq query.FindingsQuery
 	f := &fq.Filter
 	var err error
-	if f.TimeFilter, err = parseTimeFilter(q); err != nil {
+	if f.TimeFilter, err = parseTimeFilter(q, l); err != nil {
 		return fq, err
 	}
 	if k := audit.FindingKind(q.Get("kind")); k != "" {
@@ -259,9 +272,10 @@ func parseFindingsQuery(q url.Values) (query.FindingsQuery, error) {
 	if f.Before, err = parseCursor(q, "before"); err != nil {
 		return fq, err
 	}
-	if f.Class, err = parseClass(q, audit.ClassLock); err != nil {
+	if f.Class, err = l.classOf(q); err != nil {
 		return fq, err
 	}
+	fq.Limit = f.Limit
 	fq.ClassGiven = q.Get("class") != ""
 	if v := q.Get("lock"); v != "" {
 		// A lock id, or (an addition to the API) SOURCE/NAME.
