@@ -121,6 +121,7 @@ func main() {
 		os.Exit(2)
 	}
 	fs.StringVar(&serveCPUProfile, "cpuprofile", "", "have leasewatch write a CPU profile of its whole run to this file (leasewatch serve --cpuprofile; the binary must have the flag)")
+	fs.StringVar(&serveMemProfile, "memprofile", "", "have leasewatch write a heap profile to this file when the load stops it (leasewatch serve --memprofile)")
 	_ = fs.Parse(os.Args[2:])
 
 	if err := scenario.run(ctx, os.Stdout, os.Stderr); err != nil {

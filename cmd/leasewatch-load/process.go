@@ -38,6 +38,10 @@ type leasewatchProc struct {
 // command line, before any process starts.
 var serveCPUProfile string
 
+// serveMemProfile, when set, is where every leasewatch process the load
+// starts writes a heap profile when it is stopped (serve --memprofile).
+var serveMemProfile string
+
 // startLeasewatch runs `leasewatch serve` on a free loopback port with its
 // database in dir and the given sources section, building the binary first
 // when bin is empty.
@@ -64,6 +68,9 @@ func startLeasewatch(ctx context.Context, bin, dir, database, sources string, lo
 	args := []string{"serve", "--config", path}
 	if serveCPUProfile != "" {
 		args = append(args, "--cpuprofile", serveCPUProfile)
+	}
+	if serveMemProfile != "" {
+		args = append(args, "--memprofile", serveMemProfile)
 	}
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout, p.cmd.Stderr = log, log

@@ -1,7 +1,7 @@
 // Command leasewatch records distributed-lock lease history and fencing
 // outcomes, and serves the dashboard and API.
 //
-//	leasewatch serve [--config leasewatch.yaml] [--cpuprofile FILE]
+//	leasewatch serve [--config leasewatch.yaml] [--cpuprofile FILE] [--memprofile FILE]
 //	leasewatch demo [--listen 127.0.0.1:8080]
 //	leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
 //	leasewatch copy --from DATABASE (--to DATABASE | --config FILE)
@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"runtime"
 	"runtime/debug"
 	"runtime/pprof"
 	"syscall"
@@ -38,7 +39,8 @@ const usage = `leasewatch: an audit service and dashboard for distributed-lock l
 
 Usage:
   leasewatch serve [--config leasewatch.yaml]   run collectors, store and dashboard
-                   [--cpuprofile FILE]          (and write a CPU profile there until it stops)
+                   [--cpuprofile FILE]          (and write a CPU profile there until it stops,
+                   [--memprofile FILE]          a heap profile there when told to stop)
   leasewatch demo [--listen 127.0.0.1:8080]     run against an in-process etcd with a demo workload
   leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
                     [--config leasewatch.yaml | --database FILE|URL]
@@ -118,6 +120,7 @@ func cmdServe(ctx context.Context, args []string, logger *slog.Logger, stderr io
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	path := fs.String("config", "leasewatch.yaml", "configuration file")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the whole run to this file (for go tool pprof)")
+	memProfile := fs.String("memprofile", "", "when told to stop, write a heap profile to this file before shutting down (for go tool pprof)")
 	if err := parseFlags(fs, args, stderr); err != nil {
 		return err
 	}
@@ -127,6 +130,13 @@ func cmdServe(ctx context.Context, args []string, logger *slog.Logger, stderr io
 			return err
 		}
 		defer stopProfile()
+	}
+	if *memProfile != "" {
+		written, err := heapProfileAtStop(ctx, *memProfile)
+		if err != nil {
+			return err
+		}
+		defer written()
 	}
 	cfg, err := config.Load(*path)
 	if err != nil {
@@ -158,6 +168,30 @@ func startCPUProfile(path string) (stop func(), err error) {
 	return func() {
 		pprof.StopCPUProfile()
 		f.Close()
+	}, nil
+}
+
+// heapProfileAtStop writes a heap profile into path once ctx ends, after a
+// collection and before the service has let go of its state: what the
+// process held while it ran. wait blocks until the profile is written.
+func heapProfileAtStop(ctx context.Context, path string) (wait func(), err error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, usageError{fmt.Errorf("memprofile: %w", err)}
+	}
+	done := make(chan struct{})
+	write := func() {
+		defer close(done)
+		defer f.Close()
+		runtime.GC()
+		_ = pprof.WriteHeapProfile(f)
+	}
+	stop := context.AfterFunc(ctx, write)
+	return func() {
+		if stop() { // ctx never ended: write it now
+			write()
+		}
+		<-done
 	}, nil
 }
 

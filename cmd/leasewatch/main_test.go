@@ -37,6 +37,7 @@ func TestCommandLine(t *testing.T) {
 		{"ServeBadConfigNamesTheField", []string{"serve", "--config", bad}, 1, "", "sources[0].endpoints"},
 		{"ServeUnknownFlag", []string{"serve", "--confg", "x"}, 2, "", "flag provided but not defined"},
 		{"ServeCPUProfileUnwritable", []string{"serve", "--cpuprofile", filepath.Join(t.TempDir(), "no", "cpu.pprof")}, 2, "", "cpuprofile: open"},
+		{"ServeMemProfileUnwritable", []string{"serve", "--memprofile", filepath.Join(t.TempDir(), "no", "heap.pprof")}, 2, "", "memprofile: open"},
 		{"CheckConfigNamesTheField", []string{"check", "config", bad}, 1, "", "sources[0].endpoints"},
 		{"CheckConfigReadsTheSecrets", []string{"check", "config", good}, 1, "", "ingest_tokens_file"},
 		{"CheckConfigSyntaxOnly", []string{"check", "config", "--syntax-only", good}, 0, good + ": OK, 1 source(s), database ", ""},
@@ -71,6 +72,27 @@ func TestServeWritesCPUProfile(t *testing.T) {
 	}
 	if fi, err := os.Stat(profile); err != nil || fi.Size() == 0 {
 		t.Fatalf("profile %s: %v (size %d), want a written profile", profile, err, sizeOf(fi))
+	}
+}
+
+// TestServeWritesHeapProfile checks that serve --memprofile writes a heap
+// profile (gzipped, as pprof writes them) when it is told to stop, and when
+// it ends on its own.
+func TestServeWritesHeapProfile(t *testing.T) {
+	stopped, cancel := context.WithCancel(context.Background())
+	cancel()
+	for name, ctx := range map[string]context.Context{"Stopped": stopped, "Ended": context.Background()} {
+		t.Run(name, func(t *testing.T) {
+			profile := filepath.Join(t.TempDir(), "heap.pprof")
+			var stdout, stderr bytes.Buffer
+			if code := run(ctx, []string{"serve", "--memprofile", profile, "--config", filepath.Join(t.TempDir(), "none.yaml")}, &stdout, &stderr); code != 1 {
+				t.Fatalf("exit code = %d, want 1; stderr: %s", code, stderr.String())
+			}
+			b, err := os.ReadFile(profile)
+			if err != nil || len(b) < 2 || b[0] != 0x1f || b[1] != 0x8b {
+				t.Fatalf("profile %s: %v (%d bytes), want a gzipped profile", profile, err, len(b))
+			}
+		})
 	}
 }
 
