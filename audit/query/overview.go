@@ -59,8 +59,35 @@ type HeldLock struct {
 	Findings []audit.Finding
 }
 
-// Overview reads the overview at now.
+// Overview reads the overview at now. The requests that ask while one
+// reading is under way share it rather than each start their own: during an
+// incident many people have the overview open, each refreshing it, and each
+// reading counts the day's findings again, so under that load readings
+// would otherwise pile up behind one another. A request that joins gets the
+// reading that began most recently before it came, at most one reading's
+// time older than its own, and its Now is that reading's. The Overview may
+// be another request's too: read it, do not change it.
 func (r *Reader) Overview(ctx context.Context, now time.Time) (Overview, error) {
+	// The reading outlives the request that started it, so that the others
+	// waiting for it are not failed by one leaving.
+	read := r.overviews.DoChan("", func() (any, error) {
+		return r.readOverview(context.WithoutCancel(ctx), now)
+	})
+	r.overviewWaiting.Add(1)
+	defer r.overviewWaiting.Add(-1)
+	select {
+	case res := <-read:
+		if res.Err != nil {
+			return Overview{}, res.Err
+		}
+		return res.Val.(Overview), nil
+	case <-ctx.Done():
+		return Overview{}, ctx.Err()
+	}
+}
+
+// readOverview reads the overview at now, for Overview.
+func (r *Reader) readOverview(ctx context.Context, now time.Time) (Overview, error) {
 	counts, err := r.store.LockCounts(ctx)
 	if err != nil {
 		return Overview{}, err

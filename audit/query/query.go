@@ -16,7 +16,10 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/verdict"
@@ -52,6 +55,10 @@ type Reader struct {
 	purposes verdict.Purposes
 	logger   *slog.Logger
 	verdicts *verdictCache // the lock page's
+	// overviews shares an overview's reading among the requests that ask
+	// while it is under way; overviewWaiting counts those waiting for one.
+	overviews       singleflight.Group
+	overviewWaiting atomic.Int64
 }
 
 // New returns a Reader of cfg.
