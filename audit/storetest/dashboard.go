@@ -222,9 +222,9 @@ func testEventTimes(t *testing.T, h Harness) {
 	}
 	Equal(t, "grant times", got, []time.Time{At(3), At(6), At(9)})
 
-	// Renewal times are the timeline less the other kinds: a write report
-	// and a renewal at the same instant leave that renewal, and the newest
-	// renewals fill the limit past a run of other events.
+	// Renewal times among the other kinds: a write report and a renewal at
+	// the same instant leave that renewal, and the newest renewals fill the
+	// limit past a run of other events.
 	Apply(t, s, audit.Batch{Events: []audit.Event{
 		{Lock: key, Kind: audit.EventWriteAccepted, At: At(8)},
 		{Lock: key, Kind: audit.EventRelease, At: At(10)},

@@ -74,9 +74,10 @@ const TenureColumns = `t.lock_id, t.seq, t.holder, t.token, t.granted_at, t.obse
 // finding's id, lock id and lock key, from findings aliased f.
 const findingFields = `f.kind, f.severity, f.at, f.until, f.summary, f.tokens, f.holders, f.resource`
 
-// The indexes of a lock's events: its timeline, and the partial index of
-// every kind but renewals, whose condition (NotRenewal) a query must repeat
-// for the planner to use it.
+// The indexes of a lock's events: its timeline (which on SQLite carries
+// each event's kind, so that a kind among others is told apart without
+// reading rows), and the partial index of every kind but renewals, whose
+// condition (NotRenewal) a query must repeat for the planner to use it.
 const (
 	TimelineIndex = "events_lock_at"
 	RareKindIndex = "events_lock_kind_at"
