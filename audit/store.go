@@ -36,6 +36,18 @@ type Store interface {
 	TenuresByHolder(ctx context.Context, f HolderFilter) ([]Tenure, error)
 	// Findings returns the findings that match f, in time order.
 	Findings(ctx context.Context, f FindingFilter) ([]Finding, error)
+	// FindingsByResource counts the lock's findings of one kind that start
+	// within f's window, per resource, ordered by resource. f.Limit is not
+	// used. It reads one index range and no finding: the way to count a
+	// day of a busy lock's stale writes. Returns ENOTFOUND if the lock does
+	// not exist.
+	FindingsByResource(ctx context.Context, lockID int64, kind FindingKind, f TimeFilter) ([]ResourceFindings, error)
+	// WriteMarks returns the lock's findings about one write (stale_write
+	// and unfenced_write) that start within f's window, with only what
+	// names that write, in time order; if more than f.Limit match, the
+	// newest f.Limit. It reads an index range of each kind and no finding.
+	// Returns ENOTFOUND if the lock does not exist.
+	WriteMarks(ctx context.Context, lockID int64, f TimeFilter) ([]WriteMark, error)
 	// LastEventAt returns, per source name, the time of its newest event.
 	LastEventAt(ctx context.Context) (map[string]time.Time, error)
 
@@ -86,6 +98,36 @@ type LockVerdict struct {
 	LockID   int64
 	Verdict  string
 	JudgedAt time.Time
+}
+
+// ResourceFindings counts one resource's findings of a kind in a window.
+type ResourceFindings struct {
+	Resource string
+	N        int
+	First    time.Time // the earliest finding's start
+}
+
+// WriteMark names the write a stale_write or unfenced_write finding is
+// about: its resource, time and token (the finding's first).
+type WriteMark struct {
+	ID       int64 // the finding's
+	Kind     FindingKind
+	At       time.Time
+	Resource string
+	Token    *int64
+}
+
+// WriteMarkOf returns what names the write f is about, and false if f is
+// not about one write.
+func WriteMarkOf(f Finding) (WriteMark, bool) {
+	if f.Kind != FindingStaleWrite && f.Kind != FindingUnfencedWrite {
+		return WriteMark{}, false
+	}
+	m := WriteMark{ID: f.ID, Kind: f.Kind, At: f.At, Resource: f.Resource}
+	if len(f.Tokens) > 0 {
+		m.Token = Int64(f.Tokens[0])
+	}
+	return m, true
 }
 
 // ResourceWrites is what one protected resource reported of a lock's writes
@@ -272,10 +314,13 @@ func (c TenureCursor) IsZero() bool { return c.LockID == 0 && c.Seq == 0 && c.Gr
 // every class.
 type FindingFilter struct {
 	TimeFilter
-	LockID   int64
-	Source   string
-	Class    Class // the class of the finding's lock
-	Kind     FindingKind
+	LockID int64
+	Source string
+	Class  Class // the class of the finding's lock
+	Kind   FindingKind
+	// Kinds, when Kind is empty, selects the findings of any of these
+	// kinds. Neither means every kind.
+	Kinds    []FindingKind
 	Severity Severity
 	Resource string
 	// Overlapping selects findings whose [at, until] interval overlaps the

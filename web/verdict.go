@@ -45,6 +45,7 @@ type reasonJSON struct {
 	Decides  bool               `json:"decides"`
 	Text     string             `json:"text"`
 	Findings []int64            `json:"findings"`
+	Count    int                `json:"count"`
 	Resource *string            `json:"resource"`
 }
 
@@ -94,7 +95,7 @@ func toVerdictJSON(v verdict.Verdict) verdictJSON {
 		j.LongestGapAfter = audit.Int64(v.GapAfter.Seq)
 	}
 	for _, r := range v.Reasons {
-		rj := reasonJSON{Code: r.Code, Decides: r.Decides, Text: r.Text, Findings: r.Findings}
+		rj := reasonJSON{Code: r.Code, Decides: r.Decides, Text: r.Text, Findings: r.Findings, Count: r.Count}
 		if rj.Findings == nil {
 			rj.Findings = []int64{}
 		}
@@ -140,11 +141,11 @@ func verdictPanel(l audit.Lock, q url.Values, base string, j query.Judged, scope
 			"from": {v.Window.From.UTC().Format(time.RFC3339Nano)}, "to": {v.Window.To.UTC().Format(time.RFC3339Nano)}},
 			"kind", string(kind), "resource", resource)
 	}
-	for i, r := range v.Reasons {
+	for _, r := range v.Reasons {
 		vr := views.VerdictReason{Text: printable(r.Text), Decides: r.Decides}
-		if kind, ok := reasonFindings[r.Code]; ok && j.Counts[i] > 0 {
-			vr.Href, vr.Label = evidence(kind, r.Resource), fmt.Sprintf("%d findings", j.Counts[i])
-			if j.Counts[i] == 1 {
+		if kind, ok := reasonFindings[r.Code]; ok && r.Count > 0 {
+			vr.Href, vr.Label = evidence(kind, r.Resource), fmt.Sprintf("%d findings", r.Count)
+			if r.Count == 1 {
 				vr.Label = "the finding"
 			}
 		}

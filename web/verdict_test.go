@@ -32,10 +32,13 @@ func TestAPIVerdict(t *testing.T) {
 	if len(reasons) != 2 || reasons[0]["code"] != "all_fenced" || reasons[0]["decides"] != true || reasons[1]["code"] != "stale_stopped" {
 		t.Fatalf("reasons = %v, want all_fenced, then stale_stopped", reasons)
 	}
-	wantKeys(t, "reason", reasons[1], "code", "decides", "text", "findings", "resource")
+	wantKeys(t, "reason", reasons[1], "code", "decides", "text", "findings", "count", "resource")
+	// The API's verdict lists the stale writes' findings, which the pages
+	// only count.
 	if reasons[1]["resource"] != "orders-db" || len(reasons[1]["findings"].([]any)) != 1 {
 		t.Errorf("stale_stopped = %v, want orders-db with its finding", reasons[1])
 	}
+	wantNumber(t, "stale_stopped count", reasons[1]["count"], 1)
 	resources := list(t, v, "resources")
 	if len(resources) != 1 {
 		t.Fatalf("resources = %v, want orders-db alone", resources)

@@ -45,6 +45,8 @@ func (s *Store) engine() sqlread.Engine {
 		// takes any string it holds.
 		HighestToken: `CASE WHEN e.detail IS NOT NULL AND (e.detail::json->>'highest_token') ~ '^-?[0-9]{1,18}$'
 			THEN (e.detail::json->>'highest_token')::bigint END`,
+		// The tokens are the JSON array of integers the store wrote.
+		FirstToken: `(tokens::json->>0)::bigint`,
 		// A hash of at most bins groups; at - from never overflows: both lie
 		// in the window, whose span fits.
 		WriteBins: func(writes string) string {

@@ -258,13 +258,14 @@ func (r *Reader) lockVerdict(ctx context.Context, p *LockPage, q LockPageQuery) 
 	return err
 }
 
-// Verdict judges lock id over w at now, afresh: the API's verdict.
+// Verdict judges lock id over w at now, afresh, each reason listing its
+// findings: the API's verdict.
 func (r *Reader) Verdict(ctx context.Context, id int64, w verdict.Window, now time.Time) (verdict.Verdict, error) {
 	l, err := r.store.Lock(ctx, id)
 	if err != nil {
 		return verdict.Verdict{}, err
 	}
-	return verdict.Load(ctx, r.store, l, w, r.purposes.For(l.Source, l.Name), now)
+	return verdict.LoadListed(ctx, r.store, l, w, r.purposes.For(l.Source, l.Name), now)
 }
 
 // margins returns the renewal margins of the newest HealthMargins renewals

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"golang.org/x/sync/errgroup"
+
 	"github.com/leasewatch/leasewatch/audit"
 )
 
@@ -17,6 +19,7 @@ const (
 	StripSpan     = time.Hour
 	stripTenures  = 200 // the newest in the span; a busier lock draws those
 	StripFindings = 50  // of each severity drawn
+	stripParallel = 4   // held locks whose strips are read at once
 )
 
 // Overview is the dashboard's front page at Now.
@@ -169,19 +172,29 @@ func (r *Reader) heldLocks(ctx context.Context, now time.Time) ([]HeldLock, time
 	}
 	span := audit.TimeFilter{From: now.Add(-StripSpan), To: now}
 	out := make([]HeldLock, len(held))
-	first := now
+	// The strips' reads are independent: a few at a time, so that a
+	// reading waits for the store's connections a few times, not thirty.
+	g, gctx := errgroup.WithContext(ctx)
+	g.SetLimit(stripParallel)
 	for i, l := range held {
-		out[i].Lock = l
-		tf := span
-		tf.Limit = stripTenures
-		if out[i].Tenures, err = r.store.Tenures(ctx, l.ID, tf); err != nil {
-			return nil, time.Time{}, err
-		}
-		if out[i].Findings, err = r.stripFindings(ctx, l.ID, span); err != nil {
-			return nil, time.Time{}, err
-		}
-		if len(out[i].Tenures) > 0 {
-			first = audit.MinTime(first, out[i].Tenures[0].GrantedAt)
+		g.Go(func() (err error) {
+			out[i].Lock = l
+			tf := span
+			tf.Limit = stripTenures
+			if out[i].Tenures, err = r.store.Tenures(gctx, l.ID, tf); err != nil {
+				return err
+			}
+			out[i].Findings, err = r.stripFindings(gctx, l.ID, span)
+			return err
+		})
+	}
+	if err := g.Wait(); err != nil {
+		return nil, time.Time{}, err
+	}
+	first := now
+	for _, h := range out {
+		if len(h.Tenures) > 0 {
+			first = audit.MinTime(first, h.Tenures[0].GrantedAt)
 		}
 	}
 	from := span.From

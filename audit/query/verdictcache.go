@@ -42,20 +42,18 @@ type verdictKey struct {
 }
 
 // Judged is a verdict as the lock page keeps it. Its reasons keep at most
-// the first of their findings' IDs, and Counts says how many each had: all
-// the page shows of them, so that a kept verdict holds a few hundred bytes
-// whatever its findings.
+// the first of their findings' IDs, and their Count: all the page shows of
+// them, so that a kept verdict holds a few hundred bytes whatever its
+// findings.
 type Judged struct {
 	Verdict verdict.Verdict
-	Counts  []int // per reason, its findings
 	At      time.Time
 }
 
 func compact(v verdict.Verdict, at time.Time) Judged {
-	j := Judged{Verdict: v, Counts: make([]int, len(v.Reasons)), At: at}
+	j := Judged{Verdict: v, At: at}
 	j.Verdict.Reasons = slices.Clone(v.Reasons)
 	for i, r := range j.Verdict.Reasons {
-		j.Counts[i] = len(r.Findings)
 		j.Verdict.Reasons[i].Findings = slices.Clip(r.Findings[:min(1, len(r.Findings))])
 	}
 	return j

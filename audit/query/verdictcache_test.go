@@ -18,15 +18,16 @@ func TestVerdictCacheBounded(t *testing.T) {
 	loads := 0
 	load := func(context.Context) (verdict.Verdict, error) {
 		loads++
-		return verdict.Verdict{Kind: verdict.Fenced, Reasons: []verdict.Reason{{Findings: []int64{1, 2, 3}}, {}}}, nil
+		return verdict.Verdict{Kind: verdict.Fenced, Reasons: []verdict.Reason{{Findings: []int64{1, 2, 3}, Count: 3}, {}}}, nil
 	}
 	for i := range maxCachedVerdicts + 10 {
 		j, err := c.get(ctx, verdictKey{lock: int64(i)}, t0, load)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if j.Counts[0] != 3 || len(j.Verdict.Reasons[0].Findings) != 1 || j.Counts[1] != 0 || len(j.Verdict.Reasons[1].Findings) != 0 {
-			t.Fatalf("kept reasons %+v with counts %v, want one ID of 3, then none", j.Verdict.Reasons, j.Counts)
+		rs := j.Verdict.Reasons
+		if rs[0].Count != 3 || len(rs[0].Findings) != 1 || rs[1].Count != 0 || len(rs[1].Findings) != 0 {
+			t.Fatalf("kept reasons %+v, want one ID of 3, then none", rs)
 		}
 	}
 	if n := len(c.entries); n > maxCachedVerdicts {

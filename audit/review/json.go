@@ -45,6 +45,7 @@ type (
 		Decides  bool    `json:"decides"`
 		Text     string  `json:"text"`
 		Findings []int64 `json:"findings"`
+		Count    int     `json:"count"`
 	}
 	jsonHandover struct {
 		At            string         `json:"at"`
@@ -190,7 +191,7 @@ func verdictJSON(v verdict.Verdict) *jsonVerdict {
 		if ids == nil {
 			ids = []int64{}
 		}
-		jv.Reasons = append(jv.Reasons, jsonReason{Code: string(r.Code), Decides: r.Decides, Text: r.Text, Findings: ids})
+		jv.Reasons = append(jv.Reasons, jsonReason{Code: string(r.Code), Decides: r.Decides, Text: r.Text, Findings: ids, Count: r.Count})
 	}
 	return jv
 }

@@ -215,7 +215,7 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 		return LockReport{}, nil, err
 	}
 	paged := audit.TimeFilter{From: span.From, To: span.To, Limit: pageSize}
-	verdicts, findingNotes, err := loadFindings(ctx, st, l, paged, name, &ld)
+	verdicts, findingNotes, err := loadFindings(ctx, st, l, span, name, &ld)
 	if err != nil {
 		return LockReport{}, nil, err
 	}
@@ -332,29 +332,41 @@ func loadHandoverEvents(ctx context.Context, st audit.Store, l audit.Lock, span 
 	return append(evs, blind...), notes, nil
 }
 
-// loadFindings reads the lock's findings in paged's window into
-// ld.Findings: those about writes only say which writes were stale or
-// unfenced (the verdicts it returns); the others are kept.
-func loadFindings(ctx context.Context, st audit.Store, l audit.Lock, paged audit.TimeFilter, name string, ld *LockData) (writeVerdicts, []string, error) {
-	verdicts := make(writeVerdicts)
-	more, err := eachPage(ctx, maxWriteItems,
-		func(before audit.EventCursor) ([]audit.Finding, error) {
-			return st.Findings(ctx, audit.FindingFilter{LockID: l.ID, TimeFilter: paged, Before: before})
-		},
-		func(f audit.Finding) audit.EventCursor { return audit.EventCursor{At: f.At, ID: f.ID} },
-		func(f audit.Finding) {
-			if !verdicts.note(f) && len(ld.Findings) < storeLimit {
-				ld.Findings = append(ld.Findings, f)
-			}
-		})
+// loadFindings reads the lock's findings in span: those about writes only
+// say which writes were stale or unfenced (the verdicts it returns), and
+// are read from the index alone (Store.WriteMarks); the others are kept in
+// ld.Findings.
+func loadFindings(ctx context.Context, st audit.Store, l audit.Lock, span Interval, name string, ld *LockData) (writeVerdicts, []string, error) {
+	var notes []string
+	marks, err := st.WriteMarks(ctx, l.ID, audit.TimeFilter{From: span.From, To: span.To, Limit: maxWriteItems})
 	if err != nil {
 		return nil, nil, err
 	}
-	if more || len(ld.Findings) == storeLimit {
-		return verdicts, []string{fmt.Sprintf("%s: only the newest findings were read; narrow the window", name)}, nil
+	if len(marks) == maxWriteItems {
+		notes = append(notes, fmt.Sprintf("%s: only the newest %d stale and unfenced writes were told apart; narrow the window", name, maxWriteItems))
 	}
-	return verdicts, nil, nil
+	verdicts := make(writeVerdicts, len(marks))
+	for _, m := range marks {
+		verdicts.note(m)
+	}
+	// One read: the store sorts the kinds' findings together, which a
+	// read a page at a time would do for each page.
+	ld.Findings, err = st.Findings(ctx, audit.FindingFilter{LockID: l.ID, Kinds: notAboutAWrite,
+		TimeFilter: audit.TimeFilter{From: span.From, To: span.To, Limit: storeLimit}})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(ld.Findings) == storeLimit {
+		notes = append(notes, fmt.Sprintf("%s: only the newest %d findings were read; narrow the window", name, storeLimit))
+	}
+	return verdicts, notes, nil
 }
+
+// notAboutAWrite are the finding kinds a report keeps: all but those about
+// one write, which only mark that write.
+var notAboutAWrite = slices.DeleteFunc(slices.Clone(audit.FindingKinds), func(k audit.FindingKind) bool {
+	return k == audit.FindingStaleWrite || k == audit.FindingUnfencedWrite
+})
 
 // pageSize is how many write events or findings a report reads at a time.
 const pageSize = 1000

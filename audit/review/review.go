@@ -233,7 +233,9 @@ func Build(w Window, locks []LockData, opts Options) Report {
 	for _, ld := range locks {
 		verdicts := make(writeVerdicts)
 		for _, f := range ld.Findings {
-			verdicts.note(f)
+			if m, ok := audit.WriteMarkOf(f); ok {
+				verdicts.note(m)
+			}
 		}
 		lr, writes := buildLock(w, ld, verdicts, opts)
 		for _, e := range ld.Events {

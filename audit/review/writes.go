@@ -245,22 +245,17 @@ type writeKey struct {
 // unfenced_write findings are about.
 type writeVerdicts map[writeKey]Verdict
 
-// note notes the verdict of the write f is about, and reports whether f is
-// about a write.
-func (m writeVerdicts) note(f audit.Finding) bool {
-	var v Verdict
-	switch f.Kind {
+// note notes the verdict of the write m is about.
+func (v writeVerdicts) note(m audit.WriteMark) {
+	if m.Token == nil {
+		return
+	}
+	switch m.Kind {
 	case audit.FindingStaleWrite:
-		v = VerdictStale
+		v[writeKey{m.Resource, m.At.UnixNano(), *m.Token}] = VerdictStale
 	case audit.FindingUnfencedWrite:
-		v = VerdictUnfenced
-	default:
-		return false
+		v[writeKey{m.Resource, m.At.UnixNano(), *m.Token}] = VerdictUnfenced
 	}
-	if len(f.Tokens) > 0 {
-		m[writeKey{f.Resource, f.At.UnixNano(), f.Tokens[0]}] = v
-	}
-	return true
 }
 
 // add assigns one write. The verdicts the assigner was given must be

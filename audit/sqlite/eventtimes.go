@@ -16,12 +16,21 @@ import (
 // renewals, which that index leaves out, the lock's timeline index, which
 // carries each event's kind (migration 0019).
 func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKind, f audit.TimeFilter) ([]time.Time, error) {
-	tx, end, err := s.Begin(ctx)
+	return eventTimes(ctx, &s.reads, lockID, kind, f)
+}
+
+// EventTimes is Store.EventTimes through the background connection.
+func (b *background) EventTimes(ctx context.Context, lockID int64, kind audit.EventKind, f audit.TimeFilter) ([]time.Time, error) {
+	return eventTimes(ctx, &b.reads, lockID, kind, f)
+}
+
+func eventTimes(ctx context.Context, r *reads, lockID int64, kind audit.EventKind, f audit.TimeFilter) ([]time.Time, error) {
+	tx, end, err := r.Begin(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("event times: %w", storageError(err))
 	}
 	defer end()
-	if _, err := s.LockKey(ctx, tx, lockID); err != nil {
+	if _, err := r.LockKey(ctx, tx, lockID); err != nil {
 		return nil, err
 	}
 	w := dialect.Where()

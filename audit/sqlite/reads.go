@@ -15,15 +15,15 @@ type reads = sqlread.Reader
 // dialect is how this engine writes the conditions the stores share.
 var dialect = rowcodec.Dialect{Like: "LIKE"}
 
-// engine is what the shared reads need of SQLite. It plans without
-// statistics, so the reads name their indexes (INDEXED BY), and a unary +
-// keeps it off an index.
-func (s *Store) engine() sqlread.Engine {
+// engine is what the shared reads need of SQLite, reading through pool.
+// It plans without statistics, so the reads name their indexes (INDEXED
+// BY), and a unary + keeps it off an index.
+func engine(pool *readPool) sqlread.Engine {
 	return sqlread.Engine{
 		Dialect: dialect,
-		Pool:    sqlDB{s.reader},
+		Pool:    sqlDB{pool},
 		Begin: func(ctx context.Context) (sqlread.DB, func(), error) {
-			tx, err := s.reader.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
+			tx, err := pool.BeginTx(ctx, &sql.TxOptions{ReadOnly: true})
 			if err != nil {
 				return nil, nil, err
 			}
@@ -36,6 +36,7 @@ func (s *Store) engine() sqlread.Engine {
 		SummaryColumns: `CASE WHEN rs.renewals IS NULL THEN NULL
 			ELSE json_array(rs.renewals, rs.first_at, rs.last_at, rs.min_margin_permille) END`,
 		HighestToken: `CAST(json_extract(e.detail, '$.highest_token') AS INTEGER)`,
+		FirstToken:   `CAST(json_extract(tokens, '$[0]') AS INTEGER)`,
 		// One index range count per bin, the last one up to its end:
 		// grouping the rows instead would sort them all in memory first.
 		WriteBins: func(writes string) string {

@@ -61,6 +61,8 @@ type Store struct {
 	path   string
 	writer *sql.DB   // one connection, BEGIN IMMEDIATE
 	reader *readPool // query_only pool
+	bgPool *readPool // Background's one connection
+	bg     background
 
 	mu       sync.Mutex              // serializes Apply and guards ids and prepared
 	ids      map[audit.LockKey]int64 // lock key → locks.id, for committed rows only
@@ -116,7 +118,11 @@ func Open(ctx context.Context, path string) (*Store, error) {
 	}
 	keepConns(rdb, readConns)
 	s.reader = newReadPool(rdb)
-	s.reads = reads{Engine: s.engine()}
+	s.reads = reads{Engine: engine(s.reader)}
+	if err := s.openBackground(); err != nil {
+		s.Close()
+		return nil, err
+	}
 	if err := s.reader.PingContext(ctx); err != nil {
 		s.Close()
 		return nil, storageError(fmt.Errorf("open read pool: %w", err))
@@ -267,6 +273,11 @@ func (s *Store) Close() error {
 	if s.reader != nil {
 		if err := s.reader.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("close read pool: %w", err))
+		}
+	}
+	if s.bgPool != nil {
+		if err := s.bgPool.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("close background read pool: %w", err))
 		}
 	}
 	if err := s.ckpt.close(); err != nil {

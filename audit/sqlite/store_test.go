@@ -154,6 +154,52 @@ func TestReadersDoNotWaitForAnOpenWrite(t *testing.T) {
 	}
 }
 
+// The background reads see what the store committed, through their own
+// connection: they neither wait for the read pool nor hold it.
+func TestBackgroundReadsApartFromTheReadPool(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	storetest.Apply(t, s, audit.Batch{Events: []audit.Event{
+		{Lock: key, Kind: audit.EventGrant, At: storetest.At(0), Holder: "a"},
+		{Lock: key, Kind: audit.EventRenew, At: storetest.At(1), Holder: "a"},
+	}})
+	id := storetest.LockByKey(t, s, key).ID
+
+	// Hold every connection of the read pool, as slow pages would.
+	var held []*sql.Conn
+	for range readConns {
+		c, err := s.reader.Conn(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		held = append(held, c)
+	}
+	defer func() {
+		for _, c := range held {
+			c.Close()
+		}
+	}()
+	readCtx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	bg := s.Background()
+	l, err := bg.Lock(readCtx, id)
+	if err != nil {
+		t.Fatalf("Background().Lock with the read pool busy: %v", err)
+	}
+	if l.Key() != key {
+		t.Errorf("Background().Lock = %+v, want %v", l, key)
+	}
+	evs, err := bg.Events(readCtx, id, audit.EventFilter{Kind: audit.EventGrant})
+	if err != nil || len(evs) != 1 || evs[0].Holder != "a" {
+		t.Errorf("Background().Events = %+v, %v; want the grant to a", evs, err)
+	}
+	times, err := bg.EventTimes(readCtx, id, audit.EventRenew, audit.TimeFilter{})
+	if err != nil || len(times) != 1 || !times[0].Equal(storetest.At(1)) {
+		t.Errorf("Background().EventTimes = %v, %v; want the renewal at %v", times, err, storetest.At(1))
+	}
+}
+
 func TestConnectionsCarryPragmas(t *testing.T) {
 	s, _ := openStore(t)
 	ctx := context.Background()
@@ -168,7 +214,7 @@ func TestConnectionsCarryPragmas(t *testing.T) {
 	for _, tc := range []struct {
 		pool string
 		db   *sql.DB
-	}{{"writer", s.writer}, {"reader", s.reader.DB}} {
+	}{{"writer", s.writer}, {"reader", s.reader.DB}, {"background", s.bgPool.DB}} {
 		for name, want := range map[string]int64{"busy_timeout": 10000, "synchronous": 2, "foreign_keys": 1} {
 			if got := pragma(tc.db, name); got != want {
 				t.Errorf("%s: %s = %d, want %d", tc.pool, name, got, want)
@@ -182,6 +228,14 @@ func TestConnectionsCarryPragmas(t *testing.T) {
 	// page caches, memory the process keeps: the map must be SQLite's largest.
 	if got := pragma(s.reader.DB, "mmap_size"); got != readMapSize {
 		t.Errorf("reader: mmap_size = %d, want %d", got, readMapSize)
+	}
+	// Background work reads without the map, so that a sweep of every
+	// lock's history is not counted in the process's memory.
+	if got := pragma(s.bgPool.DB, "mmap_size"); got != 0 {
+		t.Errorf("background: mmap_size = %d, want 0", got)
+	}
+	if got := pragma(s.bgPool.DB, "query_only"); got != 1 {
+		t.Errorf("background: query_only = %d, want 1", got)
 	}
 	if got := pragma(s.writer, "query_only"); got != 0 {
 		t.Errorf("writer: query_only = %d, want 0", got)

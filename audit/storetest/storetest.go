@@ -129,6 +129,8 @@ var contract = []struct {
 	{"WriteCountsMatchesBinningTimes", testWriteCountsMatchesBinningTimes},
 	{"WriteStats", testWriteStats},
 	{"WriteStatsAgreesWithItsWrites", testWriteStatsAgreesWithItsWrites},
+	{"FindingsByResource", testFindingsByResource},
+	{"WriteMarks", testWriteMarks},
 	{"Verdicts", testVerdicts},
 	{"BlindWindowsOnePerSourceInterval", testBlindWindowsOnePerSourceInterval},
 	{"Cursors", testCursors},

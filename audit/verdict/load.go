@@ -17,7 +17,24 @@ import (
 // the lock has more tenures, findings or blind windows in the window than
 // one read returns (audit.MaxListLimit), the verdict is judged from the
 // newest and says so in its Notes.
+//
+// The stale writes that fencing stopped are counted per resource, not
+// read: a busy lock's resources stop hundreds of thousands a day, and all a
+// verdict says of them is how many each resource stopped. Their reasons
+// (ReasonStaleStopped) carry a Count and no finding IDs. LoadListed lists
+// them too.
 func Load(ctx context.Context, st audit.Store, lock audit.Lock, w Window, purpose Purpose, now time.Time) (Verdict, error) {
+	return load(ctx, st, lock, w, purpose, now, false)
+}
+
+// LoadListed is Load with every stale write's finding read, so that the
+// reasons about them name each one (the API's verdict), up to
+// audit.MaxListLimit.
+func LoadListed(ctx context.Context, st audit.Store, lock audit.Lock, w Window, purpose Purpose, now time.Time) (Verdict, error) {
+	return load(ctx, st, lock, w, purpose, now, true)
+}
+
+func load(ctx context.Context, st audit.Store, lock audit.Lock, w Window, purpose Purpose, now time.Time, listStale bool) (Verdict, error) {
 	if w.To.IsZero() {
 		w.To = now
 	}
@@ -28,16 +45,26 @@ func Load(ctx context.Context, st audit.Store, lock audit.Lock, w Window, purpos
 	// The reads are independent: on a database server each is a round
 	// trip, and on SQLite each its own connection, so they overlap.
 	read := audit.TimeFilter{From: w.From, To: w.To, Limit: audit.MaxListLimit}
-	found := make([][]audit.Finding, len(judged))
+	kinds := judged
+	if !listStale {
+		kinds = slices.DeleteFunc(slices.Clone(judged), func(k audit.FindingKind) bool { return k == audit.FindingStaleWrite })
+	}
+	found := make([][]audit.Finding, len(kinds))
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(loadParallel)
 	g.Go(func() (err error) {
 		f.Tenures, err = st.Tenures(gctx, lock.ID, read)
 		return err
 	})
+	if !listStale {
+		g.Go(func() (err error) {
+			f.Stale, err = st.FindingsByResource(gctx, lock.ID, audit.FindingStaleWrite, audit.TimeFilter{From: w.From, To: w.To})
+			return err
+		})
+	}
 	// Only the kinds a verdict counts: a busy lock's late renewals and
 	// expiries are most of its findings.
-	for i, kind := range judged {
+	for i, kind := range kinds {
 		g.Go(func() (err error) {
 			found[i], err = st.Findings(gctx, audit.FindingFilter{TimeFilter: read, LockID: lock.ID, Kind: kind, Overlapping: true})
 			return err
@@ -55,7 +82,7 @@ func Load(ctx context.Context, st audit.Store, lock audit.Lock, w Window, purpos
 		return Verdict{}, fmt.Errorf("verdict of lock %d: %w", lock.ID, err)
 	}
 	notes := capped(nil, len(f.Tenures), "tenures")
-	for i, kind := range judged {
+	for i, kind := range kinds {
 		notes = capped(notes, len(found[i]), string(kind)+" findings")
 	}
 	notes = capped(notes, len(f.Blind), "blind windows")
@@ -106,6 +133,9 @@ func firstRecorded(f Facts, to time.Time) time.Time {
 	}
 	if len(f.Findings) > 0 {
 		first = audit.MinTime(first, f.Findings[0].At)
+	}
+	for _, c := range f.Stale {
+		first = audit.MinTime(first, c.First)
 	}
 	return first
 }

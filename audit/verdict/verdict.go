@@ -75,6 +75,9 @@ type Facts struct {
 	Tenures []audit.Tenure
 	// Findings of the lock overlap the window, in time order.
 	Findings []audit.Finding
+	// Stale counts the lock's stale_write findings in the window per
+	// resource, when Findings leaves them out (Load; LoadListed lists them).
+	Stale []audit.ResourceFindings
 	// Writes are the resources' totals within the window.
 	Writes []audit.ResourceWrites
 	// Blind are the blind windows of the lock's source that overlap the
@@ -185,6 +188,9 @@ type Reason struct {
 	Text    string
 	// Findings are the IDs of the findings behind it, in time order.
 	Findings []int64
+	// Count is how many findings are behind it: len(Findings), or more
+	// where they were counted and not listed (Facts.Stale).
+	Count int
 	// Resource, when set, is the resource it is about: its writes are the
 	// evidence.
 	Resource string
@@ -221,6 +227,9 @@ func Judge(f Facts) Verdict {
 		}
 		v.Reasons = append([]Reason{{Code: ReasonAllFenced, Decides: true,
 			Text: fmt.Sprintf("every reported write (%d) carried the newest token or was rejected, with no overlap and no token regression", n)}}, qualifying...)
+	}
+	for i := range v.Reasons {
+		v.Reasons[i].Count = max(v.Reasons[i].Count, len(v.Reasons[i].Findings))
 	}
 	return v
 }
@@ -266,6 +275,9 @@ func (v *Verdict) resources(f Facts) {
 	for _, w := range f.Writes {
 		r := get(w.Resource)
 		r.Accepted, r.Rejected, r.Untokened, r.LastReport = w.Accepted, w.Rejected, w.Untokened, w.LastAt
+	}
+	for _, c := range f.Stale {
+		get(c.Resource).Stale += c.N
 	}
 	for _, fd := range f.Findings {
 		switch fd.Kind {
@@ -436,9 +448,9 @@ func (v *Verdict) qualifyingReasons(f Facts) []Reason {
 	}
 	stale := byResource(f.Findings, audit.FindingStaleWrite)
 	for _, r := range v.Resources {
-		if ids := stale[r.Resource]; len(ids) > 0 {
-			out = append(out, Reason{Code: ReasonStaleStopped, Resource: r.Resource, Findings: ids,
-				Text: fmt.Sprintf("%s rejected %s from an ended or superseded tenure: fencing stopped them", r.Resource, writes(len(ids)))})
+		if r.Stale > 0 {
+			out = append(out, Reason{Code: ReasonStaleStopped, Resource: r.Resource, Findings: stale[r.Resource], Count: r.Stale,
+				Text: fmt.Sprintf("%s rejected %s from an ended or superseded tenure: fencing stopped them", r.Resource, writes(r.Stale))})
 		}
 	}
 	return out

@@ -2,6 +2,7 @@ package verdict_test
 
 import (
 	"context"
+	"maps"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -71,6 +72,12 @@ func (s *story) write(resource string, token int64, outcome audit.WriteOutcome, 
 // start to an hour later.
 func (s *story) judge(purpose verdict.Purpose) verdict.Verdict {
 	s.t.Helper()
+	return s.judgeWith(verdict.Load, verdict.Window{From: t0, To: at(time.Hour)}, purpose)
+}
+
+// judgeWith stores the story and judges the lock over w with load.
+func (s *story) judgeWith(load func(context.Context, audit.Store, audit.Lock, verdict.Window, verdict.Purpose, time.Time) (verdict.Verdict, error), w verdict.Window, purpose verdict.Purpose) verdict.Verdict {
+	s.t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(s.t.TempDir(), "leasewatch.db"))
 	if err != nil {
@@ -84,11 +91,51 @@ func (s *story) judge(purpose verdict.Purpose) verdict.Verdict {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	v, err := verdict.Load(ctx, st, lock, verdict.Window{From: t0, To: at(time.Hour)}, purpose, at(time.Hour))
+	v, err := load(ctx, st, lock, w, purpose, at(time.Hour))
 	if err != nil {
 		s.t.Fatal(err)
 	}
 	return v
+}
+
+// Load counts the stale writes that fencing stopped per resource instead of
+// reading them; LoadListed reads them. Both judge the same: the same kind,
+// reasons, counts and figures, over the same whole history. Only the IDs
+// differ.
+func TestLoadCountsTheStaleWritesLoadListedLists(t *testing.T) {
+	s := newStory(t)
+	fencedHandover(s)
+	s.write("db", 1, audit.WriteRejected, 6*time.Second)
+	s.write("cache", 1, audit.WriteRejected, 7*time.Second)
+	whole := verdict.Window{To: at(time.Hour)}
+	counted, listed := s.judgeWith(verdict.Load, whole, ""), s.judgeWith(verdict.LoadListed, whole, "")
+
+	if !counted.Window.From.Equal(t0) || !listed.Window.From.Equal(t0) {
+		t.Errorf("whole history from %v (counted) and %v (listed), want the first grant's %v", counted.Window.From, listed.Window.From, t0)
+	}
+	if counted.Kind != listed.Kind || !slices.Equal(codes(counted, true), codes(listed, true)) || !slices.Equal(codes(counted, false), codes(listed, false)) {
+		t.Fatalf("counted %s %+v, listed %s %+v: want the same verdict", counted.Kind, counted.Reasons, listed.Kind, listed.Reasons)
+	}
+	if !slices.Equal(counted.Resources, listed.Resources) {
+		t.Errorf("resources counted %+v, listed %+v", counted.Resources, listed.Resources)
+	}
+	stale := map[string]int{}
+	for i, r := range counted.Reasons {
+		l := listed.Reasons[i]
+		if r.Code != verdict.ReasonStaleStopped {
+			if r.Count != l.Count || !slices.Equal(r.Findings, l.Findings) {
+				t.Errorf("%s: counted %d %v, listed %d %v", r.Code, r.Count, r.Findings, l.Count, l.Findings)
+			}
+			continue
+		}
+		stale[r.Resource] = r.Count
+		if len(r.Findings) != 0 || len(l.Findings) != l.Count || r.Count != l.Count || r.Text != l.Text {
+			t.Errorf("stale_stopped of %s: counted %d with IDs %v, listed %d with IDs %v; want the count, and the IDs listed only", r.Resource, r.Count, r.Findings, l.Count, l.Findings)
+		}
+	}
+	if want := map[string]int{"cache": 1, "db": 2}; !maps.Equal(stale, want) {
+		t.Errorf("stale writes stopped %v, want %v", stale, want)
+	}
 }
 
 func codes(v verdict.Verdict, decides bool) []verdict.ReasonCode {

@@ -64,7 +64,7 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	if cfg.Replication.Enabled() {
 		svc.alerts.ownSourcesOnly(logger.With("component", "alerting"))
 	}
-	svc.verdicts = &verdict.Keeper{Store: store, Put: store.PutVerdicts, Purposes: cfg.VerdictPurposes(), Now: time.Now,
+	svc.verdicts = &verdict.Keeper{Store: backgroundReads(store), Put: store.PutVerdicts, Purposes: cfg.VerdictPurposes(), Now: time.Now,
 		Log: logger.With("component", "verdicts")}
 	opts := []audit.RecorderOption{audit.WithCommitHook(func(c audit.Commit) {
 		rm.observe(c)

@@ -82,6 +82,16 @@ func openDatabase(ctx context.Context, cfg *config.Config, mode openMode, logger
 	}
 }
 
+// backgroundReads returns st's reads for work done in the background (the
+// verdict keeper), where the store keeps them apart from the dashboard's
+// (audit/sqlite's Background), else st.
+func backgroundReads(st audit.Database) audit.Store {
+	if b, ok := st.(interface{ Background() audit.Store }); ok {
+		return b.Background()
+	}
+	return st
+}
+
 // postgresOptions are the store options for cfg's database keys: the
 // password outside the URL and database_tls, both read for each connection.
 func postgresOptions(cfg *config.Config, logger *slog.Logger) (postgres.Options, error) {

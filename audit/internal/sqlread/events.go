@@ -172,8 +172,15 @@ func (r *Reader) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.F
 	case f.Source != "":
 		w.Add("l.source = ?", f.Source)
 	}
-	if f.Kind != "" {
+	switch {
+	case f.Kind != "":
 		w.Add("f.kind = ?", string(f.Kind))
+	case len(f.Kinds) > 0:
+		args := make([]any, len(f.Kinds))
+		for i, k := range f.Kinds {
+			args[i] = string(k)
+		}
+		w.Add("f.kind IN (?"+strings.Repeat(", ?", len(args)-1)+")", args...)
 	}
 	if f.Severity != "" {
 		w.Add("f.severity = ?", string(f.Severity))
@@ -218,8 +225,8 @@ func lockFindingIndex(f audit.FindingFilter) string {
 		return "" // its conditions pick their own ranges
 	case f.Severity != "":
 		return "findings_lock_severity_at"
-	case f.Kind != "":
-		return "findings_lock_kind_at"
+	case f.Kind != "" || len(f.Kinds) > 0:
+		return LockKindIndex
 	}
 	return ""
 }

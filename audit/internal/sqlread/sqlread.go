@@ -67,6 +67,9 @@ type Engine struct {
 	// HighestToken reads the highest_token of a write's detail (events
 	// aliased e) as an integer, NULL when it has none.
 	HighestToken string
+	// FirstToken reads the first of a finding's tokens (findings, not
+	// aliased) as an integer, NULL when it has none.
+	FirstToken string
 	// Timeline is the relation that holds every event, with the events
 	// table's columns: "" for that table itself, or an engine's view over
 	// it and the tables that hold some kinds apart (PostgreSQL's renewals).
