@@ -56,6 +56,10 @@ var FindingKinds = []FindingKind{
 	FindingZombieHolder,
 }
 
+// WriteFindingKinds are the kinds of findings about one write report: they
+// name the write (WriteMarkOf) and say what became of it.
+var WriteFindingKinds = []FindingKind{FindingStaleWrite, FindingUnfencedWrite}
+
 // Severity ranks findings (contract).
 type Severity string
 

@@ -120,7 +120,7 @@ type WriteMark struct {
 // WriteMarkOf returns what names the write f is about, and false if f is
 // not about one write.
 func WriteMarkOf(f Finding) (WriteMark, bool) {
-	if f.Kind != FindingStaleWrite && f.Kind != FindingUnfencedWrite {
+	if !slices.Contains(WriteFindingKinds, f.Kind) {
 		return WriteMark{}, false
 	}
 	m := WriteMark{ID: f.ID, Kind: f.Kind, At: f.At, Resource: f.Resource}

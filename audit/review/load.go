@@ -365,7 +365,7 @@ func loadFindings(ctx context.Context, st audit.Store, l audit.Lock, span Interv
 // notAboutAWrite are the finding kinds a report keeps: all but those about
 // one write, which only mark that write.
 var notAboutAWrite = slices.DeleteFunc(slices.Clone(audit.FindingKinds), func(k audit.FindingKind) bool {
-	return k == audit.FindingStaleWrite || k == audit.FindingUnfencedWrite
+	return slices.Contains(audit.WriteFindingKinds, k)
 })
 
 // pageSize is how many write events or findings a report reads at a time.

@@ -247,14 +247,12 @@ type writeVerdicts map[writeKey]Verdict
 
 // note notes the verdict of the write m is about.
 func (v writeVerdicts) note(m audit.WriteMark) {
-	if m.Token == nil {
-		return
+	verdict := VerdictStale
+	if m.Kind == audit.FindingUnfencedWrite {
+		verdict = VerdictUnfenced
 	}
-	switch m.Kind {
-	case audit.FindingStaleWrite:
-		v[writeKey{m.Resource, m.At.UnixNano(), *m.Token}] = VerdictStale
-	case audit.FindingUnfencedWrite:
-		v[writeKey{m.Resource, m.At.UnixNano(), *m.Token}] = VerdictUnfenced
+	if m.Token != nil {
+		v[writeKey{m.Resource, m.At.UnixNano(), *m.Token}] = verdict
 	}
 }
 

@@ -41,11 +41,7 @@ func lockEvents[T any](ctx context.Context, r *Reader, columns, from string, loc
 	w := r.Dialect.Where()
 	w.Add("e.lock_id = ?", lockID)
 	if kinds, rare := Kinds(f); len(kinds) > 0 {
-		args := make([]any, len(kinds))
-		for i, k := range kinds {
-			args[i] = string(k)
-		}
-		w.Add("e.kind IN (?"+strings.Repeat(", ?", len(kinds)-1)+")", args...)
+		kindIn(&w, "e.kind", kinds)
 		if rare {
 			w.Add(NotRenewal("e.kind"))
 		}
@@ -176,11 +172,7 @@ func (r *Reader) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.F
 	case f.Kind != "":
 		w.Add("f.kind = ?", string(f.Kind))
 	case len(f.Kinds) > 0:
-		args := make([]any, len(f.Kinds))
-		for i, k := range f.Kinds {
-			args[i] = string(k)
-		}
-		w.Add("f.kind IN (?"+strings.Repeat(", ?", len(args)-1)+")", args...)
+		kindIn(&w, "f.kind", f.Kinds)
 	}
 	if f.Severity != "" {
 		w.Add("f.severity = ?", string(f.Severity))
@@ -212,6 +204,15 @@ func (r *Reader) Findings(ctx context.Context, f audit.FindingFilter) ([]audit.F
 	}
 	slices.Reverse(findings)
 	return findings, nil
+}
+
+// kindIn adds the condition that col is one of kinds (at least one).
+func kindIn[K ~string](w *rowcodec.Where, col string, kinds []K) {
+	args := make([]any, len(kinds))
+	for i, k := range kinds {
+		args[i] = string(k)
+	}
+	w.Add(col+" IN (?"+strings.Repeat(", ?", len(kinds)-1)+")", args...)
 }
 
 // lockFindingIndex names the index for one lock's findings of a severity

@@ -34,9 +34,6 @@ func (r *Reader) FindingsByResource(ctx context.Context, lockID int64, kind audi
 	}, `SELECT resource, count(*), min(at) FROM findings`+r.hint(LockKindIndex)+w.String()+` GROUP BY resource ORDER BY resource`, w.Args...)
 }
 
-// writeFindings are the kinds of findings about one write.
-var writeFindings = []audit.FindingKind{audit.FindingStaleWrite, audit.FindingUnfencedWrite}
-
 // WriteMarks reads the stale and unfenced writes' findings in f's window
 // from the index alone: the newest f.Limit of each kind, of which it keeps
 // the newest f.Limit.
@@ -48,7 +45,7 @@ func (r *Reader) WriteMarks(ctx context.Context, lockID int64, f audit.TimeFilte
 	var marks []audit.WriteMark
 	// One range per kind, each in index order: a range of both kinds
 	// would be sorted whole before the limit cut it.
-	for _, kind := range writeFindings {
+	for _, kind := range audit.WriteFindingKinds {
 		w := r.Dialect.Where()
 		w.Add("lock_id = ?", lockID)
 		w.Add("kind = ?", string(kind))
