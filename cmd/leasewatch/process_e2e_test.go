@@ -38,7 +38,8 @@ type serveProcess struct {
 }
 
 // startServeProcess starts `leasewatch serve --config configPath`. The test's
-// cleanup kills it if it still runs.
+// cleanup kills it if it still runs and, when the test failed, logs the end
+// of what it wrote to stderr: the process's side of the failure.
 func startServeProcess(t *testing.T, configPath string) *serveProcess {
 	t.Helper()
 	p := &serveProcess{stderr: &syncBuffer{}, done: make(chan struct{})}
@@ -52,8 +53,28 @@ func startServeProcess(t *testing.T, configPath string) *serveProcess {
 		p.err = p.cmd.Wait()
 		close(p.done)
 	}()
-	t.Cleanup(p.kill)
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			t.Logf("leasewatch serve --config %s (pid %d) wrote:\n%s", configPath, p.cmd.Process.Pid, tail(p.stderr.String(), failedLogTail))
+		}
+	})
 	return p
+}
+
+// failedLogTail is how much of a process's log a failed test shows.
+const failedLogTail = 16 << 10
+
+// tail returns the last n bytes of s, from the start of a line.
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	s = s[len(s)-n:]
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	return "…\n" + s
 }
 
 var listeningURL = regexp.MustCompile(`msg="leasewatch listening" url=(http://\S+)`)
