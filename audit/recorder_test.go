@@ -2,7 +2,10 @@ package audit_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
+	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -66,5 +69,85 @@ func TestRecorderAfterCloseAnswersUnavailable(t *testing.T) {
 	}
 	if rec.Ready(context.Background()) == nil {
 		t.Fatal("Ready after Close = nil, want an error")
+	}
+}
+
+// Under concurrent requests the recorder commits at most once a commit
+// interval, gathering what arrives meanwhile into one commit: every commit
+// starts the read connections' caches over. A lone sender is not held up.
+func TestRecorderPacesCommitsOfConcurrentRequests(t *testing.T) {
+	st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
+	ctx := context.Background()
+	write := func(i int) []audit.WriteReport {
+		return []audit.WriteReport{{Source: "src", Lock: "orders", Resource: fmt.Sprintf("db-%d", i), Outcome: audit.WriteAccepted, At: at(time.Duration(i) * time.Millisecond)}}
+	}
+	hold := make(chan struct{})
+	var armed, held atomic.Bool
+	commits := make(chan int, 100) // the writes of each commit that has some
+	rec := storetest.StartRecorder(t, st, audit.WithCommitInterval(2*time.Second), audit.WithCommitHook(func(c audit.Commit) {
+		if c.Writes > 0 {
+			commits <- c.Writes
+		}
+		if armed.Load() && held.CompareAndSwap(false, true) {
+			<-hold // one commit holds the recording goroutine up
+		}
+	}))
+	release := sync.OnceFunc(func() { close(hold) })
+	defer release()
+
+	// A lone sender's writes, one after another, are each committed at
+	// once, well within the interval.
+	for i := range 2 {
+		short, cancel := context.WithTimeout(ctx, time.Second)
+		err := rec.ReportWrites(short, write(i))
+		cancel()
+		if err != nil {
+			t.Fatalf("a lone sender's write %d: %v", i, err)
+		}
+	}
+	// Two senders queue behind a held commit and are committed together.
+	armed.Store(true)
+	errs := make(chan error, 13)
+	send := func(i int) { errs <- rec.ReportWrites(ctx, write(i)) }
+	go send(2)
+	for deadline := time.Now().Add(5 * time.Second); !held.Load(); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the held commit did not happen")
+		}
+	}
+	go send(3)
+	go send(4)
+	for deadline := time.Now().Add(5 * time.Second); rec.Queued() < 2; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d requests queued behind the held commit, want 2", rec.Queued())
+		}
+	}
+	release()
+	next := func() int {
+		select {
+		case n := <-commits:
+			return n
+		case <-time.After(10 * time.Second):
+			t.Fatal("no commit in 10s")
+			return 0
+		}
+	}
+	got := []int{next(), next(), next(), next()}
+	// Ten senders, one every 50 ms, all within the interval from the two's
+	// commit: one commit. Unpaced, each would have one of its own.
+	tick := time.NewTicker(50 * time.Millisecond)
+	defer tick.Stop()
+	for i := 5; i <= 14; i++ {
+		<-tick.C
+		go send(i)
+	}
+	got = append(got, next())
+	for range 13 {
+		if err := <-errs; err != nil {
+			t.Fatal(err)
+		}
+	}
+	if want := []int{1, 1, 1, 2, 10}; !slices.Equal(got, want) {
+		t.Errorf("writes per commit = %v, want %v", got, want)
 	}
 }

@@ -149,7 +149,10 @@ func TestLogStartsOverWhileCommitting(t *testing.T) {
 				t.Errorf("%d checkpoints failed", failed)
 			}
 			if tc.every < time.Second {
-				if largest > 4<<20 {
+				// One batch's commit is about 4.5 MiB of log: 400
+				// writes of as many locks, whose index entries fall on
+				// pages of their own. The log starts over after each.
+				if largest > 6<<20 {
 					t.Errorf("the log grew to %d KiB while checkpointed", largest>>10)
 				}
 				return

@@ -69,6 +69,43 @@ func TestLockFindingsOfAKindReadTheirKindOnly(t *testing.T) {
 	}
 }
 
+// A lock's write reports are read from events_lock_writes alone: their
+// rows lie among every other lock's reports, and a read of each row costs a
+// page of its own (an incident review reads thousands). The index is an
+// expression index for the highest token, which SQLite uses only when the
+// query's expression is the index's, character for character.
+func TestLockWritesReadFromTheIndexAlone(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	key := audit.LockKey{Source: "src", Name: "orders"}
+	storetest.Apply(t, s, audit.Batch{Events: []audit.Event{
+		{Lock: key, Kind: audit.EventWriteRejected, At: storetest.At(1), Holder: "a", Token: audit.Int64(3), Resource: "db",
+			Detail: map[string]any{"highest_token": int64(4)}},
+	}})
+	id := storetest.LockByKey(t, s, key).ID
+	clear(s.reader.stmts)
+	writes, err := s.WriteEvents(ctx, id, audit.WriteRejected, audit.EventFilter{TimeFilter: audit.TimeFilter{From: storetest.At(0), To: storetest.At(10)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(writes) != 1 || writes[0].HighestToken == nil || *writes[0].HighestToken != 4 {
+		t.Fatalf("write events = %+v, want the one rejected write with highest token 4", writes)
+	}
+	checked := 0
+	for query := range s.reader.stmts {
+		if !strings.Contains(query, "FROM events") {
+			continue // the lock's key, read first
+		}
+		checked++
+		if plan := queryPlan(t, s, query); !strings.Contains(plan, "USING COVERING INDEX events_lock_writes (lock_id=? AND kind=?") {
+			t.Errorf("plan\n%s\nwant a range of events_lock_writes by lock and kind, from the index alone, for\n%s", plan, query)
+		}
+	}
+	if checked == 0 {
+		t.Error("no statement on events was kept to check")
+	}
+}
+
 // queryPlan is SQLite's plan of query, its parameters NULL, one step a
 // line.
 func queryPlan(t *testing.T, s *Store, query string) string {

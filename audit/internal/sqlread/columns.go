@@ -81,6 +81,10 @@ const findingFields = `f.kind, f.severity, f.at, f.until, f.summary, f.tokens, f
 const (
 	TimelineIndex = "events_lock_at"
 	RareKindIndex = "events_lock_kind_at"
+	// WriteIndex is RareKindIndex with the columns a write report's
+	// reader wants (WriteEvents), on SQLite: there, a lock's write reports
+	// are read from the index alone.
+	WriteIndex = "events_lock_writes"
 )
 
 // EventIndex names the index for a lock's events, rare when they are of

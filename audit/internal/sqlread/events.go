@@ -76,7 +76,7 @@ func (r *Reader) WriteEvents(ctx context.Context, lockID int64, outcome audit.Wr
 		f.Kind = audit.EventWriteRejected
 	}
 	writes, err := lockEvents(ctx, r, `e.id, e.at, e.holder, e.token, e.resource, `+r.HighestToken,
-		`events e`+r.hint(EventIndex(true)), lockID, f, func(e *audit.WriteEvent) []any {
+		`events e`+r.hint(WriteIndex), lockID, f, func(e *audit.WriteEvent) []any {
 			return []any{&e.ID, rowcodec.TimeDest{P: &e.At}, rowcodec.TextDest[string]{P: &e.Holder},
 				rowcodec.TokenDest{P: &e.Token}, rowcodec.TextDest[string]{P: &e.Resource}, rowcodec.TokenDest{P: &e.HighestToken}}
 		})
