@@ -163,8 +163,8 @@ func WithCommitHook(fn func(Commit)) RecorderOption { return func(r *Recorder) {
 // memory map of the file, so the dashboard's reads under heavy ingest
 // start cold unless commits are few: at 50 ms, ingest's requests wait for
 // one another up to that long, and the commits are fewer and larger (under
-// the ingest load, 17 a second instead of 100, with a lower p95 for
-// ingest). A lone sender's requests are committed at once.
+// the ingest load, 17 a second instead of 70 to 100, with a lower p95
+// for ingest). A lone sender's requests are committed at once.
 func WithCommitInterval(d time.Duration) RecorderOption {
 	return func(r *Recorder) { r.commitEvery = d }
 }
