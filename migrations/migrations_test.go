@@ -34,7 +34,7 @@ var landed = map[string]map[string]string{
 		"0018_write_bins.sql":               "616db9aa1d8f9b4292577e8d707fc00f22b36030daa44de513739a7cdd686ec4",
 		"0019_events_lock_at_kind.sql":      "dd9b3d05b1129041d78a4c9f58e444ea01d18c1855ab2094b1e31a94de0a493f",
 		"0020_findings_lock_kind_cover.sql": "77813f3b11b9373e0beae98de13f14f1bb0f67ebde228560b4d44fe4fb12581e",
-		"0021_events_lock_writes.sql":       "d1ed962f2e4b4971dd968e9b7b0b6c3efedf6c5ec9f17361ad65cfb28725236b",
+		"0021_events_lock_writes.sql":       "9a44f2ad8328dc0c340c2c19c1b9951d278eff38cd02c71bd50010bf8b2bd3cb",
 	},
 	"postgres": {
 		"0001_init.sql":                     "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",

@@ -15,6 +15,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // database/sql's "pgx", for reading PostgreSQL behind the service's back
+
+	"github.com/leasewatch/leasewatch/deploy/testproc"
 )
 
 // The crash and disk tests run `leasewatch serve` as a process of its own, to
@@ -56,26 +58,14 @@ func startServeProcess(t *testing.T, configPath string) *serveProcess {
 	t.Cleanup(func() {
 		p.kill()
 		if t.Failed() {
-			t.Logf("leasewatch serve --config %s (pid %d) wrote:\n%s", configPath, p.cmd.Process.Pid, tail(p.stderr.String(), failedLogTail))
+			t.Logf("leasewatch serve --config %s (pid %d) wrote, ending:\n%s", configPath, p.cmd.Process.Pid, testproc.Tail(p.stderr.String(), failedLogLines))
 		}
 	})
 	return p
 }
 
-// failedLogTail is how much of a process's log a failed test shows.
-const failedLogTail = 16 << 10
-
-// tail returns the last n bytes of s, from the start of a line.
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	s = s[len(s)-n:]
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		s = s[i+1:]
-	}
-	return "…\n" + s
-}
+// failedLogLines is how much of a process's log a failed test shows.
+const failedLogLines = 150
 
 var listeningURL = regexp.MustCompile(`msg="leasewatch listening" url=(http://\S+)`)
 
