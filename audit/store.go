@@ -148,7 +148,23 @@ type BinFilter struct {
 	From, To time.Time
 	Bins     int
 	Limit    int
+	// Ticks lets the store count from the counts per WriteTick it keeps as
+	// writes are stored, rather than from every write, when the stretches
+	// are at least half a tick wide: it rounds their width to whole ticks
+	// and starts the first at the tick that holds From. The Histogram may
+	// then start up to a tick before From, end up to a tick past To, and
+	// have from half to one and a half times Bins stretches (and one
+	// more). It still counts only the writes from From to To, all of them,
+	// whatever Limit says. Narrower stretches are counted from the writes,
+	// as without it.
+	Ticks bool
 }
+
+// WriteTick is how long a stretch of time the stores count a lock's writes
+// of one outcome over as they store them (for BinFilter.Ticks): the
+// migrations that keep the counts bin a write at at (at >= 0) into
+// at - at % WriteTick.
+const WriteTick = 10 * time.Second
 
 // Histogram is how many events fell in each stretch of a BinFilter's window:
 // Counts[i] those from From+i*Width, up to but not including the next

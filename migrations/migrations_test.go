@@ -35,6 +35,7 @@ var landed = map[string]map[string]string{
 		"0019_events_lock_at_kind.sql":      "dd9b3d05b1129041d78a4c9f58e444ea01d18c1855ab2094b1e31a94de0a493f",
 		"0020_findings_lock_kind_cover.sql": "77813f3b11b9373e0beae98de13f14f1bb0f67ebde228560b4d44fe4fb12581e",
 		"0021_events_lock_writes.sql":       "9a44f2ad8328dc0c340c2c19c1b9951d278eff38cd02c71bd50010bf8b2bd3cb",
+		"0022_write_ticks.sql":              "bed11adb0a7878ccfa6e8f004fe5c7ca2ce1c8e1c132271152a0ff21393055d0",
 	},
 	"postgres": {
 		"0001_init.sql":                     "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
@@ -48,6 +49,7 @@ var landed = map[string]map[string]string{
 		"0009_findings_lock_severity.sql":   "0e6e46fd67c9d1372c9af93ccaa875d48594f06a5066a0d3ed8d6b05ab0b9fb7",
 		"0010_write_bins.sql":               "6531e4659854c9057780c845faec5a82643b56a4b5b619460ee92db1e50cab46",
 		"0011_findings_lock_kind_cover.sql": "b360be2ad5282d2841fef7cbeea457501449f86315ded738c45b09a2de095f7d",
+		"0012_write_ticks.sql":              "1e85a802dd5be9eb8b16c67781329212841ec215c6a4c976134b0e6a4555d7ab",
 	},
 }
 

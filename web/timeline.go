@@ -420,8 +420,11 @@ func (b *writeBins) marks(sc timelineScale, y float64, loc *time.Location) []vie
 				continue
 			}
 			from, to := k.counts.Bin(i)
+			// The first and last stretches may reach past the window (whole
+			// ticks): the mark sits in the middle of what is shown.
+			shownFrom, shownTo := audit.MaxTime(from, sc.from), audit.MinTime(to, sc.to)
 			out = append(out, views.WriteMark{
-				X: sc.x(from.Add(k.counts.Width / 2)), Y: y + k.dy, Kind: k.kind,
+				X: sc.x(shownFrom.Add(shownTo.Sub(shownFrom) / 2)), Y: y + k.dy, Kind: k.kind,
 				Title: fmt.Sprintf("%s %s\n%s → %s", countOf(c, "write", "writes"), k.kind, stampText(from, loc), stampText(audit.MinTime(to, sc.to), loc)),
 			})
 		}

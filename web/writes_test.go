@@ -57,38 +57,50 @@ func TestLockPageCountsWritesItCannotDraw(t *testing.T) {
 	accepted, rejected := busyWrites(t, in, 450, 30, 7)
 	h := reviewServer(t, in, in.at(12*time.Second))
 	orders := in.lock(t, incidentOrders)
+	// marks checks the page's note and that its write marks, counted per
+	// stretch of time, add up to the writes.
+	marks := func(t *testing.T, body string) {
+		t.Helper()
+		note := fmt.Sprintf("%d writes in this window (%d accepted, %d rejected, 1 unfenced)", accepted+rejected, accepted, rejected)
+		wantContains(t, "lock page", body, note, fmt.Sprintf("/api/v1/locks/%d/events?kind=write_accepted", orders.ID))
+		doc := parseHTML(t, body)
+		if got := doc.Find("svg.timeline desc").Text(); !strings.Contains(got, fmt.Sprintf("%d writes", accepted+rejected)) {
+			t.Errorf("timeline summary %q does not count %d writes", got, accepted+rejected)
+		}
+		sum := map[string]int{}
+		marks := 0
+		count := regexp.MustCompile(`^(\d+) writes? (accepted|rejected)\n`)
+		doc.Find("svg.timeline g.write").Each(func(_ int, g *goquery.Selection) {
+			marks++
+			title := g.Find("title").Text()
+			if strings.Contains(g.AttrOr("class", ""), "unfenced") {
+				sum["unfenced"]++
+				return
+			}
+			m := count.FindStringSubmatch(title)
+			if m == nil {
+				t.Errorf("write mark title %q does not count its writes", title)
+				return
+			}
+			n, _ := strconv.Atoi(m[1])
+			sum[m[2]] += n
+		})
+		if sum["accepted"] != accepted || sum["rejected"] != rejected || sum["unfenced"] != 1 {
+			t.Errorf("write marks count %v, want %d accepted, %d rejected and the 1 unfenced write", sum, accepted, rejected)
+		}
+		if marks >= accepted {
+			t.Errorf("%d write marks for %d writes: want them counted per stretch of time", marks, accepted+rejected)
+		}
+	}
 	_, body := getOK(t, h, "/locks/"+strconv.FormatInt(orders.ID, 10)+"?"+windowQuery(in.base, in.at(12*time.Second)), "text/html")
+	marks(t, body)
 
-	note := fmt.Sprintf("%d writes in this window (%d accepted, %d rejected, 1 unfenced)", accepted+rejected, accepted, rejected)
-	wantContains(t, "lock page", body, note, fmt.Sprintf("/api/v1/locks/%d/events?kind=write_accepted", orders.ID))
-	doc := parseHTML(t, body)
-	if got := doc.Find("svg.timeline desc").Text(); !strings.Contains(got, fmt.Sprintf("%d writes", accepted+rejected)) {
-		t.Errorf("timeline summary %q does not count %d writes", got, accepted+rejected)
-	}
-	sum := map[string]int{}
-	marks := 0
-	count := regexp.MustCompile(`^(\d+) writes? (accepted|rejected)\n`)
-	doc.Find("svg.timeline g.write").Each(func(_ int, g *goquery.Selection) {
-		marks++
-		title := g.Find("title").Text()
-		if strings.Contains(g.AttrOr("class", ""), "unfenced") {
-			sum["unfenced"]++
-			return
-		}
-		m := count.FindStringSubmatch(title)
-		if m == nil {
-			t.Errorf("write mark title %q does not count its writes", title)
-			return
-		}
-		n, _ := strconv.Atoi(m[1])
-		sum[m[2]] += n
+	// Over a quarter of an hour, stretches of 10 s, the store counts them
+	// per tick: the same writes, with the same totals.
+	t.Run("LongWindowCountedInTicks", func(t *testing.T) {
+		_, body := getOK(t, h, "/locks/"+strconv.FormatInt(orders.ID, 10)+"?"+windowQuery(in.at(12*time.Second-15*time.Minute), in.at(12*time.Second)), "text/html")
+		marks(t, body)
 	})
-	if sum["accepted"] != accepted || sum["rejected"] != rejected || sum["unfenced"] != 1 {
-		t.Errorf("write marks count %v, want %d accepted, %d rejected and the 1 unfenced write", sum, accepted, rejected)
-	}
-	if marks >= accepted {
-		t.Errorf("%d write marks for %d writes: want them counted per stretch of time", marks, accepted+rejected)
-	}
 
 	t.Run("FewWritesDrawnOneByOne", func(t *testing.T) {
 		_, body := getOK(t, h, "/locks/"+strconv.FormatInt(orders.ID, 10)+"?"+windowQuery(in.base, in.at(4500*time.Millisecond)), "text/html")

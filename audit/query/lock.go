@@ -188,12 +188,13 @@ func (r *Reader) timeline(ctx context.Context, p *LockPage, q LockPageQuery) err
 
 // timelineWrites returns the writes of lock id in window w: every write,
 // when there are at most TimelineWrites of them; else their counts in bins
-// stretches of the window, exact up to timelineWriteCount per outcome, and
-// the unfenced writes. The store counts them, so a window of millions of
-// writes costs the page no more memory than one of hundreds.
+// stretches of the window (whole ticks of the counts the store keeps, when
+// the window is long enough; else exact up to timelineWriteCount per
+// outcome), and the unfenced writes. The store counts them, so a window of
+// millions of writes costs the page no more memory than one of hundreds.
 func (r *Reader) timelineWrites(ctx context.Context, id int64, w Window, bins int) ([]audit.Event, *WriteCounts, error) {
 	counts := &WriteCounts{}
-	f := audit.BinFilter{From: w.From, To: w.To, Bins: max(bins, 1), Limit: timelineWriteCount}
+	f := audit.BinFilter{From: w.From, To: w.To, Bins: max(bins, 1), Limit: timelineWriteCount, Ticks: true}
 	for _, k := range []struct {
 		outcome audit.WriteOutcome
 		counts  *audit.Histogram

@@ -127,6 +127,8 @@ var contract = []struct {
 	{"EventTimes", testEventTimes},
 	{"WriteCounts", testWriteCounts},
 	{"WriteCountsMatchesBinningTimes", testWriteCountsMatchesBinningTimes},
+	{"WriteCountsInTicks", testWriteCountsInTicks},
+	{"WriteCountsInTicksAgreeWithItsWrites", testWriteCountsInTicksAgreeWithItsWrites},
 	{"WriteStats", testWriteStats},
 	{"WriteStatsAgreesWithItsWrites", testWriteStatsAgreesWithItsWrites},
 	{"FindingsByResource", testFindingsByResource},

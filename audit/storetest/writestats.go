@@ -164,9 +164,10 @@ var WritesBeforeBins = []string{
 		100*int64(time.Minute)+5, 101*int64(time.Minute)+7, 101*int64(time.Minute)+9, 102*int64(time.Minute)),
 }
 
-// CheckWritesBeforeBins checks that the migration counted WritesBeforeBins:
+// CheckWritesBeforeBins checks that the migrations counted WritesBeforeBins:
 // bins is how many write_bins rows it made (one per minute, resource and
-// outcome: 4), and a window of whole minutes totals the writes.
+// outcome: 4), a window of whole minutes totals the writes, and its writes
+// counted per tick are where they were stored.
 func CheckWritesBeforeBins(t *testing.T, s audit.Store, bins int) {
 	t.Helper()
 	if bins != 4 {
@@ -181,4 +182,12 @@ func CheckWritesBeforeBins(t *testing.T, s audit.Store, bins int) {
 		{Resource: "cache", Accepted: 1, LastAt: time.Unix(0, 102*minute).UTC()},
 		{Resource: "db", Accepted: 2, Untokened: 1, Rejected: 1, LastAt: time.Unix(0, 101*minute+9).UTC()},
 	})
+	h, err := s.WriteCounts(context.Background(), 1, audit.WriteAccepted,
+		audit.BinFilter{From: time.Unix(0, 100*minute), To: time.Unix(0, 103*minute-1), Bins: 18, Ticks: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := make([]int, 18)
+	want[0], want[6], want[12] = 1, 1, 1 // minutes 100, 101 and 102
+	Equal(t, "accepted writes per tick after the upgrade", h.Counts, want)
 }

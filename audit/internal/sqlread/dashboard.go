@@ -91,6 +91,9 @@ func (r *Reader) WriteCounts(ctx context.Context, lockID int64, outcome audit.Wr
 	p := r.Dialect.P
 	from, to, width := audit.Nanos(f.From), audit.Nanos(f.To), int64(h.Width)
 	writes := `FROM events` + r.hint(RareKindIndex) + ` WHERE lock_id = ` + p(1) + ` AND kind = ` + p(2) + ` AND ` + NotRenewal("kind")
+	if tick := int64(audit.WriteTick); f.Ticks && width >= tick/2 && from >= 0 {
+		return r.tickCounts(ctx, tx, what, writes, lockID, kind, from, to, max(1, (width+tick/2)/tick)*tick)
+	}
 	// With a limit, the newest Limit writes are those after the time of
 	// the one past them, and some of those at that time.
 	lo, cut := from, int64(0)
@@ -117,6 +120,33 @@ func (r *Reader) WriteCounts(ctx context.Context, lockID int64, outcome audit.Wr
 	}
 	if h.AtLeast {
 		h.Counts[min(f.Bins-1, int((cut-from)/width))] += f.Limit - n
+	}
+	return h, nil
+}
+
+// tickCounts counts the lock's writes of kind from from to to (from >= 0)
+// in stretches of width (whole ticks) from the tick that holds from: the
+// ticks whole inside the window from their counts (write_ticks), a row per
+// tick however many writes, and the part ticks at either end from the
+// writes (writes, as WriteCounts selects them).
+func (r *Reader) tickCounts(ctx context.Context, tx DB, what, writes string, lockID int64, kind audit.EventKind, from, to, width int64) (audit.Histogram, error) {
+	tick := int64(audit.WriteTick)
+	first, last := from-from%tick, to-to%tick
+	h := audit.Histogram{From: time.Unix(0, first).UTC(), Width: time.Duration(width), Counts: make([]int, (last-first)/width+1)}
+	p := r.Dialect.P
+	type bin struct{ i, n int }
+	bins, err := query(ctx, r, tx, what, func(b *bin) []any { return []any{&b.i, &b.n} },
+		`SELECT (t - `+p(3)+`) / `+p(4)+`, CAST(sum(n) AS BIGINT) FROM (
+			SELECT tick AS t, n FROM write_ticks WHERE lock_id = `+p(1)+` AND kind = `+p(2)+` AND tick > `+p(3)+` AND tick < `+p(5)+`
+			UNION ALL SELECT at AS t, 1 AS n `+writes+` AND at >= `+p(6)+` AND at < `+p(7)+` AND at <= `+p(8)+`
+			UNION ALL SELECT at AS t, 1 AS n `+writes+` AND at >= `+p(9)+` AND at <= `+p(8)+`
+		) w GROUP BY 1`,
+		lockID, string(kind), first, width, last, from, first+tick, to, max(last, first+tick))
+	if err != nil {
+		return audit.Histogram{}, err
+	}
+	for _, b := range bins {
+		h.Counts[b.i] = b.n
 	}
 	return h, nil
 }
