@@ -158,16 +158,22 @@ func WithCommitHook(fn func(Commit)) RecorderOption { return func(r *Recorder) {
 
 // WithCommitInterval sets the least time from one group commit's start to
 // the next's while requests come from several senders at once (default
-// 50ms; 0 commits each group as soon as the last is done). Every commit
-// invalidates the page cache of every SQLite read connection, and its
-// memory map of the file, so the dashboard's reads under heavy ingest
-// start cold unless commits are few: at 50 ms, ingest's requests wait for
-// one another up to that long, and the commits are fewer and larger (under
-// the ingest load, 17 a second instead of 70 to 100, with a lower p95
-// for ingest). A lone sender's requests are committed at once.
+// DefaultCommitInterval; 0 commits each group as soon as the last is done).
+// A lone sender's requests are committed at once.
 func WithCommitInterval(d time.Duration) RecorderOption {
 	return func(r *Recorder) { r.commitEvery = d }
 }
+
+// DefaultCommitInterval is the recorder's commit interval under concurrent
+// requests. Every commit invalidates the page cache of every SQLite read
+// connection, and its memory map of the file, so the dashboard's reads
+// under heavy ingest start cold unless commits are few. Under the ingest
+// load on two cores (BENCHMARKS.md), 50 ms, 100 ms and 200 ms gave pages a
+// p95 of 982, 573 and 248 ms and the incident review 2.2, 1.3 and 0.59 s,
+// while ingest's p95 stayed 250 to 350 ms (its p50 rose from 83 to 143 ms):
+// the requests wait for one another longer, and the commits are fewer and
+// larger (5 a second instead of 15).
+const DefaultCommitInterval = 200 * time.Millisecond
 
 // WithTickInterval sets how often the tracker's clock expiry runs (default 250ms).
 func WithTickInterval(d time.Duration) RecorderOption { return func(r *Recorder) { r.tick = d } }
@@ -201,7 +207,7 @@ func NewRecorder(j Journal, cfg TrackerConfig, logger *slog.Logger, opts ...Reco
 		tick:               250 * time.Millisecond,
 		syncEvery:          5 * time.Second,
 		maxGroup:           512,
-		commitEvery:        50 * time.Millisecond,
+		commitEvery:        DefaultCommitInterval,
 		heartbeatSyncEvery: 30 * time.Second,
 		reqs:               make(chan *request, 1024),
 		stop:               make(chan struct{}),

@@ -66,7 +66,7 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	}
 	svc.verdicts = &verdict.Keeper{Store: backgroundReads(store), Put: store.PutVerdicts, Purposes: cfg.VerdictPurposes(), Now: time.Now,
 		Log: logger.With("component", "verdicts")}
-	opts := []audit.RecorderOption{audit.WithCommitHook(func(c audit.Commit) {
+	opts := []audit.RecorderOption{audit.WithCommitInterval(cfg.CommitInterval), audit.WithCommitHook(func(c audit.Commit) {
 		rm.observe(c)
 		svc.alerts.observe(c)
 		svc.verdicts.Committed(c)

@@ -167,6 +167,14 @@ func TestParseConfigHealth(t *testing.T) {
 	if got, want := defaults.Health.Tracker(), (audit.HealthConfig{FlappingPerHour: 6, LeaderlessAfter: time.Minute, TightMarginRatio: 0.4, ClockSkewRatio: 0.1}); got != want {
 		t.Fatalf("default health = %+v, want %+v", got, want)
 	}
+	if got := defaults.CommitInterval; got != 200*time.Millisecond {
+		t.Fatalf("default commit_interval = %v, want 200ms", got)
+	}
+	if cfg, err := Parse([]byte("commit_interval: 1ns\n")); err != nil {
+		t.Fatal(err)
+	} else if got := cfg.CommitInterval; got != time.Nanosecond {
+		t.Fatalf("commit_interval: 1ns parsed as %v", got)
+	}
 	if got := defaults.Dashboard.GroupExposuresUnder; got != time.Second {
 		t.Fatalf("default dashboard.group_exposures_under = %v, want 1s", got)
 	}
@@ -290,6 +298,10 @@ func TestParseConfigErrorsNameTheField(t *testing.T) {
 		{"HealthTightRatioOne", "health:\n  tight_renewal_margin_ratio: 1\n", "health.tight_renewal_margin_ratio: 1 is outside (0, 1)"},
 		{"HealthSkewNegative", "health:\n  clock_skew_ratio: -0.1\n", "health.clock_skew_ratio"},
 		{"HealthUnknownField", "health:\n  flap_per_hour: 3\n", "health.flap_per_hour"},
+		{"CommitIntervalZero", "commit_interval: 0s\n", "commit_interval"},
+		{"CommitIntervalNegative", "commit_interval: -1ms\n", "commit_interval: -1ms is negative"},
+		{"CommitIntervalTooLong", "commit_interval: 6s\n", "commit_interval: 6s is longer than 5s"},
+		{"CommitIntervalNotADuration", "commit_interval: often\n", "commit_interval"},
 		{"DashboardGroupZero", "dashboard:\n  group_exposures_under: 0s\n", "dashboard.group_exposures_under"},
 		{"DashboardGroupNegative", "dashboard:\n  group_exposures_under: -1s\n", "dashboard.group_exposures_under: -1s is negative"},
 		{"DashboardGroupNotADuration", "dashboard:\n  group_exposures_under: short\n", "dashboard.group_exposures_under"},
