@@ -36,6 +36,7 @@ var landed = map[string]map[string]string{
 		"0020_findings_lock_kind_cover.sql": "77813f3b11b9373e0beae98de13f14f1bb0f67ebde228560b4d44fe4fb12581e",
 		"0021_events_lock_writes.sql":       "9a44f2ad8328dc0c340c2c19c1b9951d278eff38cd02c71bd50010bf8b2bd3cb",
 		"0022_write_ticks.sql":              "bed11adb0a7878ccfa6e8f004fe5c7ca2ce1c8e1c132271152a0ff21393055d0",
+		"0023_finding_minutes.sql":          "6e8eada1032e716464c79c80bd16941101140f2d2e425c22bbea82369c5fc8c4",
 	},
 	"postgres": {
 		"0001_init.sql":                     "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
@@ -50,6 +51,7 @@ var landed = map[string]map[string]string{
 		"0010_write_bins.sql":               "6531e4659854c9057780c845faec5a82643b56a4b5b619460ee92db1e50cab46",
 		"0011_findings_lock_kind_cover.sql": "b360be2ad5282d2841fef7cbeea457501449f86315ded738c45b09a2de095f7d",
 		"0012_write_ticks.sql":              "1e85a802dd5be9eb8b16c67781329212841ec215c6a4c976134b0e6a4555d7ab",
+		"0013_finding_minutes.sql":          "841996efba604010e94c11a344b6896253d284ad38144f553eac8cd81fa267c0",
 	},
 }
 

@@ -108,9 +108,10 @@ var Tables = []Table{
 // each engine's record of its own migrations, the target's copy mark, and
 // the fence refusals that replicas sharing the source have yet to record
 // (a copy is taken of a store no replica writes), the kept verdicts,
-// which the verdict keeper judges again, and the write counts per minute
-// and per tick, which the target's triggers keep as the events are copied.
-var Ignored = []string{"schema_migrations", MarkTable, "fence_refusals", "lock_verdicts", "write_bins", "write_ticks"}
+// which the verdict keeper judges again, and the counts of writes per
+// minute and per tick and of findings per minute, which the target's
+// triggers keep as the events and findings are copied.
+var Ignored = []string{"schema_migrations", MarkTable, "fence_refusals", "lock_verdicts", "write_bins", "write_ticks", "finding_minutes"}
 
 // MarkTable is the table in which a target keeps the mark of the copy it
 // holds (Target.SetMark).

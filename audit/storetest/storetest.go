@@ -127,6 +127,7 @@ var contract = []struct {
 	{"EventTimes", testEventTimes},
 	{"WriteCounts", testWriteCounts},
 	{"WriteCountsMatchesBinningTimes", testWriteCountsMatchesBinningTimes},
+	{"FindingCountsAgreeWithTheirFindings", testFindingCountsAgreeWithTheirFindings},
 	{"WriteCountsInTicks", testWriteCountsInTicks},
 	{"WriteCountsInTicksAgreeWithItsWrites", testWriteCountsInTicksAgreeWithItsWrites},
 	{"WriteStats", testWriteStats},

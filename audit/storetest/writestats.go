@@ -162,12 +162,16 @@ var WritesBeforeBins = []string{
 		(1, 'write_accepted', %d, 'db', 1), (1, 'write_accepted', %d, 'db', NULL), (1, 'write_rejected', %d, 'db', 1),
 		(1, 'write_accepted', %d, 'cache', 2), (1, 'grant', %[1]d, '', 1)`,
 		100*int64(time.Minute)+5, 101*int64(time.Minute)+7, 101*int64(time.Minute)+9, 102*int64(time.Minute)),
+	fmt.Sprintf(`INSERT INTO findings (lock_id, class, kind, severity, at) VALUES
+		(1, 'lock', 'overlap', 'critical', %d), (1, 'lock', 'stale_write', 'warning', %d), (1, 'lock', 'stale_write', 'warning', %d)`,
+		100*int64(time.Minute)+5, 101*int64(time.Minute)+9, 102*int64(time.Minute)),
 }
 
 // CheckWritesBeforeBins checks that the migrations counted WritesBeforeBins:
 // bins is how many write_bins rows it made (one per minute, resource and
 // outcome: 4), a window of whole minutes totals the writes, and its writes
-// counted per tick are where they were stored.
+// counted per tick are where they were stored, and its findings counted
+// per minute too.
 func CheckWritesBeforeBins(t *testing.T, s audit.Store, bins int) {
 	t.Helper()
 	if bins != 4 {
@@ -190,4 +194,10 @@ func CheckWritesBeforeBins(t *testing.T, s audit.Store, bins int) {
 	want := make([]int, 18)
 	want[0], want[6], want[12] = 1, 1, 1 // minutes 100, 101 and 102
 	Equal(t, "accepted writes per tick after the upgrade", h.Counts, want)
+	counts, err := s.FindingCounts(context.Background(), audit.FindingCountFilter{Class: audit.ClassLock,
+		TimeFilter: audit.TimeFilter{From: time.Unix(0, 100*minute), To: time.Unix(0, 103*minute-1)}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Equal(t, "finding counts after the upgrade", counts, map[audit.Severity]int{audit.SeverityCritical: 1, audit.SeverityWarning: 2})
 }
