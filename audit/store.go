@@ -155,8 +155,9 @@ type BinFilter struct {
 	// then start up to a tick before From, end up to a tick past To, and
 	// have from half to one and a half times Bins stretches (and one
 	// more). It still counts only the writes from From to To, all of them,
-	// whatever Limit says. Narrower stretches are counted from the writes,
-	// as without it.
+	// whatever Limit says. Narrower stretches, and windows before 1970 or
+	// within a tick of LatestTime, are counted from the writes, as without
+	// it.
 	Ticks bool
 }
 

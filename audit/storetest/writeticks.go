@@ -57,6 +57,15 @@ func testWriteCountsInTicks(t *testing.T, harness Harness) {
 	}
 	Equal(t, "narrow stretches", fine, exact)
 
+	// Within a tick of the latest time there is no next tick to end one:
+	// counted from the writes.
+	f = audit.BinFilter{From: audit.LatestTime.Add(-6 * time.Second), To: audit.LatestTime, Bins: 1, Ticks: true}
+	last, err := s.WriteCounts(ctx, id, audit.WriteAccepted, f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	Equal(t, "the last seconds", last, audit.Histogram{From: f.From, Width: 6 * time.Second, Counts: []int{0}})
+
 	f = audit.BinFilter{From: base, To: base.Add(time.Minute), Bins: 3, Ticks: true}
 	if _, err := s.WriteCounts(ctx, 999, audit.WriteAccepted, f); audit.ErrorCode(err) != audit.ENOTFOUND {
 		t.Errorf("WriteCounts(missing lock, ticks) err = %v, want ENOTFOUND", err)

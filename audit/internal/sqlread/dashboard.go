@@ -101,7 +101,7 @@ func (r *Reader) WriteCounts(ctx context.Context, lockID int64, outcome audit.Wr
 	p := r.Dialect.P
 	from, to, width := audit.Nanos(f.From), audit.Nanos(f.To), int64(h.Width)
 	writes := `FROM events` + r.hint(RareKindIndex) + ` WHERE lock_id = ` + p(1) + ` AND kind = ` + p(2) + ` AND ` + NotRenewal("kind")
-	if tick := int64(audit.WriteTick); f.Ticks && width >= tick/2 && from >= 0 {
+	if tick := int64(audit.WriteTick); f.Ticks && width >= tick/2 && from >= 0 && to <= math.MaxInt64-tick {
 		return r.tickCounts(ctx, tx, what, writes, lockID, kind, from, to, max(1, (width+tick/2)/tick)*tick)
 	}
 	// With a limit, the newest Limit writes are those after the time of
