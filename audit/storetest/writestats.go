@@ -44,17 +44,7 @@ func testWriteStatsAgreesWithItsWrites(t *testing.T, harness Harness) {
 	Apply(t, s, audit.Batch{Events: events, Synced: true})
 	id := LockByKey(t, s, key).ID
 
-	windows := []audit.TimeFilter{
-		{}, {From: start}, {To: start.Add(3 * time.Minute)},
-		{From: start.Add(time.Second), To: start.Add(time.Second + 2*time.Minute - time.Nanosecond)}, // two whole minutes
-		{From: start.Add(2 * time.Second), To: start.Add(30 * time.Second)},                          // inside one minute
-		{From: old, To: time.Unix(2, 0).UTC()},
-		{From: old.Add(time.Second), To: time.Unix(0, 0).UTC()},
-	}
-	for range 40 {
-		from := start.Add(time.Duration(rng.Int64N(int64(6 * time.Minute))))
-		windows = append(windows, audit.TimeFilter{From: from, To: from.Add(time.Duration(rng.Int64N(int64(4 * time.Minute))))})
-	}
+	windows := minuteWindows(rng, start, old)
 	writes := func() []audit.Event {
 		t.Helper()
 		stored, err := s.Events(ctx, id, audit.EventFilter{Kinds: []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected},
@@ -81,20 +71,47 @@ func testWriteStatsAgreesWithItsWrites(t *testing.T, harness Harness) {
 	// Retention walks the writes in the order they were stored and deletes
 	// the old ones up to the first that is not old enough: minutes are left
 	// partly deleted, some of them without their newest write.
-	step := audit.PruneStep{Rule: audit.EventRule{Kinds: []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected}},
-		Before: start.Add(3*time.Minute + 20*time.Second), Limit: 150}
-	for done := false; !done; {
-		res, err := s.PruneEvents(ctx, step)
-		if err != nil {
-			t.Fatal(err)
-		}
-		step.After, done = res.Next, res.Done
-	}
+	pruneWrites(t, s, start.Add(3*time.Minute+20*time.Second), 150)
 	after := writes()
 	if !newestGone(before, after) {
 		t.Fatalf("retention deleted %d of %d writes and no minute's newest while keeping others: the test proves nothing", len(before)-len(after), len(before))
 	}
 	check("after retention", after)
+}
+
+// minuteWindows are windows for totals kept per minute over stored items
+// from start on (six minutes of them) and a few either side of old (before
+// 1970) and the epoch: whole, open at either end, of two whole minutes,
+// inside one minute, and 40 more at random.
+func minuteWindows(rng *rand.Rand, start, old time.Time) []audit.TimeFilter {
+	windows := []audit.TimeFilter{
+		{}, {From: start}, {To: start.Add(3 * time.Minute)},
+		{From: start.Add(time.Second), To: start.Add(time.Second + 2*time.Minute - time.Nanosecond)}, // two whole minutes
+		{From: start.Add(2 * time.Second), To: start.Add(30 * time.Second)},                          // inside one minute
+		{From: old, To: time.Unix(2, 0).UTC()},
+		{From: old.Add(time.Second), To: time.Unix(0, 0).UTC()},
+	}
+	for range 40 {
+		from := start.Add(time.Duration(rng.Int64N(int64(6 * time.Minute))))
+		windows = append(windows, audit.TimeFilter{From: from, To: from.Add(time.Duration(rng.Int64N(int64(4 * time.Minute))))})
+	}
+	return windows
+}
+
+// pruneWrites runs retention over s's write events until it is done: it
+// walks them in the order they were stored, limit a step, and deletes
+// those before before.
+func pruneWrites(t *testing.T, s Store, before time.Time, limit int) {
+	t.Helper()
+	step := audit.PruneStep{Rule: audit.EventRule{Kinds: []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected}},
+		Before: before, Limit: limit}
+	for done := false; !done; {
+		res, err := s.PruneEvents(context.Background(), step)
+		if err != nil {
+			t.Fatal(err)
+		}
+		step.After, done = res.Next, res.Done
+	}
 }
 
 // newestGone reports whether some resource's minute lost its newest write

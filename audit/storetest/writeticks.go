@@ -142,15 +142,7 @@ func testWriteCountsInTicksAgreeWithItsWrites(t *testing.T, harness Harness) {
 	check("as stored")
 	before := len(stored(audit.EventWriteAccepted))
 
-	step := audit.PruneStep{Rule: audit.EventRule{Kinds: []audit.EventKind{audit.EventWriteAccepted, audit.EventWriteRejected}},
-		Before: start.Add(12*time.Minute + 3*time.Second), Limit: 700}
-	for done := false; !done; {
-		res, err := s.PruneEvents(ctx, step)
-		if err != nil {
-			t.Fatal(err)
-		}
-		step.After, done = res.Next, res.Done
-	}
+	pruneWrites(t, s, start.Add(12*time.Minute+3*time.Second), 700)
 	if after := len(stored(audit.EventWriteAccepted)); after == before || after == 0 {
 		t.Fatalf("retention left %d of %d accepted writes: the test proves nothing", after, before)
 	}
