@@ -44,6 +44,9 @@ type ingestLoad struct {
 	duration   time.Duration
 	leasewatch string
 	keep       bool
+	// commitInterval, when set, is leasewatch's commit_interval; zero
+	// leaves its default.
+	commitInterval time.Duration
 }
 
 // flags registers the ingest scenario's flags on fs.
@@ -61,6 +64,7 @@ func (k *ingestLoad) flags(fs *flag.FlagSet) {
 	fs.DurationVar(&k.duration, "duration", 5*time.Minute, "how long the load runs")
 	fs.StringVar(&k.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
 	fs.BoolVar(&k.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
+	fs.DurationVar(&k.commitInterval, "commit-interval", 0, "leasewatch's commit_interval setting (default: leasewatch's own)")
 }
 
 // The kinds of request the load times: two of ingest, the rest pages a
@@ -292,6 +296,8 @@ func (k *ingestLoad) validate() error {
 		return fmt.Errorf("--batchers %g: want a share from 0 to 1", k.batchers)
 	case k.rejected < 0 || k.rejected > 1:
 		return fmt.Errorf("--rejected %g: want a share from 0 to 1", k.rejected)
+	case k.commitInterval < 0:
+		return fmt.Errorf("--commit-interval %s: want a positive duration, or 0 for leasewatch's default", k.commitInterval)
 	}
 	for _, d := range []struct {
 		name string
@@ -316,7 +322,11 @@ func (k *ingestLoad) execute(ctx context.Context, log io.Writer) (*ingestResult,
 	}
 	defer done()
 	const sessions, ttl = 4, 5 * time.Second
-	rig, err := startEtcdRig(ctx, k.leasewatch, dir, fmt.Sprintf("ingest_tokens: [%q]\n", ingestToken), sessions, ttl, log)
+	config := fmt.Sprintf("ingest_tokens: [%q]\n", ingestToken)
+	if k.commitInterval > 0 {
+		config += fmt.Sprintf("commit_interval: %s\n", k.commitInterval)
+	}
+	rig, err := startEtcdRig(ctx, k.leasewatch, dir, config, sessions, ttl, log)
 	if err != nil {
 		return nil, err
 	}
@@ -835,6 +845,9 @@ func outsideGo(s ingestSample) int64 {
 func (k *ingestLoad) write(out io.Writer, r *ingestResult) {
 	fmt.Fprintf(out, "\nleasewatch-load ingest: %d writers (%.0f%% sending arrays of 2–%d) pausing %s ±50%%, %d browsers thinking %s ±50%%, %d etcd locks changing hands every %s, for %s\n\n",
 		k.writers, 100*k.batchers, k.maxBatch, k.writeEvery, k.browsers, k.think, k.locks, k.hold, r.wall.Round(time.Second))
+	if k.commitInterval > 0 {
+		fmt.Fprintf(out, "leasewatch's commit_interval: %s\n\n", k.commitInterval)
+	}
 	r.writeRequests(out)
 	r.writeServerTime(out)
 	r.writeMeasures(out)

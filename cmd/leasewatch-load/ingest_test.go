@@ -121,6 +121,7 @@ func TestIngestLoadRefusesBadFlags(t *testing.T) {
 		{[]string{"--rejected", "-0.1"}, "--rejected -0.1"},
 		{[]string{"--think", "0s"}, "--think 0s"},
 		{[]string{"--duration", "-1s"}, "--duration -1s"},
+		{[]string{"--commit-interval", "-1ms"}, "--commit-interval -1ms"},
 	} {
 		var k ingestLoad
 		fs := flag.NewFlagSet("ingest", flag.ContinueOnError)
