@@ -169,11 +169,12 @@ func WithCommitInterval(d time.Duration) RecorderOption {
 // connection, and its memory map of the file, so the dashboard's reads
 // under heavy ingest start cold unless commits are few. Under the ingest
 // load on two cores (BENCHMARKS.md), 50 ms, 100 ms and 200 ms gave pages a
-// p95 of 982, 573 and 248 ms and the incident review 2.2, 1.3 and 0.59 s,
-// while ingest's p95 stayed 250 to 350 ms (its p50 rose from 83 to 143 ms):
-// the requests wait for one another longer, and the commits are fewer and
-// larger (5 a second instead of 15).
-const DefaultCommitInterval = 200 * time.Millisecond
+// p95 of 982, 573 and 248 ms and the incident review 2.2, 1.3 and 0.59 s
+// at 10 minutes; at 30 minutes, 200 and 400 ms gave pages 711 and 353 ms
+// and the review 1.57 and 0.94 s. The price is the answers to write
+// reports, which wait for the next commit: ingest's p50 was 178 ms at
+// 200 ms and 287 ms at 400 ms.
+const DefaultCommitInterval = 400 * time.Millisecond
 
 // WithTickInterval sets how often the tracker's clock expiry runs (default 250ms).
 func WithTickInterval(d time.Duration) RecorderOption { return func(r *Recorder) { r.tick = d } }

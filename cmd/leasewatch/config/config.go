@@ -51,7 +51,7 @@ type Config struct {
 	// arrive at once gather into one commit: fewer commits keep the
 	// dashboard's reads warm under heavy ingest, at the cost of that much
 	// latency for their answers (audit.WithCommitInterval). Optional, added
-	// to the contract; default 200ms, 1ns commits each group as soon as
+	// to the contract; default 400ms, 1ns commits each group as soon as
 	// the last is done.
 	CommitInterval time.Duration   `yaml:"commit_interval" lw:"nonzero"`
 	Auth           AuthConfig      `yaml:"auth"`

@@ -167,8 +167,8 @@ func TestParseConfigHealth(t *testing.T) {
 	if got, want := defaults.Health.Tracker(), (audit.HealthConfig{FlappingPerHour: 6, LeaderlessAfter: time.Minute, TightMarginRatio: 0.4, ClockSkewRatio: 0.1}); got != want {
 		t.Fatalf("default health = %+v, want %+v", got, want)
 	}
-	if got := defaults.CommitInterval; got != 200*time.Millisecond {
-		t.Fatalf("default commit_interval = %v, want 200ms", got)
+	if got := defaults.CommitInterval; got != 400*time.Millisecond {
+		t.Fatalf("default commit_interval = %v, want 400ms", got)
 	}
 	if cfg, err := Parse([]byte("commit_interval: 1ns\n")); err != nil {
 		t.Fatal(err)
