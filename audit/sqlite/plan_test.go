@@ -75,6 +75,8 @@ func TestLockFindingsOfAKindReadTheirKindOnly(t *testing.T) {
 // expression index for the highest token, which SQLite uses only when the
 // query's expression is the index's, character for character.
 func TestLockWritesReadFromTheIndexAlone(t *testing.T) {
+	const writeRange = "USING COVERING INDEX events_lock_writes (lock_id=? AND kind=?"
+
 	s, _ := openStore(t)
 	ctx := context.Background()
 	key := audit.LockKey{Source: "src", Name: "orders"}
@@ -110,12 +112,12 @@ func TestLockWritesReadFromTheIndexAlone(t *testing.T) {
 		if strings.Contains(query, "write_bins") {
 			// The part minutes at either end: two ranges, whose kinds
 			// are an IN list.
-			if strings.Count(plan, "USING COVERING INDEX events_lock_writes (lock_id=? AND kind=?") != 2 {
+			if strings.Count(plan, writeRange) != 2 {
 				t.Errorf("plan\n%s\nwant two ranges of events_lock_writes by lock and kind, from the index alone, for\n%s", plan, query)
 			}
 			continue
 		}
-		if !strings.Contains(plan, "USING COVERING INDEX events_lock_writes (lock_id=? AND kind=?") {
+		if !strings.Contains(plan, writeRange) {
 			t.Errorf("plan\n%s\nwant a range of events_lock_writes by lock and kind, from the index alone, for\n%s", plan, query)
 		}
 	}
