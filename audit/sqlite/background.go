@@ -34,12 +34,13 @@ func (s *Store) openBackground() error {
 }
 
 // Background returns the store with its reads through a connection of
-// their own, for work done in the background over every lock's history
-// (the verdict keeper's sweeps). It neither waits for the dashboard's read
-// connections nor holds them, so that pages are read ahead of it. And it
-// reads the file as ordinary reads through the kernel's file cache into a
-// small page cache of its own (backgroundCache), without mapping it: a
-// sweep of 100,000 locks' histories would otherwise count most of the
-// database's pages in the process's resident memory. Its reads are one at
-// a time.
+// their own, for work done in the background over every lock (the verdict
+// keeper's sweeps of their histories, a scrape's count of their verdicts).
+// It neither waits for the dashboard's read connections nor holds them, so
+// that pages are read ahead of it. And it reads the file as ordinary reads
+// through the kernel's file cache into a small page cache of its own
+// (backgroundCache), without mapping it: a sweep of 100,000 locks'
+// histories would otherwise count most of the database's pages in the
+// process's resident memory, and a count that joins every lock's row
+// the whole locks table. Its reads are one at a time.
 func (s *Store) Background() audit.Store { return &s.bg }

@@ -587,7 +587,9 @@ func (c *leaseCollector) series(out []prometheus.Metric, desc *prometheus.Desc, 
 
 // verdictCollector exports how many locks of class lock have each kept
 // safety verdict (audit/verdict Keeper), read from the store at scrape
-// time: one series per verdict, whatever the number of locks.
+// time: one series per verdict, whatever the number of locks. The count
+// joins every lock's row, so it reads through the background reads
+// (backgroundReads), which do not keep what they read in resident memory.
 type verdictCollector struct {
 	store audit.Store
 	log   *slog.Logger

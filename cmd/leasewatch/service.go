@@ -103,7 +103,7 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		return nil, err
 	}
 	reg.MustRegister(rm.newLeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")),
-		verdictCollector{store: store, log: logger.With("component", "metrics")})
+		verdictCollector{store: backgroundReads(store), log: logger.With("component", "metrics")})
 	svc.retainer = &audit.Retainer{Store: store, Retention: cfg.Retention.Policy(), Now: time.Now,
 		Log: logger.With("component", "retention"), Pruned: newRetentionMetrics(reg, store)}
 	if svc.replicas != nil {

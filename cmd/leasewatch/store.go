@@ -82,9 +82,10 @@ func openDatabase(ctx context.Context, cfg *config.Config, mode openMode, logger
 	}
 }
 
-// backgroundReads returns st's reads for work done in the background (the
-// verdict keeper), where the store keeps them apart from the dashboard's
-// (audit/sqlite's Background), else st.
+// backgroundReads returns st's reads for work done in the background over
+// every lock (the verdict keeper, the scrape's verdict counts), where the
+// store keeps them apart from the dashboard's (audit/sqlite's Background),
+// else st.
 func backgroundReads(st audit.Database) audit.Store {
 	if b, ok := st.(interface{ Background() audit.Store }); ok {
 		return b.Background()
