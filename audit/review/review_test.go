@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"os"
 	"path/filepath"
@@ -439,5 +440,48 @@ func TestBuildPairsOnlyConsecutiveTenures(t *testing.T) {
 	}
 	if a.Handovers() != 2 || !bytes.Equal(ja.Bytes(), jb.Bytes()) {
 		t.Fatalf("handovers = %d, want 2, and the same report twice", a.Handovers())
+	}
+}
+
+// failingStore fails one read: the verdict's (BlindWindows) or the
+// handovers' (WriteEvents).
+type failingStore struct {
+	audit.Store
+	fail string
+}
+
+var errRead = errors.New("read failed")
+
+func (s failingStore) BlindWindows(ctx context.Context, f audit.BlindFilter) ([]audit.BlindWindow, error) {
+	if s.fail == "BlindWindows" {
+		return nil, errRead
+	}
+	return s.Store.BlindWindows(ctx, f)
+}
+
+func (s failingStore) WriteEvents(ctx context.Context, lockID int64, outcome audit.WriteOutcome, f audit.EventFilter) ([]audit.WriteEvent, error) {
+	if s.fail == "WriteEvents" {
+		return nil, errRead
+	}
+	return s.Store.WriteEvents(ctx, lockID, outcome, f)
+}
+
+// A failed read of a lock's verdict or of its handovers fails the report:
+// none is shown without the other.
+func TestLoadFailsWithEitherRead(t *testing.T) {
+	st := incident(t)
+	for _, fail := range []string{"BlindWindows", "WriteEvents"} {
+		t.Run(fail, func(t *testing.T) {
+			r, err := review.Load(context.Background(), failingStore{Store: st, fail: fail}, review.Query{Window: window()})
+			if !errors.Is(err, errRead) {
+				t.Fatalf("Load with %s failing = %+v, %v; want the read's error", fail, r, err)
+			}
+		})
+	}
+	// The same store without a failure: the verdict comes with the
+	// handovers.
+	r := load(t, failingStore{Store: st}, review.Query{Window: window()})
+	if len(r.Locks) == 0 || len(r.Locks[0].Handovers) == 0 || r.Locks[0].Verdict.Kind == "" {
+		t.Fatalf("report = %+v, want a lock with handovers and its verdict", r.Locks)
 	}
 }
