@@ -41,6 +41,6 @@ func (s *Store) openBackground() error {
 // through the kernel's file cache into a small page cache of its own
 // (backgroundCache), without mapping it: a sweep of 100,000 locks'
 // histories would otherwise count most of the database's pages in the
-// process's resident memory, and a count that joins every lock's row
-// the whole locks table. Its reads are one at a time.
+// process's resident memory, and a count that joins every lock's row would
+// count the whole locks table. Its reads are one at a time.
 func (s *Store) Background() audit.Store { return &s.bg }
