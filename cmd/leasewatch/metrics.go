@@ -473,8 +473,28 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 // collect returns the metrics of counts and held. It builds them all before
 // Collect sends any, so the commit hook never waits on a slow scrape.
 func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCount, held []audit.Lock) []prometheus.Metric {
-	var out []prometheus.Metric
-	now := c.now()
+	out, heldTotal := c.classCounts(nil, sources, counts)
+	sortByExpiry(held)
+
+	c.m.mu.Lock()
+	defer c.m.mu.Unlock()
+	out, kept, isHeld := c.heldSeries(out, held, heldTotal)
+	excluded := make(map[string]int)
+	for src, n := range heldTotal {
+		if n > 0 {
+			excluded[src] += n
+		}
+	}
+	out = c.releasedCounters(out, sources, isHeld, kept, excluded)
+	for src := range sources {
+		out = c.series(out, limitDesc, prometheus.GaugeValue, float64(excluded[src]), src)
+	}
+	return out
+}
+
+// classCounts adds the heartbeats' series by state to out, and returns the
+// held locks of class lock per source; it marks every source counted.
+func (c *leaseCollector) classCounts(out []prometheus.Metric, sources map[string]bool, counts []audit.LockCount) ([]prometheus.Metric, map[string]int) {
 	heldTotal := make(map[string]int)
 	heartbeats := make(map[string]map[audit.LockState]int)
 	for _, n := range counts {
@@ -496,7 +516,11 @@ func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCou
 			out = c.series(out, heartbeatDesc, prometheus.GaugeValue, float64(byState[state]), src, string(state))
 		}
 	}
+	return out, heldTotal
+}
 
+// sortByExpiry orders held locks by soonest expiry, those without one last.
+func sortByExpiry(held []audit.Lock) {
 	slices.SortFunc(held, func(a, b audit.Lock) int {
 		if a.ExpiresAt.IsZero() != b.ExpiresAt.IsZero() {
 			if a.ExpiresAt.IsZero() {
@@ -506,16 +530,20 @@ func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCou
 		}
 		return cmp.Or(a.ExpiresAt.Compare(b.ExpiresAt), cmp.Compare(a.Source, b.Source), cmp.Compare(a.Name, b.Name))
 	})
+}
 
-	c.m.mu.Lock()
-	defer c.m.mu.Unlock()
-	excluded := make(map[string]int)
+// heldSeries adds the series of the first c.max held locks to out, taking
+// each from heldTotal, so that what is left there is the held locks past
+// the cap. It returns how many locks got series, and which were held. The
+// caller holds c.m.mu.
+func (c *leaseCollector) heldSeries(out []prometheus.Metric, held []audit.Lock, heldTotal map[string]int) ([]prometheus.Metric, int, map[audit.LockKey]bool) {
+	now := c.now()
 	kept := 0
 	isHeld := make(map[audit.LockKey]bool, len(held))
 	for _, l := range held {
 		isHeld[l.Key()] = true
 		if kept >= c.max {
-			continue // counted below, from heldTotal
+			continue // counted by the caller, from heldTotal
 		}
 		kept++
 		heldTotal[l.Source]--
@@ -531,14 +559,14 @@ func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCou
 		}
 		out = c.counters(out, l.Key(), ls)
 	}
-	for src, n := range heldTotal {
-		if n > 0 {
-			excluded[src] += n
-		}
-	}
+	return out, kept, isHeld
+}
 
-	// Locks no longer held keep their counters' series while the cap
-	// allows, the most recently changed first.
+// releasedCounters adds the counters of locks no longer held, which keep
+// their series while the cap allows (kept locks have series already), the
+// most recently changed first; those past the cap are counted in excluded.
+// The caller holds c.m.mu.
+func (c *leaseCollector) releasedCounters(out []prometheus.Metric, sources map[string]bool, isHeld map[audit.LockKey]bool, kept int, excluded map[string]int) []prometheus.Metric {
 	var rest []audit.LockKey
 	for key, ls := range c.m.locks {
 		// A lock known only by its renewals may be a heartbeat whose class
@@ -558,9 +586,6 @@ func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCou
 		}
 		kept++
 		out = c.counters(out, key, c.m.locks[key])
-	}
-	for src := range sources {
-		out = c.series(out, limitDesc, prometheus.GaugeValue, float64(excluded[src]), src)
 	}
 	return out
 }
