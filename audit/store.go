@@ -71,6 +71,15 @@ type Store interface {
 	// them. Returns EINVALID if f does not cut a window into bins, ENOTFOUND
 	// if the lock does not exist.
 	WriteCounts(ctx context.Context, lockID int64, outcome WriteOutcome, f BinFilter) (Histogram, error)
+	// WriteTicks returns the counts per WriteTick the store keeps of the
+	// lock's writes of one outcome, of the ticks that start within f's
+	// window, in time order; ticks without a write are left out. f.Limit is
+	// not used. It reads one row per tick and no write: a tick whose count
+	// has not changed still holds the same writes, as far as a reader that
+	// keeps them needs to know (writes are stored and pruned, never
+	// changed). Writes before 1970 are in no tick. Returns ENOTFOUND if the
+	// lock does not exist.
+	WriteTicks(ctx context.Context, lockID int64, outcome WriteOutcome, f TimeFilter) ([]TickCount, error)
 	// WriteStats returns, per resource that reported writes of the lock
 	// within f's window, how many it accepted (and of those, how many
 	// without a token) and rejected, and when it last reported, ordered by
@@ -166,6 +175,13 @@ type BinFilter struct {
 // migrations that keep the counts bin a write at at (at >= 0) into
 // at - at % WriteTick.
 const WriteTick = 10 * time.Second
+
+// TickCount is how many writes of one outcome a lock has in the WriteTick
+// that starts at Start.
+type TickCount struct {
+	Start time.Time
+	N     int
+}
 
 // Histogram is how many events fell in each stretch of a BinFilter's window:
 // Counts[i] those from From+i*Width, up to but not including the next

@@ -36,6 +36,11 @@ const (
 	// among its locks (at least review.MinHandoversPerLock each); the
 	// exports keep reviewMaxHandovers per lock.
 	reviewPageHandovers = 50
+	// reviewCacheWrites is how many write reports the reviews keep for the
+	// next (review.WriteCache): about 24 bytes each, 12 MiB in all, room for
+	// what the reviews of twenty busy locks read, each at most 10,000 writes
+	// of each outcome.
+	reviewCacheWrites = 1 << 19
 )
 
 // reviewQuery reads a review request's query string. It resolves the default
@@ -64,6 +69,7 @@ func (s *Server) reviewQuery(q url.Values) (review.Query, error) {
 		Locks:    nonEmpty(q["lock"]),
 		MaxLocks: reviewMaxLocks,
 		Purposes: s.query.Purposes(),
+		Cache:    s.reviewWrites,
 		Options:  review.Options{MaxHandovers: reviewMaxHandovers},
 	}
 	if err := rq.Validate(); err != nil {

@@ -32,6 +32,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
 	"github.com/leasewatch/leasewatch/audit/query"
+	"github.com/leasewatch/leasewatch/audit/review"
 	"github.com/leasewatch/leasewatch/audit/verdict"
 	"github.com/leasewatch/leasewatch/static"
 )
@@ -161,7 +162,9 @@ type Server struct {
 	tls     *tls.Config
 	timeout Timeouts
 	reviews *semaphore.Weighted // the incident reviews built at once
-	query   *query.Reader
+	// reviewWrites keeps the write reports reviews read, for the next.
+	reviewWrites *review.WriteCache
+	query        *query.Reader
 	// groupExposures folds shorter exposures in the findings lists.
 	groupExposures time.Duration
 	echo           *echo.Echo
@@ -189,6 +192,8 @@ func New(cfg Config) (*Server, error) {
 		tls:     cfg.TLS,
 		timeout: cfg.Timeouts.withDefaults(),
 		reviews: semaphore.NewWeighted(reviewTurns),
+
+		reviewWrites: review.NewWriteCache(reviewCacheWrites),
 
 		groupExposures: cmp.Or(cfg.GroupExposuresUnder, DefaultGroupExposuresUnder),
 	}

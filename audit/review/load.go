@@ -29,6 +29,9 @@ type Query struct {
 	// Purposes say which locks only avoid duplicate work, for each lock's
 	// safety verdict over the window.
 	Purposes verdict.Purposes
+	// Cache, when set, keeps the write reports the report reads for the
+	// next reports on the same locks (see WriteCache).
+	Cache *WriteCache
 	Options
 }
 
@@ -120,7 +123,7 @@ func Load(ctx context.Context, st audit.Store, q Query) (Report, error) {
 	for i, l := range locks {
 		g.Go(func() error {
 			var err error
-			lrs[i], notes[i], err = loadLock(gctx, st, l, q.Window, opts)
+			lrs[i], notes[i], err = loadLock(gctx, st, q.Cache, l, q.Window, opts)
 			if err != nil || len(lrs[i].Handovers) == 0 {
 				return err
 			}
@@ -195,10 +198,11 @@ const loadParallel = 4
 
 // loadLock reads one lock's tenures and the events and findings around the
 // handovers in the window, and builds its part of the report. The writes
-// and the findings about them, which can be many, are read a page at a time
-// and gathered as they come, so that a report's memory is bounded by its
-// caps rather than by how busy the lock's resources were.
-func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts Options) (LockReport, []string, error) {
+// and the findings about them, which can be many, are read a page (or
+// with a cache, a tick) at a time and gathered as they come, so that a
+// report's memory is bounded by its caps rather than by how busy the lock's
+// resources were.
+func loadLock(ctx context.Context, st audit.Store, cache *WriteCache, l audit.Lock, w Window, opts Options) (LockReport, []string, error) {
 	ld := LockData{Lock: l}
 	var err error
 	if ld.Tenures, ld.Omitted, err = loadTenures(ctx, st, l, w, opts); err != nil {
@@ -214,7 +218,6 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 	if ld.Events, notes, err = loadHandoverEvents(ctx, st, l, span, name); err != nil {
 		return LockReport{}, nil, err
 	}
-	paged := audit.TimeFilter{From: span.From, To: span.To, Limit: pageSize}
 	verdicts, findingNotes, err := loadFindings(ctx, st, l, span, name, &ld)
 	if err != nil {
 		return LockReport{}, nil, err
@@ -223,12 +226,7 @@ func loadLock(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts 
 
 	lr, writes := buildLock(w, ld, verdicts, opts)
 	for _, outcome := range []audit.WriteOutcome{audit.WriteAccepted, audit.WriteRejected} {
-		more, err := eachPage(ctx, maxWriteItems,
-			func(before audit.EventCursor) ([]audit.WriteEvent, error) {
-				return st.WriteEvents(ctx, l.ID, outcome, audit.EventFilter{TimeFilter: paged, Before: before})
-			},
-			func(e audit.WriteEvent) audit.EventCursor { return audit.EventCursor{At: e.At, ID: e.ID} },
-			writes.add)
+		more, err := eachWrite(ctx, st, cache, l.ID, outcome, span, maxWriteItems, writes.add)
 		if err != nil {
 			return LockReport{}, nil, err
 		}

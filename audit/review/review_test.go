@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"flag"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -444,7 +445,7 @@ func TestBuildPairsOnlyConsecutiveTenures(t *testing.T) {
 }
 
 // failingStore fails one read: the verdict's (BlindWindows) or the
-// handovers' (WriteEvents).
+// handovers' (WriteEvents, or with a cache, WriteTicks).
 type failingStore struct {
 	audit.Store
 	fail string
@@ -466,17 +467,30 @@ func (s failingStore) WriteEvents(ctx context.Context, lockID int64, outcome aud
 	return s.Store.WriteEvents(ctx, lockID, outcome, f)
 }
 
+func (s failingStore) WriteTicks(ctx context.Context, lockID int64, outcome audit.WriteOutcome, f audit.TimeFilter) ([]audit.TickCount, error) {
+	if s.fail == "WriteTicks" {
+		return nil, errRead
+	}
+	return s.Store.WriteTicks(ctx, lockID, outcome, f)
+}
+
 // A failed read of a lock's verdict or of its handovers fails the report:
 // none is shown without the other.
 func TestLoadFailsWithEitherRead(t *testing.T) {
 	st := incident(t)
-	for _, fail := range []string{"BlindWindows", "WriteEvents"} {
-		t.Run(fail, func(t *testing.T) {
-			r, err := review.Load(context.Background(), failingStore{Store: st, fail: fail}, review.Query{Window: window()})
-			if !errors.Is(err, errRead) {
-				t.Fatalf("Load with %s failing = %+v, %v; want the read's error", fail, r, err)
+	for _, fail := range []string{"BlindWindows", "WriteEvents", "WriteTicks"} {
+		for _, cache := range []*review.WriteCache{nil, review.NewWriteCache(1000)} {
+			if cache == nil && fail == "WriteTicks" {
+				continue // read only through a cache
 			}
-		})
+			t.Run(fmt.Sprintf("%s/cache=%t", fail, cache != nil), func(t *testing.T) {
+				q := review.Query{Window: window(), Cache: cache}
+				r, err := review.Load(context.Background(), failingStore{Store: st, fail: fail}, q)
+				if !errors.Is(err, errRead) {
+					t.Fatalf("Load with %s failing = %+v, %v; want the read's error", fail, r, err)
+				}
+			})
+		}
 	}
 	// The same store without a failure: the verdict comes with the
 	// handovers.

@@ -13,6 +13,7 @@ import (
 // WriteCounts with Ticks counts from the counts per tick: stretches of
 // whole ticks from the tick that holds the window's start, exact whatever
 // the limit, and only the lock's writes of the outcome in the window.
+// WriteTicks returns those counts.
 func testWriteCountsInTicks(t *testing.T, harness Harness) {
 	s := harness.Open(t)
 	ctx := context.Background()
@@ -73,6 +74,27 @@ func testWriteCountsInTicks(t *testing.T, harness Harness) {
 	f.Bins = 0
 	if _, err := s.WriteCounts(ctx, id, audit.WriteAccepted, f); audit.ErrorCode(err) != audit.EINVALID {
 		t.Errorf("WriteCounts(no bins, ticks) err = %v, want EINVALID", err)
+	}
+
+	// The counts per tick: the lock's writes of the outcome only, of the
+	// ticks that start within the window.
+	ticks, err := s.WriteTicks(ctx, id, audit.WriteAccepted, audit.TimeFilter{From: base.Add(-audit.WriteTick), To: base.Add(50 * time.Second)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Equal(t, "accepted per tick", ticks, []audit.TickCount{
+		{Start: base.Add(-audit.WriteTick), N: 1}, {Start: base, N: 2}, {Start: base.Add(audit.WriteTick), N: 1},
+		{Start: base.Add(2 * audit.WriteTick), N: 1}, {Start: base.Add(50 * time.Second), N: 1}})
+	ticks, err = s.WriteTicks(ctx, id, audit.WriteRejected, audit.TimeFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Equal(t, "rejected per tick", ticks, []audit.TickCount{{Start: base, N: 1}})
+	if _, err := s.WriteTicks(ctx, 999, audit.WriteAccepted, audit.TimeFilter{}); audit.ErrorCode(err) != audit.ENOTFOUND {
+		t.Errorf("WriteTicks(missing lock) err = %v, want ENOTFOUND", err)
+	}
+	if _, err := s.WriteTicks(ctx, id, "maybe", audit.TimeFilter{}); audit.ErrorCode(err) != audit.EINVALID {
+		t.Errorf("WriteTicks(outcome maybe) err = %v, want EINVALID", err)
 	}
 }
 
@@ -137,6 +159,20 @@ func testWriteCountsInTicksAgreeWithItsWrites(t *testing.T, harness Harness) {
 				}
 				Equal(t, what, h, tickHistogram(writes, w.from, w.to, w.bins))
 			}
+			// The counts per tick, of every tick and of the ticks that
+			// start within a window (its ends on tick starts, inclusive).
+			all := tickCounts(writes, time.Unix(0, 0), audit.LatestTime)
+			ticks, err := s.WriteTicks(ctx, id, outcome, audit.TimeFilter{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			Equal(t, when+": "+string(outcome)+" per tick", ticks, all)
+			from, to := tickOf(start).Add(5*audit.WriteTick), tickOf(start).Add(20*audit.WriteTick)
+			ticks, err = s.WriteTicks(ctx, id, outcome, audit.TimeFilter{From: from, To: to, Limit: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			Equal(t, when+": "+string(outcome)+" per tick in a window", ticks, tickCounts(writes, from, to.Add(audit.WriteTick-1)))
 		}
 	}
 	check("as stored")
@@ -167,6 +203,24 @@ func tickHistogram(writes []audit.Event, from, to time.Time, bins int) audit.His
 		}
 	}
 	return h
+}
+
+// tickCounts counts writes per tick, of the ticks that start from from to
+// to, as WriteTicks returns them: those before 1970 in none.
+func tickCounts(writes []audit.Event, from, to time.Time) []audit.TickCount {
+	var out []audit.TickCount
+	for _, e := range writes {
+		if e.At.UnixNano() < 0 || e.At.Before(from) || e.At.After(to) {
+			continue
+		}
+		tick := tickOf(e.At)
+		if n := len(out); n > 0 && out[n-1].Start.Equal(tick) {
+			out[n-1].N++
+		} else {
+			out = append(out, audit.TickCount{Start: tick, N: 1})
+		}
+	}
+	return out
 }
 
 // tickOf is the start of the tick that holds t (t not before 1970).

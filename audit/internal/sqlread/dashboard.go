@@ -161,16 +161,43 @@ func (r *Reader) tickCounts(ctx context.Context, tx DB, what, writes string, loc
 	return h, nil
 }
 
+// WriteTicks reads the lock's counts per tick (write_ticks) of the ticks
+// that start within f's window: one row per tick.
+func (r *Reader) WriteTicks(ctx context.Context, lockID int64, outcome audit.WriteOutcome, f audit.TimeFilter) ([]audit.TickCount, error) {
+	kind, err := writeKind(outcome)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.LockKey(ctx, r.Pool, lockID); err != nil {
+		return nil, err
+	}
+	w := r.Dialect.Where()
+	w.Add("lock_id = ?", lockID)
+	w.Add("kind = ?", string(kind))
+	w.Window("tick", f)
+	return query(ctx, r, r.Pool, fmt.Sprintf("count writes of lock %d per tick", lockID), func(t *audit.TickCount) []any {
+		return []any{rowcodec.TimeDest{P: &t.Start}, &t.N}
+	}, `SELECT tick, n FROM write_ticks`+w.String()+` ORDER BY tick`, w.Args...)
+}
+
+// writeKind is the kind of event of a write's outcome; EINVALID for
+// another outcome.
+func writeKind(outcome audit.WriteOutcome) (audit.EventKind, error) {
+	switch outcome {
+	case audit.WriteAccepted:
+		return audit.EventWriteAccepted, nil
+	case audit.WriteRejected:
+		return audit.EventWriteRejected, nil
+	}
+	return "", audit.Errorf(audit.EINVALID, "outcome: want accepted or rejected, not %q", outcome)
+}
+
 // histogram checks a request for write counts and returns the kind of
 // event to count and the empty histogram of f's bins.
 func histogram(outcome audit.WriteOutcome, f audit.BinFilter) (audit.EventKind, audit.Histogram, error) {
-	kind := audit.EventWriteAccepted
-	switch outcome {
-	case audit.WriteAccepted:
-	case audit.WriteRejected:
-		kind = audit.EventWriteRejected
-	default:
-		return "", audit.Histogram{}, audit.Errorf(audit.EINVALID, "outcome: want accepted or rejected, not %q", outcome)
+	kind, err := writeKind(outcome)
+	if err != nil {
+		return "", audit.Histogram{}, err
 	}
 	span := f.To.Sub(f.From)
 	switch {
