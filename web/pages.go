@@ -119,18 +119,22 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	sortName := q.Get("sort")
 	loc, err := parseZone(q)
 	if err != nil {
 		return err
 	}
-	limit := lq.Limit
-	pg, err := s.query.Locks(c.Request().Context(), query.LocksQuery{Filter: lq.LockFilter, Limit: limit, Count: true})
+	pg, err := s.query.Locks(c.Request().Context(), query.LocksQuery{Filter: lq.LockFilter, Limit: lq.Limit, Count: true})
 	if err != nil {
 		return err
 	}
-	locks, hasPrev, hasNext := pg.Locks, pg.HasPrev, pg.HasNext
+	return render(c, http.StatusOK, views.Locks(s.locksView(q, lq, pg, loc)))
+}
 
+// locksView is the locks page of pg, the locks that lq (read from q) asked
+// for, with times in loc.
+func (s *Server) locksView(q url.Values, lq lockQuery, pg query.LockList, loc *time.Location) views.LocksPage {
+	sortName := q.Get("sort")
+	locks, hasPrev, hasNext := pg.Locks, pg.HasPrev, pg.HasNext
 	now := s.now()
 	p := views.LocksPage{
 		Filter: views.LockFilter{
@@ -146,7 +150,7 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 		Total:        pg.Total,
 		TotalAtLeast: pg.AtLeast,
 		Truncated:    hasNext,
-		Limit:        limit,
+		Limit:        lq.Limit,
 		Now:          stampIn(now, loc),
 	}
 	p.Kinds, p.Verdicts, p.Sorts = names(s.kinds), verdictNames, locksSorts(q, sortName)
@@ -171,7 +175,7 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 		row.Verdict = l.Verdict
 		p.Locks = append(p.Locks, row)
 	}
-	return render(c, http.StatusOK, views.Locks(p))
+	return p
 }
 
 // locksSorts are the locks list's column orders, the current one marked.
@@ -521,13 +525,17 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	limit := fq.Limit
 	page, err := s.query.Findings(c.Request().Context(), fq)
 	if err != nil {
 		return err
 	}
-	f, findings, older := fq.Filter, page.Findings, page.Older
+	return render(c, http.StatusOK, views.Findings(s.findingsView(q, fq, page, loc)))
+}
 
+// findingsView is the findings page of page, the findings that fq (read
+// from q) asked for, with times in loc.
+func (s *Server) findingsView(q url.Values, fq query.FindingsQuery, page query.FindingList, loc *time.Location) views.FindingsPage {
+	f, findings, older := fq.Filter, page.Findings, page.Older
 	p := views.FindingsPage{
 		Filter: views.FindingFilter{
 			Kind:     string(f.Kind),
@@ -540,7 +548,7 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 			To:       q.Get("to"),
 		},
 		Truncated:  older,
-		Limit:      limit,
+		Limit:      fq.Limit,
 		Severities: []string{string(audit.SeverityCritical), string(audit.SeverityWarning), string(audit.SeverityInfo)},
 		Sources:    s.query.SourceNames(),
 	}
@@ -564,7 +572,7 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 	if !f.Before.IsZero() {
 		p.First = withQuery("/findings", q, "before", "")
 	}
-	return render(c, http.StatusOK, views.Findings(p))
+	return p
 }
 
 func (s *Server) handleSourcesPage(c echo.Context) error {
