@@ -130,6 +130,7 @@ var contract = []struct {
 	{"FindingCountsAgreeWithTheirFindings", testFindingCountsAgreeWithTheirFindings},
 	{"WriteCountsInTicks", testWriteCountsInTicks},
 	{"WriteCountsInTicksAgreeWithItsWrites", testWriteCountsInTicksAgreeWithItsWrites},
+	{"WriteTicks", testWriteTicks},
 	{"WriteStats", testWriteStats},
 	{"WriteStatsAgreesWithItsWrites", testWriteStatsAgreesWithItsWrites},
 	{"FindingsByResource", testFindingsByResource},

@@ -10,16 +10,14 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 )
 
-// WriteCounts with Ticks counts from the counts per tick: stretches of
-// whole ticks from the tick that holds the window's start, exact whatever
-// the limit, and only the lock's writes of the outcome in the window.
-// WriteTicks returns those counts.
-func testWriteCountsInTicks(t *testing.T, harness Harness) {
-	s := harness.Open(t)
-	ctx := context.Background()
+// tickWrites stores writes of a lock around the ticks from base (a whole
+// tick): accepted at -1 s, 3 s, 10 s less 1 ns, 10 s, 25 s, 59 s and 61 s,
+// rejected at 5 s, and a renewal and another lock's write at 5 s. It
+// returns the lock's id.
+func tickWrites(t *testing.T, s Store, base time.Time) int64 {
+	t.Helper()
 	key := audit.LockKey{Source: "src", Name: "orders"}
 	other := audit.LockKey{Source: "src", Name: "other"}
-	base := time.Unix(1_800_000_000, 0).UTC() // a whole tick
 	var b audit.Batch
 	for _, d := range []time.Duration{-time.Second, 3 * time.Second, 10*time.Second - 1, 10 * time.Second, 25 * time.Second, 59 * time.Second, 61 * time.Second} {
 		b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventWriteAccepted, At: base.Add(d)})
@@ -29,7 +27,17 @@ func testWriteCountsInTicks(t *testing.T, harness Harness) {
 		audit.Event{Lock: key, Kind: audit.EventRenew, At: base.Add(5 * time.Second)},
 		audit.Event{Lock: other, Kind: audit.EventWriteAccepted, At: base.Add(5 * time.Second)})
 	Apply(t, s, b)
-	id := LockByKey(t, s, key).ID
+	return LockByKey(t, s, key).ID
+}
+
+// WriteCounts with Ticks counts from the counts per tick: stretches of
+// whole ticks from the tick that holds the window's start, exact whatever
+// the limit, and only the lock's writes of the outcome in the window.
+func testWriteCountsInTicks(t *testing.T, harness Harness) {
+	s := harness.Open(t)
+	ctx := context.Background()
+	base := time.Unix(1_800_000_000, 0).UTC() // a whole tick
+	id := tickWrites(t, s, base)
 
 	// 56 s in 3 stretches of 18.7 s: 2 ticks wide, from the tick at base.
 	f := audit.BinFilter{From: base.Add(2 * time.Second), To: base.Add(58 * time.Second), Bins: 3, Limit: 1, Ticks: true}
@@ -75,9 +83,16 @@ func testWriteCountsInTicks(t *testing.T, harness Harness) {
 	if _, err := s.WriteCounts(ctx, id, audit.WriteAccepted, f); audit.ErrorCode(err) != audit.EINVALID {
 		t.Errorf("WriteCounts(no bins, ticks) err = %v, want EINVALID", err)
 	}
+}
 
-	// The counts per tick: the lock's writes of the outcome only, of the
-	// ticks that start within the window.
+// WriteTicks returns the counts per tick that WriteCounts with Ticks counts
+// from: the lock's writes of the outcome only, of the ticks that start
+// within the window.
+func testWriteTicks(t *testing.T, harness Harness) {
+	s := harness.Open(t)
+	ctx := context.Background()
+	base := time.Unix(1_800_000_000, 0).UTC()
+	id := tickWrites(t, s, base)
 	ticks, err := s.WriteTicks(ctx, id, audit.WriteAccepted, audit.TimeFilter{From: base.Add(-audit.WriteTick), To: base.Add(50 * time.Second)})
 	if err != nil {
 		t.Fatal(err)
@@ -100,7 +115,8 @@ func testWriteCountsInTicks(t *testing.T, harness Harness) {
 
 // WriteCounts with Ticks agrees with binning every write's time in Go, in
 // windows of any length and start, before and after retention deletes some
-// of the writes, and for writes before 1970, which have no tick.
+// of the writes, and for writes before 1970, which have no tick; and so
+// do the counts per tick, WriteTicks.
 func testWriteCountsInTicksAgreeWithItsWrites(t *testing.T, harness Harness) {
 	s := harness.Open(t)
 	ctx := context.Background()
@@ -159,20 +175,7 @@ func testWriteCountsInTicksAgreeWithItsWrites(t *testing.T, harness Harness) {
 				}
 				Equal(t, what, h, tickHistogram(writes, w.from, w.to, w.bins))
 			}
-			// The counts per tick, of every tick and of the ticks that
-			// start within a window (its ends on tick starts, inclusive).
-			all := tickCounts(writes, time.Unix(0, 0), audit.LatestTime)
-			ticks, err := s.WriteTicks(ctx, id, outcome, audit.TimeFilter{})
-			if err != nil {
-				t.Fatal(err)
-			}
-			Equal(t, when+": "+string(outcome)+" per tick", ticks, all)
-			from, to := tickOf(start).Add(5*audit.WriteTick), tickOf(start).Add(20*audit.WriteTick)
-			ticks, err = s.WriteTicks(ctx, id, outcome, audit.TimeFilter{From: from, To: to, Limit: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
-			Equal(t, when+": "+string(outcome)+" per tick in a window", ticks, tickCounts(writes, from, to.Add(audit.WriteTick-1)))
+			checkWriteTicks(t, s, id, outcome, writes, tickOf(start), when)
 		}
 	}
 	check("as stored")
@@ -203,6 +206,25 @@ func tickHistogram(writes []audit.Event, from, to time.Time, bins int) audit.His
 		}
 	}
 	return h
+}
+
+// checkWriteTicks checks the lock's counts per tick of outcome against its
+// writes: of every tick, and of the ticks that start within a window from
+// 5 to 20 ticks after first (its ends on tick starts, inclusive).
+func checkWriteTicks(t *testing.T, s Store, id int64, outcome audit.WriteOutcome, writes []audit.Event, first time.Time, when string) {
+	t.Helper()
+	ctx := context.Background()
+	ticks, err := s.WriteTicks(ctx, id, outcome, audit.TimeFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Equal(t, when+": "+string(outcome)+" per tick", ticks, tickCounts(writes, time.Unix(0, 0), audit.LatestTime))
+	from, to := first.Add(5*audit.WriteTick), first.Add(20*audit.WriteTick)
+	ticks, err = s.WriteTicks(ctx, id, outcome, audit.TimeFilter{From: from, To: to, Limit: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Equal(t, when+": "+string(outcome)+" per tick in a window", ticks, tickCounts(writes, from, to.Add(audit.WriteTick-1)))
 }
 
 // tickCounts counts writes per tick, of the ticks that start from from to
