@@ -203,15 +203,7 @@ func TestLoadPagesThroughManyWrites(t *testing.T) {
 	ctx := context.Background()
 	st, rec := recorder(t)
 	defer rec.Close()
-	observe := func(kind audit.EventKind, when, holder string, token int64) {
-		t.Helper()
-		in := audit.Input{Source: source, Kind: audit.KindEtcd, Observations: []audit.Observation{{
-			Lock: ordersKey, Kind: kind, At: at(when), Holder: holder, Token: audit.Int64(token), LeaseDuration: 20 * time.Second,
-		}}}
-		if err := rec.Observe(ctx, in); err != nil {
-			t.Fatalf("observe %s %s: %v", kind, when, err)
-		}
-	}
+	observe := observer(t, rec)
 	observe(audit.EventGrant, "10s", "worker-1", 41)
 	observe(audit.EventExpire, "30s", "worker-1", 41)
 	observe(audit.EventGrant, "31s", "worker-2", 42)

@@ -100,38 +100,17 @@ func newCachedTick(key tickKey, n int, writes []audit.WriteEvent) (*cachedTick, 
 	slices.SortFunc(writes, func(a, b audit.WriteEvent) int { return cmp.Or(a.At.Compare(b.At), cmp.Compare(a.ID, b.ID)) })
 	t := &cachedTick{key: key, n: n, rows: make([]tickRow, len(writes))}
 	strs, tokens := make(map[string]uint16), make(map[int64]uint16)
-	str := func(s string) (uint16, bool) {
-		j, ok := strs[s]
-		if !ok {
-			if len(t.strings) == maxPerTick {
-				return 0, false
-			}
-			j = uint16(len(t.strings))
-			strs[s] = j
-			t.strings = append(t.strings, s)
-		}
-		return j, true
-	}
 	tok := func(p *int64) (uint16, bool) {
 		if p == nil {
 			return noToken, true
 		}
-		j, ok := tokens[*p]
-		if !ok {
-			if len(t.tokens) == maxPerTick {
-				return 0, false
-			}
-			j = uint16(len(t.tokens))
-			tokens[*p] = j
-			t.tokens = append(t.tokens, *p)
-		}
-		return j, true
+		return intern(tokens, &t.tokens, *p)
 	}
 	for i, w := range writes {
 		r := tickRow{id: w.ID, at: audit.Nanos(w.At)}
 		var ok [4]bool
-		r.holder, ok[0] = str(w.Holder)
-		r.resource, ok[1] = str(w.Resource)
+		r.holder, ok[0] = intern(strs, &t.strings, w.Holder)
+		r.resource, ok[1] = intern(strs, &t.strings, w.Resource)
 		r.token, ok[2] = tok(w.Token)
 		r.highestToken, ok[3] = tok(w.HighestToken)
 		if ok != [4]bool{true, true, true, true} {
@@ -140,6 +119,21 @@ func newCachedTick(key tickKey, n int, writes []audit.WriteEvent) (*cachedTick, 
 		t.rows[i] = r
 	}
 	return t, true
+}
+
+// intern returns v's index in values, appending it (and noting its index in
+// index) if it is new; false if values already holds maxPerTick.
+func intern[V comparable](index map[V]uint16, values *[]V, v V) (uint16, bool) {
+	if j, ok := index[v]; ok {
+		return j, true
+	}
+	if len(*values) == maxPerTick {
+		return 0, false
+	}
+	j := uint16(len(*values))
+	index[v] = j
+	*values = append(*values, v)
+	return j, true
 }
 
 // get returns the kept tick of key if the store still counts n writes in it.

@@ -22,6 +22,20 @@ func (s countingStore) WriteEvents(ctx context.Context, lockID int64, outcome au
 	return s.Store.WriteEvents(ctx, lockID, outcome, f)
 }
 
+// observer returns a function that records, through rec, an observation
+// of the orders lock with a 20 s lease at t0 plus when.
+func observer(t *testing.T, rec *audit.Recorder) func(kind audit.EventKind, when, holder string, token int64) {
+	return func(kind audit.EventKind, when, holder string, token int64) {
+		t.Helper()
+		in := audit.Input{Source: source, Kind: audit.KindEtcd, Observations: []audit.Observation{{
+			Lock: ordersKey, Kind: kind, At: at(when), Holder: holder, Token: audit.Int64(token), LeaseDuration: 20 * time.Second,
+		}}}
+		if err := rec.Observe(context.Background(), in); err != nil {
+			t.Fatalf("observe %s %s: %v", kind, when, err)
+		}
+	}
+}
+
 // busyHandovers records three handovers of the orders lock in the first
 // three minutes, and a write every 40 ms from 5 s on, over twenty ticks:
 // the holder's own, and every seventh a late one with the previous token,
@@ -31,15 +45,7 @@ func busyHandovers(t *testing.T) (audit.Store, *audit.Recorder) {
 	t.Helper()
 	ctx := context.Background()
 	st, rec := recorder(t)
-	observe := func(kind audit.EventKind, when, holder string, token int64) {
-		t.Helper()
-		in := audit.Input{Source: source, Kind: audit.KindEtcd, Observations: []audit.Observation{{
-			Lock: ordersKey, Kind: kind, At: at(when), Holder: holder, Token: audit.Int64(token), LeaseDuration: 20 * time.Second,
-		}}}
-		if err := rec.Observe(ctx, in); err != nil {
-			t.Fatalf("observe %s %s: %v", kind, when, err)
-		}
-	}
+	observe := observer(t, rec)
 	observe(audit.EventGrant, "1s", "worker-1", 41)
 	observe(audit.EventExpire, "40s", "worker-1", 41)
 	observe(audit.EventGrant, "41s", "worker-2", 42)
