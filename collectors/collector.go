@@ -28,6 +28,17 @@ type Submitter interface {
 	Submit(ctx context.Context, in audit.Input) (wait func() error)
 }
 
+// Submit hands in to sink without waiting for it to be durable: through
+// the sink's own Submit when it is a Submitter, and otherwise by an Observe
+// that wait runs, so a collector calling wait on a goroutine of its own
+// goes on reading its backend either way.
+func Submit(ctx context.Context, sink Sink, in audit.Input) (wait func() error) {
+	if sub, ok := sink.(Submitter); ok {
+		return sub.Submit(ctx, in)
+	}
+	return func() error { return sink.Observe(ctx, in) }
+}
+
 // Collector watches one source and feeds its observations to a Sink.
 type Collector interface {
 	// Name is the source's configured name.

@@ -10,9 +10,21 @@ import (
 // markers end the part of a contender's name before its sequence number:
 // "lock-" (the documented lock recipe, go-zookeeper's zk.Lock and Curator's
 // InterProcessMutex and LeaderSelector: _c_<guid>-lock-<seq>), "latch-"
-// (Curator's LeaderLatch: _c_<uuid>-latch-<seq>) and "n_" (the documented
-// election recipe: guid-n_<seq>).
-var markers = []string{"lock-", "latch-", "n_"}
+// (Curator's LeaderLatch: _c_<uuid>-latch-<seq>), "n_" (the documented
+// election recipe: guid-n_<seq>), and kazoo's "__lock__" (Lock, WriteLock
+// and Election: <uuid hex>__lock__<seq>) and readMarker.
+var markers = []string{"lock-", "latch-", "n_", "__lock__", readMarker}
+
+// readMarker is kazoo's ReadLock's: <uuid hex>__rlock__<seq>. A reader
+// waits only for the write nodes (__lock__) below it, so the readers at the
+// head of a directory hold it together (kazoo/recipe/lock.py).
+const readMarker = "__rlock__"
+
+// isReader reports whether a contender's node is kazoo's ReadLock's.
+func isReader(name string) bool {
+	i := strings.LastIndex(name, readMarker)
+	return i >= 0 && len(name)-i-len(readMarker) <= seqDigits+1
+}
 
 // seqDigits is the width ZooKeeper writes a sequence number in ("%010d");
 // past 2147483647 the parent's counter wraps to -2147483648, one wider.
@@ -49,6 +61,9 @@ type node struct {
 	czxid int64 // the zxid of its creation: the fencing token
 	owner int64 // ephemeralOwner: the session that created it (0: persistent)
 	data  string
+	// reader: a kazoo ReadLock's node, which holds together with the
+	// readers next to it.
+	reader bool
 }
 
 // holder renders who holds through n: the owner session in hex (the form
@@ -72,10 +87,16 @@ type dir struct {
 	creates  int64 // children ever created under it, from its cversion
 	foreign  int   // children that are no recipe's contenders
 	readZxid int64 // the highest zxid the read of it showed
+	created  int64 // the directory's own czxid: a new one is a new directory
+	// unseen counts, while the lock is free, the contenders created since
+	// it was last held that no read showed: any of them may have held it,
+	// so the next grant counts them. Set by record on a new read only.
+	unseen int64
 }
 
 // owner returns the lowest-sequence contender, which every lowest-sequence
-// recipe gives the lock to, or nil when there is none.
+// recipe gives the lock to, or nil when there is none. When it is a kazoo
+// reader, the readers right after it hold with it (sharing).
 func (d *dir) owner() *node {
 	if d == nil || len(d.nodes) == 0 {
 		return nil
@@ -113,6 +134,31 @@ type handover struct {
 // before; after nil: gone) and returns how the lock changed hands, or false
 // when its owner stayed.
 func diff(before, after *dir) (handover, bool) {
+	h, changed := handOver(before, after)
+	if h.granted != nil {
+		h.unseen = unseenSince(before, after)
+	}
+	return h, changed
+}
+
+// unseenSince counts the contenders created under after's directory that
+// no read showed since it was last held: those created between before and
+// after that after does not show, and those before already counted. A
+// directory read for the first time, or created again since before, is new
+// since the last read of its parent, so all of its creates count.
+func unseenSince(before, after *dir) int64 {
+	if after == nil {
+		return 0
+	}
+	if before == nil || before.created != after.created {
+		before = &dir{}
+	}
+	n := after.creates - before.creates - int64(newNodes(before, after)+max(0, after.foreign-before.foreign))
+	return before.unseen + max(0, n)
+}
+
+// handOver is diff without the count of unseen contenders.
+func handOver(before, after *dir) (handover, bool) {
 	was, is := before.owner(), after.owner()
 	if was != nil && is != nil && was.czxid == is.czxid {
 		return handover{}, false
@@ -123,14 +169,8 @@ func diff(before, after *dir) (handover, bool) {
 	h := handover{ended: was, granted: is}
 	if after != nil {
 		h.lock, h.pzxid = after.path, after.pzxid
-		if before != nil {
-			h.unseen = after.creates - before.creates - int64(newNodes(before, after)+max(0, after.foreign-before.foreign))
-		}
 	} else {
 		h.lock = before.path
-	}
-	if h.unseen < 0 {
-		h.unseen = 0
 	}
 	return h, true
 }
@@ -148,4 +188,20 @@ func newNodes(before, after *dir) int {
 		}
 	}
 	return count
+}
+
+// sharing counts the contenders that hold d together: the readers at its
+// head when its owner is a kazoo reader, else the owner alone (1), or 0
+// when it is free. The collector records the owner as the holder; a reader
+// that shared the hold and outlasts it is recorded as granted when it
+// becomes the owner.
+func (d *dir) sharing() int {
+	if d.owner() == nil {
+		return 0
+	}
+	n := 1
+	for n < len(d.nodes) && d.nodes[0].reader && d.nodes[n].reader {
+		n++
+	}
+	return n
 }

@@ -64,6 +64,10 @@ func TestDiff(t *testing.T) {
 		{"ShortLivedBetweenReads", dirOf(11, 2, a, b), dirOf(15, 4, b, c), true, &a, &b, 1},
 		{"DirectoryGone", dirOf(12, 1, a), nil, true, &a, nil, 0},
 		{"NeverHeld", nil, dirOf(3, 0), false, nil, nil, 0},
+		// A directory read for the first time: its creates before the read
+		// are unseen contenders too.
+		{"FreshDirectoryAfterAShortTenure", nil, dirOf(15, 2, b), true, nil, &b, 1},
+		{"FreeDirectoryCarriesItsUnseen", freeAfterUnseen(13, 1, 1), dirOf(14, 2, b), true, nil, &b, 1},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			h, changed := diff(tt.before, tt.after)
@@ -78,6 +82,13 @@ func TestDiff(t *testing.T) {
 			}
 		})
 	}
+}
+
+// freeAfterUnseen is a free directory whose reads missed unseen contenders.
+func freeAfterUnseen(pzxid, creates, unseen int64) *dir {
+	d := dirOf(pzxid, creates)
+	d.unseen = unseen
+	return d
 }
 
 func sameNode(a, b *node) bool {

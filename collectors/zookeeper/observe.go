@@ -79,12 +79,17 @@ func (r *run) reread(ctx context.Context, paths []string) error {
 }
 
 // record compares t with the previous read and records the handovers, or
-// only the new cursor when no lock changed hands.
+// only the new cursor when no lock changed hands, without waiting for the
+// sink (submit.go).
 func (r *run) record(ctx context.Context, t *tree) error {
 	r.keepHolders(t)
 	var hs []handover
 	for _, p := range changedKeys(r.tree.dirs, t.dirs) {
-		if h, ok := diff(r.tree.dirs[p], t.dirs[p]); ok {
+		before, after := r.tree.dirs[p], t.dirs[p]
+		if after != nil && after.owner() == nil {
+			after.unseen = unseenSince(before, after)
+		}
+		if h, ok := diff(before, after); ok {
 			hs = append(hs, h)
 		}
 	}
@@ -112,9 +117,7 @@ func (r *run) record(ctx context.Context, t *tree) error {
 			obs = append(obs, ob)
 		}
 	}
-	if err := r.sink.Observe(ctx, r.input(now, obs, cursor)); err != nil {
-		return fmt.Errorf("record zxid 0x%x: %w", cursor, err)
-	}
+	r.queue(ctx, now, obs, cursor)
 	r.tree, r.cursor, r.seenAt = t, cursor, now
 	return nil
 }
@@ -170,6 +173,9 @@ func (r *run) grant(d *dir, n node, at time.Time) audit.Observation {
 			queue = append(queue, w.holder())
 		}
 		ob.Detail["queue"] = queue
+	}
+	if n.reader {
+		ob.Detail["readers"] = d.sharing() // kazoo ReadLock: readers holding together, this one included
 	}
 	if n.owner == 0 {
 		ob.Detail["persistent"] = true // no session: no one's release or expiry ends it

@@ -26,14 +26,19 @@ type run struct {
 	sink collectors.Sink
 	log  *slog.Logger
 
-	roots   []string // the configured paths below the chroot
-	tree    *tree    // the last complete read
-	wake    chan string
-	seenAt  time.Time // when the collector last knew it saw everything
-	cursor  int64     // the zxid the stored cursor names
-	probed  sessions  // the last probe of the servers' sessions (ProbeSessions)
-	vouched sessions  // the last probe known to precede every change since (poll)
-	clocks  map[string]*serverClock
+	roots  []string // the configured paths below the chroot
+	tree   *tree    // the last complete read
+	wake   chan string
+	seenAt time.Time // when the collector last knew it saw everything
+	cursor int64     // the zxid of the last read recorded: stored, or in an input on its way
+	// pending gathers what the loop records while inflight commits
+	// (submit.go); flights are the goroutines that wait for them.
+	pending  *audit.Input
+	inflight *flight
+	flights  sync.WaitGroup
+	probed   sessions // the last probe of the servers' sessions (ProbeSessions)
+	vouched  sessions // the last probe known to precede every change since (poll)
+	clocks   map[string]*serverClock
 
 	mu    sync.Mutex
 	armed map[string]int // path -> watches armed on it that have not fired
@@ -55,6 +60,7 @@ func (r *run) run(ctx context.Context, ready func()) error {
 		return err
 	}
 	ready()
+	defer r.flights.Wait()
 	tick := time.NewTicker(r.c.cfg.PollInterval)
 	defer tick.Stop()
 	for {
@@ -62,6 +68,12 @@ func (r *run) run(ctx context.Context, ready func()) error {
 		select {
 		case <-ctx.Done():
 			return nil
+		case landed := <-r.landing():
+			// Not a lost connection's error, which the loop rides out: the
+			// input's observations are not stored.
+			if err := r.land(ctx, landed); err != nil {
+				return err
+			}
 		case p := <-r.wake:
 			err = r.reread(ctx, r.woken(p))
 		case <-r.conn.changed:
@@ -148,8 +160,12 @@ func (r *run) start(ctx context.Context) error {
 
 // resync reads everything again once the collector's session is back after
 // a loss: from the last complete read before it to this read the collector
-// was blind, and the snapshot says what is held now.
+// was blind, and the snapshot says what is held now. What was recorded
+// before the loss is stored first.
 func (r *run) resync(ctx context.Context, lost time.Time, why string) error {
+	if err := r.settle(ctx); err != nil {
+		return err
+	}
 	if _, err := r.conn.zk.Sync(r.roots[0]); err != nil && !errors.Is(err, zk.ErrNoNode) {
 		return err
 	}

@@ -198,12 +198,12 @@ func (r *run) listDir(ctx context.Context, p string) (d *dir, others []string, s
 		return nil, nil, false, err
 	}
 	r.arm(ctx, p, ch)
-	d = &dir{path: r.lockName(p), pzxid: st.Pzxid, creates: createsOf(st.Cversion, st.NumChildren), readZxid: max(st.Pzxid, st.Czxid)}
+	d = &dir{path: r.lockName(p), pzxid: st.Pzxid, creates: createsOf(st.Cversion, st.NumChildren), readZxid: max(st.Pzxid, st.Czxid), created: st.Czxid}
 	var contenders []string
 	for _, name := range names {
 		if seq, ok := parseSeq(name); ok {
 			contenders = append(contenders, name)
-			d.nodes = append(d.nodes, node{name: name, seq: seq})
+			d.nodes = append(d.nodes, node{name: name, seq: seq, reader: isReader(name)})
 		} else {
 			others = append(others, name)
 		}

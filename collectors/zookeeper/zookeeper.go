@@ -14,7 +14,10 @@
 // (go-zookeeper v1.0.4 has no AddWatch, so no persistent recursive watch),
 // and compares what it reads with what it read before: a new lowest child is
 // a grant, a vanished one an end. A short periodic check of every directory's
-// Stat catches a change whose watch was lost.
+// Stat catches a change whose watch was lost. The loop never waits for a
+// commit: what it reads while one input commits goes into the next, so only
+// a grant shorter than one re-read can pass unseen, and the next grant
+// counts it (unseen_contenders, from the directory's cversion).
 //
 // The token is the owner node's creation zxid (czxid). Every change to
 // ZooKeeper's data tree gets a zxid, and zxids rise across the whole
