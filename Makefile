@@ -29,7 +29,7 @@ build:
 deps:
 	@command -v $(GO) >/dev/null || { echo "Go is required: https://go.dev/doc/install" >&2; exit 1; }
 	@command -v redis-server >/dev/null || $(MAKE) install-redis
-	@test -f /usr/share/java/zookeeper.jar || $(MAKE) install-zookeeper
+	@test -f /usr/share/java/zookeeper.jar -a -d /usr/lib/python3/dist-packages/kazoo || $(MAKE) install-zookeeper
 	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || $(MAKE) install-postgresql
 	@test -x /usr/bin/chromium || $(MAKE) install-chromium
 	@command -v systemd-analyze >/dev/null || $(MAKE) install-systemd
@@ -48,9 +48,10 @@ install-redis:
 ## install-zookeeper: Debian's ZooKeeper server (3.8, with a Java runtime), for the
 ## ZooKeeper collector's tests. The tests run it with java from
 ## /usr/share/java/zookeeper.jar on a free loopback port; the package starts nothing.
+## python3-kazoo is the Python client whose recipes the tests run with /usr/bin/python3.
 install-zookeeper:
 	$(SUDO) apt-get update -qq
-	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zookeeper
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends zookeeper python3-kazoo
 
 ## install-postgresql: Debian's PostgreSQL server, for the Postgres store's tests.
 ## Each test package initdb's and runs its own server on a free port; the

@@ -18,6 +18,8 @@ func TestParseSeq(t *testing.T) {
 		{"_c_f290140d-9856-42ad-b9bf-348ffc086062-lock-0000000759", 759, true}, // Curator InterProcessMutex
 		{"_c_7d1e0c5a-2222-4b3c-8d4e-5f6a7b8c9d0e-latch-0000000012", 12, true}, // Curator LeaderLatch
 		{"guid-n_0000000003", 3, true},                                         // documented election
+		{"39e52136344e4339bd4273b186ac1456__lock__0000000007", 7, true},        // kazoo Lock, WriteLock, Election
+		{"3fb11018c6364bb296dffbd7a89c8da3__rlock__0000000008", 8, true},       // kazoo ReadLock
 		{"x-lock-lock-0000000042", 42, true},                                   // the last marker counts
 		{"guid-lock--2147483648", -2147483648, true},                           // the counter wrapped
 		{"guid-lock-42", 0, false},                                             // not ZooKeeper's %010d
@@ -157,5 +159,32 @@ func TestServerClockNeverOverstatesIdle(t *testing.T) {
 	k.observe(t0.Add(2*time.Second), 100) // the server restarted: a new clock
 	if got := k.idle(t0.Add(2*time.Second), 100); got != 0 {
 		t.Errorf("idle after a restart = %v, want 0", got)
+	}
+}
+
+// kazoo's readers at the head of a directory hold it together; a writer
+// holds alone, and so does a reader behind one.
+func TestSharing(t *testing.T) {
+	r1 := node{name: "3fb11018c6364bb296dffbd7a89c8da3__rlock__0000000000", seq: 0, reader: true}
+	r2 := node{name: "58d2f40e4567402b96aba70b9c2adc68__rlock__0000000001", seq: 1, reader: true}
+	w := node{name: "081d7574f80b4c90911792204c1eadfc__lock__0000000002", seq: 2}
+	r3 := node{name: "7092e27c20f54e598c9a75230dae6ed1__rlock__0000000003", seq: 3, reader: true}
+	for _, tt := range []struct {
+		name  string
+		d     *dir
+		holds int
+	}{
+		{"Free", dirOf(1, 0), 0},
+		{"TwoReadersThenAWriter", dirOf(5, 4, r1, r2, w, r3), 2},
+		{"WriterFirst", dirOf(5, 2, w, r3), 1},
+	} {
+		if got := tt.d.sharing(); got != tt.holds {
+			t.Errorf("%s: sharing = %d, want %d", tt.name, got, tt.holds)
+		}
+	}
+	for _, n := range []node{r1, r2, w, r3} {
+		if isReader(n.name) != n.reader {
+			t.Errorf("isReader(%s) = %t, want %t", n.name, !n.reader, n.reader)
+		}
 	}
 }
