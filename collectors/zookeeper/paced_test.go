@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -145,5 +146,90 @@ func TestUnseenContendersOfFreshAndFreeDirectories(t *testing.T) {
 	missed()
 	if g := grantAndRelease(2); fmt.Sprint(g.Detail["unseen_contenders"]) != "1" {
 		t.Errorf("second grant's unseen_contenders = %v, want 1 (the tenure while the lock was free)", g.Detail["unseen_contenders"])
+	}
+}
+
+// heldSink is the real recorder's sink whose inputs, handed over by Submit,
+// wait to commit until the test sends on gate: true commits the oldest,
+// false fails it as a full disk would. It counts the inputs submitted and
+// the most in flight at once.
+type heldSink struct {
+	*collectortest.Sink
+	gate chan bool
+
+	mu                              sync.Mutex
+	submits, inFlight, mostInFlight int
+}
+
+func (h *heldSink) Submit(ctx context.Context, in audit.Input) func() error {
+	h.mu.Lock()
+	h.submits++
+	h.inFlight++
+	h.mostInFlight = max(h.mostInFlight, h.inFlight)
+	h.mu.Unlock()
+	return func() error {
+		defer func() { h.mu.Lock(); h.inFlight--; h.mu.Unlock() }()
+		select {
+		case ok := <-h.gate:
+			if !ok {
+				return errors.New("disk full")
+			}
+			return h.Sink.Observe(ctx, in)
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (h *heldSink) counts() (submits, mostInFlight int) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.submits, h.mostInFlight
+}
+
+// While an input waits to commit, what the collector reads gathers behind
+// it, one input in flight; when its commit fails the run stops with the
+// error, nothing of it or behind it is stored, and the stored cursor does
+// not pass it: the restarted collector finds the directories changed since
+// and records the time as a blind window.
+func TestFailedCommitStopsTheRunAndStoresNothingPastIt(t *testing.T) {
+	a := connect(t, 4*time.Second)
+	const root = "/t-failed-commit"
+	const lock = root + "/jobs"
+	mkdirs(t, a, lock)
+	sk := newSink(t)
+	held := &heldSink{Sink: sk, gate: make(chan bool)}
+	run := runCollector(t, testConfig(t, root), held)
+	stored, _ := sk.Cursor(testSource)
+
+	l := zk.NewLock(a.Conn, lock, acl)
+	for i := range 5 {
+		if err := l.Lock(); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			collectortest.Eventually(t, 5*time.Second, "the first input submitted", func() bool { n, _ := held.counts(); return n == 1 })
+		}
+		if err := l.Unlock(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n, most := held.counts(); n != 1 || most != 1 {
+		t.Fatalf("%d inputs submitted, %d in flight at once, while the first waited to commit: want 1 and 1", n, most)
+	}
+	held.gate <- false
+	if err := run.Failed(t, 10*time.Second); err == nil || !strings.Contains(err.Error(), "disk full") {
+		t.Fatalf("Run returned %v, want the commit's error", err)
+	}
+	if evs := sk.Events(t, lock, audit.EventGrant, audit.EventRelease); len(evs) != 0 {
+		t.Fatalf("%d grants and releases stored, want none: their input failed", len(evs))
+	}
+	if pos, _ := sk.Cursor(testSource); pos != stored {
+		t.Fatalf("stored cursor = %s after the failed commit, want the snapshot's %s", pos, stored)
+	}
+
+	runCollector(t, testConfig(t, root), sk)
+	if blinds := sk.Blinds(); len(blinds) != 1 {
+		t.Fatalf("blind windows after the restart = %+v, want one: the changes since the cursor are gone", blinds)
 	}
 }
