@@ -58,7 +58,7 @@ func (s kazooStep) holder() string { return s.Session + " " + s.Identifier }
 func TestKazooRecipes(t *testing.T) {
 	needKazoo(t)
 	a := connect(t, 4*time.Second)
-	const base = "/t-kazoo"
+	base := unique("/t-kazoo")
 	mkdirs(t, a, base)
 	sk := newSink(t)
 	runCollector(t, testConfig(t, base), sk)

@@ -15,6 +15,11 @@ import (
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
+// unique returns p with a suffix no other run of a test has used on the
+// package's server, so a test that needs directories created during it
+// can run again (-count).
+func unique(p string) string { return fmt.Sprintf("%s-%d", p, time.Now().UnixNano()) }
+
 // pace keeps the recorder pacing its commits as under several busy sources:
 // n resources report writes one after another, each waiting for its
 // commit, so every group has several senders and commits come
@@ -61,8 +66,8 @@ func pace(t *testing.T, rec *audit.Recorder, n int) {
 // 50 ms of the holder's own time of acquisition.
 func TestShortTenureInFreshDirectoryWhileCommitsArePaced(t *testing.T) {
 	a, b := connect(t, 4*time.Second), connect(t, 4*time.Second)
-	const root = "/t-paced"
-	const busy = root + "/busy"
+	root := unique("/t-paced")
+	busy := root + "/busy"
 	mkdirs(t, a, busy)
 	if err := zk.NewLock(a.Conn, busy, acl).Lock(); err != nil {
 		t.Fatal(err)
@@ -106,8 +111,8 @@ func TestShortTenureInFreshDirectoryWhileCommitsArePaced(t *testing.T) {
 // numChildren show the creates that no read showed.
 func TestUnseenContendersOfFreshAndFreeDirectories(t *testing.T) {
 	a := connect(t, 4*time.Second)
-	const root = "/t-unseen"
-	const lock = root + "/jobs"
+	root := unique("/t-unseen")
+	lock := root + "/jobs"
 	mkdirs(t, a, root)
 	sk := newSink(t)
 	runCollector(t, testConfig(t, root), sk)
@@ -194,8 +199,8 @@ func (h *heldSink) counts() (submits, mostInFlight int) {
 // and records the time as a blind window.
 func TestFailedCommitStopsTheRunAndStoresNothingPastIt(t *testing.T) {
 	a := connect(t, 4*time.Second)
-	const root = "/t-failed-commit"
-	const lock = root + "/jobs"
+	root := unique("/t-failed-commit")
+	lock := root + "/jobs"
 	mkdirs(t, a, lock)
 	sk := newSink(t)
 	held := &heldSink{Sink: sk, gate: make(chan bool)}
