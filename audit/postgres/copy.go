@@ -34,9 +34,19 @@ type Source struct {
 
 // OpenSource connects to the database at url, as Open accepts it.
 func OpenSource(ctx context.Context, url string) (*Source, error) {
+	return OpenSourceWith(ctx, url, Options{})
+}
+
+// OpenSourceWith is OpenSource with the Password and TLS of opts, as Open
+// takes them: leasewatch copy reads its target through it before it writes
+// anything there.
+func OpenSourceWith(ctx context.Context, url string, opts Options) (*Source, error) {
 	cfg, err := pgxpool.ParseConfig(url)
 	if err != nil {
 		return nil, fmt.Errorf("open database: %w", err)
+	}
+	if opts.Password != nil || opts.TLS != nil {
+		cfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error { return opts.configure(&cc.Config) }
 	}
 	cfg.MaxConns = 1
 	cfg.ConnConfig.RuntimeParams["default_transaction_read_only"] = "on"

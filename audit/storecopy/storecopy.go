@@ -126,32 +126,102 @@ func (e *MismatchError) Error() string {
 // earlier run left unfinished, and then verifies the row counts of every
 // table: a *MismatchError names the tables that differ. When ctx is done it
 // stops after the last committed chunk; running it again goes on from there.
+// It is Prepare and Plan.Run.
 func Copy(ctx context.Context, src Source, dst Target, opts Options) (Result, error) {
+	p, err := Prepare(ctx, src)
+	if err != nil {
+		return Result{}, err
+	}
+	defer p.Close()
+	return p.Run(ctx, dst, opts)
+}
+
+// Plan is a copy whose source has been read and checked, and whose target
+// is not written to yet: everything that refuses a copy for its source has
+// been said, and CheckTarget says what refuses it for its target, so that a
+// refused copy leaves its target as it was.
+type Plan struct {
+	snap   Snapshot
+	totals map[string]int64 // rows per table in the source
+	mark   string
+}
+
+// Prepare begins a copy of src: it takes the snapshot the copy reads,
+// checks its schema and reads its mark. Close the plan when done.
+func Prepare(ctx context.Context, src Source) (*Plan, error) {
+	snap, err := src.Snapshot(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("read the source: %w", err)
+	}
+	if err := checkSchema(ctx, "source", snap); err != nil {
+		snap.Close()
+		return nil, err
+	}
+	totals, mark, err := markOf(ctx, snap)
+	if err != nil {
+		snap.Close()
+		return nil, err
+	}
+	return &Plan{snap: snap, totals: totals, mark: mark}, nil
+}
+
+// Close ends the plan's snapshot of the source.
+func (p *Plan) Close() error { return p.snap.Close() }
+
+// CheckTarget refuses the target of this copy before anything is written to
+// it, read through target, a snapshot of it as it is, opened without
+// creating or migrating anything: a database that holds tables leasewatch
+// does not keep, rows of another database, or (part of) a copy of another
+// one. A database with no tables is a new target; one that holds part of
+// this copy is resumed (true).
+func (p *Plan) CheckTarget(ctx context.Context, target Snapshot) (bool, error) {
+	have, err := target.Schema(ctx)
+	if err != nil {
+		return false, fmt.Errorf("read the target's schema: %w", err)
+	}
+	known := slices.Clone(Ignored)
+	for _, t := range Tables {
+		known = append(known, t.Name)
+	}
+	for _, name := range slices.Sorted(maps.Keys(have)) {
+		if !slices.Contains(known, name) {
+			return false, fmt.Errorf("%w: its table %s is not one of leasewatch's; copy into a new, empty database", ErrTargetNotEmpty, name)
+		}
+	}
+	var mark string
+	if _, ok := have[MarkTable]; ok {
+		rows, err := target.Rows(ctx, markTable, nil, 0)
+		if err != nil {
+			return false, fmt.Errorf("read the target's copy mark: %w", err)
+		}
+		if len(rows) > 0 {
+			mark, _ = rows[0][1].(string)
+		}
+	}
+	return p.compare(ctx, mark, target, func(name string) bool { _, ok := have[name]; return ok })
+}
+
+// markTable is MarkTable as Snapshot.Rows reads it.
+var markTable = Table{Name: MarkTable, Key: 1, Columns: []Column{col("id", Int, false), col("mark", Text, false)}}
+
+// Run copies the plan's source into dst, which CheckTarget may have passed:
+// it migrates nothing, and refuses dst as CheckTarget does, in case
+// something wrote to it since.
+func (p *Plan) Run(ctx context.Context, dst Target, opts Options) (Result, error) {
 	chunk := opts.Chunk
 	if chunk <= 0 {
 		chunk = DefaultChunk
 	}
-	snap, err := src.Snapshot(ctx)
-	if err != nil {
-		return Result{}, fmt.Errorf("read the source: %w", err)
-	}
-	defer snap.Close()
-	if err := checkSchema(ctx, "source", snap); err != nil {
-		return Result{}, err
-	}
 	if err := checkSchema(ctx, "target", dst); err != nil {
 		return Result{}, err
 	}
-	totals, mark, err := markOf(ctx, snap)
-	if err != nil {
-		return Result{}, err
-	}
 	res := Result{Rows: make(map[string]int64)}
-	if res.Resumed, err = claim(ctx, dst, mark); err != nil {
+	var err error
+	if res.Resumed, err = claim(ctx, dst, p); err != nil {
 		return Result{}, err
 	}
 	for _, t := range Tables {
-		if err := copyTable(ctx, snap, dst, t, totals[t.Name], chunk, opts.Progress); err != nil {
+		if err := copyTable(ctx, p.snap, dst, t, p.totals[t.Name], chunk, opts.Progress); err != nil {
 			return res, err
 		}
 	}
@@ -162,8 +232,8 @@ func Copy(ctx context.Context, src Source, dst Target, opts Options) (Result, er
 			return res, fmt.Errorf("verify %s: %w", t.Name, err)
 		}
 		res.Rows[t.Name] = n
-		if n != totals[t.Name] {
-			bad.Tables = append(bad.Tables, TableCount{Table: t.Name, Source: totals[t.Name], Target: n})
+		if n != p.totals[t.Name] {
+			bad.Tables = append(bad.Tables, TableCount{Table: t.Name, Source: p.totals[t.Name], Target: n})
 		}
 	}
 	if len(bad.Tables) > 0 {
@@ -251,35 +321,49 @@ func markOf(ctx context.Context, snap Snapshot) (map[string]int64, string, error
 	return totals, "sha256:" + hex.EncodeToString(sum[:]), nil
 }
 
-// claim makes dst the target of the copy with this mark: it reports true if
-// dst already is (a resume), records the mark in an empty dst, and refuses
-// a dst that holds anything else.
-func claim(ctx context.Context, dst Target, mark string) (bool, error) {
+// claim makes dst the target of the copy p: it reports true if dst already
+// is (a resume), records the mark in an empty dst, and refuses a dst that
+// holds anything else.
+func claim(ctx context.Context, dst Target, p *Plan) (bool, error) {
 	have, err := dst.Mark(ctx)
 	if err != nil {
 		return false, fmt.Errorf("read the target's copy mark: %w", err)
 	}
+	resumed, err := p.compare(ctx, have, dst, func(string) bool { return true })
+	if err != nil || resumed {
+		return resumed, err
+	}
+	if err := dst.SetMark(ctx, p.mark); err != nil {
+		return false, fmt.Errorf("record the copy in the target: %w", err)
+	}
+	return false, nil
+}
+
+// compare reports whether a target holding the copy mark have is this
+// copy's (true), may become it (false), or holds something else (an
+// error): the mark of another copy, or rows in a table that has (of
+// Tables, but those copied whole: a new database has the journal's row).
+func (p *Plan) compare(ctx context.Context, have string, target interface {
+	Stat(ctx context.Context, t Table) (int64, []any, error)
+}, has func(table string) bool) (bool, error) {
 	switch {
-	case have == mark:
+	case have == p.mark:
 		return true, nil
 	case have != "":
 		return false, fmt.Errorf("%w: it holds (part of) a copy of another database, or of this one before it "+
 			"changed (was it copied while a service wrote to it?); copy into a new, empty database", ErrTargetNotEmpty)
 	}
 	for _, t := range Tables {
-		if t.Whole {
-			continue // a new database has the journal's row; the counts follow the locks
+		if t.Whole || !has(t.Name) {
+			continue
 		}
-		n, _, err := dst.Stat(ctx, t)
+		n, _, err := target.Stat(ctx, t)
 		if err != nil {
 			return false, fmt.Errorf("read the target's %s: %w", t.Name, err)
 		}
 		if n > 0 {
 			return false, fmt.Errorf("%w: its table %s has %d rows; copy into a new, empty database", ErrTargetNotEmpty, t.Name, n)
 		}
-	}
-	if err := dst.SetMark(ctx, mark); err != nil {
-		return false, fmt.Errorf("record the copy in the target: %w", err)
 	}
 	return false, nil
 }

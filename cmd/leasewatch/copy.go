@@ -6,7 +6,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"io/fs"
 	"log/slog"
+	"os"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit/postgres"
@@ -52,19 +54,19 @@ func cmdCopy(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		return usageError{errors.New("--chunk: must be a positive number")}
 	}
 
-	src, err := openCopySource(ctx, *from)
+	plan, err := prepareCopy(ctx, *from)
 	if err != nil {
-		return fmt.Errorf("--from %s: %w", config.DatabaseShown(*from), err)
+		return err
 	}
-	defer src.Close()
-	dst, err := openCopyTarget(ctx, target, slog.New(slog.NewTextHandler(stderr, nil)))
+	defer plan.Close()
+	dst, err := openCopyTarget(ctx, plan, target, slog.New(slog.NewTextHandler(stderr, nil)))
 	if err != nil {
-		return fmt.Errorf("%s %s: %w", flag, target.DatabaseName(), err)
+		return config.HideSecrets(fmt.Errorf("%s %s: %w", flag, target.DatabaseName(), err), target.Database)
 	}
 	defer dst.Close()
 
 	start := time.Now()
-	res, err := storecopy.Copy(ctx, src, dst, storecopy.Options{Chunk: *chunk, Progress: progressPrinter(stderr)})
+	res, err := plan.Run(ctx, dst, storecopy.Options{Chunk: *chunk, Progress: progressPrinter(stderr)})
 	if err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("interrupted; what is copied is committed: run the same command again to resume: %w", err)
@@ -87,31 +89,84 @@ func cmdCopy(ctx context.Context, args []string, stdout, stderr io.Writer) error
 // copyStore is a store opened for a copy.
 type copyStore interface{ Close() error }
 
-// openCopySource opens the database to copy from without writing to it.
-func openCopySource(ctx context.Context, database string) (interface {
+// sourcePlan is a copy's plan with the source it reads.
+type sourcePlan struct {
+	*storecopy.Plan
+	src copyStore
+}
+
+func (p sourcePlan) Close() error { return errors.Join(p.Plan.Close(), p.src.Close()) }
+
+// prepareCopy opens the database to copy from without writing to it, and
+// checks it (storecopy.Prepare).
+func prepareCopy(ctx context.Context, from string) (sourcePlan, error) {
+	src, err := openCopySource(ctx, from, postgres.Options{})
+	if err == nil {
+		var plan *storecopy.Plan
+		if plan, err = storecopy.Prepare(ctx, src); err == nil {
+			return sourcePlan{Plan: plan, src: src}, nil
+		}
+		src.Close()
+	}
+	return sourcePlan{}, config.HideSecrets(fmt.Errorf("--from %s: %w", config.DatabaseShown(from), err), from)
+}
+
+// openCopySource opens database for reading only: a SQLite file that
+// exists, or a PostgreSQL database, with opts' password and TLS.
+func openCopySource(ctx context.Context, database string, opts postgres.Options) (interface {
 	storecopy.Source
 	copyStore
 }, error) {
 	if config.IsPostgres(database) {
-		return postgres.OpenSource(ctx, database)
+		return postgres.OpenSourceWith(ctx, database, opts)
 	}
 	return sqlite.OpenSource(ctx, database)
 }
 
-// openCopyTarget opens (a SQLite file: creates) the database of cfg to copy
-// into, migrated to this version's schema.
-func openCopyTarget(ctx context.Context, cfg *config.Config, logger *slog.Logger) (interface {
+// openCopyTarget opens the database of cfg to copy into, migrated to this
+// version's schema (a SQLite file that does not exist is created), once
+// plan.CheckTarget has passed it as it is: a copy that is refused leaves
+// its target as it was.
+func openCopyTarget(ctx context.Context, plan sourcePlan, cfg *config.Config, logger *slog.Logger) (interface {
 	storecopy.Target
 	copyStore
 }, error) {
+	var opts postgres.Options
+	if cfg.Postgres() {
+		var err error
+		if opts, err = postgresOptions(cfg, logger); err != nil {
+			return nil, err
+		}
+	}
+	if err := checkCopyTarget(ctx, plan, cfg.Database, opts); err != nil {
+		return nil, err
+	}
 	if !cfg.Postgres() {
 		return sqlite.Open(ctx, cfg.Database)
 	}
-	opts, err := postgresOptions(cfg, logger)
-	if err != nil {
-		return nil, err
-	}
 	return postgres.Open(ctx, cfg.Database, opts)
+}
+
+// checkCopyTarget reads the target database as it is, if it exists, and
+// refuses it for the plan before anything is written (Plan.CheckTarget).
+func checkCopyTarget(ctx context.Context, plan sourcePlan, database string, opts postgres.Options) error {
+	if !config.IsPostgres(database) {
+		if _, err := os.Stat(database); errors.Is(err, fs.ErrNotExist) {
+			return nil // a new file
+		}
+	}
+	target, err := openCopySource(ctx, database, opts)
+	if err != nil {
+		return err
+	}
+	defer target.Close()
+	snap, err := target.Snapshot(ctx)
+	if err != nil {
+		return fmt.Errorf("read the target: %w", err)
+	}
+	defer snap.Close()
+	_, err = plan.CheckTarget(ctx, snap)
+	return err
 }
 
 // progressPrinter returns a storecopy progress callback that writes a line

@@ -67,7 +67,7 @@ func openDatabase(ctx context.Context, cfg *config.Config, mode openMode, logger
 			}
 			return store, nil
 		}
-		err = fmt.Errorf("open database %s: %w", cfg.DatabaseName(), err)
+		err = config.HideSecrets(fmt.Errorf("open database %s: %w", cfg.DatabaseName(), err), cfg.Database)
 		if mode == forReading || audit.ErrorCode(err) != audit.EUNAVAILABLE {
 			return nil, err
 		}

@@ -13,20 +13,23 @@ import (
 )
 
 // The database keys. database is a SQLite file path (the default) or a
-// postgres:// or postgresql:// URL; the others apply only to a URL:
+// PostgreSQL connection string, a postgres:// or postgresql:// URL or
+// libpq's keyword/value form (connstring.go); the others apply only to
+// PostgreSQL:
 //
 //	database: postgres://leasewatch@db.internal:5432/leasewatch?sslmode=verify-full
+//	# or: database: host=db.internal user=leasewatch dbname=leasewatch sslmode=verify-full
 //	database_password_file: /run/secrets/pg-password  # or database_password_env: PGPASSWORD_LW
 //	database_tls:                                    # as a source's tls; presence requires TLS
 //	  ca_file: /etc/leasewatch/pg/ca.crt
 //	  cert_file: /etc/leasewatch/pg/client.crt
 //	  key_file: /etc/leasewatch/pg/client.key
 //
-// The URL's own sslmode, sslrootcert, sslcert and sslkey work as libpq's;
+// The string's own sslmode, sslrootcert, sslcert and sslkey work as libpq's;
 // database_tls overrides them and never falls back to plain text.
 
 // databasePasswordKeys are the keys that give the database password.
-var databasePasswordKeys = passwordKeys{"the URL's password", "database_password_file", "database_password_env"}
+var databasePasswordKeys = passwordKeys{"the connection string's password", "database_password_file", "database_password_env"}
 
 // postgresSchemes are the URL schemes that name a PostgreSQL database.
 var postgresSchemes = []string{"postgres", "postgresql"}
@@ -34,36 +37,12 @@ var postgresSchemes = []string{"postgres", "postgresql"}
 // sslModes are libpq's sslmode values, which pgx takes.
 var sslModes = []string{"disable", "allow", "prefer", "require", "verify-ca", "verify-full"}
 
-// Postgres reports whether database is a PostgreSQL URL rather than a
-// SQLite file path.
+// Postgres reports whether database names a PostgreSQL database rather than
+// a SQLite file (IsPostgres).
 func (c *Config) Postgres() bool { return IsPostgres(c.Database) }
-
-// IsPostgres reports whether database (a database: value, or a command's
-// flag) is a PostgreSQL URL rather than a SQLite file path.
-func IsPostgres(database string) bool {
-	scheme, _, ok := strings.Cut(database, "://")
-	return ok && slices.Contains(postgresSchemes, strings.ToLower(scheme))
-}
 
 // DatabaseName is database as the log may show it (DatabaseShown).
 func (c *Config) DatabaseName() string { return DatabaseShown(c.Database) }
-
-// DatabaseShown is database as a message may show it: a URL's password, in
-// its user part or its query, replaced by xxxxx.
-func DatabaseShown(database string) string {
-	if !IsPostgres(database) {
-		return database
-	}
-	u, err := url.Parse(database)
-	if err != nil {
-		return "(an unparsable postgres URL)"
-	}
-	if q := u.Query(); q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
-}
 
 // DatabaseHost is the host (and port) of a PostgreSQL database, for a
 // message saying it cannot be reached; "" for SQLite.
@@ -71,10 +50,23 @@ func (c *Config) DatabaseHost() string {
 	if !c.Postgres() {
 		return ""
 	}
-	if u, err := url.Parse(c.Database); err == nil && u.Host != "" {
-		return u.Host
+	if _, ok := isURL(c.Database); ok {
+		if u, err := url.Parse(c.Database); err == nil && u.Host != "" {
+			return u.Host
+		}
+		return "the default host"
 	}
-	return "the default host"
+	params := connParams(c.Database)
+	host, ok := connValue(params, "host")
+	if !ok {
+		if host, ok = connValue(params, "hostaddr"); !ok {
+			return "the default host"
+		}
+	}
+	if port, ok := connValue(params, "port"); ok {
+		return host + ":" + port
+	}
+	return host
 }
 
 // DatabaseSecret is the database password given outside the URL: the file
@@ -88,33 +80,22 @@ func (c *Config) DatabaseSecret() collectors.Secret {
 }
 
 // validateDatabase checks the database keys. Its messages never quote the
-// URL, which may hold a password.
+// connection string, which may hold a password.
 func (c *Config) validateDatabase() error {
 	if !c.Postgres() {
-		if scheme, _, ok := strings.Cut(c.Database, "://"); ok {
-			return fmt.Errorf("database: %s:// is not a database leasewatch stores in: give a SQLite file path or a postgres:// URL", scheme)
-		}
-		for key, set := range map[string]bool{
-			"database_password_file": c.DatabasePasswordFile != "",
-			"database_password_env":  c.DatabasePasswordEnv != "",
-			"database_tls":           c.DatabaseTLS != nil,
-		} {
-			if set {
-				return fmt.Errorf("%s: applies only to a postgres:// database, not a SQLite file", key)
-			}
-		}
-		return nil
+		return c.validateSQLite()
 	}
-	u, err := url.Parse(c.Database)
-	if err != nil {
-		return errors.New("database: not a valid URL (the value is hidden: it may hold a password)")
+	if _, ok := isURL(c.Database); ok {
+		if _, err := url.Parse(c.Database); err != nil {
+			return errors.New("database: not a valid URL (the value is hidden: it may hold a password)")
+		}
 	}
-	q := u.Query()
-	_, inUser := u.User.Password()
-	if _, err := databasePasswordKeys.check(inUser || q.Get("password") != "", c.DatabasePasswordFile, c.DatabasePasswordEnv); err != nil {
+	params := connParams(c.Database)
+	password, _ := connValue(params, "password")
+	if _, err := databasePasswordKeys.check(password != "", c.DatabasePasswordFile, c.DatabasePasswordEnv); err != nil {
 		return err
 	}
-	mode := q.Get("sslmode")
+	mode, _ := connValue(params, "sslmode")
 	if mode != "" && !slices.Contains(sslModes, mode) {
 		return fmt.Errorf("database: sslmode %q is not one of %s", mode, strings.Join(sslModes, ", "))
 	}
@@ -122,7 +103,7 @@ func (c *Config) validateDatabase() error {
 		return nil
 	}
 	if mode == "disable" {
-		return errors.New("database_tls: requires TLS, but the URL says sslmode=disable: leave one of them out")
+		return errors.New("database_tls: requires TLS, but the connection string says sslmode=disable: leave one of them out")
 	}
 	if err := c.DatabaseTLS.validate(); err != nil {
 		return fmt.Errorf("database_tls.%w", err)
@@ -130,9 +111,26 @@ func (c *Config) validateDatabase() error {
 	return nil
 }
 
+// validateSQLite checks the database keys of a SQLite file.
+func (c *Config) validateSQLite() error {
+	if scheme, ok := isURL(c.Database); ok {
+		return fmt.Errorf("database: %s:// is not a database leasewatch stores in: give a SQLite file path or a PostgreSQL connection string (postgres:// or host=... dbname=...)", scheme)
+	}
+	for key, set := range map[string]bool{
+		"database_password_file": c.DatabasePasswordFile != "",
+		"database_password_env":  c.DatabasePasswordEnv != "",
+		"database_tls":           c.DatabaseTLS != nil,
+	} {
+		if set {
+			return fmt.Errorf("%s: applies only to a PostgreSQL database, not a SQLite file", key)
+		}
+	}
+	return nil
+}
+
 // readDatabaseSecrets reads database_password_env, checks the password file
-// and the TLS files, and has pgx parse the URL, which reads the files its
-// sslrootcert, sslcert and sslkey name.
+// and the TLS files, and has pgx parse the connection string, which reads
+// the files its sslrootcert, sslcert and sslkey name.
 func (c *Config) readDatabaseSecrets() error {
 	if !c.Postgres() {
 		return nil
@@ -144,7 +142,7 @@ func (c *Config) readDatabaseSecrets() error {
 		return fmt.Errorf("database_tls.%w", err)
 	}
 	if _, err := pgconn.ParseConfig(c.Database); err != nil {
-		return fmt.Errorf("database: %s", pgconnMessage(err))
+		return HideSecrets(fmt.Errorf("database: %s", pgconnMessage(err)), c.Database)
 	}
 	return nil
 }
@@ -156,5 +154,5 @@ func pgconnMessage(err error) string {
 	if cause := errors.Unwrap(err); cause != nil {
 		return cause.Error()
 	}
-	return "not a valid PostgreSQL URL (the value is hidden: it may hold a password)"
+	return "not a valid PostgreSQL connection string (the value is hidden: it may hold a password)"
 }

@@ -22,6 +22,12 @@ func TestParseConfigDatabase(t *testing.T) {
 		{"postgresql://db.internal/leasewatch?password=s3cret", true, "postgresql://db.internal/leasewatch?password=xxxxx", "db.internal"},
 		{"POSTGRES://lw@db/leasewatch", true, "postgres://lw@db/leasewatch", "db"},
 		{"postgres:///leasewatch", true, "postgres:///leasewatch", "the default host"},
+		{"\"host=db.internal port=5432 user=lw password=s3cret dbname=leasewatch\"", true,
+			"host=db.internal port=5432 user=lw password=xxxxx dbname=leasewatch", "db.internal:5432"},
+		{"\" dbname = leasewatch  sslmode=require\"", true, " dbname = leasewatch  sslmode=require", "the default host"},
+		{"hostaddr=10.0.0.7", true, "hostaddr=10.0.0.7", "10.0.0.7"},
+		{"/var/lib/leasewatch/a=b.db", false, "/var/lib/leasewatch/a=b.db", ""},
+		{"lw=1.db", false, "lw=1.db", ""},
 	} {
 		cfg, err := Parse([]byte("database: " + tt.database + "\n"))
 		if err != nil {
@@ -40,20 +46,26 @@ func TestParseConfigDatabaseErrors(t *testing.T) {
 	pgNoPassword := "database: postgres://lw@db/leasewatch\n"
 	for _, tt := range []struct{ name, yaml, want string }{
 		{"URLPasswordAndFile", pg + "database_password_file: /run/pw\n",
-			"database_password_file: give one of the URL's password, database_password_file and database_password_env"},
+			"database_password_file: give one of the connection string's password, database_password_file and database_password_env"},
 		{"URLQueryPasswordAndEnv", "database: postgres://db/leasewatch?password=" + secret + "\ndatabase_password_env: PGPW\n",
-			"database_password_env: give one of the URL's password"},
+			"database_password_env: give one of the connection string's password"},
 		{"FileAndEnv", pgNoPassword + "database_password_file: /run/pw\ndatabase_password_env: PGPW\n", "database_password_env: give one of"},
 		{"BadEnvName", pgNoPassword + "database_password_env: PG-PW\n", `database_password_env: "PG-PW" is not an environment variable name`},
 		{"BadSSLMode", "database: postgres://lw:" + secret + "@db/leasewatch?sslmode=always\n", `database: sslmode "always" is not one of disable`},
-		{"TLSWithSSLModeDisable", pgNoPassword[:len(pgNoPassword)-1] + "?sslmode=disable\ndatabase_tls: {}\n", "database_tls: requires TLS, but the URL says sslmode=disable"},
+		{"TLSWithSSLModeDisable", pgNoPassword[:len(pgNoPassword)-1] + "?sslmode=disable\ndatabase_tls: {}\n", "database_tls: requires TLS, but the connection string says sslmode=disable"},
 		{"TLSCertWithoutKey", pgNoPassword + "database_tls: {cert_file: c.crt}\n", "database_tls.key_file: required with cert_file"},
 		{"TLSUnknownKey", pgNoPassword + "database_tls: {cafile: ca.crt}\n", "database_tls.cafile (line"},
 		{"OtherScheme", "database: mysql://lw:" + secret + "@db/leasewatch\n", "database: mysql:// is not a database leasewatch stores in"},
-		{"FileForSQLite", "database: lw.db\ndatabase_password_file: /run/pw\n", "database_password_file: applies only to a postgres:// database"},
-		{"TLSForSQLite", "database: lw.db\ndatabase_tls: {}\n", "database_tls: applies only to a postgres:// database"},
+		{"FileForSQLite", "database: lw.db\ndatabase_password_file: /run/pw\n", "database_password_file: applies only to a PostgreSQL database"},
+		{"TLSForSQLite", "database: lw.db\ndatabase_tls: {}\n", "database_tls: applies only to a PostgreSQL database"},
 		{"NotAURL", "database: \"postgres://lw:" + secret + "@db:port/leasewatch\"\n", "database: not a valid URL"},
 		{"NotAString", "database: {url: x}\n", "database (line 1)"},
+		{"KeywordValuePasswordAndFile", "database: \"host=db password=" + secret + "\"\ndatabase_password_file: /run/pw\n",
+			"database_password_file: give one of the connection string's password"},
+		{"KeywordValueBadSSLMode", "database: \"host=db password=" + secret + " sslmode=always\"\n", `database: sslmode "always" is not one of`},
+		{"KeywordValueTLSWithSSLModeDisable", "database: \"host=db sslmode=disable\"\ndatabase_tls: {}\n", "database_tls: requires TLS"},
+		{"SchemeInAKeywordValueString", "database: \"password=" + secret + " options=x://y\"\ndatabase_password_env: PGPW\n",
+			"database_password_env: give one of the connection string's password"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			parseFailsInEachStyle(t, tt.yaml, tt.want, func(t *testing.T, err error) {
