@@ -32,8 +32,10 @@ type recorderMetrics struct {
 	blindSeconds      *prometheus.CounterVec
 	health            healthMetrics
 
-	mu     sync.Mutex
-	latest map[string]sourceLag // by source
+	mu sync.Mutex
+	// resources are the resources with series of their own in writes.
+	resources resourceSeries
+	latest    map[string]sourceLag // by source
 	// locks are the per-lock counters and last renewal margin of locks of
 	// class lock, kept here because they come from commits.
 	locks map[audit.LockKey]lockSeries
@@ -70,6 +72,37 @@ const (
 	changeObserved            // a first sight: a tenure of unknown start
 	changeEnded               // a release or an expiry: the lock is free
 )
+
+// resourceSeries admits resources to series of their own in
+// leasewatch_write_reports_total: the first max (of every source) to report,
+// for as long as the process runs, since a counter that came and went would
+// read as resets. The reports of the rest are counted in one series per
+// source and outcome with an empty resource label, so a client reporting a
+// new resource name with every write grows the scrape by nothing.
+type resourceSeries struct {
+	max  int
+	seen map[resourceKey]struct{}
+}
+
+// resourceKey is a resource of a source.
+type resourceKey struct{ source, resource string }
+
+// label is the resource label of a write report of resource: the resource,
+// or "" once max others have series of their own.
+func (r *resourceSeries) label(source, resource string) string {
+	k := resourceKey{source, resource}
+	if _, ok := r.seen[k]; ok {
+		return resource
+	}
+	if len(r.seen) >= r.max {
+		return ""
+	}
+	if r.seen == nil {
+		r.seen = make(map[resourceKey]struct{})
+	}
+	r.seen[k] = struct{}{}
+	return resource
+}
 
 // healthMetrics are the leadership health histograms of locks of class
 // lock: how long tenures last, how long a lock stays free between holders,
@@ -120,8 +153,11 @@ func (h healthMetrics) observe(ls lockSeries, e audit.Event) {
 	}
 }
 
-func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
+// newRecorderMetrics registers the commits' metrics in reg, with series of
+// their own for the first maxResources resources to report writes.
+func newRecorderMetrics(reg prometheus.Registerer, maxResources int) *recorderMetrics {
 	m := &recorderMetrics{
+		resources: resourceSeries{max: maxResources},
 		lag: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "leasewatch_observation_lag_seconds",
 			Help:    "Time from a backend change to the commit that stored it. The change counts from the holder's renewal time where the backend records it (a Kubernetes renewTime, a Redis PTTL read back), else from the collector's receipt; for etcd always from the receipt of the watch response (grants, releases, expiries) or of the TTL read that showed a renewal, since etcd records no keepalive time and one estimated from whole-second TTLs would pass its resolution off as lag. Where the collector can tell how long the change waited before it received it (a Redis PING round trip, an etcd read that showed the revision before the watch delivered it), that counts too.",
@@ -142,7 +178,7 @@ func newRecorderMetrics(reg prometheus.Registerer) *recorderMetrics {
 		}, []string{"source", "kind", "severity"}),
 		writes: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasewatch_write_reports_total",
-			Help: "Write reports from protected resources recorded (duplicates by request ID not counted), by source, resource and outcome (accepted or rejected).",
+			Help: "Write reports from protected resources recorded (duplicates by request ID not counted), by source, resource and outcome (accepted or rejected); resource is empty for the reports of resources beyond metrics.max_resource_series.",
 		}, []string{"source", "resource", "outcome"}),
 		heartbeatExpiries: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "leasewatch_heartbeat_lease_expiries_total",
@@ -271,7 +307,7 @@ func (m *recorderMetrics) observe(c audit.Commit) {
 func (m *recorderMetrics) lockEvent(b *audit.Batch, before *priorHolders, e audit.Event) {
 	switch e.Kind {
 	case audit.EventWriteAccepted, audit.EventWriteRejected:
-		m.writes.WithLabelValues(e.Lock.Source, e.Resource, strings.TrimPrefix(string(e.Kind), "write_")).Inc()
+		m.writes.WithLabelValues(e.Lock.Source, m.resources.label(e.Lock.Source, e.Resource), strings.TrimPrefix(string(e.Kind), "write_")).Inc()
 		return
 	case audit.EventGrant, audit.EventObserved, audit.EventRenew, audit.EventRelease, audit.EventExpire:
 	default:

@@ -15,10 +15,11 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
+	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 )
 
 func TestRecorderMetricsKeepEachSourcesLatestLag(t *testing.T) {
-	m := newRecorderMetrics(prometheus.NewRegistry())
+	m := newRecorderMetrics(prometheus.NewRegistry(), config.DefaultMaxResourceSeries)
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	commit := func(at time.Time, inputs ...*audit.Input) {
 		m.observe(audit.Commit{At: at, Inputs: inputs, Batch: &audit.Batch{}})
@@ -81,7 +82,7 @@ func TestRecorderMetricsKeepEachSourcesLatestLag(t *testing.T) {
 // heartbeat expiries (never per lease), blind time and the per-lock counts.
 func TestRecorderMetricsCountCommits(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := newRecorderMetrics(reg)
+	m := newRecorderMetrics(reg, config.DefaultMaxResourceSeries)
 	m.startSources(map[string]audit.SourceKind{"prod-etcd": audit.KindEtcd, "cluster-a": audit.KindKubernetes})
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	orders := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
@@ -125,7 +126,7 @@ leasewatch_findings_total{kind="stale_write",severity="` + string(audit.FindingS
 # TYPE leasewatch_heartbeat_lease_expiries_total counter
 leasewatch_heartbeat_lease_expiries_total{source="cluster-a"} 1
 leasewatch_heartbeat_lease_expiries_total{source="prod-etcd"} 0
-# HELP leasewatch_write_reports_total Write reports from protected resources recorded (duplicates by request ID not counted), by source, resource and outcome (accepted or rejected).
+# HELP leasewatch_write_reports_total Write reports from protected resources recorded (duplicates by request ID not counted), by source, resource and outcome (accepted or rejected); resource is empty for the reports of resources beyond metrics.max_resource_series.
 # TYPE leasewatch_write_reports_total counter
 leasewatch_write_reports_total{outcome="accepted",resource="ledger",source="prod-etcd"} 2
 leasewatch_write_reports_total{outcome="rejected",resource="ledger",source="prod-etcd"} 1
@@ -155,7 +156,7 @@ func leaseFixture(t *testing.T, t0 time.Time) (*recorderMetrics, audit.Reads, *p
 	}
 	t.Cleanup(func() { store.Close() })
 	reg := prometheus.NewRegistry()
-	m := newRecorderMetrics(reg)
+	m := newRecorderMetrics(reg, config.DefaultMaxResourceSeries)
 	// Renewals reach the rows only at a sync, an hour away: the metrics must
 	// read them through the Fresh store.
 	rec := audit.NewRecorder(m.timeCommits(store), audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{
@@ -344,7 +345,7 @@ func TestLeaseMetrics(t *testing.T) {
 // (observed) has no known length, and a heartbeat counts in none.
 func TestHealthHistograms(t *testing.T) {
 	reg := prometheus.NewRegistry()
-	m := newRecorderMetrics(reg)
+	m := newRecorderMetrics(reg, config.DefaultMaxResourceSeries)
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
 	orders := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
@@ -395,7 +396,7 @@ func TestHolderChangesAfterRestart(t *testing.T) {
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	key := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
 	grant := func(prev, holder string) float64 {
-		m := newRecorderMetrics(prometheus.NewRegistry())
+		m := newRecorderMetrics(prometheus.NewRegistry(), config.DefaultMaxResourceSeries)
 		st := audit.TrackState{Lock: audit.Lock{Source: key.Source, Name: key.Name, Class: audit.ClassLock}, Recent: []audit.Tenure{
 			{Lock: key, Seq: 1, Holder: prev, GrantedAt: t0},
 			{Lock: key, Seq: 2, Holder: holder, GrantedAt: t0.Add(time.Minute)},
@@ -465,7 +466,7 @@ func TestLeaseMetricsLeaveOutANameNotUTF8(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { store.Close() })
-	m := newRecorderMetrics(prometheus.NewRegistry())
+	m := newRecorderMetrics(prometheus.NewRegistry(), config.DefaultMaxResourceSeries)
 	rec := audit.NewRecorder(store, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{"cache": audit.KindRedis}},
 		nil, audit.WithCommitHook(m.observe))
 	if err := rec.Start(ctx); err != nil {

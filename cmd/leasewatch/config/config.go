@@ -78,6 +78,12 @@ type MetricsConfig struct {
 	// Config built in code may leave it 0 for the default, and a file that
 	// writes 0 is refused (it does not mean "no lock series").
 	MaxLockSeries int `yaml:"max_lock_series" lw:"nonzero"`
+	// MaxResourceSeries caps how many resources, of every source, get
+	// series of their own in leasewatch_write_reports_total: the first
+	// to report. The reports of the rest are counted in its series with
+	// an empty resource label. Default 1000, refused at 0 as
+	// max_lock_series is.
+	MaxResourceSeries int `yaml:"max_resource_series" lw:"nonzero"`
 }
 
 // LockSeries returns the cap on per-lock series, the default when unset.
@@ -88,13 +94,25 @@ func (m MetricsConfig) LockSeries() int {
 	return m.MaxLockSeries
 }
 
-// MaxLockSeriesLimit is the largest metrics.max_lock_series: per-lock series
-// beyond it would make every scrape slow and every Prometheus heavy.
+// MaxLockSeriesLimit is the largest metrics.max_lock_series and
+// max_resource_series: series beyond it would make every scrape slow and
+// every Prometheus heavy.
 const MaxLockSeriesLimit = 10_000
 
+// ResourceSeries returns the cap on per-resource series, the default when
+// unset.
+func (m MetricsConfig) ResourceSeries() int {
+	if m.MaxResourceSeries == 0 {
+		return DefaultMaxResourceSeries
+	}
+	return m.MaxResourceSeries
+}
+
 func (m *MetricsConfig) validate() error {
-	if n := m.LockSeries(); n < 1 || n > MaxLockSeriesLimit {
-		return fmt.Errorf("max_lock_series: %d is outside 1..%d", n, MaxLockSeriesLimit)
+	for key, n := range map[string]int{"max_lock_series": m.LockSeries(), "max_resource_series": m.ResourceSeries()} {
+		if n < 1 || n > MaxLockSeriesLimit {
+			return fmt.Errorf("%s: %d is outside 1..%d", key, n, MaxLockSeriesLimit)
+		}
 	}
 	return nil
 }
@@ -266,13 +284,14 @@ func holdsCertificate(data []byte) bool {
 
 // Defaults for an omitted field.
 const (
-	DefaultListen           = "127.0.0.1:8080"
-	DefaultDatabase         = "leasewatch.db"
-	DefaultRenewMarginRatio = alert.DefaultRenewMarginRatio
-	DefaultBlindAfter       = alert.DefaultBlindAfter
-	DefaultFencingHold      = alert.DefaultFencingHold
-	DefaultLostHold         = alert.DefaultLostHold
-	DefaultMaxLockSeries    = 1000
+	DefaultListen            = "127.0.0.1:8080"
+	DefaultDatabase          = "leasewatch.db"
+	DefaultRenewMarginRatio  = alert.DefaultRenewMarginRatio
+	DefaultBlindAfter        = alert.DefaultBlindAfter
+	DefaultFencingHold       = alert.DefaultFencingHold
+	DefaultLostHold          = alert.DefaultLostHold
+	DefaultMaxLockSeries     = 1000
+	DefaultMaxResourceSeries = 1000
 )
 
 // Load reads and validates the configuration file at path, with the
@@ -533,6 +552,9 @@ func (c *Config) SetDefaults() {
 	c.Auth.fillDefaults()
 	if c.Metrics.MaxLockSeries == 0 {
 		c.Metrics.MaxLockSeries = DefaultMaxLockSeries
+	}
+	if c.Metrics.MaxResourceSeries == 0 {
+		c.Metrics.MaxResourceSeries = DefaultMaxResourceSeries
 	}
 	c.Retention.fillDefaults()
 	c.Health.fillDefaults()
