@@ -90,7 +90,14 @@ type Observation struct {
 	// its lease ran out (a Redis maxmemory eviction): the tenure ends with a
 	// lock_evicted finding.
 	Evicted bool
-	Detail  map[string]any
+	// Unjudged marks an end the collector found without being able to
+	// tell how it came about: an etcd key whose lease was gone before the
+	// collector could read it, revoked or run out while nobody watched (a
+	// resume, a takeover, a restart). The tracker judges it as an end it
+	// infers itself: expired if the tenure's lease had run out by At,
+	// released otherwise.
+	Unjudged bool
+	Detail   map[string]any
 }
 
 // Blind is an interval over which a collector could not see its backend:

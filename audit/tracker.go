@@ -183,7 +183,7 @@ func (t *Tracker) Observe(in Input) Batch {
 		for _, key := range t.sourceLocks(in.Source) {
 			st := t.locks[key]
 			if cur := st.current(); cur != nil && !seen[key] && !t.expireRunOut(o, st, vouched) {
-				t.endInferred(o, st, cur, at, "missing from snapshot")
+				t.endInferred(o, st, cur, at, map[string]any{"reason": "missing from snapshot"})
 			}
 		}
 	}
@@ -485,7 +485,11 @@ func (t *Tracker) observe(o *output, st *lockState, ob Observation) {
 		if ob.Kind == EventExpire {
 			reason = EndExpired
 		}
-		t.end(o, st, cur, reason, ob.At, ob.Inferred, ob.Detail)
+		if ob.Unjudged {
+			t.endInferred(o, st, cur, ob.At, ob.Detail)
+		} else {
+			t.end(o, st, cur, reason, ob.At, ob.Inferred, ob.Detail)
+		}
 		switch {
 		case ob.Deleted:
 			o.finding(st, Finding{Kind: FindingLockDeleted, At: ob.At, Tokens: tokens(cur.token), Holders: holders(cur.holder),
@@ -502,7 +506,7 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 	if prev != nil {
 		switch {
 		case ob.Inferred:
-			t.endInferred(o, st, prev, ob.At, "a new holder appeared while the collector was blind")
+			t.endInferred(o, st, prev, ob.At, map[string]any{"reason": "a new holder appeared while the collector was blind"})
 		case t.expireRunOut(o, st, nanos(ob.At)):
 			// A grant made once the lease had run out, of a snapshot's
 			// holder too: an expiry, as a tick would have made it.
@@ -757,12 +761,13 @@ func (t *Tracker) end(o *output, st *lockState, cur *tenure, reason EndReason, a
 	}
 }
 
-// endInferred closes a tenure that ended out of the collector's sight by at:
-// expired if its lease had run out by then, released at at otherwise. An
-// expiry by the clock is placed at the lease's expiry, as a tick places it;
-// elsewhere (etcd) the tracker's expiry is only the collector's last TTL
-// reading, and the backend's own expiry may have come any time up to at.
-func (t *Tracker) endInferred(o *output, st *lockState, cur *tenure, at time.Time, why string) {
+// endInferred closes a tenure that ended out of the collector's sight by at,
+// or whose end the collector could not judge (Observation.Unjudged): expired
+// if its lease had run out by then, released at at otherwise. An expiry by
+// the clock is placed at the lease's expiry, as a tick places it; elsewhere
+// (etcd) the tracker's expiry is only the collector's last TTL reading, and
+// the backend's own expiry may have come any time up to at.
+func (t *Tracker) endInferred(o *output, st *lockState, cur *tenure, at time.Time, detail map[string]any) {
 	reason := EndReleased
 	if expires := cur.expiresAt(); !expires.IsZero() && !at.Before(expires) {
 		reason = EndExpired
@@ -770,7 +775,7 @@ func (t *Tracker) endInferred(o *output, st *lockState, cur *tenure, at time.Tim
 			at = expires
 		}
 	}
-	t.end(o, st, cur, reason, at, true, map[string]any{"reason": why})
+	t.end(o, st, cur, reason, at, true, detail)
 }
 
 func (t *Tracker) blind(o *output, source string, b Blind) {

@@ -89,6 +89,9 @@ func (li leaseInfo) fold(r ttlReading) (next leaseInfo, renewed time.Time, ok bo
 type endVerdict struct {
 	kind     audit.EventKind // EventRelease or EventExpire
 	inferred bool
+	// unjudged: the collector cannot tell, and leaves it to the tracker
+	// (audit.Observation.Unjudged).
+	unjudged bool
 	detail   map[string]any
 }
 
@@ -98,7 +101,9 @@ type endVerdict struct {
 // the lease lives on: a release. Session.Close revokes the lease, and expiry
 // revokes it too: both delete every key of the lease at one revision and look
 // alike in the watch stream, so the collector compares the deletion time with
-// the expiry its polls predicted.
+// the expiry its polls predicted. A lease it never read alive (gone before a
+// resume, a takeover or a restart read it) it cannot judge: the tracker,
+// which knows the tenure's last expiry from before, does.
 func classifyEnd(lease int64, li leaseInfo, ttl int64, now time.Time) endVerdict {
 	switch {
 	case lease == 0:
@@ -106,7 +111,7 @@ func classifyEnd(lease int64, li leaseInfo, ttl int64, now time.Time) endVerdict
 	case ttl >= 0:
 		return endVerdict{kind: audit.EventRelease, detail: map[string]any{"reason": "key deleted; lease still alive"}}
 	case !li.known():
-		return endVerdict{kind: audit.EventRelease, inferred: true, detail: map[string]any{
+		return endVerdict{kind: audit.EventRelease, inferred: true, unjudged: true, detail: map[string]any{
 			"reason": "lease gone before the collector could read its TTL: revoked or expired",
 		}}
 	}

@@ -62,22 +62,25 @@ func TestClassifyEnd(t *testing.T) {
 		want         audit.EventKind
 		wantInferred bool
 		wantRevoked  bool
+		wantUnjudged bool
 	}{
-		{"UnlockLeavesLeaseAlive", 7, polled(9), 9, t0.Add(ms(100)), audit.EventRelease, false, false},
-		{"LeaselessKey", 0, leaseInfo{}, -1, t0, audit.EventRelease, false, false},
-		{"SessionCloseRevokesEarly", 7, polled(9), -1, t0.Add(ms(300)), audit.EventRelease, false, true},
-		{"ExpiredOnTime", 7, polled(1), -1, t0.Add(ms(1200)), audit.EventExpire, false, false},
-		{"ExpiredWithinRounding", 7, polled(5), -1, t0.Add(4 * time.Second), audit.EventExpire, false, false},
-		{"RevokedJustBeforeTheWindow", 7, polled(5), -1, t0.Add(ms(3900)), audit.EventRelease, false, true},
-		{"NeverSeenAlive", 7, leaseInfo{}, -1, t0, audit.EventRelease, true, false},
+		{"UnlockLeavesLeaseAlive", 7, polled(9), 9, t0.Add(ms(100)), audit.EventRelease, false, false, false},
+		{"LeaselessKey", 0, leaseInfo{}, -1, t0, audit.EventRelease, false, false, false},
+		{"SessionCloseRevokesEarly", 7, polled(9), -1, t0.Add(ms(300)), audit.EventRelease, false, true, false},
+		{"ExpiredOnTime", 7, polled(1), -1, t0.Add(ms(1200)), audit.EventExpire, false, false, false},
+		{"ExpiredWithinRounding", 7, polled(5), -1, t0.Add(4 * time.Second), audit.EventExpire, false, false, false},
+		{"RevokedJustBeforeTheWindow", 7, polled(5), -1, t0.Add(ms(3900)), audit.EventRelease, false, true, false},
+		// Gone before a resume read it: the tracker judges it by the lease.
+		{"NeverSeenAlive", 7, leaseInfo{}, -1, t0, audit.EventRelease, true, false, true},
+		{"GoneAtTheBaseline", 7, leaseInfo{gone: true}, -1, t0, audit.EventRelease, true, false, true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			v := classifyEnd(tt.lease, tt.li, tt.ttl, tt.now)
 			revoked, _ := v.detail["revoked"].(bool)
-			if v.kind != tt.want || v.inferred != tt.wantInferred || revoked != tt.wantRevoked {
-				t.Fatalf("verdict = %s inferred=%v revoked=%v (%v), want %s inferred=%v revoked=%v",
-					v.kind, v.inferred, revoked, v.detail["reason"], tt.want, tt.wantInferred, tt.wantRevoked)
+			if v.kind != tt.want || v.inferred != tt.wantInferred || revoked != tt.wantRevoked || v.unjudged != tt.wantUnjudged {
+				t.Fatalf("verdict = %s inferred=%v revoked=%v unjudged=%v (%v), want %s inferred=%v revoked=%v unjudged=%v",
+					v.kind, v.inferred, revoked, v.unjudged, v.detail["reason"], tt.want, tt.wantInferred, tt.wantRevoked, tt.wantUnjudged)
 			}
 		})
 	}

@@ -583,7 +583,7 @@ func (r *run) observeSteps(ctx context.Context, steps []step) ([]audit.Observati
 				verdicts[h.lease] = v
 				ob := r.observation(h, v.kind, sn.at, pos)
 				ob.RenewedAt = time.Time{}
-				ob.Inferred = v.inferred
+				ob.Inferred, ob.Unjudged = v.inferred, v.unjudged
 				for k, val := range v.detail {
 					ob.Detail[k] = val
 				}

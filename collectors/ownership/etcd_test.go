@@ -37,24 +37,29 @@ func TestEtcdElector(t *testing.T) {
 		Scope: func(t *testing.T) string {
 			return "/test/" + strings.ReplaceAll(t.Name(), "/", "-") + "-" + string(rune('a'+scopes.Add(1))) + "/"
 		},
-		New: func(t *testing.T, scope, identity, addr string, timing ownership.Timing) ownership.Elector {
-			t.Helper()
-			cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
-			if err != nil {
-				t.Fatal(err)
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			defer cancel()
-			el, err := ownership.NewEtcdElector(ctx, cli, ownership.EtcdConfig{Identity: identity, Prefix: scope, Timing: timing})
-			if err != nil {
-				cli.Close()
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				el.Close()
-				cli.Close()
-			})
-			return el
-		},
+		New: newEtcdElector,
 	})
+}
+
+// newEtcdElector returns an elector for the replica identity that keeps its
+// keys under scope and dials etcd at addr. It and its client are closed
+// when the test ends.
+func newEtcdElector(t *testing.T, scope, identity, addr string, timing ownership.Timing) ownership.Elector {
+	t.Helper()
+	cli, err := clientv3.New(clientv3.Config{Endpoints: []string{addr}, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	el, err := ownership.NewEtcdElector(ctx, cli, ownership.EtcdConfig{Identity: identity, Prefix: scope, Timing: timing})
+	if err != nil {
+		cli.Close()
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		el.Close()
+		cli.Close()
+	})
+	return el
 }
