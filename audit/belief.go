@@ -14,10 +14,12 @@ import (
 //
 // Most beliefs are of the current tenure, so the tracker judges each one
 // from memory and records nothing for it: no event, no change of state.
-// Only a zombie belief is recorded, as a zombie_belief event, and the
-// first of each zombie tenure raises a zombie_holder finding dated at the
-// tenure's end with Until at that belief. The events that follow, one per
-// later zombie belief, say how long the zombie went on.
+// Only zombie beliefs are recorded. The first of each zombie tenure raises
+// a zombie_holder finding dated at the tenure's end with Until at that
+// belief, and is a zombie_belief event; a later one is an event only once
+// the zombie has gone on a quarter longer than at the last event (at least
+// a second longer), so the events say how long the zombie went on, to
+// within a fifth, in a few dozen rows a day however often it beats.
 
 // Belief is a holder's word that it is acting under a lock's token at At
 // (POST /api/v1/beliefs).
@@ -32,10 +34,10 @@ type Belief struct {
 // Key returns the belief's lock key.
 func (b Belief) Key() LockKey { return LockKey{Source: b.Source, Name: b.Lock} }
 
-// maxZombieTokens bounds the zombie tenures per lock whose finding the
-// tracker remembers having raised, by token: one more zombie alternating
-// with these would raise its finding again.
-const maxZombieTokens = 4
+// zombieStepMS is the least a zombie must have gone on since its last
+// zombie_belief event for another, in milliseconds: beside a quarter of
+// its time, it keeps a zombie's first seconds from an event per heartbeat.
+const zombieStepMS = 1000
 
 // ReportBelief judges a holder's belief against the tenure its token
 // names. A belief of a held tenure, of a token newer than every grant known
@@ -67,6 +69,16 @@ type zombieOf struct {
 	by    *tenure // the newer grant that shows it, when ten is nil
 }
 
+// mark returns the ZombieMark that names z's zombie tenure: by its seq when
+// remembered; else every forgotten tenure older than the grant that shows
+// it is one, so that beliefs under ever new old tokens raise one finding.
+func (z zombieOf) mark() ZombieMark {
+	if z.ten != nil {
+		return ZombieMark{Seq: z.ten.seq}
+	}
+	return ZombieMark{By: z.by.seq}
+}
+
 // zombie reports whether b was made after its token's tenure ended.
 func (st *lockState) zombie(b Belief) (zombieOf, bool) {
 	token := b.Token
@@ -90,38 +102,68 @@ func (st *lockState) zombie(b Belief) (zombieOf, bool) {
 	return zombieOf{}, false
 }
 
-// zombieBelief records a zombie belief, and the zombie_holder finding of
-// its tenure the first time.
+// zombieBelief records a zombie belief: the zombie_holder finding of its
+// tenure the first time, and its zombie_belief event when it shows the
+// zombie going on longer than the last one said.
 func (t *Tracker) zombieBelief(o *output, st *lockState, b Belief, z zombieOf) {
 	holder := b.Holder
 	if holder == "" && z.ten != nil {
 		holder = z.ten.holder
 	}
 	after := b.At.Sub(z.since)
+	m := st.zombieMark(z.mark())
+	if m != nil && after.Milliseconds() < m.AfterMS+max(m.AfterMS/4, zombieStepMS) {
+		return
+	}
 	detail := map[string]any{"since": z.since.UTC().Format(time.RFC3339Nano), "after_ms": after.Milliseconds()}
 	if z.ten != nil {
 		detail["end"] = string(z.ten.end)
 	}
 	o.event(st, Event{Kind: EventZombieBelief, At: b.At, Holder: holder, Token: Int64(b.Token), Detail: detail})
-	if slices.Contains(st.reportedOf().zombieTokens, b.Token) {
+	o.changed(st)
+	if m != nil {
+		m.AfterMS = after.Milliseconds()
 		return
 	}
-	r := st.health()
-	r.zombieTokens = append(r.zombieTokens, b.Token)
-	if n := len(r.zombieTokens); n > maxZombieTokens {
-		r.zombieTokens = append(r.zombieTokens[:0], r.zombieTokens[n-maxZombieTokens:]...)
-	}
-	o.changed(st)
+	st.addZombie(z.mark(), after)
 	f := Finding{Kind: FindingZombieHolder, At: z.since, Until: b.At, Tokens: []int64{b.Token}}
 	if z.ten != nil {
 		f.Holders = holders(z.ten.holder, b.Holder)
-		f.Summary = fmt.Sprintf("%s still acted as the holder of token %d %s after its tenure ended (%s): a zombie holder; its later beliefs are zombie_belief events",
+		f.Summary = fmt.Sprintf("%s still acted as the holder of token %d %s after its tenure ended (%s): a zombie holder; zombie_belief events say how long it went on",
 			orUnknown(holder), b.Token, after.Round(time.Millisecond), z.ten.end)
 	} else {
 		f.Tokens = append(f.Tokens, *z.by.token)
 		f.Holders = holders(b.Holder, z.by.holder)
-		f.Summary = fmt.Sprintf("%s still acted as the holder of token %d %s after token %d was granted to %s: a zombie holder; its later beliefs are zombie_belief events",
+		f.Summary = fmt.Sprintf("%s still acted as the holder of token %d %s after token %d was granted to %s: a zombie holder; zombie_belief events say how long it went on",
 			orUnknown(holder), b.Token, after.Round(time.Millisecond), *z.by.token, orUnknown(z.by.holder))
 	}
 	o.finding(st, f)
+}
+
+// zombieMark returns the remembered mark of the zombie tenure that id names
+// (ZombieMark.Seq or By), nil if its finding has not been raised.
+func (st *lockState) zombieMark(id ZombieMark) *ZombieMark {
+	if st.reported == nil {
+		return nil
+	}
+	for i, m := range st.reported.zombies {
+		if m.Seq == id.Seq && m.By == id.By {
+			return &st.reported.zombies[i]
+		}
+	}
+	return nil
+}
+
+// addZombie remembers the zombie tenure that id names, its finding raised
+// and its first event after after its end. It forgets the marks of tenures,
+// and of grants, older than every tenure the lock remembers, which no
+// belief can name again: so a lock keeps at most two per remembered tenure.
+func (st *lockState) addZombie(id ZombieMark, after time.Duration) {
+	r := st.health()
+	if len(st.recent) > 0 {
+		oldest := st.recent[0].seq
+		r.zombies = slices.DeleteFunc(r.zombies, func(m ZombieMark) bool { return max(m.Seq, m.By) < oldest })
+	}
+	id.AfterMS = after.Milliseconds()
+	r.zombies = append(r.zombies, id)
 }

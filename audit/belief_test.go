@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"context"
+	"fmt"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -203,8 +204,8 @@ func TestTrackerZombieSurvivesARestart(t *testing.T) {
 	s.grant("B", 42, at(3*time.Second), 2*time.Second)
 	s.believe("A", 41, at(4*time.Second))
 	saved, _ := s.tr.State(s.key())
-	if !reflect.DeepEqual(saved.ZombieTokens, []int64{41}) {
-		t.Fatalf("saved zombie tokens = %v, want [41]", saved.ZombieTokens)
+	if want := []audit.ZombieMark{{Seq: 1, AfterMS: 2000}}; !reflect.DeepEqual(saved.Zombies, want) {
+		t.Fatalf("saved zombies = %+v, want %+v", saved.Zombies, want)
 	}
 	s.restart()
 	s.believe("A", 41, at(5*time.Second))
@@ -266,5 +267,61 @@ func TestRecorderRefusesBeliefsOfSourcesItDoesNotOwn(t *testing.T) {
 	err := rec.ReportBeliefs(context.Background(), []audit.Belief{{Source: "src", Lock: "orders", Token: 1, At: at(0)}})
 	if audit.ErrorCode(err) != audit.EFENCED {
 		t.Fatalf("ReportBeliefs of a source not owned = %v, want %s", err, audit.EFENCED)
+	}
+}
+
+// Six zombie tenures whose holders beat in turn, 100 times each: one
+// zombie_holder finding per tenure, however many beliefs and zombies, and
+// a few zombie_belief events per zombie, the last saying how long it went
+// on, rather than one per heartbeat.
+func TestTrackerZombiesReportedOncePerTenure(t *testing.T) {
+	s := newStory(t, audit.KindEtcd)
+	const zombies = 6
+	for i := range zombies + 1 {
+		s.grant(fmt.Sprint("holder-", i), int64(41+i), at(time.Duration(i)*time.Second), time.Second)
+	}
+	start := at(zombies * time.Second)
+	for beat := range 100 {
+		for i := range zombies {
+			s.believe(fmt.Sprint("holder-", i), int64(41+i), start.Add(time.Duration(beat)*time.Second))
+		}
+	}
+	var raised int
+	for _, k := range s.findings() {
+		if k == audit.FindingZombieHolder {
+			raised++
+		}
+	}
+	if raised != zombies {
+		t.Fatalf("%d zombie_holder findings, want %d", raised, zombies)
+	}
+	events := s.eventsOf(audit.EventZombieBelief)
+	if len(events) > zombies*20 {
+		t.Fatalf("%d zombie_belief events for %d zombies of 100 beliefs each, want at most 20 each", len(events), zombies)
+	}
+	// holder-0's tenure ended at 1s; its last belief, at 105s, is 104 s
+	// later: the last event says within a fifth.
+	var last audit.Event
+	for _, e := range events {
+		if e.Holder == "holder-0" {
+			last = e
+		}
+	}
+	if after := last.Detail["after_ms"].(int64); after < 104_000*4/5 || after > 104_000 {
+		t.Fatalf("holder-0's last zombie_belief after %d ms, want within a fifth of 104000", after)
+	}
+}
+
+// Beliefs under ever older tokens, none of them a tenure the tracker
+// remembers, are one zombie: the forgotten tenures before the grant that
+// shows them.
+func TestTrackerForgottenZombiesAreOne(t *testing.T) {
+	s := newStory(t, audit.KindEtcd)
+	s.grant("B", 1000, at(0), time.Minute)
+	for i := range 600 {
+		s.believe("", int64(1+i), at(time.Second+time.Duration(i)*time.Millisecond))
+	}
+	if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingZombieHolder}) {
+		t.Fatalf("findings = %d of %v..., want one zombie_holder", len(got), got[:min(len(got), 3)])
 	}
 }

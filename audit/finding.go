@@ -45,6 +45,9 @@ const (
 	// that token's tenure had ended (belief.go), from the end to its first
 	// such belief; once per zombie tenure.
 	FindingZombieHolder FindingKind = "zombie_holder"
+	// FindingUngrantedToken: a resource accepted a write under a token no
+	// grant of the lock had (tracker.go): forged, or from another lock.
+	FindingUngrantedToken FindingKind = "ungranted_token"
 )
 
 // FindingKinds lists every finding kind in a stable order.
@@ -53,7 +56,7 @@ var FindingKinds = []FindingKind{
 	FindingExposure, FindingUnfencedWrite, FindingStaleWrite, FindingLateRenewal,
 	FindingLeaseExpired, FindingUnfencedLock, FindingBlindWindow, FindingLockDeleted,
 	FindingLockEvicted, FindingFlapping, FindingLeaderless, FindingTightRenewal, FindingClockSkew,
-	FindingZombieHolder,
+	FindingZombieHolder, FindingUngrantedToken,
 }
 
 // WriteFindingKinds are the kinds of findings about one write report: they
@@ -78,7 +81,7 @@ func (s Severity) Valid() bool {
 // Severity returns the severity every finding of kind k carries.
 func (k FindingKind) Severity() Severity {
 	switch k {
-	case FindingTokenRegression, FindingTokenReuse, FindingOverlap, FindingUnfencedWrite:
+	case FindingTokenRegression, FindingTokenReuse, FindingOverlap, FindingUnfencedWrite, FindingUngrantedToken:
 		return SeverityCritical
 	case FindingStaleWrite, FindingExposure:
 		return SeverityInfo

@@ -309,7 +309,7 @@ func (s *story) restart() {
 	if err != nil {
 		s.t.Fatal(err)
 	}
-	restored := audit.TrackState{Lock: saved.Lock, Recent: saved.Recent}
+	restored := audit.TrackState{Lock: saved.Lock, Recent: saved.Recent, Resources: saved.Resources} // resources are rows of their own
 	if err := json.Unmarshal(raw, &restored); err != nil {
 		s.t.Fatal(err)
 	}

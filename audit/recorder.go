@@ -574,6 +574,9 @@ func (r *Recorder) apply(req *request, known map[RequestKey]WriteReport, b *Batc
 		return nil
 	}
 	err := r.writeOnly.admit(req.writes, r.tracks)
+	if err == nil {
+		err = r.tracker.AdmitResources(req.writes)
+	}
 	var fresh []WriteReport
 	if err == nil {
 		fresh, err = claimRequests(known, req.writes)

@@ -381,11 +381,16 @@ type FindingCountFilter struct {
 // Recorder writes those rows only now and then (Synced), replaying the renew
 // events stored since the last sync after a crash (Journal.Unsynced).
 type Batch struct {
-	Locks    []TrackState // insert or replace by lock key: the lock row and the tracker's memory of it
-	Tenures  []Tenure     // insert or replace by (lock key, Seq)
-	Events   []Event
-	Findings []Finding
-	Cursors  []Cursor
+	Locks   []TrackState // insert or replace by lock key: the lock row and the tracker's memory of it
+	Tenures []Tenure     // insert or replace by (lock key, Seq)
+	// Resources are the resource states the batch changed: insert or
+	// replace by (lock key, Resource), after Locks. A lock's other
+	// resources keep their rows, so a write report costs one row however
+	// many resources the lock has.
+	Resources []ResourceRow
+	Events    []Event
+	Findings  []Finding
+	Cursors   []Cursor
 	// Renewed are locks changed by renewals only, each at least as new as any
 	// entry of the same lock in Locks: after writing Locks and Tenures, the
 	// journal updates the renewal columns of the lock and its held tenure,
@@ -421,7 +426,7 @@ type Batch struct {
 
 // Empty reports whether the batch writes nothing.
 func (b *Batch) Empty() bool {
-	return len(b.Locks) == 0 && len(b.Tenures) == 0 && len(b.Events) == 0 &&
+	return len(b.Locks) == 0 && len(b.Tenures) == 0 && len(b.Resources) == 0 && len(b.Events) == 0 &&
 		len(b.Findings) == 0 && len(b.Cursors) == 0 && len(b.Renewed) == 0 && !b.Synced && !b.SyncMark && !b.SyncedToMark && len(b.Fences) == 0 &&
 		len(b.Refusals) == 0 && len(b.RefusalsRecorded) == 0
 }
@@ -448,6 +453,7 @@ func (b *Batch) Append(o Batch) {
 	}
 	b.Locks = append(b.Locks, o.Locks...)
 	b.Tenures = append(b.Tenures, o.Tenures...)
+	b.Resources = append(b.Resources, o.Resources...)
 	b.Events = append(b.Events, o.Events...)
 	b.Findings = append(b.Findings, o.Findings...)
 	b.Cursors = append(b.Cursors, o.Cursors...)
@@ -544,18 +550,21 @@ type Journal interface {
 }
 
 // TrackState is everything the tracker remembers about one lock. The store
-// persists it with every change to the lock (renewals as Batch describes), so
-// a restart resumes exactly where the last committed batch left off.
+// persists it with every change to the lock (renewals as Batch describes, and
+// resources one row each, as Batch.Resources), so a restart resumes exactly
+// where the last committed batch left off.
 type TrackState struct {
-	Lock             Lock                      `json:"-"`
-	Recent           []Tenure                  `json:"-"` // newest last, consecutive by Seq up to NextSeq; the last is current while held
-	NextSeq          int64                     `json:"next_seq"`
-	LastGrantToken   *int64                    `json:"last_grant_token,omitempty"`
-	ExpireByClock    bool                      `json:"expire_by_clock,omitempty"`
-	SequentialTokens bool                      `json:"sequential_tokens,omitempty"`
-	TokenPerTenure   bool                      `json:"token_per_tenure,omitempty"`
-	UnfencedReported bool                      `json:"unfenced_reported,omitempty"`
-	Resources        map[string]*ResourceState `json:"resources,omitempty"`
+	Lock             Lock     `json:"-"`
+	Recent           []Tenure `json:"-"` // newest last, consecutive by Seq up to NextSeq; the last is current while held
+	NextSeq          int64    `json:"next_seq"`
+	LastGrantToken   *int64   `json:"last_grant_token,omitempty"`
+	ExpireByClock    bool     `json:"expire_by_clock,omitempty"`
+	SequentialTokens bool     `json:"sequential_tokens,omitempty"`
+	TokenPerTenure   bool     `json:"token_per_tenure,omitempty"`
+	UnfencedReported bool     `json:"unfenced_reported,omitempty"`
+	// Resources are kept in rows of their own (Batch.Resources), not in the
+	// JSON of the rest; Restore fills them in.
+	Resources map[string]*ResourceState `json:"-"`
 	// Leadership health (health.go): when the last flapping finding was
 	// raised; when the lock, free now, becomes leaderless if nobody takes
 	// it; the tenures (by Seq) that tight_renewal and clock_skew were
@@ -564,10 +573,27 @@ type TrackState struct {
 	LeaderlessDue time.Time `json:"leaderless_due,omitzero"`
 	TightSeq      int64     `json:"tight_seq,omitempty"`
 	SkewSeq       int64     `json:"skew_seq,omitempty"`
-	// ZombieTokens are the tokens of the last zombie tenures a
-	// zombie_holder finding was raised for (belief.go), so that each is
-	// raised once.
-	ZombieTokens []int64 `json:"zombie_tokens,omitempty"`
+	// Zombies are the zombie tenures a zombie_holder finding was raised
+	// for (belief.go), so that each is raised once, with how long after
+	// its end its last zombie_belief event was.
+	Zombies []ZombieMark `json:"zombies,omitempty"`
+}
+
+// ZombieMark is one zombie tenure of a lock, as the tracker remembers it:
+// by its Seq while the tenure is remembered, else by the seq of the grant
+// that showed it a zombie (By), for every forgotten tenure older than it.
+type ZombieMark struct {
+	Seq     int64 `json:"seq,omitempty"`
+	By      int64 `json:"by,omitempty"`
+	AfterMS int64 `json:"after_ms"` // of its last zombie_belief event
+}
+
+// ResourceRow is one protected resource's state under a lock, as a Batch
+// writes it.
+type ResourceRow struct {
+	Lock     LockKey
+	Resource string
+	State    ResourceState
 }
 
 // ResourceState is what the tracker knows of one protected resource's view of

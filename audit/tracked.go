@@ -31,11 +31,10 @@ type lockState struct {
 // reported is what leadership health and zombie findings a lock has had,
 // so that each is raised once: when the last flapping finding was (Unix
 // nanoseconds), the tenures that tight_renewal and clock_skew were raised
-// for, and the tokens of the zombie tenures whose zombie_holder finding
-// was (belief.go).
+// for, and the zombie tenures whose zombie_holder finding was (belief.go).
 type reported struct {
 	flappingAt, tightSeq, skewSeq int64
-	zombieTokens                  []int64
+	zombies                       []ZombieMark
 }
 
 // health returns what st has reported, to be changed.
@@ -131,18 +130,18 @@ func (st *lockState) lock() Lock {
 	return l
 }
 
-// export returns a copy of the state as a TrackState, for a Journal.
+// export returns a copy of the state as a TrackState, for a Journal: all but
+// its resources, which a batch carries one by one (Batch.Resources).
 func (st *lockState) export() TrackState {
 	ts := TrackState{
 		Lock: st.lock(), NextSeq: st.nextSeq, LastGrantToken: st.lastGrantToken,
 		ExpireByClock: st.expireByClock, SequentialTokens: st.sequentialTokens, TokenPerTenure: st.tokenPerTenure,
 		UnfencedReported: st.unfencedReported,
-		Resources:        cloneResources(st.resources),
 		LeaderlessDue:    timeOrZero(st.leaderlessDue),
 	}
 	if r := st.reported; r != nil {
 		ts.FlappingAt, ts.TightSeq, ts.SkewSeq = timeOrZero(r.flappingAt), r.tightSeq, r.skewSeq
-		ts.ZombieTokens = slices.Clone(r.zombieTokens)
+		ts.Zombies = slices.Clone(r.zombies)
 	}
 	if len(st.recent) > 0 {
 		ts.Recent = make([]Tenure, len(st.recent))
@@ -164,8 +163,8 @@ func lockStateOf(ts TrackState) *lockState {
 		resources:        cloneResources(ts.Resources),
 		leaderlessDue:    nanosOrZero(ts.LeaderlessDue),
 	}
-	if ts.FlappingAt != (time.Time{}) || ts.TightSeq != 0 || ts.SkewSeq != 0 || len(ts.ZombieTokens) > 0 {
-		st.reported = &reported{flappingAt: nanosOrZero(ts.FlappingAt), tightSeq: ts.TightSeq, skewSeq: ts.SkewSeq, zombieTokens: slices.Clone(ts.ZombieTokens)}
+	if ts.FlappingAt != (time.Time{}) || ts.TightSeq != 0 || ts.SkewSeq != 0 || len(ts.Zombies) > 0 {
+		st.reported = &reported{flappingAt: nanosOrZero(ts.FlappingAt), tightSeq: ts.TightSeq, skewSeq: ts.SkewSeq, zombies: slices.Clone(ts.Zombies)}
 	}
 	if len(ts.Recent) > 0 {
 		st.recent = make([]tenure, len(ts.Recent))
@@ -182,14 +181,27 @@ func cloneResources(m map[string]*ResourceState) map[string]*ResourceState {
 	}
 	c := make(map[string]*ResourceState, len(m))
 	for name, r := range m {
-		rc := &ResourceState{Highest: r.Highest}
-		if len(r.Pending) > 0 {
-			rc.Pending = append([]PendingGrant(nil), r.Pending...)
-		}
-		if len(r.Accepted) > 0 {
-			rc.Accepted = append([]AcceptedWrite(nil), r.Accepted...)
-		}
-		c[name] = rc
+		rc := r.clone()
+		c[name] = &rc
+	}
+	return c
+}
+
+// clone returns a copy of r that shares no slice with it.
+func (r *ResourceState) clone() ResourceState {
+	c := r.saved()
+	if len(r.Accepted) > 0 {
+		c.Accepted = append([]AcceptedWrite(nil), r.Accepted...)
+	}
+	return c
+}
+
+// saved returns a copy of what a store keeps of r: all but the accepted
+// writes, which are memory only.
+func (r *ResourceState) saved() ResourceState {
+	c := ResourceState{Highest: r.Highest}
+	if len(r.Pending) > 0 {
+		c.Pending = append([]PendingGrant(nil), r.Pending...)
 	}
 	return c
 }

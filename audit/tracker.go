@@ -22,7 +22,17 @@ type TrackerConfig struct {
 	SourceKinds map[string]SourceKind
 	// Health tunes the leadership health findings (health.go).
 	Health HealthConfig
+	// MaxResources bounds the resources per lock whose state the tracker
+	// keeps: a write report that names one more is refused
+	// (AdmitResources). Default DefaultMaxResources.
+	MaxResources int
 }
+
+// DefaultMaxResources is the default of TrackerConfig.MaxResources: more
+// resources than a lock's writes go to in any deployment seen, and few
+// enough that a grant, which opens an exposure window at each of them,
+// stays cheap.
+const DefaultMaxResources = 1024
 
 const (
 	maxPendingGrants = 8
@@ -57,6 +67,9 @@ func NewTracker(cfg TrackerConfig) *Tracker {
 	}
 	if cfg.RecentTenures <= 0 {
 		cfg.RecentTenures = 16
+	}
+	if cfg.MaxResources <= 0 {
+		cfg.MaxResources = DefaultMaxResources
 	}
 	cfg.Health = cfg.Health.withDefaults()
 	// Flapping counts the grants of the last hour among the tenures kept.
@@ -107,7 +120,40 @@ func (t *Tracker) State(key LockKey) (TrackState, bool) {
 	if !ok {
 		return TrackState{}, false
 	}
-	return st.export(), true
+	ts := st.export()
+	ts.Resources = cloneResources(st.resources)
+	return ts, true
+}
+
+// AdmitResources checks that recording writes keeps every lock within
+// MaxResources resources, and fails with EINVALID naming the first report
+// that would take a lock past it. The tracker judges each report against
+// its resource's own state, so the bound keeps what a lock holds, and what
+// a grant touches, in proportion.
+func (t *Tracker) AdmitResources(writes []WriteReport) error {
+	var added map[LockKey]map[string]bool
+	for i, w := range writes {
+		key := w.Key()
+		var known map[string]*ResourceState
+		if st := t.locks[key]; st != nil {
+			known = st.resources
+		}
+		if _, ok := known[w.Resource]; ok || added[key][w.Resource] {
+			continue
+		}
+		if len(known)+len(added[key]) >= t.cfg.MaxResources {
+			return Errorf(EINVALID, "%s: lock %q of source %q already has %d resources, the most leasewatch keeps per lock; "+
+				"report writes of the resources its holders write to", writeField(i, len(writes), "resource"), key.Name, key.Source, t.cfg.MaxResources)
+		}
+		if added == nil {
+			added = make(map[LockKey]map[string]bool)
+		}
+		if added[key] == nil {
+			added[key] = make(map[string]bool)
+		}
+		added[key][w.Resource] = true
+	}
+	return nil
 }
 
 // Lock returns a lock as the tracker has it.
@@ -367,7 +413,7 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 			st.resources = make(map[string]*ResourceState)
 		}
 		st.resources[w.Resource] = res
-		o.changed(st)
+		o.resource(st, w.Resource)
 	}
 	if w.Token == nil {
 		return t.done(o)
@@ -379,7 +425,7 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 	newest := st.newestTokenAt(w.At)
 	switch w.Outcome {
 	case WriteAccepted:
-		judgeAccepted(o, st, res, w, token, ten, newest)
+		judgeAccepted(o, st, res, w, ten, newest, t.vouched(w.Source))
 	case WriteRejected:
 		judgeRejected(o, st, w, token, ten, newest)
 	}
@@ -388,10 +434,17 @@ func (t *Tracker) ReportWrite(w WriteReport) Batch {
 
 // judgeAccepted derives what a write the resource accepted shows: an
 // unfenced write when its token was already superseded or its tenure over,
-// and the end of the exposure windows it closes. ten is the tenure of its
-// token and newest the newest token granted before it, if any.
-func judgeAccepted(o *output, st *lockState, res *ResourceState, w WriteReport, token int64, ten *tenure, newest *int64) {
+// an ungranted token when no grant had it, and the end of the exposure
+// windows it closes. ten is the tenure of its token and newest the newest
+// token granted before it, if any; vouched is how far the collector has
+// delivered every change (Tracker.vouched).
+func judgeAccepted(o *output, st *lockState, res *ResourceState, w WriteReport, ten *tenure, newest *int64, vouched int64) {
+	token := *w.Token
+	ungranted := ten == nil && st.ungranted(token, w.At, vouched)
 	switch {
+	case ungranted:
+		o.finding(st, ungrantedToken(w.Resource, w.Holder, token, w.At,
+			fmt.Sprintf("the newest grant the collector has delivered, up to the write and since, had token %d", *st.lastGrantToken)))
 	case newest != nil && token < *newest:
 		o.finding(st, Finding{Kind: FindingUnfencedWrite, At: w.At, Tokens: []int64{token, *newest}, Holders: holders(w.Holder, st.holderOf(*newest)), Resource: w.Resource,
 			Summary: fmt.Sprintf("%s accepted a write with token %d although token %d had already been granted to %s: fencing did not protect it", w.Resource, token, *newest, orUnknown(st.holderOf(*newest)))})
@@ -400,7 +453,7 @@ func judgeAccepted(o *output, st *lockState, res *ResourceState, w WriteReport, 
 			Summary: fmt.Sprintf("%s accepted a write with token %d from %s %s after its tenure ended (%s)", w.Resource, token, orUnknown(ten.holder), w.At.Sub(ten.endedAt()).Round(time.Millisecond), ten.end)})
 	}
 	if len(res.Pending) > 0 || res.Highest == nil || token > *res.Highest {
-		o.changed(st)
+		o.resource(st, w.Resource)
 	}
 	kept := res.Pending[:0]
 	for _, p := range res.Pending {
@@ -418,7 +471,7 @@ func judgeAccepted(o *output, st *lockState, res *ResourceState, w WriteReport, 
 	if res.Highest == nil || token > *res.Highest {
 		res.Highest = Int64(token)
 	}
-	if newest == nil || token >= *newest {
+	if (newest == nil || token >= *newest) && !ungranted {
 		// Fenced as far as the tracker knows: unless the collector has
 		// yet to report a grant made before it.
 		res.Accepted = append(res.Accepted, AcceptedWrite{Token: token, At: w.At, Holder: w.Holder})
@@ -573,23 +626,10 @@ func (t *Tracker) judgeToken(o *output, st *lockState, ob Observation) {
 					Summary: fmt.Sprintf("token jumped from %d to %d: %d grant(s) happened that the collector never saw", *last, tok, tok-*last-1)})
 			}
 		}
+		last := st.lastGrantToken
 		st.lastGrantToken = ob.Token
 		for _, name := range sortedResources(st.resources) {
-			res := st.resources[name]
-			// Writes reported before this grant reached the tracker but
-			// made after it, with an older token: they got through.
-			for _, wr := range res.Accepted {
-				if wr.At.After(ob.At) && wr.Token < tok {
-					o.finding(st, Finding{Kind: FindingUnfencedWrite, At: wr.At, Tokens: []int64{wr.Token, tok}, Holders: holders(wr.Holder, ob.Holder), Resource: name,
-						Summary: fmt.Sprintf("%s accepted a write with token %d %s after token %d had been granted to %s: fencing did not protect it",
-							name, wr.Token, wr.At.Sub(ob.At).Round(time.Millisecond), tok, orUnknown(ob.Holder))})
-				}
-			}
-			res.Accepted = slices.DeleteFunc(res.Accepted, func(wr AcceptedWrite) bool { return !wr.At.After(ob.At) || wr.Token < tok })
-			res.Pending = append(res.Pending, PendingGrant{Token: tok, GrantedAt: ob.At, Holder: ob.Holder})
-			if n := len(res.Pending); n > maxPendingGrants {
-				res.Pending = append(res.Pending[:0], res.Pending[n-maxPendingGrants:]...)
-			}
+			judgeGrantAt(o, st, name, ob, last)
 		}
 	} else if !st.unfencedReported && st.class != ClassHeartbeat && !(ob.Inferred && ob.Holder == "") {
 		// Heartbeats never carry tokens and guard nothing, and a grant the
@@ -599,6 +639,58 @@ func (t *Tracker) judgeToken(o *output, st *lockState, ob Observation) {
 		o.finding(st, Finding{Kind: FindingUnfencedLock, At: ob.At, Holders: holders(ob.Holder),
 			Summary: "grants of this lock carry no fencing token: a resource cannot reject a paused holder's late writes"})
 	}
+}
+
+// judgeGrantAt judges the writes resource name accepted before the tracker
+// knew of the grant ob (last was the token of the grant before it), and
+// opens the grant's exposure window at the resource.
+func judgeGrantAt(o *output, st *lockState, name string, ob Observation, last *int64) {
+	tok := *ob.Token
+	res := st.resources[name]
+	for _, wr := range res.Accepted {
+		switch {
+		case wr.At.After(ob.At) && wr.Token < tok:
+			// Reported before this grant reached the tracker but made
+			// after it, with an older token: it got through.
+			o.finding(st, Finding{Kind: FindingUnfencedWrite, At: wr.At, Tokens: []int64{wr.Token, tok}, Holders: holders(wr.Holder, ob.Holder), Resource: name,
+				Summary: fmt.Sprintf("%s accepted a write with token %d %s after token %d had been granted to %s: fencing did not protect it",
+					name, wr.Token, wr.At.Sub(ob.At).Round(time.Millisecond), tok, orUnknown(ob.Holder))})
+		case !ob.Inferred && !wr.At.After(ob.At) && wr.Token > tok && (last == nil || wr.Token > *last) && st.tenureWithToken(wr.Token) == nil:
+			o.finding(st, ungrantedToken(name, wr.Holder, wr.Token, wr.At,
+				fmt.Sprintf("token %d was granted to %s after it", tok, orUnknown(ob.Holder))))
+		}
+	}
+	res.Accepted = slices.DeleteFunc(res.Accepted, func(wr AcceptedWrite) bool { return !wr.At.After(ob.At) || wr.Token < tok })
+	res.Pending = append(res.Pending, PendingGrant{Token: tok, GrantedAt: ob.At, Holder: ob.Holder})
+	if n := len(res.Pending); n > maxPendingGrants {
+		res.Pending = append(res.Pending[:0], res.Pending[n-maxPendingGrants:]...)
+	}
+	o.resource(st, name)
+}
+
+// How a token no grant had shows. A resource sees a token only after the
+// lock granted it, so a write it accepted under a token newer than every
+// grant the tracker knows was made after a grant the collector has yet to
+// deliver (judged when it comes), or under a token the lock never granted:
+// a forged or foreign token, which the resource's fencing takes for the
+// newest. The tracker tells them apart once the collector has vouched
+// (Input.Live) for every change up to the write with no grant of the token,
+// or once a grant made after the write carries a lower token, which a lock
+// whose tokens grow would not do had it granted the write's.
+
+// ungranted reports whether token, accepted at at, is newer than every
+// grant of the lock while the collector has delivered every change up to
+// at (vouched, as Tracker.vouched). The caller knows no tenure of it.
+func (st *lockState) ungranted(token int64, at time.Time, vouched int64) bool {
+	return st.lastGrantToken != nil && token > *st.lastGrantToken && vouched >= nanos(at)
+}
+
+// ungrantedToken is the finding of a write accepted at at under a token no
+// grant had; why says how that shows.
+func ungrantedToken(resource, holder string, token int64, at time.Time, why string) Finding {
+	return Finding{Kind: FindingUngrantedToken, At: at, Tokens: []int64{token}, Holders: holders(holder), Resource: resource,
+		Summary: fmt.Sprintf("%s accepted a write with token %d from %s, a token no grant of the lock had (%s): its fencing now takes that token for the newest",
+			resource, token, orUnknown(holder), why)}
 }
 
 // overtaken records an overtaken renewal of ten (see Observation.Overtaken).
@@ -906,10 +998,18 @@ func (st *lockState) holderOf(token int64) string {
 // output gathers one step's changes. Each changed lock's state and each
 // touched tenure is written once, as it stands at the end of the step.
 type output struct {
-	b       Batch
-	locks   []*lockState
-	changes map[*lockState]change
-	tenures map[tenureKey]int
+	b         Batch
+	locks     []*lockState
+	changes   map[*lockState]change
+	tenures   map[tenureKey]int
+	resources []resourceKey // in the order first changed
+	touched   map[resourceKey]bool
+}
+
+// resourceKey names one resource of a lock in a step.
+type resourceKey struct {
+	st   *lockState
+	name string
 }
 
 // change says what a step changed of a lock's state.
@@ -969,6 +1069,21 @@ func (o *output) tenure(st *lockState, ten *tenure) {
 	o.b.Tenures = append(o.b.Tenures, ten.export(st.key))
 }
 
+// resource records a change to st's resource name, which the batch writes
+// as it stands at the end of the step, without rewriting the lock's other
+// resources.
+func (o *output) resource(st *lockState, name string) {
+	k := resourceKey{st, name}
+	if o.touched[k] {
+		return
+	}
+	if o.touched == nil {
+		o.touched = make(map[resourceKey]bool)
+	}
+	o.touched[k] = true
+	o.resources = append(o.resources, k)
+}
+
 // renewal records that st's held tenure was renewed.
 func (o *output) renewal(st *lockState) { o.mark(st, changeRenewal) }
 
@@ -991,6 +1106,11 @@ func (o *output) batch() Batch {
 			}
 		}
 		o.b.Locks = append(o.b.Locks, st.export())
+	}
+	for _, k := range o.resources {
+		if r := k.st.resources[k.name]; r != nil {
+			o.b.Resources = append(o.b.Resources, ResourceRow{Lock: k.st.key, Resource: k.name, State: r.saved()})
+		}
 	}
 	return o.b
 }

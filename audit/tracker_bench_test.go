@@ -83,3 +83,31 @@ func BenchmarkTrackerTick(b *testing.B) {
 		}
 	})
 }
+
+// BenchmarkTrackerReportWrite measures the tracker's part of a write
+// report, on a lock whose other resources number 0 or 1,000: judging it
+// and making its batch, which the recorder then writes. Each report raises
+// its resource's highest token, so the resource's state changes every time.
+func BenchmarkTrackerReportWrite(b *testing.B) {
+	for _, others := range []int{0, 1000} {
+		b.Run(fmt.Sprintf("Resources=%d", others), func(b *testing.B) {
+			tr := audit.NewTracker(audit.TrackerConfig{})
+			lock := audit.LockKey{Source: "src", Name: "orders"}
+			tr.Observe(audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: []audit.Observation{{
+				Lock: lock, Kind: audit.EventGrant, At: at(0), Holder: "a", Token: audit.Int64(1), LeaseDuration: time.Hour,
+			}}})
+			write := func(resource string, token int64) audit.WriteReport {
+				return audit.WriteReport{Source: "src", Lock: lock.Name, Resource: resource, Holder: "a",
+					Token: audit.Int64(token), Outcome: audit.WriteAccepted, At: at(time.Second)}
+			}
+			for i := range others {
+				tr.ReportWrite(write(fmt.Sprintf("shard-%04d", i), 1))
+			}
+			token := int64(1)
+			for b.Loop() {
+				token++
+				tr.ReportWrite(write("ledger", token))
+			}
+		})
+	}
+}

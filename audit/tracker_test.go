@@ -3,6 +3,7 @@ package audit_test
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"reflect"
 	"slices"
 	"testing"
@@ -535,6 +536,15 @@ func TestTrackerRestoreResumes(t *testing.T) {
 	for _, st := range s.out.Locks {
 		last[st.Lock.Key()] = st
 	}
+	// And each resource's last saved row, as a store keeps them apart.
+	for _, r := range s.out.Resources {
+		st := last[r.Lock]
+		if st.Resources == nil {
+			st.Resources = map[string]*audit.ResourceState{}
+		}
+		st.Resources[r.Resource] = &r.State
+		last[r.Lock] = st
+	}
 	var states []audit.TrackState
 	for _, st := range last {
 		states = append(states, st)
@@ -686,7 +696,7 @@ func TestTrackerRenewalsTravelApart(t *testing.T) {
 	write := func(token int64, when time.Time) audit.Batch {
 		return tr.ReportWrite(audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(token), Outcome: audit.WriteAccepted, At: when})
 	}
-	type split struct{ locks, renewed, tenures, events int }
+	type split struct{ locks, renewed, tenures, events, resources int }
 	for _, step := range []struct {
 		name string
 		do   func() audit.Batch
@@ -704,7 +714,7 @@ func TestTrackerRenewalsTravelApart(t *testing.T) {
 		{"an overtaken renewal", func() audit.Batch {
 			return observe(audit.Observation{Kind: audit.EventRenew, At: at(2 * time.Second), Holder: "a", Token: audit.Int64(1), Overtaken: true})
 		}, split{renewed: 1, events: 1}},
-		{"a first write to a resource", func() audit.Batch { return write(1, at(3*time.Second)) }, split{locks: 1, events: 1}},
+		{"a first write to a resource", func() audit.Batch { return write(1, at(3*time.Second)) }, split{resources: 1, events: 1}},
 		{"a write that teaches the resource nothing", func() audit.Batch { return write(1, at(4*time.Second)) }, split{events: 1}},
 		{"a late renewal, with its finding", func() audit.Batch {
 			return observe(audit.Observation{Kind: audit.EventRenew, At: at(11 * time.Second), Holder: "a", Token: audit.Int64(1)})
@@ -718,9 +728,9 @@ func TestTrackerRenewalsTravelApart(t *testing.T) {
 			split{locks: 1, tenures: 1, events: 1}},
 	} {
 		b := step.do()
-		got := split{len(b.Locks), len(b.Renewed), len(b.Tenures), len(b.Events)}
+		got := split{len(b.Locks), len(b.Renewed), len(b.Tenures), len(b.Events), len(b.Resources)}
 		if got != step.want {
-			t.Errorf("%s: %d locks, %d renewed, %d tenures, %d events; want %+v", step.name, got.locks, got.renewed, got.tenures, got.events, step.want)
+			t.Errorf("%s: %+v; want %+v", step.name, got, step.want)
 		}
 		for _, r := range b.Renewed {
 			st, _ := tr.State(key)
@@ -742,11 +752,16 @@ func TestReplayRenewalRebuildsState(t *testing.T) {
 	rows := map[audit.LockKey]audit.TrackState{} // what a journal wrote in full
 	var events []audit.Event
 	synced := 0 // events up to here are in rows
+	// The lock's resource rows.
+	resources := map[string]*audit.ResourceState{}
 	step := func(b audit.Batch) {
 		events = append(events, b.Events...)
 		for _, st := range b.Locks {
 			rows[st.Lock.Key()] = st
 			synced = len(events)
+		}
+		for _, r := range b.Resources {
+			resources[r.Resource] = &r.State
 		}
 	}
 	renew := func(holder string, token int64, when time.Time) {
@@ -776,7 +791,7 @@ func TestReplayRenewalRebuildsState(t *testing.T) {
 	grant("b", 2, at(21*time.Second))
 	renew("b", 2, at(23*time.Second))
 	overtaken("b", 2, at(24*time.Second))
-	// A full write of the lock's rows, which hold the overtaken renewal.
+	// A write: its resource's row only, the lock's rows as the grant left them.
 	step(tr.ReportWrite(audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(2), Outcome: audit.WriteAccepted, At: at(24500 * time.Millisecond)}))
 	renew("b", 2, at(25*time.Second))
 	overtaken("b", 2, at(26*time.Second))
@@ -787,10 +802,15 @@ func TestReplayRenewalRebuildsState(t *testing.T) {
 	// hold already change nothing. Events read back from a store carry
 	// their details as JSON numbers.
 	want, _ := tr.State(key)
+	for _, r := range want.Resources {
+		r.Accepted = nil // memory only: no row keeps them
+	}
 	for _, from := range []int{synced, 0} {
 		for _, stored := range []bool{false, true} {
 			restored := audit.NewTracker(audit.TrackerConfig{})
-			restored.Restore([]audit.TrackState{rows[key]})
+			saved := rows[key]
+			saved.Resources = resources
+			restored.Restore([]audit.TrackState{saved})
 			for _, e := range events[from:] {
 				if stored {
 					e.Detail = jsonRoundTrip(t, e.Detail)
@@ -1292,4 +1312,47 @@ func TestTrackerClientGoHolderCrashedWithoutReleasing(t *testing.T) {
 			t.Fatalf("pod-b's grant %+v says it superseded pod-a, whose lease had run out", e)
 		}
 	}
+}
+
+// A write accepted under a token no grant had: raised once the collector
+// has vouched for every change up to the write, or once a grant after the
+// write carries a lower token; a token the collector has yet to deliver the
+// grant of is no finding.
+func TestTrackerUngrantedToken(t *testing.T) {
+	const forged = math.MaxInt64
+	t.Run("CollectorVouchedForTheWritesTime", func(t *testing.T) {
+		s := newStory(t, audit.KindRedis)
+		s.grant("A", 41, at(0), time.Minute)
+		s.live(at(2 * time.Second))
+		s.write("ledger", forged, audit.WriteAccepted, at(time.Second))
+		if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingUngrantedToken}) {
+			t.Fatalf("findings = %v, want [ungranted_token]", got)
+		}
+		if f := s.finding(audit.FindingUngrantedToken); f.Severity != audit.SeverityCritical || f.Resource != "ledger" || !slices.Equal(f.Tokens, []int64{forged}) {
+			t.Fatalf("finding = %+v, want a critical one naming ledger and the token", f)
+		}
+	})
+	t.Run("ALaterGrantCarriesALowerToken", func(t *testing.T) {
+		s := newStory(t, audit.KindEtcd)
+		s.grant("A", 41, at(0), time.Minute)
+		s.write("ledger", forged, audit.WriteAccepted, at(time.Second))
+		if got := s.findings(); len(got) != 0 {
+			t.Fatalf("findings before the next grant = %v, want none: its grant may be on its way", got)
+		}
+		s.release("A", at(2*time.Second))
+		s.grant("B", 42, at(3*time.Second), time.Minute)
+		if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingUngrantedToken}) {
+			t.Fatalf("findings = %v, want [ungranted_token]", got)
+		}
+	})
+	t.Run("TheGrantArrivesAfterTheWrite", func(t *testing.T) {
+		s := newStory(t, audit.KindEtcd)
+		s.grant("A", 41, at(0), time.Minute)
+		s.write("ledger", 42, audit.WriteAccepted, at(2*time.Second))
+		s.grant("B", 42, at(time.Second), time.Minute) // the collector lagged
+		s.grant("C", 43, at(3*time.Second), time.Minute)
+		if got := s.findings(); slices.Contains(got, audit.FindingUngrantedToken) {
+			t.Fatalf("findings = %v, want no ungranted_token", got)
+		}
+	})
 }

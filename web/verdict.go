@@ -179,6 +179,7 @@ var reasonFindings = map[verdict.ReasonCode]audit.FindingKind{
 	verdict.ReasonStaleStopped:     audit.FindingStaleWrite,
 	verdict.ReasonZombieWrites:     "",
 	verdict.ReasonZombieHolder:     audit.FindingZombieHolder,
+	verdict.ReasonUngrantedToken:   audit.FindingUngrantedToken,
 }
 
 // durationOrNone is d in words, "none" for zero.

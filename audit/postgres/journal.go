@@ -99,6 +99,9 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 			audit.Nanos(t.LastRenewedAt), rowcodec.Ms(t.LeaseDuration), audit.Nanos(t.ExpiresAt),
 			rowcodec.NullNanos(t.EndedAt), rowcodec.NullString(string(t.End)))
 	}
+	if err := w.putResources(shaped.Resources); err != nil {
+		return err
+	}
 	if err := w.putEvents(ctx, b.Events); err != nil {
 		return err
 	}
@@ -270,6 +273,24 @@ func (w *batchWriter) resolve(ctx context.Context, b audit.Batch, shaped rowcode
 		if err := w.lockID(ctx, r.Lock); err != nil {
 			return err
 		}
+	}
+	for _, r := range shaped.Resources {
+		if err := w.lockID(ctx, r.Lock); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// putResources queues the resource states the batch changed, a row each.
+func (w *batchWriter) putResources(rows []audit.ResourceRow) error {
+	for _, r := range rows {
+		state, err := rowcodec.EncodeResourceState(r)
+		if err != nil {
+			return err
+		}
+		w.queue("resource "+r.Resource+" of lock "+r.Lock.String(), `INSERT INTO lock_resources (lock_id, resource, state) VALUES ($1, $2, $3)
+			ON CONFLICT (lock_id, resource) DO UPDATE SET state = excluded.state`, w.added[r.Lock], r.Resource, state)
 	}
 	return nil
 }

@@ -125,3 +125,21 @@ func migratedTo(t *testing.T, url string, version int) *pgx.Conn {
 	}
 	return conn
 }
+
+// 0014 moves each lock's resources out of its track state's JSON into rows
+// of their own.
+func TestMigrationMovesResourcesIntoRows(t *testing.T) {
+	ctx := context.Background()
+	url := pg.Get(t).Database(t)
+	conn := migratedTo(t, url, 13)
+	for _, q := range storetest.ResourcesInTrackState {
+		if _, err := conn.Exec(ctx, q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	storetest.CheckResourcesMoved(t, openURL(t, url))
+	var left int
+	if err := conn.QueryRow(ctx, `SELECT count(*) FROM lock_tracks WHERE state::jsonb -> 'resources' IS NOT NULL`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("track states still holding resources = %d, %v; want 0", left, err)
+	}
+}

@@ -82,7 +82,7 @@ type batchWriter struct {
 
 // writerQueries are the statements Apply runs. They are compiled once, on
 // the writer's one connection, before the first batch's transaction takes it.
-var writerQueries = []string{lockUpsert, trackUpsert, lockRenewal, tenureRenewal, tenureUpsert,
+var writerQueries = []string{lockUpsert, trackUpsert, resourceUpsert, lockRenewal, tenureRenewal, tenureUpsert,
 	eventInsert + eventRow, eventInsertMany, findingInsert,
 	cursorUpsert, sourceEventUpsert, journalSyncedTo, fencesSyncedTo, sourcesSyncedTo, fenceUpsert}
 
@@ -144,6 +144,9 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 		return err
 	}
 	if err := w.putTenures(ctx, shaped.Tenures); err != nil {
+		return err
+	}
+	if err := w.putResources(ctx, shaped.Resources); err != nil {
 		return err
 	}
 	if err := w.putEvents(ctx, b.Events); err != nil {
@@ -305,6 +308,34 @@ func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) e
 		w.added[l.Key()] = id
 		if _, err := tracks.ExecContext(ctx, id, rowcodec.RecentFrom(st), state); err != nil {
 			return fmt.Errorf("lock %s: track state: %w", l.Key(), err)
+		}
+	}
+	return nil
+}
+
+const resourceUpsert = `INSERT INTO lock_resources (lock_id, resource, state) VALUES (?, ?, ?)
+	ON CONFLICT (lock_id, resource) DO UPDATE SET state = excluded.state`
+
+// putResources writes the resource states the batch changed, a row each.
+func (w *batchWriter) putResources(ctx context.Context, rows []audit.ResourceRow) error {
+	if len(rows) == 0 {
+		return nil
+	}
+	stmt, err := w.stmt(ctx, resourceUpsert)
+	if err != nil {
+		return fmt.Errorf("prepare resource upsert: %w", err)
+	}
+	for _, r := range rows {
+		id, err := w.lockID(ctx, r.Lock)
+		if err != nil {
+			return err
+		}
+		state, err := rowcodec.EncodeResourceState(r)
+		if err != nil {
+			return err
+		}
+		if _, err := stmt.ExecContext(ctx, id, r.Resource, state); err != nil {
+			return fmt.Errorf("lock %s: resource %s: %w", r.Lock, r.Resource, err)
 		}
 	}
 	return nil

@@ -386,3 +386,27 @@ func TestMigrationCountsTheWritesAlreadyStored(t *testing.T) {
 	}
 	storetest.CheckWritesBeforeBins(t, s, bins)
 }
+
+// 0024 moves each lock's resources out of its track state's JSON into rows
+// of their own.
+func TestMigrationMovesResourcesIntoRows(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "leasewatch.db")
+	db := migratedTo(t, path, 23)
+	for _, q := range storetest.ResourcesInTrackState {
+		if _, err := db.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	db.Close()
+	s, err := Open(ctx, path)
+	if err != nil {
+		t.Fatalf("Open (migrating): %v", err)
+	}
+	defer s.Close()
+	storetest.CheckResourcesMoved(t, s)
+	var left int
+	if err := s.reader.QueryRowContext(ctx, `SELECT count(*) FROM lock_tracks WHERE json_type(state, '$.resources') IS NOT NULL`).Scan(&left); err != nil || left != 0 {
+		t.Errorf("track states still holding resources = %d, %v; want 0", left, err)
+	}
+}

@@ -68,6 +68,9 @@ var Tables = []Table{
 	{Name: "lock_tracks", Key: 1, Columns: []Column{
 		col("lock_id", Int, false), col("recent_from", Int, false), col("state", Text, false),
 	}},
+	{Name: "lock_resources", Key: 2, Columns: []Column{
+		col("lock_id", Int, false), col("resource", Text, false), col("state", Text, false),
+	}},
 	{Name: "tenures", Key: 2, Columns: []Column{
 		col("lock_id", Int, false), col("seq", Int, false), col("holder", Text, false), col("token", Int, true),
 		col("granted_at", Int, false), col("observed", Bool, false), col("position", Text, false),

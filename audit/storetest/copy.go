@@ -51,8 +51,9 @@ func CopyStory(t *testing.T, s Store) []string {
 	beat.Lock.Class = audit.ClassHeartbeat
 	ids := []string{"req-1", "req-2", "req-3"}
 	Apply(t, s, audit.Batch{
-		Locks:   []audit.TrackState{st, beat},
-		Tenures: st.Recent,
+		Locks:     []audit.TrackState{st, beat},
+		Resources: ResourceRows(st),
+		Tenures:   st.Recent,
 		Events: []audit.Event{
 			{Lock: sched, Kind: audit.EventGrant, At: At(20), Holder: "node-2", Token: audit.Int64(8), TTL: 15 * time.Second,
 				Position: "rv-77", Detail: map[string]any{"previous": "node-1"}},

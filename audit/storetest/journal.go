@@ -356,9 +356,10 @@ func testRestoreRoundTripsTrackState(t *testing.T, h Harness) {
 	bareKey := audit.LockKey{Source: "cluster-a", Name: "default/bare"}
 	// The tracker writes a lock's tenures with it; Recent comes back from them.
 	Apply(t, s, audit.Batch{
-		Locks:   []audit.TrackState{st},
-		Tenures: append(slices.Clone(st.Recent), audit.Tenure{Lock: bareKey, Seq: 5, Holder: "x"}),
-		Cursors: []audit.Cursor{{Source: "cluster-a", Position: "rv-77", At: At(25)}, {Source: "prod-etcd", Position: "9"}},
+		Locks:     []audit.TrackState{st},
+		Resources: ResourceRows(st),
+		Tenures:   append(slices.Clone(st.Recent), audit.Tenure{Lock: bareKey, Seq: 5, Holder: "x"}),
+		Cursors:   []audit.Cursor{{Source: "cluster-a", Position: "rv-77", At: At(25)}, {Source: "prod-etcd", Position: "9"}},
 	})
 
 	states, cursors, err := s.Restore(ctx)

@@ -64,6 +64,7 @@ var contract = []struct {
 	{"ApplyEmptyBatchIsNoop", testApplyEmptyBatchIsNoop},
 	{"ErrorsWrapContext", testErrorsWrapContext},
 	{"RestoreRoundTripsTrackState", testRestoreRoundTripsTrackState},
+	{"ResourcesAreRowsOfTheirOwn", testResourcesAreRowsOfTheirOwn},
 	{"RestoreEmptyDatabase", testRestoreEmptyDatabase},
 	{"StoredWrites", testStoredWrites},
 	{"RenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced", testRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced},

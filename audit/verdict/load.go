@@ -113,6 +113,7 @@ const loadParallel = 4
 var judged = []audit.FindingKind{
 	audit.FindingUnfencedWrite, audit.FindingStaleWrite, audit.FindingExposure,
 	audit.FindingOverlap, audit.FindingTokenRegression, audit.FindingTokenReuse, audit.FindingZombieHolder,
+	audit.FindingUngrantedToken,
 }
 
 // capped notes a read that returned as many items as one read can.

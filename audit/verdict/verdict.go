@@ -167,6 +167,7 @@ const (
 	ReasonOverlapWrites    ReasonCode = "overlap_writes"    // unsafe: writes were accepted while two holders overlapped
 	ReasonRegressionWrites ReasonCode = "regression_writes" // unsafe: writes were accepted under a regressed or reused token
 	ReasonZombieWrites     ReasonCode = "zombie_writes"     // unsafe: a zombie holder's writes were accepted after its tenure ended
+	ReasonUngrantedToken   ReasonCode = "ungranted_token"   // unsafe: a resource accepted a write under a token no grant had
 	ReasonNoTokens         ReasonCode = "no_tokens"         // unverified: no grant carried a token
 	ReasonSomeUntokened    ReasonCode = "some_untokened"    // unverified: some grants carried no token
 	ReasonNoWrites         ReasonCode = "no_writes"         // unverified: no resource reported a write
@@ -285,6 +286,8 @@ func (v *Verdict) resources(f Facts) {
 			get(fd.Resource).Stale++
 		case audit.FindingUnfencedWrite:
 			get(fd.Resource).Unfenced++
+		case audit.FindingUngrantedToken:
+			get(fd.Resource) // listed, as its reason names it
 		case audit.FindingExposure:
 			r, d := get(fd.Resource), span(fd, f.Window)
 			r.MaxExposure, r.TotalExposure = max(r.MaxExposure, d), r.TotalExposure+d
@@ -346,10 +349,15 @@ func (v *Verdict) longestGap(tenures []audit.Tenure) {
 func (v *Verdict) unsafeReasons(f Facts) []Reason {
 	var out []Reason
 	unfenced := byResource(f.Findings, audit.FindingUnfencedWrite)
+	ungranted := byResource(f.Findings, audit.FindingUngrantedToken)
 	for _, r := range v.Resources {
 		if ids := unfenced[r.Resource]; len(ids) > 0 {
 			out = append(out, Reason{Code: ReasonUnfencedWrite, Decides: true, Resource: r.Resource, Findings: ids,
 				Text: fmt.Sprintf("%s accepted %s from an ended or superseded tenure", r.Resource, writes(len(ids)))})
+		}
+		if ids := ungranted[r.Resource]; len(ids) > 0 {
+			out = append(out, Reason{Code: ReasonUngrantedToken, Decides: true, Resource: r.Resource, Findings: ids,
+				Text: fmt.Sprintf("%s accepted %s under a token no grant of the lock had: its fencing takes that token for the newest", r.Resource, writes(len(ids)))})
 		}
 		if r.Untokened > 0 && v.Tokened > 0 {
 			out = append(out, Reason{Code: ReasonUntokenedWrite, Decides: true, Resource: r.Resource,

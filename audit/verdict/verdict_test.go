@@ -3,6 +3,7 @@ package verdict_test
 import (
 	"context"
 	"maps"
+	"math"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -181,6 +182,19 @@ func TestVerdicts(t *testing.T) {
 		},
 		want:    verdict.Unsafe,
 		decides: []verdict.ReasonCode{verdict.ReasonUnfencedWrite},
+		others:  []verdict.ReasonCode{verdict.ReasonStaleStopped},
+	}, {
+		name: "a write accepted under a token no grant had is unsafe",
+		story: func(s *story) {
+			fencedHandover(s)
+			s.write("ledger", math.MaxInt64, audit.WriteAccepted, 6*time.Second)
+			s.release("b", 7*time.Second)
+			s.grant("c", 3, 8*time.Second) // granted after the write, below its token
+			s.write("ledger", 3, audit.WriteRejected, 9*time.Second)
+			s.write("db", 3, audit.WriteAccepted, 9*time.Second)
+		},
+		want:    verdict.Unsafe,
+		decides: []verdict.ReasonCode{verdict.ReasonUngrantedToken},
 		others:  []verdict.ReasonCode{verdict.ReasonStaleStopped},
 	}, {
 		name: "a resource that accepts writes without a token is unsafe",

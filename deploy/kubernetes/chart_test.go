@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -229,12 +231,116 @@ func TestHelmChartRefusesBadValues(t *testing.T) {
 		{"ingest: {existingSecret: s}\npostgres: {enabled: true, url: \"postgres://u@h/d\"}\n", "postgres.existingSecret"},
 		{"ingest: {existingSecret: s}\nauth: {mode: basic}\n", "auth.existingSecret"},
 		{"ingest: {existingSecret: s}\nauth: {mode: oauth}\n", "auth.mode"},
+		{"ingest: {existingSecret: s}\nsources: [{name: r, kind: redis, addr: \"r:6379\", password: hunter2}]\n", "sources[0].password: would be written into the ConfigMap"},
+		{"ingest: {existingSecret: s}\nsources: [{name: r, kind: redis, addr: \"r:6379\", existingSecret: r, password_file: /x}]\n", "sources[0].existingSecret"},
+		{"ingest: {existingSecret: s}\npostgres: {enabled: true, existingSecret: pg, url: \"postgres://u:hunter2@h/d\"}\n", "postgres.url: holds a password"},
+		{"ingest: {existingSecret: s}\npostgres: {enabled: true, existingSecret: pg, url: \"host=h password = hunter2\"}\n", "postgres.url: holds a password"},
+		{"ingest: {existingSecret: s}\npostgres: {enabled: true, existingSecret: pg, url: \"postgres://h/d?sslpassword=hunter2\"}\n", "postgres.url: holds a password"},
+		{"ingest: {existingSecret: s}\nconfig: {ingest_tokens: [hunter2]}\n", "config.ingest_tokens"},
 	} {
 		_, err := renderChart(t, "leasewatch", tt.values)
 		if err == nil || !strings.Contains(err.Error(), tt.want) {
 			t.Errorf("values %q: helm template = %v, want an error naming %s", tt.values, err, tt.want)
 		}
 	}
+}
+
+// secretValues set every value of the chart that takes a secret: the
+// PostgreSQL password and CA, the ingest tokens, basic auth's users, and an
+// etcd, a Redis and a ZooKeeper source's password.
+const secretValues = `ingest: {existingSecret: lw-ingest}
+replicaCount: 2
+postgres: {enabled: true, url: "host=pg.db.svc user=leasewatch dbname=leasewatch sslmode=verify-full", existingSecret: lw-pg, caKey: ca.crt}
+auth: {mode: basic, existingSecret: lw-users}
+sources:
+  - {name: cluster, kind: kubernetes, kubeconfig: ""}
+  - {name: etcd, kind: etcd, endpoints: ["etcd.db.svc:2379"], prefixes: ["/locks/"], username: leasewatch, existingSecret: lw-etcd}
+  - {name: redis, kind: redis, addr: "redis.db.svc:6379", patterns: ["lock:*"], username: leasewatch, existingSecret: lw-redis, passwordKey: redis-password}
+  - {name: zk, kind: zookeeper, servers: ["zk.db.svc:2181"], paths: ["/locks"], username: leasewatch, existingSecret: lw-zk}
+`
+
+// inlineSecret is a value of leasewatch.yaml that holds a secret: a
+// PostgreSQL URL with a password, or a keyword/value string with one.
+var inlineSecret = regexp.MustCompile(`(?i)postgres(ql)?://[^/]*:[^/]*@|(^|[\s?&'])(ssl)?password\s*=`)
+
+// secretKeys are the keys of leasewatch.yaml whose value is a secret itself.
+var secretKeys = []string{"password", "bearer_token", "ingest_tokens", "token_value"}
+
+// With every value that takes a secret, no rendered ConfigMap holds a
+// password, a token or a PostgreSQL URL with a password, and every file
+// leasewatch.yaml reads a secret from (password_file, users_file,
+// ingest_tokens_file, database_password_file) is in a Secret the
+// Deployment mounts.
+func TestHelmChartKeepsSecretsOutOfTheConfigMap(t *testing.T) {
+	objs, err := renderChart(t, "leasewatch", secretValues)
+	if err != nil {
+		t.Fatalf("helm template: %v", err)
+	}
+	var files []string
+	for _, u := range objs {
+		if u.GetKind() != "ConfigMap" {
+			continue
+		}
+		data, _, _ := unstructured.NestedStringMap(u.Object, "data")
+		for name, text := range data {
+			var doc any
+			if err := sigsyaml.Unmarshal([]byte(text), &doc); err != nil {
+				t.Fatalf("ConfigMap %s, %s: %v", u.GetName(), name, err)
+			}
+			files = append(files, secretsIn(t, u.GetName()+"/"+name, doc)...)
+		}
+	}
+	d := ofKind[appsv1.Deployment](t, objs, "Deployment")
+	secretDirs := make(map[string]string)
+	for _, v := range d.Spec.Template.Spec.Volumes {
+		if v.Secret != nil {
+			for _, m := range d.Spec.Template.Spec.Containers[0].VolumeMounts {
+				if m.Name == v.Name {
+					secretDirs[m.MountPath] = v.Secret.SecretName
+				}
+			}
+		}
+	}
+	mounted := make(map[string]bool)
+	for _, f := range files {
+		if secretDirs[filepath.Dir(f)] == "" {
+			t.Errorf("leasewatch.yaml reads a secret from %s, which no Secret the Deployment mounts holds (Secret mounts: %v)", f, secretDirs)
+		}
+		mounted[secretDirs[filepath.Dir(f)]] = true
+	}
+	for _, secret := range []string{"lw-ingest", "lw-pg", "lw-users", "lw-etcd", "lw-redis", "lw-zk"} {
+		if !mounted[secret] {
+			t.Errorf("no secret file of leasewatch.yaml is read from the Secret %s (read: %v)", secret, files)
+		}
+	}
+}
+
+// secretsIn walks a decoded leasewatch.yaml: it fails on each secret it
+// holds, and returns the files it names that hold secrets.
+func secretsIn(t *testing.T, at string, v any) []string {
+	t.Helper()
+	var files []string
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			switch {
+			case slices.Contains(secretKeys, k) && e != nil && e != "":
+				t.Errorf("%s.%s holds a secret in the ConfigMap", at, k)
+			case slices.Contains([]string{"password_file", "users_file", "ingest_tokens_file", "database_password_file", "bearer_token_file"}, k):
+				files = append(files, fmt.Sprint(e))
+			}
+			files = append(files, secretsIn(t, at+"."+k, e)...)
+		}
+	case []any:
+		for i, e := range x {
+			files = append(files, secretsIn(t, fmt.Sprintf("%s[%d]", at, i), e)...)
+		}
+	case string:
+		if inlineSecret.MatchString(x) {
+			t.Errorf("%s holds a password in the ConfigMap", at)
+		}
+	}
+	return files
 }
 
 // The kustomize manifests stay, and agree with the chart where both say the

@@ -111,19 +111,27 @@ type TenureKey struct {
 // Shaped is a batch as a store writes it: each lock, tenure, cursor and
 // renewal once, its last entry.
 type Shaped struct {
-	Locks   []audit.TrackState
-	Tenures []audit.Tenure
-	Cursors []audit.Cursor
-	Renewed []audit.Renewal
+	Locks     []audit.TrackState
+	Tenures   []audit.Tenure
+	Resources []audit.ResourceRow
+	Cursors   []audit.Cursor
+	Renewed   []audit.Renewal
+}
+
+// ResourceKey identifies a resource of a lock within a batch.
+type ResourceKey struct {
+	Lock     audit.LockKey
+	Resource string
 }
 
 // Shape keeps the last entry of each lock, tenure, cursor and renewal of b.
 func Shape(b audit.Batch) Shaped {
 	return Shaped{
-		Locks:   LastBy(b.Locks, func(st audit.TrackState) audit.LockKey { return st.Lock.Key() }),
-		Tenures: LastBy(b.Tenures, func(t audit.Tenure) TenureKey { return TenureKey{t.Lock, t.Seq} }),
-		Cursors: LastBy(b.Cursors, func(c audit.Cursor) string { return c.Source }),
-		Renewed: LastBy(b.Renewed, func(r audit.Renewal) audit.LockKey { return r.Lock }),
+		Locks:     LastBy(b.Locks, func(st audit.TrackState) audit.LockKey { return st.Lock.Key() }),
+		Tenures:   LastBy(b.Tenures, func(t audit.Tenure) TenureKey { return TenureKey{t.Lock, t.Seq} }),
+		Resources: LastBy(b.Resources, func(r audit.ResourceRow) ResourceKey { return ResourceKey{r.Lock, r.Resource} }),
+		Cursors:   LastBy(b.Cursors, func(c audit.Cursor) string { return c.Source }),
+		Renewed:   LastBy(b.Renewed, func(r audit.Renewal) audit.LockKey { return r.Lock }),
 	}
 }
 
@@ -149,6 +157,29 @@ func DecodeTrackState(st *audit.TrackState, raw string) error {
 		return fmt.Errorf("restore lock %s: decode track state: %w", lock.Key(), err)
 	}
 	st.Lock = lock
+	return nil
+}
+
+// EncodeResourceState is the JSON of one resource's state under a lock.
+func EncodeResourceState(r audit.ResourceRow) (string, error) {
+	b, err := json.Marshal(r.State)
+	if err != nil {
+		return "", fmt.Errorf("lock %s: encode the state of resource %s: %w", r.Lock, r.Resource, err)
+	}
+	return string(b), nil
+}
+
+// DecodeResourceState reads EncodeResourceState's JSON into the state of
+// resource name of st.
+func DecodeResourceState(st *audit.TrackState, name, raw string) error {
+	var r audit.ResourceState
+	if err := json.Unmarshal([]byte(raw), &r); err != nil {
+		return fmt.Errorf("restore lock %s: decode the state of resource %s: %w", st.Lock.Key(), name, err)
+	}
+	if st.Resources == nil {
+		st.Resources = make(map[string]*audit.ResourceState)
+	}
+	st.Resources[name] = &r
 	return nil
 }
 

@@ -103,12 +103,38 @@ func (r *Reader) restore(ctx context.Context, tx DB, source string) ([]audit.Tra
 		t.Lock = st.Lock.Key()
 		st.Recent = append(st.Recent, t)
 	}
+	if err := r.restoreResources(ctx, tx, states, index, trackWhere, args); err != nil {
+		return nil, nil, err
+	}
 
 	cursors, err := r.cursorsIn(ctx, tx, cursorWhere, args...)
 	if err != nil {
 		return nil, nil, fmt.Errorf("restore: %w", err)
 	}
 	return states, cursors, nil
+}
+
+// restoreResources reads each lock's resources (migration 0024 of SQLite,
+// 0014 of PostgreSQL) into states, whose index maps lock ids; where is
+// restore's filter of lock_tracks, k.
+func (r *Reader) restoreResources(ctx context.Context, tx DB, states []audit.TrackState, index map[int64]int, where string, args []any) error {
+	type row struct {
+		lockID    int64
+		name, raw string
+	}
+	rows, err := query(ctx, r, tx, "restore resources", func(x *row) []any { return []any{&x.lockID, &x.name, &x.raw} },
+		`SELECT k.lock_id, k.resource, k.state FROM lock_resources k`+where+` ORDER BY k.lock_id, k.resource`, args...)
+	if err != nil {
+		return err
+	}
+	for _, x := range rows {
+		if i, ok := index[x.lockID]; ok {
+			if err := rowcodec.DecodeResourceState(&states[i], x.name, x.raw); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 // SyncMarkOf is the sync mark of the source named by the SQL expression

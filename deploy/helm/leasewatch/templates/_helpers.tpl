@@ -54,6 +54,48 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if not (has .Values.auth.mode (list "none" "basic" "proxy")) -}}
 {{- fail (printf "auth.mode: %q: want none, basic or proxy" .Values.auth.mode) -}}
 {{- end -}}
+{{- include "leasewatch.validateSecrets" . -}}
+{{- end -}}
+
+{{/* Secrets given in values, which the chart would write into the ConfigMap:
+     each is refused, naming the value that would mount it from a Secret. */}}
+{{- define "leasewatch.validateSecrets" -}}
+{{- range $i, $s := .Values.sources -}}
+{{- if hasKey $s "password" -}}
+{{- fail (printf "sources[%d].password: would be written into the ConfigMap: give existingSecret (and passwordKey), the Secret that holds it" $i) -}}
+{{- end -}}
+{{- if and (hasKey $s "existingSecret") (or (hasKey $s "password_file") (hasKey $s "password_env")) -}}
+{{- fail (printf "sources[%d].existingSecret: sets password_file; leave out password_file and password_env" $i) -}}
+{{- end -}}
+{{- end -}}
+{{- if regexMatch "^(?i)postgres(ql)?://[^/]*:[^/]*@|(?i)(^|[\\s?&'])(ssl)?password\\s*=" .Values.postgres.url -}}
+{{- fail "postgres.url: holds a password, which would be written into the ConfigMap: leave it out; the chart reads it from postgres.existingSecret" -}}
+{{- end -}}
+{{- range $key := list "ingest_tokens" "database" "database_password_env" -}}
+{{- if hasKey $.Values.config $key -}}
+{{- fail (printf "config.%s: set by the chart from its own values (ingest.*, postgres.*), so that no secret is written into the ConfigMap" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* sourceSecretDir is where the Secret of the source at index . is mounted. */}}
+{{- define "leasewatch.sourceSecretDir" -}}
+{{- printf "/var/run/secrets/leasewatch/sources/%d" . -}}
+{{- end -}}
+
+{{/* leasewatch.yaml's sources: the values' sources, with existingSecret and
+     passwordKey, which are the chart's, made the password_file of the
+     Secret's mount. */}}
+{{- define "leasewatch.sources" -}}
+{{- $out := list -}}
+{{- range $i, $s := .Values.sources -}}
+{{- $src := omit $s "existingSecret" "passwordKey" -}}
+{{- if $s.existingSecret -}}
+{{- $_ := set $src "password_file" (printf "%s/%s" (include "leasewatch.sourceSecretDir" $i) ($s.passwordKey | default "password")) -}}
+{{- end -}}
+{{- $out = append $out $src -}}
+{{- end -}}
+{{- toYaml $out -}}
 {{- end -}}
 
 {{/* leasewatch.yaml, from the values. */}}
@@ -82,6 +124,6 @@ helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
 {{- if gt (int .Values.replicaCount) 1 -}}
 {{- $_ := set $cfg "replication" (merge (dict "backend" "kubernetes" "namespace" .Release.Namespace) .Values.replication) -}}
 {{- end -}}
-{{- $_ := set $cfg "sources" .Values.sources -}}
+{{- $_ := set $cfg "sources" (include "leasewatch.sources" . | fromYamlArray) -}}
 {{- toYaml (mergeOverwrite $cfg (deepCopy .Values.config)) -}}
 {{- end -}}
