@@ -1,113 +1,22 @@
 package collectors
 
-import (
-	"crypto/sha256"
-	"fmt"
-	"strconv"
-	"strings"
-	"unicode"
-	"unicode/utf8"
+import "github.com/leasewatch/leasewatch/audit"
 
-	"github.com/leasewatch/leasewatch/audit"
-)
-
-// MaxText is the most characters a string from a backend keeps as text: the
-// limit ingest sets on the strings it takes.
-const MaxText = 1024
-
-// Text turns bytes a backend supplied (a key, a value, a hash field, a
-// holder identity) into the text leasewatch records: valid UTF-8 without
-// control characters or bidirectional overrides, at most MaxText
-// characters, and a different text for different bytes, so two keys never
-// become one lock.
-//
-// A backslash becomes `\\`, and a byte that is not part of valid UTF-8, or
-// that belongs to a control character or a bidirectional control (U+202E,
-// U+2066, ...), becomes `\xHH`. Text without any is kept as it is. Within
-// MaxText the escape is reversible, and pages show the text as it is, so
-// the name a page shows is the name the lock is asked for by
-// (`/review?lock=SOURCE/NAME`).
-//
-// Longer text is cut at a whole character or escape and ends in a mark that
-// no escape produces, `\… (cut from N bytes, sha256 H)`, with the raw length
-// and the first 128 bits of the raw bytes' SHA-256: two long keys that share
-// their first thousand characters stay two locks.
-func Text(raw string) string {
-	if len(raw) <= MaxText && utf8.ValidString(raw) && !strings.ContainsFunc(raw, escaped) {
-		return raw // nearly every name and holder: no copy
-	}
-	room := MaxText // characters the escaped text may take before the mark
-	if len(raw) > MaxText/4 {
-		// An escape writes at most four characters a byte, so fewer bytes
-		// are never cut; more may be, and leave room for the mark.
-		room -= utf8.RuneCountInString(cutMark(len(raw), ""))
-	}
-	var b strings.Builder
-	n := 0       // characters written
-	fits := true // everything so far is within room
-	keep := 0    // b.Len() at the last piece within room
-	for i := 0; i < len(raw); {
-		r, size := utf8.DecodeRuneInString(raw[i:])
-		piece := raw[i : i+size]
-		switch {
-		case r == '\\':
-			piece = `\\`
-		case r == utf8.RuneError && size == 1, escaped(r):
-			piece = hexBytes(piece)
-		}
-		i += size
-		n += utf8.RuneCountInString(piece)
-		if n > MaxText {
-			return b.String()[:keep] + cutMark(len(raw), raw)
-		}
-		b.WriteString(piece)
-		if fits = fits && n <= room; fits {
-			keep = b.Len()
-		}
-	}
-	return b.String()
-}
-
-// escaped reports whether Text escapes r: the backslash, control characters
-// (C0, DEL and C1) and bidirectional controls, which pages would hide.
-func escaped(r rune) bool {
-	return r == '\\' || unicode.IsControl(r) || r >= '\u061c' && unicode.Is(unicode.Bidi_Control, r)
-}
-
-// hexBytes writes each byte of s as `\xHH`.
-func hexBytes(s string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		b.WriteString(`\x`)
-		if s[i] < 0x10 {
-			b.WriteByte('0')
-		}
-		b.WriteString(strconv.FormatUint(uint64(s[i]), 16))
-	}
-	return b.String()
-}
-
-// cutMark ends the cut text of n bytes raw. Its length depends on n only.
-func cutMark(n int, raw string) string {
-	sum := sha256.Sum256([]byte(raw))
-	return fmt.Sprintf(`\… (cut from %d bytes, sha256 %x)`, n, sum[:16])
-}
-
-// AsText applies Text to every string of ob that came from its backend:
-// the lock's name, the holder, the position and the detail's strings. A
-// collector calls it once, where it makes the observation from what it read,
-// and keeps the raw bytes for its own lookups in the backend.
+// AsText applies audit.Text to every string of ob that came from its
+// backend: the lock's name, the holder, the position and the detail's
+// strings. A collector calls it once, where it makes the observation from
+// what it read, and keeps the raw bytes for its own lookups in the backend.
 func AsText(ob *audit.Observation) {
-	ob.Lock.Name = Text(ob.Lock.Name)
-	ob.Holder = Text(ob.Holder)
-	ob.Position = Text(ob.Position)
+	ob.Lock.Name = audit.Text(ob.Lock.Name)
+	ob.Holder = audit.Text(ob.Holder)
+	ob.Position = audit.Text(ob.Position)
 	for k, v := range ob.Detail {
 		switch v := v.(type) {
 		case string:
-			ob.Detail[k] = Text(v)
+			ob.Detail[k] = audit.Text(v)
 		case []string:
 			for i := range v {
-				v[i] = Text(v[i])
+				v[i] = audit.Text(v[i])
 			}
 		}
 	}

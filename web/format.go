@@ -4,20 +4,20 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
+	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/views"
 )
 
-// printable makes an untrusted string safe to read: control characters
-// (a terminal escape, a NUL, a bidirectional override) and invalid UTF-8 are
-// replaced by U+FFFD. templ still escapes the result; this keeps it from
-// hiding or reordering text around it.
+// printable makes an untrusted string safe to read: audit.Unprintable
+// characters (a terminal escape, a NUL, a bidirectional override) and
+// invalid UTF-8 are replaced by U+FFFD. templ still escapes the result; this
+// keeps it from hiding or reordering text around it.
 func printable(s string) string {
 	clean := true
 	for _, r := range s {
-		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+		if r == utf8.RuneError || audit.Unprintable(r) {
 			clean = false
 			break
 		}
@@ -27,7 +27,7 @@ func printable(s string) string {
 	}
 	var b strings.Builder
 	for _, r := range s {
-		if r == utf8.RuneError || unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) {
+		if r == utf8.RuneError || audit.Unprintable(r) {
 			r = '\uFFFD'
 		}
 		b.WriteRune(r)

@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/verdict"
@@ -244,7 +243,7 @@ func EscapeMarkdown(s string) string {
 		case strings.ContainsRune("\\`*_{}[]()#+!|~", r):
 			b.WriteByte('\\')
 			b.WriteRune(r)
-		case unicode.IsControl(r) || unicode.Is(unicode.Bidi_Control, r) || r == '\u2028' || r == '\u2029':
+		case audit.Unprintable(r) || r == '\u2028' || r == '\u2029':
 			b.WriteByte(' ')
 		default:
 			b.WriteRune(r)

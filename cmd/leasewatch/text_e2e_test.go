@@ -15,7 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 	"go.etcd.io/etcd/client/v3/concurrency"
 
-	"github.com/leasewatch/leasewatch/collectors"
+	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors/redis/redisserver"
 )
 
@@ -73,7 +73,7 @@ func handover(t *testing.T, cli *goredis.Client, base, key, name, first, second 
 	if err := cli.Set(ctx, key, first, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	id := heldAs(t, base, name, collectors.Text(first))
+	id := heldAs(t, base, name, audit.Text(first))
 	if err := cli.Del(ctx, key).Err(); err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func handover(t *testing.T, cli *goredis.Client, base, key, name, first, second 
 	if err := cli.Set(ctx, key, second, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	heldAs(t, base, name, collectors.Text(second))
+	heldAs(t, base, name, audit.Text(second))
 	return id
 }
 
@@ -161,7 +161,7 @@ func TestServeRedisKeyNotUTF8(t *testing.T) {
 	metrics()
 }
 
-// A 100,000-character holder is cut to collectors.MaxText, ends in the cut
+// A 100,000-character holder is cut to audit.MaxText, ends in the cut
 // mark that says so on every page, and keeps the lock's page small.
 func TestServeRedisHolderCut(t *testing.T) {
 	cli, base := startRedisServe(t)
@@ -170,10 +170,10 @@ func TestServeRedisHolderCut(t *testing.T) {
 	if err := cli.Set(ctx, "lock:long", long, time.Minute).Err(); err != nil {
 		t.Fatal(err)
 	}
-	holder := collectors.Text(long)
+	holder := audit.Text(long)
 	id := heldAs(t, base, "lock:long", holder)
-	if n := utf8.RuneCountInString(holder); n > collectors.MaxText || !strings.Contains(holder, "(cut from 100000 bytes") {
-		t.Fatalf("holder of %d characters, ending %q: want at most %d, marked cut", n, holder[max(0, len(holder)-80):], collectors.MaxText)
+	if n := utf8.RuneCountInString(holder); n > audit.MaxText || !strings.Contains(holder, "(cut from 100000 bytes") {
+		t.Fatalf("holder of %d characters, ending %q: want at most %d, marked cut", n, holder[max(0, len(holder)-80):], audit.MaxText)
 	}
 	code, page := get(t, base, fmt.Sprintf("/locks/%d", id))
 	if code != 200 || !strings.Contains(page, "(cut from 100000 bytes") {

@@ -24,7 +24,7 @@ type Backend interface {
 	// suite names. Its leases last a few seconds at most.
 	Collector(t *testing.T, source, scope string) collectors.Collector
 	// LockName is the name the collector gives lock name in scope, before
-	// collectors.Text.
+	// audit.Text.
 	LockName(scope, name string) string
 	// Acquire takes lock name in scope for a new holder and returns once it
 	// holds. holder is the identity the holder claims where the backend
@@ -42,7 +42,7 @@ type Backend interface {
 
 // Held is one holder's hold of a lock.
 type Held interface {
-	// Holder is the holder the collector records, before collectors.Text.
+	// Holder is the holder the collector records, before audit.Text.
 	Holder() string
 	// Token is the fencing token the collector records; nil for none.
 	Token() *int64
@@ -84,7 +84,7 @@ const (
 )
 
 // hostile returns the text the suite feeds a backend of hostility h: longer
-// than collectors.MaxText, with markup and bidirectional controls, control
+// than audit.MaxText, with markup and bidirectional controls, control
 // characters and invalid UTF-8 as far as the backend takes them. It holds
 // no slash or NUL, which no backend takes in a name. "" for Plain.
 func hostile(h Hostility, tag string) string {
@@ -144,12 +144,12 @@ func (c *contract) start(t *testing.T, sc string, opts ...SinkOption) (*Sink, *R
 	return sk, Run(t, c.b.Collector(t, source, sc), sk)
 }
 
-func (c *contract) name(sc, lock string) string { return collectors.Text(c.b.LockName(sc, lock)) }
+func (c *contract) name(sc, lock string) string { return audit.Text(c.b.LockName(sc, lock)) }
 
 // granted waits for h's grant of lock and checks its token.
 func granted(t *testing.T, sk *Sink, lock string, h Held) audit.Event {
 	t.Helper()
-	holder := collectors.Text(h.Holder())
+	holder := audit.Text(h.Holder())
 	var got audit.Event
 	Eventually(t, lease, fmt.Sprintf("the grant of %s to %q", lock, holder), func() bool {
 		for _, e := range sk.Events(t, lock, audit.EventGrant) {
@@ -313,7 +313,7 @@ func (c *contract) hostile(t *testing.T) {
 		lock := c.name(sc, n)
 		g := granted(t, sk, lock, h)
 		for what, s := range map[string]string{"lock name": lock, "holder": g.Holder} {
-			if !utf8.ValidString(s) || utf8.RuneCountInString(s) > collectors.MaxText || strings.ContainsAny(s, "\x1b\u202e\u2066\t\n") {
+			if !utf8.ValidString(s) || utf8.RuneCountInString(s) > audit.MaxText || strings.ContainsAny(s, "\x1b\u202e\u2066\t\n") {
 				t.Errorf("%s %q is not bounded and escaped", what, s)
 			}
 		}

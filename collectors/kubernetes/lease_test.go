@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 
 	"github.com/leasewatch/leasewatch/audit"
-	"github.com/leasewatch/leasewatch/collectors"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -151,7 +150,7 @@ func TestDecodeLease(t *testing.T) {
 		},
 	}, {
 		// Any writer with update rights can put anything in holderIdentity
-		// and preferredHolder: they are recorded as collectors.Text makes them.
+		// and preferredHolder: they are recorded as audit.Text makes them.
 		name: "HostileHolderStrings",
 		lease: lease("default", "controller", coordinationv1.LeaseSpec{
 			HolderIdentity: ptr("evil\u202e\xff"), LeaseDurationSeconds: ptr[int32](15), RenewTime: &metav1.MicroTime{Time: t1},
@@ -161,7 +160,7 @@ func TestDecodeLease(t *testing.T) {
 		want: audit.Observation{
 			Lock: audit.LockKey{Name: "default/controller"}, Kind: audit.EventGrant, Class: audit.ClassLock,
 			Holder: `evil\xe2\x80\xae\xff`, LeaseDuration: 15 * time.Second, RenewedAt: t1, Position: "4711",
-			Detail: map[string]any{"uid": "uid-1", "preferred_holder": collectors.Text(strings.Repeat("p", 100_000))},
+			Detail: map[string]any{"uid": "uid-1", "preferred_holder": audit.Text(strings.Repeat("p", 100_000))},
 		},
 	}}
 	for _, tt := range tests {

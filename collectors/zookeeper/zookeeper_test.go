@@ -11,7 +11,6 @@ import (
 	"github.com/go-zookeeper/zk"
 
 	"github.com/leasewatch/leasewatch/audit"
-	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
@@ -238,7 +237,7 @@ func TestTokensRiseAcrossARecreatedDirectory(t *testing.T) {
 }
 
 // Names, holders and data that no page should show raw are recorded as
-// collectors.Text makes them.
+// audit.Text makes them.
 func TestHostileNamesAndHolders(t *testing.T) {
 	a := connect(t, 4*time.Second)
 	dir := "/t-hostile/evil\u202edcba\\x"
@@ -249,12 +248,12 @@ func TestHostileNamesAndHolders(t *testing.T) {
 	if _, err := a.Create(dir+"/guid-lock-", []byte(data), zk.FlagEphemeral|zk.FlagSequence, acl); err != nil {
 		t.Fatal(err)
 	}
-	name := collectors.Text(dir)
+	name := audit.Text(dir)
 	g := sk.WaitEvents(t, 5*time.Second, name, 1, audit.EventGrant)[0]
-	if want := collectors.Text(sessionHex(a) + " " + data); g.Holder != want {
+	if want := audit.Text(sessionHex(a) + " " + data); g.Holder != want {
 		t.Errorf("holder = %q, want %q", g.Holder, want)
 	}
-	if len([]rune(g.Holder)) > collectors.MaxText || strings.ContainsAny(g.Holder, "\x1b\u2066\u202e") {
+	if len([]rune(g.Holder)) > audit.MaxText || strings.ContainsAny(g.Holder, "\x1b\u2066\u202e") {
 		t.Errorf("holder %q is not bounded and escaped", g.Holder)
 	}
 }
