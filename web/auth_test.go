@@ -284,7 +284,7 @@ func TestProxyAuth(t *testing.T) {
 		}
 		report := `{"source":"prod-etcd","lock":"/locks/orders","resource":"orders-db","token":42,"outcome":"accepted"}`
 		if res, body := fetch(t, http.DefaultClient, http.MethodPost, base+"/api/v1/writes", strings.NewReader(report),
-			"Authorization", "Bearer "+ingestToken); res.StatusCode != http.StatusAccepted {
+			"Authorization", "Bearer "+ingestToken, "Content-Type", "application/json"); res.StatusCode != http.StatusAccepted {
 			t.Errorf("POST /api/v1/writes from outside the proxies: status %d, want 202 (%s)", res.StatusCode, body)
 		}
 	})

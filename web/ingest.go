@@ -8,11 +8,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"mime"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
-	"unicode"
 	"unicode/utf8"
 
 	"github.com/labstack/echo/v4"
@@ -22,9 +22,9 @@ import (
 
 // Ingest limits.
 const (
-	maxIngestBody   = 1 << 20 // bytes of one POST /api/v1/writes body
-	maxIngestString = 1024    // characters of any string field
-	maxRequestID    = 200     // characters of request_id
+	maxIngestBody   = 1 << 20       // bytes of one POST /api/v1/writes body
+	maxIngestString = audit.MaxText // characters of any string field
+	maxRequestID    = 200           // characters of request_id
 )
 
 // hashToken fixes every token's length, so comparing one does not reveal how
@@ -84,6 +84,9 @@ func (s *Server) ingestBody(c echo.Context) ([]byte, error) {
 	if err := identityEncoding(c); err != nil {
 		return nil, err
 	}
+	if err := jsonContent(c); err != nil {
+		return nil, err
+	}
 	if req.ContentLength > maxIngestBody {
 		return nil, audit.Errorf(audit.ETOOLARGE, "request body too large: over %d bytes", maxIngestBody)
 	}
@@ -112,6 +115,25 @@ func identityEncoding(c echo.Context) error {
 		}
 	}
 	return nil
+}
+
+// jsonContent refuses a body whose Content-Type is not application/json: a
+// form, text or a missing type says the sender meant something other than
+// a JSON report, and ingest does not guess. JSON defines no parameters (RFC
+// 8259 §11), so any given are ignored: the body is read as UTF-8 whatever
+// charset says, and refused if it is not.
+func jsonContent(c echo.Context) error {
+	types := c.Request().Header.Values(echo.HeaderContentType)
+	if len(types) == 1 {
+		if mt, _, err := mime.ParseMediaType(types[0]); err == nil && mt == echo.MIMEApplicationJSON {
+			return nil
+		}
+	}
+	got := "missing"
+	if len(types) > 0 {
+		got = strconv.Quote(truncate(strings.Join(types, ", "), 64))
+	}
+	return audit.Errorf(audit.EUNSUPPORTED, "Content-Type: %s is not supported; send Content-Type: application/json", got)
 }
 
 // decodeBatch decodes a body of one object or an array of them, each with
@@ -316,7 +338,7 @@ func jsonReportTime(val json.RawMessage, now time.Time) (time.Time, error) {
 	if err != nil || v == "" {
 		return time.Time{}, err
 	}
-	t, err := time.Parse(time.RFC3339Nano, v)
+	t, err := parseRFC3339(v)
 	if err != nil {
 		return time.Time{}, errors.New("must be an RFC 3339 time such as 2006-01-02T15:04:05.5Z")
 	}
@@ -328,14 +350,17 @@ func jsonReportTime(val json.RawMessage, now time.Time) (time.Time, error) {
 
 // displayKey makes an unknown key safe and short enough to echo in a message.
 func displayKey(key string) string {
-	if len(key) <= 64 && utf8.ValidString(key) && !strings.ContainsFunc(key, unicode.IsControl) && key != "" {
+	if len(key) <= 64 && utf8.ValidString(key) && !strings.ContainsFunc(key, audit.Unprintable) && key != "" {
 		return key
 	}
 	return strconv.Quote(truncate(strings.ToValidUTF8(key, "\uFFFD"), 64))
 }
 
 // jsonString decodes an optional string: null or absent is "". It must be valid
-// UTF-8 without control characters and at most max characters long.
+// UTF-8 without audit.Unprintable characters and at most max characters
+// long. What collectors record never holds an Unprintable character (they
+// escape it), so a name that does could name no recorded lock or holder: it
+// is refused, not escaped, and the message says how it would be recorded.
 func jsonString(val json.RawMessage, max int) (string, error) {
 	if string(val) == "null" {
 		return "", nil
@@ -352,8 +377,10 @@ func jsonString(val json.RawMessage, max int) (string, error) {
 	if err := json.Unmarshal(val, &s); err != nil {
 		return "", errors.New("must be a string")
 	}
-	if strings.ContainsFunc(s, unicode.IsControl) {
-		return "", errors.New("must not contain control characters")
+	if i := strings.IndexFunc(s, audit.Unprintable); i >= 0 {
+		r, _ := utf8.DecodeRuneInString(s[i:])
+		return "", fmt.Errorf("must not contain control characters or bidirectional controls: %U at character %d (a collector records one escaped, as %s)",
+			r, utf8.RuneCountInString(s[:i])+1, audit.Text(string(r)))
 	}
 	if utf8.RuneCountInString(s) > max {
 		return "", fmt.Errorf("must be at most %d characters", max)
@@ -401,23 +428,21 @@ func loneSurrogate(val []byte) bool {
 	return high
 }
 
-// jsonToken decodes a fencing token: a non-negative integer or null.
+// jsonToken decodes a fencing token: a non-negative integer or null. An
+// integer is a number's value, as JSON Schema counts it, not its spelling:
+// 42, 42.0, 4.2e1 and 420e-1 are all 42.
 func jsonToken(val json.RawMessage) (*int64, error) {
 	s := string(val)
 	if s == "null" {
 		return nil, nil
 	}
-	if s == "" || (s[0] != '-' && (s[0] < '0' || s[0] > '9')) {
-		return nil, errors.New("must be an integer or null")
-	}
-	n, err := strconv.ParseInt(s, 10, 64)
-	if err != nil {
-		if strings.ContainsAny(s, ".eE") {
-			return nil, errors.New("must be an integer or null")
-		}
+	n, err := integerValue(s)
+	switch {
+	case errors.Is(err, errRange):
 		return nil, errors.New("must fit in a signed 64-bit integer")
-	}
-	if n < 0 {
+	case err != nil:
+		return nil, errors.New("must be an integer or null")
+	case n < 0:
 		return nil, errors.New("must not be negative")
 	}
 	return &n, nil

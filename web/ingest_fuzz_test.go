@@ -20,7 +20,8 @@ import (
 //     characters (it is echoed to the sender and logged), or
 //   - return at least one report, each of which passes what the store and
 //     the pages rely on: a configured source, a lock, a resource and an
-//     outcome; strings of valid UTF-8 without control characters within
+//     outcome; strings of valid UTF-8 without control characters or
+//     bidirectional controls (audit.Unprintable) within
 //     their limits; tokens that are not negative; a UTC time from 1678 to
 //     maxReportSkew past receipt, which the store keeps as itself. A report
 //     encoded again decodes to itself.
@@ -41,6 +42,8 @@ func FuzzDecodeWrites(f *testing.F) {
 		`{"source":"cache","source":"cache","lock":"l","resource":"r","outcome":"accepted"}`,
 		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","token":9223372036854775808}`,
 		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","token":1e3}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","token":4.2e1,"highest_token":1e-400,"holder":"h\u202e"}`,
+		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"2016-12-31t23:59:60.5z"}`,
 		`{"source":"cache","lock":"l","resource":"r","outcome":"accepted","at":"2025-03-01T11:00:00+14:00"}`,
 		`{"source":"cache","lock":"<script>alert(1)</script>","resource":"r","outcome":"accepted","tokn":1}`,
 		`[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[[]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]]`,
@@ -125,7 +128,7 @@ func checkDecodedReport(t *testing.T, i int, r audit.WriteReport) {
 		{"source", r.Source, maxIngestString}, {"lock", r.Lock, maxIngestString}, {"resource", r.Resource, maxIngestString},
 		{"holder", r.Holder, maxIngestString}, {"request_id", r.RequestID, maxRequestID},
 	} {
-		if !utf8.ValidString(s.v) || strings.ContainsFunc(s.v, unicode.IsControl) || utf8.RuneCountInString(s.v) > s.max {
+		if !utf8.ValidString(s.v) || strings.ContainsFunc(s.v, audit.Unprintable) || utf8.RuneCountInString(s.v) > s.max {
 			t.Fatalf("report %d: %s %q is not valid text of at most %d characters", i, s.name, s.v, s.max)
 		}
 	}

@@ -50,6 +50,40 @@ func TestIngestContentEncoding(t *testing.T) {
 	})
 }
 
+// Ingest takes JSON only: a body sent as a form, as text, under another
+// JSON-like type or with no Content-Type is refused with 415 naming what to
+// send, and nothing of it is stored, on both ingest endpoints.
+func TestIngestContentType(t *testing.T) {
+	f := newFixture(t)
+	bodies := map[string]string{
+		"/api/v1/writes":  `{"source":"cache","lock":"lock:ctype","resource":"r","outcome":"accepted"}`,
+		"/api/v1/beliefs": `{"source":"cache","lock":"lock:ctype","token":1}`,
+	}
+	for path, body := range bodies {
+		for _, ct := range []string{"", "text/plain", "application/x-www-form-urlencoded", "application/problem+json", "application/jsonx", "json"} {
+			t.Run(path+" "+ct, func(t *testing.T) {
+				hdr := []string{"Authorization", bearer}
+				if ct != "" {
+					hdr = append(hdr, "Content-Type", ct)
+				}
+				res, b := f.do(t, http.MethodPost, path, strings.NewReader(body), hdr...)
+				if res.StatusCode != http.StatusUnsupportedMediaType || !bytes.Contains(b, []byte(`send Content-Type: application/json`)) {
+					t.Fatalf("Content-Type %q: %d %s, want 415 naming application/json", ct, res.StatusCode, b)
+				}
+			})
+		}
+	}
+	if ev := f.writeEvents(t, "cache", "lock:ctype"); len(ev) != 0 {
+		t.Fatalf("refused content types stored %d writes", len(ev))
+	}
+	for _, ct := range []string{"application/json; charset=utf-8", "Application/JSON;charset=UTF-8"} {
+		res, b := f.do(t, http.MethodPost, "/api/v1/writes", strings.NewReader(bodies["/api/v1/writes"]), "Authorization", bearer, "Content-Type", ct)
+		if res.StatusCode != http.StatusAccepted {
+			t.Fatalf("Content-Type %q: %d %s, want 202", ct, res.StatusCode, b)
+		}
+	}
+}
+
 // A resource rejects a write because its token is below the highest it has
 // accepted; one above it cannot have been rejected for its token.
 func TestIngestRejectedAboveHighestToken(t *testing.T) {

@@ -178,6 +178,7 @@ func TestIngestTooLarge(t *testing.T) {
 		// No Content-Length: the limit must hold while reading.
 		req := newChunkedRequest(body)
 		req.Header.Set("Authorization", bearer)
+		req.Header.Set("Content-Type", "application/json")
 		rec := newRecorder()
 		f.handler.ServeHTTP(rec, req)
 		if rec.Code != http.StatusRequestEntityTooLarge {
@@ -226,6 +227,14 @@ func TestIngestInvalid(t *testing.T) {
 			"at: must be an RFC 3339 time"},
 		{"AtNumber", `{"source":"cache","lock":"lock:bad","resource":"r","outcome":"accepted","at":1700000000}`,
 			"at: must be a string"},
+		{"BidiOverrideLock", `{"source":"cache","lock":"lock:\u202ebad","resource":"r","outcome":"accepted"}`,
+			`lock: must not contain control characters or bidirectional controls: U+202E at character 6 (a collector records one escaped, as \xe2\x80\xae)`},
+		{"BidiIsolateHolder", `{"source":"cache","lock":"lock:bad","resource":"r","outcome":"accepted","holder":"h\u2066"}`,
+			"holder: must not contain control characters or bidirectional controls: U+2066"},
+		{"RightToLeftMarkResource", `{"source":"cache","lock":"lock:bad","resource":"r\u200f","outcome":"accepted"}`,
+			"resource: must not contain control characters or bidirectional controls: U+200F"},
+		{"ArabicLetterMarkRequestID", `{"source":"cache","lock":"lock:bad","resource":"r","outcome":"accepted","request_id":"\u061c1"}`,
+			"request_id: must not contain control characters or bidirectional controls: U+061C"},
 		{"InvalidUTF8", "{\"source\":\"cache\",\"lock\":\"lock:bad\",\"resource\":\"r\xff\",\"outcome\":\"accepted\"}",
 			"resource: must be valid UTF-8"},
 		{"LoneSurrogate", `{"source":"cache","lock":"lock:bad","resource":"r","outcome":"accepted","holder":"\udc00"}`,
@@ -322,5 +331,34 @@ func TestDecodeWritesDefaults(t *testing.T) {
 	if _, err := decodeWrites([]byte(`{"source":"cache","lock":"l`+"\uFFFD"+`","resource":"\ufffd","outcome":"accepted"}`),
 		knownSources, now); err != nil {
 		t.Fatalf("decodeWrites with a literal U+FFFD: %v", err)
+	}
+}
+
+// A token is read by its value, a time by RFC 3339 in its every spelling: a
+// lower-case t or z, and a leap second, read as the last nanosecond before
+// the minute ends, in order with the times around it.
+func TestDecodeSpellings(t *testing.T) {
+	for _, tc := range []struct {
+		field, value string
+		want         any
+	}{
+		{"token", "42.0", int64(42)}, {"token", "4.2e1", int64(42)}, {"token", "420E-1", int64(42)}, {"token", "-0", int64(0)},
+		{"token", "9.223372036854775807e18", int64(9223372036854775807)},
+		{"at", `"2025-03-01t10:00:00.5z"`, time.Date(2025, 3, 1, 10, 0, 0, 5e8, time.UTC)},
+		{"at", `"2016-12-31T23:59:60.5Z"`, time.Date(2016, 12, 31, 23, 59, 59, 999999999, time.UTC)},
+		{"at", `"2016-12-31T18:59:60-05:00"`, time.Date(2016, 12, 31, 23, 59, 59, 999999999, time.UTC)},
+	} {
+		body := `{"source":"cache","lock":"l","resource":"r","outcome":"accepted","` + tc.field + `":` + tc.value + `}`
+		ws, err := decodeWrites([]byte(body), knownSources, now)
+		if err != nil {
+			t.Fatalf("%s %s: %v", tc.field, tc.value, err)
+		}
+		var got any = ws[0].At
+		if tc.field == "token" {
+			got = *ws[0].Token
+		}
+		if got != tc.want {
+			t.Errorf("%s %s = %v, want %v", tc.field, tc.value, got, tc.want)
+		}
 	}
 }

@@ -1,6 +1,7 @@
 package web
 
 import (
+	"bytes"
 	_ "embed"
 	"encoding/json"
 	"fmt"
@@ -8,6 +9,8 @@ import (
 
 	"github.com/labstack/echo/v4"
 	"go.yaml.in/yaml/v3"
+
+	"github.com/leasewatch/leasewatch/audit"
 )
 
 // openAPIYAML is the HTTP API's OpenAPI 3.1 description, kept beside the
@@ -30,7 +33,24 @@ func mustJSON(doc []byte) []byte {
 	if err != nil {
 		panic(fmt.Sprintf("web/openapi.yaml as JSON: %v", err))
 	}
-	return b
+	return escapeUnprintable(b)
+}
+
+// escapeUnprintable writes the audit.Unprintable characters that
+// json.Marshal leaves as they are (DEL, C1 and bidirectional controls) as
+// \u escapes: the document's patterns name them, and a reader of the served
+// document should see \u202e where a character that reorders the text
+// around it would be. Compact JSON has them only inside strings.
+func escapeUnprintable(doc []byte) []byte {
+	var b bytes.Buffer
+	for _, r := range string(doc) {
+		if audit.Unprintable(r) {
+			fmt.Fprintf(&b, `\u%04x`, r)
+			continue
+		}
+		b.WriteRune(r)
+	}
+	return b.Bytes()
 }
 
 func (s *Server) handleOpenAPI(c echo.Context) error {

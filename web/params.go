@@ -1,7 +1,9 @@
 package web
 
 import (
+	"errors"
 	"net/url"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -26,7 +28,7 @@ func pathID(c echo.Context) (int64, error) {
 
 // parseID parses a lock id named name.
 func parseID(name, s string) (int64, error) {
-	id, err := strconv.ParseInt(s, 10, 64)
+	id, err := integerValue(s)
 	if err != nil || id <= 0 {
 		return 0, audit.Errorf(audit.EINVALID, "%s: must be a positive integer", name)
 	}
@@ -67,11 +69,48 @@ func parseTime(q url.Values, name string) (time.Time, error) {
 	if s == "" {
 		return time.Time{}, nil
 	}
-	t, err := time.Parse(time.RFC3339Nano, s)
+	t, err := parseRFC3339(s)
 	if err != nil {
 		return time.Time{}, audit.Errorf(audit.EINVALID, "%s: must be an RFC 3339 time such as 2006-01-02T15:04:05Z", name)
 	}
 	return audit.BoundTime(t), nil
+}
+
+// rfc3339 is RFC 3339's date-time (section 5.6), whose T and Z may be
+// lower case. web/openapi.yaml gives every time a client sends this
+// pattern, beside format: date-time.
+var rfc3339 = regexp.MustCompile(`^\d{4}-\d{2}-\d{2}[Tt]\d{2}:\d{2}:\d{2}(\.\d+)?([Zz]|[+-]\d{2}:\d{2})$`)
+
+// parseRFC3339 reads an RFC 3339 date-time: what the API's format:
+// date-time allows, and nothing else (time.Parse alone refuses a lower-case
+// t or z and leap seconds, and takes a comma before the fraction, one-digit
+// hours and offsets past 23:59). A leap second, 23:59:60 in UTC, is read as
+// the last nanosecond before the minute ends: Go's times have no leap
+// seconds, and this keeps reports in the order they were made.
+func parseRFC3339(s string) (time.Time, error) {
+	if !rfc3339.MatchString(s) {
+		return time.Time{}, errors.New("not an RFC 3339 date-time")
+	}
+	s = strings.ToUpper(s) // only T and Z have a case
+	if off := s[len(s)-6:]; off[0] == '+' || off[0] == '-' {
+		if off[1:3] > "23" || off[4:] > "59" {
+			return time.Time{}, errors.New("offset out of range")
+		}
+	}
+	leap := s[17:19] == "60"
+	if leap {
+		// 23:59:60 becomes 23:59:59.999999999, in the time's own offset.
+		end := strings.IndexAny(s[19:], "Z+-") + 19
+		s = s[:17] + "59.999999999" + s[end:]
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return time.Time{}, err
+	}
+	if leap && (t.UTC().Hour() != 23 || t.UTC().Minute() != 59) {
+		return time.Time{}, errors.New("a leap second is 23:59:60 UTC")
+	}
+	return t, nil
 }
 
 // maxPageRows caps the rows of one page's table, whatever limit asks for:
@@ -106,14 +145,61 @@ func (l listing) limit(q url.Values) (int, error) {
 	if s == "" {
 		return l.rows, nil
 	}
-	n, err := strconv.Atoi(s)
+	n, err := integerValue(s)
+	if errors.Is(err, errRange) && s[0] != '-' {
+		return l.most, nil // too large for an int64: still a positive integer
+	}
 	if err != nil || n <= 0 {
-		if err != nil && isDigits(s) { // too large for an int: still a positive integer
-			return l.most, nil
-		}
 		return 0, audit.Errorf(audit.EINVALID, "limit: must be a positive integer")
 	}
-	return min(n, l.most), nil
+	return int(min(n, int64(l.most))), nil
+}
+
+// decimal is a decimal number as a query parameter or JSON spells one.
+var decimal = regexp.MustCompile(`^[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?$`)
+
+// Why integerValue refuses a number.
+var (
+	errNotInteger = errors.New("not an integer")
+	errRange      = errors.New("outside int64")
+)
+
+// integerValue reads s, a decimal number, as the integer it is worth, as
+// JSON Schema's type integer counts one: 42, +42, 042, 42.0, 4.2e1 and
+// 420e-1 are all 42, exactly, however many digits they have. It fails with
+// errNotInteger for anything else, errRange past int64.
+func integerValue(s string) (int64, error) {
+	if !decimal.MatchString(s) {
+		return 0, errNotInteger
+	}
+	num := strings.TrimLeft(s, "+-")
+	mant, exp := num, ""
+	if i := strings.IndexAny(num, "eE"); i >= 0 {
+		mant, exp = num[:i], num[i+1:]
+	}
+	whole, frac, _ := strings.Cut(mant, ".")
+	// The value is digits × 10^e, digits without leading or trailing zeros.
+	// An exponent past ±2^30 leaves 0 or far outside int64 either way; the
+	// bound keeps e from overflowing.
+	x, _ := strconv.Atoi(exp) // "" is 0; out of range is clamped
+	e := max(min(x, 1<<30), -1<<30) - len(frac)
+	digits := strings.TrimLeft(whole+frac, "0")
+	for strings.HasSuffix(digits, "0") {
+		digits, e = digits[:len(digits)-1], e+1
+	}
+	switch {
+	case digits == "":
+		return 0, nil // -0, 0.0 and 0e9 are 0
+	case e < 0:
+		return 0, errNotInteger
+	case len(digits)+e > 19:
+		return 0, errRange
+	}
+	n, err := strconv.ParseInt(s[:len(s)-len(num)]+digits+strings.Repeat("0", e), 10, 64)
+	if err != nil {
+		return 0, errRange
+	}
+	return n, nil
 }
 
 func isDigits(s string) bool {
@@ -369,7 +455,7 @@ func parseWindowTime(q url.Values, name string, loc *time.Location) (time.Time, 
 	if s == "" {
 		return time.Time{}, nil
 	}
-	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+	if t, err := parseRFC3339(s); err == nil {
 		return audit.BoundTime(t), nil
 	}
 	for _, layout := range []string{"2006-01-02T15:04", "2006-01-02T15:04:05", "2006-01-02T15:04:05.999999999", "2006-01-02 15:04:05"} {

@@ -93,7 +93,7 @@ sources:
 		t.Errorf("GET /readyz without credentials: %d, want 200 (probes stay open)", code)
 	}
 	report := `{"source":"e2e","lock":"/locks/x","resource":"db","token":1,"outcome":"accepted"}`
-	if code, body := do(http.MethodPost, "/api/v1/writes", report, "Authorization", "Bearer "+token); code != http.StatusAccepted {
+	if code, body := do(http.MethodPost, "/api/v1/writes", report, "Authorization", "Bearer "+token, "Content-Type", "application/json"); code != http.StatusAccepted {
 		t.Errorf("POST /api/v1/writes with the token from the environment: %d %s, want 202", code, body)
 	}
 	if code, _ := do(http.MethodPost, "/api/v1/writes", report, "Authorization", "Bearer not-"+token); code != http.StatusUnauthorized {
