@@ -18,8 +18,8 @@ import (
 )
 
 // maxHolder bounds a holder identity asked for, in characters: what a
-// collector records of one (collectors.MaxText).
-const maxHolder = 1024
+// collector records of one.
+const maxHolder = audit.MaxText
 
 // atSpan is how far either side of ?at= the lock page's window reaches when
 // the request gives no window.
