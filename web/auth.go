@@ -9,23 +9,27 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/netip"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/labstack/echo/v4"
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/leasewatch/leasewatch/audit"
 )
 
 // Auth says who may read the dashboard and the read API. The zero value
-// leaves them open. POST /api/v1/writes is never behind it (it takes its own
-// bearer tokens), nor is /static/ (the assets every build ships).
+// leaves them open. Ingest (POST /api/v1/writes and /api/v1/beliefs) is never
+// behind it (it takes its own bearer tokens), nor is /static/ (the assets
+// every build ships).
 type Auth struct {
 	// Users maps user names to bcrypt password hashes: HTTP basic
 	// authentication. Set Users or ProxyHeader, not both.
@@ -42,6 +46,17 @@ type Auth struct {
 	ProtectMetrics bool
 	// ProtectHealth puts /healthz and /readyz behind it.
 	ProtectHealth bool
+	// CheckHost makes an open dashboard (neither Users nor ProxyHeader)
+	// answer only requests whose Host is a loopback name (localhost), an IP
+	// address or one of Hosts, and refuse the rest with 421 Misdirected
+	// Request. Without it, a web page whose own name its DNS points at this
+	// server (DNS rebinding) could read the dashboard through its visitors'
+	// browsers. An IP address cannot be rebound, so probes and scrapes by
+	// address pass; ingest and the health probes pass whatever their Host.
+	CheckHost bool
+	// Hosts are the further host names CheckHost accepts (an external URL's),
+	// compared without case, port or a trailing dot.
+	Hosts []string
 }
 
 // Basic authentication costs a bcrypt comparison (tens of milliseconds by
@@ -53,9 +68,16 @@ const (
 	credentialTTL  = 5 * time.Minute
 	maxCredentials = 1024
 	defaultRealm   = "leasewatch"
-	// untrustedLogEvery limits the warning about user headers from outside
-	// the trusted proxies: whoever sends them could otherwise flood the log.
-	untrustedLogEvery = time.Minute
+	// refusalLogEvery limits the warnings about refused requests (failed
+	// logins, user headers from outside the trusted proxies, misdirected
+	// hosts): whoever sends them could otherwise flood the log.
+	refusalLogEvery = time.Minute
+)
+
+// Reasons of leasewatch_auth_failures_total.
+const (
+	failureCredentials    = "credentials"     // basic: a wrong user name or password
+	failureUntrustedProxy = "untrusted_proxy" // proxy: a user named from outside trusted_proxies
 )
 
 var maxBcrypt = max(1, runtime.GOMAXPROCS(0)/2)
@@ -72,10 +94,11 @@ type authenticator struct {
 	protectHealth  bool
 	logger         *slog.Logger
 	now            func() time.Time
+	failures       *prometheus.CounterVec // by reason
 
 	bcrypt chan struct{} // limits concurrent bcrypt comparisons
 
-	untrustedLogged atomic.Int64 // unix nanoseconds of the last warning
+	failedLog, untrustedLog logLimiter
 
 	mu       sync.Mutex
 	macKey   [32]byte
@@ -87,14 +110,17 @@ type basicUser struct {
 	hash     []byte
 }
 
-// newAuthenticator returns nil when a leaves the dashboard open.
-func newAuthenticator(a Auth, logger *slog.Logger, now func() time.Time) (*authenticator, error) {
+// newAuthenticator returns nil when a leaves the dashboard open. It counts
+// refused logins in failures, by reason.
+func newAuthenticator(a Auth, logger *slog.Logger, now func() time.Time, failures *prometheus.CounterVec) (*authenticator, error) {
 	basic, proxy := len(a.Users) > 0, a.ProxyHeader != ""
 	switch {
 	case basic && proxy:
 		return nil, errors.New("web: Auth: set Users or ProxyHeader, not both")
 	case proxy && len(a.TrustedProxies) == 0:
 		return nil, errors.New("web: Auth.TrustedProxies is required with ProxyHeader")
+	case (basic || proxy) && a.CheckHost:
+		return nil, errors.New("web: Auth.CheckHost applies to an open dashboard only: Users and ProxyHeader already keep a rebinding page out")
 	case !basic && !proxy:
 		if a.ProtectMetrics || a.ProtectHealth {
 			return nil, errors.New("web: Auth: ProtectMetrics and ProtectHealth need Users or ProxyHeader")
@@ -109,6 +135,7 @@ func newAuthenticator(a Auth, logger *slog.Logger, now func() time.Time) (*authe
 		protectHealth:  a.ProtectHealth,
 		logger:         logger,
 		now:            now,
+		failures:       failures,
 		bcrypt:         make(chan struct{}, maxBcrypt),
 		verified:       make(map[[32]byte]time.Time),
 	}
@@ -142,16 +169,28 @@ func newAuthenticator(a Auth, logger *slog.Logger, now func() time.Time) (*authe
 		if _, err := rand.Read(au.macKey[:]); err != nil {
 			return nil, fmt.Errorf("web: Auth: %w", err)
 		}
+		failures.WithLabelValues(failureCredentials) // from zero, so rate() sees the first
+	} else {
+		failures.WithLabelValues(failureUntrustedProxy)
 	}
 	return au, nil
+}
+
+// ingestRoute reports whether route is an ingest endpoint, which takes the
+// ingest tokens alone: never the dashboard's authentication or Host check.
+func ingestRoute(route string) bool {
+	return route == "/api/v1/writes" || route == "/api/v1/beliefs"
 }
 
 // guards reports whether the route needs authentication. It decides by the
 // route echo matched, not the raw path, so no spelling of a path
 // ("/static/../locks") reaches a guarded handler through an open route.
 func (a *authenticator) guards(route string) bool {
+	if ingestRoute(route) {
+		return false
+	}
 	switch route {
-	case "/api/v1/writes", "/static/*":
+	case "/static/*":
 		return false
 	case "/metrics":
 		return a.protectMetrics
@@ -212,6 +251,11 @@ func (a *authenticator) basic(req *http.Request) error {
 	err := bcrypt.CompareHashAndPassword(hash, []byte(password))
 	<-a.bcrypt
 	if err != nil || found != 1 {
+		a.failures.WithLabelValues(failureCredentials).Inc()
+		if ok, skipped := a.failedLog.allow(a.now()); ok {
+			a.logger.Warn("failed login: wrong user name or password (logged once a minute at most)",
+				"user", truncate(name, 64), "remote", req.RemoteAddr, "failures_not_logged", skipped)
+		}
 		return errCredentials
 	}
 	a.remember(mac)
@@ -272,10 +316,10 @@ func (a *authenticator) proxy(req *http.Request) error {
 	ap, err := netip.ParseAddrPort(req.RemoteAddr)
 	if err != nil || !a.trusted(ap.Addr().Unmap()) {
 		if user != "" {
-			now, last := a.now().UnixNano(), a.untrustedLogged.Load()
-			if now-last >= int64(untrustedLogEvery) && a.untrustedLogged.CompareAndSwap(last, now) {
+			a.failures.WithLabelValues(failureUntrustedProxy).Inc()
+			if ok, skipped := a.untrustedLog.allow(a.now()); ok {
 				a.logger.Warn("refused a request naming a user from outside auth.trusted_proxies (logged once a minute at most)",
-					"remote", req.RemoteAddr, "header", a.header)
+					"remote", req.RemoteAddr, "header", a.header, "refusals_not_logged", skipped)
 			}
 		}
 		return echo.NewHTTPError(http.StatusForbidden)
@@ -293,4 +337,91 @@ func (a *authenticator) trusted(addr netip.Addr) bool {
 		}
 	}
 	return false
+}
+
+// logLimiter lets a warning about refused requests through at most once
+// every refusalLogEvery, and counts the ones it held back.
+type logLimiter struct {
+	last    atomic.Int64 // unix nanoseconds of the last warning let through
+	skipped atomic.Int64 // warnings held back since
+}
+
+// allow reports whether to log now, and how many warnings were held back
+// since the last one logged.
+func (l *logLimiter) allow(now time.Time) (bool, int64) {
+	n, last := now.UnixNano(), l.last.Load()
+	if n-last >= int64(refusalLogEvery) && l.last.CompareAndSwap(last, n) {
+		return true, l.skipped.Swap(0)
+	}
+	l.skipped.Add(1)
+	return false, 0
+}
+
+// hostCheck refuses requests to an open dashboard that name a host it does
+// not answer to (Auth.CheckHost).
+type hostCheck struct {
+	names  map[string]bool
+	logger *slog.Logger
+	now    func() time.Time
+	log    logLimiter
+}
+
+// newHostCheck returns nil when a does not ask for the check.
+func newHostCheck(a Auth, logger *slog.Logger, now func() time.Time) *hostCheck {
+	if !a.CheckHost {
+		return nil
+	}
+	h := &hostCheck{names: make(map[string]bool), logger: logger, now: now}
+	for _, n := range a.Hosts {
+		if n = hostName(n); n != "" {
+			h.names[n] = true
+		}
+	}
+	return h
+}
+
+// middleware answers 421 to a request for another host. It decides by the
+// route echo matched, as the authenticator does.
+func (h *hostCheck) middleware(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		route, req := c.Path(), c.Request()
+		if ingestRoute(route) || route == "/healthz" || route == "/readyz" || h.answers(req.Host) {
+			return next(c)
+		}
+		shown := strconv.Quote(truncate(req.Host, 64))
+		if ok, skipped := h.log.allow(h.now()); ok {
+			h.logger.Warn("refused a request for a host the open dashboard does not answer to; if users reach it by this name, "+
+				"set dashboard.external_url (logged once a minute at most)",
+				"host", shown, "remote", req.RemoteAddr, "refusals_not_logged", skipped)
+		}
+		return &statusError{status: http.StatusMisdirectedRequest, msg: fmt.Sprintf(
+			"misdirected request: this server does not answer for host %s; reach it by its address, localhost, or its configured external URL", shown)}
+	}
+}
+
+// answers reports whether hostport (a Host header) names this server: a
+// loopback name, an IP address (which no DNS can rebind) or a configured
+// name.
+func (h *hostCheck) answers(hostport string) bool {
+	name := hostName(hostport)
+	if name == "" {
+		return false
+	}
+	if _, err := netip.ParseAddr(name); err == nil {
+		return true
+	}
+	// localhost and .localhost resolve to loopback without DNS (RFC 6761),
+	// so no one can point them elsewhere.
+	return name == "localhost" || strings.HasSuffix(name, ".localhost") || h.names[name]
+}
+
+// hostName is the host of a Host header or URL host, lower case, without
+// its port, brackets or a trailing dot.
+func hostName(hostport string) string {
+	host := hostport
+	if h, _, err := net.SplitHostPort(hostport); err == nil {
+		host = h
+	}
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	return strings.TrimSuffix(strings.ToLower(host), ".")
 }

@@ -13,6 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"golang.org/x/crypto/bcrypt"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -277,6 +279,11 @@ func TestProxyAuth(t *testing.T) {
 		if n := strings.Count(log.String(), "refused a request naming a user"); n != 1 {
 			t.Errorf("%d warnings about user headers from outside the proxies, want 1:\n%s", n, log.String())
 		}
+		// Two of the three requests to each route named a user.
+		if got, want := testutil.ToFloat64(f.server.metrics.authFailures.WithLabelValues(failureUntrustedProxy)),
+			float64(2*len(guardedRoutes(f))); got != want {
+			t.Errorf("leasewatch_auth_failures_total{reason=untrusted_proxy} = %v, want %v", got, want)
+		}
 		for _, path := range []string{"/healthz", "/readyz", "/metrics", "/static/style.css"} {
 			if res, _ := fetch(t, http.DefaultClient, http.MethodGet, base+path, nil); res.StatusCode != http.StatusOK {
 				t.Errorf("GET %s from an untrusted address: status %d, want 200 (not protected)", path, res.StatusCode)
@@ -306,6 +313,7 @@ func TestNewRejectsBadAuth(t *testing.T) {
 		{"PlainPassword", Auth{Users: map[string]string{"a": "hunter2"}}, "not a bcrypt hash"},
 		{"ProtectWithoutMode", Auth{ProtectMetrics: true}, "ProtectMetrics"},
 		{"QuoteInRealm", Auth{Users: map[string]string{"a": string(hash)}, Realm: `a"b`}, "Realm"},
+		{"HostCheckWithUsers", Auth{Users: map[string]string{"a": string(hash)}, CheckHost: true}, "CheckHost"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := New(Config{Store: audit.Settled(newFixture(t).store), Auth: tt.auth, Logger: slog.New(slog.DiscardHandler)})
@@ -322,7 +330,11 @@ func TestNewRejectsBadAuth(t *testing.T) {
 // A guessing client cannot run more bcrypt comparisons than maxBcrypt at
 // once; a request whose client has gone stops waiting for one.
 func TestBasicAuthWaitEndsWithRequest(t *testing.T) {
-	a, err := newAuthenticator(Auth{Users: map[string]string{"a": bcryptHash(t, "pw")}}, slog.New(slog.DiscardHandler), nil)
+	m, err := newMetrics(prometheus.NewRegistry())
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, err := newAuthenticator(Auth{Users: map[string]string{"a": bcryptHash(t, "pw")}}, slog.New(slog.DiscardHandler), nil, m.authFailures)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -335,5 +347,164 @@ func TestBasicAuthWaitEndsWithRequest(t *testing.T) {
 	req.SetBasicAuth("a", "pw")
 	if err := a.basic(req); err == nil {
 		t.Fatal("basic succeeded with every bcrypt slot taken and the request gone")
+	}
+}
+
+// Ingest takes its bearer tokens alone whatever guards the dashboard: a
+// resource or holder has no dashboard user, and a proxy's SSO cannot speak
+// for it. Each refusal carries the bearer challenge.
+func TestIngestTakesItsTokenUnderEveryAuthMode(t *testing.T) {
+	elsewhere := []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8")}
+	bodies := map[string]string{
+		"/api/v1/writes":  `{"source":"prod-etcd","lock":"/locks/orders","resource":"orders-db","token":42,"outcome":"accepted"}`,
+		"/api/v1/beliefs": `{"source":"prod-etcd","lock":"/locks/orders","holder":"worker-2","token":42}`,
+	}
+	for _, mode := range []struct {
+		name string
+		auth Auth
+	}{
+		{"None", Auth{}},
+		{"NoneCheckingHost", Auth{CheckHost: true}},
+		{"Basic", Auth{Users: map[string]string{"alice": bcryptHash(t, "correct horse")}}},
+		{"BasicProtectingEverything", Auth{Users: map[string]string{"alice": bcryptHash(t, "correct horse")},
+			ProtectMetrics: true, ProtectHealth: true}},
+		// The test client is not a trusted proxy: the dashboard answers it 403.
+		{"ProxyUntrusted", Auth{ProxyHeader: "X-Forwarded-User", TrustedProxies: elsewhere}},
+	} {
+		t.Run(mode.name, func(t *testing.T) {
+			f := newFixture(t, withAuth(mode.auth))
+			base := serveReal(t, f.server)
+			for path, body := range bodies {
+				post := func(header ...string) (*http.Response, string) {
+					t.Helper()
+					return fetch(t, http.DefaultClient, http.MethodPost, base+path, strings.NewReader(body),
+						append([]string{"Content-Type", "application/json"}, header...)...)
+				}
+				if res, got := post("Authorization", bearer, "X-Forwarded-User", "alice"); res.StatusCode != http.StatusAccepted {
+					t.Errorf("POST %s with the ingest token: status %d, want 202 (%s)", path, res.StatusCode, got)
+				}
+				for name, header := range map[string][]string{
+					"NoToken":       nil,
+					"WrongToken":    {"Authorization", "Bearer not-the-token"},
+					"DashboardUser": {"Authorization", basicHeader("alice", "correct horse")},
+				} {
+					res, got := post(header...)
+					if res.StatusCode != http.StatusUnauthorized {
+						t.Errorf("POST %s %s: status %d, want 401 (%s)", path, name, res.StatusCode, got)
+					}
+					if got := res.Header.Get("WWW-Authenticate"); got != `Bearer realm="leasewatch"` {
+						t.Errorf("POST %s %s: WWW-Authenticate %q, want the bearer challenge", path, name, got)
+					}
+				}
+			}
+		})
+	}
+}
+
+// An open dashboard answers only the names it is reached by, so a page
+// whose own name rebinds to this server's address reads nothing; IP
+// addresses (probes and scrapes by pod IP), loopback names, ingest and the
+// health probes pass.
+func TestOpenDashboardAnswersOnlyItsHosts(t *testing.T) {
+	var log lockedBuffer
+	f := newFixture(t, withAuth(Auth{CheckHost: true, Hosts: []string{"LeaseWatch.example."}}),
+		func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&log, nil)) })
+	base := serveReal(t, f.server)
+	port := base[strings.LastIndex(base, ":"):]
+	get := func(host, path string) (*http.Response, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Host = host
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatalf("GET %s as %s: %v", path, host, err)
+		}
+		defer res.Body.Close()
+		b, _ := io.ReadAll(res.Body)
+		return res, string(b)
+	}
+	guarded := []string{"/", "/locks?class=all", "/api/v1/locks", "/review.json", "/metrics"}
+	for _, host := range []string{"attacker.example" + port, "attacker.example", "leasewatch.example.attacker.example",
+		"127.0.0.1.nip.io" + port, "localhost.attacker.example"} {
+		for _, path := range guarded {
+			res, body := get(host, path)
+			if res.StatusCode != http.StatusMisdirectedRequest {
+				t.Errorf("GET %s as %s: status %d, want 421", path, host, res.StatusCode)
+			}
+			if strings.Contains(body, "worker-2") || strings.Contains(body, "/locks/orders") {
+				t.Errorf("GET %s as %s shows lock data: %.300s", path, host, body)
+			}
+			if !strings.Contains(body, "misdirected request") {
+				t.Errorf("GET %s as %s: body %.300s does not say why", path, host, body)
+			}
+			if strings.HasPrefix(path, "/api/") && !strings.HasPrefix(res.Header.Get("Content-Type"), "application/json") {
+				t.Errorf("GET %s as %s: Content-Type %q, want JSON", path, host, res.Header.Get("Content-Type"))
+			}
+		}
+		for _, path := range []string{"/healthz", "/readyz"} {
+			if res, _ := get(host, path); res.StatusCode != http.StatusOK {
+				t.Errorf("GET %s as %s: status %d, want 200 (probes pass)", path, host, res.StatusCode)
+			}
+		}
+		req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/writes", strings.NewReader(
+			`{"source":"prod-etcd","lock":"/locks/orders","resource":"orders-db","token":42,"outcome":"accepted"}`))
+		req.Host = host
+		req.Header.Set("Authorization", bearer)
+		req.Header.Set("Content-Type", "application/json")
+		if res, err := http.DefaultClient.Do(req); err != nil || res.StatusCode != http.StatusAccepted {
+			t.Errorf("POST /api/v1/writes as %s: %v %v, want 202 (ingest has its token)", host, res.Status, err)
+		}
+	}
+	for _, host := range []string{"127.0.0.1" + port, "localhost" + port, "LOCALHOST", "[::1]" + port, "::1",
+		"10.1.2.3:8080", "[fd00::7]:8080", "app.localhost" + port, "leasewatch.example", "LEASEWATCH.example:443",
+		"leasewatch.example." + port} {
+		for _, path := range guarded {
+			if res, body := get(host, path); res.StatusCode != http.StatusOK {
+				t.Errorf("GET %s as %s: status %d, want 200 (%.200s)", path, host, res.StatusCode, body)
+			}
+		}
+	}
+	if n := strings.Count(log.String(), "refused a request for a host"); n != 1 {
+		t.Errorf("%d warnings about misdirected hosts, want 1 (at most one a minute):\n%s", n, log.String())
+	}
+}
+
+// Wrong passwords are counted and logged, at most once a minute, with the
+// user and the address and never the password; a request without
+// credentials (a browser's first, before its user types them) is neither.
+func TestFailedLoginsLoggedAndCounted(t *testing.T) {
+	var log lockedBuffer
+	f := newFixture(t, withAuth(Auth{Users: map[string]string{"alice": bcryptHash(t, "correct horse")}}),
+		func(c *Config) { c.Logger = slog.New(slog.NewTextHandler(&log, nil)) })
+	base := serveReal(t, f.server)
+	failures := func() float64 {
+		return testutil.ToFloat64(f.server.metrics.authFailures.WithLabelValues(failureCredentials))
+	}
+	if got := failures(); got != 0 {
+		t.Fatalf("failures before any request = %v, want 0", got)
+	}
+	for _, auth := range []string{"", basicHeader("alice", "hunter2"), basicHeader("mallory", "hunter2"),
+		basicHeader("alice", "correct horse"), basicHeader("alice", "hunter2!")} {
+		var header []string
+		if auth != "" {
+			header = []string{"Authorization", auth}
+		}
+		fetch(t, http.DefaultClient, http.MethodGet, base+"/", nil, header...)
+	}
+	if got := failures(); got != 3 {
+		t.Errorf("leasewatch_auth_failures_total{reason=credentials} = %v, want 3", got)
+	}
+	logged := log.String()
+	if n := strings.Count(logged, "failed login"); n != 1 {
+		t.Errorf("%d failed-login lines, want 1 (at most one a minute):\n%s", n, logged)
+	}
+	if !strings.Contains(logged, "user=alice") || !strings.Contains(logged, "remote=127.0.0.1:") {
+		t.Errorf("failed login line does not name the user and address:\n%s", logged)
+	}
+	if strings.Contains(logged, "hunter2") {
+		t.Errorf("the log holds a password:\n%s", logged)
 	}
 }

@@ -510,3 +510,43 @@ func TestDecodeWritesSurrogates(t *testing.T) {
 		}
 	}
 }
+
+// A body dripped past the read timeout is answered 408 with the API's JSON
+// error, and the connection is closed, whichever ingest endpoint it was
+// for. The write timeout is as short as the read timeout, as by default,
+// so the answer is written after both have passed.
+func TestDrippedBodyIs408(t *testing.T) {
+	const short = 500 * time.Millisecond
+	addr := serveTCP(t, Timeouts{ReadHeader: short, Read: short, Write: short})
+	for _, path := range []string{"/api/v1/writes", "/api/v1/beliefs"} {
+		t.Run(strings.TrimPrefix(path, "/api/v1/"), func(t *testing.T) {
+			conn, err := net.Dial("tcp", addr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer conn.Close()
+			head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: x\r\nAuthorization: %s\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"source\":",
+				path, bearer)
+			if _, err := conn.Write([]byte(head)); err != nil {
+				t.Fatal(err)
+			}
+			// The rest of the body never comes.
+			_, got := closedWithin(t, conn, 10*time.Second)
+			res, err := http.ReadResponse(bufio.NewReader(strings.NewReader(got)), nil)
+			if err != nil {
+				t.Fatalf("no HTTP answer to a dripped body: %v (%q)", err, got)
+			}
+			body, _ := io.ReadAll(res.Body)
+			if res.StatusCode != http.StatusRequestTimeout {
+				t.Errorf("status %s, want 408 Request Timeout (%q)", res.Status, got)
+			}
+			var e struct{ Error string }
+			if err := json.Unmarshal(body, &e); err != nil || !strings.Contains(e.Error, "timeout") {
+				t.Errorf("body %q, want a JSON error about the timeout", body)
+			}
+			if !res.Close {
+				t.Errorf("the answer does not close the connection: %q", got)
+			}
+		})
+	}
+}

@@ -18,6 +18,7 @@ type metrics struct {
 	writes         *prometheus.CounterVec
 	beliefs        prometheus.Counter
 	reviewsWaiting prometheus.Gauge
+	authFailures   *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer) (*metrics, error) {
@@ -39,8 +40,12 @@ func newMetrics(reg prometheus.Registerer) (*metrics, error) {
 			Name: "leasewatch_reviews_waiting",
 			Help: "Incident reviews (the page and its exports) waiting for a turn: a few are built at once.",
 		}),
+		authFailures: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "leasewatch_auth_failures_total",
+			Help: "Requests to the dashboard refused for their credentials: a wrong basic user or password (credentials), a user named from outside the trusted proxies (untrusted_proxy).",
+		}, []string{"reason"}),
 	}
-	for _, c := range []prometheus.Collector{m.duration, m.writes, m.beliefs, m.reviewsWaiting} {
+	for _, c := range []prometheus.Collector{m.duration, m.writes, m.beliefs, m.reviewsWaiting, m.authFailures} {
 		if err := reg.Register(c); err != nil {
 			return nil, fmt.Errorf("register http metrics: %w", err)
 		}

@@ -142,27 +142,18 @@ func (s *Server) handleReviewJSON(c echo.Context) error {
 	return s.exportReview(c, "json", echo.MIMEApplicationJSON, review.WriteJSON)
 }
 
-// exportReview answers a review export as a download. Its errors are written
-// in the export's own format: JSON for .json, text for .md.
+// exportReview answers a review export as a download. Its errors are
+// written in the export's own format (handleError): JSON for .json, text
+// for .md.
 func (s *Server) exportReview(c echo.Context, ext, contentType string, write func(w io.Writer, r review.Report) error) error {
-	fail := func(err error) error {
-		status, msg := errorResponse(err)
-		if status >= http.StatusInternalServerError {
-			return err // the central handler logs it
-		}
-		if ext == "json" {
-			return c.JSON(status, map[string]string{"error": msg})
-		}
-		return c.String(status, msg+"\n")
-	}
 	rq, err := s.reviewQuery(c.QueryParams())
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	rq.MaxWrites = reviewExportWrites
 	r, err := s.loadReview(c.Request().Context(), rq)
 	if err != nil {
-		return fail(err)
+		return err
 	}
 	var buf bytes.Buffer
 	if err := write(&buf, r); err != nil {

@@ -441,3 +441,25 @@ func TestReviewCapsLocks(t *testing.T) {
 		t.Errorf("%d handovers of the named lock, want 2", n)
 	}
 }
+
+// A review export answers in its own format when the store cannot be read
+// (an outage): JSON for .json and text for .md, never the HTML error page.
+func TestReviewExportErrorsDuringStoreOutage(t *testing.T) {
+	f := newFixture(t)
+	base := serveReal(t, f.server)
+	if err := f.store.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for path, want := range map[string]string{"/review.json": "application/json", "/review.md": "text/plain"} {
+		res, body := fetch(t, http.DefaultClient, http.MethodGet, base+path, nil)
+		if res.StatusCode < http.StatusInternalServerError {
+			t.Errorf("GET %s with the store closed: status %d, want a 5xx", path, res.StatusCode)
+		}
+		if got := res.Header.Get("Content-Type"); !strings.HasPrefix(got, want) {
+			t.Errorf("GET %s with the store closed: Content-Type %q, want %s (%.200s)", path, got, want, body)
+		}
+		if strings.Contains(body, "<html") || strings.Contains(body, "<!DOCTYPE") {
+			t.Errorf("GET %s with the store closed answered a page: %.200s", path, body)
+		}
+	}
+}

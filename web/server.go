@@ -18,6 +18,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -159,6 +160,7 @@ type Server struct {
 	logger  *slog.Logger
 	metrics *metrics
 	auth    *authenticator // nil: open
+	hosts   *hostCheck     // nil: any Host
 	tls     *tls.Config
 	timeout Timeouts
 	reviews *semaphore.Weighted // the incident reviews built at once
@@ -205,11 +207,6 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.query = query.New(query.Config{Store: cfg.Store, Sources: cfg.Sources, KnownSources: cfg.KnownSources,
 		RenewMarginRatio: cfg.RenewMarginRatio, Purposes: cfg.Purposes, Logger: s.logger})
-	auth, err := newAuthenticator(cfg.Auth, s.logger, s.now)
-	if err != nil {
-		return nil, err
-	}
-	s.auth = auth
 	for _, t := range cfg.IngestTokens {
 		if t != "" { // an empty token would let an empty Authorization through
 			s.tokens = append(s.tokens, hashToken(t))
@@ -224,13 +221,20 @@ func New(cfg Config) (*Server, error) {
 		return nil, err
 	}
 	s.metrics = m
+	if s.auth, err = newAuthenticator(cfg.Auth, s.logger, s.now, m.authFailures); err != nil {
+		return nil, err
+	}
+	s.hosts = newHostCheck(cfg.Auth, s.logger, s.now)
 
 	e := echo.New()
 	e.HideBanner = true
 	e.HidePort = true
 	e.HTTPErrorHandler = s.handleError
 	// Headers first, so that a refusal carries them too.
-	e.Use(s.instrument, s.recoverPanic, secureHeaders)
+	e.Use(s.instrument, s.recoverPanic, secureHeaders, watchBody)
+	if s.hosts != nil {
+		e.Use(s.hosts.middleware)
+	}
 	if s.auth != nil {
 		e.Use(s.auth.middleware)
 	}
@@ -367,6 +371,38 @@ func (s *Server) recoverPanic(next echo.HandlerFunc) echo.HandlerFunc {
 		}()
 		return next(c)
 	}
+}
+
+// watchBody lets the error handler tell a request whose body stopped
+// coming from one whose client went away (bodyTimedOut).
+func watchBody(next echo.HandlerFunc) echo.HandlerFunc {
+	return func(c echo.Context) error {
+		if req := c.Request(); req.Body != nil && req.Body != http.NoBody {
+			req.Body = &bodyReader{ReadCloser: req.Body}
+		}
+		return next(c)
+	}
+}
+
+// bodyReader is a request body that remembers its first read error.
+type bodyReader struct {
+	io.ReadCloser
+	err error
+}
+
+func (b *bodyReader) Read(p []byte) (int, error) {
+	n, err := b.ReadCloser.Read(p)
+	if err != nil && err != io.EOF && b.err == nil {
+		b.err = err
+	}
+	return n, err
+}
+
+// timedOut reports whether reading the body failed on the connection's read
+// deadline (the server's read timeout).
+func (b *bodyReader) timedOut() bool {
+	var ne net.Error
+	return errors.As(b.err, &ne) && ne.Timeout()
 }
 
 // kindsOf returns cfg.Kinds, or the kinds of cfg.KnownSources, sorted.

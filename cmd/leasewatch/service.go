@@ -192,7 +192,7 @@ func (s *service) startWeb(sources func() []audit.Source, reg *prometheus.Regist
 		Logger:           webLog,
 		Ready:            s.recorder.Ready,
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
-		Auth:             webAuth(cfg.Auth),
+		Auth:             webAuth(cfg.Auth, cfg.DashboardHosts()),
 		TLS:              tlsConfig,
 		Purposes:         cfg.VerdictPurposes(),
 
@@ -207,8 +207,10 @@ func (s *service) startWeb(sources func() []audit.Source, reg *prometheus.Regist
 	return nil
 }
 
-// webAuth translates auth: for the web server.
-func webAuth(a config.AuthConfig) web.Auth {
+// webAuth translates auth: for the web server. An open dashboard answers
+// only the hosts it is reached by (config.DashboardHosts), against DNS
+// rebinding.
+func webAuth(a config.AuthConfig, hosts []string) web.Auth {
 	var wa web.Auth
 	switch a.Mode {
 	case config.AuthBasic:
@@ -216,7 +218,8 @@ func webAuth(a config.AuthConfig) web.Auth {
 	case config.AuthProxy:
 		wa.ProxyHeader, wa.TrustedProxies = a.ProxyHeader, a.Proxies()
 	default:
-		return wa // open; validation refuses protect_* without a mode
+		// Open; validation refuses protect_* without a mode.
+		return web.Auth{CheckHost: true, Hosts: hosts}
 	}
 	wa.ProtectMetrics, wa.ProtectHealth = a.ProtectMetrics, a.ProtectHealth
 	return wa
