@@ -47,21 +47,12 @@ type run struct {
 	heads   headTimes           // when responses showed the head at a revision
 
 	// pending collects what the collector saw while the input before it
-	// commits; inflight is that input. One at a time: the recorder goes on
-	// with later inputs after one fails to commit, so a second input in
-	// flight could store a cursor past changes that were never stored.
-	// Batching instead keeps the commits few however fast etcd changes.
-	pending  *audit.Input
-	inflight *flight
-	wg       sync.WaitGroup // the flights' waits
+	// commits in flight. Batching keeps the commits few however fast etcd
+	// changes.
+	pending *audit.Input
+	flight  collectors.Flight
 
 	progressBusy atomic.Bool // a progress request is in flight
-}
-
-// flight is an input handed to the sink and not yet known durable.
-type flight struct {
-	in   *audit.Input
-	done chan error
 }
 
 func newRun(c *Collector, cli *clientv3.Client, sink collectors.Sink) *run {
@@ -230,7 +221,7 @@ func (r *run) read(ctx context.Context, rev int64) ([]*mvccpb.KeyValue, int64, e
 func (r *run) watch(ctx context.Context) error {
 	wctx, cancel := context.WithCancel(clientv3.WithRequireLeader(ctx))
 	var wg sync.WaitGroup
-	defer r.wg.Wait()
+	defer r.flight.Wait()
 	defer wg.Wait()
 	defer cancel()
 
@@ -301,7 +292,7 @@ func (r *run) watch(ctx context.Context) error {
 				r.requestProgress(wctx, &wg)
 				retry = time.After(stallRetry)
 			}
-		case err := <-r.landing():
+		case err := <-r.flight.Landing():
 			if err := r.land(err); err != nil {
 				return err
 			}
@@ -432,65 +423,41 @@ func (r *run) pendingInput() *audit.Input {
 	return r.pending
 }
 
-// submit hands the pending input to the sink unless one is in flight. With a
-// collectors.Submitter it returns at once; a plain Sink's Observe runs on
-// its own. Either way the loop goes on reading etcd, and land learns the
-// outcome.
+// submit hands the pending input to the sink unless one is in flight; the
+// loop goes on reading etcd, and land learns the outcome.
 //
 // Every input carries the revision its picture covers as its cursor, one
 // of renewals alone too: the polls that showed them were judged against
 // the locks as of that revision, and every input before it, which covers
 // as much, is stored by the time this one is.
 func (r *run) submit(ctx context.Context) {
-	if r.inflight != nil || r.pending == nil {
+	if r.flight.Busy() || r.pending == nil {
 		return
 	}
 	in := r.pending
 	r.pending = nil
 	in.At = r.now()
 	in.Cursor = strconv.FormatInt(r.applied, 10)
-	var wait func() error
-	if sub, ok := r.sink.(collectors.Submitter); ok {
-		wait = sub.Submit(ctx, *in)
-	} else {
-		sink := r.sink
-		wait = func() error { return sink.Observe(ctx, *in) }
-	}
-	f := &flight{in: in, done: make(chan error, 1)}
-	r.inflight = f
-	r.wg.Add(1)
-	go func() {
-		defer r.wg.Done()
-		f.done <- wait()
-	}()
-}
-
-// landing is where the input in flight reports; nil when none is.
-func (r *run) landing() <-chan error {
-	if r.inflight == nil {
-		return nil
-	}
-	return r.inflight.done
+	r.flight.Start(ctx, r.sink, *in)
 }
 
 // land takes the outcome of the input in flight. Only now does its cursor
 // count as stored.
 func (r *run) land(err error) error {
-	f := r.inflight
-	r.inflight = nil
+	in := r.flight.Land()
 	if err != nil {
-		return fmt.Errorf("record revision %s: %w", f.in.Cursor, err)
+		return fmt.Errorf("record revision %s: %w", in.Cursor, err)
 	}
-	rev, _ := strconv.ParseInt(f.in.Cursor, 10, 64)
-	r.rev, r.revAt = rev, f.in.At
+	rev, _ := strconv.ParseInt(in.Cursor, 10, 64)
+	r.rev, r.revAt = rev, in.At
 	return nil
 }
 
 // settle submits what is pending and waits until all of it is durable.
 func (r *run) settle(ctx context.Context) error {
-	for r.inflight != nil || r.pending != nil {
+	for r.flight.Busy() || r.pending != nil {
 		r.submit(ctx)
-		if err := r.land(<-r.inflight.done); err != nil {
+		if err := r.land(<-r.flight.Landing()); err != nil {
 			return err
 		}
 	}

@@ -31,14 +31,13 @@ type run struct {
 	wake   chan string
 	seenAt time.Time // when the collector last knew it saw everything
 	cursor int64     // the zxid of the last read recorded: stored, or in an input on its way
-	// pending gathers what the loop records while inflight commits
-	// (submit.go); flights are the goroutines that wait for them.
-	pending  *audit.Input
-	inflight *flight
-	flights  sync.WaitGroup
-	probed   sessions // the last probe of the servers' sessions (ProbeSessions)
-	vouched  sessions // the last probe known to precede every change since (poll)
-	clocks   map[string]*serverClock
+	// pending gathers what the loop records while flight commits
+	// (submit.go).
+	pending *audit.Input
+	flight  collectors.Flight
+	probed  sessions // the last probe of the servers' sessions (ProbeSessions)
+	vouched sessions // the last probe known to precede every change since (poll)
+	clocks  map[string]*serverClock
 
 	mu    sync.Mutex
 	armed map[string]int // path -> watches armed on it that have not fired
@@ -60,7 +59,7 @@ func (r *run) run(ctx context.Context, ready func()) error {
 		return err
 	}
 	ready()
-	defer r.flights.Wait()
+	defer r.flight.Wait()
 	tick := time.NewTicker(r.c.cfg.PollInterval)
 	defer tick.Stop()
 	for {
@@ -68,7 +67,7 @@ func (r *run) run(ctx context.Context, ready func()) error {
 		select {
 		case <-ctx.Done():
 			return nil
-		case landed := <-r.landing():
+		case landed := <-r.flight.Landing():
 			// Not a lost connection's error, which the loop rides out: the
 			// input's observations are not stored.
 			if err := r.land(ctx, landed); err != nil {
