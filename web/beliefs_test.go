@@ -63,32 +63,36 @@ func TestBeliefsZombieHolder(t *testing.T) {
 		t.Fatalf("a belief of the held tenure recorded %+v %+v", events, findings)
 	}
 
-	// worker-1 released token 41 at now-9m; it still acts at now-30s and at
-	// now.
+	// worker-1 released token 41 at now-9m; it still acts at now-8m,
+	// now-7m50s and now. The second belief says little more than the first
+	// of how long the zombie went on (70 s against 60 s), so only the first
+	// and the last are events.
 	zombie := `[{"source":"prod-etcd","lock":"/locks/jobs","holder":"worker-1","token":41,"at":"` +
-		now.Add(-30*time.Second).Format(time.RFC3339Nano) + `"},
+		now.Add(-8*time.Minute).Format(time.RFC3339Nano) + `"},
+		{"source":"prod-etcd","lock":"/locks/jobs","holder":"worker-1","token":41,"at":"` +
+		now.Add(-7*time.Minute-50*time.Second).Format(time.RFC3339Nano) + `"},
 		{"source":"prod-etcd","lock":"/locks/jobs","holder":"worker-1","token":41}]`
 	res, m = f.postTo(t, "/api/v1/beliefs", zombie, bearer)
 	if res.StatusCode != http.StatusAccepted {
 		t.Fatalf("POST zombie beliefs = %d %v, want 202", res.StatusCode, m)
 	}
-	wantNumber(t, "accepted", m["accepted"], 2)
+	wantNumber(t, "accepted", m["accepted"], 3)
 	events, findings := f.zombieRecords(t)
-	if len(events) != 2 || !events[0].At.Equal(now.Add(-30*time.Second)) || !events[1].At.Equal(now) ||
+	if len(events) != 2 || !events[0].At.Equal(now.Add(-8*time.Minute)) || !events[1].At.Equal(now) ||
 		events[1].Holder != "worker-1" || events[1].Token == nil || *events[1].Token != 41 {
-		t.Fatalf("zombie_belief events = %+v, want two of worker-1, token 41, at now-30s and now", events)
+		t.Fatalf("zombie_belief events = %+v, want two of worker-1, token 41, at now-8m and now", events)
 	}
 	if len(findings) != 1 {
 		t.Fatalf("zombie_holder findings = %+v, want one for the tenure", findings)
 	}
-	if z := findings[0]; !z.At.Equal(now.Add(-9*time.Minute)) || !z.Until.Equal(now.Add(-30*time.Second)) ||
+	if z := findings[0]; !z.At.Equal(now.Add(-9*time.Minute)) || !z.Until.Equal(now.Add(-8*time.Minute)) ||
 		!strings.Contains(z.Summary, "worker-1") || z.Severity != audit.SeverityWarning {
 		t.Fatalf("zombie_holder = %+v, want from the release (now-9m) to the first zombie belief, warning", z)
 	}
 
 	_, body := f.do(t, http.MethodGet, "/metrics", nil)
-	if !strings.Contains(string(body), "leasewatch_ingest_beliefs_total 3") {
-		t.Errorf("metrics do not count the 3 beliefs:\n%s", grepLines(body, "beliefs"))
+	if !strings.Contains(string(body), "leasewatch_ingest_beliefs_total 4") {
+		t.Errorf("metrics do not count the 4 beliefs:\n%s", grepLines(body, "beliefs"))
 	}
 }
 
