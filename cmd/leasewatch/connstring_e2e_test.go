@@ -152,7 +152,7 @@ func TestRefusedCopyWritesNothing(t *testing.T) {
 
 	for _, tt := range []struct {
 		name, from, to, want string
-		check              func(t *testing.T)
+		check                func(t *testing.T)
 	}{
 		{"SourceNotLeasewatch", sqliteOther, filepath.Join(dir, "new.db"), "the source's schema is not this version's", func(t *testing.T) {
 			if _, err := os.Stat(filepath.Join(dir, "new.db")); err == nil {
