@@ -21,16 +21,7 @@ func BenchmarkRecorderReportWrite(b *testing.B) {
 	for _, others := range []int{0, 1000} {
 		b.Run(fmt.Sprintf("Resources=%d", others), func(b *testing.B) {
 			ctx := context.Background()
-			st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "lw.db"))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer st.Close()
-			rec := audit.NewRecorder(st, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{"src": audit.KindEtcd}}, slog.New(slog.DiscardHandler))
-			if err := rec.Start(ctx); err != nil {
-				b.Fatal(err)
-			}
-			defer rec.Close()
+			rec := benchRecorder(b)
 			lock := audit.LockKey{Source: "src", Name: "orders"}
 			if err := rec.Observe(ctx, audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: []audit.Observation{{
 				Lock: lock, Kind: audit.EventGrant, At: at(0), Holder: "a", Token: audit.Int64(1), LeaseDuration: time.Hour,
@@ -66,16 +57,7 @@ func BenchmarkRecorderReportWrite(b *testing.B) {
 // API's largest request within the bound on resources per lock.
 func BenchmarkRecorderNewResources(b *testing.B) {
 	ctx := context.Background()
-	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "lw.db"))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer st.Close()
-	rec := audit.NewRecorder(st, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{"src": audit.KindEtcd}}, slog.New(slog.DiscardHandler))
-	if err := rec.Start(ctx); err != nil {
-		b.Fatal(err)
-	}
-	defer rec.Close()
+	rec := benchRecorder(b)
 	writes := make([]audit.WriteReport, 1000)
 	n := 0
 	for b.Loop() {
@@ -88,4 +70,22 @@ func BenchmarkRecorderNewResources(b *testing.B) {
 			b.Fatal(err)
 		}
 	}
+}
+
+// benchRecorder returns a started recorder of one etcd source, "src", on a
+// SQLite store of its own, both closed when b ends.
+func benchRecorder(b *testing.B) *audit.Recorder {
+	b.Helper()
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "lw.db"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { st.Close() })
+	rec := audit.NewRecorder(st, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{"src": audit.KindEtcd}}, slog.New(slog.DiscardHandler))
+	if err := rec.Start(ctx); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { rec.Close() })
+	return rec
 }

@@ -250,10 +250,8 @@ func TestConnectionsCarryPragmas(t *testing.T) {
 // recent tenures inside: Restore must give the same memory back.
 func TestMigrationMovesTrackStateOutOfLockRows(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "leasewatch.db")
-	db := migratedTo(t, path, 4)
 	// Written as 0004's code wrote it: two recent tenures in the JSON.
-	for _, q := range []string{
+	s := upgradedFrom(t, 4, []string{
 		`INSERT INTO locks (id, source, kind, name, state, holder, token, renewed_at, expires_at, lease_duration_ms, changed_at, track_state)
 			VALUES (7, 'src', 'kubernetes', 'orders', 'held', 'b', 3, 5000, 15000, 10000, 5000,
 			'{"recent":[{"Seq":2},{"Seq":3}],"next_seq":3,"last_grant_token":3,"sequential_tokens":true,"resources":{"db":{"highest":2}}}')`,
@@ -262,18 +260,7 @@ func TestMigrationMovesTrackStateOutOfLockRows(t *testing.T) {
 		`INSERT INTO tenures (lock_id, seq, holder, token, granted_at, ended_at, end_reason) VALUES (7, 2, 'a', 2, 3000, 4000, 'expired')`,
 		`INSERT INTO tenures (lock_id, seq, holder, token, granted_at, renewals, last_renewed_at, lease_duration_ms, expires_at) VALUES (7, 3, 'b', 3, 4000, 1, 5000, 10000, 15000)`,
 		`INSERT INTO events (lock_id, kind, at) VALUES (7, 'grant', 4000), (7, 'renew', 5000)`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open (migrating): %v", err)
-	}
-	defer s.Close()
+	})
 	states, _, err := s.Restore(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -328,28 +315,36 @@ func migratedTo(t *testing.T, path string, version int) *sql.DB {
 	return db
 }
 
-// TestMigrationGivesFindingsTheirLockClass upgrades a database written
-// before 0007: the findings it holds take their locks' classes, so a
-// heartbeat's finding leaves the default counts at once.
-func TestMigrationGivesFindingsTheirLockClass(t *testing.T) {
-	ctx := context.Background()
+// upgradedFrom makes a database migrated to version, runs rows in it as the
+// code of that version wrote them, and opens it, which migrates it the rest
+// of the way.
+func upgradedFrom(t *testing.T, version int, rows []string) *Store {
+	t.Helper()
 	path := filepath.Join(t.TempDir(), "leasewatch.db")
-	db := migratedTo(t, path, 6)
-	for _, q := range []string{
-		`INSERT INTO locks (id, source, name, class) VALUES (1, 'k8s', 'ns/orders', 'lock'), (2, 'k8s', 'kube-node-lease/node-1', 'heartbeat')`,
-		`INSERT INTO findings (lock_id, kind, severity, at) VALUES (1, 'late_renewal', 'warning', 1000), (2, 'lease_expired', 'warning', 2000), (2, 'overlap', 'critical', 3000)`,
-	} {
+	db := migratedTo(t, path, version)
+	for _, q := range rows {
 		if _, err := db.Exec(q); err != nil {
 			t.Fatalf("%s: %v", q, err)
 		}
 	}
 	db.Close()
-
-	s, err := Open(ctx, path)
+	s, err := Open(context.Background(), path)
 	if err != nil {
 		t.Fatalf("Open (migrating): %v", err)
 	}
-	defer s.Close()
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestMigrationGivesFindingsTheirLockClass upgrades a database written
+// before 0007: the findings it holds take their locks' classes, so a
+// heartbeat's finding leaves the default counts at once.
+func TestMigrationGivesFindingsTheirLockClass(t *testing.T) {
+	ctx := context.Background()
+	s := upgradedFrom(t, 6, []string{
+		`INSERT INTO locks (id, source, name, class) VALUES (1, 'k8s', 'ns/orders', 'lock'), (2, 'k8s', 'kube-node-lease/node-1', 'heartbeat')`,
+		`INSERT INTO findings (lock_id, kind, severity, at) VALUES (1, 'late_renewal', 'warning', 1000), (2, 'lease_expired', 'warning', 2000), (2, 'overlap', 'critical', 3000)`,
+	})
 	for class, want := range map[audit.Class]map[audit.Severity]int{
 		audit.ClassLock:      {audit.SeverityWarning: 1},
 		audit.ClassHeartbeat: {audit.SeverityWarning: 1, audit.SeverityCritical: 1},
@@ -366,20 +361,7 @@ func TestMigrationGivesFindingsTheirLockClass(t *testing.T) {
 // count those stored after: a window's totals are the same either way.
 func TestMigrationCountsTheWritesAlreadyStored(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "leasewatch.db")
-	db := migratedTo(t, path, 17)
-	for _, q := range storetest.WritesBeforeBins {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open (migrating): %v", err)
-	}
-	defer s.Close()
+	s := upgradedFrom(t, 17, storetest.WritesBeforeBins)
 	var bins int
 	if err := s.reader.QueryRowContext(ctx, `SELECT count(*) FROM write_bins`).Scan(&bins); err != nil {
 		t.Fatal(err)
@@ -391,19 +373,7 @@ func TestMigrationCountsTheWritesAlreadyStored(t *testing.T) {
 // of their own.
 func TestMigrationMovesResourcesIntoRows(t *testing.T) {
 	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "leasewatch.db")
-	db := migratedTo(t, path, 23)
-	for _, q := range storetest.ResourcesInTrackState {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open (migrating): %v", err)
-	}
-	defer s.Close()
+	s := upgradedFrom(t, 23, storetest.ResourcesInTrackState)
 	storetest.CheckResourcesMoved(t, s)
 	var left int
 	if err := s.reader.QueryRowContext(ctx, `SELECT count(*) FROM lock_tracks WHERE json_type(state, '$.resources') IS NOT NULL`).Scan(&left); err != nil || left != 0 {

@@ -2,7 +2,6 @@ package sqlite
 
 import (
 	"context"
-	"path/filepath"
 	"testing"
 	"time"
 
@@ -16,26 +15,14 @@ import (
 func TestMigrationKeepsNoneApartFromTheEpoch(t *testing.T) {
 	ctx := context.Background()
 	epoch := time.Unix(0, 0).UTC()
-	path := filepath.Join(t.TempDir(), "leasewatch.db")
-	db := migratedTo(t, path, 9)
-	for _, q := range []string{
+	s := upgradedFrom(t, 9, []string{
 		`INSERT INTO locks (id, source, name, state) VALUES (1, 'etcd', '/locks/free', 'free')`,
 		`INSERT INTO locks (id, source, name, state, acquired_at, renewed_at, expires_at, lease_duration_ms, changed_at)
 			VALUES (2, 'etcd', '/locks/held', 'held', 5000, 5000, 0, 0, 5000)`,
 		`INSERT INTO tenures (lock_id, seq, holder, granted_at, last_renewed_at, expires_at, ended_at) VALUES (2, 1, 'h', 5000, 0, 0, 0)`,
 		`INSERT INTO events (lock_id, kind, at) VALUES (1, 'write_accepted', 0)`,
 		`INSERT INTO cursors (source, position) VALUES ('etcd', '42')`,
-	} {
-		if _, err := db.Exec(q); err != nil {
-			t.Fatalf("%s: %v", q, err)
-		}
-	}
-	db.Close()
-	s, err := Open(ctx, path)
-	if err != nil {
-		t.Fatalf("Open (migrating): %v", err)
-	}
-	defer s.Close()
+	})
 	free := storetest.LockByKey(t, s, audit.LockKey{Source: "etcd", Name: "/locks/free"})
 	if !free.AcquiredAt.IsZero() || !free.RenewedAt.IsZero() || !free.ExpiresAt.IsZero() || !free.ChangedAt.IsZero() {
 		t.Errorf("free lock = %s, want no times", storetest.Show(free))
