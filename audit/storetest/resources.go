@@ -23,7 +23,6 @@ func ResourceRows(st audit.TrackState) []audit.ResourceRow {
 // writes no lock row, and the last entry of a resource in a batch wins.
 func testResourcesAreRowsOfTheirOwn(t *testing.T, h Harness) {
 	s := h.Open(t)
-	ctx := context.Background()
 	st := heldLock("src", "orders", "a", 7, 0)
 	st.LastGrantToken = audit.Int64(7)
 	st.Resources = map[string]*audit.ResourceState{
@@ -40,20 +39,14 @@ func testResourcesAreRowsOfTheirOwn(t *testing.T, h Harness) {
 		{Lock: key, Resource: "db", State: audit.ResourceState{Highest: audit.Int64(99)}},
 		{Lock: key, Resource: "db", State: audit.ResourceState{Highest: audit.Int64(7)}},
 	}})
-	states, _, err := s.Restore(ctx)
-	if err != nil {
-		t.Fatalf("Restore: %v", err)
-	}
-	if len(states) != 1 {
-		t.Fatalf("restored %d locks, want 1", len(states))
-	}
+	restored := restoreOnly(t, s)
 	want := map[string]*audit.ResourceState{
 		"cache":  {},
 		"db":     {Highest: audit.Int64(7)},
 		"ledger": {Highest: audit.Int64(7)},
 	}
-	Equal(t, "restored resources", states[0].Resources, want)
-	if got := states[0].LastGrantToken; got == nil || *got != 7 {
+	Equal(t, "restored resources", restored.Resources, want)
+	if got := restored.LastGrantToken; got == nil || *got != 7 {
 		t.Errorf("restored last grant token = %v, want 7: the resource batch must leave the lock's state", got)
 	}
 }
@@ -72,6 +65,20 @@ var ResourcesInTrackState = []string{
 // the lock's state with them.
 func CheckResourcesMoved(t *testing.T, s Store) {
 	t.Helper()
+	restored := restoreOnly(t, s)
+	want := map[string]*audit.ResourceState{
+		"cache": {},
+		"db":    {Highest: audit.Int64(2), Pending: []audit.PendingGrant{{Token: 3, GrantedAt: T0, Holder: "b"}}},
+	}
+	Equal(t, "resources after the upgrade", restored.Resources, want)
+	if got := restored.LastGrantToken; got == nil || *got != 3 {
+		t.Errorf("last grant token after the upgrade = %v, want 3", got)
+	}
+}
+
+// restoreOnly returns the state s restores of its one lock.
+func restoreOnly(t *testing.T, s Store) audit.TrackState {
+	t.Helper()
 	states, _, err := s.Restore(context.Background())
 	if err != nil {
 		t.Fatalf("Restore: %v", err)
@@ -79,12 +86,5 @@ func CheckResourcesMoved(t *testing.T, s Store) {
 	if len(states) != 1 {
 		t.Fatalf("restored %d locks, want 1", len(states))
 	}
-	want := map[string]*audit.ResourceState{
-		"cache": {},
-		"db":    {Highest: audit.Int64(2), Pending: []audit.PendingGrant{{Token: 3, GrantedAt: T0, Holder: "b"}}},
-	}
-	Equal(t, "resources after the upgrade", states[0].Resources, want)
-	if got := states[0].LastGrantToken; got == nil || *got != 3 {
-		t.Errorf("last grant token after the upgrade = %v, want 3", got)
-	}
+	return states[0]
 }

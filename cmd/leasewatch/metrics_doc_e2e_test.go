@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -52,16 +53,7 @@ func documentedFamilies(t *testing.T) (names map[string]bool, prefixes []string)
 func everyFamilyDocumented(t *testing.T, base string) {
 	t.Helper()
 	names, prefixes := documentedFamilies(t)
-	resp, err := http.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
+	mfs := scrapeFamilies(t, http.DefaultClient, base)
 	leasewatch := 0
 	for name := range mfs {
 		if names[name] {
@@ -79,4 +71,20 @@ func everyFamilyDocumented(t *testing.T, base string) {
 	if leasewatch < 10 {
 		t.Errorf("only %d of the README's families in the scrape: not a real one?", leasewatch)
 	}
+}
+
+// scrapeFamilies scrapes base's /metrics with client and parses it.
+func scrapeFamilies(t *testing.T, client *http.Client, base string) map[string]*dto.MetricFamily {
+	t.Helper()
+	resp, err := client.Get(base + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	mfs, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		t.Fatalf("parse /metrics: %v", err)
+	}
+	return mfs
 }

@@ -6,9 +6,6 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
-
-	"github.com/prometheus/common/expfmt"
-	"github.com/prometheus/common/model"
 )
 
 // Write reports of ever more resources, through the real ingest, grow the
@@ -35,16 +32,7 @@ sources:
 		t.Fatalf("POST /api/v1/writes = %d %s, %v", code, body, err)
 	}
 
-	resp, err := client.Get(base + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	mfs, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		t.Fatalf("parse /metrics: %v", err)
-	}
+	mfs := scrapeFamilies(t, client, base)
 	own, total := 0, 0.0
 	var leftOut float64
 	for _, m := range mfs["leasewatch_write_reports_total"].GetMetric() {
