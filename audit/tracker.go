@@ -233,6 +233,7 @@ func (t *Tracker) Observe(in Input) Batch {
 			}
 		}
 	}
+	o.judgeSuspects()
 	if in.Cursor != "" {
 		o.b.Cursors = append(o.b.Cursors, Cursor{Source: in.Source, Position: in.Cursor, At: at})
 	}
@@ -655,8 +656,8 @@ func judgeGrantAt(o *output, st *lockState, name string, ob Observation, last *i
 			o.finding(st, Finding{Kind: FindingUnfencedWrite, At: wr.At, Tokens: []int64{wr.Token, tok}, Holders: holders(wr.Holder, ob.Holder), Resource: name,
 				Summary: fmt.Sprintf("%s accepted a write with token %d %s after token %d had been granted to %s: fencing did not protect it",
 					name, wr.Token, wr.At.Sub(ob.At).Round(time.Millisecond), tok, orUnknown(ob.Holder))})
-		case !ob.Inferred && !wr.At.After(ob.At) && wr.Token > tok && (last == nil || wr.Token > *last) && st.tenureWithToken(wr.Token) == nil:
-			o.finding(st, ungrantedToken(name, wr.Holder, wr.Token, wr.At,
+		case !ob.Inferred && ob.At.Sub(wr.At) > ungrantedSlack && wr.Token > tok && (last == nil || wr.Token > *last) && st.tenureWithToken(wr.Token) == nil:
+			o.suspect(st, wr.Token, ungrantedToken(name, wr.Holder, wr.Token, wr.At,
 				fmt.Sprintf("token %d was granted to %s after it", tok, orUnknown(ob.Holder))))
 		}
 	}
@@ -677,12 +678,24 @@ func judgeGrantAt(o *output, st *lockState, name string, ob Observation, last *i
 // (Input.Live) for every change up to the write with no grant of the token,
 // or once a grant made after the write carries a lower token, which a lock
 // whose tokens grow would not do had it granted the write's.
+//
+// Both by more than ungrantedSlack: the write's time is the resource's
+// clock, the grants' and the collector's another, and a holder writes
+// right after its grant. And a grant with a lower token only suspects the
+// write (output.suspect) until its input is done: a collector that lagged
+// delivers the grants it missed together, each stamped when it saw them,
+// and the write's own grant may follow in the same input.
+
+// ungrantedSlack is how much later than a write the evidence that no grant
+// had its token must be: beyond the clock skew between a resource and the
+// collector that an NTP-synchronised fleet sees.
+const ungrantedSlack = time.Second
 
 // ungranted reports whether token, accepted at at, is newer than every
 // grant of the lock while the collector has delivered every change up to
 // at (vouched, as Tracker.vouched). The caller knows no tenure of it.
 func (st *lockState) ungranted(token int64, at time.Time, vouched int64) bool {
-	return st.lastGrantToken != nil && token > *st.lastGrantToken && vouched >= nanos(at)
+	return st.lastGrantToken != nil && token > *st.lastGrantToken && vouched >= nanos(at.Add(ungrantedSlack))
 }
 
 // ungrantedToken is the finding of a write accepted at at under a token no
@@ -1004,6 +1017,32 @@ type output struct {
 	tenures   map[tenureKey]int
 	resources []resourceKey // in the order first changed
 	touched   map[resourceKey]bool
+	suspects  []suspect // ungranted_token findings the rest of the input may clear
+}
+
+// suspect is a write's ungranted_token finding, raised unless a grant of its
+// token comes later in the same input.
+type suspect struct {
+	st    *lockState
+	token int64
+	f     Finding
+}
+
+// suspect holds f, a finding that a write's token was never granted, until
+// the input is done (judgeSuspects).
+func (o *output) suspect(st *lockState, token int64, f Finding) {
+	o.suspects = append(o.suspects, suspect{st: st, token: token, f: f})
+}
+
+// judgeSuspects raises the suspected ungranted_token findings whose token
+// no grant of the input had.
+func (o *output) judgeSuspects() {
+	for _, s := range o.suspects {
+		if s.st.tenureWithToken(s.token) == nil {
+			o.finding(s.st, s.f)
+		}
+	}
+	o.suspects = nil
 }
 
 // resourceKey names one resource of a lock in a step.

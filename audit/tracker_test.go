@@ -1355,4 +1355,32 @@ func TestTrackerUngrantedToken(t *testing.T) {
 			t.Fatalf("findings = %v, want no ungranted_token", got)
 		}
 	})
+	t.Run("ALaggingCollectorDeliversTheGrantsTogether", func(t *testing.T) {
+		// The collector missed B's and C's grants and delivers both in one
+		// input, stamped when it saw them, seconds after C's write: B's lower
+		// token must not condemn the write before C's grant is read.
+		s := newStory(t, audit.KindEtcd)
+		s.grant("A", 41, at(0), time.Minute)
+		s.write("ledger", 43, audit.WriteAccepted, at(time.Second))
+		s.observe(
+			audit.Observation{Kind: audit.EventGrant, At: at(5 * time.Second), Holder: "B", Token: audit.Int64(42), LeaseDuration: time.Minute},
+			audit.Observation{Kind: audit.EventGrant, At: at(5 * time.Second), Holder: "C", Token: audit.Int64(43), LeaseDuration: time.Minute},
+		)
+		if got := s.findings(); slices.Contains(got, audit.FindingUngrantedToken) {
+			t.Fatalf("findings = %v, want no ungranted_token", got)
+		}
+	})
+	t.Run("TheResourcesClockBehindTheCollectors", func(t *testing.T) {
+		// B writes right after its grant, on a clock 300 ms behind: the
+		// write reads as made before the grant, within the collector's
+		// vouched time, and before the grant's.
+		s := newStory(t, audit.KindRedis)
+		s.grant("A", 41, at(0), time.Minute)
+		s.live(at(10 * time.Second))
+		s.write("ledger", 42, audit.WriteAccepted, at(9800*time.Millisecond))
+		s.grant("B", 42, at(10100*time.Millisecond), time.Minute)
+		if got := s.findings(); slices.Contains(got, audit.FindingUngrantedToken) {
+			t.Fatalf("findings = %v, want no ungranted_token", got)
+		}
+	})
 }
