@@ -96,14 +96,21 @@ func TestAcquireRenewRelease(t *testing.T) {
 	}
 	s.NoFindings(t, lock, audit.FindingLeaseExpired, audit.FindingLateRenewal, audit.FindingUnfencedLock)
 
-	// Every write to the Lease became exactly one observation, in order.
-	want := writes.until(t, func(l *coordinationv1.Lease) bool { return deref(l.Spec.HolderIdentity) == "" })
-	var got []string
-	for _, ob := range s.Obs(lock) {
+	// Every write to the Lease became exactly one observation, in order; a
+	// renewal keeps no resourceVersion, every other observation its write's.
+	rvs := writes.until(t, func(l *coordinationv1.Lease) bool { return deref(l.Spec.HolderIdentity) == "" })
+	obs := s.Obs(lock)
+	var got, want []string
+	for i, ob := range obs {
 		got = append(got, ob.Position)
+		if i < len(rvs) && ob.Kind != audit.EventRenew {
+			want = append(want, rvs[i])
+		} else {
+			want = append(want, "")
+		}
 	}
-	if !slices.Equal(got, want) {
-		t.Fatalf("observation positions %v, want the Lease's write resourceVersions %v", got, want)
+	if len(obs) != len(rvs) || !slices.Equal(got, want) {
+		t.Fatalf("observation positions %q, want the Lease's write resourceVersions %v, renewals' left empty", got, rvs)
 	}
 }
 

@@ -30,7 +30,8 @@ const (
 // RenewedAt is renewTime, or acquireTime when a writer sets only that, both
 // on the holder's clock (for a release too) and clamped to
 // audit.EarliestTime..LatestTime (the acquire_time detail keeps the Lease's
-// own text); Position is the write's resourceVersion. Its strings are made
+// own text); Position is the write's resourceVersion (which run.observe
+// leaves out of a renewal). Its strings are made
 // text by collectors.AsText.
 func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Observation, bool) {
 	ob := audit.Observation{

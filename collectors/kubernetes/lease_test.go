@@ -270,3 +270,36 @@ func TestRenewalKindDoesNotDependOnDelivery(t *testing.T) {
 		})
 	}
 }
+
+// TestRenewalKeepsNoResourceVersion: a renewal's resourceVersion is the
+// apiserver's etcd revision, which nothing reads, so a renew observation
+// has no Position; a grant, a release and a deletion keep theirs.
+func TestRenewalKeepsNoResourceVersion(t *testing.T) {
+	held := func(renewed time.Time, rv string) *coordinationv1.Lease {
+		l := lease("ns", "l", coordinationv1.LeaseSpec{HolderIdentity: ptr("a"), LeaseDurationSeconds: ptr(int32(15)),
+			LeaseTransitions: ptr(int32(3)), RenewTime: &metav1.MicroTime{Time: renewed}})
+		l.ResourceVersion = rv
+		return l
+	}
+	released := lease("ns", "l", coordinationv1.LeaseSpec{LeaseTransitions: ptr(int32(3))})
+	released.ResourceVersion = "13"
+	r := &run{c: &Collector{cfg: Config{Name: "k"}}, leases: make(map[string]seen)}
+	for _, step := range []struct {
+		typ  watch.EventType
+		l    *coordinationv1.Lease
+		kind audit.EventKind
+		pos  string
+	}{
+		{watch.Added, held(t0, "10"), audit.EventGrant, "10"},
+		{watch.Modified, held(t0.Add(2*time.Second), "11"), audit.EventRenew, ""},
+		{watch.Modified, held(t0.Add(4*time.Second), "12"), audit.EventRenew, ""},
+		{watch.Modified, released, audit.EventRelease, "13"},
+		{watch.Modified, held(t0.Add(6*time.Second), "14"), audit.EventGrant, "14"},
+		{watch.Deleted, held(t0.Add(6*time.Second), "15"), audit.EventRelease, "15"},
+	} {
+		ob, _ := r.observe(step.typ, step.l, t0.Add(7*time.Second))
+		if ob.Kind != step.kind || ob.Position != step.pos {
+			t.Errorf("%s at resourceVersion %s: kind %s, position %q; want %s, position %q", step.typ, step.l.ResourceVersion, ob.Kind, ob.Position, step.kind, step.pos)
+		}
+	}
+}

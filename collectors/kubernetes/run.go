@@ -650,7 +650,10 @@ func (r *run) observe(typ watch.EventType, l *coordinationv1.Lease, now time.Tim
 		return ob, true
 	}
 	if known && prev.continuedBy(ob, now) {
-		ob.Kind = audit.EventRenew
+		// A renewal keeps no resourceVersion: it is the apiserver's global
+		// etcd revision, which nothing reads of a renewal, and the store would
+		// keep it for every heartbeat. The cursor still moves past it (apply).
+		ob.Kind, ob.Position = audit.EventRenew, ""
 		ob.Detail = renewDetail(ob.Detail)
 	}
 	return ob, true
