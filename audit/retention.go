@@ -94,6 +94,35 @@ type Pruner interface {
 	PruneFindings(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
+// Sealer folds renewals stored as rows into runs, a few bytes a renewal
+// (ARCHITECTURE.md, "Renewal runs"): store upkeep, which the Retainer runs
+// with its pruning. Readers see a renewal the same before and after.
+type Sealer interface {
+	// SealRenewals seals, for the next step.Limit locks after
+	// step.AfterLock in id order, in one transaction, their renewals
+	// observed before step.Before that every sync mark covers.
+	SealRenewals(ctx context.Context, step SealStep) (SealResult, error)
+}
+
+// SealStep is one bounded sealing of renewals, walking the locks by id.
+type SealStep struct {
+	Before    time.Time // renewals observed before this are sealed: the end of a run window
+	AfterLock int64     // the walk's position: locks after this one
+	Limit     int       // locks, at most
+}
+
+// SealResult is what a SealStep did.
+type SealResult struct {
+	NextLock int64 // the walk's new position, for the next step's AfterLock
+	Sealed   int   // renewals folded into runs
+	Done     bool  // no lock is left after NextLock
+}
+
+// SealGrace is how long after a run window ends its renewals are sealed:
+// time for a lagging collector's renewals of the window to be stored, and
+// for the journal's sync to cover them.
+const SealGrace = 10 * time.Minute
+
 // RenewalSummary is what retention pruned of one tenure's renewals.
 type RenewalSummary struct {
 	Renewals       int64
@@ -104,7 +133,11 @@ type RenewalSummary struct {
 // Retainer prunes the audit log by its Retention, a pass every Every, in
 // steps that leave the writer to ingest in between.
 type Retainer struct {
-	Store     Pruner
+	Store Pruner
+	// Sealer, if set, seals renewals into runs before each pass prunes:
+	// every closed window of Window (an hour), SealGrace after it ends.
+	Sealer    Sealer
+	Window    time.Duration // default one hour
 	Retention Retention
 	Now       func() time.Time
 	Log       *slog.Logger // nil: discard
@@ -115,17 +148,21 @@ type Retainer struct {
 	Step int
 	// Pruned, if set, is called with the rows each step deleted.
 	Pruned func(what string, n int)
+	// Sealed, if set, is called with the renewals each seal step folded
+	// into runs.
+	Sealed func(n int)
 	// Active, if set, says whether this process prunes now: of replicas
 	// that share a store, one does (serve: the owner of leasewatch's own
 	// source), since their walks would race on the same rows.
 	Active func() bool
 
 	cursors map[time.Duration]int64 // per rule (by age): the walk's position
+	sealed  time.Time               // the end of the last window sealed through
 }
 
 // Run prunes until ctx ends.
 func (r *Retainer) Run(ctx context.Context) {
-	if r.Retention.Keeps() {
+	if r.Retention.Keeps() && r.Sealer == nil {
 		return
 	}
 	log := r.Log
@@ -140,7 +177,7 @@ func (r *Retainer) Run(ctx context.Context) {
 	defer t.Stop()
 	for {
 		if r.Active != nil && !r.Active() {
-			r.cursors = nil // another replica walks meanwhile: start again when active
+			r.cursors, r.sealed = nil, time.Time{} // another replica walks meanwhile: start again when active
 		} else if err := r.Pass(ctx); err != nil && ctx.Err() == nil {
 			log.Warn("retention pass failed; retrying at the next", "err", err)
 		}
@@ -163,6 +200,9 @@ func (r *Retainer) Pass(ctx context.Context) error {
 		limit = 2000
 	}
 	now := r.Now()
+	if err := r.seal(ctx, now); err != nil {
+		return err
+	}
 	for _, rule := range r.Retention.EventRules() {
 		for {
 			start := time.Now()
@@ -191,6 +231,42 @@ func (r *Retainer) Pass(ctx context.Context) error {
 		}
 		r.count("findings", n)
 		if n < limit {
+			return nil
+		}
+		if err := Pause(ctx, time.Since(start)); err != nil {
+			return err
+		}
+	}
+}
+
+// sealLocks is how many locks one seal step takes: an hour of a lock's
+// renewals is one run, so a step writes at most this many runs (more for
+// locks renewed more often than MaxRenewals an hour).
+const sealLocks = 200
+
+// seal seals the renewals of every window closed SealGrace before now,
+// walking every lock once per window.
+func (r *Retainer) seal(ctx context.Context, now time.Time) error {
+	window := r.Window
+	if window <= 0 {
+		window = time.Hour
+	}
+	before := now.Add(-SealGrace).Truncate(window)
+	if r.Sealer == nil || !before.After(r.sealed) {
+		return nil
+	}
+	for after := int64(0); ; {
+		start := time.Now()
+		res, err := r.Sealer.SealRenewals(ctx, SealStep{Before: before, AfterLock: after, Limit: sealLocks})
+		if err != nil {
+			return err
+		}
+		after = res.NextLock
+		if r.Sealed != nil && res.Sealed > 0 {
+			r.Sealed(res.Sealed)
+		}
+		if res.Done {
+			r.sealed = before
 			return nil
 		}
 		if err := Pause(ctx, time.Since(start)); err != nil {
