@@ -198,7 +198,7 @@ func TestParseConfigRetention(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got, want := defaults.Retention.Policy(), (audit.Retention{Events: 90 * 24 * time.Hour,
-		Kinds: map[audit.EventKind]time.Duration{audit.EventRenew: 7 * 24 * time.Hour}}); !reflect.DeepEqual(got, want) {
+		Kinds: map[audit.EventKind]time.Duration{}}); !reflect.DeepEqual(got, want) {
 		t.Errorf("default retention = %+v, want %+v", got, want)
 	}
 
@@ -215,13 +215,13 @@ func TestParseConfigRetention(t *testing.T) {
 		t.Errorf("365d prints as %q", s)
 	}
 
-	// Naming other kinds leaves renewals at their default.
-	cfg, err = Parse([]byte("retention:\n  kinds:\n    write_rejected: 30d\n"))
+	// Renewals not named are kept as long as the other events.
+	cfg, err = Parse([]byte("retention:\n  events: 30d\n  kinds:\n    write_rejected: 7d\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got := cfg.Retention.Policy().Kinds[audit.EventRenew]; got != 7*24*time.Hour {
-		t.Errorf("renewal retention = %v, want the 7-day default", got)
+	if rules := cfg.Retention.Policy().EventRules(); len(rules) != 2 || !rules[1].Governs(audit.EventRenew) || rules[1].Age != 30*24*time.Hour {
+		t.Errorf("retention rules = %+v, want renewals under events' 30 days", rules)
 	}
 }
 

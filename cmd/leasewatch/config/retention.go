@@ -17,9 +17,9 @@ import (
 // renewals.
 //
 //	retention:
-//	  events: 90d          # every event kind not listed under kinds
+//	  events: 90d          # every event kind not listed under kinds, renewals too
 //	  kinds:
-//	    renew: 7d          # renewals are most events
+//	    write_accepted: 30d
 //	  findings: forever
 type RetentionConfig struct {
 	Events   Age                     `yaml:"events"`
@@ -30,7 +30,6 @@ type RetentionConfig struct {
 // Defaults for omitted retention keys.
 const (
 	DefaultEventRetention   = 90 * Day
-	DefaultRenewalRetention = 7 * Day
 	DefaultFindingRetention = Forever
 )
 
@@ -95,12 +94,6 @@ func (r *RetentionConfig) fillDefaults() {
 	}
 	if r.Findings == 0 {
 		r.Findings = DefaultFindingRetention
-	}
-	if _, ok := r.Kinds[audit.EventRenew]; !ok {
-		if r.Kinds == nil {
-			r.Kinds = make(map[audit.EventKind]Age)
-		}
-		r.Kinds[audit.EventRenew] = DefaultRenewalRetention
 	}
 }
 
