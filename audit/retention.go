@@ -245,7 +245,7 @@ func (r *Retainer) Pass(ctx context.Context) error {
 const sealLocks = 200
 
 // seal seals the renewals of every window closed SealGrace before now,
-// walking every lock once per window.
+// pausing between steps as pruning does.
 func (r *Retainer) seal(ctx context.Context, now time.Time) error {
 	window := r.Window
 	if window <= 0 {
@@ -255,23 +255,35 @@ func (r *Retainer) seal(ctx context.Context, now time.Time) error {
 	if r.Sealer == nil || !before.After(r.sealed) {
 		return nil
 	}
-	for after := int64(0); ; {
-		start := time.Now()
-		res, err := r.Sealer.SealRenewals(ctx, SealStep{Before: before, AfterLock: after, Limit: sealLocks})
-		if err != nil {
-			return err
-		}
-		after = res.NextLock
+	err := SealThrough(ctx, r.Sealer, before, func(res SealResult, took time.Duration) error {
 		if r.Sealed != nil && res.Sealed > 0 {
 			r.Sealed(res.Sealed)
 		}
 		if res.Done {
-			r.sealed = before
 			return nil
 		}
-		if err := Pause(ctx, time.Since(start)); err != nil {
+		return Pause(ctx, took)
+	})
+	if err == nil {
+		r.sealed = before
+	}
+	return err
+}
+
+// SealThrough walks every lock once, sealing its renewals observed before
+// before, sealLocks locks a step; after each step it calls step, whose
+// error stops the walk.
+func SealThrough(ctx context.Context, s Sealer, before time.Time, step func(res SealResult, took time.Duration) error) error {
+	for after := int64(0); ; {
+		start := time.Now()
+		res, err := s.SealRenewals(ctx, SealStep{Before: before, AfterLock: after, Limit: sealLocks})
+		if err != nil {
 			return err
 		}
+		if err := step(res, time.Since(start)); err != nil || res.Done {
+			return err
+		}
+		after = res.NextLock
 	}
 }
 
