@@ -14,7 +14,8 @@ import (
 // window, in time order; if more than f.Limit match, the newest f.Limit. It
 // reads only indexes: a rare kind its own range of the per-kind index, and
 // renewals, which that index leaves out, the lock's timeline index, which
-// carries each event's kind (migration 0019).
+// carries each event's kind (migration 0019), and the renewals sealed in
+// runs from their index (migration 0025).
 func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKind, f audit.TimeFilter) ([]time.Time, error) {
 	return eventTimes(ctx, &s.reads, lockID, kind, f)
 }
@@ -44,9 +45,13 @@ func eventTimes(ctx context.Context, r *reads, lockID int64, kind audit.EventKin
 	w.Window("at", f)
 	lim := rowcodec.Limit(f.Limit, audit.DefaultListLimit, audit.MaxListLimit)
 	rows, err := tx.Query(ctx, `SELECT at FROM events INDEXED BY `+index+w.String()+` ORDER BY at DESC`, w.Args...)
-	var out []time.Time
+	var out, runs []time.Time
 	if err == nil {
 		out, err = sqlread.Times(rows, lim)
+	}
+	if err == nil && kind == audit.EventRenew {
+		runs, err = r.RunTimes(ctx, tx, lockID, f, lim)
+		out = sqlread.MergeTimes(out, runs, lim)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("%s times of lock %d: %w", kind, lockID, storageError(err))

@@ -222,8 +222,8 @@ func (w *batchWriter) putSyncMarks(ctx context.Context, b audit.Batch) error {
 	return nil
 }
 
-// jsonList is a list of strings as a JSON array, for json_each.
-func jsonList(list []string) string {
+// jsonList is a list of strings or numbers as a JSON array, for json_each.
+func jsonList[T string | int64](list []T) string {
 	b, _ := json.Marshal(list)
 	return string(b)
 }

@@ -30,6 +30,7 @@ func engine(pool *readPool) sqlread.Engine {
 			return sqlDB{tx}, func() { tx.Rollback() }, nil
 		},
 		NoRows:    sql.ErrNoRows,
+		Runs:      true,
 		Wrap:      storageError,
 		Hint:      func(index string) string { return " INDEXED BY " + index },
 		Unindexed: func(col string) string { return "+" + col },

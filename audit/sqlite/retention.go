@@ -20,7 +20,9 @@ var _ audit.Pruner = (*Store)(nil)
 // closely enough, and an event stored late with an old time only waits for
 // the walk. Renewals not yet folded into their lock rows (the journal's
 // unsynced tail) are never pruned. Pruned renewals leave their count, first
-// and last time and least margin per tenure in renewal_summaries.
+// and last time and least margin per tenure in renewal_summaries. Renewals
+// sealed into runs go a run at a time, once its last renewal is older than
+// step.Before (pruneRuns), in the steps before the walk of the rows.
 func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.PruneResult, error) {
 	res := audit.PruneResult{Next: step.After}
 	if step.Limit <= 0 {
@@ -29,7 +31,19 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 	governed, args := ruleCondition(step.Rule)
 	before := nanos(step.Before)
 
+	var walk runsWalk
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		walk = s.runs
+		if step.Rule.Governs(audit.EventRenew) {
+			n, more, err := pruneRuns(ctx, tx, &walk, before, step.Limit)
+			if err != nil {
+				return fmt.Errorf("prune renewal runs: %w", err)
+			}
+			res.Deleted = n
+			if more {
+				return nil // the events in the next step
+			}
+		}
 		// The window's last id, and the first event in it the rule keeps.
 		var last, keep, synced sql.NullInt64
 		q := `SELECT max(id), min(CASE WHEN ` + governed + ` AND at >= ? THEN id END)
@@ -66,14 +80,82 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 			return fmt.Errorf("delete: %w", err)
 		}
 		n, _ := r.RowsAffected()
-		res.Next, res.Deleted = upper, int(n)
+		res.Next, res.Deleted = upper, res.Deleted+int(n)
 		return nil
-	}, nil)
+	}, func() { s.runs = walk })
 	if err != nil {
 		return audit.PruneResult{Next: step.After}, fmt.Errorf("prune events: %w", err)
 	}
 	return res, nil
 }
+
+// runsWalk is where retention's walk of the renewal runs stands. A lock's
+// runs are found by their last renewal (renewal_runs_lock_last), so the
+// walk looks at every lock once per cutoff, in steps, and again only for a
+// later one: every step of a pass has the pass's cutoff.
+type runsWalk struct {
+	from   int64 // the lock the next step starts at
+	done   bool  // a walk ended, with cutoff
+	cutoff int64
+}
+
+// pruneRuns deletes runs whose last renewal is older than before, up to
+// limit of them, from where walk stands, and keeps their summaries as
+// summarizeRenewals keeps the rows'. A run is deleted whole: one that
+// straddles the cutoff waits until its last renewal is due. It returns the
+// renewals deleted, and more if runs may be left to delete.
+func pruneRuns(ctx context.Context, tx *sql.Tx, walk *runsWalk, before int64, limit int) (int, bool, error) {
+	if walk.done && before <= walk.cutoff {
+		return 0, false, nil
+	}
+	var ids []int64
+	var last int64
+	rows, err := tx.QueryContext(ctx, `SELECT r.id, l.id FROM locks l
+		JOIN renewal_runs r INDEXED BY renewal_runs_lock_last ON r.lock_id = l.id AND r.last_at < ?
+		WHERE l.id >= ? ORDER BY l.id LIMIT ?`, before, walk.from, limit)
+	if err != nil {
+		return 0, false, err
+	}
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id, &last); err != nil {
+			rows.Close()
+			return 0, false, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return 0, false, err
+	}
+	more := len(ids) == limit
+	if more {
+		*walk = runsWalk{from: last, done: walk.done, cutoff: walk.cutoff}
+	} else {
+		*walk = runsWalk{done: true, cutoff: before}
+	}
+	if len(ids) == 0 {
+		return 0, more, nil
+	}
+	list := jsonList(ids)
+	if _, err := tx.ExecContext(ctx, summarizeRuns+summaryUpsert, list); err != nil {
+		return 0, false, fmt.Errorf("summarize: %w", err)
+	}
+	var n int
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(sum(renewals), 0) FROM renewal_runs WHERE id IN (SELECT value FROM json_each(?))`, list).Scan(&n); err != nil {
+		return 0, false, err
+	}
+	if _, err := tx.ExecContext(ctx, `DELETE FROM renewal_runs WHERE id IN (SELECT value FROM json_each(?))`, list); err != nil {
+		return 0, false, fmt.Errorf("delete: %w", err)
+	}
+	return n, more, nil
+}
+
+// summarizeRuns folds the runs of a JSON list of ids into their tenures'
+// summaries.
+const summarizeRuns = `INSERT INTO renewal_summaries (lock_id, seq, renewals, first_at, last_at, min_margin_permille)
+	SELECT lock_id, seq, sum(renewals), min(first_at), max(last_at), min(min_margin_permille)
+	FROM renewal_runs WHERE id IN (SELECT value FROM json_each(?)) GROUP BY 1, 2`
 
 // summarizeRenewals folds a range of renewals into their tenures' summaries.
 // A renewal stored before renewals named their tenure (no seq) belongs to the

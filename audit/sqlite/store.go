@@ -71,6 +71,7 @@ type Store struct {
 	// Batch.SyncMark; a restart forgets it, as the recorder forgets its
 	// round.
 	syncMark int64
+	runs     runsWalk // retention's walk of renewal runs
 	ckpt     checkpointer
 }
 

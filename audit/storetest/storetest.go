@@ -147,6 +147,15 @@ var contract = []struct {
 	{"RetentionSummarisesRenewalsStoredWithoutTheirTenure", testRetentionSummarisesRenewalsStoredWithoutTheirTenure},
 	{"PruneEventsRejectsANonPositiveLimit", testPruneEventsRejectsANonPositiveLimit},
 
+	// Renewal runs: sealing, and every read of renewals over runs and rows.
+	{"RunsRoundTripEveryField", testRunsRoundTripEveryField},
+	{"RunsPageWithBeforeCursors", testRunsPageWithBeforeCursors},
+	{"RunsCutByACrash", testRunsCutByACrash},
+	{"RunsTakeoverRestoresTheOpenTenure", testRunsTakeoverRestoresTheOpenTenure},
+	{"RunsRetentionKeepsARunWhole", testRunsRetentionKeepsARunWhole},
+	{"RunsSealPreviousRenewalRows", testRunsSealPreviousRenewalRows},
+	{"RunsNewEventAfterSealingIsUnsynced", testRunsNewEventAfterSealingIsUnsynced},
+
 	// Times at the ends of the range.
 	{"EpochRoundTripsThroughTheDatabase", testEpochRoundTripsThroughTheDatabase},
 	{"WindowBeyondTheRangeReturnsWhatIsInside", testWindowBeyondTheRangeReturnsWhatIsInside},

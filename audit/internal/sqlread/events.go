@@ -23,8 +23,12 @@ func (r *Reader) Events(ctx context.Context, lockID int64, f audit.EventFilter) 
 	if err != nil {
 		return nil, err
 	}
-	_, rare := Kinds(f)
-	events, err := lockEvents(ctx, r, EventColumns, r.eventTablesOf(rare, r.hint(EventIndex(rare))), lockID, f, rowcodec.EventDest)
+	var events []audit.Event
+	if _, rare := Kinds(f); rare || !r.Runs {
+		events, err = lockEvents(ctx, r, r.Pool, EventColumns, r.eventTablesOf(rare, r.hint(EventIndex(rare))), lockID, f, rowcodec.EventDest)
+	} else {
+		events, err = r.eventsWithRuns(ctx, lockID, f)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -34,10 +38,31 @@ func (r *Reader) Events(ctx context.Context, lockID int64, f audit.EventFilter) 
 	return events, nil
 }
 
+// eventsWithRuns is Events of renewals among other kinds, from the rows
+// and the runs, read in one snapshot: a seal between two reads would show
+// its renewals twice, or not at all.
+func (r *Reader) eventsWithRuns(ctx context.Context, lockID int64, f audit.EventFilter) ([]audit.Event, error) {
+	tx, end, err := r.Begin(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("list events of lock %d: %w", lockID, r.wrap(err))
+	}
+	defer end()
+	rows, err := lockEvents(ctx, r, tx, EventColumns, r.eventTablesOf(false, r.hint(EventIndex(false))), lockID, f, rowcodec.EventDest)
+	if err != nil {
+		return nil, err
+	}
+	lim := rowcodec.Limit(f.Limit, audit.DefaultListLimit, audit.MaxListLimit)
+	runs, err := r.runEvents(ctx, tx, newRunRange(lockID, f.TimeFilter, f.Before, lim))
+	if err != nil {
+		return nil, err
+	}
+	return mergeNewest(rows, runs, lim, func(e audit.Event) position { return position{audit.Nanos(e.At), e.ID} }), nil
+}
+
 // lockEvents reads columns of the lock's events that f selects, from the
-// tables from (events aliased e), newest first up to f's limit, and returns
-// them scanned through dest in time order.
-func lockEvents[T any](ctx context.Context, r *Reader, columns, from string, lockID int64, f audit.EventFilter, dest func(*T) []any) ([]T, error) {
+// tables from (events aliased e) through db, newest first up to f's limit,
+// and returns them scanned through dest in time order.
+func lockEvents[T any](ctx context.Context, r *Reader, db DB, columns, from string, lockID int64, f audit.EventFilter, dest func(*T) []any) ([]T, error) {
 	w := r.Dialect.Where()
 	w.Add("e.lock_id = ?", lockID)
 	if kinds, rare := Kinds(f); len(kinds) > 0 {
@@ -53,7 +78,7 @@ func lockEvents[T any](ctx context.Context, r *Reader, columns, from string, loc
 		w.Add("e.at <= ? AND (e.at < ? OR e.id < ?)", b, b, f.Before.ID)
 	}
 	lim := w.Arg(rowcodec.Limit(f.Limit, audit.DefaultListLimit, audit.MaxListLimit))
-	out, err := query(ctx, r, r.Pool, fmt.Sprintf("list events of lock %d", lockID), dest,
+	out, err := query(ctx, r, db, fmt.Sprintf("list events of lock %d", lockID), dest,
 		`SELECT `+columns+` FROM `+from+w.String()+` ORDER BY e.at DESC, e.id DESC LIMIT `+lim, w.Args...)
 	if err != nil {
 		return nil, err
@@ -75,7 +100,7 @@ func (r *Reader) WriteEvents(ctx context.Context, lockID int64, outcome audit.Wr
 	if outcome == audit.WriteRejected {
 		f.Kind = audit.EventWriteRejected
 	}
-	writes, err := lockEvents(ctx, r, `e.id, e.at, e.holder, e.token, e.resource, `+r.HighestToken,
+	writes, err := lockEvents(ctx, r, r.Pool, `e.id, e.at, e.holder, e.token, e.resource, `+r.HighestToken,
 		`events e`+r.hint(WriteIndex), lockID, f, func(e *audit.WriteEvent) []any {
 			return []any{&e.ID, rowcodec.TimeDest{P: &e.At}, rowcodec.TextDest[string]{P: &e.Holder},
 				rowcodec.TokenDest{P: &e.Token}, rowcodec.TextDest[string]{P: &e.Resource}, rowcodec.TokenDest{P: &e.HighestToken}}

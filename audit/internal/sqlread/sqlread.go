@@ -75,6 +75,9 @@ type Engine struct {
 	// it and the tables that hold some kinds apart (PostgreSQL's renewals).
 	// Events of the rare kinds are always in the events table.
 	Timeline string
+	// Runs says the engine keeps sealed renewals in renewal_runs (SQLite
+	// migration 0025), which the reads of renewals merge with the rows.
+	Runs bool
 	// TenureJoin replaces the plain TenureJoin where the engine's planner
 	// needs another form; it must give et the columns holder and token.
 	TenureJoin string

@@ -1,0 +1,239 @@
+package sqlread
+
+import (
+	"cmp"
+	"context"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
+	"github.com/leasewatch/leasewatch/audit/internal/runcodec"
+)
+
+// Renewal runs (SQLite migration 0025): sealing folds a lock's staged
+// renewals of one tenure and hour window into one row of renewal_runs,
+// whose renewals have the ids runcodec.ID gives them. Every read that
+// returns renewals merges the runs with the rows left, in (at, id) order.
+
+// RunIndex is the index of a lock's runs by their last renewal.
+const RunIndex = "renewal_runs_lock_last"
+
+// RunColumns are the columns RunDest scans, from renewal_runs aliased r.
+const RunColumns = `r.id, r.lock_id, r.seq, r.first_at, r.last_at, r.renewals, r.ttl_ms,
+	r.min_margin_permille, r.detail, r.data`
+
+// RunDest scans RunColumns into a run.
+func RunDest(run *runcodec.Run) []any {
+	return []any{&run.ID, &run.LockID, &run.Seq, &run.FirstAt, &run.LastAt, &run.Renewals,
+		rowcodec.MsDest{P: &run.TTL}, &run.MinMargin, rowcodec.TextDest[string]{P: &run.Detail}, &run.Data}
+}
+
+// heldRun is a run with the holder and token of its tenure, which its
+// renewals take, as compact renewal rows do.
+type heldRun struct {
+	runcodec.Run
+	holder string
+	token  *int64
+}
+
+// runsPerPage is how many runs one query of a lock's runs reads: most
+// reads want one or two hours of a lock.
+const runsPerPage = 8
+
+// position is an item's place in a lock's (at, id) order of events.
+type position struct{ at, id int64 }
+
+func comparePositions(a, b position) int {
+	return cmp.Or(cmp.Compare(a.at, b.at), cmp.Compare(a.id, b.id))
+}
+
+// runRange is what of a lock's runs a read selects: the renewals within
+// its window and before its cursor, the newest lim of them.
+type runRange struct {
+	lockID   int64
+	from, to int64 // inclusive, unix ns
+	before   position
+	lim      int
+}
+
+// newRunRange is the range of f's renewals among lockID's runs.
+func newRunRange(lockID int64, f audit.TimeFilter, before audit.EventCursor, lim int) runRange {
+	rr := runRange{lockID: lockID, from: math.MinInt64, to: math.MaxInt64, before: position{math.MaxInt64, math.MaxInt64}, lim: lim}
+	if !f.From.IsZero() {
+		rr.from = audit.Nanos(f.From)
+	}
+	if !f.To.IsZero() {
+		rr.to = audit.Nanos(f.To)
+	}
+	if !before.IsZero() {
+		rr.before = position{audit.Nanos(before.At), before.ID}
+	}
+	return rr
+}
+
+// holds reports whether the range selects a renewal at p.
+func (rr runRange) holds(p position) bool {
+	return p.at >= rr.from && p.at <= rr.to && comparePositions(p, rr.before) < 0
+}
+
+// lockRuns calls each with the lock's runs that may hold renewals rr
+// selects, newest first, until the renewals each has returned (the
+// positions of those rr selects, newest last) are rr.lim or more and no
+// run left can hold a newer one. It returns every position each returned
+// that rr selects, the newest rr.lim, in time order.
+func (r *Reader) lockRuns(ctx context.Context, db DB, rr runRange, each func(heldRun) ([]position, error)) ([]position, error) {
+	// A run's renewals share an hour window, so it lies within Window of
+	// its last renewal: the runs that reach into the range are one range of
+	// RunIndex.
+	last := min(rr.to, rr.before.at)
+	upper := last
+	if upper <= math.MaxInt64-int64(runcodec.Window) {
+		upper += int64(runcodec.Window)
+	}
+	var kept []position
+	after := position{math.MaxInt64, math.MaxInt64} // the keyset of the next page
+	p := r.Dialect.P
+	q := `SELECT ` + RunColumns + `, coalesce(t.holder, ''), t.token FROM renewal_runs r` + r.hint(RunIndex) + `
+		LEFT JOIN tenures t ON t.lock_id = r.lock_id AND t.seq = r.seq
+		WHERE r.lock_id = ` + p(1) + ` AND r.last_at >= ` + p(2) + ` AND r.first_at <= ` + p(3) + `
+			AND r.last_at <= ` + p(4) + ` AND (r.last_at < ` + p(4) + ` OR r.id < ` + p(5) + `)
+		ORDER BY r.last_at DESC, r.id DESC LIMIT ` + p(6)
+	what := fmt.Sprintf("renewal runs of lock %d", rr.lockID)
+	for {
+		runs, err := query(ctx, r, db, what, func(h *heldRun) []any {
+			return append(RunDest(&h.Run), &h.holder, rowcodec.TokenDest{P: &h.token})
+		}, q, rr.lockID, rr.from, last, min(upper, after.at), after.id, runsPerPage)
+		if err != nil {
+			return nil, err
+		}
+		for _, run := range runs {
+			if len(kept) >= rr.lim && run.LastAt < kept[0].at {
+				return kept, nil // nothing of this run or older ones is among the newest
+			}
+			got, err := each(run)
+			if err != nil {
+				return nil, fmt.Errorf("%s: run %d: %w", what, run.ID, err)
+			}
+			for _, pos := range got {
+				if rr.holds(pos) {
+					kept = append(kept, pos)
+				}
+			}
+			slices.SortFunc(kept, comparePositions)
+			kept = kept[max(0, len(kept)-rr.lim):]
+			after = position{run.LastAt, run.ID}
+		}
+		if len(runs) < runsPerPage {
+			return kept, nil
+		}
+	}
+}
+
+// runEvents returns the lock's renewals in runs that rr selects, the
+// newest rr.lim, in time order.
+func (r *Reader) runEvents(ctx context.Context, db DB, rr runRange) ([]audit.Event, error) {
+	byID := make(map[int64]audit.Event)
+	kept, err := r.lockRuns(ctx, db, rr, func(run heldRun) ([]position, error) {
+		events, err := run.Events()
+		if err != nil {
+			return nil, err
+		}
+		out := make([]position, 0, len(events))
+		for _, e := range events {
+			e.Holder, e.Token = run.holder, run.token
+			p := position{audit.Nanos(e.At), e.ID}
+			if rr.holds(p) {
+				byID[e.ID] = e
+			}
+			out = append(out, p)
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]audit.Event, len(kept))
+	for i, p := range kept {
+		out[i] = byID[p.id]
+	}
+	return out, nil
+}
+
+// RunTimes returns the times of the lock's renewals in runs that f
+// selects, the newest lim, in time order, read through db.
+func (r *Reader) RunTimes(ctx context.Context, db DB, lockID int64, f audit.TimeFilter, lim int) ([]time.Time, error) {
+	if !r.Runs {
+		return nil, nil
+	}
+	kept, err := r.lockRuns(ctx, db, newRunRange(lockID, f, audit.EventCursor{}, lim), func(run heldRun) ([]position, error) {
+		rs, err := runcodec.Decode(run.Data, run.TTL)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]position, len(rs))
+		for i, x := range rs {
+			out[i] = position{x.At, runcodec.ID(run.ID, i)}
+		}
+		return out, nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	times := make([]time.Time, len(kept))
+	for i, p := range kept {
+		times[i] = audit.TimeOf(p.at)
+	}
+	return times, nil
+}
+
+// mergeNewest merges a and b, each in (at, id) order, and keeps the
+// newest lim.
+func mergeNewest[T any](a, b []T, lim int, pos func(T) position) []T {
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]T, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) || j < len(b) {
+		if j == len(b) || (i < len(a) && comparePositions(pos(a[i]), pos(b[j])) < 0) {
+			out = append(out, a[i])
+			i++
+		} else {
+			out = append(out, b[j])
+			j++
+		}
+	}
+	return out[max(0, len(out)-lim):]
+}
+
+// MergeTimes merges the times of rows and of runs (each in time order;
+// the rows' ids, which the runs' are above, order equal times) and keeps
+// the newest lim.
+func MergeTimes(rows []time.Time, runs []time.Time, lim int) []time.Time {
+	type item struct {
+		t   time.Time
+		run bool
+	}
+	a, b := make([]item, len(rows)), make([]item, len(runs))
+	for i, t := range rows {
+		a[i] = item{t, false}
+	}
+	for i, t := range runs {
+		b[i] = item{t, true}
+	}
+	merged := mergeNewest(a, b, lim, func(x item) position {
+		id := int64(0)
+		if x.run {
+			id = 1
+		}
+		return position{audit.Nanos(x.t), id}
+	})
+	out := make([]time.Time, len(merged))
+	for i, x := range merged {
+		out[i] = x.t
+	}
+	return out
+}
