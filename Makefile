@@ -118,9 +118,10 @@ load-ingest:
 crash:
 	LEASEWATCH_CRASH_KILLS=20 $(GO) test -race -count=1 -run TestCrashKillNineWhileBusy -v ./cmd/leasewatch
 
-## bench-ingest: the write path against a plain-SQLite baseline, then into PostgreSQL alternating with SQLite (events/s, ratio, allocations, bytes per renewal).
+## bench-ingest: the write path against a plain-SQLite baseline, then into PostgreSQL alternating with SQLite (events/s, ratio, allocations, bytes per renewal), and SQLite's bytes per renewal sealed into runs beside rows (node lease, leader election).
 bench-ingest:
 	$(GO) test -run '^$$' -bench Ingest -benchtime 300x ./audit/sqlite/
+	$(GO) test -run '^$$' -bench RenewalRuns -benchtime 1x ./audit/sqlite/
 	$(GO) test -run '^$$' -bench Ingest -benchtime 300x ./audit/postgres/
 
 ## bench-pages: server time of every page and the main API on 11.7M generated events, on SQLite and (BenchmarkPagesPostgres) PostgreSQL beside it, and the lock page's memory as its writes grow (BENCHMARKS.md).
