@@ -1,0 +1,77 @@
+package sqlite
+
+import (
+	"context"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/storetest"
+)
+
+// TestMigrationSealsPreviousRenewalRows upgrades a database the previous
+// release wrote (migrated to 0024): 0025 only adds the runs' table, and
+// sealing then folds the renewal rows in place, every one of them still
+// read, and counted the same in the tables.
+func TestMigrationSealsPreviousRenewalRows(t *testing.T) {
+	ctx := context.Background()
+	start := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC).UnixNano()
+	// Two node leases renewed every 10 s for 6 hours as compact rows, and
+	// a lock whose renewals predate compact rows (no seq), which stay.
+	s := upgradedFrom(t, 24, []string{
+		`INSERT INTO locks (id, source, name, kind, class, state) VALUES
+			(1, 'cluster-a', 'kube-node-lease/node-1', 'kubernetes', 'heartbeat', 'held'),
+			(2, 'cluster-a', 'kube-node-lease/node-2', 'kubernetes', 'heartbeat', 'held'),
+			(3, 'cluster-a', 'kube-node-lease/node-3', 'kubernetes', 'heartbeat', 'held')`,
+		`INSERT INTO tenures (lock_id, seq, holder, token, granted_at) VALUES (1, 1, 'node-1', 1, 0), (2, 1, 'node-2', 2, 0)`,
+		`WITH RECURSIVE i(n) AS (SELECT 0 UNION ALL SELECT n + 1 FROM i WHERE n < 2159)
+			INSERT INTO events (lock_id, kind, at, ttl_ms, seq, margin_permille, renewed_at)
+			SELECT l, 'renew', ` + strconv.FormatInt(start, 10) + ` + n * 10000000000 + l * 3000001, 40000, 1, 750 + n % 7, ` + strconv.FormatInt(start, 10) + ` + n * 10000000000 + l * 1000
+			FROM i, (SELECT 1 AS l UNION ALL SELECT 2) ORDER BY n, l`,
+		`INSERT INTO events (lock_id, kind, at, holder, token, ttl_ms, detail)
+			SELECT 3, 'renew', at, 'node-3', 3, 40000, '{"margin_ratio":0.75}' FROM events WHERE lock_id = 1 LIMIT 100`,
+		`INSERT INTO events (lock_id, kind, at) VALUES (3, 'observed', ` + strconv.FormatInt(start+7*int64(time.Hour), 10) + `)`,
+		`UPDATE journal SET synced_event = (SELECT max(id) FROM events)`,
+	})
+	count := func() (rows, sealed int) {
+		t.Helper()
+		if err := s.reader.QueryRowContext(ctx, `SELECT (SELECT count(*) FROM events WHERE kind = 'renew'),
+			(SELECT coalesce(sum(renewals), 0) FROM renewal_runs)`).Scan(&rows, &sealed); err != nil {
+			t.Fatal(err)
+		}
+		return rows, sealed
+	}
+	if rows, sealed := count(); rows != 2*2160+100 || sealed != 0 {
+		t.Fatalf("after the upgrade: %d renewal rows and %d sealed, want %d and none", rows, sealed, 2*2160+100)
+	}
+	var read [3]int
+	for i := range read {
+		times, err := s.EventTimes(ctx, int64(i+1), audit.EventRenew, audit.TimeFilter{Limit: audit.MaxListLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		read[i] = len(times)
+	}
+
+	n := storetest.Seal(t, s, time.Unix(0, start).Add(7*time.Hour))
+	if rows, sealed := count(); n != 2*2160 || rows != 100 || sealed != 2*2160 {
+		t.Errorf("sealed %d: %d renewal rows and %d in runs, want %d sealed and the 100 without a tenure left", n, rows, sealed, 2*2160)
+	}
+	for i := range read {
+		times, err := s.EventTimes(ctx, int64(i+1), audit.EventRenew, audit.TimeFilter{Limit: audit.MaxListLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(times) != read[i] {
+			t.Errorf("lock %d: %d renewals read after sealing, %d before", i+1, len(times), read[i])
+		}
+	}
+	var runs int
+	if err := s.reader.QueryRowContext(ctx, `SELECT count(*) FROM renewal_runs`).Scan(&runs); err != nil {
+		t.Fatal(err)
+	}
+	if runs != 2*6 {
+		t.Errorf("%d runs, want 12: an hour of a lease each", runs)
+	}
+}
