@@ -6,6 +6,8 @@ import (
 	"net"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/watch"
 )
 
 // pacedPair returns a paced connection and the peer that writes to it.
@@ -117,5 +119,30 @@ func TestBatchWindowStretches(t *testing.T) {
 	off.stretch(1, time.Second)
 	if off.window != 0 {
 		t.Fatalf("with no batch window, stretched to %v", off.window)
+	}
+}
+
+// A batch window of a 130,000-node cluster's heartbeats (13,000 a second,
+// 1,300 in 100 ms) waits in the watches' channel and is recorded as one
+// input. The channel and the batch held 256, which capped the collector at
+// 2,560 events a second however fast the rest was.
+func TestBatchWindowHoldsALargeClustersHeartbeats(t *testing.T) {
+	const n = 1300
+	r := &run{c: &Collector{batchWindow: 100 * time.Millisecond}, applied: time.Now()}
+	r.window = r.c.batchWindow
+	ws := newWatches(r, context.Background())
+	for i := range n {
+		select {
+		case ws.msgs <- message{scope: "kube-node-lease", ev: watch.Event{Type: watch.Modified}}:
+		default:
+			t.Fatalf("the watches' channel holds %d events, want %d", i, n)
+		}
+	}
+	batch, err := r.gather(context.Background(), ws, []message{<-ws.msgs})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(batch) != n {
+		t.Fatalf("batch of %d events, want the window's %d", len(batch), n)
 	}
 }
