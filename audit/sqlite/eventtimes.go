@@ -14,8 +14,8 @@ import (
 // window, in time order; if more than f.Limit match, the newest f.Limit. It
 // reads only indexes: a rare kind its own range of the per-kind index, and
 // renewals, which that index leaves out, the lock's timeline index, which
-// carries each event's kind (migration 0019), and the renewals sealed in
-// runs from their index (migration 0025).
+// carries each event's kind (migration 0019); and the renewals sealed in
+// runs (migration 0025), a run at a time through their index, newest first.
 func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKind, f audit.TimeFilter) ([]time.Time, error) {
 	return eventTimes(ctx, &s.reads, lockID, kind, f)
 }
@@ -50,7 +50,7 @@ func eventTimes(ctx context.Context, r *reads, lockID int64, kind audit.EventKin
 		out, err = sqlread.Times(rows, lim)
 	}
 	if err == nil && kind == audit.EventRenew {
-		runs, err = r.RunTimes(ctx, tx, lockID, f, lim)
+		runs, err = r.RunTimes(ctx, tx, lockID, f, lim, out)
 		out = sqlread.MergeTimes(out, runs, lim)
 	}
 	if err != nil {

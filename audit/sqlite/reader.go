@@ -9,10 +9,11 @@ import (
 // readPool is the query_only pool. Its QueryContext and QueryRowContext
 // prepare each query text once and keep the statement: parsing and planning
 // cost more than running most of the store's reads, and an incident review
-// runs hundreds of them. Transactions (BeginTx) run their queries unprepared:
-// preparing needs a connection of its own, which a transaction holding the
-// last free one would wait for forever. A query whose text varies with its
-// arguments (an IN list) goes to DB directly, so as not to fill the cache.
+// runs hundreds of them. Transactions (readTx) use the kept statements but
+// never prepare one while they hold their connection: preparing needs a
+// connection of its own, which a transaction holding the last free one
+// would wait for forever. A query whose text varies with its arguments (an
+// IN list) goes to DB directly, so as not to fill the cache.
 type readPool struct {
 	*sql.DB
 
@@ -27,6 +28,13 @@ const maxReadStmts = 256
 
 func newReadPool(db *sql.DB) *readPool {
 	return &readPool{DB: db, stmts: make(map[string]*sql.Stmt)}
+}
+
+// kept returns the kept statement for query, nil if there is none.
+func (p *readPool) kept(query string) *sql.Stmt {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.stmts[query]
 }
 
 // stmt returns the kept statement for query, preparing it on first use, or
@@ -85,4 +93,48 @@ func (p *readPool) Close() error {
 	clear(p.stmts)
 	p.mu.Unlock()
 	return p.DB.Close()
+}
+
+// readTx is a read-only transaction of the pool. It runs a query with the
+// pool's kept statement, which Tx.StmtContext prepares on the
+// transaction's own connection once and keeps there; a query without one
+// runs unprepared, and is prepared for the pool once the transaction has
+// ended and given its connection back.
+type readTx struct {
+	tx    *sql.Tx
+	pool  *readPool
+	mu    sync.Mutex
+	later []string
+}
+
+func (t *readTx) QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error) {
+	if st := t.pool.kept(query); st != nil {
+		return t.tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+	}
+	t.prepareLater(query)
+	return t.tx.QueryContext(ctx, query, args...)
+}
+
+func (t *readTx) QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row {
+	if st := t.pool.kept(query); st != nil {
+		return t.tx.StmtContext(ctx, st).QueryRowContext(ctx, args...)
+	}
+	t.prepareLater(query)
+	return t.tx.QueryRowContext(ctx, query, args...)
+}
+
+func (t *readTx) prepareLater(query string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.later = append(t.later, query)
+}
+
+// end rolls the transaction back, then prepares the queries it ran
+// unprepared. A query that cannot be prepared failed in the transaction
+// already, so its error here says nothing new.
+func (t *readTx) end(ctx context.Context) {
+	t.tx.Rollback()
+	for _, query := range t.later {
+		_, _ = t.pool.stmt(ctx, query)
+	}
 }

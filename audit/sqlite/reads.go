@@ -27,7 +27,8 @@ func engine(pool *readPool) sqlread.Engine {
 			if err != nil {
 				return nil, nil, err
 			}
-			return sqlDB{tx}, func() { tx.Rollback() }, nil
+			rt := &readTx{tx: tx, pool: pool}
+			return sqlDB{rt}, func() { rt.end(context.WithoutCancel(ctx)) }, nil
 		},
 		NoRows:    sql.ErrNoRows,
 		Runs:      true,

@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -73,5 +74,46 @@ func TestMigrationSealsPreviousRenewalRows(t *testing.T) {
 	}
 	if runs != 2*6 {
 		t.Errorf("%d runs, want 12: an hour of a lease each", runs)
+	}
+}
+
+// A lock's runs are read newest first through renewal_runs_lock_last, one
+// range from the window's end, with no sort: a read of the newest
+// renewals stops after a run or two however long the lock's history. The
+// reads run in a transaction (runs and rows must be one snapshot), which
+// keeps their statements prepared like the pool's.
+func TestRunsReadNewestFirstThroughTheirIndex(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	w := renewalWorkloads[0]
+	w.Leases, w.Hours = 1, 3
+	w.run(t, s, nil)
+	storetest.Apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "clock", Name: "tick"},
+		Kind: audit.EventObserved, At: workloadStart.Add(5 * time.Hour)}}, Synced: true})
+	storetest.Seal(t, s, workloadStart.Add(2*time.Hour))
+	clear(s.reader.stmts)
+	f := audit.EventFilter{TimeFilter: audit.TimeFilter{To: workloadStart.Add(90 * time.Minute), Limit: 10}}
+	for range 2 {
+		events, err := s.Events(ctx, 1, f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(events) != 10 || events[0].ID < 1<<52 {
+			t.Fatalf("Events: %d, want the 10 newest of a run", len(events))
+		}
+	}
+	checked := 0
+	for query := range s.reader.stmts {
+		if !strings.Contains(query, "FROM renewal_runs") {
+			continue
+		}
+		checked++
+		plan := queryPlan(t, s, query)
+		if !strings.Contains(plan, "USING INDEX renewal_runs_lock_last (lock_id=? AND last_at>? AND last_at<?)") || strings.Contains(plan, "TEMP B-TREE") {
+			t.Errorf("plan\n%s\nwant one range of renewal_runs_lock_last, unsorted, for\n%s", plan, query)
+		}
+	}
+	if checked != 1 {
+		t.Errorf("%d statements on renewal_runs kept, want the one", checked)
 	}
 }

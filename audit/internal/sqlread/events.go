@@ -52,11 +52,18 @@ func (r *Reader) eventsWithRuns(ctx context.Context, lockID int64, f audit.Event
 		return nil, err
 	}
 	lim := rowcodec.Limit(f.Limit, audit.DefaultListLimit, audit.MaxListLimit)
-	runs, err := r.runEvents(ctx, tx, newRunRange(lockID, f.TimeFilter, f.Before, lim))
+	pos := func(e audit.Event) position { return position{audit.Nanos(e.At), e.ID} }
+	rr := newRunRange(lockID, f.TimeFilter, f.Before, lim)
+	if len(rows) >= lim {
+		// Most reads want a lock's newest events, which are rows yet.
+		floor := pos(rows[0])
+		rr.floor = &floor
+	}
+	runs, err := r.runEvents(ctx, tx, rr)
 	if err != nil {
 		return nil, err
 	}
-	return mergeNewest(rows, runs, lim, func(e audit.Event) position { return position{audit.Nanos(e.At), e.ID} }), nil
+	return mergeNewest(rows, runs, lim, pos), nil
 }
 
 // lockEvents reads columns of the lock's events that f selects, from the

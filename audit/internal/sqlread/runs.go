@@ -57,6 +57,9 @@ type runRange struct {
 	from, to int64 // inclusive, unix ns
 	before   position
 	lim      int
+	// floor, when set, is the oldest of lim items the read has from
+	// elsewhere (the rows): a renewal older cannot be among the newest.
+	floor *position
 }
 
 // newRunRange is the range of f's renewals among lockID's runs.
@@ -93,6 +96,10 @@ func (r *Reader) lockRuns(ctx context.Context, db DB, rr runRange, each func(hel
 	if upper <= math.MaxInt64-int64(runcodec.Window) {
 		upper += int64(runcodec.Window)
 	}
+	lower := rr.from
+	if rr.floor != nil {
+		lower = max(lower, rr.floor.at)
+	}
 	var kept []position
 	after := position{math.MaxInt64, math.MaxInt64} // the keyset of the next page
 	p := r.Dialect.P
@@ -105,7 +112,7 @@ func (r *Reader) lockRuns(ctx context.Context, db DB, rr runRange, each func(hel
 	for {
 		runs, err := query(ctx, r, db, what, func(h *heldRun) []any {
 			return append(RunDest(&h.Run), &h.holder, rowcodec.TokenDest{P: &h.token})
-		}, q, rr.lockID, rr.from, last, min(upper, after.at), after.id, runsPerPage)
+		}, q, rr.lockID, lower, last, min(upper, after.at), after.id, runsPerPage)
 		if err != nil {
 			return nil, err
 		}
@@ -163,12 +170,18 @@ func (r *Reader) runEvents(ctx context.Context, db DB, rr runRange) ([]audit.Eve
 }
 
 // RunTimes returns the times of the lock's renewals in runs that f
-// selects, the newest lim, in time order, read through db.
-func (r *Reader) RunTimes(ctx context.Context, db DB, lockID int64, f audit.TimeFilter, lim int) ([]time.Time, error) {
+// selects, the newest lim, in time order, read through db. rows are the
+// times the caller has of rows, in time order: when they are lim, runs
+// older than all of them are not read.
+func (r *Reader) RunTimes(ctx context.Context, db DB, lockID int64, f audit.TimeFilter, lim int, rows []time.Time) ([]time.Time, error) {
 	if !r.Runs {
 		return nil, nil
 	}
-	kept, err := r.lockRuns(ctx, db, newRunRange(lockID, f, audit.EventCursor{}, lim), func(run heldRun) ([]position, error) {
+	rr := newRunRange(lockID, f, audit.EventCursor{}, lim)
+	if len(rows) >= lim {
+		rr.floor = &position{audit.Nanos(rows[0]), 0}
+	}
+	kept, err := r.lockRuns(ctx, db, rr, func(run heldRun) ([]position, error) {
 		rs, err := runcodec.Decode(run.Data, run.TTL)
 		if err != nil {
 			return nil, err
