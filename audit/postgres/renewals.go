@@ -7,6 +7,7 @@ import (
 	"regexp"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 
@@ -96,6 +97,15 @@ func renewalRow(ev []any) ([]any, bool) {
 		return nil, false
 	}
 	return []any{ev[evID], ev[evLock], ev[evAt], renewedAt, int32(seq), int32(ttl), int32(margin), position, detail}, true
+}
+
+// prefixed is the columns, each prefixed, comma-separated.
+func prefixed(prefix string, columns []string) string {
+	out := make([]string, len(columns))
+	for i, c := range columns {
+		out[i] = prefix + c
+	}
+	return strings.Join(out, ", ")
 }
 
 // partitions are the id ranges of the renewals table's partitions, sorted,

@@ -27,6 +27,11 @@ import (
 // Once the walk of a rule that governs renewals has passed a partition of
 // renewals, every renewal in it was old enough and is gone, and the empty
 // partition is dropped, which returns its space at once.
+//
+// Renewals sealed into runs (migration 0015) go a run at a time, once the
+// run's last renewal is older than step.Before, in the steps that end the
+// walk: up to step.Limit runs each, the walk staying done only when none
+// is left. So a run outlives the cutoff by up to its window, an hour.
 func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.PruneResult, error) {
 	res := audit.PruneResult{Next: step.After}
 	if step.Limit <= 0 {
@@ -35,7 +40,10 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 	renewals := step.Rule.Governs(audit.EventRenew)
 	s.mu.Lock()
 	err := pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
-		return s.pruneStep(ctx, tx, step, renewals, &res)
+		if err := s.pruneStep(ctx, tx, step, renewals, &res); err != nil || !renewals || !res.Done {
+			return err
+		}
+		return pruneRuns(ctx, tx, audit.Nanos(step.Before), step.Limit, &res)
 	})
 	var walked []int64 // partitions of renewals the walk has passed
 	if err == nil && renewals {
@@ -163,6 +171,31 @@ func (s *Store) dropPartitions(ctx context.Context, froms []int64) error {
 			return fmt.Errorf("drop %s: %w", name, err)
 		}
 	}
+	return nil
+}
+
+// pruneRuns deletes up to limit runs whose last renewal is older than
+// before, adding each to its tenure's summary as pruneStep adds renewal
+// rows, and leaves res.Done only if none is left. Each lock's oldest runs
+// are one range of the index (lock_id, last_at).
+func pruneRuns(ctx context.Context, tx pgx.Tx, before int64, limit int, res *audit.PruneResult) error {
+	var runs, renewals int64
+	err := tx.QueryRow(ctx, `WITH gone AS (
+			DELETE FROM renewal_runs WHERE id IN (
+				SELECT o.id FROM locks l CROSS JOIN LATERAL (SELECT id FROM renewal_runs r
+					WHERE r.lock_id = l.id AND r.last_at < $1 ORDER BY r.last_at LIMIT $2) o
+				LIMIT $2)
+			RETURNING lock_id, seq, renewals, first_at, last_at, min_margin_permille),
+		summed AS (
+			INSERT INTO renewal_summaries (lock_id, seq, renewals, first_at, last_at, min_margin_permille)
+			SELECT lock_id, seq, sum(renewals), min(first_at), max(last_at), min(min_margin_permille)
+			FROM gone GROUP BY 1, 2`+summaryUpsert+`)
+		SELECT count(*), coalesce(sum(renewals), 0) FROM gone`, before, limit).Scan(&runs, &renewals)
+	if err != nil {
+		return fmt.Errorf("prune renewal runs: %w", err)
+	}
+	res.Deleted += int(renewals)
+	res.Done = runs < int64(limit)
 	return nil
 }
 

@@ -35,6 +35,7 @@ var (
 	_ audit.Store   = (*Store)(nil)
 	_ audit.Journal = (*Store)(nil)
 	_ audit.Pruner  = (*Store)(nil)
+	_ audit.Sealer  = (*Store)(nil)
 )
 
 // Options tune a store. The zero value is the defaults.

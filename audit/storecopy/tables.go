@@ -6,7 +6,7 @@ import (
 	"strings"
 )
 
-// Type is a column's logical type. Every store keeps the same three.
+// Type is a column's logical type. Every store keeps the same four.
 type Type int
 
 // Column types.
@@ -14,6 +14,7 @@ const (
 	Int  Type = iota // int64: ids, counts, Unix nanoseconds, milliseconds
 	Text             // string
 	Bool             // bool (SQLite keeps 0 and 1)
+	Blob             // []byte, copied as it is
 )
 
 // Column is one column of a table of the logical schema.
@@ -82,6 +83,13 @@ var Tables = []Table{
 		col("holder", Text, false), col("token", Int, true), col("ttl_ms", Int, false), col("position", Text, false),
 		col("inferred", Bool, false), col("resource", Text, false), col("request_id", Text, true),
 		col("detail", Text, true), col("seq", Int, true), col("margin_permille", Int, true), col("renewed_at", Int, true),
+	}},
+	// Renewals sealed into runs: each run's blob is copied as it is, in
+	// the codec's format, so a copy neither decodes nor re-encodes them.
+	{Name: "renewal_runs", Key: 1, Identity: true, Columns: []Column{
+		col("id", Int, false), col("lock_id", Int, false), col("seq", Int, false), col("first_at", Int, false),
+		col("last_at", Int, false), col("renewals", Int, false), col("ttl_ms", Int, false),
+		col("min_margin_permille", Int, true), col("detail", Text, true), col("data", Blob, false),
 	}},
 	{Name: "findings", Key: 1, Identity: true, Columns: []Column{
 		col("id", Int, false), col("lock_id", Int, false), col("class", Text, false), col("kind", Text, false),
@@ -224,6 +232,10 @@ func (c Column) normalize(v any) (any, error) {
 			return x, nil
 		case []byte:
 			return string(x), nil
+		}
+	case Blob:
+		if x, ok := v.([]byte); ok {
+			return x, nil
 		}
 	case Bool:
 		switch x := v.(type) {

@@ -18,7 +18,7 @@ import (
 // (resources' highest tokens and pending grants), tenures ended and held,
 // grants, renewals synced and not, releases, writes with request ids,
 // findings, a blind window, cursors, renewals pruned by retention into
-// summaries, and the fences of two sources. It returns the request ids of its writes.
+// summaries, a renewal sealed into a run, and the fences of two sources. It returns the request ids of its writes.
 func CopyStory(t *testing.T, s Store) []string {
 	t.Helper()
 	ctx := context.Background()
@@ -71,6 +71,10 @@ func CopyStory(t *testing.T, s Store) []string {
 		},
 		Cursors: []audit.Cursor{{Source: "cluster-a", Position: "rv-77", At: At(25)}, {Source: "cache", Position: "9", At: At(61)}},
 	})
+	// The synced renewal retention kept, at 60 s, into a run.
+	if n := Seal(t, s, At(60).Truncate(time.Hour).Add(time.Hour)); n != 1 {
+		t.Fatalf("sealed %d renewals, want the one retention kept", n)
+	}
 	// A blind window over both of cluster-a's locks.
 	detail := map[string]any{"from": At(30).Format(time.RFC3339Nano), "to": At(35).Format(time.RFC3339Nano), "reason": "watch lost"}
 	var blind audit.Batch
