@@ -5,11 +5,15 @@ import (
 	"crypto/sha256"
 	"database/sql"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/runcodec"
 	"github.com/leasewatch/leasewatch/audit/postgres"
 	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
@@ -171,4 +175,117 @@ func TestOpenSourceRefusesAMissingFile(t *testing.T) {
 	if _, err := os.Stat(path); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("OpenSource created %s", path)
 	}
+}
+
+// hour0 starts a run window: renewals observed on whole milliseconds, which
+// runs keep exactly.
+var hour0 = time.Date(2026, 3, 1, 8, 0, 0, 0, time.UTC)
+
+// stageNodeLeases stores locks node leases with n renewals each, every 10 s
+// from hour0 with up to 4 % of jitter, their renewTime to the microsecond,
+// synced, as the previous release kept them: rows alone. An event of
+// another lock comes last, so that every renewal may be sealed.
+func stageNodeLeases(t *testing.T, s storetest.Store, locks, n int) {
+	t.Helper()
+	for l := range locks {
+		key := audit.LockKey{Source: "cluster-a", Name: fmt.Sprintf("kube-node-lease/node-%d", l)}
+		ten := audit.Tenure{Lock: key, Seq: 1, Holder: key.Name, Token: audit.Int64(int64(l)), GrantedAt: hour0, LeaseDuration: 40 * time.Second}
+		events := []audit.Event{{Lock: key, Kind: audit.EventGrant, At: hour0, Holder: ten.Holder, Token: ten.Token, TTL: ten.LeaseDuration}}
+		for i := 1; i <= n; i++ {
+			renewed := hour0.Add(time.Duration(i)*10*time.Second + time.Duration((i*7919+l)%400_000)*time.Microsecond)
+			events = append(events, audit.Event{Lock: key, Kind: audit.EventRenew, At: renewed.Add(time.Duration(2+i%4) * time.Millisecond).Truncate(time.Millisecond),
+				Holder: ten.Holder, Token: ten.Token, Seq: 1, TTL: ten.LeaseDuration,
+				Detail: map[string]any{"margin_ratio": float64(700+i%250) / 1000, "renewed_at": renewed.Format(time.RFC3339Nano)}})
+		}
+		storetest.Apply(t, s, audit.Batch{Tenures: []audit.Tenure{ten}, Events: events, Synced: true})
+	}
+	storetest.Apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "clock", Name: "tick"},
+		Kind: audit.EventObserved, At: hour0.Add(24 * time.Hour)}}, Synced: true})
+}
+
+// renewalCounts returns how many renewals each lock of s has, read through
+// Events page by page (locks without any left out), and how many of them
+// come from runs.
+func renewalCounts(t *testing.T, s storetest.Store) (map[string]int, int) {
+	t.Helper()
+	ctx := context.Background()
+	locks, err := s.Locks(ctx, audit.LockFilter{Limit: audit.MaxLockLimit})
+	if err != nil {
+		t.Fatal(err)
+	}
+	counts, fromRuns := make(map[string]int), 0
+	for _, l := range locks {
+		f := audit.EventFilter{Kind: audit.EventRenew, TimeFilter: audit.TimeFilter{Limit: 700}}
+		for {
+			page, err := s.Events(ctx, l.ID, f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(page) > 0 {
+				counts[l.Name] += len(page)
+			}
+			for _, e := range page {
+				if _, _, ok := runcodec.Split(e.ID); ok {
+					fromRuns++
+				}
+			}
+			if len(page) < f.Limit {
+				break
+			}
+			f.Before = audit.EventCursor{At: page[0].At, ID: page[0].ID}
+		}
+	}
+	return counts, fromRuns
+}
+
+// Renewals kept as rows (the previous release's shape) and sealed into
+// runs are copied both ways, SQLite to PostgreSQL and back, and each
+// target reads every renewal once: none lost, none doubled, the runs as
+// runs.
+func TestCopyRenewalRowsAndRunsBothWays(t *testing.T) {
+	const locks, each = 3, 1000 // 2.8 hours of each lock
+	dir := t.TempDir()
+	rows := openSQLite(t, filepath.Join(dir, "rows.db"))
+	stageNodeLeases(t, rows, locks, each)
+	want, _ := renewalCounts(t, rows)
+	if len(want) != locks || want["kube-node-lease/node-0"] != each {
+		t.Fatalf("renewals stored: %v, want %d of each of %d locks", want, each, locks)
+	}
+	check := func(what string, s storetest.Store, sealed bool) {
+		t.Helper()
+		got, fromRuns := renewalCounts(t, s)
+		storetest.Equal(t, what+": renewals per lock", got, want)
+		if sealed != (fromRuns == locks*each) || (!sealed && fromRuns != 0) {
+			t.Errorf("%s: %d of %d renewals read from runs, want all: %v", what, fromRuns, locks*each, sealed)
+		}
+	}
+	copyInto := func(what string, src storetest.Store, dst storetest.Store, sealed bool) {
+		t.Helper()
+		if _, err := storecopy.Copy(context.Background(), src, dst, storecopy.Options{Chunk: 400}); err != nil {
+			t.Fatalf("%s: Copy: %v", what, err)
+		}
+		check(what, dst, sealed)
+		storetest.SameHistory(t, src, dst, nil)
+	}
+
+	// Rows: to PostgreSQL and back.
+	pgRows := openPostgres(t, pg.Get(t).Database(t))
+	copyInto("rows into PostgreSQL", rows, pgRows, false)
+	copyInto("rows back into SQLite", pgRows, openSQLite(t, filepath.Join(dir, "rows-back.db")), false)
+
+	// Runs sealed in SQLite: to PostgreSQL and back.
+	if n := storetest.Seal(t, rows, hour0.Add(3*time.Hour)); n != locks*each {
+		t.Fatalf("sealed %d renewals in SQLite, want %d", n, locks*each)
+	}
+	check("sealed in SQLite", rows, true)
+	pgRuns := openPostgres(t, pg.Get(t).Database(t))
+	copyInto("runs into PostgreSQL", rows, pgRuns, true)
+	copyInto("runs back into SQLite", pgRuns, openSQLite(t, filepath.Join(dir, "runs-back.db")), true)
+
+	// Runs sealed in PostgreSQL from the copied rows: into SQLite.
+	if n := storetest.Seal(t, pgRows, hour0.Add(3*time.Hour)); n != locks*each {
+		t.Fatalf("sealed %d renewals in PostgreSQL, want %d", n, locks*each)
+	}
+	check("sealed in PostgreSQL", pgRows, true)
+	copyInto("PostgreSQL's runs into SQLite", pgRows, openSQLite(t, filepath.Join(dir, "pg-runs.db")), true)
 }
