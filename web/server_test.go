@@ -276,6 +276,8 @@ func (f *fixture) pruneRenewals(t *testing.T) {
 		renewals = append(renewals, audit.Event{Lock: f.orders.Key(), Kind: audit.EventRenew, At: t0.Add(time.Duration(i+1) * time.Second),
 			Holder: "worker-1", Token: audit.Int64(41), Seq: 1, Detail: map[string]any{"margin_ratio": margin}})
 	}
+	// The newest event, which a store may keep (the next one's id must not fall below its sync mark).
+	renewals = append(renewals, audit.Event{Lock: f.orders.Key(), Kind: audit.EventObserved, At: t0.Add(4 * time.Second)})
 	if err := f.store.Apply(ctx, audit.Batch{Events: renewals, Synced: true}); err != nil {
 		t.Fatal(err)
 	}

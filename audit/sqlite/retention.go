@@ -51,7 +51,10 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 		if err := tx.QueryRowContext(ctx, q, append(args, before, step.After, step.Limit)...).Scan(&last, &keep); err != nil {
 			return err
 		}
-		if err := tx.QueryRowContext(ctx, `SELECT `+sqlread.SyncFloor).Scan(&synced); err != nil && err != sql.ErrNoRows {
+		// The newest event stays too: SQLite numbers a new row after the
+		// largest id left, and a new event numbered at or below a sync
+		// mark would be taken for synced.
+		if err := tx.QueryRowContext(ctx, `SELECT min(`+sqlread.SyncFloor+`, (SELECT max(id) FROM events) - 1)`).Scan(&synced); err != nil && err != sql.ErrNoRows {
 			return err
 		}
 		if !last.Valid {

@@ -166,6 +166,7 @@ func testRetentionSummarisesRenewalsStoredWithoutTheirTenure(t *testing.T, h Har
 		{Lock: key, Kind: audit.EventRenew, At: At(5), Holder: "a", Detail: map[string]any{"margin_ratio": 0.4}},
 		{Lock: key, Kind: audit.EventRenew, At: At(25), Holder: "b", Detail: map[string]any{"margin_ratio": 0.6}},
 		{Lock: key, Kind: audit.EventRenew, At: At(30), Holder: "b"},
+		{Lock: key, Kind: audit.EventRelease, At: At(40), Holder: "b"}, // the newest event, which a store may keep
 	}
 	Apply(t, s, audit.Batch{Tenures: tenures, Events: events, Synced: true})
 	r := &audit.Retainer{Store: s, Retention: audit.Retention{Kinds: map[audit.EventKind]time.Duration{audit.EventRenew: time.Second}},

@@ -480,3 +480,26 @@ func testRunsNewEventAfterSealingIsUnsynced(t *testing.T, h Harness) {
 		t.Errorf("%d renewals read, want 361", n)
 	}
 }
+
+// The same holds for retention: an idle store prunes every event it has
+// once they are old, and an event stored after must still be unsynced.
+func testPruneNewEventAfterPruningIsUnsynced(t *testing.T, h Harness) {
+	s := h.Open(t)
+	ctx := context.Background()
+	key := audit.LockKey{Source: "cluster-a", Name: "kube-node-lease/node-8"}
+	ten := nodeLease(key, 1, "node-8", 6, runHour(0).Add(-time.Second))
+	rs := nodeRenewals(ten, runHour(0), 31)
+	Apply(t, s, audit.Batch{Tenures: []audit.Tenure{ten}, Events: rs[:30], Synced: true})
+	r := &audit.Retainer{Store: s, Retention: audit.Retention{Events: time.Hour}, Now: func() time.Time { return runHour(3) }}
+	if err := r.Pass(ctx); err != nil {
+		t.Fatalf("Pass: %v", err)
+	}
+	Apply(t, s, audit.Batch{Events: rs[30:]})
+	unsynced, err := s.Unsynced(ctx)
+	if err != nil {
+		t.Fatalf("Unsynced: %v", err)
+	}
+	if len(unsynced) != 1 || !unsynced[0].At.Equal(rs[30].At) {
+		t.Fatalf("Unsynced after pruning: %s, want the renewal stored since", Show(unsynced))
+	}
+}

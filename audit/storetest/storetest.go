@@ -155,6 +155,7 @@ var contract = []struct {
 	{"RunsRetentionKeepsARunWhole", testRunsRetentionKeepsARunWhole},
 	{"RunsSealPreviousRenewalRows", testRunsSealPreviousRenewalRows},
 	{"RunsNewEventAfterSealingIsUnsynced", testRunsNewEventAfterSealingIsUnsynced},
+	{"PruneNewEventAfterPruningIsUnsynced", testPruneNewEventAfterPruningIsUnsynced},
 
 	// Times at the ends of the range.
 	{"EpochRoundTripsThroughTheDatabase", testEpochRoundTripsThroughTheDatabase},
