@@ -1,0 +1,219 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
+)
+
+// leaseWorkload is a set of leases renewed by their holders as Kubernetes
+// clients renew theirs: every interval plus up to jitter (uniform), the
+// renewTime to the microsecond, observed 1 to 5 ms later.
+type leaseWorkload struct {
+	name             string
+	locks, hours     int
+	interval, jitter time.Duration
+	ttl              time.Duration
+}
+
+// storageWorkloads are a node lease (kubelet: 10 s, up to 4 % of jitter,
+// a 40 s lease) and a leader election's lease (2 s retry period, a 15 s
+// lease, a few ms of the apiserver's latency as its jitter).
+var storageWorkloads = []leaseWorkload{
+	{name: "NodeLease", locks: 400, hours: 3, interval: 10 * time.Second, jitter: 400 * time.Millisecond, ttl: 40 * time.Second},
+	{name: "LeaderLease", locks: 40, hours: 3, interval: 2 * time.Second, jitter: 5 * time.Millisecond, ttl: 15 * time.Second},
+}
+
+// batches returns the workload's grants, then its renewals in rounds, each
+// round a renewal of every lock, in batches of about 4,000 renewals, as
+// the tracker records them (margin and renewTime in the detail), synced.
+func (w leaseWorkload) batches(start time.Time) (audit.Batch, []audit.Batch) {
+	rng := rand.New(rand.NewPCG(7, uint64(w.locks)))
+	grants := audit.Batch{Synced: true}
+	renewed := make([]time.Time, w.locks)
+	keys := make([]audit.LockKey, w.locks)
+	for l := range keys {
+		keys[l] = audit.LockKey{Source: "cluster", Name: fmt.Sprintf("%s/%04d", w.name, l)}
+		ten := audit.Tenure{Lock: keys[l], Seq: 1, Holder: keys[l].Name, Token: audit.Int64(1), GrantedAt: start, LeaseDuration: w.ttl}
+		grants.Tenures = append(grants.Tenures, ten)
+		// Each lock starts at its own offset in the interval.
+		renewed[l] = start.Add(time.Duration(rng.Int64N(int64(w.interval)))).Truncate(time.Microsecond)
+	}
+	rounds := w.hours * int(time.Hour/w.interval)
+	var out []audit.Batch
+	b := audit.Batch{Synced: true}
+	for range rounds {
+		for l, key := range keys {
+			prev := renewed[l]
+			next := prev.Add(w.interval + time.Duration(rng.Int64N(int64(w.jitter)+1))).Truncate(time.Microsecond)
+			renewed[l] = next
+			margin := math.Round(float64(prev.Add(w.ttl).Sub(next))/float64(w.ttl)*1000) / 1000
+			b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventRenew,
+				At:     next.Add(time.Millisecond + time.Duration(rng.Int64N(int64(4*time.Millisecond)))),
+				Holder: key.Name, Token: audit.Int64(1), Seq: 1, TTL: w.ttl,
+				Detail: map[string]any{"margin_ratio": margin, "renewed_at": next.UTC().Format(time.RFC3339Nano)}})
+		}
+		if len(b.Events) >= 4000 {
+			out = append(out, b)
+			b = audit.Batch{Synced: true}
+		}
+	}
+	if len(b.Events) > 0 {
+		out = append(out, b)
+	}
+	return grants, out
+}
+
+// BenchmarkStoragePerRenewal measures what a renewal costs on disk, its
+// tables' indexes and TOAST included, for each of storageWorkloads: stored
+// as rows (the previous release's format: the renewals table), and the
+// same renewals in a second database of the same server, batch by batch in
+// alternation, then sealed into runs and the emptied partitions dropped
+// (and a VACUUM, as autovacuum would, of the partition still being
+// filled). It reports bytes per renewal of each, of the runs alone, what
+// is left of the partitions of renewals, the
+// time sealing takes per renewal, and what a run's data would cost in
+// time and space with the default STORAGE of bytea (EXTENDED, which tries
+// pglz first) against the table's EXTERNAL. Run with:
+// go test -run '^$' -bench StoragePerRenewal -benchtime 1x ./audit/postgres/
+func BenchmarkStoragePerRenewal(b *testing.B) {
+	srv := pgtest.New(b, pgtest.Options{})
+	for _, w := range storageWorkloads {
+		b.Run(w.name, func(b *testing.B) {
+			for b.Loop() {
+				measureStorage(b, srv, w)
+			}
+		})
+	}
+}
+
+func measureStorage(b *testing.B, srv *pgtest.Server, w leaseWorkload) {
+	ctx := context.Background()
+	rows := openBench(b, srv, Options{})
+	// Partitions of 2^16 ids, so that sealing most of the workload's
+	// leaves them empty and drops them, as it does every partition of the
+	// default span in a store that runs for days.
+	sealed := openBench(b, srv, Options{RenewalSpan: 1 << 16})
+	start := time.Date(2026, 12, 7, 0, 0, 0, 0, time.UTC)
+	grants, batches := w.batches(start)
+	for _, s := range []*Store{rows, sealed} {
+		if err := s.Apply(ctx, grants); err != nil {
+			b.Fatal(err)
+		}
+	}
+	rowsBefore, sealedBefore := renewalTablesSize(b, rows), renewalTablesSize(b, sealed)
+	n := 0
+	for _, batch := range batches {
+		for _, s := range []*Store{rows, sealed} {
+			if err := s.Apply(ctx, batch); err != nil {
+				b.Fatal(err)
+			}
+		}
+		n += len(batch.Events)
+	}
+	began := time.Now()
+	var renewals int
+	err := audit.SealThrough(ctx, sealed, start.Add(time.Duration(w.hours+1)*time.Hour), func(res audit.SealResult, _ time.Duration) error {
+		renewals += res.Sealed
+		return nil
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	took := time.Since(began)
+	if renewals != n {
+		b.Fatalf("sealed %d renewals of %d", renewals, n)
+	}
+	if _, err := sealed.writer.Exec(ctx, `VACUUM renewals`); err != nil {
+		b.Fatal(err)
+	}
+	perRenewal := func(d int64) float64 { return float64(d) / float64(n) }
+	b.ReportMetric(perRenewal(renewalTablesSize(b, rows)-rowsBefore), "rows-bytes/renewal")
+	b.ReportMetric(perRenewal(renewalTablesSize(b, sealed)-sealedBefore), "sealed-bytes/renewal")
+	b.ReportMetric(perRenewal(relationSize(b, sealed, "renewal_runs")), "runs-bytes/renewal")
+	// What sealing leaves of the rows: the partition still being filled,
+	// its heap vacuumed, its index as large as it grew, until sealing
+	// drops it once filled. Bounded by a partition, whatever the history.
+	b.ReportMetric(float64(count(b, sealed, `SELECT coalesce(sum(pg_total_relation_size(oid)), 0)::bigint FROM pg_class
+		WHERE relkind = 'r' AND relname ~ '^renewals_[0-9]+$'`))/1024, "left-KiB")
+	b.ReportMetric(float64(took.Microseconds())/float64(n), "seal-µs/renewal")
+	b.ReportMetric(float64(n)/float64(count(b, sealed, `SELECT count(*) FROM renewal_runs`)), "renewals/run")
+	compareStorage(b, sealed, n)
+}
+
+// openBench opens a store on a new database of srv, closed at the end.
+func openBench(b *testing.B, srv *pgtest.Server, opts Options) *Store {
+	b.Helper()
+	s, err := Open(context.Background(), srv.Database(b), opts)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { s.Close() })
+	return s
+}
+
+// renewalTablesSize is what the tables that hold renewals take: events,
+// the partitions of renewals and the runs, indexes and TOAST included.
+func renewalTablesSize(b *testing.B, s *Store) int64 {
+	b.Helper()
+	return count(b, s, `SELECT coalesce(sum(pg_total_relation_size(oid)), 0)::bigint FROM pg_class
+		WHERE relkind = 'r' AND (relname IN ('events', 'renewal_runs') OR relname ~ '^renewals_[0-9]+$')`)
+}
+
+// relationSize is pg_total_relation_size of one table.
+func relationSize(b *testing.B, s *Store, table string) int64 {
+	b.Helper()
+	return count(b, s, `SELECT pg_total_relation_size('`+table+`')`)
+}
+
+// compareStorage copies the runs' data into two tables that differ only in
+// the column's STORAGE, EXTENDED (bytea's default) and EXTERNAL (this
+// store's), and reports the time of each copy per renewal and the size of
+// each per renewal.
+func compareStorage(b *testing.B, s *Store, n int) {
+	b.Helper()
+	ctx := context.Background()
+	rows, err := s.reader.Query(ctx, `SELECT data FROM renewal_runs`)
+	if err != nil {
+		b.Fatal(err)
+	}
+	data, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
+	if err != nil {
+		b.Fatal(err)
+	}
+	copies := make([][]any, len(data))
+	for i, d := range data {
+		copies[i] = []any{d}
+	}
+	for _, storage := range []string{"EXTENDED", "EXTERNAL"} {
+		table := "runs_" + strings.ToLower(storage)
+		if _, err := s.writer.Exec(ctx, `CREATE TABLE `+table+` (data BYTEA NOT NULL);
+			ALTER TABLE `+table+` ALTER COLUMN data SET STORAGE `+storage); err != nil {
+			b.Fatal(err)
+		}
+		var best time.Duration
+		for range 5 {
+			if _, err := s.writer.Exec(ctx, `TRUNCATE `+table); err != nil {
+				b.Fatal(err)
+			}
+			began := time.Now()
+			if _, err := s.writer.CopyFrom(ctx, pgx.Identifier{table}, []string{"data"}, pgx.CopyFromRows(copies)); err != nil {
+				b.Fatal(err)
+			}
+			if took := time.Since(began); best == 0 || took < best {
+				best = took
+			}
+		}
+		b.ReportMetric(float64(best.Nanoseconds())/float64(n), storage+"-ns/renewal")
+		b.ReportMetric(float64(relationSize(b, s, table))/float64(n), storage+"-bytes/renewal")
+	}
+}
