@@ -117,3 +117,47 @@ func TestRunsReadNewestFirstThroughTheirIndex(t *testing.T) {
 		t.Errorf("%d statements on renewal_runs kept, want the one", checked)
 	}
 }
+
+// A lock's backlog (the first passes after an upgrade seal days of each
+// lock's renewals) is sealed in steps of at most 16,384 renewals, each
+// a short transaction, and every step ends on a window's end: an hour is
+// one run however the steps fall.
+func TestSealingABacklogTakesStepsOfWholeWindows(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	w := renewalWorkloads[1] // 2 s renewals: 1,800 an hour
+	w.Leases, w.Hours = 1, 20
+	n := w.run(t, s, nil)
+	storetest.Apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "clock", Name: "tick"},
+		Kind: audit.EventObserved, At: workloadStart.Add(24 * time.Hour)}}, Synced: true})
+	sealed, steps := 0, 0
+	for after := int64(0); ; steps++ {
+		res, err := s.SealRenewals(ctx, audit.SealStep{Before: workloadStart.Add(23 * time.Hour), AfterLock: after, Limit: 10})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if res.Sealed > 1<<14 {
+			t.Errorf("step %d sealed %d renewals, more than %d", steps, res.Sealed, 1<<14)
+		}
+		sealed += res.Sealed
+		if res.Done {
+			break
+		}
+		if steps > n/sealBudget+2 {
+			t.Fatalf("%d steps and not done", steps)
+		}
+		after = res.NextLock
+	}
+	if sealed != n || steps < n/sealBudget {
+		t.Errorf("sealed %d of %d renewals in %d steps, want all in at least %d", sealed, n, steps+1, n/sealBudget+1)
+	}
+	// One run per window: no window's renewals were split between steps.
+	var windows, split int
+	if err := s.reader.QueryRowContext(ctx, `SELECT count(*), coalesce(sum(n > 1), 0) FROM
+		(SELECT first_at / 3600000000000 AS w, count(*) AS n FROM renewal_runs GROUP BY w)`).Scan(&windows, &split); err != nil {
+		t.Fatal(err)
+	}
+	if windows < w.Hours || split != 0 {
+		t.Errorf("runs of %d windows, %d of them in more than one run; want one run each of at least %d", windows, split, w.Hours)
+	}
+}

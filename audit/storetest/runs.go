@@ -55,8 +55,8 @@ func sealFrom(t *testing.T, s Store, before time.Time, after int64, steps int) i
 		if res.Done {
 			break
 		}
-		if res.NextLock <= after {
-			t.Fatalf("SealRenewals after lock %d: next lock %d does not move on", after, res.NextLock)
+		if res.NextLock <= after && res.Sealed == 0 {
+			t.Fatalf("SealRenewals after lock %d: next lock %d and nothing sealed: no progress", after, res.NextLock)
 		}
 		after = res.NextLock
 	}
