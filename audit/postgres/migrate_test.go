@@ -143,3 +143,58 @@ func TestMigrationMovesResourcesIntoRows(t *testing.T) {
 		t.Errorf("track states still holding resources = %d, %v; want 0", left, err)
 	}
 }
+
+// The renewals the previous release stored as rows of renewals (migration
+// 0014's schema) stay where they are through migration 0015, and the first
+// seal folds them into runs in place: every one read before and after.
+func TestPreviousReleaseRenewalsAreSealedInPlace(t *testing.T) {
+	ctx := context.Background()
+	url := pg.Get(t).Database(t)
+	conn := migratedTo(t, url, 14)
+	const n = 1000 // 10 s apart from 08:00:00.004, 2.8 hours
+	for _, sql := range []string{
+		`INSERT INTO locks (source, name) VALUES ('cluster', 'kube-node-lease/node-1')`,
+		`INSERT INTO tenures (lock_id, seq, holder, token, granted_at) VALUES (1, 1, 'node-1', 3, 0)`,
+		`CREATE TABLE renewals_0 (LIKE renewals)`,
+		`ALTER TABLE renewals ATTACH PARTITION renewals_0 FOR VALUES FROM (0) TO (4194304)`,
+		`INSERT INTO renewals (id, lock_id, at, renewed_at, seq, ttl_ms, margin_permille, position, detail)
+			SELECT nextval('events_id_seq'), 1, 1767772800004000000 + i * 10000000000, 1767772800001000000 + i * 10000000000,
+				1, 40000, 750, '', '' FROM generate_series(0, 999) AS i`,
+		`UPDATE journal SET synced_event = (SELECT last_value FROM events_id_seq)`,
+	} {
+		if _, err := conn.Exec(ctx, sql); err != nil {
+			t.Fatalf("%.60s: %v", sql, err)
+		}
+	}
+	s := openURL(t, url)
+	times := func() []time.Time {
+		t.Helper()
+		got, err := s.EventTimes(ctx, 1, audit.EventRenew, audit.TimeFilter{Limit: audit.MaxListLimit})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	before := times()
+	if len(before) != n {
+		t.Fatalf("%d renewals after the migration, want %d", len(before), n)
+	}
+	sealed := 0
+	if err := audit.SealThrough(ctx, s, time.Unix(0, 1767772800000000000).Add(4*time.Hour), func(res audit.SealResult, _ time.Duration) error {
+		sealed += res.Sealed
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if sealed != n {
+		t.Errorf("sealed %d renewals, want %d", sealed, n)
+	}
+	storetest.Equal(t, "renewal times after sealing", times(), before)
+	if rows := count(t, s, `SELECT count(*) FROM renewals`); rows != 0 {
+		t.Errorf("%d renewal rows left, want 0", rows)
+	}
+	evs, err := s.Events(ctx, 1, audit.EventFilter{Kind: audit.EventRenew, TimeFilter: audit.TimeFilter{Limit: 1}})
+	if err != nil || len(evs) != 1 || evs[0].Holder != "node-1" || evs[0].Detail["margin_ratio"] == nil {
+		t.Errorf("newest renewal after sealing: %+v, %v; want the tenure's holder and the margin", evs, err)
+	}
+}
