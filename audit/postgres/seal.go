@@ -29,10 +29,14 @@ import (
 // in chunks, each held in memory alone.
 const sealChunk = runcodec.MaxRenewals
 
-// sealBudget is the renewals after which a step stops at the end of a lock
-// it reads in chunks, so that its transaction stays short however many
-// rows the previous release left.
+// sealBudget is the renewals after which a step stops, at the end of a
+// lock, so that its transaction stays short however many rows the previous
+// release left; the next step goes on after that lock.
 const sealBudget = 16 * runcodec.MaxRenewals
+
+// sealGroup is how many locks a step reads the first chunk of at once: at
+// most sealBudget renewals in memory.
+const sealGroup = sealBudget / sealChunk
 
 // runColumns are the columns of renewal_runs a seal writes, in runRow's
 // order; the id is the table's identity.
@@ -81,8 +85,9 @@ type stagedLock struct {
 // first is the position before every renewal.
 var first = [2]int64{math.MinInt64, math.MinInt64}
 
-// sealStep is SealRenewals' transaction: the first chunk of each lock,
-// then the rest of those that had more, chunk by chunk.
+// sealStep is SealRenewals' transaction: the first chunk of each lock of a
+// group of sealGroup, then the rest of those of the group that had more,
+// chunk by chunk, and so on, group by group, up to sealBudget renewals.
 func sealStep(ctx context.Context, tx pgx.Tx, step audit.SealStep, res *audit.SealResult) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+pruneLock+`)`); err != nil {
 		return err
@@ -106,23 +111,41 @@ func sealStep(ctx context.Context, tx pgx.Tx, step audit.SealStep, res *audit.Se
 	}
 	res.NextLock = locks[len(locks)-1].id
 	before := audit.Nanos(step.Before)
-	more, err := sealChunks(ctx, tx, locks, before, res)
-	for len(more) > 0 && err == nil {
-		l := more[0]
-		for more = more[1:]; err == nil; {
-			var rest []stagedLock
-			if rest, err = sealChunks(ctx, tx, []stagedLock{l}, before, res); len(rest) == 0 {
+	for group := range slices.Chunk(locks, sealGroup) {
+		more, err := sealChunks(ctx, tx, group, before, res)
+		if err != nil {
+			return err
+		}
+		stop := group[len(group)-1].id
+		for _, l := range more {
+			if err := sealRest(ctx, tx, l, before, res); err != nil {
+				return err
+			}
+			if res.Sealed >= sealBudget {
+				stop = l.id
 				break
 			}
-			l = rest[0]
 		}
-		if res.Sealed >= sealBudget && len(more) > 0 {
-			// The rest of the locks that had more, in the next step.
-			res.NextLock, res.Done = l.id, false
-			break
+		if res.Sealed >= sealBudget && stop != res.NextLock {
+			// The locks after stop in the next step, those of this group
+			// included, which read on from what is left of them.
+			res.NextLock, res.Done = stop, false
+			return nil
 		}
 	}
-	return err
+	return nil
+}
+
+// sealRest seals the rest of a lock whose first chunk was sealed, chunk by
+// chunk.
+func sealRest(ctx context.Context, tx pgx.Tx, l stagedLock, before int64, res *audit.SealResult) error {
+	for {
+		more, err := sealChunks(ctx, tx, []stagedLock{l}, before, res)
+		if err != nil || len(more) == 0 {
+			return err
+		}
+		l = more[0]
+	}
 }
 
 // sealChunks seals the next chunk of each of locks and returns those that

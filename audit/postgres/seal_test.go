@@ -167,30 +167,35 @@ func TestConcurrentSealsSealEachRenewalOnce(t *testing.T) {
 	}
 }
 
-// TestSealReadsABacklogInChunks seals a lock with more staged renewals
-// than a step reads at once, as the previous release leaves them: 10,000
-// renewals every 2 s over six hour windows. Each step moves on to the next
-// lock, every renewal is sealed once, and each window is one run, though
-// the chunks end inside windows.
+// TestSealReadsABacklogInChunks seals locks with more staged renewals
+// than a step reads of each at once, as the previous release leaves them:
+// four leader leases of 25,000 renewals every 2 s (14 hour windows each),
+// and a node lease. A step of every lock stops at its budget after the
+// third leader lease and the next one goes on from there; every renewal is
+// sealed once, and each window is one run, though the chunks end inside
+// windows.
 func TestSealReadsABacklogInChunks(t *testing.T) {
 	s := openURL(t, pg.Get(t).Database(t))
-	key := audit.LockKey{Source: "cluster", Name: "leader"}
-	ten := audit.Tenure{Lock: key, Seq: 1, Holder: "a", Token: audit.Int64(1), GrantedAt: hour0}
-	var events []audit.Event
-	for i := range 10_000 {
-		events = append(events, audit.Event{Lock: key, Kind: audit.EventRenew, At: hour0.Add(time.Duration(i)*2*time.Second + time.Millisecond),
-			Holder: "a", Token: audit.Int64(1), Seq: 1, TTL: 10 * time.Second, Detail: map[string]any{"margin_ratio": 0.8}})
+	const leaders, each = 4, 25_000
+	for l := range leaders {
+		key := audit.LockKey{Source: "cluster", Name: "leader-" + strconv.Itoa(l)}
+		ten := audit.Tenure{Lock: key, Seq: 1, Holder: "a", Token: audit.Int64(1), GrantedAt: hour0}
+		events := make([]audit.Event, each)
+		for i := range events {
+			events[i] = audit.Event{Lock: key, Kind: audit.EventRenew, At: hour0.Add(time.Duration(i)*2*time.Second + time.Millisecond),
+				Holder: "a", Token: audit.Int64(1), Seq: 1, TTL: 10 * time.Second, Detail: map[string]any{"margin_ratio": 0.8}}
+		}
+		storetest.Apply(t, s, audit.Batch{Tenures: []audit.Tenure{ten}, Events: events, Synced: true})
 	}
-	storetest.Apply(t, s, audit.Batch{Tenures: []audit.Tenure{ten}, Events: events, Synced: true})
 	stageRenewals(t, s, audit.LockKey{Source: "cluster", Name: "node"}, 10)
 	ctx := context.Background()
-	sealed := 0
-	for after := int64(0); ; {
-		res, err := s.SealRenewals(ctx, audit.SealStep{Before: hour0.Add(6 * time.Hour), AfterLock: after, Limit: 1})
+	var steps []audit.SealResult
+	for after := int64(0); len(steps) < 10; {
+		res, err := s.SealRenewals(ctx, audit.SealStep{Before: hour0.Add(24 * time.Hour), AfterLock: after, Limit: 10})
 		if err != nil {
 			t.Fatal(err)
 		}
-		sealed += res.Sealed
+		steps = append(steps, res)
 		if res.Done {
 			break
 		}
@@ -199,13 +204,14 @@ func TestSealReadsABacklogInChunks(t *testing.T) {
 		}
 		after = res.NextLock
 	}
-	if sealed != 10_010 {
-		t.Errorf("sealed %d renewals, want 10,010", sealed)
+	// The first step seals the first chunk of every lock (of the fourth
+	// leader lease, its first two windows) and the rest of the first
+	// three; the second the rest of the fourth.
+	storetest.Equal(t, "steps", steps, []audit.SealResult{{NextLock: 3, Sealed: 3*each + 2*1800 + 10}, {NextLock: 5, Sealed: each - 2*1800, Done: true}})
+	if n := count(t, s, `SELECT count(*) FROM renewal_runs r JOIN locks l ON l.id = r.lock_id WHERE l.name LIKE 'leader-%'`); n != leaders*14 {
+		t.Errorf("runs of the leader leases = %d, want one per hour window, %d", n, leaders*14)
 	}
-	if n := count(t, s, `SELECT count(*) FROM renewal_runs r JOIN locks l ON l.id = r.lock_id WHERE l.name = 'leader'`); n != 6 {
-		t.Errorf("runs of the leader lease = %d, want one per hour window, 6", n)
-	}
-	if n := count(t, s, `SELECT coalesce(sum(renewals), 0) FROM renewal_runs`); n != 10_010 {
-		t.Errorf("renewals in runs = %d, want 10,010", n)
+	if n := count(t, s, `SELECT coalesce(sum(renewals), 0) FROM renewal_runs`); n != leaders*each+10 {
+		t.Errorf("renewals in runs = %d, want %d", n, leaders*each+10)
 	}
 }
