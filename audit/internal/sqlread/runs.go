@@ -13,10 +13,11 @@ import (
 	"github.com/leasewatch/leasewatch/audit/internal/runcodec"
 )
 
-// Renewal runs (SQLite migration 0025): sealing folds a lock's staged
-// renewals of one tenure and hour window into one row of renewal_runs,
-// whose renewals have the ids runcodec.ID gives them. Every read that
-// returns renewals merges the runs with the rows left, in (at, id) order.
+// Renewal runs (SQLite migration 0025, PostgreSQL 0015): sealing folds a
+// lock's staged renewals of one tenure and hour window into one row of
+// renewal_runs, whose renewals have the ids runcodec.ID gives them. Every
+// read that returns renewals merges the runs with the rows left, in
+// (at, id) order.
 
 // RunIndex is the index of a lock's runs by their last renewal.
 const RunIndex = "renewal_runs_lock_last"
