@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 )
@@ -175,45 +173,44 @@ func relationSize(b *testing.B, s *Store, table string) int64 {
 	return count(b, s, `SELECT pg_total_relation_size('`+table+`')`)
 }
 
-// compareStorage copies the runs' data into two tables that differ only in
-// the column's STORAGE, EXTENDED (bytea's default) and EXTERNAL (this
-// store's), and reports the time of each copy per renewal and the size of
-// each per renewal.
+// compareStorage copies the runs' data, inside the server, into two
+// tables that differ only in the column's STORAGE, EXTENDED (bytea's
+// default, which tries pglz on a value too long for the row before it is
+// stored out of line) and EXTERNAL (this store's), alternating, 15 times
+// each. It reports the fastest copy of each per renewal, each table's size
+// per renewal, and how many values pglz did compress (none: the data is
+// bit-packed).
 func compareStorage(b *testing.B, s *Store, n int) {
 	b.Helper()
 	ctx := context.Background()
-	rows, err := s.reader.Query(ctx, `SELECT data FROM renewal_runs`)
-	if err != nil {
-		b.Fatal(err)
-	}
-	data, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
-	if err != nil {
-		b.Fatal(err)
-	}
-	copies := make([][]any, len(data))
-	for i, d := range data {
-		copies[i] = []any{d}
-	}
-	for _, storage := range []string{"EXTENDED", "EXTERNAL"} {
+	storages := []string{"EXTENDED", "EXTERNAL"}
+	best := make(map[string]time.Duration)
+	for _, storage := range storages {
 		table := "runs_" + strings.ToLower(storage)
 		if _, err := s.writer.Exec(ctx, `CREATE TABLE `+table+` (data BYTEA NOT NULL);
 			ALTER TABLE `+table+` ALTER COLUMN data SET STORAGE `+storage); err != nil {
 			b.Fatal(err)
 		}
-		var best time.Duration
-		for range 5 {
+	}
+	for range 15 {
+		for _, storage := range storages {
+			table := "runs_" + strings.ToLower(storage)
 			if _, err := s.writer.Exec(ctx, `TRUNCATE `+table); err != nil {
 				b.Fatal(err)
 			}
 			began := time.Now()
-			if _, err := s.writer.CopyFrom(ctx, pgx.Identifier{table}, []string{"data"}, pgx.CopyFromRows(copies)); err != nil {
+			if _, err := s.writer.Exec(ctx, `INSERT INTO `+table+` SELECT data FROM renewal_runs`); err != nil {
 				b.Fatal(err)
 			}
-			if took := time.Since(began); best == 0 || took < best {
-				best = took
+			if took := time.Since(began); best[storage] == 0 || took < best[storage] {
+				best[storage] = took
 			}
 		}
-		b.ReportMetric(float64(best.Nanoseconds())/float64(n), storage+"-ns/renewal")
+	}
+	for _, storage := range storages {
+		table := "runs_" + strings.ToLower(storage)
+		b.ReportMetric(float64(best[storage].Nanoseconds())/float64(n), storage+"-ns/renewal")
 		b.ReportMetric(float64(relationSize(b, s, table))/float64(n), storage+"-bytes/renewal")
 	}
+	b.ReportMetric(float64(count(b, s, `SELECT count(*) FROM runs_extended WHERE pg_column_compression(data) IS NOT NULL`)), "pglz-compressed-runs")
 }
