@@ -161,3 +161,28 @@ func TestSealingABacklogTakesStepsOfWholeWindows(t *testing.T) {
 		t.Errorf("runs of %d windows, %d of them in more than one run; want one run each of at least %d", windows, split, w.Hours)
 	}
 }
+
+// A seal step that is not one (no locks, or a bound inside a window, which
+// would cut the window's run in two) is refused, naming what is wrong, and
+// seals nothing.
+func TestSealRenewalsRefusesABadStep(t *testing.T) {
+	s, _ := openStore(t)
+	ctx := context.Background()
+	w := renewalWorkloads[0]
+	w.Leases, w.Hours = 1, 2
+	w.run(t, s, nil)
+	for _, step := range []audit.SealStep{
+		{Before: workloadStart.Add(time.Hour), Limit: 0},
+		{Before: workloadStart.Add(time.Hour + time.Minute), Limit: 10},
+		{Limit: 10},
+	} {
+		res, err := s.SealRenewals(ctx, step)
+		if audit.ErrorCode(err) != audit.EINVALID || res.Sealed != 0 {
+			t.Errorf("SealRenewals(%+v) = %+v, %v; want EINVALID", step, res, err)
+		}
+	}
+	var runs int
+	if err := s.reader.QueryRowContext(ctx, `SELECT count(*) FROM renewal_runs`).Scan(&runs); err != nil || runs != 0 {
+		t.Errorf("%d runs after refused steps (%v), want none", runs, err)
+	}
+}

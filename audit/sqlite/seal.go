@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
@@ -30,10 +31,11 @@ import (
 func (s *Store) SealRenewals(ctx context.Context, step audit.SealStep) (audit.SealResult, error) {
 	res := audit.SealResult{NextLock: step.AfterLock}
 	if step.Limit <= 0 {
-		return res, audit.Errorf(audit.EINVALID, "seal renewals: limit %d must be positive", step.Limit)
+		return res, audit.Errorf(audit.EINVALID, "seal renewals: SealStep.Limit %d must be positive", step.Limit)
 	}
 	if step.Before.IsZero() || step.Before.UnixNano()%int64(runcodec.Window) != 0 {
-		return res, audit.Errorf(audit.EINVALID, "seal renewals: before %s is not the start of a window of %s", step.Before, runcodec.Window)
+		return res, audit.Errorf(audit.EINVALID, "seal renewals: SealStep.Before %s is not the start of a run window (%s)",
+			step.Before.UTC().Format(time.RFC3339Nano), runcodec.Window)
 	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		var locks []int64
