@@ -506,13 +506,14 @@ type Cursor struct {
 }
 
 // Database is every part of a store the service relies on: the read side,
-// the journal the recorder writes through, the pruner of retention, and the
-// database size the metrics report. audit/sqlite and audit/postgres each
+// the journal the recorder writes through, the pruner of retention and the
+// sealer of renewals, and the database size the metrics report. audit/sqlite and audit/postgres each
 // implement it; the contract suite (audit/storetest) checks it.
 type Database interface {
 	Store
 	Journal
 	Pruner
+	Sealer
 	// PutVerdicts keeps each lock's verdict, replacing the one kept
 	// before (audit/verdict Keeper). A lock that does not exist is skipped.
 	PutVerdicts(ctx context.Context, verdicts []LockVerdict) error

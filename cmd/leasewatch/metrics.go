@@ -198,18 +198,22 @@ func newRecorderMetrics(reg prometheus.Registerer, maxResources int) *recorderMe
 	return m
 }
 
-// newRetentionMetrics registers retention's counter and the database's
-// size, and returns the Retainer's Pruned hook.
+// newRetentionMetrics registers retention's counters and the database's
+// size, and returns the Retainer's Pruned and Sealed hooks.
 func newRetentionMetrics(reg prometheus.Registerer, store interface {
 	Size(context.Context) (int64, error)
-}) func(string, int) {
-	pruned := prometheus.NewCounterVec(prometheus.CounterOpts{
+}) (pruned func(string, int), sealed func(int)) {
+	prunedRows := prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "leasewatch_retention_pruned_total",
 		Help: "Rows retention deleted, by table (events or findings).",
 	}, []string{"table"})
 	for _, t := range []string{"events", "findings"} {
-		pruned.WithLabelValues(t)
+		prunedRows.WithLabelValues(t)
 	}
+	sealedRenewals := prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "leasewatch_renewals_sealed_total",
+		Help: "Renewals sealed from rows into runs (ARCHITECTURE.md, \"Renewal runs\").",
+	})
 	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "leasewatch_database_bytes",
 		Help: "Bytes the database takes: SQLite's pages in use (less the free ones), or PostgreSQL's tables with their indexes. Retention frees space that new rows reuse, so this levels off.",
@@ -220,8 +224,9 @@ func newRetentionMetrics(reg prometheus.Registerer, store interface {
 		}
 		return float64(n)
 	})
-	reg.MustRegister(pruned, size)
-	return func(table string, n int) { pruned.WithLabelValues(table).Add(float64(n)) }
+	reg.MustRegister(prunedRows, sealedRenewals, size)
+	return func(table string, n int) { prunedRows.WithLabelValues(table).Add(float64(n)) },
+		func(n int) { sealedRenewals.Add(float64(n)) }
 }
 
 // startSources makes each source's per-source counters exist at zero, so

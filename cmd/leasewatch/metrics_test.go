@@ -415,8 +415,8 @@ func TestHolderChangesAfterRestart(t *testing.T) {
 	}
 }
 
-// Retention's counter follows the Retainer's Pruned hook, and the database
-// size is read from the store at scrape time.
+// Retention's counters follow the Retainer's Pruned and Sealed hooks, and
+// the database size is read from the store at scrape time.
 func TestRetentionMetrics(t *testing.T) {
 	ctx := context.Background()
 	store, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "lw.db"))
@@ -425,16 +425,21 @@ func TestRetentionMetrics(t *testing.T) {
 	}
 	defer store.Close()
 	reg := prometheus.NewRegistry()
-	pruned := newRetentionMetrics(reg, store)
+	pruned, sealed := newRetentionMetrics(reg, store)
 	pruned("events", 1500)
 	pruned("events", 500)
 	pruned("findings", 3)
+	sealed(360)
+	sealed(40)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(`
 # HELP leasewatch_retention_pruned_total Rows retention deleted, by table (events or findings).
 # TYPE leasewatch_retention_pruned_total counter
 leasewatch_retention_pruned_total{table="events"} 2000
 leasewatch_retention_pruned_total{table="findings"} 3
-`), "leasewatch_retention_pruned_total"); err != nil {
+# HELP leasewatch_renewals_sealed_total Renewals sealed from rows into runs (ARCHITECTURE.md, "Renewal runs").
+# TYPE leasewatch_renewals_sealed_total counter
+leasewatch_renewals_sealed_total 400
+`), "leasewatch_retention_pruned_total", "leasewatch_renewals_sealed_total"); err != nil {
 		t.Error(err)
 	}
 	want, err := store.Size(ctx)

@@ -104,8 +104,9 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	}
 	reg.MustRegister(rm.newLeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")),
 		verdictCollector{store: backgroundReads(store), log: logger.With("component", "metrics")})
-	svc.retainer = &audit.Retainer{Store: store, Retention: cfg.Retention.Policy(), Now: time.Now,
-		Log: logger.With("component", "retention"), Pruned: newRetentionMetrics(reg, store)}
+	pruned, sealed := newRetentionMetrics(reg, store)
+	svc.retainer = &audit.Retainer{Store: store, Sealer: store, Retention: cfg.Retention.Policy(), Now: time.Now,
+		Log: logger.With("component", "retention"), Pruned: pruned, Sealed: sealed}
 	if svc.replicas != nil {
 		// One replica prunes: the owner of leasewatch's own source. Each
 		// keeps the verdicts of the sources it owns.

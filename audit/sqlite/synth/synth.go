@@ -27,7 +27,7 @@ import (
 
 // Version changes whenever Generate writes something different for the same
 // Spec, so a cached database from an older generator is never reused.
-const Version = 2
+const Version = 3
 
 // Spec sizes a synthetic audit log.
 type Spec struct {
@@ -121,8 +121,17 @@ var blinds = []struct {
 // flushEvents is how many events one Apply writes.
 const flushEvents = 250_000
 
-// Generate writes spec's audit log into store, which should be empty.
-func Generate(ctx context.Context, store audit.Journal, spec Spec) (Summary, error) {
+// Store is what Generate writes through: a store's journal, and its sealer
+// of renewals into runs.
+type Store interface {
+	audit.Journal
+	audit.Sealer
+}
+
+// Generate writes spec's audit log into store, which should be empty, and
+// seals its renewals into runs as the service's retention would have by
+// spec.End: every hour closed audit.SealGrace before it.
+func Generate(ctx context.Context, store Store, spec Spec) (Summary, error) {
 	if spec.Locks < 10 || spec.Days < 1 || spec.Events < spec.Locks || spec.BusyLocks < 0 || spec.BusyLocks >= spec.Locks ||
 		spec.WriteLocks < 0 || spec.WriteLocks > 0 && spec.WriteResources < 1 {
 		return Summary{}, fmt.Errorf("synth: spec %+v is too small", spec)
@@ -151,7 +160,11 @@ func Generate(ctx context.Context, store audit.Journal, spec Spec) (Summary, err
 			}
 		}
 	}
-	return g.sum, g.flush(ctx)
+	if err := g.flush(ctx); err != nil {
+		return g.sum, err
+	}
+	sealed := spec.End.Add(-audit.SealGrace).Truncate(time.Hour)
+	return g.sum, audit.SealThrough(ctx, store, sealed, func(audit.SealResult, time.Duration) error { return ctx.Err() })
 }
 
 type generator struct {
@@ -171,6 +184,9 @@ func (g *generator) flush(ctx context.Context) error {
 	g.sum.Findings += len(g.batch.Findings)
 	g.sum.Tenures += len(g.batch.Tenures)
 	g.sum.Locks += len(g.batch.Locks)
+	// Every batch writes its locks and tenures whole: the rows hold every
+	// renewal, which sealing needs.
+	g.batch.Synced = true
 	if err := g.store.Apply(ctx, g.batch); err != nil {
 		return fmt.Errorf("synth: %w", err)
 	}

@@ -7,8 +7,47 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/runcodec"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
 )
+
+// checkBusiestSealed checks that the busiest lock's renewals read back,
+// every one, and that those of the hours closed before the end are sealed
+// into runs while the last hour's are rows, as the service leaves them.
+func checkBusiestSealed(t *testing.T, store *sqlite.Store, sum Summary) {
+	t.Helper()
+	ctx := context.Background()
+	l, err := store.LockByKey(ctx, sum.Busiest)
+	if err != nil {
+		t.Fatal(err)
+	}
+	all := audit.EventFilter{Kind: audit.EventRenew, TimeFilter: audit.TimeFilter{Limit: audit.MaxListLimit}}
+	var sealed, rows int
+	for {
+		page, err := store.Events(ctx, l.ID, all)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, e := range page {
+			sealedBefore := sum.Spec.End.Add(-audit.SealGrace).Truncate(time.Hour)
+			if _, _, run := runcodec.Split(e.ID); run {
+				sealed++
+				if !e.At.Before(sealedBefore) {
+					t.Fatalf("renewal at %v sealed, after the last closed window %v", e.At, sealedBefore)
+				}
+			} else {
+				rows++
+			}
+		}
+		if len(page) < all.Limit {
+			break
+		}
+		all.Before = audit.EventCursor{At: page[0].At, ID: page[0].ID}
+	}
+	if sealed+rows != sum.BusiestRenewals || sealed == 0 || rows == 0 {
+		t.Errorf("busiest lock reads %d sealed and %d row renewals, want %d in all, both kinds", sealed, rows, sum.BusiestRenewals)
+	}
+}
 
 // The generator writes what it says, in the shapes the dashboard relies on.
 func TestGenerateSmall(t *testing.T) {
@@ -39,6 +78,8 @@ func TestGenerateSmall(t *testing.T) {
 		t.Fatalf("Open: %v", err)
 	}
 	defer store.Close()
+
+	checkBusiestSealed(t, store, sum)
 
 	counts, err := store.LockCounts(ctx)
 	if err != nil {
