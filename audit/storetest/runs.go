@@ -24,16 +24,6 @@ func runHour(h int) time.Time {
 // runIDBase is the lowest id of a renewal read from a run.
 const runIDBase = int64(1) << 52
 
-// sealerOf is s's sealing, which every store has.
-func sealerOf(t *testing.T, s Store) audit.Sealer {
-	t.Helper()
-	sealer, ok := s.(audit.Sealer)
-	if !ok {
-		t.Fatalf("%T does not seal renewals (audit.Sealer)", s)
-	}
-	return sealer
-}
-
 // Seal seals s's renewals observed before before, a lock per step from the
 // first lock, and returns how many it sealed.
 func Seal(t *testing.T, s Store, before time.Time) int {
@@ -47,7 +37,7 @@ func sealFrom(t *testing.T, s Store, before time.Time, after int64, steps int) i
 	t.Helper()
 	sealed := 0
 	for ; steps != 0; steps-- {
-		res, err := sealerOf(t, s).SealRenewals(context.Background(), audit.SealStep{Before: before, AfterLock: after, Limit: 1})
+		res, err := s.SealRenewals(context.Background(), audit.SealStep{Before: before, AfterLock: after, Limit: 1})
 		if err != nil {
 			t.Fatalf("SealRenewals after lock %d: %v", after, err)
 		}
