@@ -6,6 +6,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -35,6 +36,10 @@ type kubeLoad struct {
 	kubeconfig     string
 	leasewatch     string
 	keep           bool // keep the run's folder (database, config) for inspection
+	// replay: the heartbeats are a recorded watch stream of a real
+	// apiserver, replayed at the rate asked (replay.go), from frames if set.
+	replay bool
+	frames string
 }
 
 const (
@@ -48,8 +53,9 @@ const (
 // must have recorded.
 type lease struct {
 	mu      sync.Mutex
-	created string // the resourceVersion the Lease was created (or found) at
-	obj     *coordinationv1.Lease
+	name    string                // namespace/name, the lock leasewatch records it as
+	created string                // the resourceVersion the Lease was created (or found) at
+	obj     *coordinationv1.Lease // nil in a replay
 	writes  []leaseWrite
 	// unknown counts renewals whose outcome the load could not learn: the
 	// Update failed with neither success nor conflict, and reading the
@@ -78,6 +84,9 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 	defer done()
+	if k.replay {
+		return k.runReplay(ctx, out, log, dir)
+	}
 
 	kubeconfig, cs, stopAPI, err := k.connect(ctx, dir, log)
 	if err != nil {
@@ -133,14 +142,22 @@ func (k *kubeLoad) run(ctx context.Context, out, log io.Writer) error {
 		return err
 	}
 
-	return k.verify(ctx, out, dir, url, append(heartbeats, elections...), w, &updates, &conflicts, &skipped)
+	offered := float64(k.heartbeats)/k.heartbeatEvery.Seconds() + float64(k.elections)/k.electionEvery.Seconds()
+	title := fmt.Sprintf("leasewatch-load kubernetes: %d heartbeat Leases every %s + %d election Leases every %s (%.0f renewals/s offered), %s measured after %s warm-up; lag is renewTime → stored",
+		k.heartbeats, k.heartbeatEvery, k.elections, k.electionEvery, offered, k.duration, k.warmup)
+	return verify(ctx, out, dir, url, append(heartbeats, elections...), w, title, [][2]string{
+		{"renewals achieved", fmt.Sprintf("%.0f/s (%d skipped while the apiserver was behind; update conflicts %d)", float64(updates.Load())/(k.warmup+k.duration).Seconds(), skipped.Load(), conflicts.Load())},
+	})
 }
+
+// maxListed is how many differing Leases a run lists.
+const maxListed = 20
 
 // verify drains leasewatch and checks that every write the apiserver
 // committed to the Leases all was recorded exactly once, as what it was, and
-// writes the run's table (w, and the renewals counted) to out. It fails if
-// any Lease differs.
-func (k *kubeLoad) verify(ctx context.Context, out io.Writer, dir, url string, all []*lease, w window, updates, conflicts, skipped *atomic.Int64) error {
+// writes the run's table (w, the scenario's rows, the check's) to out. It
+// fails if any Lease differs.
+func verify(ctx context.Context, out io.Writer, dir, url string, all []*lease, w window, title string, rows [][2]string) error {
 	want := expectedKinds(all)
 	drained := drain(ctx, url, loadSource, map[string]float64{"renew": float64(want.renew), "grant": float64(want.grant)})
 	events, err := recordedWrites(ctx, sqliteIn(dir), loadSource)
@@ -148,19 +165,19 @@ func (k *kubeLoad) verify(ctx context.Context, out io.Writer, dir, url string, a
 		return err
 	}
 	check := checkLeases(all, events)
-	offered := float64(k.heartbeats)/k.heartbeatEvery.Seconds() + float64(k.elections)/k.electionEvery.Seconds()
-	w.write(out, fmt.Sprintf("leasewatch-load kubernetes: %d heartbeat Leases every %s + %d election Leases every %s (%.0f renewals/s offered), %s measured after %s warm-up; lag is renewTime → stored",
-		k.heartbeats, k.heartbeatEvery, k.elections, k.electionEvery, offered, k.duration, k.warmup), [][2]string{
-		{"renewals achieved", fmt.Sprintf("%.0f/s (%d skipped while the apiserver was behind)", float64(updates.Load())/(k.warmup+k.duration).Seconds(), skipped.Load())},
-		{"writes committed / recorded as made", fmt.Sprintf("%d / %d (update conflicts %d; outcome unknown %d; drained %s)", want.writes, check.matched, conflicts.Load(), want.unknown, drained)},
+	w.write(out, title, append(rows, [][2]string{
+		{"writes committed / recorded as made", fmt.Sprintf("%d / %d (outcome unknown %d; drained %s)", want.writes, check.matched, want.unknown, drained)},
 		{"writes after the Lease ran out", fmt.Sprintf("%d: recorded as %d grants, %d renewals (within %s of the deadline either is taken); %.0f expiries recorded",
 			want.ranOut, check.ranOutAs["grant"], check.ranOutAs["renew"], judgedLate, recorded(ctx, url, loadSource, "expire"))},
 		{"Leases that differ", fmt.Sprintf("%d", len(check.diffs))},
-	})
+	}...))
 	if len(check.diffs) > 0 {
 		fmt.Fprintf(out, "\nLeases whose committed writes and recorded events differ:\n")
-		for _, d := range check.diffs {
+		for _, d := range check.diffs[:min(len(check.diffs), maxListed)] {
 			fmt.Fprintf(out, "- %s\n", d)
+		}
+		if more := len(check.diffs) - maxListed; more > 0 {
+			fmt.Fprintf(out, "- and %d more\n", more)
 		}
 		return fmt.Errorf("%d Leases differ between what the apiserver committed and what leasewatch recorded (listed above)", len(check.diffs))
 	}
@@ -193,7 +210,7 @@ func createLeases(ctx context.Context, cs kubernetes.Interface, ns, prefix strin
 				errs <- err
 				return
 			}
-			out[i] = &lease{obj: created, created: created.ResourceVersion}
+			out[i] = &lease{name: ns + "/" + created.Name, obj: created, created: created.ResourceVersion}
 		}()
 	}
 	wg.Wait()
@@ -395,9 +412,21 @@ func (w leaseWrite) kinds() []string {
 	return []string{"renew"}
 }
 
-// storedEvent is one event leasewatch stored for a Lease.
+// storedEvent is one event leasewatch stored for a Lease: a renewal by its
+// renewTime (renewedAt, Unix nanoseconds), since a Kubernetes renewal keeps
+// no resourceVersion, every other kind by its position.
 type storedEvent struct {
 	kind, position string
+	renewedAt      int64
+}
+
+// key is what finds e among a Lease's writes: its position, or a renewal's
+// renewTime when it has none.
+func (e storedEvent) key() string {
+	if e.position != "" || e.kind != "renew" {
+		return e.position
+	}
+	return "renewed " + strconv.FormatInt(e.renewedAt, 10)
 }
 
 // recordedWrites returns, from leasewatch's database, the events of
@@ -409,7 +438,7 @@ func recordedWrites(ctx context.Context, database, source string) (map[string][]
 		return nil, err
 	}
 	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT l.name, e.kind, e.position FROM `+eventsOf(database)+` e JOIN locks l ON l.id = e.lock_id
+	rows, err := db.QueryContext(ctx, `SELECT l.name, e.kind, e.position, coalesce(e.renewed_at, 0) FROM `+eventsOf(database)+` e JOIN locks l ON l.id = e.lock_id
 		WHERE l.source = $1 AND e.kind IN ('observed', 'grant', 'renew') ORDER BY e.id`, source)
 	if err != nil {
 		return nil, fmt.Errorf("read stored Lease writes: %w", err)
@@ -419,7 +448,7 @@ func recordedWrites(ctx context.Context, database, source string) (map[string][]
 	for rows.Next() {
 		var name string
 		var e storedEvent
-		if err := rows.Scan(&name, &e.kind, &e.position); err != nil {
+		if err := rows.Scan(&name, &e.kind, &e.position, &e.renewedAt); err != nil {
 			return nil, err
 		}
 		out[name] = append(out[name], e)
@@ -428,7 +457,8 @@ func recordedWrites(ctx context.Context, database, source string) (map[string][]
 }
 
 // checkLeases compares, Lease by Lease, every write the apiserver committed
-// (by the resourceVersion it left) with the events leasewatch stored: each
+// (by the resourceVersion it left, or for a renewal stored without one, its
+// renewTime) with the events leasewatch stored: each
 // must be there exactly once, as the kind it was. It returns how many writes
 // matched and a line for each Lease that differs. The Lease as created may be
 // stored once: observed by the first snapshot, or a grant seen by the watch.
@@ -436,15 +466,17 @@ func checkLeases(leases []*lease, stored map[string][]storedEvent) (c leaseCheck
 	c.ranOutAs = make(map[string]int)
 	for _, l := range leases {
 		l.mu.Lock()
-		name := l.obj.Namespace + "/" + l.obj.Name
+		name := l.name
 		byPos := make(map[string][]string)
 		for _, e := range stored[name] {
-			byPos[e.position] = append(byPos[e.position], e.kind)
+			byPos[e.key()] = append(byPos[e.key()], e.kind)
 		}
 		var problems []string
 		for _, w := range l.writes {
-			got := byPos[w.rv]
+			at := storedEvent{kind: "renew", renewedAt: w.renewed.UnixNano()}.key()
+			got := append(byPos[w.rv], byPos[at]...)
 			delete(byPos, w.rv)
+			delete(byPos, at)
 			switch want := w.kinds(); {
 			case len(got) == 0:
 				problems = append(problems, fmt.Sprintf("resourceVersion %s (renewTime %s) not recorded", w.rv, w.renewed.UTC().Format(time.RFC3339Nano)))
@@ -464,7 +496,7 @@ func checkLeases(leases []*lease, stored map[string][]storedEvent) (c leaseCheck
 			delete(byPos, l.created)
 		}
 		for _, pos := range slices.Sorted(maps.Keys(byPos)) {
-			problems = append(problems, fmt.Sprintf("resourceVersion %s recorded as %v, but the load wrote no such version", pos, byPos[pos]))
+			problems = append(problems, fmt.Sprintf("resourceVersion or renewTime %s recorded as %v, but the load wrote no such version", pos, byPos[pos]))
 		}
 		if len(problems) > 0 {
 			c.diffs = append(c.diffs, fmt.Sprintf("%s: %d writes committed; %s", name, len(l.writes), strings.Join(problems, "; ")))
