@@ -118,6 +118,11 @@ type SealResult struct {
 	Done     bool  // no lock is left after NextLock
 }
 
+// RunWindow is the span of observed time one run of renewals covers at
+// most; windows start on its multiples (Unix time), and a SealStep's
+// Before is one of them.
+const RunWindow = time.Hour
+
 // SealGrace is how long after a run window ends its renewals are sealed:
 // time for a lagging collector's renewals of the window to be stored, and
 // for the journal's sync to cover them.
@@ -247,11 +252,7 @@ const sealLocks = 200
 // seal seals the renewals of every window closed SealGrace before now,
 // pausing between steps as pruning does.
 func (r *Retainer) seal(ctx context.Context, now time.Time) error {
-	window := r.Window
-	if window <= 0 {
-		window = time.Hour
-	}
-	before := now.Add(-SealGrace).Truncate(window)
+	before := now.Add(-SealGrace).Truncate(RunWindow)
 	if r.Sealer == nil || !before.After(r.sealed) {
 		return nil
 	}

@@ -60,7 +60,7 @@ const MaxRenewals = 1 << indexBits
 
 // Window is the span of observed time one run covers at most: runs start
 // on its multiples.
-const Window = time.Hour
+const Window = audit.RunWindow
 
 // NoMargin stands for a renewal without a margin.
 const NoMargin int64 = math.MinInt64

@@ -163,7 +163,7 @@ func Generate(ctx context.Context, store Store, spec Spec) (Summary, error) {
 	if err := g.flush(ctx); err != nil {
 		return g.sum, err
 	}
-	sealed := spec.End.Add(-audit.SealGrace).Truncate(time.Hour)
+	sealed := spec.End.Add(-audit.SealGrace).Truncate(audit.RunWindow)
 	return g.sum, audit.SealThrough(ctx, store, sealed, func(audit.SealResult, time.Duration) error { return ctx.Err() })
 }
 

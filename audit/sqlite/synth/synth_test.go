@@ -29,7 +29,7 @@ func checkBusiestSealed(t *testing.T, store *sqlite.Store, sum Summary) {
 			t.Fatal(err)
 		}
 		for _, e := range page {
-			sealedBefore := sum.Spec.End.Add(-audit.SealGrace).Truncate(time.Hour)
+			sealedBefore := sum.Spec.End.Add(-audit.SealGrace).Truncate(audit.RunWindow)
 			if _, _, run := runcodec.Split(e.ID); run {
 				sealed++
 				if !e.At.Before(sealedBefore) {
