@@ -78,7 +78,8 @@ func (s *Store) Snapshot(ctx context.Context) (storecopy.Snapshot, error) {
 // snapshot is one read transaction.
 type snapshot struct {
 	sqlread.CopyReads
-	tx *sql.Tx
+	tx  *sql.Tx
+	log *loggedRows // the renewal log as rows, once read (copylog.go)
 }
 
 func beginSnapshot(ctx context.Context, db *sql.DB) (*snapshot, error) {

@@ -53,6 +53,11 @@ func eventTimes(ctx context.Context, r *reads, lockID int64, kind audit.EventKin
 		runs, err = r.RunTimes(ctx, tx, lockID, f, lim, out)
 		out = sqlread.MergeTimes(out, runs, lim)
 	}
+	if err == nil && kind == audit.EventRenew {
+		var logged []time.Time
+		logged, err = r.LogTimes(ctx, tx, lockID, f, lim, out)
+		out = sqlread.MergeTimes(out, logged, lim)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%s times of lock %d: %w", kind, lockID, storageError(err))
 	}

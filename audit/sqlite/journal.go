@@ -36,7 +36,7 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 			s.ids[k] = id
 		}
 		if w.mark != nil {
-			s.syncMark = *w.mark
+			s.syncMark, s.syncLogMark = w.mark.event, w.mark.log
 		}
 	})
 	if err != nil {
@@ -77,14 +77,18 @@ type batchWriter struct {
 	s     *Store // its ids and syncMark are read only here: those of committed batches
 	tx    *sql.Tx
 	added map[audit.LockKey]int64 // ids resolved or created in this transaction
-	mark  *int64                  // the batch's Batch.SyncMark, once it is committed
+	mark  *syncMark               // the batch's Batch.SyncMark, once it is committed
 }
+
+// syncMark is a sync mark: the newest event row and log row it covers.
+type syncMark struct{ event, log int64 }
 
 // writerQueries are the statements Apply runs. They are compiled once, on
 // the writer's one connection, before the first batch's transaction takes it.
 var writerQueries = []string{lockUpsert, trackUpsert, resourceUpsert, lockRenewal, tenureRenewal, tenureUpsert,
 	eventInsert + eventRow, eventInsertMany, findingInsert,
-	cursorUpsert, sourceEventUpsert, journalSyncedTo, fencesSyncedTo, sourcesSyncedTo, fenceUpsert}
+	cursorUpsert, sourceEventUpsert, journalSyncedTo, fencesSyncedTo, sourcesSyncedTo, fenceUpsert,
+	logInsert, logMarksSyncedTo, logSourcesSyncedTo, logFenceMark}
 
 // The statements nearly every commit runs once: compiled once like the
 // rest, since parsing them cost more than running them (a tenth of the CPU
@@ -192,11 +196,12 @@ func (w *batchWriter) putSyncMarks(ctx context.Context, b audit.Batch) error {
 	if !b.Synced && !b.SyncMark && !b.SyncedToMark {
 		return nil
 	}
-	var newest int64
-	if err := w.tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM events`).Scan(&newest); err != nil {
+	var newest syncMark
+	if err := w.tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0), coalesce((SELECT max(id) FROM renewal_log), 0) FROM events`).
+		Scan(&newest.event, &newest.log); err != nil {
 		return fmt.Errorf("mark sync: %w", err)
 	}
-	mark := w.s.syncMark
+	mark := syncMark{w.s.syncMark, w.s.syncLogMark}
 	if b.SyncMark {
 		mark = newest
 		w.mark = &mark
@@ -209,12 +214,19 @@ func (w *batchWriter) putSyncMarks(ctx context.Context, b audit.Batch) error {
 	}
 	var err error
 	if len(b.SyncSources) == 0 {
-		err = w.exec(ctx, journalSyncedTo, mark)
+		err = w.exec(ctx, journalSyncedTo, mark.event)
 		if err == nil {
-			err = w.exec(ctx, fencesSyncedTo, mark)
+			err = w.exec(ctx, fencesSyncedTo, mark.event)
+		}
+		if err == nil {
+			err = w.exec(ctx, logMarksSyncedTo, mark.log)
 		}
 	} else {
-		err = w.exec(ctx, sourcesSyncedTo, mark, jsonList(b.SyncSources))
+		sources := jsonList(b.SyncSources)
+		err = w.exec(ctx, sourcesSyncedTo, mark.event, sources)
+		if err == nil {
+			err = w.exec(ctx, logSourcesSyncedTo, sources, mark.log)
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("record sync: %w", err)
@@ -259,6 +271,9 @@ func (w *batchWriter) putFences(ctx context.Context, fences []audit.Fence) error
 		}
 		if err != nil {
 			return fmt.Errorf("fence of source %s: %w", f.Source, err)
+		}
+		if err := w.exec(ctx, logFenceMark, f.Source); err != nil {
+			return fmt.Errorf("log mark of source %s: %w", f.Source, err)
 		}
 	}
 	return nil
@@ -471,6 +486,32 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 	if len(events) == 0 {
 		return nil
 	}
+	last := make(map[string]int64) // newest event per source in this batch
+	for _, e := range events {
+		if newest, ok := last[e.Lock.Source]; !e.At.IsZero() && (!ok || nanos(e.At) > newest) {
+			last[e.Lock.Source] = nanos(e.At)
+		}
+	}
+	events, err := w.putLog(ctx, events)
+	if err != nil {
+		return err
+	}
+	if err := w.putEventRows(ctx, events); err != nil {
+		return err
+	}
+	for src, at := range last {
+		if err := w.exec(ctx, sourceEventUpsert, src, at); err != nil {
+			return fmt.Errorf("last event of source %s: %w", src, err)
+		}
+	}
+	return nil
+}
+
+// putEventRows inserts events as rows.
+func (w *batchWriter) putEventRows(ctx context.Context, events []audit.Event) error {
+	if len(events) == 0 {
+		return nil
+	}
 	one, err := w.stmt(ctx, eventInsert+eventRow)
 	if err != nil {
 		return fmt.Errorf("prepare event insert: %w", err)
@@ -482,15 +523,11 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 			return fmt.Errorf("prepare event insert: %w", err)
 		}
 	}
-	last := make(map[string]int64) // newest event per source in this batch
 	args := make([]any, 0, eventCols*eventsPerInsert)
 	for start := 0; start < len(events); start += eventsPerInsert {
 		chunk := events[start:min(start+eventsPerInsert, len(events))]
 		args = args[:0]
 		for _, e := range chunk {
-			if newest, ok := last[e.Lock.Source]; !e.At.IsZero() && (!ok || nanos(e.At) > newest) {
-				last[e.Lock.Source] = nanos(e.At)
-			}
 			if e.Kind == audit.EventBlind {
 				if err := w.putBlindReason(ctx, e); err != nil {
 					return err
@@ -513,11 +550,6 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 			if _, err := one.ExecContext(ctx, args[eventCols*i:eventCols*(i+1)]...); err != nil {
 				return fmt.Errorf("%s event of lock %s: %w", e.Kind, e.Lock, err)
 			}
-		}
-	}
-	for src, at := range last {
-		if err := w.exec(ctx, sourceEventUpsert, src, at); err != nil {
-			return fmt.Errorf("last event of source %s: %w", src, err)
 		}
 	}
 	return nil

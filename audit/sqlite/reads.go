@@ -32,6 +32,7 @@ func engine(pool *readPool) sqlread.Engine {
 		},
 		NoRows:    sql.ErrNoRows,
 		Runs:      true,
+		Log:       true,
 		Wrap:      storageError,
 		Hint:      func(index string) string { return " INDEXED BY " + index },
 		Unindexed: func(col string) string { return "+" + col },

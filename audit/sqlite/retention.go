@@ -4,6 +4,7 @@ import (
 	"context"
 	"database/sql"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -22,7 +23,8 @@ var _ audit.Pruner = (*Store)(nil)
 // unsynced tail) are never pruned. Pruned renewals leave their count, first
 // and last time and least margin per tenure in renewal_summaries. Renewals
 // sealed into runs go a run at a time, once its last renewal is older than
-// step.Before (pruneRuns), in the steps before the walk of the rows.
+// step.Before (pruneRuns), and logged renewals a log row at a time
+// (pruneLog), in the steps before the walk of the rows.
 func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.PruneResult, error) {
 	res := audit.PruneResult{Next: step.After}
 	if step.Limit <= 0 {
@@ -32,6 +34,7 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 	before := nanos(step.Before)
 
 	var walk runsWalk
+	newest := int64(math.MaxInt64)
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
 		walk = s.runs
 		if step.Rule.Governs(audit.EventRenew) {
@@ -43,6 +46,14 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 			if more {
 				return nil // the events in the next step
 			}
+			n, more, err = pruneLog(ctx, tx, before, step.Limit)
+			if err != nil {
+				return fmt.Errorf("prune the renewal log: %w", err)
+			}
+			res.Deleted += n
+			if more {
+				return nil
+			}
 		}
 		// The window's last id, and the first event in it the rule keeps.
 		var last, keep, synced sql.NullInt64
@@ -51,10 +62,7 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 		if err := tx.QueryRowContext(ctx, q, append(args, before, step.After, step.Limit)...).Scan(&last, &keep); err != nil {
 			return err
 		}
-		// The newest event stays too: SQLite numbers a new row after the
-		// largest id left, and a new event numbered at or below a sync
-		// mark would be taken for synced.
-		if err := tx.QueryRowContext(ctx, `SELECT min(`+sqlread.SyncFloor+`, (SELECT max(id) FROM events) - 1)`).Scan(&synced); err != nil && err != sql.ErrNoRows {
+		if err := tx.QueryRowContext(ctx, `SELECT `+sqlread.SyncFloor).Scan(&synced); err != nil && err != sql.ErrNoRows {
 			return err
 		}
 		if !last.Valid {
@@ -84,12 +92,37 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 		}
 		n, _ := r.RowsAffected()
 		res.Next, res.Deleted = upper, res.Deleted+int(n)
-		return nil
-	}, func() { s.runs = walk })
+		newest, err = lowerMarks(ctx, tx)
+		return err
+	}, func() {
+		s.runs = walk
+		s.syncMark = min(s.syncMark, newest)
+	})
 	if err != nil {
 		return audit.PruneResult{Next: step.After}, fmt.Errorf("prune events: %w", err)
 	}
 	return res, nil
+}
+
+// lowerMarks brings the sync marks down to the newest event row left, and
+// returns it. SQLite numbers a new row after the largest id left: had
+// pruning deleted the newest rows, a new event would be numbered at or
+// below a mark and taken for synced. The rows between the two are
+// deleted, so the lower mark claims the same renewals. (Renewals are
+// logged, not rows, so the newest row is seldom a renewal: keeping it, as
+// before, would keep a grant or a write past its age.)
+func lowerMarks(ctx context.Context, tx *sql.Tx) (int64, error) {
+	var newest int64
+	if err := tx.QueryRowContext(ctx, `SELECT coalesce(max(id), 0) FROM events`).Scan(&newest); err != nil {
+		return 0, err
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE journal SET synced_event = ?1 WHERE synced_event > ?1`, newest); err != nil {
+		return 0, fmt.Errorf("lower the sync mark: %w", err)
+	}
+	if _, err := tx.ExecContext(ctx, `UPDATE source_fences SET synced_event = ?1 WHERE synced_event > ?1`, newest); err != nil {
+		return 0, fmt.Errorf("lower the sources' sync marks: %w", err)
+	}
+	return newest, nil
 }
 
 // runsWalk is where retention's walk of the renewal runs stands. A lock's

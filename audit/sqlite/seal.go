@@ -27,7 +27,8 @@ import (
 // walking them again on every pass would cost a walk of the lock's
 // history. A step reads at most sealBudget renewals, in whole windows of
 // a lock; a lock with more is continued by the next step (NextLock stays
-// before it).
+// before it). Once every lock is walked, the steps seal the renewal log,
+// bucket by bucket (sealLogStep; NextLock logPhase and above).
 func (s *Store) SealRenewals(ctx context.Context, step audit.SealStep) (audit.SealResult, error) {
 	res := audit.SealResult{NextLock: step.AfterLock}
 	if step.Limit <= 0 {
@@ -38,6 +39,11 @@ func (s *Store) SealRenewals(ctx context.Context, step audit.SealStep) (audit.Se
 			step.Before.UTC().Format(time.RFC3339Nano), runcodec.Window)
 	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
+		if step.AfterLock >= logPhase {
+			var err error
+			res.Sealed, res.NextLock, res.Done, err = sealLogStep(ctx, tx, step.AfterLock, nanos(step.Before), step.Limit)
+			return err
+		}
 		var locks []int64
 		rows, err := tx.QueryContext(ctx, `SELECT id FROM locks WHERE id > ? ORDER BY id LIMIT ?`, step.AfterLock, step.Limit)
 		if err == nil {
@@ -61,7 +67,9 @@ func (s *Store) SealRenewals(ctx context.Context, step audit.SealStep) (audit.Se
 			}
 			res.NextLock, budget = id, budget-read
 		}
-		res.Done = len(locks) < step.Limit
+		if len(locks) < step.Limit {
+			res.NextLock = logPhase // the log's buckets in the next steps
+		}
 		return nil
 	}, nil)
 	if err != nil {
@@ -185,13 +193,8 @@ func window(at int64) int64 {
 
 // putRuns inserts runs and deletes the staged rows they hold, sealed.
 func putRuns(ctx context.Context, tx *sql.Tx, runs []runcodec.Run, sealed []int64) error {
-	for _, r := range runs {
-		if _, err := tx.ExecContext(ctx, `INSERT INTO renewal_runs (lock_id, seq, first_at, last_at, renewals, ttl_ms,
-			min_margin_permille, detail, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
-			r.LockID, r.Seq, r.FirstAt, r.LastAt, r.Renewals, rowcodec.Ms(r.TTL), r.MinMargin,
-			rowcodec.NullString(r.Detail), r.Data); err != nil {
-			return fmt.Errorf("insert a run of %d renewals: %w", r.Renewals, err)
-		}
+	if err := insertRuns(ctx, tx, runs); err != nil {
+		return err
 	}
 	res, err := tx.ExecContext(ctx, `DELETE FROM events WHERE id IN (SELECT value FROM json_each(?)) AND kind = 'renew'`, jsonList(sealed))
 	if err != nil {
@@ -199,6 +202,19 @@ func putRuns(ctx context.Context, tx *sql.Tx, runs []runcodec.Run, sealed []int6
 	}
 	if n, _ := res.RowsAffected(); n != int64(len(sealed)) {
 		return fmt.Errorf("deleted %d of %d sealed renewals", n, len(sealed))
+	}
+	return nil
+}
+
+// insertRuns inserts runs.
+func insertRuns(ctx context.Context, tx *sql.Tx, runs []runcodec.Run) error {
+	for _, r := range runs {
+		if _, err := tx.ExecContext(ctx, `INSERT INTO renewal_runs (lock_id, seq, first_at, last_at, renewals, ttl_ms,
+			min_margin_permille, detail, data) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`,
+			r.LockID, r.Seq, r.FirstAt, r.LastAt, r.Renewals, rowcodec.Ms(r.TTL), r.MinMargin,
+			rowcodec.NullString(r.Detail), r.Data); err != nil {
+			return fmt.Errorf("insert a run of %d renewals: %w", r.Renewals, err)
+		}
 	}
 	return nil
 }

@@ -71,8 +71,11 @@ type Store struct {
 	// Batch.SyncMark; a restart forgets it, as the recorder forgets its
 	// round.
 	syncMark int64
-	runs     runsWalk // retention's walk of renewal runs
-	ckpt     checkpointer
+	// syncLogMark is the newest renewal_log id as of that batch: the
+	// log's part of the mark.
+	syncLogMark int64
+	runs        runsWalk // retention's walk of renewal runs
+	ckpt        checkpointer
 }
 
 // Open opens (creating if needed) the database at path, verifies it is in WAL

@@ -179,7 +179,7 @@ func (p *Plan) CheckTarget(ctx context.Context, target Snapshot) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("read the target's schema: %w", err)
 	}
-	known := slices.Clone(Ignored)
+	known := slices.Concat(Ignored, Converted)
 	for _, t := range Tables {
 		known = append(known, t.Name)
 	}
@@ -255,7 +255,7 @@ func checkSchema(ctx context.Context, side string, s schemaOf) error {
 	if err != nil {
 		return fmt.Errorf("read the %s's schema: %w", side, err)
 	}
-	for _, name := range Ignored {
+	for _, name := range slices.Concat(Ignored, Converted) {
 		delete(have, name)
 	}
 	var diffs []string

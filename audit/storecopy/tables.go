@@ -124,6 +124,14 @@ var Tables = []Table{
 // triggers keep as the events and findings are copied.
 var Ignored = []string{"schema_migrations", MarkTable, "fence_refusals", "lock_verdicts", "write_bins", "write_ticks", "finding_minutes"}
 
+// Converted are the tables of one store's own that its Snapshot reads as
+// rows of Tables, and that a copy so leaves out of the schemas it
+// compares: SQLite's renewal log (its migration 0026), whose renewals it
+// gives as runs (those its sync marks cover) and as compact renewal rows
+// of events numbered after every row (those a restore replays), so that
+// a target without a log holds each once.
+var Converted = []string{"renewal_log", "renewal_log_marks"}
+
 // MarkTable is the table in which a target keeps the mark of the copy it
 // holds (Target.SetMark).
 const MarkTable = "copy_source"

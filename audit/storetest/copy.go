@@ -104,6 +104,14 @@ func CopyStory(t *testing.T, s Store) []string {
 // from, and every read of audit.Store the dashboard and reports make.
 func SameHistory(t *testing.T, a, b Store, requestIDs []string) {
 	t.Helper()
+	sameHistory(t, a, b, requestIDs, false)
+}
+
+// sameHistory is SameHistory; with renumbered, event rows written after a
+// copy may have other ids in the two stores: the target numbers its rows
+// after the unsynced logged renewals the copy gave it as rows.
+func sameHistory(t *testing.T, a, b Store, requestIDs []string, renumbered bool) {
+	t.Helper()
 	ctx := context.Background()
 	type reads struct {
 		States   []audit.TrackState
@@ -141,6 +149,7 @@ func SameHistory(t *testing.T, a, b Store, requestIDs []string) {
 		}
 		r.Unsynced, err = s.Unsynced(ctx)
 		check("Unsynced", err)
+		unloggedIDs(r.Unsynced)
 		r.Stored, err = s.StoredWrites(ctx, requestIDs)
 		check("StoredWrites", err)
 		// In no order the contract gives.
@@ -152,6 +161,13 @@ func SameHistory(t *testing.T, a, b Store, requestIDs []string) {
 		for _, l := range r.Locks {
 			r.Events[l.ID], err = s.Events(ctx, l.ID, audit.EventFilter{TimeFilter: audit.TimeFilter{Limit: audit.MaxListLimit}})
 			check("Events", err)
+			unloggedIDs(r.Events[l.ID])
+			for i := range r.Events[l.ID] {
+				if renumbered && r.Events[l.ID][i].ID < runIDBase {
+					r.Events[l.ID][i].ID = 0
+				}
+			}
+
 			for _, o := range []audit.WriteOutcome{audit.WriteAccepted, audit.WriteRejected} {
 				w, err := s.WriteEvents(ctx, l.ID, o, audit.EventFilter{})
 				check("WriteEvents", err)
@@ -182,6 +198,18 @@ func SameHistory(t *testing.T, a, b Store, requestIDs []string) {
 		return r
 	}
 	Equal(t, "history", read(b), read(a))
+}
+
+// unloggedIDs clears the ids of renewals not read from runs: a store that
+// logs renewals (SQLite's renewal log) gives a copy its unsynced ones as
+// rows numbered after every row, so their ids differ in the target; the
+// rest of each, and their order, do not.
+func unloggedIDs(events []audit.Event) {
+	for i, e := range events {
+		if e.Kind == audit.EventRenew && e.ID < runIDBase {
+			events[i].ID = 0
+		}
+	}
 }
 
 // copyAll copies src into dst, failing the test on an error.
@@ -219,7 +247,7 @@ func testCopyMovesTheWholeHistory(t *testing.T, h Harness) {
 	}
 	Apply(t, src, next)
 	Apply(t, dst, next)
-	SameHistory(t, src, dst, ids)
+	sameHistory(t, src, dst, ids, true)
 }
 
 func testCopyResumesAfterEveryInterruption(t *testing.T, h Harness) {

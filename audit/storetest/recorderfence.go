@@ -274,8 +274,10 @@ func testRecorderTakeoverResumesTheSource(t *testing.T, h Harness) {
 	if err := next.Observe(ctx, sourceRenewal("src", "A", 41, 3, "103")); audit.ErrorCode(err) != audit.EFENCED {
 		t.Errorf("an input of a source another replica records: %v, want %s", err, audit.EFENCED)
 	}
+	// A millisecond after the renewal at 3: events of one instant are in
+	// id order, and a logged or sealed renewal's id is above every row's.
 	write := audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(41),
-		Outcome: audit.WriteAccepted, At: At(3), RequestID: "w1"}
+		Outcome: audit.WriteAccepted, At: At(3).Add(time.Millisecond), RequestID: "w1"}
 	if err := next.ReportWrites(ctx, []audit.WriteReport{write}); audit.ErrorCode(err) != audit.EFENCED {
 		t.Errorf("a write report of a source another replica records: %v, want %s", err, audit.EFENCED)
 	}

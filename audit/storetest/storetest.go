@@ -37,6 +37,9 @@ type Harness struct {
 	// replica sharing it would, closed at the test's end. Nil skips the
 	// cases that need two.
 	Second func(t *testing.T, s Store) Store
+	// Log says the store writes renewals into a renewal log (SQLite's
+	// migration 0026): the log's cases (logCases) run too.
+	Log bool
 }
 
 // Run runs the contract suite as subtests of t. Each subtest opens its own
@@ -48,6 +51,11 @@ func Run(t *testing.T, h Harness) {
 	}
 	for _, c := range contract {
 		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+	}
+	if h.Log {
+		for _, c := range logCases {
+			t.Run(c.name, func(t *testing.T) { c.run(t, h) })
+		}
 	}
 }
 

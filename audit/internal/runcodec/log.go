@@ -1,9 +1,12 @@
 package runcodec
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -11,8 +14,25 @@ import (
 
 // The renewal log: renewals written without a row each. The journal
 // writes the renewals of one batch that a run can hold as one log row per
-// bucket of locks (Bucket) and run window: its data is the renewals'
-// lock groups in the format below, each group's renewals a run.
+// bucket of locks (Bucket) and run window. A log row, format version 1,
+// is its renewals' lock groups, each a run (format version 1, above) of
+// one lock's renewals of one tenure, lease and detail:
+//
+//	version     byte, 1
+//	groups      until the data ends, in lock id order, each:
+//	  lock      uvarint, the lock's id
+//	  seq       uvarint, the tenure
+//	  ttl       uvarint, the lease in ms
+//	  detail    uvarint length, then the JSON of the detail every renewal
+//	            of the group has beyond margin and backend time
+//	  run       uvarint length, then the renewals as a run
+//	  sub-ms    uvarint length, then per renewal a uvarint, its observed
+//	            time's nanoseconds past the millisecond the run keeps
+//	            (length 0: none has any): a logged renewal reads back
+//	            exactly, as a row does, until it is sealed
+//
+// The row numbers its renewals from 0, group after group; a reader skips
+// another lock's group by its lengths, reading only its run's n.
 
 // LogVersion is the log row format this package writes and reads.
 const LogVersion = 1
@@ -68,55 +88,49 @@ func LogFits(l Logged) bool {
 
 // LogRow is one row of the log.
 type LogRow struct {
-	FirstAt, LastAt int64 // the earliest and latest observed time, unix ns, as kept
+	FirstAt, LastAt int64 // the earliest and latest observed time, unix ns
 	Renewals        int
 	Data            []byte
 }
 
 // EncodeLog returns logged, renewals that fit (LogFits) in the order they
 // were stored, at most MaxRenewals, as one log row. Each lock's renewals
-// keep their order; a row numbers them lock group by lock group, in the
-// order each lock first appears.
+// keep their order; a row numbers them lock group by lock group, in lock
+// id order.
 func EncodeLog(logged []Logged) (LogRow, error) {
 	if len(logged) == 0 || len(logged) > MaxRenewals {
 		return LogRow{}, fmt.Errorf("a log row holds 1 to %d renewals, not %d", MaxRenewals, len(logged))
 	}
-	row := LogRow{FirstAt: floorMs(logged[0].At) * 1e6, Renewals: len(logged)}
-	row.LastAt = row.FirstAt
-	order := make([]int64, 0, len(logged))       // locks in the order they first appear
-	byLock := make(map[int64][]int, len(logged)) // indexes into logged
+	row := LogRow{FirstAt: logged[0].At, LastAt: logged[0].At, Renewals: len(logged)}
+	order := make([]int, len(logged)) // indexes into logged, by lock and then as stored
 	for i, l := range logged {
 		if !LogFits(l) {
 			return LogRow{}, fmt.Errorf("the log cannot keep renewal %d of lock %d tenure %d (position %q, lease %s)",
 				i, l.LockID, l.Seq, l.Position, l.TTL)
 		}
-		at := floorMs(l.At) * 1e6
-		row.FirstAt, row.LastAt = min(row.FirstAt, at), max(row.LastAt, at)
-		if _, ok := byLock[l.LockID]; !ok {
-			order = append(order, l.LockID)
-		}
-		byLock[l.LockID] = append(byLock[l.LockID], i)
+		row.FirstAt, row.LastAt = min(row.FirstAt, l.At), max(row.LastAt, l.At)
+		order[i] = i
 	}
-	buf := make([]byte, 1, 16*len(logged))
+	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(logged[a].LockID, logged[b].LockID) })
+	buf := make([]byte, 1, 24*len(logged))
 	buf[0] = LogVersion
-	rs := make([]Renewal, 0, len(logged))
-	for _, lock := range order {
-		idx := byLock[lock]
-		for start := 0; start < len(idx); {
-			end := start + 1
-			for end < len(idx) && sameGroup(logged[idx[start]], logged[idx[end]]) {
-				end++
-			}
-			rs = rs[:0]
-			for _, i := range idx[start:end] {
-				rs = append(rs, logged[i].Renewal)
-			}
-			var err error
-			if buf, err = appendGroup(buf, logged[idx[start]], rs); err != nil {
-				return LogRow{}, err
-			}
-			start = end
+	var rs []Renewal
+	for start := 0; start < len(order); {
+		head := logged[order[start]]
+		end := start + 1
+		for end < len(order) && head.LockID == logged[order[end]].LockID && sameGroup(head, logged[order[end]]) {
+			end++
 		}
+		rs = rs[:0]
+		for _, i := range order[start:end] {
+			rs = append(rs, logged[i].Renewal)
+		}
+		run, err := Encode(head.TTL, rs)
+		if err != nil {
+			return LogRow{}, fmt.Errorf("log renewals of lock %d tenure %d: %w", head.LockID, head.Seq, err)
+		}
+		buf = appendGroup(buf, head, run, rs)
+		start = end
 	}
 	row.Data = buf
 	return row, nil
@@ -129,19 +143,47 @@ func sameGroup(a, b Logged) bool {
 	return a.Seq == b.Seq && a.TTL == b.TTL && a.Detail == b.Detail && ka == kb
 }
 
-func appendGroup(buf []byte, head Logged, rs []Renewal) ([]byte, error) {
-	run, err := Encode(head.TTL, rs)
-	if err != nil {
-		return nil, fmt.Errorf("log renewals of lock %d tenure %d: %w", head.LockID, head.Seq, err)
-	}
+// appendGroup appends the lock group of head's lock, tenure, lease and
+// detail whose renewals rs are run.
+func appendGroup(buf []byte, head Logged, run []byte, rs []Renewal) []byte {
 	buf = binary.AppendUvarint(buf, uint64(head.LockID))
 	buf = binary.AppendUvarint(buf, uint64(head.Seq))
 	buf = binary.AppendUvarint(buf, uint64(head.TTL.Milliseconds()))
 	buf = binary.AppendUvarint(buf, uint64(len(head.Detail)))
 	buf = append(buf, head.Detail...)
 	buf = binary.AppendUvarint(buf, uint64(len(run)))
-	return append(buf, run...), nil
+	buf = append(buf, run...)
+	return appendSubMs(buf, rs)
 }
+
+// appendSubMs appends the observed times' nanoseconds past their
+// millisecond, which a run drops: uvarint length, then a uvarint each;
+// length 0 when every one is 0.
+func appendSubMs(buf []byte, rs []Renewal) []byte {
+	size := 0
+	for _, r := range rs {
+		size += uvarintLen(uint64(r.At - floorMs(r.At)*1e6))
+	}
+	if size == len(rs) && allWholeMs(rs) {
+		return append(buf, 0)
+	}
+	buf = binary.AppendUvarint(buf, uint64(size))
+	for _, r := range rs {
+		buf = binary.AppendUvarint(buf, uint64(r.At-floorMs(r.At)*1e6))
+	}
+	return buf
+}
+
+func allWholeMs(rs []Renewal) bool {
+	for _, r := range rs {
+		if r.At != floorMs(r.At)*1e6 {
+			return false
+		}
+	}
+	return true
+}
+
+func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
 // LogGroup is one lock group of a log row: renewals of one lock, tenure,
 // lease and detail, as a run.
@@ -152,6 +194,7 @@ type LogGroup struct {
 	Index       int // the row's index of its first renewal
 	Renewals    int
 	Run         []byte // in this package's run format; shares the row's data
+	subMs       []byte // the observed times' ns past their ms (appendSubMs)
 }
 
 var errLog = errors.New("log row")
@@ -170,6 +213,7 @@ func LogGroups(data []byte, lockID int64) ([]LogGroup, error) {
 		lock, seq, ttl := h.uvarint(), h.uvarint(), h.uvarint()
 		detail := h.bytes()
 		run := h.bytes()
+		sub := h.bytes()
 		if h.err != nil {
 			return nil, fmt.Errorf("%w: group at renewal %d: %w", errLog, index, h.err)
 		}
@@ -179,7 +223,7 @@ func LogGroups(data []byte, lockID int64) ([]LogGroup, error) {
 		}
 		if lockID == 0 || int64(lock) == lockID {
 			groups = append(groups, LogGroup{LockID: int64(lock), Seq: int64(seq), TTL: time.Duration(ttl) * time.Millisecond,
-				Detail: string(detail), Index: index, Renewals: n, Run: run})
+				Detail: string(detail), Index: index, Renewals: n, Run: run, subMs: sub})
 		}
 		index += n
 	}
@@ -219,6 +263,20 @@ func (g LogGroup) Decode() ([]Renewal, error) {
 	if len(rs) != g.Renewals {
 		return nil, fmt.Errorf("%w: lock %d: run holds %d renewals, its header says %d", errLog, g.LockID, len(rs), g.Renewals)
 	}
+	if len(g.subMs) == 0 {
+		return rs, nil
+	}
+	h := header{buf: g.subMs}
+	for i := range rs {
+		ns := h.uvarint()
+		if h.err != nil || ns >= 1e6 {
+			return nil, fmt.Errorf("%w: lock %d: observed times damaged", errLog, g.LockID)
+		}
+		rs[i].At += int64(ns)
+	}
+	if len(h.buf) > 0 {
+		return nil, fmt.Errorf("%w: lock %d: observed times damaged", errLog, g.LockID)
+	}
 	return rs, nil
 }
 
@@ -237,7 +295,8 @@ func (g LogGroup) Staged(row int64) ([]Staged, error) {
 }
 
 // Events returns the group's renewals, of log row row, as renew events of
-// its lock with their logged ids, as Run.Events does.
+// its lock with their logged ids and exact observed times, as Run.Events
+// gives a run's.
 func (g LogGroup) Events(row int64) ([]audit.Event, error) {
 	if row <= 0 || row > MaxLogRowID {
 		return nil, fmt.Errorf("%w: id %d out of range", errLog, row)
@@ -246,5 +305,12 @@ func (g LogGroup) Events(row int64) ([]audit.Event, error) {
 	if err != nil {
 		return nil, err
 	}
-	return renewEvents(g.LockID, g.Seq, g.TTL, g.Detail, rs, func(i int) int64 { return LogID(row, g.Index+i) })
+	events, err := Run{ID: 1, LockID: g.LockID, Seq: g.Seq, Renewals: g.Renewals, TTL: g.TTL, Detail: g.Detail, Data: g.Run}.Events()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", errLog, err)
+	}
+	for i := range events {
+		events[i].ID, events[i].At = LogID(row, g.Index+i), audit.TimeOf(rs[i].At)
+	}
+	return events, nil
 }

@@ -143,43 +143,27 @@ func (r Run) Events() ([]audit.Event, error) {
 	if len(rs) != r.Renewals {
 		return nil, fmt.Errorf("run %d of lock %d holds %d renewals, its row says %d", r.ID, r.LockID, len(rs), r.Renewals)
 	}
-	return renewEvents(r.LockID, r.Seq, r.TTL, r.Detail, rs, func(i int) int64 { return ID(r.ID, i) })
-}
-
-var errDetail = errors.New("renewal detail")
-
-// renewEvents returns rs, renewals of one lock, tenure, lease and detail,
-// as renew events with the ids id gives, and the detail a row would give
-// back. Holder and token are the tenure's, which the caller has.
-func renewEvents(lockID, seq int64, ttl time.Duration, detail string, rs []Renewal, id func(int) int64) ([]audit.Event, error) {
-	var shared map[string]any
-	if detail != "" {
-		var err error
-		if shared, err = rowcodec.DecodeDetail([]byte(detail)); err != nil {
-			return nil, fmt.Errorf("%w of lock %d tenure %d: %w", errDetail, lockID, seq, err)
-		}
-	}
 	events := make([]audit.Event, len(rs))
 	for i, rn := range rs {
-		d, err := renewalDetail(detail, shared, rn)
+		d, err := r.detail(rn)
 		if err != nil {
 			return nil, err
 		}
-		events[i] = audit.Event{ID: id(i), LockID: lockID, Kind: audit.EventRenew, At: audit.TimeOf(rn.At),
-			TTL: ttl, Position: rn.Position, Seq: seq, Detail: d}
+		events[i] = audit.Event{ID: ID(r.ID, i), LockID: r.LockID, Kind: audit.EventRenew, At: audit.TimeOf(rn.At),
+			TTL: r.TTL, Position: rn.Position, Seq: r.Seq, Detail: d}
 	}
 	return events, nil
 }
 
-// renewalDetail is one renewal's detail, as a row's columns rebuild it:
-// the shared detail (decoded from detail, a copy for each renewal) with
-// its margin and backend time.
-func renewalDetail(detail string, shared map[string]any, rn Renewal) (map[string]any, error) {
+var errDetail = errors.New("run detail")
+
+// detail is one renewal's detail, as a row's columns rebuild it.
+func (r Run) detail(rn Renewal) (map[string]any, error) {
 	var d map[string]any
-	if shared != nil {
+	if r.Detail != "" {
 		var err error
-		if d, err = rowcodec.DecodeDetail([]byte(detail)); err != nil {
-			return nil, err
+		if d, err = rowcodec.DecodeDetail([]byte(r.Detail)); err != nil {
+			return nil, fmt.Errorf("%w of run %d: %w", errDetail, r.ID, err)
 		}
 	}
 	if rn.Margin != NoMargin {

@@ -37,22 +37,6 @@
 //
 // Observed times are kept to the millisecond (floored); everything else
 // exactly.
-//
-// A row of the renewal log (log.go), format version 1, holds the
-// renewals of one commit of one bucket of locks as lock groups, each a
-// run of one lock's renewals of one tenure, lease and detail:
-//
-//	version     byte, 1
-//	groups      until the data ends, each:
-//	  lock      uvarint, the lock's id
-//	  seq       uvarint, the tenure
-//	  ttl       uvarint, the lease in ms
-//	  detail    uvarint length, then the JSON of the detail every renewal
-//	            of the group has beyond margin and backend time
-//	  run       uvarint length, then a run (format above)
-//
-// The row numbers its renewals from 0, group after group; a reader skips
-// another lock's group by its lengths, reading only its run's n.
 package runcodec
 
 import (

@@ -24,7 +24,7 @@ func (r *Reader) Events(ctx context.Context, lockID int64, f audit.EventFilter) 
 		return nil, err
 	}
 	var events []audit.Event
-	if _, rare := Kinds(f); rare || !r.Runs {
+	if _, rare := Kinds(f); rare || !(r.Runs || r.Log) {
 		events, err = lockEvents(ctx, r, r.Pool, EventColumns, r.eventTablesOf(rare, r.hint(EventIndex(rare))), lockID, f, rowcodec.EventDest)
 	} else {
 		events, err = r.eventsWithRuns(ctx, lockID, f)
@@ -59,11 +59,26 @@ func (r *Reader) eventsWithRuns(ctx context.Context, lockID int64, f audit.Event
 		floor := pos(rows[0])
 		rr.floor = &floor
 	}
-	runs, err := r.runEvents(ctx, tx, rr)
+	var runs []audit.Event
+	if r.Runs {
+		if runs, err = r.runEvents(ctx, tx, rr); err != nil {
+			return nil, err
+		}
+		rows = mergeNewest(rows, runs, lim, pos)
+	}
+	if !r.Log {
+		return rows, nil
+	}
+	rr.floor = nil
+	if len(rows) >= lim {
+		floor := pos(rows[0])
+		rr.floor = &floor
+	}
+	logged, err := r.logEvents(ctx, tx, rr)
 	if err != nil {
 		return nil, err
 	}
-	return mergeNewest(rows, runs, lim, pos), nil
+	return mergeNewest(rows, logged, lim, pos), nil
 }
 
 // lockEvents reads columns of the lock's events that f selects, from the

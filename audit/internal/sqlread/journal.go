@@ -43,7 +43,11 @@ func (r *Reader) RestoreSource(ctx context.Context, source string) ([]audit.Trac
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("restore source %s: %w", source, err)
 	}
-	return states, cursors, renewals, nil
+	logged, err := r.unsyncedLog(ctx, tx, source)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("restore source %s: %w", source, err)
+	}
+	return states, cursors, withLogged(renewals, logged), nil
 }
 
 // restore reads the saved memory of every lock and every cursor through
@@ -152,13 +156,31 @@ func SyncMarkOf(source string) string {
 // them too, and the store's mark stands still while replicas share it.
 const SyncFloor = `(SELECT coalesce((SELECT min(synced_event) FROM source_fences), synced_event) FROM journal)`
 
-// Unsynced returns the renew events stored after their source's sync mark,
-// in the order they were stored.
+// Unsynced returns the renew events stored after their source's sync
+// mark, rows and logged renewals read in one snapshot, in the order they
+// were stored.
 func (r *Reader) Unsynced(ctx context.Context) ([]audit.Event, error) {
-	return query(ctx, r, r.Pool, "unsynced renewals", EventWithKey, `SELECT `+EventColumns+`, l.source, l.name
+	db, end := DB(r.Pool), func() {}
+	if r.Log {
+		tx, done, err := r.Begin(ctx)
+		if err != nil {
+			return nil, fmt.Errorf("unsynced renewals: %w", r.wrap(err))
+		}
+		db, end = tx, done
+	}
+	defer end()
+	rows, err := query(ctx, r, db, "unsynced renewals", EventWithKey, `SELECT `+EventColumns+`, l.source, l.name
 		FROM `+r.eventTables(r.timeline(), "")+` JOIN locks l ON l.id = e.lock_id
 		WHERE e.id > (SELECT synced_event FROM journal) AND e.id > `+SyncMarkOf("l.source")+` AND e.kind = 'renew'
 		ORDER BY e.id`)
+	if err != nil {
+		return nil, err
+	}
+	logged, err := r.unsyncedLog(ctx, db, "")
+	if err != nil {
+		return nil, fmt.Errorf("unsynced renewals: %w", err)
+	}
+	return withLogged(rows, logged), nil
 }
 
 // Refusals returns the logged fence refusals not yet recorded, oldest

@@ -89,9 +89,44 @@ func (rr runRange) holds(p position) bool {
 // run left can hold a newer one. It returns every position each returned
 // that rr selects, the newest rr.lim, in time order.
 func (r *Reader) lockRuns(ctx context.Context, db DB, rr runRange, each func(heldRun) ([]position, error)) ([]position, error) {
-	// A run's renewals share an hour window, so it lies within Window of
-	// its last renewal: the runs that reach into the range are one range of
-	// RunIndex.
+	p := r.Dialect.P
+	q := `SELECT ` + RunColumns + `, coalesce(t.holder, ''), t.token FROM renewal_runs r` + r.hint(RunIndex) + `
+		LEFT JOIN tenures t ON t.lock_id = r.lock_id AND t.seq = r.seq
+		WHERE r.lock_id = ` + p(1) + ` AND r.last_at >= ` + p(2) + ` AND r.first_at <= ` + p(3) + `
+			AND r.last_at <= ` + p(4) + ` AND (r.last_at < ` + p(4) + ` OR r.id < ` + p(5) + `)
+		ORDER BY r.last_at DESC, r.id DESC LIMIT ` + p(6)
+	return pageNewest(ctx, r, db, rr, newestPages[heldRun]{
+		what: fmt.Sprintf("renewal runs of lock %d", rr.lockID), query: q, first: rr.lockID,
+		dest: func(h *heldRun) []any { return append(RunDest(&h.Run), &h.holder, rowcodec.TokenDest{P: &h.token}) },
+		key:  func(h heldRun) position { return position{h.LastAt, h.ID} },
+		each: each, page: runsPerPage,
+	})
+}
+
+// newestPages is a table of a lock's renewals that pageNewest reads: its
+// query selects rows holding renewals of arguments 1 (the lock, or its
+// bucket) between arguments 2 and 3, whose key (last_at, id) is before
+// (argument 4, argument 5), newest first, argument 6 of them. Each row
+// lies within runcodec.Window of its last renewal.
+type newestPages[T any] struct {
+	what  string
+	query string
+	first any
+	dest  func(*T) []any
+	key   func(T) position
+	each  func(T) ([]position, error)
+	page  int // rows a query reads
+}
+
+// pageNewest calls t.each with the rows of t that may hold renewals rr
+// selects, newest first, until the renewals each has returned (the
+// positions of those rr selects, newest last) are rr.lim or more and no
+// row left can hold a newer one. It returns every position each returned
+// that rr selects, the newest rr.lim, in time order.
+func pageNewest[T any](ctx context.Context, r *Reader, db DB, rr runRange, t newestPages[T]) ([]position, error) {
+	// A row's renewals share an hour window, so it lies within Window of
+	// its last renewal: the rows that reach into the range are one range
+	// of the index by last_at.
 	last := min(rr.to, rr.before.at)
 	upper := last
 	if upper <= math.MaxInt64-int64(runcodec.Window) {
@@ -103,27 +138,19 @@ func (r *Reader) lockRuns(ctx context.Context, db DB, rr runRange, each func(hel
 	}
 	var kept []position
 	after := position{math.MaxInt64, math.MaxInt64} // the keyset of the next page
-	p := r.Dialect.P
-	q := `SELECT ` + RunColumns + `, coalesce(t.holder, ''), t.token FROM renewal_runs r` + r.hint(RunIndex) + `
-		LEFT JOIN tenures t ON t.lock_id = r.lock_id AND t.seq = r.seq
-		WHERE r.lock_id = ` + p(1) + ` AND r.last_at >= ` + p(2) + ` AND r.first_at <= ` + p(3) + `
-			AND r.last_at <= ` + p(4) + ` AND (r.last_at < ` + p(4) + ` OR r.id < ` + p(5) + `)
-		ORDER BY r.last_at DESC, r.id DESC LIMIT ` + p(6)
-	what := fmt.Sprintf("renewal runs of lock %d", rr.lockID)
 	for {
-		runs, err := query(ctx, r, db, what, func(h *heldRun) []any {
-			return append(RunDest(&h.Run), &h.holder, rowcodec.TokenDest{P: &h.token})
-		}, q, rr.lockID, lower, last, min(upper, after.at), after.id, runsPerPage)
+		rows, err := query(ctx, r, db, t.what, t.dest, t.query, t.first, lower, last, min(upper, after.at), after.id, t.page)
 		if err != nil {
 			return nil, err
 		}
-		for _, run := range runs {
-			if len(kept) >= rr.lim && run.LastAt < kept[0].at {
-				return kept, nil // nothing of this run or older ones is among the newest
+		for _, row := range rows {
+			key := t.key(row)
+			if len(kept) >= rr.lim && key.at < kept[0].at {
+				return kept, nil // nothing of this row or older ones is among the newest
 			}
-			got, err := each(run)
+			got, err := t.each(row)
 			if err != nil {
-				return nil, fmt.Errorf("%s: run %d: %w", what, run.ID, err)
+				return nil, fmt.Errorf("%s: row %d: %w", t.what, key.id, err)
 			}
 			for _, pos := range got {
 				if rr.holds(pos) {
@@ -132,9 +159,9 @@ func (r *Reader) lockRuns(ctx context.Context, db DB, rr runRange, each func(hel
 			}
 			slices.SortFunc(kept, comparePositions)
 			kept = kept[max(0, len(kept)-rr.lim):]
-			after = position{run.LastAt, run.ID}
+			after = key
 		}
-		if len(runs) < runsPerPage {
+		if len(rows) < t.page {
 			return kept, nil
 		}
 	}

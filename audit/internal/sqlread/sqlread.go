@@ -78,6 +78,10 @@ type Engine struct {
 	// Runs says the engine keeps sealed renewals in renewal_runs (SQLite
 	// migration 0025), which the reads of renewals merge with the rows.
 	Runs bool
+	// Log says the engine writes renewals into renewal_log (SQLite
+	// migration 0026), which the reads of renewals and the journal's
+	// replay merge with the runs and the rows.
+	Log bool
 	// TenureJoin replaces the plain TenureJoin where the engine's planner
 	// needs another form; it must give et the columns holder and token.
 	TenureJoin string
