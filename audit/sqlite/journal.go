@@ -88,7 +88,7 @@ type syncMark struct{ event, log int64 }
 var writerQueries = []string{lockUpsert, trackUpsert, resourceUpsert, lockRenewal, tenureRenewal, tenureUpsert,
 	eventInsert + eventRow, eventInsertMany, findingInsert,
 	cursorUpsert, sourceEventUpsert, journalSyncedTo, fencesSyncedTo, sourcesSyncedTo, fenceUpsert,
-	logInsert, logMarksSyncedTo, logSourcesSyncedTo, logFenceMark}
+	logInsert, logInsertMany, logMarksSyncedTo, logSourcesSyncedTo, logFenceMark}
 
 // The statements nearly every commit runs once: compiled once like the
 // rest, since parsing them cost more than running them (a tenth of the CPU

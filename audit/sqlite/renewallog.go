@@ -3,6 +3,7 @@ package sqlite
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
@@ -12,6 +13,12 @@ import (
 // The renewal log (migration 0026): a batch's renewals that a run can
 // hold are written as one row of renewal_log per bucket of locks and run
 // window instead of a row of events each.
+
+// logRowsPerInsert is how many log rows one INSERT carries: a commit of
+// a thousand renewals writes a row for most of the 256 buckets.
+const logRowsPerInsert = 32
+
+var logInsertMany = logInsert + strings.Repeat(", (?, ?, ?, ?, ?)", logRowsPerInsert-1)
 
 const (
 	logInsert = `INSERT INTO renewal_log (bucket, first_at, last_at, renewals, data) VALUES (?, ?, ?, ?, ?)`
@@ -53,10 +60,7 @@ func (w *batchWriter) putLog(ctx context.Context, events []audit.Event) ([]audit
 	if len(keys) == 0 {
 		return events, nil
 	}
-	insert, err := w.stmt(ctx, logInsert)
-	if err != nil {
-		return nil, err
-	}
+	args := make([]any, 0, 5*len(keys))
 	for _, k := range keys {
 		logged := groups[k]
 		for start := 0; start < len(logged); start += runcodec.MaxRenewals {
@@ -64,10 +68,11 @@ func (w *batchWriter) putLog(ctx context.Context, events []audit.Event) ([]audit
 			if err != nil {
 				return nil, err
 			}
-			if _, err := insert.ExecContext(ctx, k.bucket, row.FirstAt, row.LastAt, row.Renewals, row.Data); err != nil {
-				return nil, fmt.Errorf("log %d renewals of bucket %d: %w", row.Renewals, k.bucket, err)
-			}
+			args = append(args, k.bucket, row.FirstAt, row.LastAt, row.Renewals, row.Data)
 		}
+	}
+	if err := w.insertLogRows(ctx, args); err != nil {
+		return nil, err
 	}
 	return rest, nil
 }
@@ -105,4 +110,20 @@ func (w *batchWriter) logged(ctx context.Context, e audit.Event) (runcodec.Logge
 	}
 	l.LockID = id
 	return l, true, nil
+}
+
+// insertLogRows inserts log rows, given as logInsert's arguments one row
+// after another, logRowsPerInsert a statement.
+func (w *batchWriter) insertLogRows(ctx context.Context, args []any) error {
+	for len(args) > 0 {
+		q, n := logInsert, 5
+		if len(args) >= 5*logRowsPerInsert {
+			q, n = logInsertMany, 5*logRowsPerInsert
+		}
+		if err := w.exec(ctx, q, args[:n]...); err != nil {
+			return fmt.Errorf("log renewals of bucket %d: %w", args[0], err)
+		}
+		args = args[n:]
+	}
+	return nil
 }
