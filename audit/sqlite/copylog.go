@@ -1,9 +1,11 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"fmt"
+	"slices"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
@@ -20,7 +22,10 @@ import (
 //     largest the snapshot has.
 //   - a renewal of a row after the mark, which a restore must replay, is
 //     a compact renewal row of events, numbered after the snapshot's
-//     largest event id, so after every sync mark.
+//     largest event id, so after every sync mark, in the order Unsynced
+//     gives them (by observed time). A store's unsynced renewal rows
+//     (renewals the log cannot keep) so come before them in the target's
+//     replay, which is by id.
 //
 // So the target, which keeps no log, holds every renewal once, in the
 // places its reads and its journal's replay find it.
@@ -51,6 +56,7 @@ func readLogged(ctx context.Context, tx *sql.Tx) (*loggedRows, error) {
 		return nil, err
 	}
 	out := &loggedRows{}
+	var pending []unsyncedRenewal
 	marks := make(map[int64]int64) // lock id → its source's log mark
 	for _, r := range log {
 		groups, err := runcodec.LogGroups(r.data, 0)
@@ -74,13 +80,28 @@ func readLogged(ctx context.Context, tx *sql.Tx) (*loggedRows, error) {
 				out.runs = append(out.runs, runRow(run, g, rs))
 				continue
 			}
-			for _, x := range rs {
-				event++
-				out.events = append(out.events, loggedEventRow(event, g, x))
+			for i, x := range rs {
+				pending = append(pending, unsyncedRenewal{runcodec.LogID(r.id, g.Index+i), g, x})
 			}
 		}
 	}
+	// Numbered in the order Unsynced gives them, by time: the target's
+	// replays them by id.
+	slices.SortFunc(pending, func(a, b unsyncedRenewal) int {
+		return cmp.Or(cmp.Compare(a.x.At, b.x.At), cmp.Compare(a.id, b.id))
+	})
+	for _, p := range pending {
+		event++
+		out.events = append(out.events, loggedEventRow(event, p.g, p.x))
+	}
 	return out, nil
+}
+
+// unsyncedRenewal is a logged renewal after its source's log mark.
+type unsyncedRenewal struct {
+	id int64 // its logged id
+	g  runcodec.LogGroup
+	x  runcodec.Renewal
 }
 
 // runRow is a lock group as a row of renewal_runs.

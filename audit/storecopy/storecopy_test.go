@@ -183,9 +183,9 @@ var hour0 = time.Date(2026, 3, 1, 8, 0, 0, 0, time.UTC)
 
 // stageNodeLeases stores locks node leases with n renewals each, every 10 s
 // from hour0 with up to 4 % of jitter, their renewTime to the microsecond,
-// synced, as the previous release kept them: rows alone. An event of
-// another lock comes last, so that every renewal may be sealed.
-func stageNodeLeases(t *testing.T, s storetest.Store, locks, n int) {
+// synced or not: in SQLite, in its renewal log. An event of another lock
+// comes last (with a sync), so that every renewal synced may be sealed.
+func stageNodeLeases(t *testing.T, s storetest.Store, locks, n int, synced bool) {
 	t.Helper()
 	for l := range locks {
 		key := audit.LockKey{Source: "cluster-a", Name: fmt.Sprintf("kube-node-lease/node-%d", l)}
@@ -197,10 +197,10 @@ func stageNodeLeases(t *testing.T, s storetest.Store, locks, n int) {
 				Holder: ten.Holder, Token: ten.Token, Seq: 1, TTL: ten.LeaseDuration,
 				Detail: map[string]any{"margin_ratio": float64(700+i%250) / 1000, "renewed_at": renewed.Format(time.RFC3339Nano)}})
 		}
-		storetest.Apply(t, s, audit.Batch{Tenures: []audit.Tenure{ten}, Events: events, Synced: true})
+		storetest.Apply(t, s, audit.Batch{Tenures: []audit.Tenure{ten}, Events: events, Synced: synced})
 	}
 	storetest.Apply(t, s, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "clock", Name: "tick"},
-		Kind: audit.EventObserved, At: hour0.Add(24 * time.Hour)}}, Synced: true})
+		Kind: audit.EventObserved, At: hour0.Add(24 * time.Hour)}}, Synced: synced})
 }
 
 // renewalCounts returns how many renewals each lock of s has, read through
@@ -238,16 +238,17 @@ func renewalCounts(t *testing.T, s storetest.Store) (map[string]int, int) {
 	return counts, fromRuns
 }
 
-// Renewals kept as rows (the previous release's shape) and sealed into
-// runs are copied both ways, SQLite to PostgreSQL and back, and each
-// target reads every renewal once: none lost, none doubled, the runs as
-// runs.
+// Renewals in SQLite's renewal log, which PostgreSQL does not have, and
+// sealed into runs are copied both ways, SQLite to PostgreSQL and back,
+// and each target reads every renewal once: none lost, none doubled. The
+// log's synced renewals arrive as runs; its unsynced ones, which a
+// restore must replay, as rows, which PostgreSQL then seals itself.
 func TestCopyRenewalRowsAndRunsBothWays(t *testing.T) {
 	const locks, each = 3, 1000 // 2.8 hours of each lock
 	dir := t.TempDir()
-	rows := openSQLite(t, filepath.Join(dir, "rows.db"))
-	stageNodeLeases(t, rows, locks, each)
-	want, _ := renewalCounts(t, rows)
+	logged := openSQLite(t, filepath.Join(dir, "logged.db"))
+	stageNodeLeases(t, logged, locks, each, true)
+	want, _ := renewalCounts(t, logged)
 	if len(want) != locks || want["kube-node-lease/node-0"] != each {
 		t.Fatalf("renewals stored: %v, want %d of each of %d locks", want, each, locks)
 	}
@@ -268,21 +269,29 @@ func TestCopyRenewalRowsAndRunsBothWays(t *testing.T) {
 		storetest.SameHistory(t, src, dst, nil)
 	}
 
-	// Rows: to PostgreSQL and back.
-	pgRows := openPostgres(t, pg.Get(t).Database(t))
-	copyInto("rows into PostgreSQL", rows, pgRows, false)
-	copyInto("rows back into SQLite", pgRows, openSQLite(t, filepath.Join(dir, "rows-back.db")), false)
+	// The log's synced renewals: runs in PostgreSQL, and back.
+	pgLogged := openPostgres(t, pg.Get(t).Database(t))
+	copyInto("the log into PostgreSQL", logged, pgLogged, true)
+	copyInto("the log's runs back into SQLite", pgLogged, openSQLite(t, filepath.Join(dir, "logged-back.db")), true)
 
 	// Runs sealed in SQLite: to PostgreSQL and back.
-	if n := storetest.Seal(t, rows, hour0.Add(3*time.Hour)); n != locks*each {
+	if n := storetest.Seal(t, logged, hour0.Add(3*time.Hour)); n != locks*each {
 		t.Fatalf("sealed %d renewals in SQLite, want %d", n, locks*each)
 	}
-	check("sealed in SQLite", rows, true)
+	check("sealed in SQLite", logged, true)
 	pgRuns := openPostgres(t, pg.Get(t).Database(t))
-	copyInto("runs into PostgreSQL", rows, pgRuns, true)
+	copyInto("runs into PostgreSQL", logged, pgRuns, true)
 	copyInto("runs back into SQLite", pgRuns, openSQLite(t, filepath.Join(dir, "runs-back.db")), true)
 
-	// Runs sealed in PostgreSQL from the copied rows: into SQLite.
+	// The log's unsynced renewals: rows in PostgreSQL, and back; once
+	// synced there, PostgreSQL seals them, and its runs go into SQLite.
+	unsynced := openSQLite(t, filepath.Join(dir, "unsynced.db"))
+	stageNodeLeases(t, unsynced, locks, each, false)
+	pgRows := openPostgres(t, pg.Get(t).Database(t))
+	copyInto("unsynced renewals into PostgreSQL", unsynced, pgRows, false)
+	copyInto("rows back into SQLite", pgRows, openSQLite(t, filepath.Join(dir, "rows-back.db")), false)
+	storetest.Apply(t, pgRows, audit.Batch{Events: []audit.Event{{Lock: audit.LockKey{Source: "clock", Name: "tick"},
+		Kind: audit.EventObserved, At: hour0.Add(25 * time.Hour)}}, Synced: true})
 	if n := storetest.Seal(t, pgRows, hour0.Add(3*time.Hour)); n != locks*each {
 		t.Fatalf("sealed %d renewals in PostgreSQL, want %d", n, locks*each)
 	}
