@@ -23,7 +23,8 @@ type columns struct {
 	ttl time.Duration
 	key
 	unit  byte  // code of the unit backend times are kept in
-	first int64 // with backend times the first in the unit, else the first observed ms
+	first int64 // the first observed time, in ms
+	q0    int64 // with backend times, the first in the unit
 	p0    int64 // the first position
 	m0    int64 // the first renewal's margin code, which nothing predicts
 	vals  [numColumns][]int64
@@ -36,12 +37,7 @@ func (c *columns) count(col, n int) int {
 		if c.renewed {
 			return n - 1
 		}
-	case colLag:
-		if c.renewed {
-			return n
-		}
-		return n - 1
-	case colMargin:
+	case colLag, colMargin:
 		return n - 1
 	case colPosition:
 		if c.form != formNone {
@@ -66,8 +62,8 @@ func newColumns(ttl time.Duration, k key, rs []Renewal) *columns {
 			q := r.RenewedAt / unit
 			if i > 0 {
 				c.vals[colInterval] = append(c.vals[colInterval], q-prevQ)
+				c.vals[colLag] = append(c.vals[colLag], a-floorMs(r.RenewedAt))
 			}
-			c.vals[colLag] = append(c.vals[colLag], a-floorMs(r.RenewedAt))
 			prevQ, t = q, r.RenewedAt
 		} else if i > 0 {
 			c.vals[colLag] = append(c.vals[colLag], a-prevA)
@@ -98,7 +94,7 @@ func (c *columns) append(buf []byte) []byte {
 		}
 		plans[col] = plan(vals)
 		buf = binary.AppendVarint(buf, plans[col].base)
-		buf = append(buf, plans[col].width)
+		buf = binary.AppendUvarint(buf, plans[col].size)
 	}
 	w := bitWriter{buf: buf}
 	for col, vals := range c.vals {
@@ -117,10 +113,7 @@ func (c *columns) read(h *header, rs []Renewal) error {
 		if c.count(col, n) == 0 {
 			continue
 		}
-		plans[col] = column{base: h.varint(), width: h.byte()}
-		if plans[col].width > 64 {
-			return errors.New("column wider than 64 bits")
-		}
+		plans[col] = column{base: h.varint(), size: h.uvarint()}
 	}
 	if h.err != nil {
 		return h.err
@@ -146,7 +139,7 @@ func (c *columns) read(h *header, rs []Renewal) error {
 // rebuild turns the columns' residuals back into renewals.
 func (c *columns) rebuild(rs []Renewal) error {
 	unit := units[c.unit]
-	q, a, p := c.first, c.first, c.p0
+	q, a, p := c.q0, c.first, c.p0
 	var prevT int64
 	for i := range rs {
 		r := &rs[i]
@@ -159,7 +152,9 @@ func (c *columns) rebuild(rs []Renewal) error {
 				return errRange
 			}
 			r.RenewedAt = q * unit
-			a = c.vals[colLag][i] + floorMs(r.RenewedAt)
+			if i > 0 {
+				a = c.vals[colLag][i-1] + floorMs(r.RenewedAt)
+			}
 			t = r.RenewedAt
 		} else {
 			r.RenewedAt = audit.NoNanos

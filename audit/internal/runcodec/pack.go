@@ -136,12 +136,9 @@ func (r Run) Events() ([]audit.Event, error) {
 	if r.ID <= 0 || r.ID > MaxRunID {
 		return nil, fmt.Errorf("renewal run id %d out of range", r.ID)
 	}
-	rs, err := Decode(r.Data, r.TTL)
+	rs, err := r.Decode()
 	if err != nil {
 		return nil, fmt.Errorf("run %d of lock %d: %w", r.ID, r.LockID, err)
-	}
-	if len(rs) != r.Renewals {
-		return nil, fmt.Errorf("run %d of lock %d holds %d renewals, its row says %d", r.ID, r.LockID, len(rs), r.Renewals)
 	}
 	events := make([]audit.Event, len(rs))
 	for i, rn := range rs {

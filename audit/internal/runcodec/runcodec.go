@@ -7,17 +7,20 @@
 //
 //	version     byte, 1
 //	flags       byte: bit 0, every renewal has a backend time (RenewedAt);
-//	            bits 1-2, the positions' form (0 none, 1 decimal, 2 0x-hex)
-//	n           uvarint
-//	unit, q0    with backend times: byte, the unit they are kept in (0 ns,
-//	            1 µs, 2 ms, 3 s, the coarsest that holds every one), and
-//	            varint, the first time in that unit
-//	a0          without backend times: varint, the first observed time in ms
+//	            bits 1-2, the positions' form (0 none, 1 decimal, 2 0x-hex);
+//	            bits 3-4, with backend times, the unit they are kept in (0
+//	            ns, 1 µs, 2 ms, 3 s, the coarsest that holds every one)
+//	q0          with backend times: varint, the first time in that unit
+//	            less the first observed time in that unit (floored)
 //	p0          with positions: varint, the first position
 //	m0          varint, the first renewal's margin code (see margin)
 //	columns     per column that the run has, in the order below: varint
-//	            base, byte width (see column)
+//	            base, uvarint size (see column)
 //	bits        the columns' values, column after column
+//
+// n and the first observed time, in ms, are not in it: the run's row
+// keeps them (Run.Renewals, Run.FirstAt), and Run.Decode takes them from
+// there.
 //
 // The columns are residuals, each what a prediction from the renewals
 // before it missed by:
@@ -25,9 +28,9 @@
 //	interval   with backend times, renewals 1..n-1: the time since the
 //	           renewal before, in the unit. A heartbeat every 10 s with
 //	           4 % jitter, in µs, is 19 bits.
-//	lag        with backend times, every renewal: the observed time less
-//	           the backend time, in ms (a few bits); without, renewals
-//	           1..n-1: the observed time since the renewal before, in ms.
+//	lag        renewals 1..n-1: with backend times, the observed time less
+//	           the backend time, in ms (a few bits); without, the observed
+//	           time since the renewal before, in ms.
 //	margin     renewals 1..n-1: 0 when it has none, else 1 plus the
 //	           zigzag of its margin less the margin its time and the one
 //	           before give (no bits when every margin is what the times
@@ -198,13 +201,9 @@ func Encode(ttl time.Duration, rs []Renewal) ([]byte, error) {
 		}
 	}
 	c := newColumns(ttl, k, rs)
-	buf := []byte{Version, k.flags(), 0}
-	buf = binary.AppendUvarint(buf[:2], uint64(len(rs)))
+	buf := []byte{Version, k.flags() | c.unit<<3}
 	if k.renewed {
-		buf = append(buf, c.unit)
-		buf = binary.AppendVarint(buf, rs[0].RenewedAt/units[c.unit])
-	} else {
-		buf = binary.AppendVarint(buf, floorMs(rs[0].At))
+		buf = binary.AppendVarint(buf, rs[0].RenewedAt/units[c.unit]-firstRef(floorMs(rs[0].At), c.unit))
 	}
 	if k.form != formNone {
 		_, p0, _ := positionForm(rs[0].Position)
@@ -212,6 +211,17 @@ func Encode(ttl time.Duration, rs []Renewal) ([]byte, error) {
 	}
 	buf = binary.AppendVarint(buf, c.m0)
 	return c.append(buf), nil
+}
+
+// firstRef is the first observed time, a0 in ms, in the unit of code
+// unit, floored: what the run's first backend time is kept against.
+func firstRef(a0 int64, unit byte) int64 {
+	t, u := a0*1e6, units[unit]
+	q := t / u
+	if t%u < 0 {
+		q--
+	}
+	return q
 }
 
 // key is what the renewals of one run share besides their lease and detail.
@@ -236,37 +246,38 @@ func (k key) flags() byte {
 	return f
 }
 
-// Decode returns the renewals of a run of a lease of ttl.
-func Decode(data []byte, ttl time.Duration) ([]Renewal, error) {
-	rs, err := decode(data, ttl)
+// Decode returns the run's renewals: its data read with its row's
+// renewal count, first observed time and lease.
+func (r Run) Decode() ([]Renewal, error) {
+	rs, err := decode(r.Data, r.Renewals, r.FirstAt, r.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("decode renewal run: %w", err)
 	}
 	return rs, nil
 }
 
-func decode(data []byte, ttl time.Duration) ([]Renewal, error) {
+func decode(data []byte, n int, firstAt int64, ttl time.Duration) ([]Renewal, error) {
 	if len(data) < 2 || data[0] != Version {
 		return nil, errVersion
 	}
-	k := key{renewed: data[1]&1 != 0, form: int(data[1] >> 1)}
-	if data[1] > 5 {
-		return nil, errors.New("unknown flags")
-	}
-	h := header{buf: data[2:]}
-	n := h.uvarint()
-	if n == 0 || n > MaxRenewals {
+	if n <= 0 || n > MaxRenewals {
 		return nil, fmt.Errorf("a run holds 1 to %d renewals, not %d", MaxRenewals, n)
 	}
-	rs := make([]Renewal, n)
-	c := columns{ttl: ttl, key: k}
+	k := key{renewed: data[1]&1 != 0, form: int(data[1] >> 1 & 3)}
+	c := columns{ttl: ttl, key: k, first: floorMs(firstAt)}
 	if k.renewed {
-		c.unit = h.byte()
-		if c.unit >= byte(len(units)) {
-			return nil, errors.New("unknown unit")
-		}
+		c.unit = data[1] >> 3
 	}
-	c.first = h.varint()
+	if data[1]>>3 >= byte(len(units)) || k.form > formHex || !k.renewed && c.unit != 0 {
+		return nil, errors.New("unknown flags")
+	}
+	if c.first < floorMs(lowestAt) {
+		return nil, errRange
+	}
+	h := header{buf: data[2:]}
+	if k.renewed {
+		c.q0 = firstRef(c.first, c.unit) + h.varint()
+	}
 	if k.form != formNone {
 		c.p0 = h.varint()
 	}
@@ -274,6 +285,7 @@ func decode(data []byte, ttl time.Duration) ([]Renewal, error) {
 	if h.err != nil {
 		return nil, h.err
 	}
+	rs := make([]Renewal, n)
 	return rs, c.read(&h, rs)
 }
 
@@ -301,16 +313,6 @@ func (h *header) varint() int64 {
 	}
 	h.buf = h.buf[n:]
 	return v
-}
-
-func (h *header) byte() byte {
-	if len(h.buf) == 0 {
-		h.fail()
-		return 0
-	}
-	b := h.buf[0]
-	h.buf = h.buf[1:]
-	return b
 }
 
 func (h *header) fail() {

@@ -2,7 +2,6 @@ package runcodec
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -40,13 +39,18 @@ func kept(rs []Renewal) []Renewal {
 	return out
 }
 
+// runOf is data, the run of rs, as its row keeps it.
+func runOf(ttl time.Duration, rs []Renewal, data []byte) Run {
+	return Run{Renewals: len(rs), FirstAt: floorMs(rs[0].At) * 1e6, TTL: ttl, Data: data}
+}
+
 func roundTrip(t *testing.T, ttl time.Duration, rs []Renewal) []byte {
 	t.Helper()
 	data, err := Encode(ttl, rs)
 	if err != nil {
 		t.Fatalf("encode: %v", err)
 	}
-	got, err := Decode(data, ttl)
+	got, err := runOf(ttl, rs, data).Decode()
 	if err != nil {
 		t.Fatalf("decode: %v", err)
 	}
@@ -147,6 +151,46 @@ func TestNodeLeaseSize(t *testing.T) {
 	}
 }
 
+// TestRunKeepsNoAbsoluteTime: a run's first observed time is its row's
+// (Run.FirstAt), so the same renewals a day apart make the same bytes.
+func TestRunKeepsNoAbsoluteTime(t *testing.T) {
+	rs := heartbeats(rand.New(rand.NewPCG(11, 12)), 360, 10*time.Second, 400*time.Millisecond, 40*time.Second)
+	later := make([]Renewal, len(rs))
+	for i, r := range rs {
+		r.At += int64(24 * time.Hour)
+		r.RenewedAt += int64(24 * time.Hour)
+		later[i] = r
+	}
+	a, b := roundTrip(t, 40*time.Second, rs), roundTrip(t, 40*time.Second, later)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("a day later the run is other bytes (%d, was %d): it keeps an absolute time", len(b), len(a))
+	}
+}
+
+// TestColumnTakesWhatTheJitterTakes: offsets spread over a range that is
+// not a power of two take about its log2 bits each, not the next whole.
+func TestColumnTakesWhatTheJitterTakes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	vals := make([]int64, 4000)
+	for i := range vals {
+		vals[i] = 10_000_000 + rng.Int64N(400_001)
+	}
+	c := plan(vals)
+	w := bitWriter{}
+	for _, v := range vals {
+		w.put(c, v)
+	}
+	if per := float64(len(w.buf)*8) / float64(len(vals)); per > 18.75 {
+		t.Fatalf("%.2f bits a value, want at most 18.75 (log2 400,001 is 18.61)", per)
+	}
+	r := bitReader{buf: w.buf}
+	for i, want := range vals {
+		if got, err := r.get(c); err != nil || got != want {
+			t.Fatalf("value %d = %d, %v; want %d", i, got, err, want)
+		}
+	}
+}
+
 func TestEncodeRefuses(t *testing.T) {
 	ok := Renewal{At: 1e18, RenewedAt: 1e18, Margin: 500}
 	for name, rs := range map[string][]Renewal{
@@ -167,18 +211,25 @@ func TestEncodeRefuses(t *testing.T) {
 
 func TestDecodeRefusesDamage(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	data := roundTrip(t, 40*time.Second, heartbeats(rng, 100, 10*time.Second, 400*time.Millisecond, 40*time.Second))
-	damaged := map[string][]byte{
-		"Empty":        nil,
-		"Version":      append([]byte{2}, data[1:]...),
-		"Flags":        append([]byte{Version, 7}, data[2:]...),
-		"Truncated":    data[:len(data)-3],
-		"TrailingByte": append(bytes.Clone(data), 0),
-		"NoRenewals":   binary.AppendUvarint([]byte{Version, 1}, 0),
-		"TooMany":      binary.AppendUvarint([]byte{Version, 1}, MaxRenewals+1),
+	rs := heartbeats(rng, 100, 10*time.Second, 400*time.Millisecond, 40*time.Second)
+	run := runOf(40*time.Second, rs, roundTrip(t, 40*time.Second, rs))
+	data := run.Data
+	damaged := map[string]func(r *Run){
+		"Empty":        func(r *Run) { r.Data = nil },
+		"Version":      func(r *Run) { r.Data = append([]byte{2}, data[1:]...) },
+		"Flags":        func(r *Run) { r.Data = append([]byte{Version, 7}, data[2:]...) },
+		"Unit":         func(r *Run) { r.Data = append([]byte{Version, 1 | 4<<3}, data[2:]...) },
+		"Truncated":    func(r *Run) { r.Data = data[:len(data)-3] },
+		"TrailingByte": func(r *Run) { r.Data = append(bytes.Clone(data), 0) },
+		"NoRenewals":   func(r *Run) { r.Renewals = 0 },
+		"TooMany":      func(r *Run) { r.Renewals = MaxRenewals + 1 },
+		"MoreThanHeld": func(r *Run) { r.Renewals++ },
+		"FirstAtEarly": func(r *Run) { r.FirstAt = audit.NoNanos },
 	}
-	for name, d := range damaged {
-		if _, err := Decode(d, 40*time.Second); err == nil {
+	for name, damage := range damaged {
+		r := run
+		damage(&r)
+		if _, err := r.Decode(); err == nil {
 			t.Errorf("%s: decoded, want an error", name)
 		}
 	}
@@ -216,7 +267,7 @@ func TestPack(t *testing.T) {
 		if window(run.FirstAt) != window(run.LastAt) {
 			t.Fatalf("run %d spans windows %d to %d", i, window(run.FirstAt), window(run.LastAt))
 		}
-		dec, err := Decode(run.Data, run.TTL)
+		dec, err := run.Decode()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -238,7 +289,7 @@ func TestEvents(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := Run{ID: 42, LockID: 7, Seq: 3, Renewals: 2, TTL: 40 * time.Second, Detail: `{"key":"k"}`, Data: data}
+	run := Run{ID: 42, LockID: 7, Seq: 3, Renewals: 2, FirstAt: 1_700_000_000_123_000_000, TTL: 40 * time.Second, Detail: `{"key":"k"}`, Data: data}
 	events, err := run.Events()
 	if err != nil {
 		t.Fatal(err)
@@ -265,10 +316,11 @@ func TestEvents(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	data, _ := Encode(40*time.Second, heartbeats(rng, 20, 10*time.Second, 400*time.Millisecond, 40*time.Second))
-	f.Add(data, int64(40*time.Second))
-	f.Fuzz(func(t *testing.T, data []byte, ttl int64) {
-		rs, err := Decode(data, time.Duration(ttl))
+	rs := heartbeats(rng, 20, 10*time.Second, 400*time.Millisecond, 40*time.Second)
+	data, _ := Encode(40*time.Second, rs)
+	f.Add(data, int64(40*time.Second), len(rs), floorMs(rs[0].At)*1e6)
+	f.Fuzz(func(t *testing.T, data []byte, ttl int64, n int, firstAt int64) {
+		rs, err := Run{Data: data, TTL: time.Duration(ttl), Renewals: n, FirstAt: firstAt}.Decode()
 		if err != nil {
 			return
 		}
@@ -277,7 +329,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil {
 			return // a damaged run can decode to renewals no run holds
 		}
-		rs2, err := Decode(again, time.Duration(ttl))
+		rs2, err := runOf(time.Duration(ttl), rs, again).Decode()
 		if err != nil || !reflect.DeepEqual(rs, rs2) {
 			t.Fatalf("re-encoded run decodes to %v, %v; want %v", rs2, err, rs)
 		}
@@ -301,8 +353,9 @@ func BenchmarkEncode(b *testing.B) {
 func BenchmarkDecode(b *testing.B) {
 	rs := heartbeats(rand.New(rand.NewPCG(1, 1)), 360, 10*time.Second, 400*time.Millisecond, 40*time.Second)
 	data, _ := Encode(40*time.Second, rs)
+	run := runOf(40*time.Second, rs, data)
 	for b.Loop() {
-		if _, err := Decode(data, 40*time.Second); err != nil {
+		if _, err := run.Decode(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -183,7 +183,7 @@ func (r *Reader) RunTimes(ctx context.Context, db DB, lockID int64, f audit.Time
 		rr.floor = &position{audit.Nanos(rows[0]), 0}
 	}
 	kept, err := r.lockRuns(ctx, db, rr, func(run heldRun) ([]position, error) {
-		rs, err := runcodec.Decode(run.Data, run.TTL)
+		rs, err := run.Decode()
 		if err != nil {
 			return nil, err
 		}
