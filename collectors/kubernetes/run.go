@@ -85,6 +85,9 @@ type run struct {
 	applied time.Time
 	window  time.Duration
 	rate    float64
+	// behind says the last batch came from a backlog (see backlog): the
+	// watches have not delivered every change up to now.
+	behind bool
 	// probing says the apiserver is probed (not with a client that cannot
 	// be); heard is when the last probe it answered was sent; stalled is set
 	// while a probe has waited longer than stallAfter; resumedAt is when the
@@ -338,7 +341,7 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 		}
 		now := time.Now()
 		r.stretch(len(batch), now.Sub(r.applied))
-		r.applied = now
+		r.applied, r.behind = now, backlog(batch, now)
 		if err := r.apply(ctx, ws, batch); err != nil {
 			return err
 		}
@@ -406,6 +409,30 @@ func (r *run) stretch(n int, since time.Duration) {
 	r.window = min(max(w, base), maxStretch*base)
 }
 
+// maxBehind is how long before it is gathered a batch's newest write may
+// have been made (by its writer's clock, renewTime) for the batch to be
+// what is happening rather than a backlog: the batch window, plus the lag
+// and clock skew a healthy cluster shows, with room.
+const maxBehind = 5 * time.Second
+
+// backlog reports whether batch, gathered at now, is a backlog the watches
+// are working through: full, or with no write newer than maxBehind. After
+// a long snapshot or a busy spell the watches replay what happened
+// meanwhile, and vouching for now then would expire by the clock leases
+// whose renewals are still on their way.
+func backlog(batch []message, now time.Time) bool {
+	if len(batch) >= maxBatch {
+		return true
+	}
+	var newest time.Time
+	for _, m := range batch {
+		if l, ok := m.ev.Object.(*coordinationv1.Lease); ok && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(newest) {
+			newest = l.Spec.RenewTime.Time
+		}
+	}
+	return !newest.IsZero() && now.Sub(newest) > maxBehind
+}
+
 // drainMessages adds the messages waiting in msgs to batch, up to maxBatch,
 // and says whether batch ends with a watch's end or error.
 func drainMessages(msgs <-chan message, batch []message) ([]message, bool) {
@@ -432,7 +459,14 @@ func drainMessages(msgs <-chan message, batch []message) ([]message, bool) {
 // never makes a lease look expired.
 func (r *run) live(ctx context.Context, ws *watches) error {
 	now := r.now()
-	if r.stalled || now.Sub(r.resumedAt) < replayGrace {
+	if r.stalled || now.Sub(r.resumedAt) < replayGrace || len(ws.msgs) > 0 {
+		return nil
+	}
+	// Behind a backlog the collector has not seen what happened up to now
+	// (a lease renewed in time would look expired), until the watches have
+	// caught up or gone quiet: a batch that is not a backlog, or none for
+	// two windows.
+	if r.behind && time.Since(r.applied) < 2*max(r.window, r.c.batchWindow)+liveEvery {
 		return nil
 	}
 	for _, opened := range ws.opened {
