@@ -11,7 +11,8 @@
 //	            bits 3-4, with backend times, the unit they are kept in (0
 //	            ns, 1 µs, 2 ms, 3 s, the coarsest that holds every one)
 //	q0          with backend times: varint, the first time in that unit
-//	            less the first observed time in that unit (floored)
+//	            less the first observed time (its ms) in that unit,
+//	            floored, modulo 2^64
 //	p0          with positions: varint, the first position
 //	m0          varint, the first renewal's margin code (see margin)
 //	columns     per column that the run has, in the order below: varint
@@ -27,7 +28,7 @@
 //
 //	interval   with backend times, renewals 1..n-1: the time since the
 //	           renewal before, in the unit. A heartbeat every 10 s with
-//	           4 % jitter, in µs, is 19 bits.
+//	           4 % jitter, in µs, is 18.7 bits.
 //	lag        renewals 1..n-1: with backend times, the observed time less
 //	           the backend time, in ms (a few bits); without, the observed
 //	           time since the renewal before, in ms.
