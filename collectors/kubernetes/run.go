@@ -86,8 +86,10 @@ type run struct {
 	window  time.Duration
 	rate    float64
 	// behind says the last batch came from a backlog (see backlog): the
-	// watches have not delivered every change up to now.
-	behind bool
+	// watches have not delivered every change up to now; recorded is when
+	// the last batch was recorded, by the process's clock.
+	behind   bool
+	recorded time.Time
 	// probing says the apiserver is probed (not with a client that cannot
 	// be); heard is when the last probe it answered was sent; stalled is set
 	// while a probe has waited longer than stallAfter; resumedAt is when the
@@ -345,6 +347,7 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 		if err := r.apply(ctx, ws, batch); err != nil {
 			return err
 		}
+		r.recorded = time.Now()
 		if len(ws.msgs) == 0 && time.Since(r.lastLive) >= liveEvery {
 			if err := r.live(ctx, ws); err != nil {
 				return err
@@ -465,8 +468,9 @@ func (r *run) live(ctx context.Context, ws *watches) error {
 	// Behind a backlog the collector has not seen what happened up to now
 	// (a lease renewed in time would look expired), until the watches have
 	// caught up or gone quiet: a batch that is not a backlog, or none for
-	// two windows.
-	if r.behind && time.Since(r.applied) < 2*max(r.window, r.c.batchWindow)+liveEvery {
+	// two windows since the last was recorded (storing a batch can take
+	// longer than that).
+	if r.behind && time.Since(r.recorded) < 2*max(r.window, r.c.batchWindow)+liveEvery {
 		return nil
 	}
 	for _, opened := range ws.opened {
