@@ -9,7 +9,8 @@
 //	flags       byte: bit 0, every renewal has a backend time (RenewedAt);
 //	            bits 1-2, the positions' form (0 none, 1 decimal, 2 0x-hex);
 //	            bits 3-4, with backend times, the unit they are kept in (0
-//	            ns, 1 µs, 2 ms, 3 s, the coarsest that holds every one)
+//	            ns, 1 µs, 2 ms, 3 s, the coarsest that holds every one);
+//	            bit 5, the lease changes within the run (a ttl column)
 //	q0          with backend times: varint, the first time in that unit
 //	            less the first observed time (its ms) in that unit,
 //	            floored, modulo 2^64
@@ -19,9 +20,9 @@
 //	            base, uvarint size (see column)
 //	bits        the columns' values, column after column
 //
-// n and the first observed time, in ms, are not in it: the run's row
-// keeps them (Run.Renewals, Run.FirstAt), and Run.Decode takes them from
-// there.
+// n, the first observed time, in ms, and the first renewal's lease are not
+// in it: the run's row keeps them (Run.Renewals, Run.FirstAt, Run.TTL), and
+// Run.Decode takes them from there.
 //
 // The columns are residuals, each what a prediction from the renewals
 // before it missed by:
@@ -38,6 +39,11 @@
 //	           say). The first renewal's, against 0, is m0.
 //	position   with positions, renewals 1..n-1: the change since the one
 //	           before.
+//	ttl        where the lease changes, renewals 1..n-1: the lease less the
+//	           first renewal's, in ms (a Redis lock's lease, read back as its
+//	           PTTL, is its TTL or a millisecond more: a bit a renewal). The
+//	           margin a renewal's times give is reckoned with the lease
+//	           before it.
 //
 // Observed times are kept to the millisecond (floored); everything else
 // exactly.
@@ -75,6 +81,9 @@ type Renewal struct {
 	RenewedAt int64  // the backend's time of it, unix ns; audit.NoNanos: none
 	Margin    int64  // margin_ratio × 1000; NoMargin: none
 	Position  string // "" or an integer, decimal or 0x-hex (Fits)
+	// TTL is the lease as of this renewal, in whole milliseconds as the
+	// rows keep it; 0: unknown.
+	TTL time.Duration
 }
 
 // Position forms.
@@ -113,11 +122,11 @@ func formatPosition(form int, v int64) string {
 // encoding holds.
 const lowestAt = audit.NoNanos + int64(2*time.Millisecond)
 
-// Fits reports whether a run can keep r: an observed time in range and a
-// position it can write back as it was.
+// Fits reports whether a run can keep r: an observed time in range, a
+// position it can write back as it was and a lease in whole milliseconds.
 func Fits(r Renewal) bool {
 	_, _, ok := positionForm(r.Position)
-	return ok && r.At >= lowestAt
+	return ok && r.At >= lowestAt && r.TTL >= 0 && r.TTL%time.Millisecond == 0
 }
 
 // floorMs is t in whole milliseconds, rounded down.
@@ -185,10 +194,11 @@ func marginOf(code, predicted int64) int64 {
 
 var errVersion = errors.New("run format not known")
 
-// Encode returns rs, renewals of a lease of ttl in the order they were
+// Encode returns rs, renewals of one lease in the order they were
 // observed, as a run. Every renewal must fit (Fits), all or none must have
 // a backend time, and their positions one form; Pack makes runs that do.
-func Encode(ttl time.Duration, rs []Renewal) ([]byte, error) {
+// The run's row keeps the first renewal's lease (Run.TTL).
+func Encode(rs []Renewal) ([]byte, error) {
 	if len(rs) == 0 || len(rs) > MaxRenewals {
 		return nil, fmt.Errorf("a run holds 1 to %d renewals, not %d", MaxRenewals, len(rs))
 	}
@@ -201,8 +211,8 @@ func Encode(ttl time.Duration, rs []Renewal) ([]byte, error) {
 			return nil, errors.New("renewals of one run must all have a backend time or none, and positions of one form")
 		}
 	}
-	c := newColumns(ttl, k, rs)
-	buf := []byte{Version, k.flags() | c.unit<<3}
+	c := newColumns(k, rs)
+	buf := []byte{Version, k.flags() | c.unit<<3 | c.ttlFlag()}
 	if k.renewed {
 		buf = binary.AppendVarint(buf, rs[0].RenewedAt/units[c.unit]-firstRef(floorMs(rs[0].At), c.unit))
 	}
@@ -233,8 +243,8 @@ type key struct {
 
 func keyOf(r Renewal) (key, error) {
 	form, _, ok := positionForm(r.Position)
-	if !ok || r.At < lowestAt {
-		return key{}, fmt.Errorf("a run cannot keep a renewal at %d with position %q", r.At, r.Position)
+	if !ok || !Fits(r) {
+		return key{}, fmt.Errorf("a run cannot keep a renewal at %d with position %q and lease %v", r.At, r.Position, r.TTL)
 	}
 	return key{renewed: r.RenewedAt != audit.NoNanos, form: form}, nil
 }
@@ -265,12 +275,15 @@ func decode(data []byte, n int, firstAt int64, ttl time.Duration) ([]Renewal, er
 		return nil, fmt.Errorf("a run holds 1 to %d renewals, not %d", MaxRenewals, n)
 	}
 	k := key{renewed: data[1]&1 != 0, form: int(data[1] >> 1 & 3)}
-	c := columns{ttl: ttl, key: k, first: floorMs(firstAt)}
+	c := columns{ttl0: ttl, ttlVaries: data[1]&ttlVaries != 0, key: k, first: floorMs(firstAt)}
 	if k.renewed {
-		c.unit = data[1] >> 3
+		c.unit = data[1] >> 3 & 3
 	}
-	if data[1]>>3 >= byte(len(units)) || k.form > formHex || !k.renewed && c.unit != 0 {
+	if data[1]&^(ttlVaries|0x1f) != 0 || k.form > formHex || !k.renewed && data[1]>>3&3 != 0 {
 		return nil, errors.New("unknown flags")
+	}
+	if ttl < 0 || ttl%time.Millisecond != 0 {
+		return nil, errors.New("a lease not in whole milliseconds")
 	}
 	if c.first < floorMs(lowestAt) {
 		return nil, errRange
