@@ -319,14 +319,10 @@ func (h *header) uvarint() uint64 {
 	return v
 }
 
+// varint reads what binary.AppendVarint wrote: a zigzag uvarint.
 func (h *header) varint() int64 {
-	v, n := binary.Varint(h.buf)
-	if n <= 0 {
-		h.fail()
-		return 0
-	}
-	h.buf = h.buf[n:]
-	return v
+	u := h.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 func (h *header) fail() {
