@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -125,13 +124,14 @@ func (r *Reader) lockRuns(ctx context.Context, db DB, rr runRange, each func(hel
 			if err != nil {
 				return nil, fmt.Errorf("%s: run %d: %w", what, run.ID, err)
 			}
+			sel := got[:0]
 			for _, pos := range got {
 				if rr.holds(pos) {
-					kept = append(kept, pos)
+					sel = append(sel, pos)
 				}
 			}
-			slices.SortFunc(kept, comparePositions)
-			kept = kept[max(0, len(kept)-rr.lim):]
+			// Runs come newest first: a merge, not a sort of all kept so far.
+			kept = mergeNewest(sel, kept, rr.lim, func(p position) position { return p })
 			after = position{run.LastAt, run.ID}
 		}
 		if len(runs) < runsPerPage {
