@@ -14,7 +14,7 @@ IMAGE_CONTEXT ?= $(CURDIR)/bin/image-context
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-redis load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-chromium install-systemd install-buildah image image-context
+.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-kubernetes-130k load-redis load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-chromium install-systemd install-buildah image image-context
 
 all: build
 
@@ -89,6 +89,10 @@ install-chromium:
 ## load-kubernetes: the Kubernetes scale run (2,000 heartbeat + 50 election Leases).
 load-kubernetes:
 	$(GO) run ./cmd/leasewatch-load kubernetes
+
+## load-kubernetes-130k: a 130,000-node cluster's heartbeats (13,000 renewals/s), a real kube-apiserver's recorded watch replayed.
+load-kubernetes-130k:
+	$(GO) run ./cmd/leasewatch-load kubernetes --replay --heartbeats 130000 --warmup 15s --duration 60s
 
 ## load-redis: the Redis scale run (10,000 locks with 2 s TTLs extended every 500 ms).
 load-redis:

@@ -38,6 +38,8 @@ var landed = map[string]map[string]string{
 		"0022_write_ticks.sql":              "bed11adb0a7878ccfa6e8f004fe5c7ca2ce1c8e1c132271152a0ff21393055d0",
 		"0023_finding_minutes.sql":          "6e8eada1032e716464c79c80bd16941101140f2d2e425c22bbea82369c5fc8c4",
 		"0024_lock_resources.sql":           "975ec07dc074f665d8a7c4737e1303a17f1ff193d1ee5d4c4a084df2fcf19ceb",
+		"0025_renewal_runs.sql":             "84eb086eafae940b29b80e07a2dffebfc3f2c2ab8b0bc3bc4d1a086038ab5aa1",
+		"0026_renewal_log.sql":              "303bc6a4bb8f2d0f73a00c27b2d3c8280b07757d17da2ff74e2d5eab1c3de3ab",
 	},
 	"postgres": {
 		"0001_init.sql":                     "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
@@ -54,6 +56,7 @@ var landed = map[string]map[string]string{
 		"0012_write_ticks.sql":              "1e85a802dd5be9eb8b16c67781329212841ec215c6a4c976134b0e6a4555d7ab",
 		"0013_finding_minutes.sql":          "841996efba604010e94c11a344b6896253d284ad38144f553eac8cd81fa267c0",
 		"0014_lock_resources.sql":           "84fb1d677c827e0c0ee4827e3dbc8204bb1e29d5684eff313af5bd317274fa7f",
+		"0015_renewal_runs.sql":             "1feffd9154402ce83599c430e6105df0d9e00e2cfbd0e719b512fa757effd812",
 	},
 }
 

@@ -300,8 +300,8 @@ func (v *renewalRowValues) staged() runcodec.Staged {
 	if v.margin == noMargin {
 		margin = runcodec.NoMargin
 	}
-	return runcodec.Staged{ID: v.id, Seq: int64(v.seq), TTL: time.Duration(v.ttl) * time.Millisecond, Detail: v.detail,
-		Renewal: runcodec.Renewal{At: v.at, RenewedAt: v.renewedAt, Margin: margin, Position: v.position}}
+	return runcodec.Staged{ID: v.id, Seq: int64(v.seq), Detail: v.detail,
+		Renewal: runcodec.Renewal{At: v.at, RenewedAt: v.renewedAt, Margin: margin, Position: v.position, TTL: time.Duration(v.ttl) * time.Millisecond}}
 }
 
 // stagedEventRow is the events row (eventColumns) of a staged renewal of

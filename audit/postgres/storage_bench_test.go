@@ -3,62 +3,60 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/runcodec/runcodectest"
 	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 )
 
-// leaseWorkload is a set of leases renewed by their holders as Kubernetes
-// clients renew theirs: every interval plus up to jitter (uniform), the
-// renewTime to the microsecond, observed 1 to 5 ms later.
+// leaseWorkload is locks of one of runcodectest's workloads, renewed for
+// hours.
 type leaseWorkload struct {
-	name             string
-	locks, hours     int
-	interval, jitter time.Duration
-	ttl              time.Duration
+	runcodectest.Workload
+	locks, hours int
 }
 
-// storageWorkloads are a node lease (kubelet: 10 s, up to 4 % of jitter,
-// a 40 s lease) and a leader election's lease (2 s retry period, a 15 s
-// lease, a few ms of the apiserver's latency as its jitter).
-var storageWorkloads = []leaseWorkload{
-	{name: "NodeLease", locks: 400, hours: 3, interval: 10 * time.Second, jitter: 400 * time.Millisecond, ttl: 40 * time.Second},
-	{name: "LeaderLease", locks: 40, hours: 3, interval: 2 * time.Second, jitter: 5 * time.Millisecond, ttl: 15 * time.Second},
-}
+// storageWorkloads are each of runcodectest.Workloads (a Kubernetes node
+// lease, a client-go leader election, a Redis lock, an etcd lease), named
+// as this benchmark has named them.
+var storageWorkloads = func() []leaseWorkload {
+	locks := map[string]int{"node": 400, "leader": 40, "redis": 60, "etcd": 20}
+	names := map[string]string{"node": "NodeLease", "leader": "LeaderLease", "redis": "RedisLock", "etcd": "EtcdLease"}
+	var ws []leaseWorkload
+	for _, w := range runcodectest.Workloads {
+		n := locks[w.Name]
+		w.Name = names[w.Name]
+		ws = append(ws, leaseWorkload{Workload: w, locks: n, hours: 3})
+	}
+	return ws
+}()
 
 // batches returns the workload's grants, then its renewals in rounds, each
 // round a renewal of every lock, in batches of about 4,000 renewals, as
-// the tracker records them (margin and renewTime in the detail), synced.
+// the tracker records them, synced.
 func (w leaseWorkload) batches(start time.Time) (audit.Batch, []audit.Batch) {
 	rng := rand.New(rand.NewPCG(7, uint64(w.locks)))
 	grants := audit.Batch{Synced: true}
-	renewed := make([]time.Time, w.locks)
+	leases := make([]*runcodectest.Lease, w.locks)
 	keys := make([]audit.LockKey, w.locks)
 	for l := range keys {
-		keys[l] = audit.LockKey{Source: "cluster", Name: fmt.Sprintf("%s/%04d", w.name, l)}
-		ten := audit.Tenure{Lock: keys[l], Seq: 1, Holder: keys[l].Name, Token: audit.Int64(1), GrantedAt: start, LeaseDuration: w.ttl}
+		keys[l] = audit.LockKey{Source: "cluster", Name: fmt.Sprintf("%s/%04d", w.Name, l)}
+		ten := audit.Tenure{Lock: keys[l], Seq: 1, Holder: keys[l].Name, Token: audit.Int64(1), GrantedAt: start, LeaseDuration: w.TTL}
 		grants.Tenures = append(grants.Tenures, ten)
-		// Each lock starts at its own offset in the interval.
-		renewed[l] = start.Add(time.Duration(rng.Int64N(int64(w.interval)))).Truncate(time.Microsecond)
+		leases[l] = w.Lease(rng, start)
 	}
-	rounds := w.hours * int(time.Hour/w.interval)
+	rounds := w.hours * int(time.Hour/w.Every)
 	var out []audit.Batch
 	b := audit.Batch{Synced: true}
 	for range rounds {
 		for l, key := range keys {
-			prev := renewed[l]
-			next := prev.Add(w.interval + time.Duration(rng.Int64N(int64(w.jitter)+1))).Truncate(time.Microsecond)
-			renewed[l] = next
-			margin := math.Round(float64(prev.Add(w.ttl).Sub(next))/float64(w.ttl)*1000) / 1000
-			b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventRenew,
-				At:     next.Add(time.Millisecond + time.Duration(rng.Int64N(int64(4*time.Millisecond)))),
-				Holder: key.Name, Token: audit.Int64(1), Seq: 1, TTL: w.ttl,
-				Detail: map[string]any{"margin_ratio": margin, "renewed_at": next.UTC().Format(time.RFC3339Nano)}})
+			r := leases[l].Next()
+			b.Events = append(b.Events, audit.Event{Lock: key, Kind: audit.EventRenew, At: r.At,
+				Holder: key.Name, Token: audit.Int64(1), Seq: 1, TTL: r.TTL, Detail: r.EventDetail()})
 		}
 		if len(b.Events) >= 4000 {
 			out = append(out, b)
@@ -86,7 +84,7 @@ func (w leaseWorkload) batches(start time.Time) (audit.Batch, []audit.Batch) {
 func BenchmarkStoragePerRenewal(b *testing.B) {
 	srv := pgtest.New(b, pgtest.Options{})
 	for _, w := range storageWorkloads {
-		b.Run(w.name, func(b *testing.B) {
+		b.Run(w.Name, func(b *testing.B) {
 			for b.Loop() {
 				measureStorage(b, srv, w)
 			}

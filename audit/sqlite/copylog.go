@@ -17,7 +17,7 @@ import (
 // A copy reads the renewal log (migration 0026), which the stores' logical
 // schema does not have (storecopy.Converted), as rows of the tables it has:
 //   - a lock group of a log row at or below its source's log mark is a
-//     run: its data is a run already, of one tenure, lease and detail, and
+//     run: its data is a run already, of one tenure and detail, and
 //     a log row's renewals share a run window. It gets a run id after the
 //     largest the snapshot has.
 //   - a renewal of a row after the mark, which a restore must replay, is
@@ -112,9 +112,10 @@ func runRow(id int64, g runcodec.LogGroup, rs []runcodec.Renewal) []any {
 			least = x.Margin
 		}
 	}
-	// As sealing makes a run: its first and last renewal, as it keeps them.
-	first, last := rs[0].At/1e6*1e6, rs[len(rs)-1].At/1e6*1e6
-	return []any{id, g.LockID, g.Seq, first, last, int64(len(rs)), rowcodec.Ms(g.TTL), least, nullText(g.Detail), g.Run}
+	// As sealing makes a run: its first and last renewal, as it keeps
+	// them, and its first renewal's lease, which its data does not repeat.
+	last := rs[len(rs)-1].At / 1e6 * 1e6
+	return []any{id, g.LockID, g.Seq, g.FirstAt, last, int64(g.Renewals), rowcodec.Ms(g.TTL), least, nullText(g.Detail), g.Run}
 }
 
 // loggedEventRow is a logged renewal as a compact renewal row of events.
@@ -126,7 +127,7 @@ func loggedEventRow(id int64, g runcodec.LogGroup, x runcodec.Renewal) []any {
 	if x.RenewedAt != audit.NoNanos {
 		renewed = x.RenewedAt
 	}
-	return []any{id, g.LockID, string(audit.EventRenew), x.At, "", nil, rowcodec.Ms(g.TTL), x.Position, false, "", nil,
+	return []any{id, g.LockID, string(audit.EventRenew), x.At, "", nil, rowcodec.Ms(x.TTL), x.Position, false, "", nil,
 		nullText(g.Detail), g.Seq, margin, renewed}
 }
 

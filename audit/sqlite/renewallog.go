@@ -85,8 +85,8 @@ func (w *batchWriter) logged(ctx context.Context, e audit.Event) (runcodec.Logge
 		return runcodec.Logged{}, false, nil
 	}
 	margin, renewedAt, rest := rowcodec.CompactRenewal(e.Detail)
-	l := runcodec.Logged{Seq: e.Seq, TTL: e.TTL, Renewal: runcodec.Renewal{At: nanos(e.At),
-		RenewedAt: audit.NoNanos, Margin: runcodec.NoMargin, Position: e.Position}}
+	l := runcodec.Logged{Seq: e.Seq, Renewal: runcodec.Renewal{At: nanos(e.At),
+		RenewedAt: audit.NoNanos, Margin: runcodec.NoMargin, Position: e.Position, TTL: e.TTL}}
 	if m, ok := margin.(int64); ok {
 		l.Margin = m
 	}

@@ -3,53 +3,54 @@ package sqlite
 import (
 	"context"
 	"fmt"
-	"math"
 	"math/rand/v2"
 	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/runcodec/runcodectest"
 )
 
-// leaseWorkload is leases renewed for hours as their holders renew them:
-// every Every plus a uniform jitter of up to Jitter of it, the backend's
-// renewal time to the microsecond, observed 1 to 5 ms later.
+// leaseWorkload is leases of one of runcodectest's workloads, renewed
+// for hours.
 type leaseWorkload struct {
-	Name   string
+	runcodectest.Workload
 	Leases int
 	Hours  int
-	Every  time.Duration
-	Jitter float64
-	Lease  time.Duration
 }
 
-// renewalWorkloads are a Kubernetes node lease (the kubelet renews its
-// 40 s lease every 10 s, jittered by up to 4 %) and a client-go leader
-// election (a 15 s lease renewed every 2 s retry period, plus the
-// request's time, up to 20 ms).
-var renewalWorkloads = []leaseWorkload{
-	{Name: "node", Leases: 40, Hours: 12, Every: 10 * time.Second, Jitter: 0.04, Lease: 40 * time.Second},
-	{Name: "leader", Leases: 4, Hours: 12, Every: 2 * time.Second, Jitter: 0.01, Lease: 15 * time.Second},
-}
+// renewalWorkloads are each of runcodectest.Workloads (a Kubernetes node
+// lease, a client-go leader election, a Redis lock, an etcd lease), about
+// 20,000 to 170,000 renewals each.
+var renewalWorkloads = func() []leaseWorkload {
+	leases := map[string]int{"node": 40, "leader": 4, "redis": 20, "etcd": 10}
+	var ws []leaseWorkload
+	for _, w := range runcodectest.Workloads {
+		ws = append(ws, leaseWorkload{Workload: w, Leases: leases[w.Name], Hours: 12})
+	}
+	return ws
+}()
 
 // workloadStart is the first hour of the workload's renewals.
 var workloadStart = time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 
 // run stores the workload's renewals in s in time order, a batch per 5
-// minutes of the simulated clock, each with its margin and renewal time
-// in its detail as the tracker records them, and calls hour (if set) at
-// each hour of the simulated clock. It returns how many it stored.
+// minutes of the simulated clock, each as the tracker records it, and
+// calls hour (if set) at each hour of the simulated clock. It returns how
+// many it stored.
 func (w leaseWorkload) run(tb testing.TB, s *Store, hour func(time.Time)) int {
 	tb.Helper()
 	rng := rand.New(rand.NewPCG(1, uint64(len(w.Name))))
 	tenures := make([]audit.Tenure, w.Leases)
-	renewed := make([]time.Time, w.Leases)
+	leases := make([]*runcodectest.Lease, w.Leases)
+	next := make([]runcodectest.Renewal, w.Leases)
 	for i := range tenures {
 		key := audit.LockKey{Source: "cluster-a", Name: fmt.Sprintf("kube-node-lease/%s-%03d", w.Name, i)}
 		tenures[i] = audit.Tenure{Lock: key, Seq: 1, Holder: key.Name, Token: audit.Int64(int64(i)), GrantedAt: workloadStart,
-			LeaseDuration: w.Lease}
-		renewed[i] = workloadStart.Add(time.Duration(rng.Int64N(int64(w.Every))))
+			LeaseDuration: w.TTL}
+		leases[i] = w.Lease(rng, workloadStart)
+		next[i] = leases[i].Next()
 	}
 	applyTB(tb, s, audit.Batch{Tenures: tenures})
 	n := 0
@@ -57,14 +58,10 @@ func (w leaseWorkload) run(tb testing.TB, s *Store, hour func(time.Time)) int {
 	for clock := workloadStart; clock.Before(workloadStart.Add(time.Duration(w.Hours) * time.Hour)); clock = clock.Add(commit) {
 		var b audit.Batch
 		for i, ten := range tenures {
-			for renewed[i].Before(clock.Add(commit)) {
-				next := renewed[i].Add(w.Every + time.Duration(rng.Float64()*w.Jitter*float64(w.Every))).Truncate(time.Microsecond)
-				margin := math.Round(float64(renewed[i].Add(w.Lease).Sub(next))/float64(w.Lease)*1000) / 1000
-				observed := next.Add(time.Millisecond + time.Duration(rng.Int64N(int64(4*time.Millisecond))))
-				b.Events = append(b.Events, audit.Event{Lock: ten.Lock, Kind: audit.EventRenew, At: observed, Holder: ten.Holder,
-					Token: ten.Token, TTL: w.Lease, Seq: 1,
-					Detail: map[string]any{"margin_ratio": margin, "renewed_at": next.Format(time.RFC3339Nano)}})
-				renewed[i] = next
+			for ; next[i].At.Before(clock.Add(commit)); next[i] = leases[i].Next() {
+				r := next[i]
+				b.Events = append(b.Events, audit.Event{Lock: ten.Lock, Kind: audit.EventRenew, At: r.At, Holder: ten.Holder,
+					Token: ten.Token, TTL: r.TTL, Seq: 1, Detail: r.EventDetail()})
 			}
 		}
 		b.Synced = true
@@ -99,20 +96,36 @@ func pagesOf(tb testing.TB, s *Store, names ...string) int64 {
 	return n
 }
 
+// runsPacking returns how many runs s has, the mean size of a run's data
+// and how many runs a leaf page of renewal_runs holds, on average.
+func runsPacking(tb testing.TB, s *Store) (runs, runBytes, perPage float64) {
+	tb.Helper()
+	if err := s.reader.QueryRow(`SELECT count(*), coalesce(avg(length(data)), 0) FROM renewal_runs`).Scan(&runs, &runBytes); err != nil {
+		tb.Fatal(err)
+	}
+	if err := s.reader.QueryRow(`SELECT coalesce(avg(ncell), 0) FROM dbstat WHERE name = 'renewal_runs' AND pagetype = 'leaf'`).Scan(&perPage); err != nil {
+		tb.Fatal(err)
+	}
+	return runs, runBytes, perPage
+}
+
 // BenchmarkRenewalRuns measures the bytes a renewal takes on disk,
 // indexes included, sealed into runs and, in the same run, left as rows as
 // the previous release kept them: "B/renewal" is the database's pages in
 // use that the renewals added (Size), sealed; "runs-B/renewal" the
 // renewal_runs table and its index alone; "rows-B/renewal" the same
-// workload as rows. The runs' store is sealed every hour, as the
-// retainer seals it, and once more at the end to close the last window.
+// workload as rows; "data-B/run" a run's data, on average, "runs/page"
+// the runs a leaf page of renewal_runs holds and "renewals/run" the
+// renewals a run holds. The runs' store
+// is sealed every hour, as the retainer seals it, and once more at the end
+// to close the last window.
 func BenchmarkRenewalRuns(b *testing.B) {
 	ctx := context.Background()
 	for _, w := range renewalWorkloads {
 		b.Run(w.Name, func(b *testing.B) {
 			for b.Loop() {
 				dir := b.TempDir()
-				var rowsPer, sealedPer, runsPer, sealNs float64
+				var rowsPer, sealedPer, runsPer, sealNs, runs, runBytes, perPage, perRun float64
 				for _, sealed := range []bool{false, true} {
 					s, err := Open(ctx, filepath.Join(dir, fmt.Sprint(sealed)+".db"))
 					if err != nil {
@@ -148,6 +161,8 @@ func BenchmarkRenewalRuns(b *testing.B) {
 					if sealed {
 						sealedPer, runsPer = per, float64(pagesOf(b, s, "renewal_runs", "renewal_runs_lock_last"))/float64(n)
 						sealNs = float64(sealing.Nanoseconds()) / float64(n)
+						runs, runBytes, perPage = runsPacking(b, s)
+						perRun = float64(n) / runs
 					} else {
 						rowsPer = per
 					}
@@ -157,6 +172,9 @@ func BenchmarkRenewalRuns(b *testing.B) {
 				b.ReportMetric(runsPer, "runs-B/renewal")
 				b.ReportMetric(rowsPer, "rows-B/renewal")
 				b.ReportMetric(sealNs, "seal-ns/renewal")
+				b.ReportMetric(runBytes, "data-B/run")
+				b.ReportMetric(perPage, "runs/page")
+				b.ReportMetric(perRun, "renewals/run")
 			}
 		})
 	}

@@ -255,7 +255,7 @@ func summarizeLogRow(id int64, data []byte, before int64, sums map[[2]int64]*log
 		}
 		for _, r := range rs {
 			if r.At >= before {
-				kept = append(kept, runcodec.Logged{LockID: g.LockID, Seq: g.Seq, TTL: g.TTL, Detail: g.Detail, Renewal: r})
+				kept = append(kept, runcodec.Logged{LockID: g.LockID, Seq: g.Seq, Detail: g.Detail, Renewal: r})
 				continue
 			}
 			k := [2]int64{g.LockID, g.Seq}

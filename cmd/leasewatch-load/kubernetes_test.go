@@ -34,28 +34,8 @@ func TestMain(m *testing.M) {
 // not recorded. Before, the load counted every committed write as a renewal,
 // so such Leases showed "one renewal short" that never drained.
 func TestKubeLoadChecksWritesAfterTheLeaseRanOut(t *testing.T) {
-	api := cluster.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var log syncBuffer
-	defer func() {
-		if t.Failed() {
-			t.Logf("log of leasewatch:\n%s", log.String())
-		}
-	}()
-	dir := t.TempDir()
-	bin, err := buildLeasewatch(ctx, dir, &log, raceFlags()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(api.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns = "ran-out"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, api, cs, bin, dir, log := startKubeTest(t, ns)
 	// A long Lease the first snapshot records, so the Leases created after
 	// it reach leasewatch through the watch.
 	sentinel, err := createLeases(ctx, cs, ns, "sentinel-", 1, 600)
@@ -66,7 +46,7 @@ func TestKubeLoadChecksWritesAfterTheLeaseRanOut(t *testing.T) {
     kind: kubernetes
     kubeconfig: %s
     namespaces: [%s]
-`, loadSource, api.Kubeconfig, ns), &log)
+`, loadSource, api.Kubeconfig, ns), log)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -148,28 +128,8 @@ func waitUntil(t *testing.T, ctx context.Context, what string, cond func() bool)
 // and the run's check must find every renewal sent recorded once, by its
 // renewTime, since a renewal is stored without its resourceVersion.
 func TestKubeReplayRecordsEveryRenewal(t *testing.T) {
-	api := cluster.Get(t)
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
-	defer cancel()
-	var log syncBuffer
-	defer func() {
-		if t.Failed() {
-			t.Logf("log:\n%s", log.String())
-		}
-	}()
-	dir := t.TempDir()
-	bin, err := buildLeasewatch(ctx, dir, &log, raceFlags()...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cs, err := kubernetes.NewForConfig(api.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
 	const ns = "replay-recording"
-	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	ctx, _, cs, bin, dir, log := startKubeTest(t, ns)
 	rec, err := recordWatch(ctx, cs, ns)
 	if err != nil {
 		t.Fatal(err)
@@ -180,11 +140,40 @@ func TestKubeReplayRecordsEveryRenewal(t *testing.T) {
 	}
 	k := kubeLoad{replay: true, frames: frames, leasewatch: bin, heartbeats: 300, heartbeatEvery: time.Second, warmup: time.Second, duration: 3 * time.Second}
 	var out syncBuffer
-	if err := k.run(ctx, &out, &log); err != nil {
+	if err := k.run(ctx, &out, log); err != nil {
 		t.Fatalf("replay: %v\n%s", err, out.String())
 	}
 	if got := out.String(); !strings.Contains(got, "| Leases that differ | 0 |") || !strings.Contains(got, "replayed from a kube-apiserver's recorded watch") {
 		t.Fatalf("replay's report:\n%s\nwant every Lease as sent, and the replay said", got)
 	}
 	t.Logf("%s", out.String())
+}
+
+// startKubeTest is what a test of the Kubernetes load starts from: the
+// shared apiserver, a client of it with namespace ns created, leasewatch
+// built into a directory of the test's, and leasewatch's log, printed if
+// the test fails. ctx ends with the test, at the latest in 3 minutes.
+func startKubeTest(t *testing.T, ns string) (ctx context.Context, api *kubetest.Apiserver, cs *kubernetes.Clientset, bin, dir string, log *syncBuffer) {
+	t.Helper()
+	api = cluster.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	t.Cleanup(cancel)
+	log = new(syncBuffer)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("log of leasewatch:\n%s", log.String())
+		}
+	})
+	dir = t.TempDir()
+	bin, err := buildLeasewatch(ctx, dir, log, raceFlags()...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cs, err = kubernetes.NewForConfig(api.Config); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return ctx, api, cs, bin, dir, log
 }

@@ -238,14 +238,15 @@ func TestZombieReplicaCommitsNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	resumed := time.Now()
-	eventually(t, replicaTakeoverBound, "the zombie to stop alpha's collector", func() bool {
-		return sourceStates(t, bases[zombie])["alpha"] != "up"
-	})
-	t.Logf("the zombie stopped alpha's collector %s after it resumed", time.Since(resumed).Round(time.Millisecond))
-	// The zombie's log says why, and nothing of its landed.
-	eventually(t, 10*time.Second, "the zombie's log to say alpha is lost", func() bool {
+	// The zombie's log says it stopped alpha's collector, and why. Its
+	// sources page is no witness: back among the members, the zombie may
+	// be handed alpha again at once (the survivor resigns what is over its
+	// share), under a new token, within a poll of the page.
+	eventually(t, replicaTakeoverBound, "the zombie's log to say alpha is lost and its collector stopped", func() bool {
 		return lostAlpha.MatchString(procs[zombie].stderr.String())
 	})
+	t.Logf("the zombie stopped alpha's collector within %s after it resumed", time.Since(resumed).Round(time.Millisecond))
+	// Nothing of what the zombie had read landed.
 	if g, r := recorded(); g != handovers || r != handovers {
 		t.Errorf("after the zombie resumed: %d grants and %d releases stored, want %d each, once", g, r, handovers)
 	}

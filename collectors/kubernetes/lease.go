@@ -34,11 +34,14 @@ const (
 // leaves out of a renewal). Its strings are made
 // text by collectors.AsText.
 func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Observation, bool) {
-	ob := audit.Observation{
-		Lock:     audit.LockKey{Name: l.Namespace + "/" + l.Name},
-		Class:    classOf(l, heartbeatNS),
-		Position: l.ResourceVersion,
-	}
+	ob, held := leaseObservation(l, heartbeatNS)
+	ob.Detail = leaseDetail(l)
+	return ob, held
+}
+
+// leaseDetail is the detail of an observation of l (see decodeLease), made
+// text; nil when there is none.
+func leaseDetail(l *coordinationv1.Lease) map[string]any {
 	spec := &l.Spec
 	detail := make(map[string]any)
 	if l.UID != "" {
@@ -56,10 +59,23 @@ func decodeLease(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Ob
 	if spec.Strategy != nil && *spec.Strategy != "" {
 		detail["strategy"] = string(*spec.Strategy)
 	}
-	if len(detail) > 0 {
-		ob.Detail = detail
+	if len(detail) == 0 {
+		return nil
 	}
+	tmp := audit.Observation{Detail: detail}
+	collectors.AsText(&tmp)
+	return detail
+}
 
+// leaseObservation is decodeLease without the detail, which a renewal
+// does without (run.observe): its strings made text.
+func leaseObservation(l *coordinationv1.Lease, heartbeatNS map[string]bool) (audit.Observation, bool) {
+	ob := audit.Observation{
+		Lock:     audit.LockKey{Name: l.Namespace + "/" + l.Name},
+		Class:    classOf(l, heartbeatNS),
+		Position: l.ResourceVersion,
+	}
+	spec := &l.Spec
 	// The apiserver takes any year from 0000 to 9999 here; a time beyond
 	// what the audit trail keeps is kept as the nearest bound.
 	switch {

@@ -5,6 +5,10 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
+
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
@@ -72,5 +76,65 @@ func TestBusyLoopIsNotApiserverSilence(t *testing.T) {
 	}
 	if err == nil {
 		t.Fatal("an apiserver silent while asked for longer than apiserverSilence did not fail the run")
+	}
+}
+
+// TestNoVouchingBehindABacklog: after a long snapshot or a busy spell the
+// watches deliver what happened meanwhile, and the collector must not
+// vouch for now until they have caught up (a batch that is not a backlog)
+// or gone quiet: the tracker's clock would expire leases whose renewals
+// are still on the way. At 6,500 renewals a second on a busy machine it
+// expired every Lease after the snapshot, and never caught up.
+func TestNoVouchingBehindABacklog(t *testing.T) {
+	renewal := func(renewed time.Time) message {
+		return message{scope: "kube-node-lease", ev: watch.Event{Type: watch.Modified, Object: lease("kube-node-lease", "node-1",
+			coordinationv1.LeaseSpec{HolderIdentity: ptr("node-1"), RenewTime: &metav1.MicroTime{Time: renewed}})}}
+	}
+	now := time.Now()
+	full := make([]message, maxBatch)
+	for i := range full {
+		full[i] = renewal(now)
+	}
+	for _, tt := range []struct {
+		name  string
+		batch []message
+		want  bool
+	}{
+		{"Current", []message{renewal(now.Add(-time.Second)), renewal(now.Add(-100 * time.Millisecond))}, false},
+		{"NewestWellBefore", []message{renewal(now.Add(-30 * time.Second)), renewal(now.Add(-20 * time.Second))}, true},
+		{"Full", full, true},
+		{"NoRenewTime", []message{{scope: "kube-node-lease", ev: watch.Event{Type: watch.Modified, Object: lease("kube-node-lease", "node-1", coordinationv1.LeaseSpec{})}}}, false},
+	} {
+		if got := backlog(tt.batch, now); got != tt.want {
+			t.Errorf("%s: backlog = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+
+	s := newSink(t)
+	r := newRun(&Collector{cfg: Config{Name: testSource}, now: time.Now, batchWindow: 100 * time.Millisecond}, s)
+	r.window = r.c.batchWindow
+	ws := newWatches(r, context.Background())
+	vouched := func() bool {
+		t.Helper()
+		before := len(s.Inputs())
+		if err := r.live(context.Background(), ws); err != nil {
+			t.Fatal(err)
+		}
+		return len(s.Inputs()) > before
+	}
+	r.applied, r.behind = time.Now().Add(-time.Second), true
+	r.recorded = time.Now() // a batch from a backlog that took a second to store
+	if vouched() {
+		t.Fatal("vouched for now right after a batch from a backlog")
+	}
+	r.behind = false
+	ws.msgs <- renewal(now)
+	if vouched() {
+		t.Fatal("vouched for now with watch events waiting")
+	}
+	<-ws.msgs
+	r.behind, r.recorded = true, time.Now().Add(-time.Second) // quiet since the backlog's last batch
+	if !vouched() {
+		t.Fatal("did not vouch once the watches had gone quiet after a backlog")
 	}
 }

@@ -85,6 +85,11 @@ type run struct {
 	applied time.Time
 	window  time.Duration
 	rate    float64
+	// behind says the last batch came from a backlog (see backlog): the
+	// watches have not delivered every change up to now; recorded is when
+	// the last batch was recorded, by the process's clock.
+	behind   bool
+	recorded time.Time
 	// probing says the apiserver is probed (not with a client that cannot
 	// be); heard is when the last probe it answered was sent; stalled is set
 	// while a probe has waited longer than stallAfter; resumedAt is when the
@@ -189,7 +194,7 @@ func (r *run) start(ctx context.Context) error {
 // A Lease whose holder let it run out by the collector's clock is not held.
 func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 	rvs := make(map[string]string, len(r.c.scopes))
-	var leases []coordinationv1.Lease
+	var leases []listed
 	for _, ns := range r.c.scopes {
 		items, rv, err := r.list(ctx, ns)
 		if err != nil {
@@ -206,10 +211,10 @@ func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 	}
 	r.leases = make(map[string]seen, len(leases))
 	var obs []audit.Observation
-	for i := range leases {
-		ob, held := decodeLease(&leases[i], r.c.heartbeatNS)
+	for _, l := range leases {
+		ob := l.ob
 		r.leases[ob.Lock.Name] = seenOf(ob)
-		if !held || expired(ob, now) {
+		if !l.held || expired(ob, now) {
 			continue
 		}
 		ob.Lock.Source, ob.Kind, ob.Inferred, ob.At = r.c.cfg.Name, kind, inferred, now
@@ -226,11 +231,19 @@ func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 	return nil
 }
 
+// listed is a Lease of a list, decoded as it came (decodeLease): a page's
+// Leases, managedFields and all, are dropped as soon as it is read, which
+// at 130,000 Leases was hundreds of MiB until the snapshot was stored.
+type listed struct {
+	ob   audit.Observation
+	held bool
+}
+
 // list reads every Lease of one scope, page by page, and returns them with
 // the list's resourceVersion. A continue token that expired midway (the
 // pages are served from one snapshot, which compaction can remove) starts
 // the list over.
-func (r *run) list(ctx context.Context, ns string) ([]coordinationv1.Lease, string, error) {
+func (r *run) list(ctx context.Context, ns string) ([]listed, string, error) {
 	for attempt := 0; ; attempt++ {
 		items, rv, err := r.listOnce(ctx, ns)
 		if err != nil && apierrors.IsResourceExpired(err) && attempt < 3 {
@@ -241,8 +254,8 @@ func (r *run) list(ctx context.Context, ns string) ([]coordinationv1.Lease, stri
 	}
 }
 
-func (r *run) listOnce(ctx context.Context, ns string) ([]coordinationv1.Lease, string, error) {
-	var items []coordinationv1.Lease
+func (r *run) listOnce(ctx context.Context, ns string) ([]listed, string, error) {
+	var items []listed
 	opts := metav1.ListOptions{Limit: listPageSize}
 	for {
 		lctx, cancel := context.WithTimeout(ctx, listTimeout)
@@ -251,7 +264,10 @@ func (r *run) listOnce(ctx context.Context, ns string) ([]coordinationv1.Lease, 
 		if err != nil {
 			return nil, "", fmt.Errorf("list Leases %s: %w", scopeName(ns), err)
 		}
-		items = append(items, page.Items...)
+		for i := range page.Items {
+			ob, held := decodeLease(&page.Items[i], r.c.heartbeatNS)
+			items = append(items, listed{ob, held})
+		}
 		if page.Continue == "" {
 			return items, page.ResourceVersion, nil
 		}
@@ -327,10 +343,11 @@ func (r *run) watch(ctx context.Context, ready func()) error {
 		}
 		now := time.Now()
 		r.stretch(len(batch), now.Sub(r.applied))
-		r.applied = now
+		r.applied, r.behind = now, backlog(batch, now)
 		if err := r.apply(ctx, ws, batch); err != nil {
 			return err
 		}
+		r.recorded = time.Now()
 		if len(ws.msgs) == 0 && time.Since(r.lastLive) >= liveEvery {
 			if err := r.live(ctx, ws); err != nil {
 				return err
@@ -395,6 +412,30 @@ func (r *run) stretch(n int, since time.Duration) {
 	r.window = min(max(w, base), maxStretch*base)
 }
 
+// maxBehind is how long before it is gathered a batch's newest write may
+// have been made (by its writer's clock, renewTime) for the batch to be
+// what is happening rather than a backlog: the batch window, plus the lag
+// and clock skew a healthy cluster shows, with room.
+const maxBehind = 5 * time.Second
+
+// backlog reports whether batch, gathered at now, is a backlog the watches
+// are working through: full, or with no write newer than maxBehind. After
+// a long snapshot or a busy spell the watches replay what happened
+// meanwhile, and vouching for now then would expire by the clock leases
+// whose renewals are still on their way.
+func backlog(batch []message, now time.Time) bool {
+	if len(batch) >= maxBatch {
+		return true
+	}
+	var newest time.Time
+	for _, m := range batch {
+		if l, ok := m.ev.Object.(*coordinationv1.Lease); ok && l.Spec.RenewTime != nil && l.Spec.RenewTime.After(newest) {
+			newest = l.Spec.RenewTime.Time
+		}
+	}
+	return !newest.IsZero() && now.Sub(newest) > maxBehind
+}
+
 // drainMessages adds the messages waiting in msgs to batch, up to maxBatch,
 // and says whether batch ends with a watch's end or error.
 func drainMessages(msgs <-chan message, batch []message) ([]message, bool) {
@@ -421,7 +462,15 @@ func drainMessages(msgs <-chan message, batch []message) ([]message, bool) {
 // never makes a lease look expired.
 func (r *run) live(ctx context.Context, ws *watches) error {
 	now := r.now()
-	if r.stalled || now.Sub(r.resumedAt) < replayGrace {
+	if r.stalled || now.Sub(r.resumedAt) < replayGrace || len(ws.msgs) > 0 {
+		return nil
+	}
+	// Behind a backlog the collector has not seen what happened up to now
+	// (a lease renewed in time would look expired), until the watches have
+	// caught up or gone quiet: a batch that is not a backlog, or none for
+	// two windows since the last was recorded (storing a batch can take
+	// longer than that).
+	if r.behind && time.Since(r.recorded) < 2*max(r.window, r.c.batchWindow)+liveEvery {
 		return nil
 	}
 	for _, opened := range ws.opened {
@@ -647,7 +696,7 @@ func (r *run) apply(ctx context.Context, ws *watches, batch []message) error {
 // it repeats the current tenure, and a release ends whatever tenure the
 // tracker holds.
 func (r *run) observe(typ watch.EventType, l *coordinationv1.Lease, now time.Time) (audit.Observation, bool) {
-	ob, held := decodeLease(l, r.c.heartbeatNS)
+	ob, held := leaseObservation(l, r.c.heartbeatNS) // the detail once it is known not to be a renewal's
 	ob.Lock.Source, ob.At = r.c.cfg.Name, now
 	key := ob.Lock.Name
 	prev, known := r.leases[key]
@@ -658,10 +707,19 @@ func (r *run) observe(typ watch.EventType, l *coordinationv1.Lease, now time.Tim
 		}
 		ob.Kind, ob.Deleted = audit.EventRelease, true
 		ob.RenewedAt, ob.LeaseDuration = time.Time{}, 0
-		ob.Detail = withDetail(ob.Detail, "deleted", true)
+		ob.Detail = withDetail(leaseDetail(l), "deleted", true)
 		return ob, true
 	}
 	r.leases[key] = seenOf(ob)
+	if held && known && prev.continuedBy(ob, now) {
+		// A renewal keeps no resourceVersion: it is the apiserver's global
+		// etcd revision, which nothing reads of a renewal, and the store would
+		// keep it for every heartbeat. The cursor still moves past it (apply).
+		ob.Kind, ob.Position = audit.EventRenew, ""
+		ob.Detail = renewDetail(l)
+		return ob, true
+	}
+	ob.Detail = leaseDetail(l)
 	if !held {
 		if known && prev.holder == "" {
 			return ob, false // still free: a write that changed nothing of interest
@@ -673,22 +731,15 @@ func (r *run) observe(typ watch.EventType, l *coordinationv1.Lease, now time.Tim
 		}
 		return ob, true
 	}
-	if known && prev.continuedBy(ob, now) {
-		// A renewal keeps no resourceVersion: it is the apiserver's global
-		// etcd revision, which nothing reads of a renewal, and the store would
-		// keep it for every heartbeat. The cursor still moves past it (apply).
-		ob.Kind, ob.Position = audit.EventRenew, ""
-		ob.Detail = renewDetail(ob.Detail)
-	}
 	return ob, true
 }
 
-// renewDetail keeps, of a renewal's detail, what can change within a tenure:
-// preferredHolder, by which coordinated leader election asks the holder to
-// step down. The rest was recorded with the grant.
-func renewDetail(d map[string]any) map[string]any {
-	if p, ok := d["preferred_holder"]; ok {
-		return map[string]any{"preferred_holder": p}
+// renewDetail is a renewal's detail: of a Lease's, what can change within
+// a tenure, preferredHolder, by which coordinated leader election asks the
+// holder to step down. The rest was recorded with the grant.
+func renewDetail(l *coordinationv1.Lease) map[string]any {
+	if p := l.Spec.PreferredHolder; p != nil && *p != "" {
+		return map[string]any{"preferred_holder": audit.Text(*p)}
 	}
 	return nil
 }

@@ -9,16 +9,20 @@ import (
 // A column is one field of a run's renewals as residuals (what a
 // prediction from the renewals before missed by), stored frame of
 // reference with patches: every value less its column's least (the base)
-// in one width of bits, chosen per column to make the column smallest,
-// and the few values that do not fit in it (a missed heartbeat's long
-// interval) as an escape, the width's all-ones, followed by the rest in
-// groups of seven bits.
+// as one of size symbols, each in the bits a truncated binary code gives
+// it (of b = ⌊log₂ size⌋, the first 2^(b+1)-size symbols take b bits and the
+// others b+1, so a jitter of 400,000 µs takes 18.7 bits a value, not 19),
+// and the few values that do not fit (a missed heartbeat's long interval)
+// as an escape, the last symbol, followed by the rest in groups of seven
+// bits. The size is chosen per column to make the column smallest: 0 is
+// every value in full, 64 bits, no escape; 1 is every offset 0, no bits.
 type column struct {
-	base  int64
-	width uint8 // 0..64; 64 is every value in full, no escape
+	base int64
+	size uint64
 }
 
-// plan picks the base and width that store vals in the fewest bits.
+// plan picks the base and size that store vals in the fewest bits: a
+// power of two, or the least size that needs no escape.
 func plan(vals []int64) column {
 	if len(vals) == 0 {
 		return column{}
@@ -27,31 +31,57 @@ func plan(vals []int64) column {
 	for _, v := range vals[1:] {
 		base = min(base, v)
 	}
-	// An offset fits a width w if it is less than w ones, which escape.
-	// Width 0 has no escape: it holds nothing but offsets of 0.
 	offs := make([]uint64, len(vals))
-	var most int
+	var most uint64
 	for i, v := range vals {
 		offs[i] = uint64(v) - uint64(base)
-		most = max(most, bits.Len64(offs[i]))
+		most = max(most, offs[i])
 	}
 	if most == 0 {
-		return column{base: base}
+		return column{base: base, size: 1}
 	}
-	best, bestCost := uint8(64), 64*len(vals)
-	for w := 1; w <= min(most, 63); w++ {
-		esc := uint64(1)<<w - 1
-		cost := w * len(vals)
-		for _, off := range offs {
-			if off >= esc {
-				cost += escapeBits(bits.Len64(off - esc))
-			}
-		}
-		if cost < bestCost {
-			best, bestCost = uint8(w), cost
+	best, bestCost := uint64(0), 64*len(vals)
+	try := func(size uint64) {
+		if cost := sizeCost(size, offs); cost < bestCost {
+			best, bestCost = size, cost
 		}
 	}
-	return column{base: base, width: best}
+	for w := 1; w <= min(bits.Len64(most), 63); w++ {
+		try(uint64(1) << w)
+	}
+	if most < math.MaxUint64>>1 {
+		try(most + 2)
+	}
+	return column{base: base, size: best}
+}
+
+// sizeCost is the bits offs take as symbols of an alphabet of size.
+func sizeCost(size uint64, offs []uint64) int {
+	esc := size - 1
+	cost := 0
+	for _, off := range offs {
+		if off < esc {
+			cost += symbolBits(off, size)
+		} else {
+			cost += symbolBits(esc, size) + escapeBits(bits.Len64(off-esc))
+		}
+	}
+	return cost
+}
+
+// truncated returns the truncated binary code of an alphabet of size (2
+// or more): symbols below u take b bits, the others b+1.
+func truncated(size uint64) (b uint8, u uint64) {
+	b = uint8(bits.Len64(size) - 1)
+	return b, uint64(1)<<(b+1) - size // 1<<64 is 0: u wraps to 2^64-size, as it should
+}
+
+func symbolBits(sym, size uint64) int {
+	b, u := truncated(size)
+	if sym < u {
+		return int(b)
+	}
+	return int(b) + 1
 }
 
 // escapeBits is the bits the rest of an escaped offset of b bits takes:
@@ -81,19 +111,24 @@ func (w *bitWriter) write(v uint64, n uint8) {
 // put writes one value of column c.
 func (w *bitWriter) put(c column, v int64) {
 	off := uint64(v) - uint64(c.base)
-	switch c.width {
+	switch c.size {
 	case 0:
-		return // every offset is 0
-	case 64:
 		w.write(off, 64)
 		return
+	case 1:
+		return // every offset is 0
 	}
-	esc := uint64(1)<<c.width - 1
+	esc := c.size - 1
+	b, u := truncated(c.size)
+	sym := min(off, esc)
+	if sym < u {
+		w.write(sym, b)
+	} else {
+		w.write(sym+u, b+1)
+	}
 	if off < esc {
-		w.write(off, c.width)
 		return
 	}
-	w.write(esc, c.width)
 	rest := off - esc
 	for {
 		group := rest & 0x7f
@@ -132,14 +167,28 @@ func (r *bitReader) read(n uint8) (uint64, error) {
 
 // get reads one value of column c.
 func (r *bitReader) get(c column) (int64, error) {
-	if c.width == 64 {
+	switch c.size {
+	case 0:
 		off, err := r.read(64)
 		return int64(off + uint64(c.base)), err
+	case 1:
+		return c.base, nil
 	}
-	esc := uint64(1)<<c.width - 1
-	off, err := r.read(c.width)
-	if err != nil || off < esc || c.width == 0 {
-		return int64(off + uint64(c.base)), err
+	esc := c.size - 1
+	b, u := truncated(c.size)
+	sym, err := r.read(b)
+	if err != nil {
+		return 0, err
+	}
+	if sym >= u {
+		low, err := r.read(1)
+		if err != nil {
+			return 0, err
+		}
+		sym = (sym<<1 | low) - u
+	}
+	if sym < esc {
+		return int64(sym + uint64(c.base)), nil
 	}
 	var rest uint64
 	for shift := uint(0); ; shift += 7 {
@@ -158,5 +207,5 @@ func (r *bitReader) get(c column) (int64, error) {
 	if rest > math.MaxUint64-esc {
 		return 0, errors.New("escaped value overflows 64 bits")
 	}
-	return int64(off + rest + uint64(c.base)), nil
+	return int64(esc + rest + uint64(c.base)), nil
 }

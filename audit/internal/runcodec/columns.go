@@ -15,15 +15,18 @@ const (
 	colLag
 	colMargin
 	colPosition
+	colTTL
 	numColumns
 )
 
 // columns is a run's renewals as residuals, column by column.
 type columns struct {
-	ttl time.Duration
+	ttl0      time.Duration // the first renewal's lease
+	ttlVaries bool          // the lease changes within the run
 	key
 	unit  byte  // code of the unit backend times are kept in
-	first int64 // with backend times the first in the unit, else the first observed ms
+	first int64 // the first observed time, in ms
+	q0    int64 // with backend times, the first in the unit
 	p0    int64 // the first position
 	m0    int64 // the first renewal's margin code, which nothing predicts
 	vals  [numColumns][]int64
@@ -36,29 +39,39 @@ func (c *columns) count(col, n int) int {
 		if c.renewed {
 			return n - 1
 		}
-	case colLag:
-		if c.renewed {
-			return n
-		}
-		return n - 1
-	case colMargin:
+	case colLag, colMargin:
 		return n - 1
 	case colPosition:
 		if c.form != formNone {
+			return n - 1
+		}
+	case colTTL:
+		if c.ttlVaries {
 			return n - 1
 		}
 	}
 	return 0
 }
 
+// ttlVaries is the flag of a run whose lease changes.
+const ttlVaries = 1 << 5
+
+func (c *columns) ttlFlag() byte {
+	if c.ttlVaries {
+		return ttlVaries
+	}
+	return 0
+}
+
 // newColumns computes the residuals of rs, which share key k.
-func newColumns(ttl time.Duration, k key, rs []Renewal) *columns {
-	c := &columns{ttl: ttl, key: k}
+func newColumns(k key, rs []Renewal) *columns {
+	c := &columns{ttl0: rs[0].TTL, key: k}
 	if k.renewed {
 		c.unit = unitOf(rs)
 	}
 	unit := units[c.unit]
 	var prevQ, prevA, prevT, prevP int64
+	prevTTL := rs[0].TTL
 	for i, r := range rs {
 		a := floorMs(r.At)
 		t := a * 1e6
@@ -66,8 +79,8 @@ func newColumns(ttl time.Duration, k key, rs []Renewal) *columns {
 			q := r.RenewedAt / unit
 			if i > 0 {
 				c.vals[colInterval] = append(c.vals[colInterval], q-prevQ)
+				c.vals[colLag] = append(c.vals[colLag], a-floorMs(r.RenewedAt))
 			}
-			c.vals[colLag] = append(c.vals[colLag], a-floorMs(r.RenewedAt))
 			prevQ, t = q, r.RenewedAt
 		} else if i > 0 {
 			c.vals[colLag] = append(c.vals[colLag], a-prevA)
@@ -75,7 +88,9 @@ func newColumns(ttl time.Duration, k key, rs []Renewal) *columns {
 		if i == 0 {
 			c.m0 = marginCode(r.Margin, 0)
 		} else {
-			c.vals[colMargin] = append(c.vals[colMargin], marginCode(r.Margin, predictMargin(prevT, t, ttl)))
+			c.vals[colMargin] = append(c.vals[colMargin], marginCode(r.Margin, predictMargin(prevT, t, prevTTL)))
+			c.vals[colTTL] = append(c.vals[colTTL], (r.TTL - c.ttl0).Milliseconds())
+			c.ttlVaries = c.ttlVaries || r.TTL != prevTTL
 		}
 		if k.form != formNone {
 			_, p, _ := positionForm(r.Position)
@@ -84,7 +99,10 @@ func newColumns(ttl time.Duration, k key, rs []Renewal) *columns {
 			}
 			prevP = p
 		}
-		prevA, prevT = a, t
+		prevA, prevT, prevTTL = a, t, r.TTL
+	}
+	if !c.ttlVaries {
+		c.vals[colTTL] = nil
 	}
 	return c
 }
@@ -98,7 +116,7 @@ func (c *columns) append(buf []byte) []byte {
 		}
 		plans[col] = plan(vals)
 		buf = binary.AppendVarint(buf, plans[col].base)
-		buf = append(buf, plans[col].width)
+		buf = binary.AppendUvarint(buf, plans[col].size)
 	}
 	w := bitWriter{buf: buf}
 	for col, vals := range c.vals {
@@ -117,10 +135,7 @@ func (c *columns) read(h *header, rs []Renewal) error {
 		if c.count(col, n) == 0 {
 			continue
 		}
-		plans[col] = column{base: h.varint(), width: h.byte()}
-		if plans[col].width > 64 {
-			return errors.New("column wider than 64 bits")
-		}
+		plans[col] = column{base: h.varint(), size: h.uvarint()}
 	}
 	if h.err != nil {
 		return h.err
@@ -146,7 +161,8 @@ func (c *columns) read(h *header, rs []Renewal) error {
 // rebuild turns the columns' residuals back into renewals.
 func (c *columns) rebuild(rs []Renewal) error {
 	unit := units[c.unit]
-	q, a, p := c.first, c.first, c.p0
+	q, a, p, ttl0 := c.q0, c.first, c.p0, c.ttl0.Milliseconds()
+	ttl := ttl0
 	var prevT int64
 	for i := range rs {
 		r := &rs[i]
@@ -159,7 +175,9 @@ func (c *columns) rebuild(rs []Renewal) error {
 				return errRange
 			}
 			r.RenewedAt = q * unit
-			a = c.vals[colLag][i] + floorMs(r.RenewedAt)
+			if i > 0 {
+				a = c.vals[colLag][i-1] + floorMs(r.RenewedAt)
+			}
 			t = r.RenewedAt
 		} else {
 			r.RenewedAt = audit.NoNanos
@@ -175,8 +193,15 @@ func (c *columns) rebuild(rs []Renewal) error {
 		if i == 0 {
 			r.Margin = marginOf(c.m0, 0)
 		} else {
-			r.Margin = marginOf(c.vals[colMargin][i-1], predictMargin(prevT, t, c.ttl))
+			r.Margin = marginOf(c.vals[colMargin][i-1], predictMargin(prevT, t, time.Duration(ttl)*time.Millisecond))
+			if c.ttlVaries {
+				ttl = ttl0 + c.vals[colTTL][i-1]
+			}
 		}
+		if ttl < 0 || ttl > math.MaxInt64/int64(time.Millisecond) {
+			return errors.New("a lease out of range")
+		}
+		r.TTL = time.Duration(ttl) * time.Millisecond
 		if c.form != formNone {
 			if i > 0 {
 				p += c.vals[colPosition][i-1]

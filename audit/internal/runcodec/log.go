@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"math/bits"
 	"slices"
 	"time"
@@ -16,23 +17,28 @@ import (
 // writes the renewals of one batch that a run can hold as one log row per
 // bucket of locks (Bucket) and run window. A log row, format version 1,
 // is its renewals' lock groups, each a run (format version 1, above) of
-// one lock's renewals of one tenure, lease and detail:
+// one lock's renewals of one tenure and detail:
 //
 //	version     byte, 1
+//	a0          varint, the row's first observed time in ms
 //	groups      until the data ends, in lock id order, each:
 //	  lock      uvarint, the lock's id
 //	  seq       uvarint, the tenure
-//	  ttl       uvarint, the lease in ms
+//	  ttl       uvarint, the first renewal's lease in ms
 //	  detail    uvarint length, then the JSON of the detail every renewal
 //	            of the group has beyond margin and backend time
-//	  run       uvarint length, then the renewals as a run
+//	  n         uvarint, how many renewals the group holds
+//	  first     uvarint, its first observed time in ms less a0
+//	  run       uvarint length, then the renewals as a run (which keeps
+//	            neither n, nor the first observed time, nor the first
+//	            lease: the group's header does, as a run's row does)
 //	  sub-ms    uvarint length, then per renewal a uvarint, its observed
 //	            time's nanoseconds past the millisecond the run keeps
 //	            (length 0: none has any): a logged renewal reads back
 //	            exactly, as a row does, until it is sealed
 //
 // The row numbers its renewals from 0, group after group; a reader skips
-// another lock's group by its lengths, reading only its run's n.
+// another lock's group by its lengths, undecoded.
 
 // LogVersion is the log row format this package writes and reads.
 const LogVersion = 1
@@ -73,7 +79,6 @@ func SplitLogID(id int64) (row int64, index int, ok bool) {
 type Logged struct {
 	LockID int64
 	Seq    int64 // its tenure
-	TTL    time.Duration
 	// Detail is its detail beyond margin_ratio and renewed_at (JSON, ""
 	// for none), as a compact row keeps it.
 	Detail string
@@ -81,9 +86,9 @@ type Logged struct {
 }
 
 // LogFits reports whether the log can keep l: a renewal a run keeps
-// (Fits), of a lock and tenure, with a lease of whole milliseconds.
+// (Fits), of a lock and tenure.
 func LogFits(l Logged) bool {
-	return Fits(l.Renewal) && l.LockID > 0 && l.Seq > 0 && l.TTL >= 0 && l.TTL%time.Millisecond == 0
+	return Fits(l.Renewal) && l.LockID > 0 && l.Seq > 0
 }
 
 // LogRow is one row of the log.
@@ -114,6 +119,8 @@ func EncodeLog(logged []Logged) (LogRow, error) {
 	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(logged[a].LockID, logged[b].LockID) })
 	buf := make([]byte, 1, 24*len(logged))
 	buf[0] = LogVersion
+	a0 := floorMs(row.FirstAt)
+	buf = binary.AppendVarint(buf, a0)
 	var rs []Renewal
 	for start := 0; start < len(order); {
 		head := logged[order[start]]
@@ -125,11 +132,11 @@ func EncodeLog(logged []Logged) (LogRow, error) {
 		for _, i := range order[start:end] {
 			rs = append(rs, logged[i].Renewal)
 		}
-		run, err := Encode(head.TTL, rs)
+		run, err := Encode(rs)
 		if err != nil {
 			return LogRow{}, fmt.Errorf("log renewals of lock %d tenure %d: %w", head.LockID, head.Seq, err)
 		}
-		buf = appendGroup(buf, head, run, rs)
+		buf = appendGroup(buf, a0, head, run, rs)
 		start = end
 	}
 	row.Data = buf
@@ -140,17 +147,19 @@ func EncodeLog(logged []Logged) (LogRow, error) {
 func sameGroup(a, b Logged) bool {
 	ka, _ := keyOf(a.Renewal)
 	kb, _ := keyOf(b.Renewal)
-	return a.Seq == b.Seq && a.TTL == b.TTL && a.Detail == b.Detail && ka == kb
+	return a.Seq == b.Seq && a.Detail == b.Detail && ka == kb
 }
 
-// appendGroup appends the lock group of head's lock, tenure, lease and
-// detail whose renewals rs are run.
-func appendGroup(buf []byte, head Logged, run []byte, rs []Renewal) []byte {
+// appendGroup appends the lock group of head's lock, tenure and detail
+// whose renewals rs are run, in a row whose first observed ms is a0.
+func appendGroup(buf []byte, a0 int64, head Logged, run []byte, rs []Renewal) []byte {
 	buf = binary.AppendUvarint(buf, uint64(head.LockID))
 	buf = binary.AppendUvarint(buf, uint64(head.Seq))
 	buf = binary.AppendUvarint(buf, uint64(head.TTL.Milliseconds()))
 	buf = binary.AppendUvarint(buf, uint64(len(head.Detail)))
 	buf = append(buf, head.Detail...)
+	buf = binary.AppendUvarint(buf, uint64(len(rs)))
+	buf = binary.AppendUvarint(buf, uint64(floorMs(rs[0].At)-a0))
 	buf = binary.AppendUvarint(buf, uint64(len(run)))
 	buf = append(buf, run...)
 	return appendSubMs(buf, rs)
@@ -185,19 +194,23 @@ func allWholeMs(rs []Renewal) bool {
 
 func uvarintLen(v uint64) int { return (bits.Len64(v|1) + 6) / 7 }
 
-// LogGroup is one lock group of a log row: renewals of one lock, tenure,
-// lease and detail, as a run.
+// LogGroup is one lock group of a log row: renewals of one lock, tenure
+// and detail, as a run.
 type LogGroup struct {
 	LockID, Seq int64
-	TTL         time.Duration
+	TTL         time.Duration // the first renewal's lease
 	Detail      string
-	Index       int // the row's index of its first renewal
-	Renewals    int
+	Index       int    // the row's index of its first renewal
+	Renewals    int    // how many it holds, from 1 to MaxRenewals
+	FirstAt     int64  // the first renewal's observed time, unix ns, in ms
 	Run         []byte // in this package's run format; shares the row's data
 	subMs       []byte // the observed times' ns past their ms (appendSubMs)
 }
 
 var errLog = errors.New("log row")
+
+// maxMs is the latest observed time, in ms, that unix ns hold.
+const maxMs = math.MaxInt64 / int64(time.Millisecond)
 
 // LogGroups returns the lock groups of a log row's data, only lock
 // lockID's when it is not 0: the others are skipped by their lengths,
@@ -208,38 +221,38 @@ func LogGroups(data []byte, lockID int64) ([]LogGroup, error) {
 	}
 	var groups []LogGroup
 	h := header{buf: data[1:]}
+	a0 := h.varint()
+	if h.err != nil || a0 < floorMs(lowestAt) || a0 > maxMs {
+		return nil, fmt.Errorf("%w: first observed time damaged", errLog)
+	}
 	index := 0
 	for len(h.buf) > 0 {
 		lock, seq, ttl := h.uvarint(), h.uvarint(), h.uvarint()
 		detail := h.bytes()
+		n, first := h.uvarint(), h.uvarint()
 		run := h.bytes()
 		sub := h.bytes()
 		if h.err != nil {
 			return nil, fmt.Errorf("%w: group at renewal %d: %w", errLog, index, h.err)
 		}
-		n, err := runLength(run)
-		if err != nil || lock == 0 || lock > 1<<62 || seq > 1<<62 || ttl > 1<<40 || index+n > MaxRenewals {
+		if lock == 0 || lock > 1<<62 || seq > 1<<62 || ttl > 1<<40 || n == 0 || n > uint64(MaxRenewals-index) ||
+			first > uint64(maxMs-a0) {
 			return nil, fmt.Errorf("%w: group at renewal %d of lock %d is damaged", errLog, index, lock)
 		}
 		if lockID == 0 || int64(lock) == lockID {
 			groups = append(groups, LogGroup{LockID: int64(lock), Seq: int64(seq), TTL: time.Duration(ttl) * time.Millisecond,
-				Detail: string(detail), Index: index, Renewals: n, Run: run, subMs: sub})
+				Detail: string(detail), Index: index, Renewals: int(n), FirstAt: (a0 + int64(first)) * 1e6, Run: run, subMs: sub})
 		}
-		index += n
+		index += int(n)
 	}
 	return groups, nil
 }
 
-// runLength reads how many renewals a run holds from its header.
-func runLength(run []byte) (int, error) {
-	if len(run) < 3 || run[0] != Version {
-		return 0, errVersion
-	}
-	n, k := binary.Uvarint(run[2:])
-	if k <= 0 || n == 0 || n > MaxRenewals {
-		return 0, errShort
-	}
-	return int(n), nil
+// run is the group's renewals as a run of its lock and tenure, numbered
+// id (unstored: the ids are the log's).
+func (g LogGroup) run(id int64) Run {
+	return Run{ID: id, LockID: g.LockID, Seq: g.Seq, FirstAt: g.FirstAt, Renewals: g.Renewals, TTL: g.TTL,
+		Detail: g.Detail, Data: g.Run}
 }
 
 // bytes reads a uvarint length and as many bytes.
@@ -256,28 +269,31 @@ func (h *header) bytes() []byte {
 
 // Decode returns the group's renewals.
 func (g LogGroup) Decode() ([]Renewal, error) {
-	rs, err := Decode(g.Run, g.TTL)
+	rs, err := g.run(0).Decode()
 	if err != nil {
 		return nil, fmt.Errorf("%w: lock %d: %w", errLog, g.LockID, err)
 	}
-	if len(rs) != g.Renewals {
-		return nil, fmt.Errorf("%w: lock %d: run holds %d renewals, its header says %d", errLog, g.LockID, len(rs), g.Renewals)
-	}
+	return rs, g.eachSubMs(len(rs), func(i int, ns int64) { rs[i].At += ns })
+}
+
+// eachSubMs calls add with each of the group's n renewals' nanoseconds
+// past the millisecond its run keeps, when any has some.
+func (g LogGroup) eachSubMs(n int, add func(i int, ns int64)) error {
 	if len(g.subMs) == 0 {
-		return rs, nil
+		return nil
 	}
 	h := header{buf: g.subMs}
-	for i := range rs {
+	for i := range n {
 		ns := h.uvarint()
 		if h.err != nil || ns >= 1e6 {
-			return nil, fmt.Errorf("%w: lock %d: observed times damaged", errLog, g.LockID)
+			return fmt.Errorf("%w: lock %d: observed times damaged", errLog, g.LockID)
 		}
-		rs[i].At += int64(ns)
+		add(i, int64(ns))
 	}
 	if len(h.buf) > 0 {
-		return nil, fmt.Errorf("%w: lock %d: observed times damaged", errLog, g.LockID)
+		return fmt.Errorf("%w: lock %d: observed times damaged", errLog, g.LockID)
 	}
-	return rs, nil
+	return nil
 }
 
 // Staged returns the group's renewals, of log row row, as staged renewals
@@ -289,7 +305,7 @@ func (g LogGroup) Staged(row int64) ([]Staged, error) {
 	}
 	out := make([]Staged, len(rs))
 	for i, r := range rs {
-		out[i] = Staged{ID: LogID(row, g.Index+i), Seq: g.Seq, TTL: g.TTL, Detail: g.Detail, Renewal: r}
+		out[i] = Staged{ID: LogID(row, g.Index+i), Seq: g.Seq, Detail: g.Detail, Renewal: r}
 	}
 	return out, nil
 }
@@ -301,16 +317,16 @@ func (g LogGroup) Events(row int64) ([]audit.Event, error) {
 	if row <= 0 || row > MaxLogRowID {
 		return nil, fmt.Errorf("%w: id %d out of range", errLog, row)
 	}
-	rs, err := g.Decode()
-	if err != nil {
-		return nil, err
-	}
-	events, err := Run{ID: 1, LockID: g.LockID, Seq: g.Seq, Renewals: g.Renewals, TTL: g.TTL, Detail: g.Detail, Data: g.Run}.Events()
+	events, err := g.run(1).Events()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", errLog, err)
 	}
 	for i := range events {
-		events[i].ID, events[i].At = LogID(row, g.Index+i), audit.TimeOf(rs[i].At)
+		events[i].ID = LogID(row, g.Index+i)
+	}
+	err = g.eachSubMs(len(events), func(i int, ns int64) { events[i].At = events[i].At.Add(time.Duration(ns)) })
+	if err != nil {
+		return nil, err
 	}
 	return events, nil
 }

@@ -18,19 +18,20 @@ func batch(rng *rand.Rand, n int) []Logged {
 	for i := range n {
 		lock := int64(3 + i*LogBuckets)
 		renewed := t + rng.Int64N(int64(400*time.Millisecond))/1e3*1e3
-		l := Logged{LockID: lock, Seq: int64(1 + i%3), TTL: 40 * time.Second,
-			Renewal: Renewal{At: renewed + rng.Int64N(int64(4*time.Millisecond)), RenewedAt: renewed, Margin: 750}}
+		l := Logged{LockID: lock, Seq: int64(1 + i%3),
+			Renewal: Renewal{At: renewed + rng.Int64N(int64(4*time.Millisecond)), RenewedAt: renewed, Margin: 750, TTL: 40 * time.Second}}
 		out = append(out, l)
 		if i%10 == 0 {
 			l.At += int64(time.Millisecond)
 			l.RenewedAt += int64(time.Millisecond)
 			l.Margin = NoMargin
+			l.TTL += time.Millisecond // a lease that changes: the run's ttl column
 			out = append(out, l)
 		}
 	}
 	// A lock's renewal of another detail and form: a group of its own.
-	out = append(out, Logged{LockID: 3, Seq: 1, TTL: 15 * time.Second, Detail: `{"key":"k"}`,
-		Renewal: Renewal{At: t + int64(time.Second), RenewedAt: audit.NoNanos, Margin: NoMargin, Position: "0x1f"}})
+	out = append(out, Logged{LockID: 3, Seq: 1, Detail: `{"key":"k"}`,
+		Renewal: Renewal{At: t + int64(time.Second), RenewedAt: audit.NoNanos, Margin: NoMargin, Position: "0x1f", TTL: 15 * time.Second}})
 	return out
 }
 
@@ -48,7 +49,7 @@ func decodeAll(t *testing.T, data []byte) map[int]Logged {
 			t.Fatal(err)
 		}
 		for i, r := range rs {
-			out[g.Index+i] = Logged{LockID: g.LockID, Seq: g.Seq, TTL: g.TTL, Detail: g.Detail, Renewal: r}
+			out[g.Index+i] = Logged{LockID: g.LockID, Seq: g.Seq, Detail: g.Detail, Renewal: r}
 		}
 	}
 	return out
@@ -127,11 +128,13 @@ func TestLogGroupsOfOneLock(t *testing.T) {
 }
 
 func TestEncodeLogRefuses(t *testing.T) {
-	ok := Logged{LockID: 1, Seq: 1, TTL: time.Second, Renewal: Renewal{At: 1e18, RenewedAt: audit.NoNanos, Margin: NoMargin}}
+	ok := Logged{LockID: 1, Seq: 1, Renewal: Renewal{At: 1e18, RenewedAt: audit.NoNanos, Margin: NoMargin, TTL: time.Second}}
+	odd := ok.Renewal
+	odd.TTL = 1500 * time.Microsecond
 	for name, l := range map[string]Logged{
-		"position":  {LockID: 1, Seq: 1, TTL: time.Second, Renewal: Renewal{At: 1e18, Position: "007"}},
-		"no tenure": {LockID: 1, TTL: time.Second, Renewal: ok.Renewal},
-		"lease":     {LockID: 1, Seq: 1, TTL: 1500 * time.Microsecond, Renewal: ok.Renewal},
+		"position":  {LockID: 1, Seq: 1, Renewal: Renewal{At: 1e18, Position: "007", TTL: time.Second}},
+		"no tenure": {LockID: 1, Renewal: ok.Renewal},
+		"lease":     {LockID: 1, Seq: 1, Renewal: odd},
 	} {
 		if _, err := EncodeLog([]Logged{ok, l}); err == nil {
 			t.Errorf("%s: EncodeLog took a renewal the log cannot keep", name)

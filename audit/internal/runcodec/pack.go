@@ -36,7 +36,6 @@ func Split(id int64) (run int64, index int, ok bool) {
 type Staged struct {
 	ID  int64 // the row's event id
 	Seq int64 // its tenure
-	TTL time.Duration
 	// Detail is the row's detail beyond margin_ratio and renewed_at, as
 	// the row keeps it (JSON, "" for none).
 	Detail string
@@ -51,7 +50,7 @@ type Run struct {
 	FirstAt  int64 // the first renewal's observed time, unix ns, as kept
 	LastAt   int64 // the last's
 	Renewals int
-	TTL      time.Duration
+	TTL      time.Duration // the first renewal's lease
 	// MinMargin is the least margin of its renewals, in permille; nil when
 	// none has one.
 	MinMargin *int64
@@ -61,7 +60,7 @@ type Run struct {
 
 // Pack makes runs of one lock's staged renewals, given in the order they
 // were observed: one run per tenure, window (Window) of observed time,
-// lease, detail and key, of at most MaxRenewals. sealed are the ids of the
+// detail and key, of at most MaxRenewals. sealed are the ids of the
 // staged renewals the runs hold; the others (not Fits) stay rows.
 func Pack(lockID int64, staged []Staged) (runs []Run, sealed []int64, err error) {
 	var group []Staged
@@ -99,7 +98,7 @@ func Pack(lockID int64, staged []Staged) (runs []Run, sealed []int64, err error)
 func together(a, b Staged) bool {
 	ka, _ := keyOf(a.Renewal)
 	kb, _ := keyOf(b.Renewal)
-	return a.Seq == b.Seq && a.TTL == b.TTL && a.Detail == b.Detail && ka == kb &&
+	return a.Seq == b.Seq && a.Detail == b.Detail && ka == kb &&
 		window(a.At) == window(b.At)
 }
 
@@ -121,7 +120,7 @@ func pack(lockID int64, group []Staged) (Run, error) {
 		}
 	}
 	run.FirstAt, run.LastAt = floorMs(rs[0].At)*1e6, floorMs(rs[len(rs)-1].At)*1e6
-	data, err := Encode(run.TTL, rs)
+	data, err := Encode(rs)
 	if err != nil {
 		return Run{}, fmt.Errorf("seal renewals of lock %d tenure %d: %w", lockID, run.Seq, err)
 	}
@@ -136,12 +135,9 @@ func (r Run) Events() ([]audit.Event, error) {
 	if r.ID <= 0 || r.ID > MaxRunID {
 		return nil, fmt.Errorf("renewal run id %d out of range", r.ID)
 	}
-	rs, err := Decode(r.Data, r.TTL)
+	rs, err := r.Decode()
 	if err != nil {
 		return nil, fmt.Errorf("run %d of lock %d: %w", r.ID, r.LockID, err)
-	}
-	if len(rs) != r.Renewals {
-		return nil, fmt.Errorf("run %d of lock %d holds %d renewals, its row says %d", r.ID, r.LockID, len(rs), r.Renewals)
 	}
 	events := make([]audit.Event, len(rs))
 	for i, rn := range rs {
@@ -150,7 +146,7 @@ func (r Run) Events() ([]audit.Event, error) {
 			return nil, err
 		}
 		events[i] = audit.Event{ID: ID(r.ID, i), LockID: r.LockID, Kind: audit.EventRenew, At: audit.TimeOf(rn.At),
-			TTL: r.TTL, Position: rn.Position, Seq: r.Seq, Detail: d}
+			TTL: rn.TTL, Position: rn.Position, Seq: r.Seq, Detail: d}
 	}
 	return events, nil
 }

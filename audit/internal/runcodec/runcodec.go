@@ -7,33 +7,43 @@
 //
 //	version     byte, 1
 //	flags       byte: bit 0, every renewal has a backend time (RenewedAt);
-//	            bits 1-2, the positions' form (0 none, 1 decimal, 2 0x-hex)
-//	n           uvarint
-//	unit, q0    with backend times: byte, the unit they are kept in (0 ns,
-//	            1 µs, 2 ms, 3 s, the coarsest that holds every one), and
-//	            varint, the first time in that unit
-//	a0          without backend times: varint, the first observed time in ms
+//	            bits 1-2, the positions' form (0 none, 1 decimal, 2 0x-hex);
+//	            bits 3-4, with backend times, the unit they are kept in (0
+//	            ns, 1 µs, 2 ms, 3 s, the coarsest that holds every one);
+//	            bit 5, the lease changes within the run (a ttl column)
+//	q0          with backend times: varint, the first time in that unit
+//	            less the first observed time (its ms) in that unit,
+//	            floored, modulo 2^64
 //	p0          with positions: varint, the first position
 //	m0          varint, the first renewal's margin code (see margin)
 //	columns     per column that the run has, in the order below: varint
-//	            base, byte width (see column)
+//	            base, uvarint size (see column)
 //	bits        the columns' values, column after column
+//
+// n, the first observed time, in ms, and the first renewal's lease are not
+// in it: the run's row keeps them (Run.Renewals, Run.FirstAt, Run.TTL), and
+// Run.Decode takes them from there.
 //
 // The columns are residuals, each what a prediction from the renewals
 // before it missed by:
 //
 //	interval   with backend times, renewals 1..n-1: the time since the
 //	           renewal before, in the unit. A heartbeat every 10 s with
-//	           4 % jitter, in µs, is 19 bits.
-//	lag        with backend times, every renewal: the observed time less
-//	           the backend time, in ms (a few bits); without, renewals
-//	           1..n-1: the observed time since the renewal before, in ms.
+//	           4 % jitter, in µs, is 18.7 bits.
+//	lag        renewals 1..n-1: with backend times, the observed time less
+//	           the backend time, in ms (a few bits); without, the observed
+//	           time since the renewal before, in ms.
 //	margin     renewals 1..n-1: 0 when it has none, else 1 plus the
 //	           zigzag of its margin less the margin its time and the one
 //	           before give (no bits when every margin is what the times
 //	           say). The first renewal's, against 0, is m0.
 //	position   with positions, renewals 1..n-1: the change since the one
 //	           before.
+//	ttl        where the lease changes, renewals 1..n-1: the lease less the
+//	           first renewal's, in ms (a Redis lock's lease, read back as its
+//	           PTTL, is its TTL or a millisecond more: a bit a renewal). The
+//	           margin a renewal's times give is reckoned with the lease
+//	           before it.
 //
 // Observed times are kept to the millisecond (floored); everything else
 // exactly.
@@ -71,6 +81,9 @@ type Renewal struct {
 	RenewedAt int64  // the backend's time of it, unix ns; audit.NoNanos: none
 	Margin    int64  // margin_ratio × 1000; NoMargin: none
 	Position  string // "" or an integer, decimal or 0x-hex (Fits)
+	// TTL is the lease as of this renewal, in whole milliseconds as the
+	// rows keep it; 0: unknown.
+	TTL time.Duration
 }
 
 // Position forms.
@@ -109,11 +122,11 @@ func formatPosition(form int, v int64) string {
 // encoding holds.
 const lowestAt = audit.NoNanos + int64(2*time.Millisecond)
 
-// Fits reports whether a run can keep r: an observed time in range and a
-// position it can write back as it was.
+// Fits reports whether a run can keep r: an observed time in range, a
+// position it can write back as it was and a lease in whole milliseconds.
 func Fits(r Renewal) bool {
 	_, _, ok := positionForm(r.Position)
-	return ok && r.At >= lowestAt
+	return ok && r.At >= lowestAt && r.TTL >= 0 && r.TTL%time.Millisecond == 0
 }
 
 // floorMs is t in whole milliseconds, rounded down.
@@ -181,10 +194,11 @@ func marginOf(code, predicted int64) int64 {
 
 var errVersion = errors.New("run format not known")
 
-// Encode returns rs, renewals of a lease of ttl in the order they were
+// Encode returns rs, renewals of one lease in the order they were
 // observed, as a run. Every renewal must fit (Fits), all or none must have
 // a backend time, and their positions one form; Pack makes runs that do.
-func Encode(ttl time.Duration, rs []Renewal) ([]byte, error) {
+// The run's row keeps the first renewal's lease (Run.TTL).
+func Encode(rs []Renewal) ([]byte, error) {
 	if len(rs) == 0 || len(rs) > MaxRenewals {
 		return nil, fmt.Errorf("a run holds 1 to %d renewals, not %d", MaxRenewals, len(rs))
 	}
@@ -197,14 +211,10 @@ func Encode(ttl time.Duration, rs []Renewal) ([]byte, error) {
 			return nil, errors.New("renewals of one run must all have a backend time or none, and positions of one form")
 		}
 	}
-	c := newColumns(ttl, k, rs)
-	buf := []byte{Version, k.flags(), 0}
-	buf = binary.AppendUvarint(buf[:2], uint64(len(rs)))
+	c := newColumns(k, rs)
+	buf := []byte{Version, k.flags() | c.unit<<3 | c.ttlFlag()}
 	if k.renewed {
-		buf = append(buf, c.unit)
-		buf = binary.AppendVarint(buf, rs[0].RenewedAt/units[c.unit])
-	} else {
-		buf = binary.AppendVarint(buf, floorMs(rs[0].At))
+		buf = binary.AppendVarint(buf, rs[0].RenewedAt/units[c.unit]-firstRef(floorMs(rs[0].At), c.unit))
 	}
 	if k.form != formNone {
 		_, p0, _ := positionForm(rs[0].Position)
@@ -212,6 +222,17 @@ func Encode(ttl time.Duration, rs []Renewal) ([]byte, error) {
 	}
 	buf = binary.AppendVarint(buf, c.m0)
 	return c.append(buf), nil
+}
+
+// firstRef is the first observed time, a0 in ms, in the unit of code
+// unit, floored: what the run's first backend time is kept against.
+func firstRef(a0 int64, unit byte) int64 {
+	t, u := a0*1e6, units[unit]
+	q := t / u
+	if t%u < 0 {
+		q--
+	}
+	return q
 }
 
 // key is what the renewals of one run share besides their lease and detail.
@@ -222,8 +243,8 @@ type key struct {
 
 func keyOf(r Renewal) (key, error) {
 	form, _, ok := positionForm(r.Position)
-	if !ok || r.At < lowestAt {
-		return key{}, fmt.Errorf("a run cannot keep a renewal at %d with position %q", r.At, r.Position)
+	if !ok || !Fits(r) {
+		return key{}, fmt.Errorf("a run cannot keep a renewal at %d with position %q and lease %v", r.At, r.Position, r.TTL)
 	}
 	return key{renewed: r.RenewedAt != audit.NoNanos, form: form}, nil
 }
@@ -236,37 +257,41 @@ func (k key) flags() byte {
 	return f
 }
 
-// Decode returns the renewals of a run of a lease of ttl.
-func Decode(data []byte, ttl time.Duration) ([]Renewal, error) {
-	rs, err := decode(data, ttl)
+// Decode returns the run's renewals: its data read with its row's
+// renewal count, first observed time and lease.
+func (r Run) Decode() ([]Renewal, error) {
+	rs, err := decode(r.Data, r.Renewals, r.FirstAt, r.TTL)
 	if err != nil {
 		return nil, fmt.Errorf("decode renewal run: %w", err)
 	}
 	return rs, nil
 }
 
-func decode(data []byte, ttl time.Duration) ([]Renewal, error) {
+func decode(data []byte, n int, firstAt int64, ttl time.Duration) ([]Renewal, error) {
 	if len(data) < 2 || data[0] != Version {
 		return nil, errVersion
 	}
-	k := key{renewed: data[1]&1 != 0, form: int(data[1] >> 1)}
-	if data[1] > 5 {
-		return nil, errors.New("unknown flags")
-	}
-	h := header{buf: data[2:]}
-	n := h.uvarint()
-	if n == 0 || n > MaxRenewals {
+	if n <= 0 || n > MaxRenewals {
 		return nil, fmt.Errorf("a run holds 1 to %d renewals, not %d", MaxRenewals, n)
 	}
-	rs := make([]Renewal, n)
-	c := columns{ttl: ttl, key: k}
+	k := key{renewed: data[1]&1 != 0, form: int(data[1] >> 1 & 3)}
+	c := columns{ttl0: ttl, ttlVaries: data[1]&ttlVaries != 0, key: k, first: floorMs(firstAt)}
 	if k.renewed {
-		c.unit = h.byte()
-		if c.unit >= byte(len(units)) {
-			return nil, errors.New("unknown unit")
-		}
+		c.unit = data[1] >> 3 & 3
 	}
-	c.first = h.varint()
+	if data[1]&^(ttlVaries|0x1f) != 0 || k.form > formHex || !k.renewed && data[1]>>3&3 != 0 {
+		return nil, errors.New("unknown flags")
+	}
+	if ttl < 0 || ttl%time.Millisecond != 0 {
+		return nil, errors.New("a lease not in whole milliseconds")
+	}
+	if c.first < floorMs(lowestAt) {
+		return nil, errRange
+	}
+	h := header{buf: data[2:]}
+	if k.renewed {
+		c.q0 = firstRef(c.first, c.unit) + h.varint()
+	}
 	if k.form != formNone {
 		c.p0 = h.varint()
 	}
@@ -274,6 +299,7 @@ func decode(data []byte, ttl time.Duration) ([]Renewal, error) {
 	if h.err != nil {
 		return nil, h.err
 	}
+	rs := make([]Renewal, n)
 	return rs, c.read(&h, rs)
 }
 
@@ -293,24 +319,10 @@ func (h *header) uvarint() uint64 {
 	return v
 }
 
+// varint reads what binary.AppendVarint wrote: a zigzag uvarint.
 func (h *header) varint() int64 {
-	v, n := binary.Varint(h.buf)
-	if n <= 0 {
-		h.fail()
-		return 0
-	}
-	h.buf = h.buf[n:]
-	return v
-}
-
-func (h *header) byte() byte {
-	if len(h.buf) == 0 {
-		h.fail()
-		return 0
-	}
-	b := h.buf[0]
-	h.buf = h.buf[1:]
-	return b
+	u := h.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 func (h *header) fail() {

@@ -2,7 +2,6 @@ package runcodec
 
 import (
 	"bytes"
-	"encoding/binary"
 	"math"
 	"math/rand/v2"
 	"reflect"
@@ -24,7 +23,7 @@ func heartbeats(rng *rand.Rand, n int, interval, jitter, ttl time.Duration) []Re
 		at := t + int64(time.Millisecond) + rng.Int64N(int64(4*time.Millisecond))
 		ratio := float64(prev+int64(ttl)-t) / float64(ttl)
 		margin := int64(math.Round(math.Round(ratio*1000) / 1000 * 1000))
-		rs[i] = Renewal{At: at, RenewedAt: t, Margin: margin}
+		rs[i] = Renewal{At: at, RenewedAt: t, Margin: margin, TTL: ttl}
 		prev = t
 	}
 	return rs
@@ -40,13 +39,27 @@ func kept(rs []Renewal) []Renewal {
 	return out
 }
 
-func roundTrip(t *testing.T, ttl time.Duration, rs []Renewal) []byte {
+// runOf is data, the run of rs, as its row keeps it.
+func runOf(rs []Renewal, data []byte) Run {
+	return Run{Renewals: len(rs), FirstAt: floorMs(rs[0].At) * 1e6, TTL: rs[0].TTL, Data: data}
+}
+
+// withTTL is rs, each renewal's lease ttl.
+func withTTL(rs []Renewal, ttl time.Duration) []Renewal {
+	out := append([]Renewal(nil), rs...)
+	for i := range out {
+		out[i].TTL = ttl
+	}
+	return out
+}
+
+func roundTrip(t *testing.T, rs []Renewal) []byte {
 	t.Helper()
-	data, err := Encode(ttl, rs)
+	data, err := Encode(rs)
 	if err != nil {
 		t.Fatalf("encode: %v", err)
 	}
-	got, err := Decode(data, ttl)
+	got, err := runOf(rs, data).Decode()
 	if err != nil {
 		t.Fatalf("decode: %v", err)
 	}
@@ -112,7 +125,7 @@ func TestRoundTrip(t *testing.T) {
 			}
 			return rs
 		}()},
-		"Extremes": {time.Nanosecond, []Renewal{
+		"Extremes": {time.Millisecond, []Renewal{
 			{At: lowestAt, RenewedAt: math.MaxInt64, Margin: math.MaxInt64},
 			{At: math.MaxInt64, RenewedAt: audit.NoNanos + 1, Margin: NoMargin + 1},
 			{At: 0, RenewedAt: -1, Margin: 0},
@@ -120,8 +133,20 @@ func TestRoundTrip(t *testing.T) {
 		"UnknownTTL": {0, heartbeats(rng, 50, time.Second, time.Millisecond, time.Second)},
 	}
 	for name, c := range cases {
-		t.Run(name, func(t *testing.T) { roundTrip(t, c.ttl, c.rs) })
+		t.Run(name, func(t *testing.T) { roundTrip(t, withTTL(c.rs, c.ttl)) })
 	}
+	// A lease that changes within the run: a Redis lock's PTTL read back
+	// as its TTL or a millisecond more, then a holder that doubles it.
+	t.Run("LeaseChanges", func(t *testing.T) {
+		rs := heartbeats(rng, 300, 10*time.Second, 400*time.Millisecond, 30*time.Second)
+		for i := range rs {
+			rs[i].TTL += time.Duration(rng.IntN(2)) * time.Millisecond
+			if i > 200 {
+				rs[i].TTL = 60 * time.Second
+			}
+		}
+		roundTrip(t, rs)
+	})
 }
 
 // TestNodeLeaseSize holds the format to its reason for being: a node
@@ -140,10 +165,69 @@ func TestNodeLeaseSize(t *testing.T) {
 		{"LeaderLease", 2 * time.Second, 0, 15 * time.Second, 1},
 	} {
 		rs := heartbeats(rng, 360, c.interval, c.jitter, c.ttl)
-		data := roundTrip(t, c.ttl, rs)
+		data := roundTrip(t, rs)
 		if per := float64(len(data)) / float64(len(rs)); per > c.most {
 			t.Errorf("%s: %.2f bytes per renewal, want at most %.1f", c.name, per, c.most)
 		}
+	}
+}
+
+// TestRunKeepsNoAbsoluteTime: a run's first observed time is its row's
+// (Run.FirstAt), so the same renewals a day apart make the same bytes.
+func TestRunKeepsNoAbsoluteTime(t *testing.T) {
+	rs := heartbeats(rand.New(rand.NewPCG(11, 12)), 360, 10*time.Second, 400*time.Millisecond, 40*time.Second)
+	later := make([]Renewal, len(rs))
+	for i, r := range rs {
+		r.At += int64(24 * time.Hour)
+		r.RenewedAt += int64(24 * time.Hour)
+		later[i] = r
+	}
+	a, b := roundTrip(t, rs), roundTrip(t, later)
+	if !bytes.Equal(a, b) {
+		t.Fatalf("a day later the run is other bytes (%d, was %d): it keeps an absolute time", len(b), len(a))
+	}
+}
+
+// TestColumnTakesWhatTheJitterTakes: offsets spread over a range that is
+// not a power of two take about its log2 bits each, not the next whole.
+func TestColumnTakesWhatTheJitterTakes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	vals := make([]int64, 4000)
+	for i := range vals {
+		vals[i] = 10_000_000 + rng.Int64N(400_001)
+	}
+	c := plan(vals)
+	w := bitWriter{}
+	for _, v := range vals {
+		w.put(c, v)
+	}
+	if per := float64(len(w.buf)*8) / float64(len(vals)); per > 18.75 {
+		t.Fatalf("%.2f bits a value, want at most 18.75 (log2 400,001 is 18.61)", per)
+	}
+	r := bitReader{buf: w.buf}
+	for i, want := range vals {
+		if got, err := r.get(c); err != nil || got != want {
+			t.Fatalf("value %d = %d, %v; want %d", i, got, err, want)
+		}
+	}
+}
+
+// A lease read back a millisecond long half the time (a Redis lock's PTTL)
+// costs the run about a bit a renewal, not a run of its own.
+func TestLeaseFlipsCostABit(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	rs := heartbeats(rng, 360, 10*time.Second, 400*time.Millisecond, 30*time.Second)
+	steady := len(roundTrip(t, rs))
+	for i := range rs {
+		rs[i].TTL += time.Duration(rng.IntN(2)) * time.Millisecond
+		if i > 0 { // the margin the tracker gives it, against the lease before
+			prev := rs[i-1]
+			ratio := float64(prev.RenewedAt+int64(prev.TTL)-rs[i].RenewedAt) / float64(prev.TTL)
+			rs[i].Margin = int64(math.Round(math.Round(ratio*1000) / 1000 * 1000))
+		}
+	}
+	if flips := len(roundTrip(t, rs)); float64(flips-steady) > 0.2*float64(len(rs)) {
+		t.Errorf("a flipping lease takes %d bytes more over %d renewals, want at most %.0f", flips-steady, len(rs), 0.2*float64(len(rs)))
 	}
 }
 
@@ -158,8 +242,10 @@ func TestEncodeRefuses(t *testing.T) {
 		"BackendTimeMixed":  {ok, {At: 2e18, RenewedAt: audit.NoNanos, Margin: 1}},
 		"PositionFormMixed": {{At: 1e18, Position: "1"}, {At: 2e18, Position: "0x1"}},
 		"AtOutOfRange":      {{At: audit.NoNanos + 1, RenewedAt: audit.NoNanos, Margin: NoMargin}},
+		"LeaseNotWholeMs":   {{At: 1e18, RenewedAt: audit.NoNanos, Margin: NoMargin, TTL: time.Microsecond}},
+		"LeaseNegative":     {{At: 1e18, RenewedAt: audit.NoNanos, Margin: NoMargin, TTL: -time.Second}},
 	} {
-		if _, err := Encode(time.Second, rs); err == nil {
+		if _, err := Encode(rs); err == nil {
 			t.Errorf("%s: encoded, want an error", name)
 		}
 	}
@@ -167,18 +253,25 @@ func TestEncodeRefuses(t *testing.T) {
 
 func TestDecodeRefusesDamage(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
-	data := roundTrip(t, 40*time.Second, heartbeats(rng, 100, 10*time.Second, 400*time.Millisecond, 40*time.Second))
-	damaged := map[string][]byte{
-		"Empty":        nil,
-		"Version":      append([]byte{2}, data[1:]...),
-		"Flags":        append([]byte{Version, 7}, data[2:]...),
-		"Truncated":    data[:len(data)-3],
-		"TrailingByte": append(bytes.Clone(data), 0),
-		"NoRenewals":   binary.AppendUvarint([]byte{Version, 1}, 0),
-		"TooMany":      binary.AppendUvarint([]byte{Version, 1}, MaxRenewals+1),
+	rs := heartbeats(rng, 100, 10*time.Second, 400*time.Millisecond, 40*time.Second)
+	run := runOf(rs, roundTrip(t, rs))
+	data := run.Data
+	damaged := map[string]func(r *Run){
+		"Empty":        func(r *Run) { r.Data = nil },
+		"Version":      func(r *Run) { r.Data = append([]byte{2}, data[1:]...) },
+		"Flags":        func(r *Run) { r.Data = append([]byte{Version, 7}, data[2:]...) },
+		"Unit":         func(r *Run) { r.Data = append([]byte{Version, 1 | 4<<3}, data[2:]...) },
+		"Truncated":    func(r *Run) { r.Data = data[:len(data)-3] },
+		"TrailingByte": func(r *Run) { r.Data = append(bytes.Clone(data), 0) },
+		"NoRenewals":   func(r *Run) { r.Renewals = 0 },
+		"TooMany":      func(r *Run) { r.Renewals = MaxRenewals + 1 },
+		"MoreThanHeld": func(r *Run) { r.Renewals++ },
+		"FirstAtEarly": func(r *Run) { r.FirstAt = audit.NoNanos },
 	}
-	for name, d := range damaged {
-		if _, err := Decode(d, 40*time.Second); err == nil {
+	for name, damage := range damaged {
+		r := run
+		damage(&r)
+		if _, err := r.Decode(); err == nil {
 			t.Errorf("%s: decoded, want an error", name)
 		}
 	}
@@ -189,7 +282,8 @@ func TestPack(t *testing.T) {
 	rs := heartbeats(rng, 1000, 10*time.Second, 400*time.Millisecond, 40*time.Second)
 	var staged []Staged
 	for i, r := range rs {
-		s := Staged{ID: int64(100 + i), Seq: 3, TTL: 40 * time.Second, Renewal: r}
+		s := Staged{ID: int64(100 + i), Seq: 3, Renewal: r}
+		s.TTL += time.Duration(i%2) * time.Millisecond // a lease read back a millisecond long keeps its run
 		switch {
 		case i == 10:
 			s.Position = "not a position" // stays a row
@@ -216,13 +310,24 @@ func TestPack(t *testing.T) {
 		if window(run.FirstAt) != window(run.LastAt) {
 			t.Fatalf("run %d spans windows %d to %d", i, window(run.FirstAt), window(run.LastAt))
 		}
-		dec, err := Decode(run.Data, run.TTL)
+		dec, err := run.Decode()
 		if err != nil {
 			t.Fatal(err)
 		}
 		got = append(got, dec...)
 	}
-	want := kept(append(append([]Renewal(nil), rs[:10]...), rs[11:]...))
+	// 999 renewals every 10 s are under three hours of two tenures: a run
+	// per tenure and hour, whatever the millisecond the leases differ by.
+	if len(runs) > 5 {
+		t.Fatalf("%d runs of 999 renewals over 3 hours and 2 tenures, want at most 5", len(runs))
+	}
+	var fit []Renewal
+	for i, s := range staged {
+		if i != 10 {
+			fit = append(fit, s.Renewal)
+		}
+	}
+	want := kept(fit)
 	if !reflect.DeepEqual(got, want) {
 		t.Fatalf("the runs hold %d renewals, not the %d staged that fit, in order", len(got), len(want))
 	}
@@ -230,15 +335,15 @@ func TestPack(t *testing.T) {
 
 func TestEvents(t *testing.T) {
 	rs := []Renewal{
-		{At: 1_700_000_000_123_456_789, RenewedAt: 1_700_000_000_120_000_000, Margin: 750},
-		{At: 1_700_000_010_123_456_789, RenewedAt: audit.NoNanos, Margin: NoMargin},
+		{At: 1_700_000_000_123_456_789, RenewedAt: 1_700_000_000_120_000_000, Margin: 750, TTL: 40 * time.Second},
+		{At: 1_700_000_010_123_456_789, RenewedAt: audit.NoNanos, Margin: NoMargin, TTL: 41 * time.Second},
 	}
 	rs[1].RenewedAt = 1_700_000_010_120_000_000
-	data, err := Encode(40*time.Second, rs)
+	data, err := Encode(rs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	run := Run{ID: 42, LockID: 7, Seq: 3, Renewals: 2, TTL: 40 * time.Second, Detail: `{"key":"k"}`, Data: data}
+	run := Run{ID: 42, LockID: 7, Seq: 3, Renewals: 2, FirstAt: 1_700_000_000_123_000_000, TTL: 40 * time.Second, Detail: `{"key":"k"}`, Data: data}
 	events, err := run.Events()
 	if err != nil {
 		t.Fatal(err)
@@ -251,6 +356,9 @@ func TestEvents(t *testing.T) {
 	if e.Detail["key"] != "k" || e.Detail["margin_ratio"].(interface{ String() string }).String() != "0.75" ||
 		e.Detail["renewed_at"] != "2023-11-14T22:13:20.12Z" {
 		t.Fatalf("detail 0 = %v", e.Detail)
+	}
+	if events[1].TTL != 41*time.Second {
+		t.Fatalf("event 1's lease = %v, want its own 41s", events[1].TTL)
 	}
 	if _, ok := events[1].Detail["margin_ratio"]; ok {
 		t.Fatalf("detail 1 = %v, want no margin", events[1].Detail)
@@ -265,19 +373,20 @@ func TestEvents(t *testing.T) {
 
 func FuzzDecode(f *testing.F) {
 	rng := rand.New(rand.NewPCG(9, 10))
-	data, _ := Encode(40*time.Second, heartbeats(rng, 20, 10*time.Second, 400*time.Millisecond, 40*time.Second))
-	f.Add(data, int64(40*time.Second))
-	f.Fuzz(func(t *testing.T, data []byte, ttl int64) {
-		rs, err := Decode(data, time.Duration(ttl))
+	rs := heartbeats(rng, 20, 10*time.Second, 400*time.Millisecond, 40*time.Second)
+	data, _ := Encode(rs)
+	f.Add(data, int64(40*time.Second), len(rs), floorMs(rs[0].At)*1e6)
+	f.Fuzz(func(t *testing.T, data []byte, ttl int64, n int, firstAt int64) {
+		rs, err := Run{Data: data, TTL: time.Duration(ttl), Renewals: n, FirstAt: firstAt}.Decode()
 		if err != nil {
 			return
 		}
 		// What decodes encodes back to what decodes alike.
-		again, err := Encode(time.Duration(ttl), rs)
+		again, err := Encode(rs)
 		if err != nil {
 			return // a damaged run can decode to renewals no run holds
 		}
-		rs2, err := Decode(again, time.Duration(ttl))
+		rs2, err := runOf(rs, again).Decode()
 		if err != nil || !reflect.DeepEqual(rs, rs2) {
 			t.Fatalf("re-encoded run decodes to %v, %v; want %v", rs2, err, rs)
 		}
@@ -288,7 +397,7 @@ func BenchmarkEncode(b *testing.B) {
 	rs := heartbeats(rand.New(rand.NewPCG(1, 1)), 360, 10*time.Second, 400*time.Millisecond, 40*time.Second)
 	var size int
 	for b.Loop() {
-		data, err := Encode(40*time.Second, rs)
+		data, err := Encode(rs)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -300,9 +409,10 @@ func BenchmarkEncode(b *testing.B) {
 
 func BenchmarkDecode(b *testing.B) {
 	rs := heartbeats(rand.New(rand.NewPCG(1, 1)), 360, 10*time.Second, 400*time.Millisecond, 40*time.Second)
-	data, _ := Encode(40*time.Second, rs)
+	data, _ := Encode(rs)
+	run := runOf(rs, data)
 	for b.Loop() {
-		if _, err := Decode(data, 40*time.Second); err != nil {
+		if _, err := run.Decode(); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -73,6 +73,9 @@ func (r *Reader) lockLog(ctx context.Context, db DB, rr runRange, each func(row 
 				}
 				out = append(out, got...)
 			}
+			// A lock's groups of a row (tenures, details) are in the order
+			// stored: in time order, but for renewals stored out of it.
+			slices.SortFunc(out, comparePositions)
 			return out, nil
 		},
 		page: logRowsPerPage,

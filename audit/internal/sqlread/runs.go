@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"math"
-	"slices"
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -152,13 +151,14 @@ func pageNewest[T any](ctx context.Context, r *Reader, db DB, rr runRange, t new
 			if err != nil {
 				return nil, fmt.Errorf("%s: row %d: %w", t.what, key.id, err)
 			}
+			sel := got[:0]
 			for _, pos := range got {
 				if rr.holds(pos) {
-					kept = append(kept, pos)
+					sel = append(sel, pos)
 				}
 			}
-			slices.SortFunc(kept, comparePositions)
-			kept = kept[max(0, len(kept)-rr.lim):]
+			// Rows come newest first: a merge, not a sort of all kept so far.
+			kept = mergeNewest(sel, kept, rr.lim, func(p position) position { return p })
 			after = key
 		}
 		if len(rows) < t.page {
@@ -210,7 +210,7 @@ func (r *Reader) RunTimes(ctx context.Context, db DB, lockID int64, f audit.Time
 		rr.floor = &position{audit.Nanos(rows[0]), 0}
 	}
 	kept, err := r.lockRuns(ctx, db, rr, func(run heldRun) ([]position, error) {
-		rs, err := runcodec.Decode(run.Data, run.TTL)
+		rs, err := run.Decode()
 		if err != nil {
 			return nil, err
 		}
@@ -234,7 +234,7 @@ func (r *Reader) RunTimes(ctx context.Context, db DB, lockID int64, f audit.Time
 // newest lim.
 func mergeNewest[T any](a, b []T, lim int, pos func(T) position) []T {
 	if len(b) == 0 {
-		return a
+		return a[max(0, len(a)-lim):]
 	}
 	out := make([]T, 0, len(a)+len(b))
 	i, j := 0, 0
