@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/leasewatch/leasewatch/audit/internal/renewallog"
 	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 	"github.com/leasewatch/leasewatch/audit/storecopy"
 )
@@ -79,7 +80,7 @@ func (s *Store) Snapshot(ctx context.Context) (storecopy.Snapshot, error) {
 type snapshot struct {
 	sqlread.CopyReads
 	tx  *sql.Tx
-	log *loggedRows // the renewal log as rows, once read (copylog.go)
+	log *renewallog.Copy // the renewal log as rows (copylog.go)
 }
 
 func beginSnapshot(ctx context.Context, db *sql.DB) (*snapshot, error) {
@@ -94,7 +95,7 @@ func beginSnapshot(ctx context.Context, db *sql.DB) (*snapshot, error) {
 		tx.Rollback()
 		return nil, storageError(err)
 	}
-	return &snapshot{CopyReads: copyReads(tx), tx: tx}, nil
+	return &snapshot{CopyReads: copyReads(tx), tx: tx, log: copyLog(tx)}, nil
 }
 
 func (s *snapshot) Close() error { return s.tx.Rollback() }

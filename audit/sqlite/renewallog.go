@@ -6,8 +6,7 @@ import (
 	"strings"
 
 	"github.com/leasewatch/leasewatch/audit"
-	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
-	"github.com/leasewatch/leasewatch/audit/internal/runcodec"
+	"github.com/leasewatch/leasewatch/audit/internal/renewallog"
 )
 
 // The renewal log (migration 0026): a batch's renewals that a run can
@@ -32,84 +31,22 @@ const (
 		SELECT ?, synced_log FROM renewal_log_marks WHERE source = '' ON CONFLICT (source) DO NOTHING`
 )
 
-// logKey is what one log row's renewals share.
-type logKey struct{ bucket, window int64 }
-
-// putLog writes the events that the log keeps (logged) into it, a row per
-// bucket and run window (at most runcodec.MaxRenewals renewals each), and
-// returns the others, in order, for rows.
+// putLog writes the events that the log keeps into it, a row per bucket
+// and run window (renewallog.Split), and returns the others, in order, for
+// rows.
 func (w *batchWriter) putLog(ctx context.Context, events []audit.Event) ([]audit.Event, error) {
-	rest := events[:0:0]
-	var keys []logKey
-	groups := make(map[logKey][]runcodec.Logged)
-	for _, e := range events {
-		l, ok, err := w.logged(ctx, e)
-		if err != nil {
-			return nil, err
-		}
-		if !ok {
-			rest = append(rest, e)
-			continue
-		}
-		k := logKey{runcodec.Bucket(l.LockID), window(l.At)}
-		if _, seen := groups[k]; !seen {
-			keys = append(keys, k)
-		}
-		groups[k] = append(groups[k], l)
+	rows, rest, err := renewallog.Split(events, func(key audit.LockKey) (int64, error) { return w.lockID(ctx, key) })
+	if err != nil || len(rows) == 0 {
+		return rest, err
 	}
-	if len(keys) == 0 {
-		return events, nil
-	}
-	args := make([]any, 0, 5*len(keys))
-	for _, k := range keys {
-		logged := groups[k]
-		for start := 0; start < len(logged); start += runcodec.MaxRenewals {
-			row, err := runcodec.EncodeLog(logged[start:min(start+runcodec.MaxRenewals, len(logged))])
-			if err != nil {
-				return nil, err
-			}
-			args = append(args, k.bucket, row.FirstAt, row.LastAt, row.Renewals, row.Data)
-		}
+	args := make([]any, 0, 5*len(rows))
+	for _, row := range rows {
+		args = append(args, row.Bucket, row.FirstAt, row.LastAt, row.Renewals, row.Data)
 	}
 	if err := w.insertLogRows(ctx, args); err != nil {
 		return nil, err
 	}
 	return rest, nil
-}
-
-// logged returns e as the log keeps it, and false for an event the log
-// does not keep: all but renewals of a tenure that a compact row would
-// hold (not inferred, of no resource or request) and a run can hold.
-func (w *batchWriter) logged(ctx context.Context, e audit.Event) (runcodec.Logged, bool, error) {
-	if e.Kind != audit.EventRenew || e.Seq <= 0 || e.Inferred || e.Resource != "" || e.RequestID != "" {
-		return runcodec.Logged{}, false, nil
-	}
-	margin, renewedAt, rest := rowcodec.CompactRenewal(e.Detail)
-	l := runcodec.Logged{Seq: e.Seq, Renewal: runcodec.Renewal{At: nanos(e.At),
-		RenewedAt: audit.NoNanos, Margin: runcodec.NoMargin, Position: e.Position, TTL: e.TTL}}
-	if m, ok := margin.(int64); ok {
-		l.Margin = m
-	}
-	if t, ok := renewedAt.(int64); ok {
-		l.RenewedAt = t
-	}
-	if rest != nil {
-		d, err := rowcodec.EncodeDetail(rest)
-		if err != nil {
-			return l, false, fmt.Errorf("renew event of lock %s: encode detail: %w", e.Lock, err)
-		}
-		l.Detail = d
-	}
-	l.LockID = 1 // a placeholder until the lock's id is resolved, for LogFits
-	if !runcodec.LogFits(l) {
-		return l, false, nil
-	}
-	id, err := w.lockID(ctx, e.Lock)
-	if err != nil {
-		return l, false, err
-	}
-	l.LockID = id
-	return l, true, nil
 }
 
 // insertLogRows inserts log rows, given as logInsert's arguments one row

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/renewallog"
 	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 )
 
@@ -24,7 +25,7 @@ var _ audit.Pruner = (*Store)(nil)
 // and last time and least margin per tenure in renewal_summaries. Renewals
 // sealed into runs go a run at a time, once its last renewal is older than
 // step.Before (pruneRuns), and logged renewals a log row at a time
-// (pruneLog), in the steps before the walk of the rows.
+// (renewallog.Prune), in the steps before the walk of the rows.
 func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.PruneResult, error) {
 	res := audit.PruneResult{Next: step.After}
 	if step.Limit <= 0 {
@@ -46,7 +47,7 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 			if more {
 				return nil // the events in the next step
 			}
-			n, more, err = pruneLog(ctx, tx, before, step.Limit)
+			n, more, err = renewallog.Prune(ctx, newLogTx(tx), logSQL, before, step.Limit)
 			if err != nil {
 				return fmt.Errorf("prune the renewal log: %w", err)
 			}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/renewallog"
 	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
 	"github.com/leasewatch/leasewatch/audit/internal/runcodec"
 	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
@@ -28,7 +29,8 @@ import (
 // history. A step reads at most sealBudget renewals, in whole windows of
 // a lock; a lock with more is continued by the next step (NextLock stays
 // before it). Once every lock is walked, the steps seal the renewal log,
-// bucket by bucket (sealLogStep; NextLock logPhase and above).
+// bucket by bucket (renewallog.SealStep; NextLock renewallog.Phase and
+// above).
 func (s *Store) SealRenewals(ctx context.Context, step audit.SealStep) (audit.SealResult, error) {
 	res := audit.SealResult{NextLock: step.AfterLock}
 	if step.Limit <= 0 {
@@ -39,9 +41,10 @@ func (s *Store) SealRenewals(ctx context.Context, step audit.SealStep) (audit.Se
 			step.Before.UTC().Format(time.RFC3339Nano), runcodec.Window)
 	}
 	err := s.writeTx(ctx, func(tx *sql.Tx) error {
-		if step.AfterLock >= logPhase {
+		if step.AfterLock >= renewallog.Phase {
 			var err error
-			res.Sealed, res.NextLock, res.Done, err = sealLogStep(ctx, tx, step.AfterLock, nanos(step.Before), step.Limit)
+			res.Sealed, res.NextLock, res.Done, err = renewallog.SealStep(ctx, newLogTx(tx), logSQL, step.AfterLock,
+				nanos(step.Before), step.Limit, sealBudget)
 			return err
 		}
 		var locks []int64
@@ -68,7 +71,7 @@ func (s *Store) SealRenewals(ctx context.Context, step audit.SealStep) (audit.Se
 			res.NextLock, budget = id, budget-read
 		}
 		if len(locks) < step.Limit {
-			res.NextLock = logPhase // the log's buckets in the next steps
+			res.NextLock = renewallog.Phase // the log's buckets in the next steps
 		}
 		return nil
 	}, nil)

@@ -102,6 +102,9 @@ func together(a, b Staged) bool {
 		window(a.At) == window(b.At)
 }
 
+// WindowOf is the index of the run window that holds at (unix ns).
+func WindowOf(at int64) int64 { return window(at) }
+
 func window(at int64) int64 {
 	w := at / int64(Window)
 	if at%int64(Window) < 0 {
