@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/leasewatch/leasewatch/audit/internal/renewallog"
 	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 	"github.com/leasewatch/leasewatch/audit/storecopy"
 )
@@ -81,7 +82,8 @@ func (s *Store) Snapshot(ctx context.Context) (storecopy.Snapshot, error) {
 // snapshot is one read transaction.
 type snapshot struct {
 	copyReader
-	tx pgx.Tx
+	tx  pgx.Tx
+	log *renewallog.Copy // the renewal log as rows
 }
 
 func beginSnapshot(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
@@ -89,10 +91,31 @@ func beginSnapshot(ctx context.Context, pool *pgxpool.Pool) (*snapshot, error) {
 	if err != nil {
 		return nil, storageError(err)
 	}
-	return &snapshot{copyReader: copyReads(tx), tx: tx}, nil
+	log := &renewallog.Copy{DB: pgDB{tx}, Dialect: dialect, Wrap: storageError,
+		Newest: func(ctx context.Context) (event, run int64, err error) {
+			if event, err = highestEventID(ctx, tx); err == nil {
+				err = tx.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM renewal_runs`).Scan(&run)
+			}
+			return event, run, err
+		}}
+	return &snapshot{copyReader: copyReads(tx), tx: tx, log: log}, nil
 }
 
 func (s *snapshot) Close() error { return s.tx.Rollback(context.Background()) }
+
+// Stat counts t's rows, the renewal log's among them (renewallog.Copy),
+// and reads the last key.
+func (s *snapshot) Stat(ctx context.Context, t storecopy.Table) (int64, []any, error) {
+	n, last, err := s.copyReader.Stat(ctx, t)
+	return s.log.Stat(ctx, t, n, last, err)
+}
+
+// Rows returns t's rows after after, then the renewal log's, whose keys
+// come after every row's.
+func (s *snapshot) Rows(ctx context.Context, t storecopy.Table, after []any, limit int) ([][]any, error) {
+	rows, err := s.copyReader.Rows(ctx, t, after, limit)
+	return s.log.Rows(ctx, t, after, limit, rows, err)
+}
 
 // copyReader is the reads of a copy source on one querier: the shared
 // ones, but for events, which are read from timeline, events and renewals

@@ -13,9 +13,9 @@ import (
 
 // EventTimes returns the times of the lock's events of one kind within f's
 // window, in time order; if more than f.Limit match, the newest f.Limit.
-// Renewals come from their rows and their runs (migration 0015), read in
-// one snapshot, so that a seal between the two reads neither doubles nor
-// hides its renewals.
+// Renewals come from their rows, their runs (migration 0015) and the
+// renewal log (0016), read in one snapshot, so that a seal between the
+// reads neither doubles nor hides its renewals.
 func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKind, f audit.TimeFilter) ([]time.Time, error) {
 	// No transaction for other kinds, as in Events: one query reads the
 	// times, and a lock's key never changes.
@@ -36,6 +36,11 @@ func (s *Store) EventTimes(ctx context.Context, lockID int64, kind audit.EventKi
 		var runs []time.Time
 		runs, err = s.RunTimes(ctx, db, lockID, f, lim, out)
 		out = sqlread.MergeTimes(out, runs, lim)
+	}
+	if err == nil && kind == audit.EventRenew {
+		var logged []time.Time
+		logged, err = s.LogTimes(ctx, db, lockID, f, lim, out)
+		out = sqlread.MergeTimes(out, logged, lim)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("event times of lock %d: %w", lockID, storageError(err))

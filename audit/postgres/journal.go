@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/renewallog"
 	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
 	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 )
@@ -35,7 +36,7 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := &batchWriter{s: s, added: make(map[audit.LockKey]int64), parts: s.parts, highest: s.highest}
+	w := &batchWriter{s: s, added: make(map[audit.LockKey]int64), parts: s.parts, highest: s.highest, highestLog: s.highestLog}
 	err := pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
 		w.tx = tx
 		return w.write(ctx, b)
@@ -56,7 +57,7 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	if w.mark != nil {
 		s.syncMark = *w.mark
 	}
-	s.parts, s.highest = w.parts, w.highest
+	s.parts, s.highest, s.highestLog = w.parts, w.highest, w.highestLog
 	return nil
 }
 
@@ -65,10 +66,11 @@ type batchWriter struct {
 	s     *Store // its ids and syncMark are read only here: those of committed batches
 	tx    pgx.Tx
 	added map[audit.LockKey]int64 // ids resolved or created in this transaction
-	mark  *int64                  // the batch's Batch.SyncMark, once it is committed
+	mark  *syncMark               // the batch's Batch.SyncMark, once it is committed
 	parts partitions              // the renewals partitions, with those made in this transaction
-	// highest is the newest event id given out, this batch's included.
-	highest int64
+	// highest is the newest event id given out, this batch's included,
+	// and highestLog the newest renewal_log id.
+	highest, highestLog int64
 
 	pipe  pgx.Batch
 	names []string // what each statement of pipe writes, for its error
@@ -138,33 +140,42 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 		}
 	}
 	if b.SyncMark {
-		w.mark = &w.highest
+		w.mark = &syncMark{event: w.highest, log: w.highestLog}
 	}
 	return nil
 }
 
-// putSyncMarks queues the batch's Synced and SyncedToMark: the store's mark,
-// and with it every source's, or with SyncSources only those sources'
-// marks. The newest id given out stands for the newest event stored: this
-// store is its sources' one writer (their owner, when replicas share the
-// store), and an id given to a batch that rolled back names no event.
+// syncMark is a sync mark: the newest event id and renewal_log id it
+// covers.
+type syncMark struct{ event, log int64 }
+
+// putSyncMarks queues the batch's Synced and SyncedToMark: the store's
+// marks, and with them every source's, or with SyncSources only those
+// sources' marks; each of the events and of the renewal log. The newest id
+// given out stands for the newest event or log row stored: this store is
+// its sources' one writer (their owner, when replicas share the store),
+// and an id given to a batch that rolled back names nothing.
 func (w *batchWriter) putSyncMarks(b audit.Batch) {
-	var mark int64
+	var mark syncMark
 	switch {
 	case b.Synced || (b.SyncedToMark && b.SyncMark):
-		mark = w.highest
+		mark = syncMark{event: w.highest, log: w.highestLog}
 	case b.SyncedToMark:
 		mark = w.s.syncMark
 	default:
 		return
 	}
 	if len(b.SyncSources) == 0 {
-		w.queue("sync", `UPDATE journal SET synced_event = greatest(synced_event, $1)`, mark)
-		w.queue("sync", `UPDATE source_fences SET synced_event = greatest(synced_event, $1)`, mark)
+		w.queue("sync", `UPDATE journal SET synced_event = greatest(synced_event, $1)`, mark.event)
+		w.queue("sync", `UPDATE source_fences SET synced_event = greatest(synced_event, $1)`, mark.event)
+		w.queue("sync of the renewal log", `UPDATE renewal_log_marks SET synced_log = greatest(synced_log, $1)`, mark.log)
 		return
 	}
 	w.queue("sync of sources", `UPDATE source_fences SET synced_event = greatest(synced_event, $1) WHERE source = ANY($2)`,
-		mark, b.SyncSources)
+		mark.event, b.SyncSources)
+	w.queue("sync of the sources' renewal log", `INSERT INTO renewal_log_marks (source, synced_log)
+		SELECT unnest($1::text[]), $2 ON CONFLICT (source)
+		DO UPDATE SET synced_log = greatest(renewal_log_marks.synced_log, excluded.synced_log)`, b.SyncSources, mark.log)
 }
 
 // putFences checks and moves the batch's fences in one round trip, failing
@@ -200,6 +211,12 @@ func (w *batchWriter) putFences(ctx context.Context, fences []audit.Fence) error
 			return fmt.Errorf("fence of source %s: %w", f.Source, err)
 		}
 		return audit.FencedError(f, highest)
+	}
+	for _, f := range fences {
+		// A source's first fence starts its log mark at the store's, as
+		// its event mark starts at the journal's.
+		w.queue("renewal log mark of source "+f.Source, `INSERT INTO renewal_log_marks (source, synced_log)
+			SELECT $1, synced_log FROM renewal_log_marks WHERE source = '' ON CONFLICT (source) DO NOTHING`, f.Source)
 	}
 	return nil
 }
@@ -326,27 +343,29 @@ const tenureUpsert = `INSERT INTO tenures (lock_id, seq, holder, token, granted_
 		last_renewed_at = excluded.last_renewed_at, lease_duration_ms = excluded.lease_duration_ms,
 		expires_at = excluded.expires_at, ended_at = excluded.ended_at, end_reason = excluded.end_reason`
 
-// putEvents copies the events in, with ids given out in their order, and
-// queues the newest event per source and the blind windows' reasons.
+// putEvents writes the events: the renewals the renewal log keeps as its
+// rows (renewallog.Split), queued, and the others copied in, with ids
+// given out in their order; and it queues the newest event per source and
+// the blind windows' reasons.
 func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error {
 	if len(events) == 0 {
 		return nil
 	}
-	ids, err := w.eventIDs(ctx, len(events))
+	logged, rest := []renewallog.Row(nil), events
+	if !w.s.renewalRows {
+		var err error
+		logged, rest, err = renewallog.Split(events, func(key audit.LockKey) (int64, error) { return w.added[key], nil })
+		if err != nil {
+			return err
+		}
+	}
+	ids, logIDs, err := w.newIDs(ctx, len(rest), len(logged))
 	if err != nil {
 		return err
 	}
-	last := make(map[string]int64) // newest event per source in this batch
-	var sources []string
-	rows := make([][]any, 0, len(events))
-	for i, e := range events {
-		at := audit.Nanos(e.At)
-		if newest, ok := last[e.Lock.Source]; !e.At.IsZero() && (!ok || at > newest) {
-			if !ok {
-				sources = append(sources, e.Lock.Source)
-			}
-			last[e.Lock.Source] = at
-		}
+	w.putLog(logged, logIDs)
+	rows := make([][]any, 0, len(rest))
+	for i, e := range rest {
 		if e.Kind == audit.EventBlind {
 			if from, to, reason, ok := rowcodec.BlindInterval(e); ok {
 				w.queue("blind window of source "+e.Lock.Source, `INSERT INTO source_blinds (source, from_at, to_at, reason)
@@ -360,34 +379,73 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 		}
 		rows = append(rows, row)
 	}
-	if w.parts, err = copyEvents(ctx, w.tx, w.parts, rows); err != nil {
-		return fmt.Errorf("%d events from %s event of lock %s: %w", len(events), events[0].Kind, events[0].Lock, err)
+	if len(rows) > 0 {
+		if w.parts, err = copyEvents(ctx, w.tx, w.parts, rows); err != nil {
+			return fmt.Errorf("%d events from %s event of lock %s: %w", len(rows), rest[0].Kind, rest[0].Lock, err)
+		}
+	}
+	w.putLastEvents(events)
+	return nil
+}
+
+// putLastEvents queues the newest event of each source among events.
+func (w *batchWriter) putLastEvents(events []audit.Event) {
+	last := make(map[string]int64) // newest event per source in this batch
+	var sources []string
+	for _, e := range events {
+		at := audit.Nanos(e.At)
+		if newest, ok := last[e.Lock.Source]; !e.At.IsZero() && (!ok || at > newest) {
+			if !ok {
+				sources = append(sources, e.Lock.Source)
+			}
+			last[e.Lock.Source] = at
+		}
 	}
 	for _, src := range sources {
 		w.queue("last event of source "+src, `INSERT INTO source_events (source, last_event_at) VALUES ($1, $2)
 			ON CONFLICT (source) DO UPDATE SET last_event_at = greatest(source_events.last_event_at, excluded.last_event_at)`,
 			src, last[src])
 	}
-	return nil
 }
 
-// eventIDs gives out n event ids, in order, from the events table's
-// sequence: the batch's events go to two tables, and their ids must still
-// follow the batch's order.
-func (w *batchWriter) eventIDs(ctx context.Context, n int) ([]int64, error) {
-	rows, err := w.tx.Query(ctx, `SELECT nextval('events_id_seq') FROM generate_series(1, $1)`, n)
-	if err != nil {
-		return nil, fmt.Errorf("event ids: %w", err)
+// newIDs gives out n event ids and logRows renewal_log ids, each in
+// order, from the tables' sequences, in one round trip: the batch's events
+// go to several tables, and their ids must still follow the batch's order.
+func (w *batchWriter) newIDs(ctx context.Context, n, logRows int) (ids, logIDs []int64, err error) {
+	if n == 0 && logRows == 0 {
+		return nil, nil, nil
 	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
-	if err != nil {
-		return nil, fmt.Errorf("event ids: %w", err)
+	if err := w.tx.QueryRow(ctx, `SELECT ARRAY(SELECT nextval('events_id_seq') FROM generate_series(1, $1)),
+		ARRAY(SELECT nextval('renewal_log_id_seq') FROM generate_series(1, $2))`, n, logRows).Scan(&ids, &logIDs); err != nil {
+		return nil, nil, fmt.Errorf("event ids: %w", err)
 	}
-	if len(ids) != n || !slices.IsSorted(ids) {
-		return nil, fmt.Errorf("event ids: got %d ids, not %d in order", len(ids), n)
+	if len(ids) != n || !slices.IsSorted(ids) || len(logIDs) != logRows || !slices.IsSorted(logIDs) {
+		return nil, nil, fmt.Errorf("event ids: got %d and %d log ids, not %d and %d in order", len(ids), len(logIDs), n, logRows)
 	}
-	w.highest = max(w.highest, ids[n-1])
-	return ids, nil
+	if n > 0 {
+		w.highest = max(w.highest, ids[n-1])
+	}
+	if logRows > 0 {
+		w.highestLog = max(w.highestLog, logIDs[logRows-1])
+	}
+	return ids, logIDs, nil
+}
+
+// putLog queues the insert of the log rows, with their ids: one statement
+// over arrays, however many rows.
+func (w *batchWriter) putLog(rows []renewallog.Row, ids []int64) {
+	if len(rows) == 0 {
+		return
+	}
+	n := len(rows)
+	buckets, counts := make([]int32, n), make([]int32, n)
+	firsts, lasts, data := make([]int64, n), make([]int64, n), make([][]byte, n)
+	for i, r := range rows {
+		buckets[i], counts[i], firsts[i], lasts[i], data[i] = int32(r.Bucket), int32(r.Renewals), r.FirstAt, r.LastAt, r.Data
+	}
+	w.queue(fmt.Sprintf("%d renewal log rows", n), `INSERT INTO renewal_log (id, bucket, first_at, last_at, renewals, data)
+		OVERRIDING SYSTEM VALUE SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], $5::int[], $6::bytea[])`,
+		ids, buckets, firsts, lasts, counts, data)
 }
 
 // eventRow returns the events row (eventColumns) of one event. A renewal

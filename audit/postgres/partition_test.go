@@ -16,7 +16,7 @@ import (
 func TestRetentionDropsThePartitionsItWalkedPast(t *testing.T) {
 	ctx := context.Background()
 	url := pg.Get(t).Database(t)
-	s := openWith(t, url, Options{RenewalSpan: 4})
+	s := openRows(t, url, Options{RenewalSpan: 4})
 	key := audit.LockKey{Source: "cache", Name: "lock:orders"}
 	ten := audit.Tenure{Lock: key, Seq: 1, Holder: "a", Token: audit.Int64(1), GrantedAt: at(0)}
 	events := []audit.Event{{Lock: key, Kind: audit.EventGrant, At: at(0), Holder: "a", Token: audit.Int64(1)}}
@@ -89,7 +89,7 @@ func TestRetentionDropsThePartitionsItWalkedPast(t *testing.T) {
 	// A store opened again finds the partitions left, and new renewals go
 	// on into them and then into new ones.
 	s.Close()
-	s = openWith(t, url, Options{RenewalSpan: 4})
+	s = openRows(t, url, Options{RenewalSpan: 4})
 	var more []audit.Event
 	for sec := 15; sec < 23; sec++ {
 		more = append(more, audit.Event{Lock: key, Kind: audit.EventRenew, At: at(sec), Holder: "a", Token: audit.Int64(1), Seq: 1})

@@ -33,6 +33,7 @@ func (s *Store) engine() sqlread.Engine {
 		Wrap:     storageError,
 		Timeline: "timeline", // events and renewals (migration 0003)
 		Runs:     true,       // renewal_runs (migration 0015)
+		Log:      true,       // renewal_log (migration 0016)
 		// A generic plan, costed for a lock of a few tenures, would pair
 		// each of a busy lock's renewals with all its tenures (its 1,000
 		// newest events: 130 ms); a lateral subquery with a LIMIT is

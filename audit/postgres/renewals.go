@@ -252,3 +252,11 @@ func highestEventID(ctx context.Context, q querier) (int64, error) {
 	err := q.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM events_id_seq`).Scan(&n)
 	return n, err
 }
+
+// highestLogID is the newest renewal_log id the database has given out,
+// as highestEventID is of events.
+func highestLogID(ctx context.Context, q querier) (int64, error) {
+	var n int64
+	err := q.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM renewal_log_id_seq`).Scan(&n)
+	return n, err
+}

@@ -32,6 +32,8 @@ import (
 // run's last renewal is older than step.Before, in the steps that end the
 // walk: up to step.Limit runs each, the walk staying done only when none
 // is left. So a run outlives the cutoff by up to its window, an hour.
+// Then the renewal log's rows (migration 0016) go the same way, a row's
+// renewals that are due at a time (pruneLog).
 func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.PruneResult, error) {
 	res := audit.PruneResult{Next: step.After}
 	if step.Limit <= 0 {
@@ -43,7 +45,10 @@ func (s *Store) PruneEvents(ctx context.Context, step audit.PruneStep) (audit.Pr
 		if err := s.pruneStep(ctx, tx, step, renewals, &res); err != nil || !renewals || !res.Done {
 			return err
 		}
-		return pruneRuns(ctx, tx, audit.Nanos(step.Before), step.Limit, &res)
+		if err := pruneRuns(ctx, tx, audit.Nanos(step.Before), step.Limit, &res); err != nil || !res.Done {
+			return err
+		}
+		return pruneLog(ctx, tx, audit.Nanos(step.Before), step.Limit, &res)
 	})
 	var walked []int64 // partitions of renewals the walk has passed
 	if err == nil && renewals {

@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/renewallog"
 	"github.com/leasewatch/leasewatch/audit/internal/runcodec"
 	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
 )
@@ -20,7 +21,9 @@ import (
 // source's sync mark has passed them. A staged renewal that no run can hold
 // (runcodec.Fits false) stays a row, moved into events, where PostgreSQL
 // keeps every renewal that does not fit the narrow row either: so a sealed
-// partition of renewals is left empty, and is dropped.
+// partition of renewals is left empty, and is dropped. Once every lock's
+// rows are walked, the steps seal the renewal log (migration 0016), bucket
+// by bucket (renewallog.SealStep; NextLock renewallog.Phase and above).
 
 // sealChunk is the most staged renewals a step reads of one lock at once,
 // its oldest: one run's worth, so that a window of a lock renewed up to
@@ -85,13 +88,30 @@ type stagedLock struct {
 // first is the position before every renewal.
 var first = [2]int64{math.MinInt64, math.MinInt64}
 
-// sealStep is SealRenewals' transaction: the first chunk of each lock of a
-// group of sealGroup, then the rest of those of the group that had more,
-// chunk by chunk, and so on, group by group, up to sealBudget renewals.
+// sealStep is SealRenewals' transaction: the staged rows of the locks
+// (sealLocks), and once they are done, the log's buckets.
 func sealStep(ctx context.Context, tx pgx.Tx, step audit.SealStep, res *audit.SealResult) error {
 	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(`+pruneLock+`)`); err != nil {
 		return err
 	}
+	if step.AfterLock >= renewallog.Phase {
+		var err error
+		res.Sealed, res.NextLock, res.Done, err = renewallog.SealStep(ctx, logTx{pgDB: pgDB{tx}, tx: tx}, logSQL, step.AfterLock,
+			audit.Nanos(step.Before), step.Limit, sealBudget)
+		return err
+	}
+	if err := sealLocks(ctx, tx, step, res); err != nil || !res.Done {
+		return err
+	}
+	res.NextLock, res.Done = renewallog.Phase, false // the log's buckets in the next steps
+	return nil
+}
+
+// sealLocks seals the staged rows of the next step.Limit locks: the first
+// chunk of each lock of a group of sealGroup, then the rest of those of the
+// group that had more, chunk by chunk, and so on, group by group, up to
+// sealBudget renewals. Done says no lock is left.
+func sealLocks(ctx context.Context, tx pgx.Tx, step audit.SealStep, res *audit.SealResult) error {
 	rows, err := tx.Query(ctx, `SELECT l.id, `+sqlread.SyncMarkOf("l.source")+` FROM locks l
 		WHERE l.id > $1 ORDER BY l.id LIMIT $2`, step.AfterLock, step.Limit)
 	if err != nil {
@@ -242,10 +262,8 @@ func trimLastWindow(l *stagedLock) {
 // storeSealed inserts the runs, moves the staged renewals no run holds into
 // events, and deletes every staged renewal the step took from renewals.
 func storeSealed(ctx context.Context, tx pgx.Tx, runs, moved [][]any, gone []stagedLock) error {
-	if len(runs) > 0 {
-		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"renewal_runs"}, runColumns, pgx.CopyFromRows(runs)); err != nil {
-			return fmt.Errorf("insert runs: %w", err)
-		}
+	if err := copyRuns(ctx, tx, runs); err != nil {
+		return err
 	}
 	if len(moved) > 0 {
 		if _, err := tx.CopyFrom(ctx, pgx.Identifier{"events"}, eventColumns, pgx.CopyFromRows(moved)); err != nil {
@@ -270,6 +288,17 @@ func storeSealed(ctx context.Context, tx pgx.Tx, runs, moved [][]any, gone []sta
 	}
 	if n := tag.RowsAffected(); n != int64(len(ids)) {
 		return fmt.Errorf("delete sealed renewals: %d rows deleted, not the %d read", n, len(ids))
+	}
+	return nil
+}
+
+// copyRuns inserts rows of renewal_runs (runColumns).
+func copyRuns(ctx context.Context, tx pgx.Tx, runs [][]any) error {
+	if len(runs) == 0 {
+		return nil
+	}
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{"renewal_runs"}, runColumns, pgx.CopyFromRows(runs)); err != nil {
+		return fmt.Errorf("insert runs: %w", err)
 	}
 	return nil
 }

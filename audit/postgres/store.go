@@ -74,11 +74,16 @@ type Store struct {
 	// syncMark is the newest event id as of the last committed
 	// Batch.SyncMark; a restart forgets it, as the recorder forgets its
 	// round.
-	syncMark int64
+	syncMark syncMark
 	// highest is the newest event id given out as of the last committed
-	// batch, and parts the renewals table's partitions.
-	highest int64
-	parts   partitions
+	// batch, highestLog the newest renewal_log id, and parts the renewals
+	// table's partitions.
+	highest, highestLog int64
+	parts               partitions
+	// renewalRows writes every renewal as a row, as the previous release
+	// did, none into the renewal log: for tests of what sealing and
+	// retention do with such a database.
+	renewalRows bool
 }
 
 // Open connects to the database at url (postgres:// or postgresql://, or a
@@ -116,6 +121,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if s.parts, err = loadPartitions(ctx, s.writer, span); err == nil {
 		s.highest, err = highestEventID(ctx, s.writer)
+	}
+	if err == nil {
+		s.highestLog, err = highestLogID(ctx, s.writer)
 	}
 	if err != nil {
 		s.writer.Close()

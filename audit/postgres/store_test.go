@@ -41,6 +41,15 @@ func openWith(t *testing.T, url string, opts Options) *Store {
 	return s
 }
 
+// openRows is openWith of a store that writes renewals as rows, as the
+// previous release did (Store.renewalRows).
+func openRows(t *testing.T, url string, opts Options) *Store {
+	t.Helper()
+	s := openWith(t, url, opts)
+	s.renewalRows = true
+	return s
+}
+
 func TestContract(t *testing.T) { runContract(t, Options{}) }
 
 // TestContractOverManyPartitions runs the contract with partitions of
@@ -68,6 +77,7 @@ func runContract(t *testing.T, opts Options) {
 			url, _ := urls.Load(s)
 			return openWith(t, url.(string), opts)
 		},
+		Log: true,
 	})
 }
 

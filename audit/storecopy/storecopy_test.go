@@ -183,7 +183,7 @@ var hour0 = time.Date(2026, 3, 1, 8, 0, 0, 0, time.UTC)
 
 // stageNodeLeases stores locks node leases with n renewals each, every 10 s
 // from hour0 with up to 4 % of jitter, their renewTime to the microsecond,
-// synced or not: in SQLite, in its renewal log. An event of another lock
+// synced or not: in the store's renewal log. An event of another lock
 // comes last (with a sync), so that every renewal synced may be sealed.
 func stageNodeLeases(t *testing.T, s storetest.Store, locks, n int, synced bool) {
 	t.Helper()
@@ -238,11 +238,12 @@ func renewalCounts(t *testing.T, s storetest.Store) (map[string]int, int) {
 	return counts, fromRuns
 }
 
-// Renewals in SQLite's renewal log, which PostgreSQL does not have, and
-// sealed into runs are copied both ways, SQLite to PostgreSQL and back,
-// and each target reads every renewal once: none lost, none doubled. The
-// log's synced renewals arrive as runs; its unsynced ones, which a
-// restore must replay, as rows, which PostgreSQL then seals itself.
+// Renewals in either store's renewal log, which a copy does not carry as
+// it is, and sealed into runs are copied both ways, SQLite to PostgreSQL
+// and back, and each target reads every renewal once: none lost, none
+// doubled. The log's synced renewals arrive as runs; its unsynced ones,
+// which a restore must replay, as rows, which the target then seals
+// itself.
 func TestCopyRenewalRowsAndRunsBothWays(t *testing.T) {
 	const locks, each = 3, 1000 // 2.8 hours of each lock
 	dir := t.TempDir()
@@ -297,4 +298,16 @@ func TestCopyRenewalRowsAndRunsBothWays(t *testing.T) {
 	}
 	check("sealed in PostgreSQL", pgRows, true)
 	copyInto("PostgreSQL's runs into SQLite", pgRows, openSQLite(t, filepath.Join(dir, "pg-runs.db")), true)
+
+	// PostgreSQL's own log, synced (runs) and not (rows): into SQLite,
+	// and back.
+	for _, synced := range []bool{true, false} {
+		what := fmt.Sprintf("PostgreSQL's log (synced: %v)", synced)
+		pgLog := openPostgres(t, pg.Get(t).Database(t))
+		stageNodeLeases(t, pgLog, locks, each, synced)
+		check(what, pgLog, false)
+		back := openSQLite(t, filepath.Join(dir, fmt.Sprintf("pg-log-%v.db", synced)))
+		copyInto(what+" into SQLite", pgLog, back, synced)
+		copyInto(what+" back into PostgreSQL", back, openPostgres(t, pg.Get(t).Database(t)), synced)
+	}
 }

@@ -126,10 +126,11 @@ var Ignored = []string{"schema_migrations", MarkTable, "fence_refusals", "lock_v
 
 // Converted are the tables of one store's own that its Snapshot reads as
 // rows of Tables, and that a copy so leaves out of the schemas it
-// compares: SQLite's renewal log (its migration 0026), whose renewals it
-// gives as runs (those its sync marks cover) and as compact renewal rows
-// of events numbered after every row (those a restore replays), so that
-// a target without a log holds each once.
+// compares: the renewal log (SQLite's 0026, PostgreSQL's 0016), whose
+// renewals it gives as runs (those its sync marks cover) and as compact
+// renewal rows of events numbered after every row (those a restore
+// replays), so that a target, which writes no log rows of a copy, holds
+// each once.
 var Converted = []string{"renewal_log", "renewal_log_marks"}
 
 // MarkTable is the table in which a target keeps the mark of the copy it

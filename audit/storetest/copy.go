@@ -201,7 +201,7 @@ func sameHistory(t *testing.T, a, b Store, requestIDs []string, renumbered bool)
 }
 
 // unloggedIDs clears the ids of renewals: a store that logs renewals
-// (SQLite's renewal log) gives a copy its synced ones as runs and its
+// (the renewal log of either) gives a copy its synced ones as runs and its
 // unsynced ones as rows numbered after every row, so their ids differ in
 // the target; the rest of each, and their order, do not.
 func unloggedIDs(events []audit.Event) {

@@ -38,7 +38,8 @@ type Harness struct {
 	// cases that need two.
 	Second func(t *testing.T, s Store) Store
 	// Log says the store writes renewals into a renewal log (SQLite's
-	// migration 0026): the log's cases (logCases) run too.
+	// migration 0026, PostgreSQL's 0016): the log's cases (logCases) run
+	// too.
 	Log bool
 }
 

@@ -12,12 +12,12 @@ import (
 	"github.com/leasewatch/leasewatch/audit/internal/runcodec"
 )
 
-// The renewal log (SQLite migration 0026, Engine.Log): a commit's
-// renewals of one bucket of locks (runcodec.Bucket) and run window are one
-// row of renewal_log, whose renewals have the ids runcodec.LogID gives
-// them. Reads of a lock's renewals decode its groups of its bucket's rows
-// in the window, as they decode its runs, and merge them with the runs and
-// the rows.
+// The renewal log (SQLite migration 0026, PostgreSQL 0016, Engine.Log): a
+// commit's renewals of one bucket of locks (runcodec.Bucket) and run
+// window are one row of renewal_log, whose renewals have the ids
+// runcodec.LogID gives them. Reads of a lock's renewals decode its groups
+// of its bucket's rows in the window, as they decode its runs, and merge
+// them with the runs and the rows.
 
 // LogIndex is the index of a bucket's log rows by their last renewal.
 const LogIndex = "renewal_log_bucket_last"

@@ -79,7 +79,7 @@ type Engine struct {
 	// migration 0025), which the reads of renewals merge with the rows.
 	Runs bool
 	// Log says the engine writes renewals into renewal_log (SQLite
-	// migration 0026), which the reads of renewals and the journal's
+	// migration 0026, PostgreSQL 0016), which the reads of renewals and the journal's
 	// replay merge with the runs and the rows.
 	Log bool
 	// TenureJoin replaces the plain TenureJoin where the engine's planner

@@ -1,0 +1,64 @@
+package renewallog
+
+import (
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/runcodec"
+)
+
+var t0 = time.Date(2026, 3, 1, 8, 30, 0, 0, time.UTC) // half an hour before a window ends
+
+func renewal(lock string, i int) audit.Event {
+	return audit.Event{Lock: audit.LockKey{Source: "s", Name: lock}, Kind: audit.EventRenew, At: t0.Add(time.Duration(i) * time.Second),
+		TTL: 10 * time.Second, Position: "1", Seq: 1, Detail: map[string]any{"margin_ratio": 0.8}}
+}
+
+// A commit's renewals become a row per bucket and run window, packed and
+// sealed back whole; the events the log does not keep stay, in order.
+func TestSplitAndPack(t *testing.T) {
+	ids := map[string]int64{"a": 1, "b": 257, "c": 2} // a and b share bucket 1
+	var events []audit.Event
+	for i := range 3000 {
+		events = append(events, renewal([]string{"a", "b", "c"}[i%3], i))
+	}
+	grant := audit.Event{Lock: audit.LockKey{Source: "s", Name: "a"}, Kind: audit.EventGrant, At: t0, Holder: "h"}
+	odd := renewal("c", 5)
+	odd.Position = "007" // not canonical: no run holds it
+	events = append(events, grant, odd)
+	rows, rest, err := Split(events, func(k audit.LockKey) (int64, error) { return ids[k.Name], nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.EqualFunc(rest, []audit.Event{grant, odd}, func(a, b audit.Event) bool { return a.Kind == b.Kind && a.Position == b.Position }) {
+		t.Errorf("events left for rows: %+v, want the grant and the renewal no run holds", rest)
+	}
+	// 3,000 s span a window boundary: bucket 1 and 2 in each window, and
+	// bucket 1's 2,000 renewals of the first window fit one row.
+	var stored []Stored
+	renewals := 0
+	for i, r := range rows {
+		if r.Bucket != 1 && r.Bucket != 2 {
+			t.Errorf("row %d: bucket %d", i, r.Bucket)
+		}
+		if runcodec.WindowOf(r.FirstAt) != runcodec.WindowOf(r.LastAt) {
+			t.Errorf("row %d spans windows", i)
+		}
+		renewals += r.Renewals
+		stored = append(stored, Stored{ID: int64(i + 1), Data: r.Data})
+	}
+	if len(rows) != 4 || renewals != 3000 {
+		t.Errorf("%d rows of %d renewals, want 4 of 3000", len(rows), renewals)
+	}
+	runs, sealed, err := Pack(stored)
+	if err != nil || sealed != 3000 {
+		t.Fatalf("Pack: %d sealed, %v", sealed, err)
+	}
+	for _, r := range runs {
+		if r.LockID != 1 && r.LockID != 257 && r.LockID != 2 {
+			t.Errorf("a run of lock %d", r.LockID)
+		}
+	}
+}
