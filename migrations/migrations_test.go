@@ -57,7 +57,7 @@ var landed = map[string]map[string]string{
 		"0013_finding_minutes.sql":          "841996efba604010e94c11a344b6896253d284ad38144f553eac8cd81fa267c0",
 		"0014_lock_resources.sql":           "84fb1d677c827e0c0ee4827e3dbc8204bb1e29d5684eff313af5bd317274fa7f",
 		"0015_renewal_runs.sql":             "1feffd9154402ce83599c430e6105df0d9e00e2cfbd0e719b512fa757effd812",
-		"0016_renewal_log.sql":              "c5ee318fc5f036537db4ed43b3f1bc9003cbf9256f707b2efec0d835c8b5e77c",
+		"0016_renewal_log.sql":              "933a98f35e694e8c0988dc376c286cc9d7c9de96ee0062c531ae12b615221d17",
 	},
 }
 

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"testing"
 	"time"
 
@@ -168,4 +169,50 @@ func TestKillLosesNothingAcknowledged(t *testing.T) {
 		}
 	}
 	t.Logf("%d batches acknowledged, %d stored", len(got), len(states))
+}
+
+// TestFailedPipelineLeavesNothing fails a batch that is its pipeline alone
+// (renewals of a known lock, into the renewal log, and a cursor PostgreSQL
+// refuses): the server's implicit transaction keeps none of it, and the
+// next batch is stored whole, its log rows numbered after nothing of the
+// failed one.
+func TestFailedPipelineLeavesNothing(t *testing.T) {
+	ctx := context.Background()
+	s, _ := open(t)
+	b := grant("etcd", "orders", 7, 0)
+	if err := s.Apply(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	key := b.Locks[0].Lock.Key()
+	renewals := func(from int) audit.Batch {
+		var out audit.Batch
+		for i := range 10 {
+			out.Events = append(out.Events, audit.Event{Lock: key, Kind: audit.EventRenew, At: at(from + i), Seq: 1,
+				TTL: 10 * time.Second, Position: "7"})
+		}
+		out.Cursors = []audit.Cursor{{Source: "etcd", Position: "rev-" + strconv.Itoa(from), At: at(from)}}
+		return out
+	}
+	spoiled := renewals(1)
+	spoiled.Cursors = append(spoiled.Cursors, audit.Cursor{Source: "other", Position: "\xff\xfe", At: at(1)})
+	if err := s.Apply(ctx, spoiled); err == nil {
+		t.Fatal("Apply of the spoiled batch succeeded")
+	}
+	l, err := s.LockByKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, s, `SELECT count(*) FROM renewal_log`); n != 0 {
+		t.Errorf("log rows after the failed batch = %d, want none", n)
+	}
+	if err := s.Apply(ctx, renewals(20)); err != nil {
+		t.Fatalf("Apply after the failed batch: %v", err)
+	}
+	evs, err := s.Events(ctx, l.ID, audit.EventFilter{})
+	if err != nil || len(evs) != 11 {
+		t.Fatalf("events after the good batch = %d, %v; want the grant and its 10 renewals", len(evs), err)
+	}
+	if !evs[1].At.Equal(at(20)) {
+		t.Errorf("first renewal at %s, want the good batch's, at %s", evs[1].At, at(20))
+	}
 }

@@ -24,7 +24,11 @@ import (
 //
 // Three round trips carry a batch of any size: the lock upserts (whose ids
 // the rest need), the events by COPY, and every other statement in one
-// pipeline. Events are most of every batch and COPY streams them in the
+// pipeline. A batch that needs no answer of the server before its pipeline
+// (no fences, lock rows or new locks, no event rows: the renewals of known
+// locks, which go into the renewal log) is its pipeline alone, which the
+// server runs as one implicit transaction: one round trip, where BEGIN,
+// the event ids and COMMIT took three more. Events are most of every batch and COPY streams them in the
 // binary format with no statement to plan and no limit on parameters, where
 // a multi-row INSERT would be cut into chunks of at most 65,535 parameters;
 // nothing that COPY cannot do is needed of them (no ON CONFLICT: a retried
@@ -36,11 +40,17 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	w := &batchWriter{s: s, added: make(map[audit.LockKey]int64), parts: s.parts, highest: s.highest, highestLog: s.highestLog}
-	err := pgx.BeginFunc(ctx, s.writer, func(tx pgx.Tx) error {
-		w.tx = tx
-		return w.write(ctx, b)
-	})
+	w := &batchWriter{s: s, added: make(map[audit.LockKey]int64), parts: s.parts, highest: s.highest,
+		highestLog: s.highestLog, logIDs: s.logIDs}
+	err := w.write(ctx, b)
+	if w.tx != nil {
+		if err == nil {
+			err = w.tx.Commit(ctx)
+		}
+		if err != nil {
+			w.tx.Rollback(context.WithoutCancel(ctx))
+		}
+	}
 	if err != nil {
 		// Another writer may have made a partition this one tried to:
 		// the next batch goes by the catalog.
@@ -57,23 +67,37 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	if w.mark != nil {
 		s.syncMark = *w.mark
 	}
-	s.parts, s.highest, s.highestLog = w.parts, w.highest, w.highestLog
+	s.parts, s.highest, s.highestLog, s.logIDs = w.parts, w.highest, w.highestLog, w.logIDs
 	return nil
 }
 
 // batchWriter writes one batch inside one transaction.
 type batchWriter struct {
-	s     *Store // its ids and syncMark are read only here: those of committed batches
-	tx    pgx.Tx
+	s     *Store                  // its ids and syncMark are read only here: those of committed batches
+	tx    pgx.Tx                  // nil until a statement needs an answer before the pipeline (begin)
 	added map[audit.LockKey]int64 // ids resolved or created in this transaction
 	mark  *syncMark               // the batch's Batch.SyncMark, once it is committed
 	parts partitions              // the renewals partitions, with those made in this transaction
 	// highest is the newest event id given out, this batch's included,
 	// and highestLog the newest renewal_log id.
 	highest, highestLog int64
+	logIDs              idBlock // the renewal_log ids reserved and not yet given out
 
 	pipe  pgx.Batch
 	names []string // what each statement of pipe writes, for its error
+}
+
+// begin returns the batch's transaction, which begins at the first
+// statement whose answer the batch needs before its pipeline.
+func (w *batchWriter) begin(ctx context.Context) (pgx.Tx, error) {
+	if w.tx == nil {
+		tx, err := w.s.writer.Begin(ctx)
+		if err != nil {
+			return nil, err
+		}
+		w.tx = tx
+	}
+	return w.tx, nil
 }
 
 // queue adds a statement without results to the pipeline.
@@ -128,7 +152,12 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	}
 	w.putSyncMarks(b)
 	if w.pipe.Len() > 0 {
-		res := w.tx.SendBatch(ctx, &w.pipe)
+		var res pgx.BatchResults
+		if w.tx != nil {
+			res = w.tx.SendBatch(ctx, &w.pipe)
+		} else {
+			res = w.s.writer.SendBatch(ctx, &w.pipe) // one implicit transaction
+		}
 		for _, name := range w.names {
 			if _, err := res.Exec(); err != nil {
 				res.Close()
@@ -199,7 +228,11 @@ func (w *batchWriter) putFences(ctx context.Context, fences []audit.Fence) error
 			return err
 		})
 	}
-	if err := w.tx.SendBatch(ctx, &pipe).Close(); err != nil {
+	tx, err := w.begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := tx.SendBatch(ctx, &pipe).Close(); err != nil {
 		return fmt.Errorf("fences of %d sources from %s: %w", len(fences), fences[0].Source, err)
 	}
 	for i, f := range fences {
@@ -207,7 +240,7 @@ func (w *batchWriter) putFences(ctx context.Context, fences []audit.Fence) error
 			continue
 		}
 		var highest int64
-		if err := w.tx.QueryRow(ctx, `SELECT token FROM source_fences WHERE source = $1`, f.Source).Scan(&highest); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT token FROM source_fences WHERE source = $1`, f.Source).Scan(&highest); err != nil {
 			return fmt.Errorf("fence of source %s: %w", f.Source, err)
 		}
 		return audit.FencedError(f, highest)
@@ -258,7 +291,11 @@ func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) e
 			audit.Nanos(l.ExpiresAt), rowcodec.Ms(l.LeaseDuration), audit.Nanos(l.ChangedAt)).
 			QueryRow(func(row pgx.Row) error { return row.Scan(&ids[i]) })
 	}
-	if err := w.tx.SendBatch(ctx, &pipe).Close(); err != nil {
+	tx, err := w.begin(ctx)
+	if err != nil {
+		return err
+	}
+	if err := tx.SendBatch(ctx, &pipe).Close(); err != nil {
 		return fmt.Errorf("%d locks from %s: %w", len(states), states[0].Lock.Key(), err)
 	}
 	for i, st := range states {
@@ -322,10 +359,14 @@ func (w *batchWriter) lockID(ctx context.Context, key audit.LockKey) error {
 		w.added[key] = id
 		return nil
 	}
+	tx, err := w.begin(ctx)
+	if err != nil {
+		return err
+	}
 	var id int64
-	err := w.tx.QueryRow(ctx, `SELECT id FROM locks WHERE source = $1 AND name = $2`, key.Source, key.Name).Scan(&id)
+	err = tx.QueryRow(ctx, `SELECT id FROM locks WHERE source = $1 AND name = $2`, key.Source, key.Name).Scan(&id)
 	if errors.Is(err, pgx.ErrNoRows) {
-		err = w.tx.QueryRow(ctx, `INSERT INTO locks (source, name) VALUES ($1, $2) RETURNING id`, key.Source, key.Name).Scan(&id)
+		err = tx.QueryRow(ctx, `INSERT INTO locks (source, name) VALUES ($1, $2) RETURNING id`, key.Source, key.Name).Scan(&id)
 	}
 	if err != nil {
 		return fmt.Errorf("resolve lock %s: %w", key, err)
@@ -359,7 +400,11 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 			return err
 		}
 	}
-	ids, logIDs, err := w.newIDs(ctx, len(rest), len(logged))
+	ids, err := w.eventIDs(ctx, len(rest))
+	if err != nil {
+		return err
+	}
+	logIDs, err := w.newLogIDs(ctx, len(logged))
 	if err != nil {
 		return err
 	}
@@ -380,7 +425,7 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 		rows = append(rows, row)
 	}
 	if len(rows) > 0 {
-		if w.parts, err = copyEvents(ctx, w.tx, w.parts, rows); err != nil {
+		if w.parts, err = copyEvents(ctx, w.tx, w.parts, rows); err != nil { // begun by eventIDs
 			return fmt.Errorf("%d events from %s event of lock %s: %w", len(rows), rest[0].Kind, rest[0].Lock, err)
 		}
 	}
@@ -408,27 +453,66 @@ func (w *batchWriter) putLastEvents(events []audit.Event) {
 	}
 }
 
-// newIDs gives out n event ids and logRows renewal_log ids, each in
-// order, from the tables' sequences, in one round trip: the batch's events
-// go to several tables, and their ids must still follow the batch's order.
-func (w *batchWriter) newIDs(ctx context.Context, n, logRows int) (ids, logIDs []int64, err error) {
-	if n == 0 && logRows == 0 {
-		return nil, nil, nil
+// eventIDs gives out n event ids, in order, from the events table's
+// sequence: the batch's events go to two tables, and their ids must still
+// follow the batch's order.
+func (w *batchWriter) eventIDs(ctx context.Context, n int) ([]int64, error) {
+	if n == 0 {
+		return nil, nil
 	}
-	if err := w.tx.QueryRow(ctx, `SELECT ARRAY(SELECT nextval('events_id_seq') FROM generate_series(1, $1)),
-		ARRAY(SELECT nextval('renewal_log_id_seq') FROM generate_series(1, $2))`, n, logRows).Scan(&ids, &logIDs); err != nil {
-		return nil, nil, fmt.Errorf("event ids: %w", err)
+	tx, err := w.begin(ctx)
+	if err != nil {
+		return nil, err
 	}
-	if len(ids) != n || !slices.IsSorted(ids) || len(logIDs) != logRows || !slices.IsSorted(logIDs) {
-		return nil, nil, fmt.Errorf("event ids: got %d and %d log ids, not %d and %d in order", len(ids), len(logIDs), n, logRows)
+	rows, err := tx.Query(ctx, `SELECT nextval('events_id_seq') FROM generate_series(1, $1)`, n)
+	if err != nil {
+		return nil, fmt.Errorf("event ids: %w", err)
 	}
-	if n > 0 {
-		w.highest = max(w.highest, ids[n-1])
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, fmt.Errorf("event ids: %w", err)
 	}
-	if logRows > 0 {
-		w.highestLog = max(w.highestLog, logIDs[logRows-1])
+	if len(ids) != n || !slices.IsSorted(ids) {
+		return nil, fmt.Errorf("event ids: got %d ids, not %d in order", len(ids), n)
 	}
-	return ids, logIDs, nil
+	w.highest = max(w.highest, ids[n-1])
+	return ids, nil
+}
+
+// logIDBlock is how many renewal_log ids one nextval of its sequence
+// reserves: migration 0016's INCREMENT BY.
+const logIDBlock = 4096
+
+// idBlock is a block of reserved renewal_log ids, from next to end.
+type idBlock struct{ next, end int64 }
+
+// newLogIDs gives out n renewal_log ids, in order, from the block the
+// store has reserved, reserving another when it runs out: a commit's log
+// rows mostly need no round trip for their ids. An id reserved and never
+// given out (the store closed, or the batch rolled back and the store
+// reopened) is a gap, which neither the marks nor the reads mind.
+func (w *batchWriter) newLogIDs(ctx context.Context, n int) ([]int64, error) {
+	if n == 0 {
+		return nil, nil
+	}
+	ids := make([]int64, n)
+	for i := range ids {
+		if w.logIDs.next == w.logIDs.end {
+			var q querier = w.s.writer
+			if w.tx != nil {
+				q = w.tx
+			}
+			var first int64
+			if err := q.QueryRow(ctx, `SELECT nextval('renewal_log_id_seq')`).Scan(&first); err != nil {
+				return nil, fmt.Errorf("renewal log ids: %w", err)
+			}
+			w.logIDs = idBlock{next: first, end: first + logIDBlock}
+		}
+		ids[i] = w.logIDs.next
+		w.logIDs.next++
+	}
+	w.highestLog = max(w.highestLog, ids[n-1])
+	return ids, nil
 }
 
 // putLog queues the insert of the log rows, with their ids: one statement

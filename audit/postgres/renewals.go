@@ -253,10 +253,11 @@ func highestEventID(ctx context.Context, q querier) (int64, error) {
 	return n, err
 }
 
-// highestLogID is the newest renewal_log id the database has given out,
-// as highestEventID is of events.
+// highestLogID is the newest renewal_log id stored: the ids a store gives
+// out come from blocks it reserves (newLogIDs), which the sequence's value
+// does not tell.
 func highestLogID(ctx context.Context, q querier) (int64, error) {
 	var n int64
-	err := q.QueryRow(ctx, `SELECT CASE WHEN is_called THEN last_value ELSE 0 END FROM renewal_log_id_seq`).Scan(&n)
+	err := q.QueryRow(ctx, `SELECT coalesce(max(id), 0) FROM renewal_log`).Scan(&n)
 	return n, err
 }

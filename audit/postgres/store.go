@@ -76,9 +76,11 @@ type Store struct {
 	// round.
 	syncMark syncMark
 	// highest is the newest event id given out as of the last committed
-	// batch, highestLog the newest renewal_log id, and parts the renewals
-	// table's partitions.
+	// batch, highestLog the newest renewal_log id, logIDs the log ids
+	// reserved and not yet given out, and parts the renewals table's
+	// partitions.
 	highest, highestLog int64
+	logIDs              idBlock
 	parts               partitions
 	// renewalRows writes every renewal as a row, as the previous release
 	// did, none into the renewal log: for tests of what sealing and

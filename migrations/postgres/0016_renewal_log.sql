@@ -14,14 +14,16 @@
 --     reads one range of its bucket's rows by last_at, as it reads its runs
 --     (renewal_log_bucket_last).
 --   - The id is part of its renewals' ids (below 2^39: runcodec.MaxLogRowID)
---     and the sync marks below compare ids: the writer takes a commit's ids
---     from the identity's sequence, so an id is never seen again. The key on
---     id serves the replay after the marks and sealing's deletes.
+--     and the sync marks below compare ids: the writer gives a commit's rows
+--     ids from a block of 4096 that one nextval of the identity's sequence
+--     reserves (INCREMENT BY), so an id is never seen again and a commit
+--     seldom waits for its ids. The key on id serves the replay after the
+--     marks and sealing's deletes.
 --   - data is bit-packed and does not compress: STORAGE EXTERNAL, as in
 --     renewal_runs (0015).
 --   - The columns go widest first, so that none is padded.
 CREATE TABLE renewal_log (
-	id       BIGINT  GENERATED ALWAYS AS IDENTITY (MAXVALUE 549755813887) PRIMARY KEY,
+	id       BIGINT  GENERATED ALWAYS AS IDENTITY (INCREMENT BY 4096 MAXVALUE 549755809792) PRIMARY KEY,
 	first_at BIGINT  NOT NULL, -- unix ns of the earliest observed time, ms-floored
 	last_at  BIGINT  NOT NULL, -- and of the latest
 	bucket   INTEGER NOT NULL, -- lock_id % 256 of every renewal it holds
