@@ -117,13 +117,13 @@ func size(tb testing.TB, s interface {
 	return n
 }
 
-// eventTablesSize is what the events and renewals tables take, indexes
-// and TOAST included.
+// eventTablesSize is what the tables of events take, indexes and TOAST
+// included: events, the partitions of renewals and the renewal log.
 func eventTablesSize(b *testing.B, s *Store) int64 {
 	b.Helper()
 	var n int64
 	if err := s.reader.QueryRow(context.Background(), `SELECT coalesce(sum(pg_total_relation_size(oid)), 0)::bigint
-		FROM pg_class WHERE relkind = 'r' AND (relname = 'events' OR relname ~ '^renewals_[0-9]+$')`).Scan(&n); err != nil {
+		FROM pg_class WHERE relkind = 'r' AND (relname IN ('events', 'renewal_log') OR relname ~ '^renewals_[0-9]+$')`).Scan(&n); err != nil {
 		b.Fatal(err)
 	}
 	return n
