@@ -8,6 +8,7 @@
 package renewallog
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 
@@ -24,14 +25,12 @@ type Row struct {
 }
 
 // Split returns the log rows of the events the log keeps, a row per
-// bucket and run window (at most runcodec.MaxRenewals renewals each), and
-// the other events, in order, for rows. lockID gives a logged renewal's
-// lock id.
+// bucket and run window (at most runcodec.MaxRenewals renewals each), in
+// bucket order, and the other events, in order, for rows. lockID gives a
+// logged renewal's lock id.
 func Split(events []audit.Event, lockID func(audit.LockKey) (int64, error)) ([]Row, []audit.Event, error) {
-	type key struct{ bucket, window int64 }
 	rest := events[:0:0]
-	var keys []key
-	groups := make(map[key][]runcodec.Logged)
+	all := make([]runcodec.Logged, 0, len(events))
 	for _, e := range events {
 		l, ok, err := logged(e)
 		if err == nil && ok {
@@ -40,27 +39,37 @@ func Split(events []audit.Event, lockID func(audit.LockKey) (int64, error)) ([]R
 		if err != nil {
 			return nil, nil, err
 		}
-		if !ok {
+		if ok {
+			all = append(all, l)
+		} else {
 			rest = append(rest, e)
-			continue
 		}
-		k := key{runcodec.Bucket(l.LockID), runcodec.WindowOf(l.At)}
-		if _, seen := groups[k]; !seen {
-			keys = append(keys, k)
-		}
-		groups[k] = append(groups[k], l)
 	}
+	// Stable: each lock's renewals keep the order they were stored in.
+	slices.SortStableFunc(all, func(a, b runcodec.Logged) int {
+		return cmp.Or(cmp.Compare(runcodec.Bucket(a.LockID), runcodec.Bucket(b.LockID)),
+			cmp.Compare(runcodec.WindowOf(a.At), runcodec.WindowOf(b.At)))
+	})
 	var rows []Row
-	for _, k := range keys {
-		for chunk := range slices.Chunk(groups[k], runcodec.MaxRenewals) {
-			row, err := runcodec.EncodeLog(chunk)
-			if err != nil {
-				return nil, nil, err
-			}
-			rows = append(rows, Row{Bucket: k.bucket, LogRow: row})
+	for start := 0; start < len(all); {
+		end := start + 1
+		for end < len(all) && end-start < runcodec.MaxRenewals && sameRow(all[start], all[end]) {
+			end++
 		}
+		row, err := runcodec.EncodeLog(all[start:end])
+		if err != nil {
+			return nil, nil, err
+		}
+		rows = append(rows, Row{Bucket: runcodec.Bucket(all[start].LockID), LogRow: row})
+		start = end
 	}
 	return rows, rest, nil
+}
+
+// sameRow reports whether a and b go into one log row: of one bucket and
+// run window.
+func sameRow(a, b runcodec.Logged) bool {
+	return runcodec.Bucket(a.LockID) == runcodec.Bucket(b.LockID) && runcodec.WindowOf(a.At) == runcodec.WindowOf(b.At)
 }
 
 // logged returns e as the log keeps it, but for its lock id, and false for
