@@ -20,7 +20,10 @@ const logRowsPerInsert = 32
 var logInsertMany = logInsert + strings.Repeat(", (?, ?, ?, ?, ?)", logRowsPerInsert-1)
 
 const (
-	logInsert = `INSERT INTO renewal_log (bucket, first_at, last_at, renewals, data) VALUES (?, ?, ?, ?, ?)`
+	// OR FAIL: a failed statement fails the whole transaction, so a
+	// statement of many rows needs no statement journal to undo its own
+	// rows (with ABORT, SQLite copied every page it touched first).
+	logInsert = `INSERT OR FAIL INTO renewal_log (bucket, first_at, last_at, renewals, data) VALUES (?, ?, ?, ?, ?)`
 	// A sync of the whole store raises every source's log mark with its own.
 	logMarksSyncedTo   = `UPDATE renewal_log_marks SET synced_log = max(synced_log, ?)`
 	logSourcesSyncedTo = `INSERT INTO renewal_log_marks (source, synced_log) SELECT value, ?2 FROM json_each(?1) WHERE true

@@ -149,7 +149,7 @@ func sameHistory(t *testing.T, a, b Store, requestIDs []string, renumbered bool)
 		}
 		r.Unsynced, err = s.Unsynced(ctx)
 		check("Unsynced", err)
-		unloggedIDs(r.Unsynced)
+		asCopied(r.Unsynced)
 		r.Stored, err = s.StoredWrites(ctx, requestIDs)
 		check("StoredWrites", err)
 		// In no order the contract gives.
@@ -161,7 +161,7 @@ func sameHistory(t *testing.T, a, b Store, requestIDs []string, renumbered bool)
 		for _, l := range r.Locks {
 			r.Events[l.ID], err = s.Events(ctx, l.ID, audit.EventFilter{TimeFilter: audit.TimeFilter{Limit: audit.MaxListLimit}})
 			check("Events", err)
-			unloggedIDs(r.Events[l.ID])
+			asCopied(r.Events[l.ID])
 			for i := range r.Events[l.ID] {
 				if renumbered {
 					r.Events[l.ID][i].ID = 0
@@ -175,6 +175,9 @@ func sameHistory(t *testing.T, a, b Store, requestIDs []string, renumbered bool)
 			}
 			r.Renewals[l.ID], err = s.EventTimes(ctx, l.ID, audit.EventRenew, audit.TimeFilter{})
 			check("EventTimes", err)
+			for i, at := range r.Renewals[l.ID] {
+				r.Renewals[l.ID][i] = at.Truncate(time.Millisecond)
+			}
 			r.Counts[l.ID], err = s.WriteCounts(ctx, l.ID, audit.WriteAccepted, audit.BinFilter{From: At(0), To: At(100), Bins: 10})
 			check("WriteCounts", err)
 			r.Tenures[l.ID], err = s.Tenures(ctx, l.ID, audit.TimeFilter{})
@@ -200,14 +203,17 @@ func sameHistory(t *testing.T, a, b Store, requestIDs []string, renumbered bool)
 	Equal(t, "history", read(b), read(a))
 }
 
-// unloggedIDs clears the ids of renewals: a store that logs renewals
-// (the renewal log of either) gives a copy its synced ones as runs and its
-// unsynced ones as rows numbered after every row, so their ids differ in
-// the target; the rest of each, and their order, do not.
-func unloggedIDs(events []audit.Event) {
+// asCopied clears the ids of renewals and keeps their observed times to
+// the millisecond: a store that logs renewals (the renewal log of either) gives
+// a copy its synced ones as runs, which keep the observed time to the
+// millisecond as sealing does, and its unsynced ones as rows numbered
+// after every row, so their ids differ in the target; the rest of each,
+// and their order, do not.
+func asCopied(events []audit.Event) {
 	for i, e := range events {
 		if e.Kind == audit.EventRenew {
 			events[i].ID = 0
+			events[i].At = e.At.Truncate(time.Millisecond)
 		}
 	}
 }

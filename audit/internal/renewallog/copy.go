@@ -18,7 +18,8 @@ import (
 //   - a lock group of a log row at or below its source's log mark is a
 //     run: its data is a run already, of one tenure and detail, and a log
 //     row's renewals share a run window. It gets a run id after the
-//     largest the snapshot has.
+//     largest the snapshot has, and keeps, as sealing would, the observed
+//     times to the millisecond (the log keeps their nanoseconds).
 //   - a renewal of a row after the mark, which a restore must replay, is
 //     a compact renewal row of events, numbered after the snapshot's
 //     largest event id, so after every sync mark, in the order Unsynced
