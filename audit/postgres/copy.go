@@ -29,8 +29,11 @@ var (
 // is refused by the copy, naming what differs). A service may write to the
 // database meanwhile: each snapshot is one REPEATABLE READ transaction,
 // which sees what was committed before it began and nothing after.
+// It reads as the store does too (its Reader methods), for tools that
+// check what a running service stored.
 type Source struct {
 	pool *pgxpool.Pool
+	reads
 }
 
 // OpenSource connects to the database at url, as Open accepts it.
@@ -59,7 +62,7 @@ func OpenSourceWith(ctx context.Context, url string, opts Options) (*Source, err
 		pool.Close()
 		return nil, fmt.Errorf("open database: %w", storageError(err))
 	}
-	return &Source{pool: pool}, nil
+	return &Source{pool: pool, reads: reads{Engine: engine(pool)}}, nil
 }
 
 // Snapshot begins a read-only REPEATABLE READ transaction.

@@ -4,6 +4,7 @@ import (
 	"context"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
 	"github.com/leasewatch/leasewatch/audit/internal/sqlread"
@@ -18,12 +19,12 @@ var dialect = rowcodec.Dialect{Numbered: true, Like: "ILIKE", Wide: "::numeric",
 
 // engine is what the shared reads need of PostgreSQL. It plans by
 // statistics, so the reads name no indexes.
-func (s *Store) engine() sqlread.Engine {
+func engine(pool *pgxpool.Pool) sqlread.Engine {
 	return sqlread.Engine{
 		Dialect: dialect,
-		Pool:    pgDB{s.reader},
+		Pool:    pgDB{pool},
 		Begin: func(ctx context.Context) (sqlread.DB, func(), error) {
-			tx, err := s.reader.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
+			tx, err := pool.BeginTx(ctx, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly})
 			if err != nil {
 				return nil, nil, err
 			}

@@ -135,7 +135,7 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		s.writer.Close()
 		return nil, fmt.Errorf("open read pool: %w", err)
 	}
-	s.reads = reads{Engine: s.engine()}
+	s.reads = reads{Engine: engine(s.reader)}
 	return s, nil
 }
 

@@ -31,9 +31,11 @@ var (
 // open meanwhile: each snapshot is one SQLite read transaction, which in
 // WAL mode sees the last batch committed before it began and nothing after,
 // and holds up no writer (only checkpoints, so the -wal file grows while a
-// copy reads).
+// copy reads). It reads as the store does too (its Reader methods), for
+// tools that check what a running service stored.
 type Source struct {
 	db *sql.DB
+	reads
 }
 
 // OpenSource opens the database file at path for reading. It fails if the
@@ -59,7 +61,7 @@ func OpenSource(ctx context.Context, path string) (*Source, error) {
 		db.Close()
 		return nil, fmt.Errorf("open database: %w", storageError(err))
 	}
-	return &Source{db: db}, nil
+	return &Source{db: db, reads: reads{Engine: engine(newReadPool(db))}}, nil
 }
 
 // Snapshot begins a read transaction on the file.

@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/utils/ptr"
 
+	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes/kubetest"
 )
 
@@ -440,29 +441,17 @@ func (e storedEvent) key() string {
 
 // recordedWrites returns, from leasewatch's database, the events of
 // source that stand for a Lease write (observed, grant, renew), by lock name
-// in the order stored.
+// in (at, id) order.
 func recordedWrites(ctx context.Context, database, source string) (map[string][]storedEvent, error) {
-	db, err := openDatabase(database)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT l.name, e.kind, e.position, coalesce(e.renewed_at, 0) FROM `+eventsOf(database)+` e JOIN locks l ON l.id = e.lock_id
-		WHERE l.source = $1 AND e.kind IN ('observed', 'grant', 'renew') ORDER BY e.id`, source)
+	out := make(map[string][]storedEvent)
+	err := storedEvents(ctx, database, source, []audit.EventKind{audit.EventObserved, audit.EventGrant, audit.EventRenew},
+		func(name string, e audit.Event) {
+			out[name] = append(out[name], storedEvent{kind: string(e.Kind), position: e.Position, renewedAt: renewedAt(e)})
+		})
 	if err != nil {
 		return nil, fmt.Errorf("read stored Lease writes: %w", err)
 	}
-	defer rows.Close()
-	out := make(map[string][]storedEvent)
-	for rows.Next() {
-		var name string
-		var e storedEvent
-		if err := rows.Scan(&name, &e.kind, &e.position, &e.renewedAt); err != nil {
-			return nil, err
-		}
-		out[name] = append(out[name], e)
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // checkLeases compares, Lease by Lease, every write the apiserver committed

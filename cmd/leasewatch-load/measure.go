@@ -11,6 +11,8 @@ import (
 
 	dto "github.com/prometheus/client_model/go"
 	_ "modernc.org/sqlite" // openDatabase reads leasewatch's SQLite database
+
+	"github.com/leasewatch/leasewatch/audit"
 )
 
 // window is what leasewatch did over the measured part of a run.
@@ -161,27 +163,12 @@ func dispatch(ctx context.Context, n int, period time.Duration, send func(i int)
 // many events of kind each of source's locks has: the per-lock side of a
 // comparison whose totals could hide a miss behind a duplicate.
 func recordedPerLock(ctx context.Context, database, source, kind string) (map[string]int64, error) {
-	db, err := openDatabase(database)
-	if err != nil {
-		return nil, err
-	}
-	defer db.Close()
-	rows, err := db.QueryContext(ctx, `SELECT l.name, count(*) FROM `+eventsOf(database)+` e JOIN locks l ON l.id = e.lock_id
-		WHERE l.source = $1 AND e.kind = $2 GROUP BY l.name`, source, kind)
+	out := make(map[string]int64)
+	err := storedEvents(ctx, database, source, []audit.EventKind{audit.EventKind(kind)}, func(name string, _ audit.Event) { out[name]++ })
 	if err != nil {
 		return nil, fmt.Errorf("count %s events per lock: %w", kind, err)
 	}
-	defer rows.Close()
-	out := make(map[string]int64)
-	for rows.Next() {
-		var name string
-		var n int64
-		if err := rows.Scan(&name, &n); err != nil {
-			return nil, err
-		}
-		out[name] = n
-	}
-	return out, rows.Err()
+	return out, nil
 }
 
 // compareCounts compares what a load made of each lock (by name) with what

@@ -266,16 +266,6 @@ func (h histogramDelta) count() float64 {
 // sqliteIn is the SQLite database of a leasewatch process whose folder is dir.
 func sqliteIn(dir string) string { return filepath.Join(dir, "leasewatch.db") }
 
-// eventsOf is where database keeps every event, renewals included: the
-// events table of SQLite, the timeline view of PostgreSQL (its renewals
-// are in a table of their own).
-func eventsOf(database string) string {
-	if strings.HasPrefix(database, "postgres://") {
-		return "timeline"
-	}
-	return "events"
-}
-
 // openDatabase opens leasewatch's database read-only: a SQLite file, or a
 // postgres:// URL. Queries use $1 placeholders, which both understand.
 func openDatabase(database string) (*sql.DB, error) {
