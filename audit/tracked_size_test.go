@@ -2,6 +2,7 @@ package audit
 
 import (
 	"testing"
+	"time"
 	"unsafe"
 )
 
@@ -39,5 +40,27 @@ func TestTrackerCodesRoundTrip(t *testing.T) {
 	}
 	if l := st.lock(); l.Kind != "consul" || l.Class != ClassHeartbeat || l.Key() != key {
 		t.Fatalf("lock() = %+v, want consul heartbeat %v", l, key)
+	}
+}
+
+// A renewal waiting for the next sync takes 40 bytes besides its key (every
+// heartbeat of a large cluster has one), and comes back as it was put, with
+// whether it is a heartbeat's.
+func TestUnsavedRenewalPacked(t *testing.T) {
+	if n := unsafe.Sizeof(packedRenewal{}); n > 40 {
+		t.Errorf("packedRenewal takes %d bytes, want at most 40", n)
+	}
+	m := make(unsavedRenewals)
+	at := time.Date(2026, 12, 7, 9, 0, 0, 0, time.UTC)
+	for _, heartbeat := range []bool{false, true} {
+		for _, seq := range []int64{0, 1, 7, 1 << 40} {
+			rn := Renewal{Lock: LockKey{Source: "k8s", Name: "kube-node-lease/node-1"}, Seq: seq, Renewals: 3,
+				RenewedAt: at, ExpiresAt: at.Add(40 * time.Second), LeaseDuration: 40 * time.Second}
+			m.put(rn, heartbeat)
+			got, ok := m.get(rn.Lock)
+			if !ok || got != rn || m[rn.Lock].heartbeat() != heartbeat {
+				t.Errorf("put %+v (heartbeat %v), got %+v (heartbeat %v)", rn, heartbeat, got, m[rn.Lock].heartbeat())
+			}
+		}
 	}
 }
