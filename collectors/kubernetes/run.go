@@ -100,16 +100,23 @@ type run struct {
 	resumedAt time.Time
 }
 
-// seen is the tenure a Lease showed when the collector last saw it.
+// seen is the tenure a Lease showed when the collector last saw it, kept
+// for every Lease of the cluster (130,000 in the largest). Its name and
+// holder are the strings the Lease's first observation brought: observe
+// hands them on with each later one, in place of the copies each decoded
+// event brings, so that the tracker, the recorder and the store keep one
+// copy of each between them. Its renewal time is Unix nanoseconds
+// (audit.Nanos), 8 bytes where a time.Time takes 24.
 type seen struct {
+	name      string
 	holder    string
 	token     *int64
-	renewedAt time.Time
+	renewedAt int64
 	duration  time.Duration
 }
 
 func seenOf(ob audit.Observation) seen {
-	return seen{holder: ob.Holder, token: ob.Token, renewedAt: ob.RenewedAt, duration: ob.LeaseDuration}
+	return seen{name: ob.Lock.Name, holder: ob.Holder, token: ob.Token, renewedAt: audit.Nanos(ob.RenewedAt), duration: ob.LeaseDuration}
 }
 
 // continuedBy reports whether ob, a held Lease, continues the tenure s: the
@@ -127,7 +134,7 @@ func (s seen) continuedBy(ob audit.Observation, now time.Time) bool {
 		written = now
 	}
 	return s.holder == ob.Holder && tokenEqual(s.token, ob.Token) &&
-		!expired(audit.Observation{LeaseDuration: s.duration, RenewedAt: s.renewedAt}, written)
+		!expired(audit.Observation{LeaseDuration: s.duration, RenewedAt: audit.TimeOf(s.renewedAt)}, written)
 }
 
 func newRun(c *Collector, sink collectors.Sink) *run {
@@ -194,7 +201,7 @@ func (r *run) start(ctx context.Context) error {
 // A Lease whose holder let it run out by the collector's clock is not held.
 func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 	rvs := make(map[string]string, len(r.c.scopes))
-	var leases []listed
+	var leases []audit.Observation
 	for _, ns := range r.c.scopes {
 		items, rv, err := r.list(ctx, ns)
 		if err != nil {
@@ -210,16 +217,18 @@ func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 		blind.To = now
 	}
 	r.leases = make(map[string]seen, len(leases))
-	var obs []audit.Observation
-	for _, l := range leases {
-		ob := l.ob
+	// The held Leases' observations, kept in place of the list's: one
+	// observation of each Lease at a time, not two.
+	obs := leases[:0]
+	for _, ob := range leases {
 		r.leases[ob.Lock.Name] = seenOf(ob)
-		if !l.held || expired(ob, now) {
+		if ob.Kind != audit.EventGrant || expired(ob, now) { // not held (decodeLease)
 			continue
 		}
 		ob.Lock.Source, ob.Kind, ob.Inferred, ob.At = r.c.cfg.Name, kind, inferred, now
 		obs = append(obs, ob)
 	}
+	clear(leases[len(obs):]) // the details of the Leases not held
 	sort.Slice(obs, func(i, j int) bool { return obs[i].Lock.Name < obs[j].Lock.Name })
 	in := r.input(now, obs, rvs)
 	in.Blind, in.Snapshot, in.Live = blind, true, true // a list is current as of now
@@ -231,19 +240,14 @@ func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 	return nil
 }
 
-// listed is a Lease of a list, decoded as it came (decodeLease): a page's
-// Leases, managedFields and all, are dropped as soon as it is read, which
-// at 130,000 Leases was hundreds of MiB until the snapshot was stored.
-type listed struct {
-	ob   audit.Observation
-	held bool
-}
-
 // list reads every Lease of one scope, page by page, and returns them with
-// the list's resourceVersion. A continue token that expired midway (the
+// the list's resourceVersion, each decoded as it came (decodeLease; a grant
+// when held): a page's Leases, managedFields and all, are dropped as soon
+// as it is read, which at 130,000 Leases was hundreds of MiB until the
+// snapshot was stored. A continue token that expired midway (the
 // pages are served from one snapshot, which compaction can remove) starts
 // the list over.
-func (r *run) list(ctx context.Context, ns string) ([]listed, string, error) {
+func (r *run) list(ctx context.Context, ns string) ([]audit.Observation, string, error) {
 	for attempt := 0; ; attempt++ {
 		items, rv, err := r.listOnce(ctx, ns)
 		if err != nil && apierrors.IsResourceExpired(err) && attempt < 3 {
@@ -254,8 +258,8 @@ func (r *run) list(ctx context.Context, ns string) ([]listed, string, error) {
 	}
 }
 
-func (r *run) listOnce(ctx context.Context, ns string) ([]listed, string, error) {
-	var items []listed
+func (r *run) listOnce(ctx context.Context, ns string) ([]audit.Observation, string, error) {
+	var items []audit.Observation
 	opts := metav1.ListOptions{Limit: listPageSize}
 	for {
 		lctx, cancel := context.WithTimeout(ctx, listTimeout)
@@ -264,15 +268,27 @@ func (r *run) listOnce(ctx context.Context, ns string) ([]listed, string, error)
 		if err != nil {
 			return nil, "", fmt.Errorf("list Leases %s: %w", scopeName(ns), err)
 		}
-		for i := range page.Items {
-			ob, held := decodeLease(&page.Items[i], r.c.heartbeatNS)
-			items = append(items, listed{ob, held})
-		}
+		items = r.decodePage(items, page)
 		if page.Continue == "" {
 			return items, page.ResourceVersion, nil
 		}
 		opts.Continue = page.Continue
 	}
+}
+
+// decodePage adds the Leases of one page of a list to items, sized at the
+// first page for the whole list where the apiserver says how many remain,
+// so that 130,000 Leases' observations are not copied to ever larger
+// arrays.
+func (r *run) decodePage(items []audit.Observation, page *coordinationv1.LeaseList) []audit.Observation {
+	if items == nil && page.RemainingItemCount != nil && *page.RemainingItemCount > 0 {
+		items = make([]audit.Observation, 0, len(page.Items)+int(*page.RemainingItemCount))
+	}
+	for i := range page.Items {
+		ob, _ := decodeLease(&page.Items[i], r.c.heartbeatNS)
+		items = append(items, ob)
+	}
+	return items
 }
 
 // message is one thing a watch delivered: an event, or the end of its
@@ -700,6 +716,9 @@ func (r *run) observe(typ watch.EventType, l *coordinationv1.Lease, now time.Tim
 	ob.Lock.Source, ob.At = r.c.cfg.Name, now
 	key := ob.Lock.Name
 	prev, known := r.leases[key]
+	if known {
+		ob.Lock.Name = prev.name // the copy the others keep (seen)
+	}
 	if typ == watch.Deleted {
 		delete(r.leases, key)
 		if !held {
@@ -710,8 +729,12 @@ func (r *run) observe(typ watch.EventType, l *coordinationv1.Lease, now time.Tim
 		ob.Detail = withDetail(leaseDetail(l), "deleted", true)
 		return ob, true
 	}
-	r.leases[key] = seenOf(ob)
-	if held && known && prev.continuedBy(ob, now) {
+	renewal := held && known && prev.continuedBy(ob, now)
+	if renewal {
+		ob.Holder, ob.Token = prev.holder, prev.token // the same, as kept
+	}
+	r.leases[ob.Lock.Name] = seenOf(ob)
+	if renewal {
 		// A renewal keeps no resourceVersion: it is the apiserver's global
 		// etcd revision, which nothing reads of a renewal, and the store would
 		// keep it for every heartbeat. The cursor still moves past it (apply).
