@@ -117,7 +117,7 @@ func (t *Tracker) zombieBelief(o *output, st *lockState, b Belief, z zombieOf) {
 	}
 	detail := map[string]any{"since": z.since.UTC().Format(time.RFC3339Nano), "after_ms": after.Milliseconds()}
 	if z.ten != nil {
-		detail["end"] = string(z.ten.end)
+		detail["end"] = z.ten.end.String()
 	}
 	o.event(st, Event{Kind: EventZombieBelief, At: b.At, Holder: holder, Token: Int64(b.Token), Detail: detail})
 	o.changed(st)

@@ -80,7 +80,7 @@ func (c HealthConfig) withDefaults() HealthConfig {
 // flapping raises a flapping finding when the grant just made (the newest
 // tenure) is one more than FlappingPerHour within the hour up to it.
 func (t *Tracker) flapping(o *output, st *lockState) {
-	if st.class == ClassHeartbeat || len(st.recent) <= t.cfg.Health.FlappingPerHour {
+	if st.class() == ClassHeartbeat || len(st.recent) <= t.cfg.Health.FlappingPerHour {
 		return
 	}
 	newest := &st.recent[len(st.recent)-1]
@@ -125,7 +125,7 @@ func listed(names []string) string {
 func (t *Tracker) markLeaderless(st *lockState) {
 	st.leaderlessDue = 0
 	n := len(st.recent)
-	if n == 0 || st.class == ClassHeartbeat {
+	if n == 0 || st.class() == ClassHeartbeat {
 		return
 	}
 	last := &st.recent[n-1]
@@ -151,7 +151,7 @@ func (t *Tracker) leaderless(o *output, st *lockState) {
 	last := &st.recent[len(st.recent)-1]
 	o.finding(st, Finding{Kind: FindingLeaderless, At: last.endedAt(), Tokens: tokens(last.token), Holders: holders(last.holder),
 		Summary: fmt.Sprintf("nobody has held the lock since %s %s at %s, for longer than the %s a lock that is normally held may go without a holder",
-			orUnknown(last.holder), endedHow(last.end), last.endedAt().UTC().Format(time.RFC3339), t.cfg.Health.LeaderlessAfter)})
+			orUnknown(last.holder), endedHow(last.end.reason()), last.endedAt().UTC().Format(time.RFC3339), t.cfg.Health.LeaderlessAfter)})
 }
 
 func endedHow(r EndReason) string {

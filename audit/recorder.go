@@ -686,7 +686,7 @@ func (r *Recorder) syncRows(b Batch, due bool) Batch {
 		now := r.now()
 		r.partial = now.Sub(r.lastMark) < max(r.heartbeatSyncEvery, r.syncEvery)
 		for k, p := range r.unsaved {
-			if !r.partial || !p.heartbeat {
+			if !r.partial || !p.heartbeat() {
 				r.round = append(r.round, k)
 			}
 		}

@@ -1,18 +1,21 @@
 package audit
 
 import (
+	"fmt"
 	"slices"
+	"sync"
+	"sync/atomic"
 	"time"
 )
 
 // lockState is what the tracker keeps of one lock: a TrackState in compact
 // form. The lock's current state is not kept but derived from its newest
 // tenure (lock), and tenures keep their times as Unix nanoseconds. A busy
-// source has a hundred thousand locks, so each byte here counts that often.
+// source has a hundred thousand locks, so each byte here counts that often:
+// its kind and class, the same for most locks, are one code (lockMetas).
 type lockState struct {
 	key            LockKey
-	kind           SourceKind
-	class          Class
+	meta           uint16   // lockMetas' code of the lock's kind and class
 	recent         []tenure // newest last, consecutive by seq up to nextSeq; the last is current while held
 	nextSeq        int64    // the seq of the newest grant, 0 before the first
 	lastGrantToken *int64
@@ -35,6 +38,90 @@ type lockState struct {
 type reported struct {
 	flappingAt, tightSeq, skewSeq int64
 	zombies                       []ZombieMark
+}
+
+// lockMeta is what a lock shares with most others: its source's kind and
+// its class.
+type lockMeta struct {
+	kind  SourceKind
+	class Class
+}
+
+// lockMetas codes each lock's kind and class; endReasons each tenure's end,
+// "" (still held) being 0.
+var (
+	lockMetas  codebook[lockMeta]
+	endReasons = newCodebook("", EndReleased, EndExpired, EndSuperseded)
+)
+
+func (st *lockState) kind() SourceKind { return lockMetas.value(st.meta).kind }
+func (st *lockState) class() Class     { return lockMetas.value(st.meta).class }
+
+func (st *lockState) setKind(kind SourceKind) {
+	st.meta = lockMetas.code(lockMeta{kind: kind, class: st.class()})
+}
+
+func (st *lockState) setClass(class Class) {
+	st.meta = lockMetas.code(lockMeta{kind: st.kind(), class: class})
+}
+
+// newLockState returns the state of a lock not seen before.
+func newLockState(key LockKey, kind SourceKind, class Class) *lockState {
+	return &lockState{key: key, meta: lockMetas.code(lockMeta{kind: kind, class: class})}
+}
+
+// codebook gives each distinct value it is handed a small code, for what
+// the tracker keeps per lock or tenure that takes few values across a
+// process: two bytes or one where a string takes 16. Codes are never
+// reused, so one read takes no lock.
+type codebook[T comparable] struct {
+	mu     sync.Mutex
+	values atomic.Pointer[[]T] // by code; replaced, never changed, to add one
+}
+
+func newCodebook[T comparable](values ...T) *codebook[T] {
+	c := &codebook[T]{}
+	c.values.Store(&values)
+	return c
+}
+
+// code returns v's code, adding v when it is new.
+func (c *codebook[T]) code(v T) uint16 {
+	if i := c.index(v); i >= 0 {
+		return uint16(i)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if i := c.index(v); i >= 0 {
+		return uint16(i)
+	}
+	var values []T
+	if p := c.values.Load(); p != nil {
+		values = *p
+	}
+	if len(values) > 1<<16-1 {
+		panic(fmt.Sprintf("audit: more than %d distinct %T values", 1<<16, v))
+	}
+	values = append(slices.Clip(values), v)
+	c.values.Store(&values)
+	return uint16(len(values) - 1)
+}
+
+func (c *codebook[T]) index(v T) int {
+	if p := c.values.Load(); p != nil {
+		return slices.Index(*p, v)
+	}
+	return -1
+}
+
+// value returns the value of a code code returned; the zero value for 0 in
+// a codebook made empty.
+func (c *codebook[T]) value(code uint16) T {
+	var v T
+	if p := c.values.Load(); p != nil && int(code) < len(*p) {
+		v = (*p)[code]
+	}
+	return v
 }
 
 // health returns what st has reported, to be changed.
@@ -67,7 +154,7 @@ type tenure struct {
 	ended    int64 // NoNanos while held
 	lease    time.Duration
 	renewals int64
-	end      EndReason // empty while held
+	end      endCode // endHeld while held
 	observed bool
 	// samples and gapMS are how many of the holder's renewal intervals
 	// the tenure has seen and their typical length in milliseconds
@@ -77,7 +164,26 @@ type tenure struct {
 	gapMS   int32
 }
 
-func (tn *tenure) held() bool { return tn.end == "" }
+// endCode is a tenure's EndReason as endReasons codes it: one byte, which
+// with the fields beside it takes a tenure from the 128-byte size class to
+// the 112-byte one.
+type endCode uint8
+
+// endHeld is the end of a tenure still held.
+const endHeld endCode = 0
+
+func endOf(r EndReason) endCode {
+	code := endReasons.code(r)
+	if code > 255 {
+		panic(fmt.Sprintf("audit: more than 256 distinct tenure end reasons: %q", r))
+	}
+	return endCode(code)
+}
+
+func (e endCode) reason() EndReason { return endReasons.value(uint16(e)) }
+func (e endCode) String() string    { return string(e.reason()) }
+
+func (tn *tenure) held() bool { return tn.end == endHeld }
 
 func (tn *tenure) grantedAt() time.Time { return timeOf(tn.granted) }
 func (tn *tenure) renewedAt() time.Time { return timeOf(tn.renewed) }
@@ -90,7 +196,7 @@ func (tn *tenure) export(key LockKey) Tenure {
 		Lock: key, Seq: tn.seq, Holder: tn.holder, Token: tn.token,
 		GrantedAt: tn.grantedAt(), Observed: tn.observed, Position: tn.position,
 		Renewals: tn.renewals, LastRenewedAt: tn.renewedAt(), LeaseDuration: tn.lease,
-		ExpiresAt: tn.expiresAt(), EndedAt: tn.endedAt(), End: tn.end,
+		ExpiresAt: tn.expiresAt(), EndedAt: tn.endedAt(), End: tn.end.reason(),
 	}
 }
 
@@ -98,7 +204,7 @@ func tenureOf(t Tenure) tenure {
 	return tenure{
 		seq: t.Seq, holder: t.Holder, token: t.Token, position: t.Position,
 		granted: nanos(t.GrantedAt), renewed: nanos(t.LastRenewedAt), expires: nanos(t.ExpiresAt), ended: nanos(t.EndedAt),
-		lease: t.LeaseDuration, renewals: t.Renewals, end: t.End, observed: t.Observed,
+		lease: t.LeaseDuration, renewals: t.Renewals, end: endOf(t.End), observed: t.Observed,
 	}
 }
 
@@ -106,14 +212,15 @@ func tenureOf(t Tenure) tenure {
 // tenure: held by it; expired, naming it, after it expired; free after it
 // was released, or before any grant.
 func (st *lockState) lock() Lock {
-	l := Lock{Source: st.key.Source, Name: st.key.Name, Kind: st.kind, Class: st.class, State: StateFree}
+	meta := lockMetas.value(st.meta)
+	l := Lock{Source: st.key.Source, Name: st.key.Name, Kind: meta.kind, Class: meta.class, State: StateFree}
 	n := len(st.recent)
 	if n == 0 {
 		return l
 	}
 	ten := &st.recent[n-1]
 	l.LeaseDuration = ten.lease
-	switch ten.end {
+	switch ten.end.reason() {
 	case "":
 		l.State, l.ChangedAt = StateHeld, ten.grantedAt()
 	case EndExpired:
@@ -157,7 +264,7 @@ func (st *lockState) export() TrackState {
 // tracker wrote both.
 func lockStateOf(ts TrackState) *lockState {
 	st := &lockState{
-		key: ts.Lock.Key(), kind: ts.Lock.Kind, class: ts.Lock.Class, nextSeq: ts.NextSeq, lastGrantToken: ts.LastGrantToken,
+		key: ts.Lock.Key(), meta: lockMetas.code(lockMeta{kind: ts.Lock.Kind, class: ts.Lock.Class}), nextSeq: ts.NextSeq, lastGrantToken: ts.LastGrantToken,
 		expireByClock: ts.ExpireByClock, sequentialTokens: ts.SequentialTokens, tokenPerTenure: ts.TokenPerTenure,
 		unfencedReported: ts.UnfencedReported,
 		resources:        cloneResources(ts.Resources),

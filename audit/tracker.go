@@ -168,7 +168,7 @@ func (t *Tracker) Lock(key LockKey) (Lock, bool) {
 // Class returns the tracked lock's class, "" when it is not tracked.
 func (t *Tracker) Class(key LockKey) Class {
 	if st, ok := t.locks[key]; ok {
-		return st.class
+		return st.class()
 	}
 	return ""
 }
@@ -207,12 +207,12 @@ func (t *Tracker) Observe(in Input) Batch {
 	for _, ob := range in.Observations {
 		st := t.lock(o, ob.Lock, in.Kind)
 		if st.expireByClock != in.ExpireByClock || st.sequentialTokens != in.SequentialTokens ||
-			st.tokenPerTenure != in.TokenPerTenure || (ob.Class != "" && ob.Class != st.class) {
+			st.tokenPerTenure != in.TokenPerTenure || (ob.Class != "" && ob.Class != st.class()) {
 			o.changed(st)
 		}
 		st.expireByClock, st.sequentialTokens, st.tokenPerTenure = in.ExpireByClock, in.SequentialTokens, in.TokenPerTenure
-		if ob.Class != "" {
-			st.class = ob.Class
+		if ob.Class != "" && ob.Class != st.class() {
+			st.setClass(ob.Class)
 		}
 		t.expireRunOut(o, st, max(vouched, seenUpTo(st, ob, in.Snapshot)))
 		t.observe(o, st, ob)
@@ -632,7 +632,7 @@ func (t *Tracker) judgeToken(o *output, st *lockState, ob Observation) {
 		for _, name := range sortedResources(st.resources) {
 			judgeGrantAt(o, st, name, ob, last)
 		}
-	} else if !st.unfencedReported && st.class != ClassHeartbeat && !(ob.Inferred && ob.Holder == "") {
+	} else if !st.unfencedReported && st.class() != ClassHeartbeat && !(ob.Inferred && ob.Holder == "") {
 		// Heartbeats never carry tokens and guard nothing, and a grant the
 		// collector only inferred, without even its holder, says nothing
 		// about the lock's tokens: neither is a finding.
@@ -848,7 +848,7 @@ func (t *Tracker) end(o *output, st *lockState, cur *tenure, reason EndReason, a
 	if granted := cur.grantedAt(); at.Before(granted) {
 		at = granted
 	}
-	cur.ended, cur.end = nanos(at), reason
+	cur.ended, cur.end = nanos(at), endOf(reason)
 	at = cur.endedAt() // as it is kept, so that events, tenure and lock agree
 	o.tenure(st, cur)
 	t.markLeaderless(st)
@@ -900,12 +900,12 @@ func (t *Tracker) blind(o *output, source string, b Blind) {
 func (t *Tracker) lock(o *output, key LockKey, kind SourceKind) *lockState {
 	st, ok := t.locks[key]
 	if !ok {
-		st = &lockState{key: key, kind: kind, class: ClassLock}
+		st = newLockState(key, kind, ClassLock)
 		t.locks[key] = st
 		o.changed(st)
 	}
-	if st.kind == "" && kind != "" {
-		st.kind = kind
+	if kind != "" && st.kind() == "" {
+		st.setKind(kind)
 		o.changed(st)
 	}
 	return st

@@ -44,6 +44,38 @@ func BenchmarkTrackerMemory(b *testing.B) {
 	}
 }
 
+// BenchmarkTrackerMemoryHeartbeats reports the heap the tracker keeps per
+// Kubernetes node Lease, the bulk of a large cluster's locks: observed at
+// start, then renewed, one tenure each and no resource.
+func BenchmarkTrackerMemoryHeartbeats(b *testing.B) {
+	const leases = 100_000
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		tr := audit.NewTracker(audit.TrackerConfig{})
+		obs := make([]audit.Observation, 0, 1000)
+		for round := range 2 { // the snapshot, then a renewal
+			kind := []audit.EventKind{audit.EventObserved, audit.EventRenew}[round]
+			for start := 0; start < leases; start += cap(obs) {
+				obs = obs[:0]
+				for i := start; i < start+cap(obs); i++ {
+					node := fmt.Sprintf("node-%06d", i)
+					obs = append(obs, audit.Observation{
+						Lock: audit.LockKey{Source: "k8s", Name: "kube-node-lease/" + node}, Kind: kind, Class: audit.ClassHeartbeat,
+						At: at(time.Duration(round) * 10 * time.Second), Holder: node, Position: fmt.Sprint(1000 + i), LeaseDuration: 40 * time.Second,
+					})
+				}
+				tr.Observe(audit.Input{Source: "k8s", Kind: audit.KindKubernetes, Observations: obs, ExpireByClock: true, SequentialTokens: true, HolderClock: true})
+			}
+		}
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/leases, "heap-bytes/lock")
+		runtime.KeepAlive(tr)
+	}
+}
+
 // BenchmarkTrackerTick measures a Tick (four a second in a running
 // leasewatch) over 100,000 held locks that expire by the clock, their leases
 // a minute long: Scan is a Tick that looks at every lock, as each did before

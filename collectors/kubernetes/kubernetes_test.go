@@ -669,3 +669,55 @@ func TestSteadyRenewalsShareInputs(t *testing.T) {
 			writes, spent.Round(time.Millisecond), inputs, most, DefaultBatchWindow)
 	}
 }
+
+// withSnapshotChunk sets how many held Leases a first snapshot records an
+// input.
+func withSnapshotChunk(n int) Option { return func(c *Collector) { c.snapshotChunk = n } }
+
+// TestFirstSnapshotInChunks: a first start records its held Leases a chunk
+// an input, in name order, each once and as observed, and only the last
+// input carries the cursor and vouches for the present: at 130,000 Leases
+// one input held every Lease's events and rows in memory at once.
+func TestFirstSnapshotInChunks(t *testing.T) {
+	needAPIServer(t)
+	t.Parallel()
+	ns := newNamespace(t)
+	for i := range 5 {
+		name := fmt.Sprintf("node-%d", i)
+		createLease(t, ns, name, coordinationv1.LeaseSpec{HolderIdentity: ptr(name), LeaseDurationSeconds: ptr[int32](40), RenewTime: now()})
+	}
+	createLease(t, ns, "free", coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr[int32](40)})
+	s := newSink(t)
+	runCollector(t, s, Config{Namespaces: []string{ns}}, withSnapshotChunk(2))
+
+	ins := s.Inputs()
+	if len(ins) < 3 {
+		t.Fatalf("%d inputs, want the 5 held Leases in 3", len(ins))
+	}
+	var names []string
+	for i, in := range ins[:3] {
+		last := i == 2
+		if (in.Cursor != "") != last || in.Live != last || in.Snapshot || in.Blind != nil || len(in.Observations) != []int{2, 2, 1}[i] {
+			t.Errorf("input %d: cursor %q, live %v, snapshot %v, %d observations; want 2, 2, then 1 observations, only the last with a cursor and live, none a snapshot",
+				i, in.Cursor, in.Live, in.Snapshot, len(in.Observations))
+		}
+		for _, ob := range in.Observations {
+			names = append(names, strings.TrimPrefix(ob.Lock.Name, ns+"/"))
+			if ob.Kind != audit.EventObserved || ob.Inferred {
+				t.Errorf("input %d: %s %s (inferred %v), want observed", i, ob.Lock.Name, ob.Kind, ob.Inferred)
+			}
+		}
+	}
+	if want := []string{"node-0", "node-1", "node-2", "node-3", "node-4"}; !slices.Equal(names, want) {
+		t.Errorf("snapshot observed %v, want %v in that order", names, want)
+	}
+	for i := range 5 {
+		lock := fmt.Sprintf("%s/node-%d", ns, i)
+		if evs := s.Events(t, lock); len(evs) != 1 || evs[0].Kind != audit.EventObserved {
+			t.Errorf("events of %s = %+v, want one observed", lock, evs)
+		}
+		if l, _ := s.Lock(t, lock); l.State != audit.StateHeld {
+			t.Errorf("lock %s = %s, want held", lock, l.State)
+		}
+	}
+}

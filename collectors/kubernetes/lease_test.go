@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unsafe"
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -301,5 +302,54 @@ func TestRenewalKeepsNoResourceVersion(t *testing.T) {
 		if ob.Kind != step.kind || ob.Position != step.pos {
 			t.Errorf("%s at resourceVersion %s: kind %s, position %q; want %s, position %q", step.typ, step.l.ResourceVersion, ob.Kind, ob.Position, step.kind, step.pos)
 		}
+	}
+}
+
+// TestRenewalsShareTheKeptStrings: each decoded watch event brings its own
+// copies of the Lease's name and holder; a renewal hands on the ones the
+// collector kept from the first observation instead, so that the tracker,
+// the recorder and the store share one copy per Lease (130,000 in the
+// largest clusters), and the collector's own memory of each Lease stays at
+// 56 bytes with the name in it.
+func TestRenewalsShareTheKeptStrings(t *testing.T) {
+	if n := unsafe.Sizeof(seen{}); n > 56 {
+		t.Errorf("seen takes %d bytes, want at most 56", n)
+	}
+	held := func(renewed time.Time) *coordinationv1.Lease {
+		// Strings of their own, as each decoded event's are.
+		return lease(strings.Clone("kube-node-lease"), strings.Clone("node-7"), coordinationv1.LeaseSpec{
+			HolderIdentity: ptr(strings.Clone("node-7")), LeaseDurationSeconds: ptr(int32(40)), RenewTime: &metav1.MicroTime{Time: renewed}})
+	}
+	r := &run{c: &Collector{cfg: Config{Name: "k"}}, leases: make(map[string]seen)}
+	first, _ := r.observe(watch.Added, held(t0), t0)
+	for i := 1; i <= 2; i++ {
+		ob, _ := r.observe(watch.Modified, held(t0.Add(time.Duration(i)*10*time.Second)), t0.Add(time.Duration(i)*10*time.Second))
+		if ob.Kind != audit.EventRenew || ob.Lock.Name != first.Lock.Name || ob.Holder != first.Holder {
+			t.Fatalf("renewal %d = %s of %q by %q, want a renewal of %q by %q", i, ob.Kind, ob.Lock.Name, ob.Holder, first.Lock.Name, first.Holder)
+		}
+		if unsafe.StringData(ob.Lock.Name) != unsafe.StringData(first.Lock.Name) {
+			t.Errorf("renewal %d: the lock name is a copy of its own, not the one the first observation brought", i)
+		}
+		if unsafe.StringData(ob.Holder) != unsafe.StringData(first.Holder) {
+			t.Errorf("renewal %d: the holder is a copy of its own, not the one the first observation brought", i)
+		}
+	}
+	if kept := r.leases["kube-node-lease/node-7"]; unsafe.StringData(kept.name) != unsafe.StringData(first.Lock.Name) {
+		t.Errorf("the collector keeps a later copy of the name, not the first observation's")
+	}
+}
+
+// TestAppendListKeepsTheFirst: the snapshot's Leases of one scope are its
+// list itself, not a copy of it (130,000 observations held twice); a second
+// scope's are added after them.
+func TestAppendListKeepsTheFirst(t *testing.T) {
+	first := []audit.Observation{{Lock: audit.LockKey{Name: "a/x"}}, {Lock: audit.LockKey{Name: "a/y"}}}
+	all := appendList(nil, first)
+	if len(all) != 2 || &all[0] != &first[0] {
+		t.Fatalf("one scope's list was copied (or lost): %v", all)
+	}
+	all = appendList(all, []audit.Observation{{Lock: audit.LockKey{Name: "b/z"}}})
+	if len(all) != 3 || all[2].Lock.Name != "b/z" || all[0].Lock.Name != "a/x" {
+		t.Fatalf("two scopes' lists = %v, want a/x, a/y, b/z", all)
 	}
 }
