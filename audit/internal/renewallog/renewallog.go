@@ -1,7 +1,8 @@
 // Package renewallog is what both SQL stores do with their renewal log
 // (renewal_log: SQLite migration 0026, PostgreSQL 0016; rows in
 // runcodec's log format) besides reading it, which sqlread does: which of
-// a commit's renewals the log keeps and the rows they make (Split),
+// a commit's renewals the log keeps and the commit rows they make (Split),
+// folding synced commit rows into rows of the locks' buckets (Rebucket),
 // sealing log rows into runs (SealStep), pruning them (Prune), and giving
 // a copy their renewals as rows of the stores' logical schema (Copy). What
 // the stores write differently is their Tx and SQL.
@@ -17,21 +18,19 @@ import (
 )
 
 // Row is a log row to insert: its bucket (runcodec.Bucket of each of its
-// locks) and its renewals.
+// locks, or runcodec.CommitBucket) and its renewals.
 type Row struct {
 	Bucket int64
 	runcodec.LogRow
 }
 
-// Split returns the log rows of the events the log keeps, a row per
-// bucket and run window (at most runcodec.MaxRenewals renewals each), and
-// the other events, in order, for rows. lockID gives a logged renewal's
-// lock id.
+// Split returns the log rows of the events the log keeps, commit rows
+// (runcodec.CommitBucket), a row per run window (at most
+// runcodec.MaxRenewals renewals each), and the other events, in order,
+// for rows. lockID gives a logged renewal's lock id.
 func Split(events []audit.Event, lockID func(audit.LockKey) (int64, error)) ([]Row, []audit.Event, error) {
-	type key struct{ bucket, window int64 }
 	rest := events[:0:0]
-	var keys []key
-	groups := make(map[key][]runcodec.Logged)
+	var keep []runcodec.Logged
 	for _, e := range events {
 		l, ok, err := logged(e)
 		if err == nil && ok {
@@ -44,7 +43,21 @@ func Split(events []audit.Event, lockID func(audit.LockKey) (int64, error)) ([]R
 			rest = append(rest, e)
 			continue
 		}
-		k := key{runcodec.Bucket(l.LockID), runcodec.WindowOf(l.At)}
+		keep = append(keep, l)
+	}
+	rows, err := rowsOf(keep, func(int64) int64 { return runcodec.CommitBucket })
+	return rows, rest, err
+}
+
+// rowsOf returns logged renewals, in the order stored, as log rows: a row
+// per bucket (bucket of each renewal's lock) and run window, at most
+// runcodec.MaxRenewals renewals each.
+func rowsOf(logged []runcodec.Logged, bucket func(lockID int64) int64) ([]Row, error) {
+	type key struct{ bucket, window int64 }
+	var keys []key
+	groups := make(map[key][]runcodec.Logged)
+	for _, l := range logged {
+		k := key{bucket(l.LockID), runcodec.WindowOf(l.At)}
 		if _, seen := groups[k]; !seen {
 			keys = append(keys, k)
 		}
@@ -55,12 +68,12 @@ func Split(events []audit.Event, lockID func(audit.LockKey) (int64, error)) ([]R
 		for chunk := range slices.Chunk(groups[k], runcodec.MaxRenewals) {
 			row, err := runcodec.EncodeLog(chunk)
 			if err != nil {
-				return nil, nil, err
+				return nil, err
 			}
 			rows = append(rows, Row{Bucket: k.bucket, LogRow: row})
 		}
 	}
-	return rows, rest, nil
+	return rows, nil
 }
 
 // logged returns e as the log keeps it, but for its lock id, and false for
