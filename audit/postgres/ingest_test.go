@@ -31,12 +31,13 @@ func BenchmarkIngest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	pgRec := startRecorder(b, pgStore)
+	var clock storetest.IngestClock
+	pgRec := startRecorder(b, pgStore, audit.WithClock(clock.Now))
 	liteStore, err := sqlite.Open(ctx, filepath.Join(b.TempDir(), "leasewatch.db"))
 	if err != nil {
 		b.Fatal(err)
 	}
-	liteRec := startRecorder(b, liteStore)
+	liteRec := startRecorder(b, liteStore, audit.WithClock(clock.Now))
 	for _, in := range storetest.IngestGrants() {
 		for _, rec := range []*audit.Recorder{pgRec, liteRec} {
 			if err := rec.Observe(ctx, in); err != nil {
@@ -56,6 +57,7 @@ func BenchmarkIngest(b *testing.B) {
 	b.ResetTimer()
 	for n := 0; b.Loop(); n++ {
 		in, _ := storetest.IngestRenewals(n)
+		clock.Next()
 
 		start := time.Now()
 		if err := liteRec.Observe(ctx, in); err != nil {
@@ -93,9 +95,9 @@ func BenchmarkIngest(b *testing.B) {
 func startRecorder(b *testing.B, j interface {
 	audit.Journal
 	Close() error
-}) *audit.Recorder {
+}, opts ...audit.RecorderOption) *audit.Recorder {
 	b.Helper()
-	rec := audit.NewRecorder(j, audit.TrackerConfig{}, nil)
+	rec := audit.NewRecorder(j, audit.TrackerConfig{}, nil, opts...)
 	if err := rec.Start(context.Background()); err != nil {
 		b.Fatal(err)
 	}

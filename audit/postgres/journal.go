@@ -68,6 +68,8 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 		s.syncMark = *w.mark
 	}
 	s.parts, s.highest, s.highestLog, s.logIDs = w.parts, w.highest, w.highestLog, w.logIDs
+	s.commitRows += w.commitRows - w.folded
+	s.marked = (s.marked && !w.looked) || b.Synced || b.SyncedToMark
 	return nil
 }
 
@@ -82,6 +84,9 @@ type batchWriter struct {
 	// and highestLog the newest renewal_log id.
 	highest, highestLog int64
 	logIDs              idBlock // the renewal_log ids reserved and not yet given out
+	commitRows          int     // the renewal log's commit rows this batch writes
+	looked              bool    // whether it looked for commit rows to fold (rebucket)
+	folded              int     // and how many it folded
 
 	pipe  pgx.Batch
 	names []string // what each statement of pipe writes, for its error
@@ -149,6 +154,9 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	}
 	if len(b.RefusalsRecorded) > 0 {
 		w.queue("recorded fence refusals", `DELETE FROM fence_refusals WHERE id = ANY($1)`, b.RefusalsRecorded)
+	}
+	if err := w.rebucket(ctx); err != nil {
+		return err
 	}
 	w.putSyncMarks(b)
 	if w.pipe.Len() > 0 {
@@ -409,6 +417,7 @@ func (w *batchWriter) putEvents(ctx context.Context, events []audit.Event) error
 		return err
 	}
 	w.putLog(logged, logIDs)
+	w.commitRows = len(logged)
 	rows := make([][]any, 0, len(rest))
 	for i, e := range rest {
 		if e.Kind == audit.EventBlind {
@@ -515,21 +524,28 @@ func (w *batchWriter) newLogIDs(ctx context.Context, n int) ([]int64, error) {
 	return ids, nil
 }
 
-// putLog queues the insert of the log rows, with their ids: one statement
-// over arrays, however many rows.
+// putLog queues the insert of the log rows, with their ids.
 func (w *batchWriter) putLog(rows []renewallog.Row, ids []int64) {
 	if len(rows) == 0 {
 		return
 	}
+	w.queue(fmt.Sprintf("%d renewal log rows", len(rows)), logRowsInsert, logRowsArgs(rows, ids)...)
+}
+
+// logRowsInsert inserts log rows with their ids, logRowsArgs: one
+// statement over arrays, however many rows.
+const logRowsInsert = `INSERT INTO renewal_log (id, bucket, first_at, last_at, renewals, data)
+	OVERRIDING SYSTEM VALUE SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], $5::int[], $6::bytea[])`
+
+// logRowsArgs are logRowsInsert's arguments for rows and their ids.
+func logRowsArgs(rows []renewallog.Row, ids []int64) []any {
 	n := len(rows)
 	buckets, counts := make([]int32, n), make([]int32, n)
 	firsts, lasts, data := make([]int64, n), make([]int64, n), make([][]byte, n)
 	for i, r := range rows {
 		buckets[i], counts[i], firsts[i], lasts[i], data[i] = int32(r.Bucket), int32(r.Renewals), r.FirstAt, r.LastAt, r.Data
 	}
-	w.queue(fmt.Sprintf("%d renewal log rows", n), `INSERT INTO renewal_log (id, bucket, first_at, last_at, renewals, data)
-		OVERRIDING SYSTEM VALUE SELECT * FROM unnest($1::bigint[], $2::int[], $3::bigint[], $4::bigint[], $5::int[], $6::bytea[])`,
-		ids, buckets, firsts, lasts, counts, data)
+	return []any{ids, buckets, firsts, lasts, counts, data}
 }
 
 // eventRow returns the events row (eventColumns) of one event. A renewal

@@ -82,6 +82,11 @@ type Store struct {
 	highest, highestLog int64
 	logIDs              idBlock
 	parts               partitions
+	// commitRows is how many commit rows of the renewal log the writer
+	// has written and not folded, and marked whether a sync mark has
+	// moved since it last looked for synced ones to fold.
+	commitRows int
+	marked     bool
 	// renewalRows writes every renewal as a row, as the previous release
 	// did, none into the renewal log: for tests of what sealing and
 	// retention do with such a database.

@@ -77,7 +77,8 @@ func runContract(t *testing.T, opts Options) {
 			url, _ := urls.Load(s)
 			return openWith(t, url.(string), opts)
 		},
-		Log: true,
+		Log:      true,
+		Rebucket: rebucketAll,
 	})
 }
 

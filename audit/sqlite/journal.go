@@ -170,6 +170,9 @@ func (w *batchWriter) write(ctx context.Context, b audit.Batch) error {
 	if err := w.putRefusals(ctx, b); err != nil {
 		return err
 	}
+	if err := w.rebucket(ctx); err != nil {
+		return err
+	}
 	return w.putSyncMarks(ctx, b)
 }
 

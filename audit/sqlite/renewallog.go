@@ -10,11 +10,12 @@ import (
 )
 
 // The renewal log (migration 0026): a batch's renewals that a run can
-// hold are written as one row of renewal_log per bucket of locks and run
-// window instead of a row of events each.
+// hold are written as one commit row of renewal_log per run window
+// instead of a row of events each; the writer folds synced commit rows
+// into a row per bucket of locks and run window (rebucket).
 
-// logRowsPerInsert is how many log rows one INSERT carries: a commit of
-// a thousand renewals writes a row for most of the 256 buckets.
+// logRowsPerInsert is how many log rows one INSERT carries: a fold of
+// commit rows writes a row for most of the 256 buckets.
 const logRowsPerInsert = 32
 
 var logInsertMany = logInsert + strings.Repeat(", (?, ?, ?, ?, ?)", logRowsPerInsert-1)
@@ -34,33 +35,41 @@ const (
 		SELECT ?, synced_log FROM renewal_log_marks WHERE source = '' ON CONFLICT (source) DO NOTHING`
 )
 
-// putLog writes the events that the log keeps into it, a row per bucket
-// and run window (renewallog.Split), and returns the others, in order, for
-// rows.
+// putLog writes the events that the log keeps into it, as commit rows
+// (renewallog.Split), and returns the others, in order, for rows.
 func (w *batchWriter) putLog(ctx context.Context, events []audit.Event) ([]audit.Event, error) {
 	rows, rest, err := renewallog.Split(events, func(key audit.LockKey) (int64, error) { return w.lockID(ctx, key) })
 	if err != nil || len(rows) == 0 {
 		return rest, err
 	}
-	args := make([]any, 0, 5*len(rows))
-	for _, row := range rows {
-		args = append(args, row.Bucket, row.FirstAt, row.LastAt, row.Renewals, row.Data)
-	}
-	if err := w.insertLogRows(ctx, args); err != nil {
+	if err := insertLogRows(ctx, w.exec, rows); err != nil {
 		return nil, err
 	}
 	return rest, nil
 }
 
-// insertLogRows inserts log rows, given as logInsert's arguments one row
-// after another, logRowsPerInsert a statement.
-func (w *batchWriter) insertLogRows(ctx context.Context, args []any) error {
+// rebucket folds the synced commit rows into bucket rows when they are due
+// (renewallog.WriterFold), in the batch's transaction.
+func (w *batchWriter) rebucket(ctx context.Context) error {
+	if _, _, err := renewallog.Rebucket(ctx, newLogTx(w.tx), logSQL, renewallog.WriterFold); err != nil {
+		return fmt.Errorf("renewal log: %w", err)
+	}
+	return nil
+}
+
+// insertLogRows inserts log rows through exec, logRowsPerInsert a
+// statement.
+func insertLogRows(ctx context.Context, exec func(context.Context, string, ...any) error, rows []renewallog.Row) error {
+	args := make([]any, 0, 5*len(rows))
+	for _, row := range rows {
+		args = append(args, row.Bucket, row.FirstAt, row.LastAt, row.Renewals, row.Data)
+	}
 	for len(args) > 0 {
 		q, n := logInsert, 5
 		if len(args) >= 5*logRowsPerInsert {
 			q, n = logInsertMany, 5*logRowsPerInsert
 		}
-		if err := w.exec(ctx, q, args[:n]...); err != nil {
+		if err := exec(ctx, q, args[:n]...); err != nil {
 			return fmt.Errorf("log renewals of bucket %d: %w", args[0], err)
 		}
 		args = args[n:]

@@ -22,7 +22,8 @@ var logSQL = renewallog.SQL{
 	SummaryUpsert: summaryUpsert,
 }
 
-// logTx is a write transaction as the log's sealing and pruning use it.
+// logTx is a write transaction as the log's sealing, pruning and
+// rebucketing use it.
 type logTx struct {
 	sqlDB
 	tx *sql.Tx
@@ -37,4 +38,8 @@ func (t logTx) Exec(ctx context.Context, query string, args ...any) error {
 
 func (t logTx) InsertRuns(ctx context.Context, runs []runcodec.Run) error {
 	return insertRuns(ctx, t.tx, runs)
+}
+
+func (t logTx) InsertLog(ctx context.Context, rows []renewallog.Row) error {
+	return insertLogRows(ctx, t.Exec, rows)
 }

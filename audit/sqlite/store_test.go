@@ -50,8 +50,9 @@ func TestContract(t *testing.T) {
 			}
 			return openAt(t, path)
 		},
-		Second: func(t *testing.T, s storetest.Store) storetest.Store { return openAt(t, s.(*Store).path) },
-		Log:    true,
+		Second:   func(t *testing.T, s storetest.Store) storetest.Store { return openAt(t, s.(*Store).path) },
+		Log:      true,
+		Rebucket: rebucketAll,
 		// Rows inserted in SQL: Apply of thousands of locks is slow under -race.
 		AddLocks: func(t *testing.T, s storetest.Store, n int) {
 			if _, err := s.(*Store).writer.Exec(`WITH RECURSIVE n(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM n WHERE i < ? - 1)

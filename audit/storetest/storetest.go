@@ -41,6 +41,10 @@ type Harness struct {
 	// migration 0026, PostgreSQL's 0016): the log's cases (logCases) run
 	// too.
 	Log bool
+	// Rebucket, with Log, folds every synced commit row of the log into
+	// rows of the locks' buckets, as the store does once enough are
+	// synced.
+	Rebucket func(t *testing.T, s Store)
 }
 
 // Run runs the contract suite as subtests of t. Each subtest opens its own
@@ -54,6 +58,9 @@ func Run(t *testing.T, h Harness) {
 		t.Run(c.name, func(t *testing.T) { c.run(t, h) })
 	}
 	if h.Log {
+		if h.Rebucket == nil {
+			t.Fatal("storetest: Harness with Log needs Rebucket")
+		}
 		for _, c := range logCases {
 			t.Run(c.name, func(t *testing.T) { c.run(t, h) })
 		}

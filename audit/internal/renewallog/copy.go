@@ -15,8 +15,8 @@ import (
 
 // A copy reads the renewal log, which the stores' logical schema does not
 // have (storecopy.Converted), as rows of the tables it has:
-//   - a lock group of a log row at or below its source's log mark is a
-//     run: its data is a run already, of one tenure and detail, and a log
+//   - a lock group of a bucket row, or of a commit row at or below its
+//     source's log mark, is a run: its data is a run already, of one tenure and detail, and a log
 //     row's renewals share a run window. It gets a run id after the
 //     largest the snapshot has, and keeps, as sealing would, the observed
 //     times to the millisecond (the log keeps their nanoseconds).
@@ -108,11 +108,11 @@ func (c *Copy) convert(ctx context.Context) (*converted, error) {
 	if err != nil {
 		return nil, err
 	}
-	read, err := c.DB.Query(ctx, `SELECT id, data FROM renewal_log ORDER BY id`)
+	read, err := c.DB.Query(ctx, `SELECT id, bucket, data FROM renewal_log ORDER BY id`)
 	if err != nil {
 		return nil, err
 	}
-	log, err := sqlread.Collect(read, (*Stored).dest)
+	log, err := sqlread.Collect(read, func(r *bucketRow) []any { return []any{&r.ID, &r.bucket, &r.Data} })
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func (c *Copy) convert(ctx context.Context) (*converted, error) {
 			if err != nil {
 				return nil, fmt.Errorf("log row %d: %w", r.ID, err)
 			}
-			if r.ID <= mark {
+			if r.bucket != runcodec.CommitBucket || r.ID <= mark {
 				run++
 				out.runs = append(out.runs, runRow(run, g, rs))
 				continue
@@ -153,6 +153,13 @@ func (c *Copy) convert(ctx context.Context) (*converted, error) {
 		out.events = append(out.events, loggedEventRow(event, p.g, p.x))
 	}
 	return out, nil
+}
+
+// bucketRow is a log row with its bucket: a row of a lock bucket is
+// synced whatever its id (Rebucket).
+type bucketRow struct {
+	Stored
+	bucket int64
 }
 
 // markOf returns the log mark of lock's source, remembered in marks.

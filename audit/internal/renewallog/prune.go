@@ -9,8 +9,8 @@ import (
 )
 
 // Prune deletes up to limit of the log rows, and the renewals of rows,
-// observed before before, of rows at or below the log's sync floor,
-// bucket by bucket, and keeps their summaries per tenure in
+// observed before before, of bucket rows and of commit rows at or below
+// the log's sync floor, bucket by bucket, and keeps their summaries per tenure in
 // renewal_summaries, as the stores keep those of renewal rows. A row whose
 // renewals are partly due is written again in place with the others,
 // which so get other ids (as sealing gives them). It returns the renewals
@@ -20,11 +20,11 @@ func Prune(ctx context.Context, tx Tx, q SQL, before int64, limit int) (int, boo
 	var gone []int64
 	deleted, rows := 0, 0
 	p := q.Dialect.P
-	for b := int64(0); b < runcodec.LogBuckets && rows < limit; b++ {
+	for b := int64(runcodec.CommitBucket); b < runcodec.LogBuckets && rows < limit; b++ {
 		// A row lies within one run window: one that starts before the
 		// cutoff ends before the cutoff's window ends.
 		read, err := tx.Query(ctx, `SELECT id, data FROM renewal_log`+q.Hint+` WHERE bucket = `+p(1)+
-			` AND last_at < `+p(2)+` AND first_at < `+p(3)+` AND id <= `+sqlread.LogFloor+` LIMIT `+p(4),
+			` AND last_at < `+p(2)+` AND first_at < `+p(3)+synced(b)+` LIMIT `+p(4),
 			b, before+int64(runcodec.Window), before, limit-rows)
 		if err != nil {
 			return 0, false, err
@@ -98,29 +98,23 @@ func (s *summary) add(r runcodec.Renewal) {
 // summarize adds the renewals of log row r observed before before to
 // sums, by lock and tenure. It returns the others, and how many it added.
 func summarize(r Stored, before int64, sums map[[2]int64]*summary) ([]runcodec.Logged, int, error) {
-	groups, err := runcodec.LogGroups(r.Data, 0)
+	all, err := r.logged()
 	if err != nil {
-		return nil, 0, fmt.Errorf("log row %d: %w", r.ID, err)
+		return nil, 0, err
 	}
 	var kept []runcodec.Logged
 	n := 0
-	for _, g := range groups {
-		rs, err := g.Decode()
-		if err != nil {
-			return nil, 0, fmt.Errorf("log row %d: %w", r.ID, err)
+	for _, l := range all {
+		if l.At >= before {
+			kept = append(kept, l)
+			continue
 		}
-		for _, x := range rs {
-			if x.At >= before {
-				kept = append(kept, runcodec.Logged{LockID: g.LockID, Seq: g.Seq, Detail: g.Detail, Renewal: x})
-				continue
-			}
-			k := [2]int64{g.LockID, g.Seq}
-			if sums[k] == nil {
-				sums[k] = &summary{}
-			}
-			sums[k].add(x)
-			n++
+		k := [2]int64{l.LockID, l.Seq}
+		if sums[k] == nil {
+			sums[k] = &summary{}
 		}
+		sums[k].add(l.Renewal)
+		n++
 	}
 	return kept, n, nil
 }

@@ -1,7 +1,8 @@
 // Package renewallog is what both SQL stores do with their renewal log
 // (renewal_log: SQLite migration 0026, PostgreSQL 0016; rows in
 // runcodec's log format) besides reading it, which sqlread does: which of
-// a commit's renewals the log keeps and the rows they make (Split),
+// a commit's renewals the log keeps and the commit rows they make (Split),
+// folding synced commit rows into rows of the locks' buckets (Rebucket),
 // sealing log rows into runs (SealStep), pruning them (Prune), and giving
 // a copy their renewals as rows of the stores' logical schema (Copy). What
 // the stores write differently is their Tx and SQL.
@@ -18,16 +19,16 @@ import (
 )
 
 // Row is a log row to insert: its bucket (runcodec.Bucket of each of its
-// locks) and its renewals.
+// locks, or runcodec.CommitBucket) and its renewals.
 type Row struct {
 	Bucket int64
 	runcodec.LogRow
 }
 
-// Split returns the log rows of the events the log keeps, a row per
-// bucket and run window (at most runcodec.MaxRenewals renewals each), in
-// bucket order, and the other events, in order, for rows. lockID gives a
-// logged renewal's lock id.
+// Split returns the log rows of the events the log keeps, commit rows
+// (runcodec.CommitBucket), a row per run window (at most
+// runcodec.MaxRenewals renewals each), and the other events, in order,
+// for rows. lockID gives a logged renewal's lock id.
 func Split(events []audit.Event, lockID func(audit.LockKey) (int64, error)) ([]Row, []audit.Event, error) {
 	rest := events[:0:0]
 	all := make([]runcodec.Logged, 0, len(events))
@@ -45,31 +46,35 @@ func Split(events []audit.Event, lockID func(audit.LockKey) (int64, error)) ([]R
 			rest = append(rest, e)
 		}
 	}
-	// Stable: each lock's renewals keep the order they were stored in.
-	slices.SortStableFunc(all, func(a, b runcodec.Logged) int {
-		return cmp.Or(cmp.Compare(runcodec.Bucket(a.LockID), runcodec.Bucket(b.LockID)),
-			cmp.Compare(runcodec.WindowOf(a.At), runcodec.WindowOf(b.At)))
-	})
-	var rows []Row
-	for start := 0; start < len(all); {
-		end := start + 1
-		for end < len(all) && end-start < runcodec.MaxRenewals && sameRow(all[start], all[end]) {
-			end++
-		}
-		row, err := runcodec.EncodeLog(all[start:end])
-		if err != nil {
-			return nil, nil, err
-		}
-		rows = append(rows, Row{Bucket: runcodec.Bucket(all[start].LockID), LogRow: row})
-		start = end
-	}
-	return rows, rest, nil
+	rows, err := rowsOf(all, func(int64) int64 { return runcodec.CommitBucket })
+	return rows, rest, err
 }
 
-// sameRow reports whether a and b go into one log row: of one bucket and
-// run window.
-func sameRow(a, b runcodec.Logged) bool {
-	return runcodec.Bucket(a.LockID) == runcodec.Bucket(b.LockID) && runcodec.WindowOf(a.At) == runcodec.WindowOf(b.At)
+// rowsOf returns logged renewals, in the order stored, as log rows: a row
+// per bucket (bucket of each renewal's lock) and run window, at most
+// runcodec.MaxRenewals renewals each, in bucket order. It sorts logged by
+// one stable sort, not a map of growing slices.
+func rowsOf(logged []runcodec.Logged, bucket func(lockID int64) int64) ([]Row, error) {
+	key := func(l runcodec.Logged) [2]int64 { return [2]int64{bucket(l.LockID), runcodec.WindowOf(l.At)} }
+	// Stable: each lock's renewals keep the order they were stored in.
+	slices.SortStableFunc(logged, func(a, b runcodec.Logged) int {
+		ka, kb := key(a), key(b)
+		return cmp.Or(cmp.Compare(ka[0], kb[0]), cmp.Compare(ka[1], kb[1]))
+	})
+	var rows []Row
+	for start := 0; start < len(logged); {
+		k, end := key(logged[start]), start+1
+		for end < len(logged) && end-start < runcodec.MaxRenewals && key(logged[end]) == k {
+			end++
+		}
+		row, err := runcodec.EncodeLog(logged[start:end])
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, Row{Bucket: k[0], LogRow: row})
+		start = end
+	}
+	return rows, nil
 }
 
 // logged returns e as the log keeps it, but for its lock id, and false for

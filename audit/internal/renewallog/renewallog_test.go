@@ -17,9 +17,10 @@ func renewal(lock string, i int) audit.Event {
 		TTL: 10 * time.Second, Position: "1", Seq: 1, Detail: map[string]any{"margin_ratio": 0.8}}
 }
 
-// A commit's renewals become a row per bucket and run window, packed and
-// sealed back whole; the events the log does not keep stay, in order.
-func TestSplitAndPack(t *testing.T) {
+// A commit's renewals become a commit row per run window, folded into a
+// row per bucket and run window, packed and sealed back whole; the events
+// the log does not keep stay, in order.
+func TestSplitRebucketAndPack(t *testing.T) {
 	ids := map[string]int64{"a": 1, "b": 257, "c": 2} // a and b share bucket 1
 	var events []audit.Event
 	for i := range 3000 {
@@ -29,15 +30,34 @@ func TestSplitAndPack(t *testing.T) {
 	odd := renewal("c", 5)
 	odd.Position = "007" // not canonical: no run holds it
 	events = append(events, grant, odd)
-	rows, rest, err := Split(events, func(k audit.LockKey) (int64, error) { return ids[k.Name], nil })
+	commit, rest, err := Split(events, func(k audit.LockKey) (int64, error) { return ids[k.Name], nil })
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !slices.EqualFunc(rest, []audit.Event{grant, odd}, func(a, b audit.Event) bool { return a.Kind == b.Kind && a.Position == b.Position }) {
 		t.Errorf("events left for rows: %+v, want the grant and the renewal no run holds", rest)
 	}
-	// 3,000 s span a window boundary: bucket 1 and 2 in each window, and
-	// bucket 1's 2,000 renewals of the first window fit one row.
+	// 3,000 s span a window boundary: a commit row in each window, which
+	// fold into bucket 1 and 2 in each window; bucket 1's 2,000 renewals
+	// of the first window fit one row.
+	var logged []runcodec.Logged
+	for i, r := range commit {
+		if r.Bucket != runcodec.CommitBucket {
+			t.Errorf("commit row %d: bucket %d", i, r.Bucket)
+		}
+		got, err := Stored{ID: int64(i + 1), Data: r.Data}.logged()
+		if err != nil {
+			t.Fatal(err)
+		}
+		logged = append(logged, got...)
+	}
+	if len(commit) != 2 || len(logged) != 3000 {
+		t.Errorf("%d commit rows of %d renewals, want 2 of 3000", len(commit), len(logged))
+	}
+	rows, err := rowsOf(logged, runcodec.Bucket)
+	if err != nil {
+		t.Fatal(err)
+	}
 	var stored []Stored
 	renewals := 0
 	for i, r := range rows {

@@ -20,6 +20,8 @@ type Tx interface {
 	Exec(ctx context.Context, query string, args ...any) error
 	// InsertRuns inserts runs into renewal_runs.
 	InsertRuns(ctx context.Context, runs []runcodec.Run) error
+	// InsertLog inserts rows into renewal_log, with new ids.
+	InsertLog(ctx context.Context, rows []Row) error
 }
 
 // SQL is how a store writes what the log's statements need.
@@ -48,9 +50,25 @@ const Phase = int64(1) << 62
 // SealStep seals the log's buckets from the one after names (Phase and
 // up), up to limit buckets that have rows to seal, each whole window of
 // them while budget (renewals) lasts: of each bucket, the rows wholly
-// before before at or below the log's sync floor. It returns the renewals
+// before before that are synced. At Phase it seals the synced commit rows
+// first (runcodec.CommitBucket), those the writer has not rebucketed yet:
+// fewer than its Fold's worth, unless sync marks lagged. It returns the renewals
 // sealed, the next position and whether every bucket is done.
 func SealStep(ctx context.Context, tx Tx, q SQL, after, before int64, limit, budget int) (sealed int, next int64, done bool, err error) {
+	if after == Phase {
+		// The commit rows the writer has not yet rebucketed, first.
+		n, more, err := q.sealBucket(ctx, tx, runcodec.CommitBucket, before, &budget)
+		if err != nil {
+			return 0, 0, false, fmt.Errorf("commit rows: %w", err)
+		}
+		if more {
+			return n, Phase, false, nil
+		}
+		sealed = n
+		if n > 0 {
+			limit--
+		}
+	}
 	for b := after - Phase; b < runcodec.LogBuckets; b++ {
 		if limit == 0 || budget <= 0 {
 			return sealed, Phase + b, false, nil
@@ -70,13 +88,22 @@ func SealStep(ctx context.Context, tx Tx, q SQL, after, before int64, limit, bud
 	return sealed, Phase + runcodec.LogBuckets, true, nil
 }
 
-// sealable is the condition on renewal_log that a row is of bucket P(1),
-// ends at or after P(2) and before P(3), and is at or below the log's sync
-// floor.
-func (q SQL) sealable() string {
+// sealable is the condition on renewal_log that a row is of bucket b,
+// P(1), ends at or after P(2) and before P(3), and is synced.
+func (q SQL) sealable(b int64) string {
 	p := q.Dialect.P
 	return ` FROM renewal_log` + q.Hint + ` WHERE bucket = ` + p(1) + ` AND last_at >= ` + p(2) + ` AND last_at < ` + p(3) +
-		` AND id <= ` + sqlread.LogFloor
+		synced(b)
+}
+
+// synced is the condition that a log row of bucket b is synced: a commit
+// row at or below the log's sync floor, or any bucket row (Rebucket folds
+// only synced commit rows).
+func synced(b int64) string {
+	if b != runcodec.CommitBucket {
+		return ""
+	}
+	return ` AND id <= ` + sqlread.LogFloor
 }
 
 // sealBucket seals bucket b's log rows of whole windows before before,
@@ -85,7 +112,7 @@ func (q SQL) sealable() string {
 func (q SQL) sealBucket(ctx context.Context, tx Tx, b, before int64, budget *int) (sealed int, more bool, err error) {
 	for *budget > 0 {
 		var oldest *int64
-		if err := tx.QueryRow(ctx, `SELECT min(last_at)`+q.sealable(), b, int64(math.MinInt64), before).Scan(&oldest); err != nil {
+		if err := tx.QueryRow(ctx, `SELECT min(last_at)`+q.sealable(b), b, int64(math.MinInt64), before).Scan(&oldest); err != nil {
 			return 0, false, fmt.Errorf("oldest row: %w", err)
 		}
 		if oldest == nil {
@@ -95,7 +122,7 @@ func (q SQL) sealBucket(ctx context.Context, tx Tx, b, before int64, budget *int
 		to := min(before, from+int64(runcodec.Window))
 		if sealed > 0 {
 			var n int64
-			if err := tx.QueryRow(ctx, `SELECT coalesce(sum(renewals), 0)`+q.sealable(), b, from, to).Scan(&n); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT coalesce(sum(renewals), 0)`+q.sealable(b), b, from, to).Scan(&n); err != nil {
 				return 0, false, err
 			}
 			if n > int64(*budget) {
@@ -125,7 +152,7 @@ func (s *Stored) dest() []any { return []any{&s.ID, &s.Data} }
 // the log's sync floor: it packs each lock's renewals into runs, inserts
 // them and deletes the rows. It returns the renewals sealed.
 func (q SQL) sealWindow(ctx context.Context, tx Tx, b, from, to int64) (int, error) {
-	rows, err := tx.Query(ctx, `SELECT id, data`+q.sealable(), b, from, to)
+	rows, err := tx.Query(ctx, `SELECT id, data`+q.sealable(b), b, from, to)
 	if err != nil {
 		return 0, err
 	}

@@ -51,6 +51,13 @@ const LogBuckets = 256
 // Bucket is the bucket of lock id's renewals.
 func Bucket(lockID int64) int64 { return lockID % LogBuckets }
 
+// CommitBucket is the bucket of a commit row: the journal writes a
+// commit's logged renewals, of every lock, as rows of this bucket (one per
+// run window), which add one entry to the end of the index of a bucket's
+// rows instead of one to each bucket's. Rebucketing folds them into rows
+// of the locks' own buckets once every sync mark covers them.
+const CommitBucket = -1
+
 // A logged renewal's event id is its log row's id in the bits above
 // indexBits and its place in the row below them, with bit 51 set: below
 // every run renewal's id (bit 52), above every event row's. Sealing moves
@@ -294,6 +301,19 @@ func (g LogGroup) eachSubMs(n int, add func(i int, ns int64)) error {
 		return fmt.Errorf("%w: lock %d: observed times damaged", errLog, g.LockID)
 	}
 	return nil
+}
+
+// Logged returns the group's renewals as the journal logged them.
+func (g LogGroup) Logged() ([]Logged, error) {
+	rs, err := g.Decode()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Logged, len(rs))
+	for i, r := range rs {
+		out[i] = Logged{LockID: g.LockID, Seq: g.Seq, Detail: g.Detail, Renewal: r}
+	}
+	return out, nil
 }
 
 // Staged returns the group's renewals, of log row row, as staged renewals

@@ -13,11 +13,12 @@ import (
 )
 
 // The renewal log (SQLite migration 0026, PostgreSQL 0016, Engine.Log): a
-// commit's renewals of one bucket of locks (runcodec.Bucket) and run
-// window are one row of renewal_log, whose renewals have the ids
+// commit's renewals of one run window are one commit row of renewal_log
+// (runcodec.CommitBucket), folded once synced into a row per bucket of
+// locks (runcodec.Bucket) and run window; their renewals have the ids
 // runcodec.LogID gives them. Reads of a lock's renewals decode its groups
-// of its bucket's rows in the window, as they decode its runs, and merge
-// them with the runs and the rows.
+// of its bucket's rows and of the commit rows in the window, as they
+// decode its runs, and merge them with the runs and the rows.
 
 // LogIndex is the index of a bucket's log rows by their last renewal.
 const LogIndex = "renewal_log_bucket_last"
@@ -48,16 +49,33 @@ type logRow struct {
 const logRowsPerPage = 64
 
 // lockLog calls each with the groups of lock rr.lockID of its bucket's
-// log rows that may hold renewals rr selects, newest row first, as
-// lockRuns does with runs.
+// log rows, and of the commit rows (runcodec.CommitBucket), that may hold
+// renewals rr selects, newest row first, as lockRuns does with runs. It
+// returns what each returned that rr selects, the newest rr.lim of both.
 func (r *Reader) lockLog(ctx context.Context, db DB, rr runRange, each func(row int64, g runcodec.LogGroup) ([]position, error)) ([]position, error) {
+	kept, err := r.bucketLog(ctx, db, rr, runcodec.Bucket(rr.lockID), each)
+	if err != nil {
+		return nil, err
+	}
+	if len(kept) >= rr.lim && (rr.floor == nil || comparePositions(kept[0], *rr.floor) > 0) {
+		rr.floor = &kept[0]
+	}
+	commit, err := r.bucketLog(ctx, db, rr, runcodec.CommitBucket, each)
+	if err != nil {
+		return nil, err
+	}
+	return mergeNewest(commit, kept, rr.lim, func(p position) position { return p }), nil
+}
+
+// bucketLog is lockLog of the log rows of bucket b.
+func (r *Reader) bucketLog(ctx context.Context, db DB, rr runRange, b int64, each func(row int64, g runcodec.LogGroup) ([]position, error)) ([]position, error) {
 	p := r.Dialect.P
 	q := `SELECT id, last_at, data FROM renewal_log` + r.hint(LogIndex) + `
 		WHERE bucket = ` + p(1) + ` AND last_at >= ` + p(2) + ` AND first_at <= ` + p(3) + `
 			AND last_at <= ` + p(4) + ` AND (last_at < ` + p(4) + ` OR id < ` + p(5) + `)
 		ORDER BY last_at DESC, id DESC LIMIT ` + p(6)
 	return pageNewest(ctx, r, db, rr, newestPages[logRow]{
-		what: fmt.Sprintf("logged renewals of lock %d", rr.lockID), query: q, first: runcodec.Bucket(rr.lockID),
+		what: fmt.Sprintf("logged renewals of lock %d", rr.lockID), query: q, first: b,
 		dest: func(l *logRow) []any { return []any{&l.id, &l.last, &l.data} },
 		key:  func(l logRow) position { return position{l.last, l.id} },
 		each: func(l logRow) ([]position, error) {
@@ -183,6 +201,7 @@ func (r *Reader) LogTimes(ctx context.Context, db DB, lockID int64, f audit.Time
 
 // unsyncedLog returns the logged renewals after their source's log mark,
 // only source's when it is not "", as renew events with their locks' keys.
+// They are in commit rows: rebucketing folds only synced ones.
 func (r *Reader) unsyncedLog(ctx context.Context, db DB, source string) ([]audit.Event, error) {
 	if !r.Log {
 		return nil, nil
@@ -205,7 +224,8 @@ func (r *Reader) unsyncedLog(ctx context.Context, db DB, source string) ([]audit
 		lowest = min(lowest, m.log)
 	}
 	rows, err := query(ctx, r, db, "unsynced logged renewals", func(l *logRow) []any { return []any{&l.id, &l.data} },
-		`SELECT id, data FROM renewal_log WHERE id > `+r.Dialect.P(1)+` ORDER BY id`, lowest)
+		`SELECT id, data FROM renewal_log WHERE bucket = `+r.Dialect.P(1)+` AND id > `+r.Dialect.P(2)+` ORDER BY id`,
+		runcodec.CommitBucket, lowest)
 	if err != nil {
 		return nil, err
 	}
