@@ -14,11 +14,7 @@ import (
 // as a busy source leaves them.
 func BenchmarkTrackerMemory(b *testing.B) {
 	const locks = 100_000
-	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		tr := audit.NewTracker(audit.TrackerConfig{})
+	reportHeapPerLock(b, locks, func(tr *audit.Tracker) {
 		obs := make([]audit.Observation, 0, 1000)
 		for round := range 4 { // three handovers, then the current holder
 			for start := 0; start < locks; start += cap(obs) {
@@ -37,11 +33,7 @@ func BenchmarkTrackerMemory(b *testing.B) {
 			tr.ReportWrite(audit.WriteReport{Source: "redis-jobs", Lock: fmt.Sprintf("jobs/lock-%06d", i), Resource: "orders-db",
 				Token: audit.Int64(4), Outcome: audit.WriteAccepted, At: at(4 * time.Minute)})
 		}
-		runtime.GC()
-		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/locks, "heap-bytes/lock")
-		runtime.KeepAlive(tr)
-	}
+	})
 }
 
 // BenchmarkTrackerMemoryHeartbeats reports the heap the tracker keeps per
@@ -49,11 +41,7 @@ func BenchmarkTrackerMemory(b *testing.B) {
 // start, then renewed, one tenure each and no resource.
 func BenchmarkTrackerMemoryHeartbeats(b *testing.B) {
 	const leases = 100_000
-	for b.Loop() {
-		var before, after runtime.MemStats
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		tr := audit.NewTracker(audit.TrackerConfig{})
+	reportHeapPerLock(b, leases, func(tr *audit.Tracker) {
 		obs := make([]audit.Observation, 0, 1000)
 		for round := range 2 { // the snapshot, then a renewal
 			kind := []audit.EventKind{audit.EventObserved, audit.EventRenew}[round]
@@ -69,9 +57,21 @@ func BenchmarkTrackerMemoryHeartbeats(b *testing.B) {
 				tr.Observe(audit.Input{Source: "k8s", Kind: audit.KindKubernetes, Observations: obs, ExpireByClock: true, SequentialTokens: true, HolderClock: true})
 			}
 		}
+	})
+}
+
+// reportHeapPerLock reports the heap a new tracker keeps after fill, per
+// lock of locks.
+func reportHeapPerLock(b *testing.B, locks int, fill func(*audit.Tracker)) {
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		tr := audit.NewTracker(audit.TrackerConfig{})
+		fill(tr)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
-		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/leases, "heap-bytes/lock")
+		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(locks), "heap-bytes/lock")
 		runtime.KeepAlive(tr)
 	}
 }

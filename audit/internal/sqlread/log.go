@@ -146,25 +146,12 @@ func (r *Reader) logEvents(ctx context.Context, db DB, rr runRange) ([]audit.Eve
 		if err != nil {
 			return nil, err
 		}
-		out := make([]position, 0, len(events))
-		for _, e := range events {
-			e.Holder, e.Token = h.name, h.token
-			p := position{audit.Nanos(e.At), e.ID}
-			if rr.holds(p) {
-				byID[e.ID] = e
-			}
-			out = append(out, p)
-		}
-		return out, nil
+		return rr.positions(events, h.name, h.token, byID), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := make([]audit.Event, len(kept))
-	for i, p := range kept {
-		out[i] = byID[p.id]
-	}
-	return out, nil
+	return eventsAt(kept, byID), nil
 }
 
 // LogTimes returns the times of the lock's logged renewals that f
@@ -183,20 +170,12 @@ func (r *Reader) LogTimes(ctx context.Context, db DB, lockID int64, f audit.Time
 		if err != nil {
 			return nil, err
 		}
-		out := make([]position, len(rs))
-		for i, x := range rs {
-			out[i] = position{x.At, runcodec.LogID(row, g.Index+i)}
-		}
-		return out, nil
+		return decodedPositions(rs, func(i int) int64 { return runcodec.LogID(row, g.Index+i) }), nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	times := make([]time.Time, len(kept))
-	for i, p := range kept {
-		times[i] = audit.TimeOf(p.at)
-	}
-	return times, nil
+	return timesAt(kept), nil
 }
 
 // unsyncedLog returns the logged renewals after their source's log mark,

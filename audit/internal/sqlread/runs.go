@@ -176,25 +176,36 @@ func (r *Reader) runEvents(ctx context.Context, db DB, rr runRange) ([]audit.Eve
 		if err != nil {
 			return nil, err
 		}
-		out := make([]position, 0, len(events))
-		for _, e := range events {
-			e.Holder, e.Token = run.holder, run.token
-			p := position{audit.Nanos(e.At), e.ID}
-			if rr.holds(p) {
-				byID[e.ID] = e
-			}
-			out = append(out, p)
-		}
-		return out, nil
+		return rr.positions(events, run.holder, run.token, byID), nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	return eventsAt(kept, byID), nil
+}
+
+// positions returns the positions of a tenure's renewals, and keeps in
+// byID those rr selects, given the tenure's holder and token.
+func (rr runRange) positions(events []audit.Event, holder string, token *int64, byID map[int64]audit.Event) []position {
+	out := make([]position, 0, len(events))
+	for _, e := range events {
+		e.Holder, e.Token = holder, token
+		p := position{audit.Nanos(e.At), e.ID}
+		if rr.holds(p) {
+			byID[e.ID] = e
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// eventsAt returns the events of byID at the positions kept, in order.
+func eventsAt(kept []position, byID map[int64]audit.Event) []audit.Event {
 	out := make([]audit.Event, len(kept))
 	for i, p := range kept {
 		out[i] = byID[p.id]
 	}
-	return out, nil
+	return out
 }
 
 // RunTimes returns the times of the lock's renewals in runs that f
@@ -214,20 +225,31 @@ func (r *Reader) RunTimes(ctx context.Context, db DB, lockID int64, f audit.Time
 		if err != nil {
 			return nil, err
 		}
-		out := make([]position, len(rs))
-		for i, x := range rs {
-			out[i] = position{x.At, runcodec.ID(run.ID, i)}
-		}
-		return out, nil
+		return decodedPositions(rs, func(i int) int64 { return runcodec.ID(run.ID, i) }), nil
 	})
 	if err != nil {
 		return nil, err
 	}
+	return timesAt(kept), nil
+}
+
+// decodedPositions returns the positions of a run's or a log group's
+// decoded renewals, the i-th of id(i).
+func decodedPositions(rs []runcodec.Renewal, id func(i int) int64) []position {
+	out := make([]position, len(rs))
+	for i, x := range rs {
+		out[i] = position{x.At, id(i)}
+	}
+	return out
+}
+
+// timesAt returns the times of the positions kept.
+func timesAt(kept []position) []time.Time {
 	times := make([]time.Time, len(kept))
 	for i, p := range kept {
 		times[i] = audit.TimeOf(p.at)
 	}
-	return times, nil
+	return times
 }
 
 // mergeNewest merges a and b, each in (at, id) order, and keeps the
