@@ -112,95 +112,108 @@ func SameHistory(t *testing.T, a, b Store, requestIDs []string) {
 // after the unsynced logged renewals the copy gave it as rows.
 func sameHistory(t *testing.T, a, b Store, requestIDs []string, renumbered bool) {
 	t.Helper()
-	ctx := context.Background()
-	type reads struct {
-		States   []audit.TrackState
-		Recent   [][]audit.Tenure
-		Cursors  []audit.Cursor
-		Unsynced []audit.Event
-		Stored   []audit.Event
-		Locks    []audit.Lock
-		Events   map[int64][]audit.Event
-		Writes   map[int64][][]audit.WriteEvent
-		Renewals map[int64][]time.Time
-		Counts   map[int64]audit.Histogram
-		Tenures  map[int64][]audit.Tenure
-		Findings []audit.Finding
-		ByClass  map[audit.Class]map[audit.Severity]int
-		Lockn    []audit.LockCount
-		Blinds   []audit.BlindWindow
-		Last     map[string]time.Time
-		Listed   []audit.Cursor
-	}
-	read := func(s Store) reads {
-		t.Helper()
-		var r reads
-		var err error
-		check := func(what string, err error) {
-			t.Helper()
-			if err != nil {
-				t.Fatalf("%s: %v", what, err)
-			}
-		}
-		r.States, r.Cursors, err = s.Restore(ctx)
-		check("Restore", err)
-		for _, st := range r.States {
-			r.Recent = append(r.Recent, st.Recent)
-		}
-		r.Unsynced, err = s.Unsynced(ctx)
-		check("Unsynced", err)
-		asCopied(r.Unsynced)
-		r.Stored, err = s.StoredWrites(ctx, requestIDs)
-		check("StoredWrites", err)
-		// In no order the contract gives.
-		slices.SortFunc(r.Stored, func(a, b audit.Event) int { return cmp.Compare(a.ID, b.ID) })
-		r.Locks, err = s.Locks(ctx, audit.LockFilter{Limit: audit.MaxLockLimit})
-		check("Locks", err)
-		r.Events, r.Writes = map[int64][]audit.Event{}, map[int64][][]audit.WriteEvent{}
-		r.Renewals, r.Counts, r.Tenures = map[int64][]time.Time{}, map[int64]audit.Histogram{}, map[int64][]audit.Tenure{}
-		for _, l := range r.Locks {
-			r.Events[l.ID], err = s.Events(ctx, l.ID, audit.EventFilter{TimeFilter: audit.TimeFilter{Limit: audit.MaxListLimit}})
-			check("Events", err)
-			asCopied(r.Events[l.ID])
-			for i := range r.Events[l.ID] {
-				if renumbered {
-					r.Events[l.ID][i].ID = 0
-				}
-			}
+	Equal(t, "history", readHistory(t, b, requestIDs, renumbered), readHistory(t, a, requestIDs, renumbered))
+}
 
-			for _, o := range []audit.WriteOutcome{audit.WriteAccepted, audit.WriteRejected} {
-				w, err := s.WriteEvents(ctx, l.ID, o, audit.EventFilter{})
-				check("WriteEvents", err)
-				r.Writes[l.ID] = append(r.Writes[l.ID], w)
-			}
-			r.Renewals[l.ID], err = s.EventTimes(ctx, l.ID, audit.EventRenew, audit.TimeFilter{})
-			check("EventTimes", err)
-			for i, at := range r.Renewals[l.ID] {
-				r.Renewals[l.ID][i] = at.Truncate(time.Millisecond)
-			}
-			r.Counts[l.ID], err = s.WriteCounts(ctx, l.ID, audit.WriteAccepted, audit.BinFilter{From: At(0), To: At(100), Bins: 10})
-			check("WriteCounts", err)
-			r.Tenures[l.ID], err = s.Tenures(ctx, l.ID, audit.TimeFilter{})
-			check("Tenures", err)
-		}
-		r.Findings, err = s.Findings(ctx, audit.FindingFilter{TimeFilter: audit.TimeFilter{Limit: audit.MaxListLimit}})
-		check("Findings", err)
-		r.ByClass = map[audit.Class]map[audit.Severity]int{}
-		for _, c := range []audit.Class{audit.ClassLock, audit.ClassHeartbeat} {
-			r.ByClass[c], err = s.FindingCounts(ctx, audit.FindingCountFilter{Class: c})
-			check("FindingCounts", err)
-		}
-		r.Lockn, err = s.LockCounts(ctx)
-		check("LockCounts", err)
-		r.Blinds, err = s.BlindWindows(ctx, audit.BlindFilter{})
-		check("BlindWindows", err)
-		r.Last, err = s.LastEventAt(ctx)
-		check("LastEventAt", err)
-		r.Listed, err = s.Cursors(ctx)
-		check("Cursors", err)
-		return r
+// history is every read of a store that a copy must give the same.
+type history struct {
+	States   []audit.TrackState
+	Recent   [][]audit.Tenure
+	Cursors  []audit.Cursor
+	Unsynced []audit.Event
+	Stored   []audit.Event
+	Locks    []audit.Lock
+	Events   map[int64][]audit.Event
+	Writes   map[int64][][]audit.WriteEvent
+	Renewals map[int64][]time.Time
+	Counts   map[int64]audit.Histogram
+	Tenures  map[int64][]audit.Tenure
+	Findings []audit.Finding
+	ByClass  map[audit.Class]map[audit.Severity]int
+	Lockn    []audit.LockCount
+	Blinds   []audit.BlindWindow
+	Last     map[string]time.Time
+	Listed   []audit.Cursor
+}
+
+// mustRead fails the test on a read's error.
+func mustRead(t *testing.T, what string, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v", what, err)
 	}
-	Equal(t, "history", read(b), read(a))
+}
+
+// readHistory reads s's history, as a copy must keep it.
+func readHistory(t *testing.T, s Store, requestIDs []string, renumbered bool) history {
+	t.Helper()
+	ctx := context.Background()
+	var r history
+	var err error
+	r.States, r.Cursors, err = s.Restore(ctx)
+	mustRead(t, "Restore", err)
+	for _, st := range r.States {
+		r.Recent = append(r.Recent, st.Recent)
+	}
+	r.Unsynced, err = s.Unsynced(ctx)
+	mustRead(t, "Unsynced", err)
+	asCopied(r.Unsynced)
+	r.Stored, err = s.StoredWrites(ctx, requestIDs)
+	mustRead(t, "StoredWrites", err)
+	// In no order the contract gives.
+	slices.SortFunc(r.Stored, func(a, b audit.Event) int { return cmp.Compare(a.ID, b.ID) })
+	r.Locks, err = s.Locks(ctx, audit.LockFilter{Limit: audit.MaxLockLimit})
+	mustRead(t, "Locks", err)
+	r.Events, r.Writes = map[int64][]audit.Event{}, map[int64][][]audit.WriteEvent{}
+	r.Renewals, r.Counts, r.Tenures = map[int64][]time.Time{}, map[int64]audit.Histogram{}, map[int64][]audit.Tenure{}
+	for _, l := range r.Locks {
+		r.readLock(t, s, l.ID, renumbered)
+	}
+	r.Findings, err = s.Findings(ctx, audit.FindingFilter{TimeFilter: audit.TimeFilter{Limit: audit.MaxListLimit}})
+	mustRead(t, "Findings", err)
+	r.ByClass = map[audit.Class]map[audit.Severity]int{}
+	for _, c := range []audit.Class{audit.ClassLock, audit.ClassHeartbeat} {
+		r.ByClass[c], err = s.FindingCounts(ctx, audit.FindingCountFilter{Class: c})
+		mustRead(t, "FindingCounts", err)
+	}
+	r.Lockn, err = s.LockCounts(ctx)
+	mustRead(t, "LockCounts", err)
+	r.Blinds, err = s.BlindWindows(ctx, audit.BlindFilter{})
+	mustRead(t, "BlindWindows", err)
+	r.Last, err = s.LastEventAt(ctx)
+	mustRead(t, "LastEventAt", err)
+	r.Listed, err = s.Cursors(ctx)
+	mustRead(t, "Cursors", err)
+	return r
+}
+
+// readLock reads one lock's history into r.
+func (r *history) readLock(t *testing.T, s Store, id int64, renumbered bool) {
+	t.Helper()
+	ctx := context.Background()
+	var err error
+	r.Events[id], err = s.Events(ctx, id, audit.EventFilter{TimeFilter: audit.TimeFilter{Limit: audit.MaxListLimit}})
+	mustRead(t, "Events", err)
+	asCopied(r.Events[id])
+	for i := range r.Events[id] {
+		if renumbered {
+			r.Events[id][i].ID = 0
+		}
+	}
+	for _, o := range []audit.WriteOutcome{audit.WriteAccepted, audit.WriteRejected} {
+		w, err := s.WriteEvents(ctx, id, o, audit.EventFilter{})
+		mustRead(t, "WriteEvents", err)
+		r.Writes[id] = append(r.Writes[id], w)
+	}
+	r.Renewals[id], err = s.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{})
+	mustRead(t, "EventTimes", err)
+	for i, at := range r.Renewals[id] {
+		r.Renewals[id][i] = at.Truncate(time.Millisecond)
+	}
+	r.Counts[id], err = s.WriteCounts(ctx, id, audit.WriteAccepted, audit.BinFilter{From: At(0), To: At(100), Bins: 10})
+	mustRead(t, "WriteCounts", err)
+	r.Tenures[id], err = s.Tenures(ctx, id, audit.TimeFilter{})
+	mustRead(t, "Tenures", err)
 }
 
 // asCopied clears the ids of renewals and keeps their observed times to
