@@ -38,6 +38,7 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 		if w.mark != nil {
 			s.syncMark, s.syncLogMark = w.mark.event, w.mark.log
 		}
+		s.foldIdle = (s.foldIdle || (w.looked && w.folded == 0)) && !b.Synced && !b.SyncedToMark
 	})
 	if err != nil {
 		return fmt.Errorf("apply batch: %w", storageError(err))
@@ -78,6 +79,10 @@ type batchWriter struct {
 	tx    *sql.Tx
 	added map[audit.LockKey]int64 // ids resolved or created in this transaction
 	mark  *syncMark               // the batch's Batch.SyncMark, once it is committed
+	// looked is whether it looked for commit rows to fold (rebucket), and
+	// folded how many it folded.
+	looked bool
+	folded int
 }
 
 // syncMark is a sync mark: the newest event row and log row it covers.

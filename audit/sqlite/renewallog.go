@@ -49,11 +49,18 @@ func (w *batchWriter) putLog(ctx context.Context, events []audit.Event) ([]audit
 }
 
 // rebucket folds the synced commit rows into bucket rows when they are due
-// (renewallog.WriterFold), in the batch's transaction.
+// (renewallog.WriterFold), in the batch's transaction. It does not look
+// while the store's fold is idle: between a look that found none due and
+// the next sync mark.
 func (w *batchWriter) rebucket(ctx context.Context) error {
-	if _, _, err := renewallog.Rebucket(ctx, newLogTx(w.tx), logSQL, renewallog.WriterFold); err != nil {
+	if w.s.foldIdle {
+		return nil
+	}
+	n, _, err := renewallog.Rebucket(ctx, newLogTx(w.tx), logSQL, renewallog.WriterFold)
+	if err != nil {
 		return fmt.Errorf("renewal log: %w", err)
 	}
+	w.looked, w.folded = true, n
 	return nil
 }
 

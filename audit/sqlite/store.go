@@ -74,8 +74,12 @@ type Store struct {
 	// syncLogMark is the newest renewal_log id as of that batch: the
 	// log's part of the mark.
 	syncLogMark int64
-	runs        runsWalk // retention's walk of renewal runs
-	ckpt        checkpointer
+	// foldIdle is whether the last batch that looked for commit rows to
+	// fold found none due, and no sync mark has moved since: only a mark
+	// makes more of them due (rebucket).
+	foldIdle bool
+	runs     runsWalk // retention's walk of renewal runs
+	ckpt     checkpointer
 }
 
 // Open opens (creating if needed) the database at path, verifies it is in WAL

@@ -98,7 +98,7 @@ func (s *summary) add(r runcodec.Renewal) {
 // summarize adds the renewals of log row r observed before before to
 // sums, by lock and tenure. It returns the others, and how many it added.
 func summarize(r Stored, before int64, sums map[[2]int64]*summary) ([]runcodec.Logged, int, error) {
-	all, err := r.logged()
+	all, err := r.appendLogged(nil)
 	if err != nil {
 		return nil, 0, err
 	}

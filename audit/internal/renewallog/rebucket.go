@@ -68,14 +68,15 @@ func Rebucket(ctx context.Context, tx Tx, q SQL, f Fold) (rows, renewals int, er
 		ids = append(ids, c.id)
 		renewals += int(c.renewals)
 	}
-	if err := q.fold(ctx, tx, ids); err != nil {
+	if err := q.fold(ctx, tx, ids, renewals); err != nil {
 		return 0, 0, err
 	}
 	return len(ids), renewals, nil
 }
 
-// fold rewrites the commit rows ids as bucket rows and deletes them.
-func (q SQL) fold(ctx context.Context, tx Tx, ids []int64) error {
+// fold rewrites the commit rows ids, of renewals renewals, as bucket rows
+// and deletes them.
+func (q SQL) fold(ctx context.Context, tx Tx, ids []int64, renewals int) error {
 	cond, arg := q.IDs(1, ids)
 	read, err := tx.Query(ctx, `SELECT id, data FROM renewal_log WHERE `+cond+` ORDER BY id`, arg)
 	if err != nil {
@@ -85,13 +86,11 @@ func (q SQL) fold(ctx context.Context, tx Tx, ids []int64) error {
 	if err != nil {
 		return fmt.Errorf("read commit rows: %w", err)
 	}
-	var logged []runcodec.Logged
+	logged := make([]runcodec.Logged, 0, renewals)
 	for _, r := range stored {
-		got, err := r.logged()
-		if err != nil {
+		if logged, err = r.appendLogged(logged); err != nil {
 			return err
 		}
-		logged = append(logged, got...)
 	}
 	rows, err := rowsOf(logged, runcodec.Bucket)
 	if err != nil {
@@ -103,19 +102,17 @@ func (q SQL) fold(ctx context.Context, tx Tx, ids []int64) error {
 	return q.delete(ctx, tx, ids)
 }
 
-// logged returns the renewals of log row r, group after group.
-func (r Stored) logged() ([]runcodec.Logged, error) {
+// appendLogged appends the renewals of log row r to dst, group after
+// group.
+func (r Stored) appendLogged(dst []runcodec.Logged) ([]runcodec.Logged, error) {
 	groups, err := runcodec.LogGroups(r.Data, 0)
 	if err != nil {
-		return nil, fmt.Errorf("log row %d: %w", r.ID, err)
+		return dst, fmt.Errorf("log row %d: %w", r.ID, err)
 	}
-	var out []runcodec.Logged
 	for _, g := range groups {
-		got, err := g.Logged()
-		if err != nil {
-			return nil, fmt.Errorf("log row %d: %w", r.ID, err)
+		if dst, err = g.AppendLogged(dst); err != nil {
+			return dst, fmt.Errorf("log row %d: %w", r.ID, err)
 		}
-		out = append(out, got...)
 	}
-	return out, nil
+	return dst, nil
 }

@@ -52,29 +52,50 @@ func Split(events []audit.Event, lockID func(audit.LockKey) (int64, error)) ([]R
 
 // rowsOf returns logged renewals, in the order stored, as log rows: a row
 // per bucket (bucket of each renewal's lock) and run window, at most
-// runcodec.MaxRenewals renewals each, in bucket order. It sorts logged by
-// one stable sort, not a map of growing slices.
+// runcodec.MaxRenewals renewals each, in bucket order. It works out each
+// renewal's row once and sorts those, each lock's renewals kept in the
+// order they were stored in; a commit's, of one bucket and nearly always
+// one window, are in order already.
 func rowsOf(logged []runcodec.Logged, bucket func(lockID int64) int64) ([]Row, error) {
-	key := func(l runcodec.Logged) [2]int64 { return [2]int64{bucket(l.LockID), runcodec.WindowOf(l.At)} }
-	// Stable: each lock's renewals keep the order they were stored in.
-	slices.SortStableFunc(logged, func(a, b runcodec.Logged) int {
-		ka, kb := key(a), key(b)
-		return cmp.Or(cmp.Compare(ka[0], kb[0]), cmp.Compare(ka[1], kb[1]))
-	})
+	keys := make([]rowKey, len(logged))
+	for i, l := range logged {
+		keys[i] = rowKey{bucket(l.LockID), runcodec.WindowOf(l.At), i}
+	}
+	if !slices.IsSortedFunc(keys, rowKey.compare) {
+		slices.SortFunc(keys, rowKey.compare)
+		sorted := make([]runcodec.Logged, len(logged))
+		for i, k := range keys {
+			sorted[i] = logged[k.i]
+		}
+		logged = sorted
+	}
 	var rows []Row
 	for start := 0; start < len(logged); {
-		k, end := key(logged[start]), start+1
-		for end < len(logged) && end-start < runcodec.MaxRenewals && key(logged[end]) == k {
+		k, end := keys[start], start+1
+		for end < len(logged) && end-start < runcodec.MaxRenewals && keys[end].row() == k.row() {
 			end++
 		}
 		row, err := runcodec.EncodeLog(logged[start:end])
 		if err != nil {
 			return nil, err
 		}
-		rows = append(rows, Row{Bucket: k[0], LogRow: row})
+		rows = append(rows, Row{Bucket: k.bucket, LogRow: row})
 		start = end
 	}
 	return rows, nil
+}
+
+// rowKey is the log row of logged renewal i: its bucket and run window.
+type rowKey struct {
+	bucket, window int64
+	i              int
+}
+
+func (k rowKey) row() [2]int64 { return [2]int64{k.bucket, k.window} }
+
+// compare orders keys by row, then as logged (which makes the sort stable).
+func (k rowKey) compare(o rowKey) int {
+	return cmp.Or(cmp.Compare(k.bucket, o.bucket), cmp.Compare(k.window, o.window), cmp.Compare(k.i, o.i))
 }
 
 // logged returns e as the log keeps it, but for its lock id, and false for

@@ -45,11 +45,10 @@ func TestSplitRebucketAndPack(t *testing.T) {
 		if r.Bucket != runcodec.CommitBucket {
 			t.Errorf("commit row %d: bucket %d", i, r.Bucket)
 		}
-		got, err := Stored{ID: int64(i + 1), Data: r.Data}.logged()
-		if err != nil {
+		var err error
+		if logged, err = (Stored{ID: int64(i + 1), Data: r.Data}).appendLogged(logged); err != nil {
 			t.Fatal(err)
 		}
-		logged = append(logged, got...)
 	}
 	if len(commit) != 2 || len(logged) != 3000 {
 		t.Errorf("%d commit rows of %d renewals, want 2 of 3000", len(commit), len(logged))

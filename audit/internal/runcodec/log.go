@@ -303,17 +303,17 @@ func (g LogGroup) eachSubMs(n int, add func(i int, ns int64)) error {
 	return nil
 }
 
-// Logged returns the group's renewals as the journal logged them.
-func (g LogGroup) Logged() ([]Logged, error) {
+// AppendLogged appends the group's renewals, as the journal logged them,
+// to dst.
+func (g LogGroup) AppendLogged(dst []Logged) ([]Logged, error) {
 	rs, err := g.Decode()
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
-	out := make([]Logged, len(rs))
-	for i, r := range rs {
-		out[i] = Logged{LockID: g.LockID, Seq: g.Seq, Detail: g.Detail, Renewal: r}
+	for _, r := range rs {
+		dst = append(dst, Logged{LockID: g.LockID, Seq: g.Seq, Detail: g.Detail, Renewal: r})
 	}
-	return out, nil
+	return dst, nil
 }
 
 // Staged returns the group's renewals, of log row row, as staged renewals
