@@ -702,7 +702,7 @@ func (ws *watches) follow(ns string, body io.ReadCloser) {
 func (r *run) apply(ctx context.Context, ws *watches, batch []message) error {
 	now := r.now()
 	next := maps.Clone(r.rv)
-	var obs []audit.Observation
+	obs := make([]audit.Observation, 0, len(batch)) // nearly every message is an observation
 	flush := func() error {
 		if len(obs) == 0 && maps.Equal(next, r.rv) {
 			return nil
