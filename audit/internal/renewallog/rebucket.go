@@ -86,20 +86,31 @@ func (q SQL) fold(ctx context.Context, tx Tx, ids []int64, renewals int) error {
 	if err != nil {
 		return fmt.Errorf("read commit rows: %w", err)
 	}
-	logged := make([]runcodec.Logged, 0, renewals)
-	for _, r := range stored {
-		if logged, err = r.appendLogged(logged); err != nil {
-			return err
-		}
-	}
-	rows, err := rowsOf(logged, runcodec.Bucket)
+	rows, err := bucketRows(stored, renewals)
 	if err != nil {
-		return fmt.Errorf("rebucket: %w", err)
+		return err
 	}
 	if err := tx.InsertLog(ctx, rows); err != nil {
 		return fmt.Errorf("rebucket %d commit rows: %w", len(ids), err)
 	}
 	return q.delete(ctx, tx, ids)
+}
+
+// bucketRows returns the renewals of commit rows stored, about renewals
+// of them, as rows of their locks' buckets.
+func bucketRows(stored []Stored, renewals int) ([]Row, error) {
+	logged := make([]runcodec.Logged, 0, renewals)
+	for _, r := range stored {
+		var err error
+		if logged, err = r.appendLogged(logged); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := rowsOf(logged, runcodec.Bucket)
+	if err != nil {
+		return nil, fmt.Errorf("rebucket: %w", err)
+	}
+	return rows, nil
 }
 
 // appendLogged appends the renewals of log row r to dst, group after
