@@ -74,18 +74,32 @@ func (k *Keeper) Committed(c audit.Commit) {
 // Touched returns the locks a commit changed in ways that can change their
 // verdict: every lock written in full (grants and ends; renewals alone are
 // not), and every lock an event or a finding names that is not a renewal.
+// Heartbeats are not judged, so none that the batch writes is touched: a
+// cluster's snapshot or mass expiry would otherwise have the next round
+// read every node's Lease back only to skip it.
 func Touched(b *audit.Batch) []audit.LockKey {
 	var keys []audit.LockKey
+	var heartbeats map[audit.LockKey]bool
 	for i := range b.Locks {
-		keys = append(keys, b.Locks[i].Lock.Key())
+		key := b.Locks[i].Lock.Key()
+		if b.Locks[i].Lock.Class != audit.ClassHeartbeat {
+			keys = append(keys, key)
+			continue
+		}
+		if heartbeats == nil {
+			heartbeats = make(map[audit.LockKey]bool)
+		}
+		heartbeats[key] = true
 	}
 	for _, e := range b.Events {
-		if e.Kind != audit.EventRenew {
+		if e.Kind != audit.EventRenew && !heartbeats[e.Lock] {
 			keys = append(keys, e.Lock)
 		}
 	}
 	for _, f := range b.Findings {
-		keys = append(keys, f.Lock)
+		if !heartbeats[f.Lock] {
+			keys = append(keys, f.Lock)
+		}
 	}
 	return keys
 }
@@ -122,24 +136,32 @@ func (k *Keeper) Run(ctx context.Context) error {
 	}
 }
 
-// Round judges the locks touched since the last round. Those it could
-// not judge are touched again.
+// Round judges the locks touched since the last round, sweepPage at a
+// time, so that a round after a large commit holds a page of locks, not
+// all of them. Those it could not judge are touched again.
 func (k *Keeper) Round(ctx context.Context) error {
 	k.mu.Lock()
 	dirty := k.dirty
 	k.dirty = nil
 	k.mu.Unlock()
-	var locks []audit.Lock
+	locks := make([]audit.Lock, 0, min(len(dirty), sweepPage))
 	for key := range dirty {
 		l, err := k.Store.LockByKey(ctx, key)
 		if audit.ErrorCode(err) == audit.ENOTFOUND {
 			continue // a write report for a lock not stored yet: touched again when it is
 		}
+		if err == nil {
+			locks = append(locks, l)
+			if len(locks) < sweepPage {
+				continue
+			}
+			err = k.judge(ctx, locks)
+			locks = locks[:0]
+		}
 		if err != nil {
 			k.retouch(dirty)
 			return err
 		}
-		locks = append(locks, l)
 	}
 	if err := k.judge(ctx, locks); err != nil {
 		k.retouch(dirty)

@@ -15,9 +15,10 @@ import (
 )
 
 // The keeper over a real store: a sweep judges every lock of class lock
-// (not the heartbeat, nor a source it does not own); a write that lands
-// unfenced, once committed, touches its lock, and the next round makes it
-// unsafe; locks of a purpose of efficiency are kept as such.
+// (not the heartbeat, which no commit touches either, nor a source it does
+// not own); a write that lands unfenced, once committed, touches its lock,
+// and the next round makes it unsafe; locks of a purpose of efficiency are
+// kept as such.
 func TestKeeper(t *testing.T) {
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "leasewatch.db"))
@@ -47,6 +48,12 @@ func TestKeeper(t *testing.T) {
 	observe("src", "cache", audit.ClassLock, "a", 1, 0)
 	observe("src", "node-1", audit.ClassHeartbeat, "node-1", 1, 0)
 	observe("other", "jobs", audit.ClassLock, "j", 1, 0)
+	// Heartbeats are not judged: a round would read them only to skip them.
+	for _, key := range touched {
+		if key.Name == "node-1" {
+			t.Errorf("the heartbeat's grant touched %s", key)
+		}
+	}
 
 	now := at(time.Hour)
 	k := &verdict.Keeper{Store: st, Put: st.PutVerdicts, Now: func() time.Time { return now },
@@ -94,25 +101,56 @@ func TestKeeper(t *testing.T) {
 	}
 }
 
-// Run's sweeps yield between pages; every page is still judged.
-func TestKeeperRunSweepsEveryPage(t *testing.T) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+// pagesOfLocks is three pages of locks, of a sweep or a round.
+const pagesOfLocks = 1200
+
+// grantPagesOfLocks stores pagesOfLocks granted locks and returns the
+// store and the commit's batch.
+func grantPagesOfLocks(t *testing.T, ctx context.Context) (*sqlite.Store, audit.Batch) {
+	t.Helper()
 	st, err := sqlite.Open(ctx, filepath.Join(t.TempDir(), "leasewatch.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	const locks = 1200 // three pages of a sweep
-	obs := make([]audit.Observation, locks)
+	obs := make([]audit.Observation, pagesOfLocks)
 	for i := range obs {
 		obs[i] = audit.Observation{Lock: audit.LockKey{Source: "src", Name: fmt.Sprintf("lock-%04d", i)}, Kind: audit.EventGrant,
 			At: at(0), Holder: "a", Token: audit.Int64(1), LeaseDuration: lease}
 	}
 	tr := audit.NewTracker(audit.TrackerConfig{})
-	if err := st.Apply(ctx, tr.Observe(audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: obs})); err != nil {
+	b := tr.Observe(audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: obs})
+	if err := st.Apply(ctx, b); err != nil {
 		t.Fatal(err)
 	}
+	return st, b
+}
+
+// A round after a commit of more locks than a page judges them a page at
+// a time, every one.
+func TestKeeperRoundJudgesEveryPage(t *testing.T) {
+	ctx := context.Background()
+	st, b := grantPagesOfLocks(t, ctx)
+	k := &verdict.Keeper{Store: st, Put: st.PutVerdicts, Now: func() time.Time { return at(time.Hour) }}
+	k.Committed(audit.Commit{Batch: &b})
+	if err := k.Round(ctx); err != nil {
+		t.Fatal(err)
+	}
+	counts, err := st.VerdictCounts(ctx, audit.ClassLock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if counts["unverified"] != pagesOfLocks {
+		t.Errorf("kept verdicts %v after a round, want all %d locks unverified (no writes)", counts, pagesOfLocks)
+	}
+}
+
+// Run's sweeps yield between pages; every page is still judged.
+func TestKeeperRunSweepsEveryPage(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	st, _ := grantPagesOfLocks(t, ctx)
+	const locks = pagesOfLocks
 	k := &verdict.Keeper{Store: st, Put: st.PutVerdicts, Now: func() time.Time { return at(time.Hour) },
 		Every: time.Millisecond, Sweep: time.Hour, Log: slog.New(slog.DiscardHandler)}
 	done := make(chan error, 1)
