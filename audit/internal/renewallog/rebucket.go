@@ -116,14 +116,13 @@ func bucketRows(stored []Stored, renewals int) ([]Row, error) {
 // appendLogged appends the renewals of log row r to dst, group after
 // group.
 func (r Stored) appendLogged(dst []runcodec.Logged) ([]runcodec.Logged, error) {
-	groups, err := runcodec.LogGroups(r.Data, 0)
+	err := runcodec.EachLogGroup(r.Data, 0, func(g runcodec.LogGroup) error {
+		var err error
+		dst, err = g.AppendLogged(dst)
+		return err
+	})
 	if err != nil {
 		return dst, fmt.Errorf("log row %d: %w", r.ID, err)
-	}
-	for _, g := range groups {
-		if dst, err = g.AppendLogged(dst); err != nil {
-			return dst, fmt.Errorf("log row %d: %w", r.ID, err)
-		}
 	}
 	return dst, nil
 }

@@ -191,16 +191,13 @@ func (q SQL) delete(ctx context.Context, tx Tx, ids []int64) error {
 func Pack(rows []Stored) ([]runcodec.Run, int, error) {
 	byLock := make(map[int64][]runcodec.Staged)
 	for _, r := range rows {
-		groups, err := runcodec.LogGroups(r.Data, 0)
+		err := runcodec.EachLogGroup(r.Data, 0, func(g runcodec.LogGroup) error {
+			staged, err := g.Staged(r.ID)
+			byLock[g.LockID] = append(byLock[g.LockID], staged...)
+			return err
+		})
 		if err != nil {
 			return nil, 0, fmt.Errorf("log row %d: %w", r.ID, err)
-		}
-		for _, g := range groups {
-			staged, err := g.Staged(r.ID)
-			if err != nil {
-				return nil, 0, fmt.Errorf("log row %d: %w", r.ID, err)
-			}
-			byLock[g.LockID] = append(byLock[g.LockID], staged...)
 		}
 	}
 	var runs []runcodec.Run

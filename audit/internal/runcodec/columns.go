@@ -64,8 +64,8 @@ func (c *columns) ttlFlag() byte {
 }
 
 // newColumns computes the residuals of rs, which share key k.
-func newColumns(k key, rs []Renewal) *columns {
-	c := &columns{ttl0: rs[0].TTL, key: k}
+func newColumns(k key, rs []Renewal) columns {
+	c := columns{ttl0: rs[0].TTL, key: k}
 	if k.renewed {
 		c.unit = unitOf(rs)
 	}

@@ -123,12 +123,13 @@ func EncodeLog(logged []Logged) (LogRow, error) {
 		row.FirstAt, row.LastAt = min(row.FirstAt, l.At), max(row.LastAt, l.At)
 		order[i] = i
 	}
-	slices.SortStableFunc(order, func(a, b int) int { return cmp.Compare(logged[a].LockID, logged[b].LockID) })
+	slices.SortFunc(order, func(a, b int) int { return cmp.Or(cmp.Compare(logged[a].LockID, logged[b].LockID), cmp.Compare(a, b)) })
 	buf := make([]byte, 1, 24*len(logged))
 	buf[0] = LogVersion
 	a0 := floorMs(row.FirstAt)
 	buf = binary.AppendVarint(buf, a0)
 	var rs []Renewal
+	var run []byte // each group's run, before its length is written
 	for start := 0; start < len(order); {
 		head := logged[order[start]]
 		end := start + 1
@@ -139,8 +140,8 @@ func EncodeLog(logged []Logged) (LogRow, error) {
 		for _, i := range order[start:end] {
 			rs = append(rs, logged[i].Renewal)
 		}
-		run, err := Encode(rs)
-		if err != nil {
+		var err error
+		if run, err = appendRun(run[:0], rs); err != nil {
 			return LogRow{}, fmt.Errorf("log renewals of lock %d tenure %d: %w", head.LockID, head.Seq, err)
 		}
 		buf = appendGroup(buf, a0, head, run, rs)
@@ -223,14 +224,27 @@ const maxMs = math.MaxInt64 / int64(time.Millisecond)
 // lockID's when it is not 0: the others are skipped by their lengths,
 // their runs undecoded (a run's header says how many renewals it holds).
 func LogGroups(data []byte, lockID int64) ([]LogGroup, error) {
-	if len(data) == 0 || data[0] != LogVersion {
-		return nil, fmt.Errorf("%w: format not known", errLog)
-	}
 	var groups []LogGroup
+	err := EachLogGroup(data, lockID, func(g LogGroup) error {
+		groups = append(groups, g)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return groups, nil
+}
+
+// EachLogGroup calls fn with each lock group of a log row's data that
+// LogGroups returns, in order, without keeping them, until fn fails.
+func EachLogGroup(data []byte, lockID int64, fn func(LogGroup) error) error {
+	if len(data) == 0 || data[0] != LogVersion {
+		return fmt.Errorf("%w: format not known", errLog)
+	}
 	h := header{buf: data[1:]}
 	a0 := h.varint()
 	if h.err != nil || a0 < floorMs(lowestAt) || a0 > maxMs {
-		return nil, fmt.Errorf("%w: first observed time damaged", errLog)
+		return fmt.Errorf("%w: first observed time damaged", errLog)
 	}
 	index := 0
 	for len(h.buf) > 0 {
@@ -240,19 +254,22 @@ func LogGroups(data []byte, lockID int64) ([]LogGroup, error) {
 		run := h.bytes()
 		sub := h.bytes()
 		if h.err != nil {
-			return nil, fmt.Errorf("%w: group at renewal %d: %w", errLog, index, h.err)
+			return fmt.Errorf("%w: group at renewal %d: %w", errLog, index, h.err)
 		}
 		if lock == 0 || lock > 1<<62 || seq > 1<<62 || ttl > 1<<40 || n == 0 || n > uint64(MaxRenewals-index) ||
 			first > uint64(maxMs-a0) {
-			return nil, fmt.Errorf("%w: group at renewal %d of lock %d is damaged", errLog, index, lock)
+			return fmt.Errorf("%w: group at renewal %d of lock %d is damaged", errLog, index, lock)
 		}
 		if lockID == 0 || int64(lock) == lockID {
-			groups = append(groups, LogGroup{LockID: int64(lock), Seq: int64(seq), TTL: time.Duration(ttl) * time.Millisecond,
-				Detail: string(detail), Index: index, Renewals: int(n), FirstAt: (a0 + int64(first)) * 1e6, Run: run, subMs: sub})
+			g := LogGroup{LockID: int64(lock), Seq: int64(seq), TTL: time.Duration(ttl) * time.Millisecond,
+				Detail: string(detail), Index: index, Renewals: int(n), FirstAt: (a0 + int64(first)) * 1e6, Run: run, subMs: sub}
+			if err := fn(g); err != nil {
+				return err
+			}
 		}
 		index += int(n)
 	}
-	return groups, nil
+	return nil
 }
 
 // run is the group's renewals as a run of its lock and tenure, numbered

@@ -198,21 +198,24 @@ var errVersion = errors.New("run format not known")
 // observed, as a run. Every renewal must fit (Fits), all or none must have
 // a backend time, and their positions one form; Pack makes runs that do.
 // The run's row keeps the first renewal's lease (Run.TTL).
-func Encode(rs []Renewal) ([]byte, error) {
+func Encode(rs []Renewal) ([]byte, error) { return appendRun(nil, rs) }
+
+// appendRun appends the run of rs (Encode) to dst.
+func appendRun(dst []byte, rs []Renewal) ([]byte, error) {
 	if len(rs) == 0 || len(rs) > MaxRenewals {
-		return nil, fmt.Errorf("a run holds 1 to %d renewals, not %d", MaxRenewals, len(rs))
+		return dst, fmt.Errorf("a run holds 1 to %d renewals, not %d", MaxRenewals, len(rs))
 	}
 	k, err := keyOf(rs[0])
 	if err != nil {
-		return nil, err
+		return dst, err
 	}
 	for _, r := range rs[1:] {
 		if rk, err := keyOf(r); err != nil || rk != k {
-			return nil, errors.New("renewals of one run must all have a backend time or none, and positions of one form")
+			return dst, errors.New("renewals of one run must all have a backend time or none, and positions of one form")
 		}
 	}
 	c := newColumns(k, rs)
-	buf := []byte{Version, k.flags() | c.unit<<3 | c.ttlFlag()}
+	buf := append(dst, Version, k.flags()|c.unit<<3|c.ttlFlag())
 	if k.renewed {
 		buf = binary.AppendVarint(buf, rs[0].RenewedAt/units[c.unit]-firstRef(floorMs(rs[0].At), c.unit))
 	}
