@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
@@ -85,7 +86,7 @@ func newNamespace(t *testing.T) string {
 
 // runCollector starts a collector on the shared apiserver with cfg (Name
 // filled in) and waits until it is ready. It stops when the test ends.
-func runCollector(t *testing.T, s *collectortest.Sink, cfg Config, opts ...Option) *collectortest.Running {
+func runCollector(t *testing.T, s collectors.Sink, cfg Config, opts ...Option) *collectortest.Running {
 	t.Helper()
 	cfg.Name = testSource
 	opts = append([]Option{WithRESTConfig(apiserver.Config)}, opts...)

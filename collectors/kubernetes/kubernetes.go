@@ -121,8 +121,10 @@ type Collector struct {
 	watchTimeout time.Duration
 	batchWindow  time.Duration
 	// snapshotChunk: a first snapshot records this many held Leases an
-	// input (see recordAhead).
+	// input (see listing.recordAhead); listPage, how many Leases a page of
+	// a list brings.
 	snapshotChunk int
+	listPage      int
 	log           *slog.Logger
 }
 
@@ -133,7 +135,7 @@ var _ collectors.Collector = (*Collector)(nil)
 // (EINVALID); the caller adds which source. logger should already carry the
 // source's name (logger.With("source", name)).
 func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
-	c := &Collector{cfg: cfg, now: time.Now, watchTimeout: DefaultWatchTimeout, batchWindow: DefaultBatchWindow, snapshotChunk: snapshotChunk}
+	c := &Collector{cfg: cfg, now: time.Now, watchTimeout: DefaultWatchTimeout, batchWindow: DefaultBatchWindow, snapshotChunk: snapshotChunk, listPage: listPageSize}
 	for _, opt := range opts {
 		opt(c)
 	}

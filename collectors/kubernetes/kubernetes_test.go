@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
@@ -674,10 +676,50 @@ func TestSteadyRenewalsShareInputs(t *testing.T) {
 // input.
 func withSnapshotChunk(n int) Option { return func(c *Collector) { c.snapshotChunk = n } }
 
+// withListPage sets how many Leases a page of a list brings.
+func withListPage(n int) Option { return func(c *Collector) { c.listPage = n } }
+
+// pagedSink is a sink that notes, at each input, how many pages of Lease
+// lists its collector's client had asked for by then.
+type pagedSink struct {
+	*collectortest.Sink
+	pages   atomic.Int32
+	mu      sync.Mutex
+	pagesAt []int32 // per input, in order
+}
+
+func (s *pagedSink) Observe(ctx context.Context, in audit.Input) error {
+	s.mu.Lock()
+	s.pagesAt = append(s.pagesAt, s.pages.Load())
+	s.mu.Unlock()
+	return s.Sink.Observe(ctx, in)
+}
+
+// config is the apiserver's client configuration, counting the pages of
+// Lease lists asked for.
+func (s *pagedSink) config() *rest.Config {
+	cfg := rest.CopyConfig(apiserver.Config)
+	cfg.Wrap(func(rt http.RoundTripper) http.RoundTripper {
+		return roundTripFunc(func(req *http.Request) (*http.Response, error) {
+			if q := req.URL.Query(); req.Method == http.MethodGet && strings.HasSuffix(req.URL.Path, "/leases") && q.Get("watch") == "" {
+				s.pages.Add(1)
+			}
+			return rt.RoundTrip(req)
+		})
+	})
+	return cfg
+}
+
+type roundTripFunc func(*http.Request) (*http.Response, error)
+
+func (f roundTripFunc) RoundTrip(req *http.Request) (*http.Response, error) { return f(req) }
+
 // TestFirstSnapshotInChunks: a first start records its held Leases a chunk
-// an input, in name order, each once and as observed, and only the last
-// input carries the cursor and vouches for the present: at 130,000 Leases
-// one input held every Lease's events and rows in memory at once.
+// an input, in name order, each once and as observed, as the list's pages
+// bring them, and only the last input carries the cursor and vouches for
+// the present: at 130,000 Leases one input held every Lease's events and
+// rows in memory at once, and a list read to its end before the first
+// chunk held every Lease's observation.
 func TestFirstSnapshotInChunks(t *testing.T) {
 	needAPIServer(t)
 	t.Parallel()
@@ -687,8 +729,9 @@ func TestFirstSnapshotInChunks(t *testing.T) {
 		createLease(t, ns, name, coordinationv1.LeaseSpec{HolderIdentity: ptr(name), LeaseDurationSeconds: ptr[int32](40), RenewTime: now()})
 	}
 	createLease(t, ns, "free", coordinationv1.LeaseSpec{LeaseDurationSeconds: ptr[int32](40)})
-	s := newSink(t)
-	runCollector(t, s, Config{Namespaces: []string{ns}}, withSnapshotChunk(2))
+	s := &pagedSink{Sink: newSink(t)}
+	// Pages of two: free and node-0, node-1 and node-2, node-3 and node-4.
+	runCollector(t, s, Config{Namespaces: []string{ns}}, withSnapshotChunk(2), withListPage(2), WithRESTConfig(s.config()))
 
 	ins := s.Inputs()
 	if len(ins) < 3 {
@@ -710,6 +753,12 @@ func TestFirstSnapshotInChunks(t *testing.T) {
 	}
 	if want := []string{"node-0", "node-1", "node-2", "node-3", "node-4"}; !slices.Equal(names, want) {
 		t.Errorf("snapshot observed %v, want %v in that order", names, want)
+	}
+	s.mu.Lock()
+	pagesAt := slices.Clone(s.pagesAt[:3])
+	s.mu.Unlock()
+	if want := []int32{2, 3, 3}; !slices.Equal(pagesAt, want) {
+		t.Errorf("the snapshot's inputs came after %v pages of the list, want %v: each chunk recorded once its page was read", pagesAt, want)
 	}
 	for i := range 5 {
 		lock := fmt.Sprintf("%s/node-%d", ns, i)

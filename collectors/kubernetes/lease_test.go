@@ -338,18 +338,3 @@ func TestRenewalsShareTheKeptStrings(t *testing.T) {
 		t.Errorf("the collector keeps a later copy of the name, not the first observation's")
 	}
 }
-
-// TestAppendListKeepsTheFirst: the snapshot's Leases of one scope are its
-// list itself, not a copy of it (130,000 observations held twice); a second
-// scope's are added after them.
-func TestAppendListKeepsTheFirst(t *testing.T) {
-	first := []audit.Observation{{Lock: audit.LockKey{Name: "a/x"}}, {Lock: audit.LockKey{Name: "a/y"}}}
-	all := appendList(nil, first)
-	if len(all) != 2 || &all[0] != &first[0] {
-		t.Fatalf("one scope's list was copied (or lost): %v", all)
-	}
-	all = appendList(all, []audit.Observation{{Lock: audit.LockKey{Name: "b/z"}}})
-	if len(all) != 3 || all[2].Lock.Name != "b/z" || all[0].Lock.Name != "a/x" {
-		t.Fatalf("two scopes' lists = %v, want a/x, a/y, b/z", all)
-	}
-}

@@ -8,8 +8,6 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
-	"slices"
-	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -33,7 +31,7 @@ const (
 	// out the window, so a smaller bound capped the rate (256 a window was
 	// 2,560 a second).
 	maxBatch = 4096
-	// listPageSize is the page size of the Lease lists.
+	// listPageSize is the page size of the Lease lists (Collector.listPage).
 	listPageSize = 500
 	// listTimeout bounds one page of a list.
 	listTimeout = time.Minute
@@ -193,154 +191,6 @@ func (r *run) start(ctx context.Context) error {
 	r.rv, r.rvAt = rvs, at
 	r.log.Info("resuming", "cursor", pos)
 	return nil
-}
-
-// snapshot lists the Leases and records every held one in one Snapshot input
-// whose cursor is the list's resourceVersion: as observed on a first start,
-// or, after a blind window, as an inferred grant (the tracker keeps a tenure
-// whose holder and token did not change, and ends the ones that are gone).
-// A Lease whose holder let it run out by the collector's clock is not held.
-// A first start records more than snapshotChunk held Leases a chunk an
-// input (recordAhead), the last with the cursor.
-func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
-	rvs := make(map[string]string, len(r.c.scopes))
-	var leases []audit.Observation
-	for _, ns := range r.c.scopes {
-		items, rv, err := r.list(ctx, ns)
-		if err != nil {
-			return err
-		}
-		leases = appendList(leases, items)
-		rvs[ns] = rv
-	}
-	now := r.now()
-	kind, inferred := audit.EventObserved, false
-	if blind != nil {
-		kind, inferred = audit.EventGrant, true
-		blind.To = now
-	}
-	r.leases = make(map[string]seen, len(leases))
-	// The held Leases' observations, kept in place of the list's: one
-	// observation of each Lease at a time, not two.
-	obs := leases[:0]
-	for _, ob := range leases {
-		r.leases[ob.Lock.Name] = seenOf(ob)
-		if ob.Kind != audit.EventGrant || expired(ob, now) { // not held (decodeLease)
-			continue
-		}
-		ob.Lock.Source, ob.Kind, ob.Inferred, ob.At = r.c.cfg.Name, kind, inferred, now
-		obs = append(obs, ob)
-	}
-	clear(leases[len(obs):]) // the details of the Leases not held
-	sort.Slice(obs, func(i, j int) bool { return obs[i].Lock.Name < obs[j].Lock.Name })
-	held, ahead := len(obs), false
-	if blind == nil && len(obs) > r.c.snapshotChunk {
-		var err error
-		if obs, err = r.recordAhead(ctx, now, obs); err != nil {
-			return err
-		}
-		ahead = true
-	}
-	in := r.input(now, obs, rvs)
-	// A list is current as of now. After chunks recorded ahead the input
-	// is no Snapshot: it lists only the last of the held Leases.
-	in.Blind, in.Snapshot, in.Live = blind, !ahead, true
-	if err := r.sink.Observe(ctx, in); err != nil {
-		return fmt.Errorf("record snapshot at resourceVersion %s: %w", in.Cursor, err)
-	}
-	r.rv, r.rvAt = rvs, now
-	r.log.Info("snapshot recorded", "cursor", in.Cursor, "leases", len(leases), "held", held, "blind", blind != nil)
-	return nil
-}
-
-// snapshotChunk is the default of Collector.snapshotChunk: how many held
-// Leases a first snapshot records an input. The tracker's changes, events and
-// lock rows of one input are all in memory until it is stored, about 2 KB a
-// Lease: in one input, 130,000 Leases' took hundreds of MiB at once.
-const snapshotChunk = 10_000
-
-// recordAhead records the observations of a first snapshot but the last
-// snapshotChunk, snapshotChunk an input, in order, and returns the rest. A
-// first start has recorded nothing of the source (no cursor is stored), so
-// no tenure is there for a Snapshot input to end; the inputs carry no
-// cursor and vouch for nothing (Input.Live) until the last, so a restart
-// in between lists again and the tracker takes each Lease seen again for
-// the same tenure.
-func (r *run) recordAhead(ctx context.Context, now time.Time, obs []audit.Observation) ([]audit.Observation, error) {
-	for len(obs) > r.c.snapshotChunk {
-		// The input's own copy, so that the list's can let each chunk's
-		// details go once it is stored.
-		chunk := slices.Clone(obs[:r.c.snapshotChunk])
-		in := r.input(now, chunk, nil)
-		in.Cursor = ""
-		if err := r.sink.Observe(ctx, in); err != nil {
-			return nil, fmt.Errorf("record snapshot's Leases up to %s: %w", chunk[len(chunk)-1].Lock.Name, err)
-		}
-		clear(obs[:len(chunk)])
-		obs = obs[len(chunk):]
-	}
-	return obs, nil
-}
-
-// appendList adds one scope's list to the Leases listed so far; the first
-// is kept as it is, not copied: at 130,000 Leases a copy held every
-// observation twice until the snapshot was stored.
-func appendList(leases, items []audit.Observation) []audit.Observation {
-	if len(leases) == 0 {
-		return items
-	}
-	return append(leases, items...)
-}
-
-// list reads every Lease of one scope, page by page, and returns them with
-// the list's resourceVersion, each decoded as it came (decodeLease; a grant
-// when held): a page's Leases, managedFields and all, are dropped as soon
-// as it is read, which at 130,000 Leases was hundreds of MiB until the
-// snapshot was stored. A continue token that expired midway (the
-// pages are served from one snapshot, which compaction can remove) starts
-// the list over.
-func (r *run) list(ctx context.Context, ns string) ([]audit.Observation, string, error) {
-	for attempt := 0; ; attempt++ {
-		items, rv, err := r.listOnce(ctx, ns)
-		if err != nil && apierrors.IsResourceExpired(err) && attempt < 3 {
-			r.log.Info("list continuation expired; listing again", "scope", scopeName(ns), "err", err)
-			continue
-		}
-		return items, rv, err
-	}
-}
-
-func (r *run) listOnce(ctx context.Context, ns string) ([]audit.Observation, string, error) {
-	var items []audit.Observation
-	opts := metav1.ListOptions{Limit: listPageSize}
-	for {
-		lctx, cancel := context.WithTimeout(ctx, listTimeout)
-		page, err := r.c.client.CoordinationV1().Leases(ns).List(lctx, opts)
-		cancel()
-		if err != nil {
-			return nil, "", fmt.Errorf("list Leases %s: %w", scopeName(ns), err)
-		}
-		items = r.decodePage(items, page)
-		if page.Continue == "" {
-			return items, page.ResourceVersion, nil
-		}
-		opts.Continue = page.Continue
-	}
-}
-
-// decodePage adds the Leases of one page of a list to items, sized at the
-// first page for the whole list where the apiserver says how many remain,
-// so that 130,000 Leases' observations are not copied to ever larger
-// arrays.
-func (r *run) decodePage(items []audit.Observation, page *coordinationv1.LeaseList) []audit.Observation {
-	if items == nil && page.RemainingItemCount != nil && *page.RemainingItemCount > 0 {
-		items = make([]audit.Observation, 0, len(page.Items)+int(*page.RemainingItemCount))
-	}
-	for i := range page.Items {
-		ob, _ := decodeLease(&page.Items[i], r.c.heartbeatNS)
-		items = append(items, ob)
-	}
-	return items
 }
 
 // message is one thing a watch delivered: an event, or the end of its
