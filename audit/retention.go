@@ -95,7 +95,7 @@ type Pruner interface {
 }
 
 // Sealer folds renewals stored as rows into runs, a few bytes a renewal
-// (ARCHITECTURE.md, "Renewal runs"): store upkeep, which the Retainer runs
+// (docs/design/renewal-runs.md): store upkeep, which the Retainer runs
 // with its pruning. Readers see a renewal the same before and after.
 type Sealer interface {
 	// SealRenewals seals, for the next step.Limit locks after

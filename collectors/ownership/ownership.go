@@ -8,8 +8,8 @@
 // (EtcdElector) or a coordination.k8s.io/v1 Lease per source driven by
 // client-go's leader election (KubernetesElector). Both implement Elector;
 // ownershiptest is the contract suite both pass. Manager runs over a list of
-// source names and reports each grant and each loss. ARCHITECTURE.md,
-// "Ownership of sources", describes the protocol and its timing bound.
+// source names and reports each grant and each loss. docs/design/replication.md
+// describes the protocol, and docs/design/timing-bound.md its timing bound.
 package ownership
 
 import (

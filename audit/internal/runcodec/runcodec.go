@@ -1,6 +1,6 @@
 // Package runcodec is the format of a renewal run: the renewals of one
 // tenure over one window, kept as a few bits each instead of a row each
-// (ARCHITECTURE.md, "Renewal runs"). Both stores keep runs in this format;
+// (docs/design/renewal-runs.md). Both stores keep runs in this format;
 // the SQL that keeps them stays with each store.
 //
 // A run of n renewals, format version 1, is:

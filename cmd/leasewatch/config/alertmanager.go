@@ -196,7 +196,7 @@ func (m *AlertmanagerConfig) fillDefaults() {
 }
 
 // TakeoverSlack is what a takeover adds, past the ownership lease and two
-// retry periods (ARCHITECTURE.md, "The timing bound"), before the new owner
+// retry periods (docs/design/timing-bound.md), before the new owner
 // sends a source's firing alerts: its fence commit, its first evaluation
 // (four a second) and a read of the source's findings back from the store,
 // and the POST. In the e2e test the new owner's copy reached Alertmanager
