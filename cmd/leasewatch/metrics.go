@@ -212,7 +212,7 @@ func newRetentionMetrics(reg prometheus.Registerer, store interface {
 	}
 	sealedRenewals := prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "leasewatch_renewals_sealed_total",
-		Help: "Renewals sealed from rows into runs (ARCHITECTURE.md, \"Renewal runs\").",
+		Help: "Renewals sealed from rows into runs (docs/design/renewal-runs.md).",
 	})
 	size := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "leasewatch_database_bytes",

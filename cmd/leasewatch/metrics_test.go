@@ -436,7 +436,7 @@ func TestRetentionMetrics(t *testing.T) {
 # TYPE leasewatch_retention_pruned_total counter
 leasewatch_retention_pruned_total{table="events"} 2000
 leasewatch_retention_pruned_total{table="findings"} 3
-# HELP leasewatch_renewals_sealed_total Renewals sealed from rows into runs (ARCHITECTURE.md, "Renewal runs").
+# HELP leasewatch_renewals_sealed_total Renewals sealed from rows into runs (docs/design/renewal-runs.md).
 # TYPE leasewatch_renewals_sealed_total counter
 leasewatch_renewals_sealed_total 400
 `), "leasewatch_retention_pruned_total", "leasewatch_renewals_sealed_total"); err != nil {
