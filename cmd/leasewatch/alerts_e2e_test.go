@@ -55,6 +55,6 @@ func TestDemoAlertsReachAlertmanager(t *testing.T) {
 		return true
 	})
 	// Its /metrics, with every part of the demo running, the sender's
-	// included, exposes no family that the README's table leaves out.
+	// included, exposes no family that docs/metrics.md's table leaves out.
 	everyFamilyDocumented(t, base)
 }
