@@ -10,8 +10,8 @@ import (
 // The first of them, math.MinInt64, stands for "no time" (the zero
 // time.Time), so every real instant, 1970-01-01T00:00:00Z included, keeps its
 // own value. A time outside the range is kept as the nearest bound: callers
-// refuse what they must refuse (ingest refuses reports outside it, see the
-// README's "Hostile input") before it gets here.
+// refuse what they must refuse (ingest refuses reports outside it, see
+// docs/input.md, "Times") before it gets here.
 const NoNanos int64 = math.MinInt64
 
 var (

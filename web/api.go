@@ -10,7 +10,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit/query"
 )
 
-// JSON shapes of the API (README.md, "HTTP API"). Field names are a contract:
+// JSON shapes of the API (docs/http-api.md, web/openapi.yaml). Field names are a contract:
 // add fields, never rename or remove them.
 
 type sourceJSON struct {

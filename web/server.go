@@ -1,5 +1,5 @@
 // Package web serves leasewatch over HTTP: the server-rendered dashboard, the
-// JSON API (README.md, "HTTP API"), write-report ingest, health probes and
+// JSON API (docs/http-api.md), write-report ingest, health probes and
 // Prometheus metrics.
 //
 // Handlers are thin: they parse the request, call the audit.Store or the

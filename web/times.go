@@ -2,7 +2,7 @@ package web
 
 import "time"
 
-// The time policy of what clients send (README, "Hostile input"). A write
+// The time policy of what clients send (docs/input.md, "Times"). A write
 // report's at must be one the service can keep and one that has happened:
 // from 1678 on (int64 Unix nanoseconds begin in September 1677) and at
 // most maxReportSkew after the server received it, which allows for clocks

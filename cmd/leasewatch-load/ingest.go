@@ -149,8 +149,8 @@ func quantiles(ds []time.Duration, qs ...float64) []time.Duration {
 
 func ms(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/float64(time.Millisecond)) }
 
-// writeReport is one report as a resource sends it (README, "Reporting
-// fenced writes").
+// writeReport is one report as a resource sends it (docs/fencing.md,
+// "Fenced writes").
 type writeReport struct {
 	Source       string `json:"source"`
 	Lock         string `json:"lock"`

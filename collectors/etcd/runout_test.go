@@ -17,7 +17,7 @@ import (
 // back, the collector finds the owner key deleted and the lease already
 // gone, so it cannot tell an expiry from a revoke. The tenure's last known
 // expiry had passed by the time the deletion was seen, so the end is an
-// expiry, with its lease_expired finding (README, "How a tenure ends").
+// expiry, with its lease_expired finding (docs/findings.md, "How a tenure ends").
 
 // runOut stops s's keepalives and waits until etcd has revoked its lease,
 // deleting key: the lease ran out with nobody renewing it.

@@ -202,7 +202,7 @@ func (e *EtcdElector) sourcePrefix(source string) string { return EtcdSourceLock
 
 // EtcdSourcesPrefix is where the elections of every source lie under
 // prefix: an etcd source watching it records each source's ownership as a
-// lock (README "HA and scale").
+// lock (docs/ha.md, "leasewatch's own locks").
 func EtcdSourcesPrefix(prefix string) string { return prefix + "sources/" }
 
 // EtcdSourceLock is the lock an etcd source watching EtcdSourcesPrefix

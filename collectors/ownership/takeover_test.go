@@ -23,7 +23,7 @@ import (
 // (Recorder.SetFence), and b's collector resumes from a's cursor, where it
 // finds a's key deleted and its lease already gone. a's tenure had expired
 // by then, so it ends expired, with a lease_expired finding, as the
-// dashboard's failover shows it (README, "What a failover looks like").
+// dashboard's failover shows it (docs/ha.md, "What a failover looks like").
 func TestOwnLockRunOutDuringTakeover(t *testing.T) {
 	t.Parallel()
 	const (

@@ -27,8 +27,8 @@ import (
 //   - a key with an expiry lives a positive time after the read, and its
 //     deadline window is not inverted.
 //
-// Seeds: the rules and values of the README and holding_test.go, plus what
-// testdata/fuzz/FuzzTokenRule holds. Run longer with
+// Seeds: the rules and values of docs/backends/redis.md and holding_test.go,
+// plus what testdata/fuzz/FuzzTokenRule holds. Run longer with
 // go test -run '^$' -fuzz FuzzTokenRule -fuzztime 10m ./collectors/redis
 func FuzzTokenRule(f *testing.F) {
 	const pattern = `^(?P<token>\d+):(?P<holder>.+)$`

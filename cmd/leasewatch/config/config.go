@@ -1,5 +1,5 @@
 // Package config reads and validates leasewatch's configuration file
-// (README.md, "Configuration").
+// (docs/configuration.md: every key, its default and its range).
 package config
 
 import (
