@@ -60,6 +60,31 @@ type Event struct {
 	// before it was recorded.
 	Seq    int64
 	Detail map[string]any
+	// Renewal is a renew event's margin and backend renewal time as the
+	// tracker makes them, typed rather than in Detail.
+	Renewal RenewalDetail
+}
+
+// RenewalDetail is what the tracker adds to a renew event's detail, kept
+// typed on its way to the store so that a renewal needs no map or text of
+// its own: margin_ratio, the fraction of the lease left when the holder
+// renewed, in thousandths, and renewed_at, when the holder renewed by the
+// backend (a Kubernetes renewTime), in Unix nanoseconds. Stores keep both in
+// columns of their own, and an event read back has them in Detail, as the
+// API shows them; one made elsewhere may carry them in Detail instead.
+type RenewalDetail struct {
+	Margin, RenewedAt       int64
+	HasMargin, HasRenewedAt bool
+}
+
+// MarginRatio is e's margin_ratio, typed or in its detail as the tracker
+// made it, and whether it has one.
+func (e Event) MarginRatio() (float64, bool) {
+	if e.Renewal.HasMargin {
+		return float64(e.Renewal.Margin) / 1000, true
+	}
+	r, ok := e.Detail["margin_ratio"].(float64)
+	return r, ok
 }
 
 // Observation is what a collector saw of one lock, in backend-neutral terms.

@@ -736,27 +736,44 @@ func (t *Tracker) renew(o *output, st *lockState, cur *tenure, ob Observation) {
 	if ob.LeaseDuration > 0 {
 		duration = ob.LeaseDuration
 	}
-	detail := copyDetail(ob.Detail)
+	e := Event{Kind: EventRenew, At: ob.At, Holder: cur.holder, Token: cur.token, TTL: duration, Position: ob.Position, Inferred: ob.Inferred, Seq: cur.seq,
+		Detail: copyDetail(ob.Detail)}
 	// A renewal read after a blind window or at a start stands for renewals
 	// the collector did not see: its margin says nothing.
 	if cur.expires != NoNanos && cur.lease > 0 && !ob.Inferred && ob.Kind != EventObserved {
 		left := cur.expiresAt().Sub(at)
 		ratio := float64(left) / float64(cur.lease)
-		detail = withDetail(detail, "margin_ratio", round3(ratio))
+		e.setMargin(ratio)
 		if ratio < t.cfg.RenewMarginRatio {
 			o.finding(st, Finding{Kind: FindingLateRenewal, At: at, Tokens: tokens(cur.token), Holders: holders(cur.holder),
 				Summary: fmt.Sprintf("%s renewed with %.0f%% of the lease left (%s of %s)", orUnknown(cur.holder), 100*ratio, left.Round(time.Millisecond), cur.lease)})
 		}
 	}
 	if !ob.RenewedAt.IsZero() {
-		detail = withDetail(detail, "renewed_at", ob.RenewedAt.UTC().Format(time.RFC3339Nano))
+		e.Renewal.RenewedAt, e.Renewal.HasRenewedAt = nanos(ob.RenewedAt), true
 	}
 	if ob.Kind == EventRenew && !ob.Inferred {
 		t.timeRenewal(o, st, cur, cur.renewedAt(), at)
 	}
 	cur.renew(at, duration)
 	o.renewal(st)
-	o.event(st, Event{Kind: EventRenew, At: ob.At, Holder: cur.holder, Token: cur.token, TTL: duration, Position: ob.Position, Inferred: ob.Inferred, Seq: cur.seq, Detail: detail})
+	o.event(st, e)
+}
+
+// maxMargin bounds a margin kept in thousandths: a store's column keeps it
+// only while the thousandths give the ratio back exactly.
+const maxMargin = 1e12
+
+// setMargin gives e its margin_ratio, ratio rounded to three places: typed,
+// or in the detail where thousandths cannot hold it (a renewal long after a
+// millisecond lease ran out, where nothing expired it meanwhile).
+func (e *Event) setMargin(ratio float64) {
+	p := math.Round(ratio * 1000)
+	if math.Abs(p) >= maxMargin {
+		e.Detail = withDetail(e.Detail, "margin_ratio", round3(ratio))
+		return
+	}
+	e.Renewal.Margin, e.Renewal.HasMargin = int64(p), true
 }
 
 // renew is all a renewal changes: the held tenure renewed at at for
@@ -807,7 +824,9 @@ func (st *lockState) replayRenewal(e Event) bool {
 		return true
 	}
 	at := e.At
-	if s, ok := e.Detail["renewed_at"].(string); ok {
+	if e.Renewal.HasRenewedAt {
+		at = TimeOf(e.Renewal.RenewedAt)
+	} else if s, ok := e.Detail["renewed_at"].(string); ok {
 		if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
 			at = t
 		}

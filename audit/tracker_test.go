@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/internal/rowcodec"
 )
 
 var t0 = time.Date(2026, 11, 29, 10, 0, 0, 0, time.UTC)
@@ -813,7 +814,7 @@ func TestReplayRenewalRebuildsState(t *testing.T) {
 			restored.Restore([]audit.TrackState{saved})
 			for _, e := range events[from:] {
 				if stored {
-					e.Detail = jsonRoundTrip(t, e.Detail)
+					e.Detail, e.Renewal = jsonRoundTrip(t, rowcodec.WithRenewal(e)), audit.RenewalDetail{}
 				}
 				if rn, ok := restored.ReplayRenewal(e); ok && (rn.Lock != key || rn.Seq != e.Seq && e.Seq != 0) {
 					t.Fatalf("replaying %+v: renewal %+v, want the lock's held tenure", e, rn)
@@ -848,6 +849,29 @@ func jsonRoundTrip(t *testing.T, d map[string]any) map[string]any {
 	return out
 }
 
+// TestTrackerRenewalDetailTyped: a renew event carries its margin and the
+// backend's renewal time typed, and no detail of its own beside the
+// collector's: a map and a formatted time for every heartbeat were most of
+// what a renewal allocated.
+func TestTrackerRenewalDetailTyped(t *testing.T) {
+	s := newStory(t, audit.KindKubernetes)
+	renew := func(when, renewed time.Time) audit.Event {
+		t.Helper()
+		s.observe(audit.Observation{Kind: audit.EventRenew, At: when, Holder: "a", Token: audit.Int64(1), RenewedAt: renewed})
+		return s.out.Events[len(s.out.Events)-1]
+	}
+	s.grant("a", 1, at(0), 10*time.Second)
+	renewed := at(2500*time.Millisecond - time.Microsecond)
+	e := renew(at(2500*time.Millisecond), renewed)
+	want := audit.RenewalDetail{Margin: 750, RenewedAt: renewed.UnixNano(), HasMargin: true, HasRenewedAt: true}
+	if e.Kind != audit.EventRenew || e.Renewal != want || e.Detail != nil {
+		t.Fatalf("renewal = %+v, want margin 0.75 and renewed_at typed (%+v), no detail", e, want)
+	}
+	if m, ok := e.MarginRatio(); !ok || m != 0.75 {
+		t.Errorf("MarginRatio() = %v, %v; want 0.75", m, ok)
+	}
+}
+
 // TestTrackerOvertakenRenewals: a renewal whose deadline a read of a later
 // one had already shown counts, and changes nothing else; one that arrives
 // after its tenure ended (the tracker's clock expired it while the collector
@@ -870,8 +894,8 @@ func TestTrackerOvertakenRenewals(t *testing.T) {
 	if e.Kind != audit.EventRenew || !e.At.Equal(at(1100*time.Millisecond)) || e.Detail["overtaken"] != true || e.Detail["renewal"] != int64(2) {
 		t.Fatalf("overtaken renewal's event = %+v, want a renew at 1.1s marked overtaken, renewal 2", e)
 	}
-	if _, ok := e.Detail["margin_ratio"]; ok {
-		t.Errorf("overtaken renewal's event has a margin %v, but its time is unknown", e.Detail["margin_ratio"])
+	if m, ok := e.MarginRatio(); ok {
+		t.Errorf("overtaken renewal's event has a margin %v, but its time is unknown", m)
 	}
 
 	// The lease runs out by the tracker's clock, b takes the lock, and

@@ -548,25 +548,15 @@ func logRowsArgs(rows []renewallog.Row, ids []int64) []any {
 	return []any{ids, buckets, firsts, lasts, counts, data}
 }
 
-// eventRow returns the events row (eventColumns) of one event. A renewal
-// that names its tenure is stored compactly (rowcodec.CompactRenewal).
+// eventRow returns the events row (eventColumns) of one event
+// (rowcodec.EventRowOf).
 func (w *batchWriter) eventRow(id int64, e audit.Event) ([]any, error) {
-	holder, token, detail := e.Holder, rowcodec.NullToken(e.Token), e.Detail
-	var seq, margin, renewedAt any
-	if e.Kind == audit.EventRenew && e.Seq > 0 {
-		holder, token, seq = "", nil, e.Seq
-		margin, renewedAt, detail = rowcodec.CompactRenewal(e.Detail)
+	r, err := rowcodec.EventRowOf(e)
+	if err != nil {
+		return nil, err
 	}
-	var encoded any
-	if detail != nil {
-		s, err := rowcodec.EncodeDetail(detail)
-		if err != nil {
-			return nil, fmt.Errorf("%s event of lock %s: encode detail: %w", e.Kind, e.Lock, err)
-		}
-		encoded = s
-	}
-	return []any{id, w.added[e.Lock], string(e.Kind), audit.Nanos(e.At), holder, token, rowcodec.Ms(e.TTL),
-		e.Position, e.Inferred, e.Resource, rowcodec.NullString(e.RequestID), encoded, seq, margin, renewedAt}, nil
+	return []any{id, w.added[e.Lock], string(e.Kind), audit.Nanos(e.At), r.Holder, r.Token, rowcodec.Ms(e.TTL),
+		e.Position, e.Inferred, e.Resource, rowcodec.NullString(e.RequestID), r.Detail, r.Seq, r.Margin, r.RenewedAt}, nil
 }
 
 // findingInsert copies the lock's class into the finding: the batch's lock

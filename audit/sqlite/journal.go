@@ -563,29 +563,19 @@ func (w *batchWriter) putEventRows(ctx context.Context, events []audit.Event) er
 	return nil
 }
 
-// eventArgs returns the column values of one event row. A renewal that
-// names its tenure is stored compactly (compactRenewal).
+// eventArgs returns the column values of one event row
+// (rowcodec.EventRowOf).
 func (w *batchWriter) eventArgs(ctx context.Context, e audit.Event) ([]any, error) {
 	id, err := w.lockID(ctx, e.Lock)
 	if err != nil {
 		return nil, err
 	}
-	holder, token, detail := e.Holder, rowcodec.NullToken(e.Token), e.Detail
-	var seq, margin, renewedAt any
-	if e.Kind == audit.EventRenew && e.Seq > 0 {
-		holder, token, seq = "", nil, e.Seq
-		margin, renewedAt, detail = rowcodec.CompactRenewal(e.Detail)
+	r, err := rowcodec.EventRowOf(e)
+	if err != nil {
+		return nil, err
 	}
-	var encoded any
-	if detail != nil {
-		s, err := rowcodec.EncodeDetail(detail)
-		if err != nil {
-			return nil, fmt.Errorf("%s event of lock %s: encode detail: %w", e.Kind, e.Lock, err)
-		}
-		encoded = s
-	}
-	return []any{id, string(e.Kind), nanos(e.At), holder, token, rowcodec.Ms(e.TTL), e.Position, e.Inferred,
-		e.Resource, rowcodec.NullString(e.RequestID), encoded, seq, margin, renewedAt}, nil
+	return []any{id, string(e.Kind), nanos(e.At), r.Holder, r.Token, rowcodec.Ms(e.TTL), e.Position, e.Inferred,
+		e.Resource, rowcodec.NullString(e.RequestID), r.Detail, r.Seq, r.Margin, r.RenewedAt}, nil
 }
 
 // putBlindReason records a blind event's interval and reason once per source:

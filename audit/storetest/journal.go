@@ -116,6 +116,13 @@ func testApplyRoundTripsEveryField(t *testing.T, h Harness) {
 	Equal(t, "cursors", cursors, []audit.Cursor{{Source: "prod-etcd", Position: "1234", At: At(12)}})
 }
 
+// typed gives a renew event its margin (thousandths) and renewal time as the
+// tracker does, typed (audit.RenewalDetail).
+func typed(e audit.Event, margin int64, renewedAt time.Time) audit.Event {
+	e.Renewal = audit.RenewalDetail{Margin: margin, RenewedAt: renewedAt.UnixNano(), HasMargin: true, HasRenewedAt: true}
+	return e
+}
+
 // Renewals are most of what is stored, and a store may keep them compact
 // (SQLite drops the holder and token a renewal's tenure already has, and
 // keeps margin and renewal time out of the JSON): whatever it keeps, they
@@ -142,6 +149,9 @@ func testCompactRenewalsReadBackWhole(t *testing.T, h Harness) {
 		// A renewal stored before renewals named their tenure.
 		{Lock: key, Kind: audit.EventRenew, At: At(9), Holder: "node-2", TTL: 10 * time.Second,
 			Detail: map[string]any{"margin_ratio": 0.5}},
+		// As the tracker makes them: margin and renewal time typed.
+		typed(renew(10, second, map[string]any{"zone": "a"}), 625, At(10).Add(-time.Microsecond)),
+		typed(audit.Event{Lock: key, Kind: audit.EventRenew, At: At(11), Holder: "node-2", TTL: 10 * time.Second}, -250, At(11)),
 	}
 	Apply(t, s, audit.Batch{Tenures: []audit.Tenure{first, second}, Events: events})
 
@@ -156,6 +166,9 @@ func testCompactRenewalsReadBackWhole(t *testing.T, h Harness) {
 	want[2].Detail = map[string]any{"margin_ratio": json.Number("0.1234"), "renewed_at": "2026-01-01T01:00:03+01:00"}
 	want[3].Detail = map[string]any{"margin_ratio": json.Number("1")}
 	want[5].Detail = map[string]any{"margin_ratio": json.Number("0.5")}
+	want[6].Detail = map[string]any{"zone": "a", "margin_ratio": json.Number("0.625"), "renewed_at": At(10).Add(-time.Microsecond).Format(time.RFC3339Nano)}
+	want[7].Detail = map[string]any{"margin_ratio": json.Number("-0.25"), "renewed_at": At(11).Format(time.RFC3339Nano)}
+	want[6].Renewal, want[7].Renewal = audit.RenewalDetail{}, audit.RenewalDetail{}
 	if len(got) != len(want) {
 		t.Fatalf("got %d events, want %d", len(got), len(want))
 	}

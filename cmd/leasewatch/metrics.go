@@ -341,7 +341,7 @@ func (m *recorderMetrics) lockEvent(b *audit.Batch, before *priorHolders, e audi
 		ls.hasMargin = false
 		ls.last, ls.changedAt = changeObserved, e.At.UnixNano()
 	case audit.EventRenew:
-		if r, ok := e.Detail["margin_ratio"].(float64); ok {
+		if r, ok := e.MarginRatio(); ok {
 			ls.margin, ls.hasMargin = r, true
 			m.health.margin.WithLabelValues(e.Lock.Source).Observe(r)
 		}

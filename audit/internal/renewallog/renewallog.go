@@ -106,7 +106,7 @@ func logged(e audit.Event) (runcodec.Logged, bool, error) {
 	if e.Kind != audit.EventRenew || e.Seq <= 0 || e.Inferred || e.Resource != "" || e.RequestID != "" {
 		return runcodec.Logged{}, false, nil
 	}
-	margin, renewedAt, rest := rowcodec.CompactRenewal(e.Detail)
+	margin, renewedAt, rest := rowcodec.CompactRenewal(e)
 	l := runcodec.Logged{Seq: e.Seq, Renewal: runcodec.Renewal{At: audit.Nanos(e.At),
 		RenewedAt: audit.NoNanos, Margin: runcodec.NoMargin, Position: e.Position, TTL: e.TTL}}
 	if m, ok := margin.(int64); ok {

@@ -4,10 +4,13 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
 	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
 )
 
 // EncodeDetail encodes an event's detail as encoding/json does, byte for
@@ -202,12 +205,75 @@ func jsonNumber(b []byte) int {
 	return i
 }
 
-// CompactRenewal splits the two keys the tracker puts on every renewal's
-// detail, margin_ratio and renewed_at, into integer columns: margin_permille
-// and renewed_at (unix ns). It returns nil for a key missing or not exactly
-// representable (so that renewalDetail gives back the same JSON), and the
-// rest of the detail, nil when nothing else is left. d is not modified.
-func CompactRenewal(d map[string]any) (margin, renewedAt any, rest map[string]any) {
+// EventRow is what an events row keeps of an event beside the columns it
+// keeps as they are: a renewal that names its tenure compactly, without its
+// holder and token (the tenure has them) and with its margin and renewal
+// time in columns of their own (CompactRenewal); any other event with its
+// holder, token and its whole detail, encoded (nil when it has none).
+type EventRow struct {
+	Holder                        string
+	Token, Seq, Margin, RenewedAt any
+	Detail                        any
+}
+
+// EventRowOf returns e's EventRow.
+func EventRowOf(e audit.Event) (EventRow, error) {
+	row, detail := EventRow{Holder: e.Holder, Token: NullToken(e.Token)}, e.Detail
+	if e.Kind == audit.EventRenew && e.Seq > 0 {
+		row.Holder, row.Token, row.Seq = "", nil, e.Seq
+		row.Margin, row.RenewedAt, detail = CompactRenewal(e)
+	} else {
+		detail = WithRenewal(e)
+	}
+	if detail != nil {
+		s, err := EncodeDetail(detail)
+		if err != nil {
+			return row, fmt.Errorf("%s event of lock %s: encode detail: %w", e.Kind, e.Lock, err)
+		}
+		row.Detail = s
+	}
+	return row, nil
+}
+
+// WithRenewal is e's detail with its typed audit.RenewalDetail put back
+// under the tracker's keys, as a read gives them: for a row with no columns
+// for them.
+func WithRenewal(e audit.Event) map[string]any {
+	r := e.Renewal
+	if !r.HasMargin && !r.HasRenewedAt {
+		return e.Detail
+	}
+	d := make(map[string]any, len(e.Detail)+2)
+	maps.Copy(d, e.Detail)
+	if r.HasMargin {
+		d["margin_ratio"] = float64(r.Margin) / 1000
+	}
+	if r.HasRenewedAt {
+		d["renewed_at"] = FormatNanos(r.RenewedAt)
+	}
+	return d
+}
+
+// CompactRenewal gives a renew event's margin_ratio and renewed_at as
+// integer columns, margin_permille and renewed_at (unix ns): from its typed
+// audit.RenewalDetail, else from its detail, and the rest of its detail.
+func CompactRenewal(e audit.Event) (margin, renewedAt any, rest map[string]any) {
+	margin, renewedAt, rest = compactDetail(e.Detail)
+	if e.Renewal.HasMargin {
+		margin = e.Renewal.Margin
+	}
+	if e.Renewal.HasRenewedAt {
+		renewedAt = e.Renewal.RenewedAt
+	}
+	return margin, renewedAt, rest
+}
+
+// compactDetail splits margin_ratio and renewed_at out of a renewal's
+// detail d into integer columns (CompactRenewal). It returns nil for a key
+// missing or not exactly representable (so that a read gives back the same
+// JSON), and the rest of the detail, nil when nothing else is left. d is not
+// modified.
+func compactDetail(d map[string]any) (margin, renewedAt any, rest map[string]any) {
 	taken := 0
 	if v, ok := d["margin_ratio"].(float64); ok {
 		if p := math.Round(v * 1000); math.Abs(p) < 1e12 && p/1000 == v {
