@@ -77,6 +77,11 @@ type RenewalDetail struct {
 	HasMargin, HasRenewedAt bool
 }
 
+// MaxMargin bounds a margin kept in thousandths (RenewalDetail.Margin, a
+// store's margin column): beyond it the thousandths no longer give the
+// ratio back exactly, and the detail keeps the ratio instead.
+const MaxMargin = 1e12
+
 // MarginRatio is e's margin_ratio, typed or in its detail as the tracker
 // made it, and whether it has one.
 func (e Event) MarginRatio() (float64, bool) {

@@ -760,16 +760,12 @@ func (t *Tracker) renew(o *output, st *lockState, cur *tenure, ob Observation) {
 	o.event(st, e)
 }
 
-// maxMargin bounds a margin kept in thousandths: a store's column keeps it
-// only while the thousandths give the ratio back exactly.
-const maxMargin = 1e12
-
 // setMargin gives e its margin_ratio, ratio rounded to three places: typed,
-// or in the detail where thousandths cannot hold it (a renewal long after a
-// millisecond lease ran out, where nothing expired it meanwhile).
+// or in the detail beyond MaxMargin (a renewal long after a millisecond
+// lease ran out, where nothing expired it meanwhile).
 func (e *Event) setMargin(ratio float64) {
 	p := math.Round(ratio * 1000)
-	if math.Abs(p) >= maxMargin {
+	if math.Abs(p) >= MaxMargin {
 		e.Detail = withDetail(e.Detail, "margin_ratio", round3(ratio))
 		return
 	}

@@ -276,7 +276,7 @@ func CompactRenewal(e audit.Event) (margin, renewedAt any, rest map[string]any) 
 func compactDetail(d map[string]any) (margin, renewedAt any, rest map[string]any) {
 	taken := 0
 	if v, ok := d["margin_ratio"].(float64); ok {
-		if p := math.Round(v * 1000); math.Abs(p) < 1e12 && p/1000 == v {
+		if p := math.Round(v * 1000); math.Abs(p) < audit.MaxMargin && p/1000 == v {
 			margin = int64(p)
 			taken++
 		}
