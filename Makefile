@@ -167,10 +167,11 @@ generate:
 	$(GO) tool templ generate
 	$(GO) generate ./deploy/prometheus/operator
 
-## check: formatting, tidy modules and generated files are up to date.
+## check: formatting, tidy modules, no unused code (staticcheck U1000) and generated files are up to date.
 check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) mod tidy -diff
+	$(GO) tool staticcheck -checks U1000 ./...
 	$(GO) tool templ generate
 	$(GO) generate ./deploy/prometheus/operator
 	@git diff --exit-code -- '*_templ.go' deploy/prometheus/operator/prometheusrule.yaml deploy/helm/leasewatch/files/ || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }

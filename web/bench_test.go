@@ -172,7 +172,6 @@ func BenchmarkPagesWrites(b *testing.B) {
 // leasewatch serve, with the clock at the data's end.
 func benchServer(b *testing.B, spec synth.Spec) (http.Handler, *sqlite.Store, synth.Summary) {
 	b.Helper()
-	const renewMargin = 0.25
 	ctx := context.Background()
 	root, err := repoRoot()
 	if err != nil {

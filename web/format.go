@@ -44,9 +44,6 @@ func printables(ss []string) []string {
 	return out
 }
 
-// stamp formats t for pages, in UTC to millisecond precision.
-func stamp(t time.Time) views.Stamp { return stampIn(t, time.UTC) }
-
 // stampIn formats t in loc to millisecond precision.
 func stampIn(t time.Time, loc *time.Location) views.Stamp {
 	if t.IsZero() {
@@ -96,17 +93,4 @@ func coarse(d time.Duration) string {
 	default:
 		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
 	}
-}
-
-// spanLabel names a window length: "15m", "1h", "7d", "1h30m".
-func spanLabel(d time.Duration) string {
-	switch {
-	case d%(24*time.Hour) == 0:
-		return strconv.Itoa(int(d/(24*time.Hour))) + "d"
-	case d%time.Hour == 0:
-		return strconv.Itoa(int(d/time.Hour)) + "h"
-	case d%time.Minute == 0 && d < time.Hour:
-		return strconv.Itoa(int(d/time.Minute)) + "m"
-	}
-	return duration(d)
 }

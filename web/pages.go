@@ -23,20 +23,7 @@ import (
 
 // How much each page shows at most. Longer lists page by keyset.
 const (
-	pageTenures      = 100
-	lockPageFindings = 200
-	timelineTenures  = 2000
-	timelineRenewals = 3000
-	timelineWrites   = 400
-	// timelineWriteCount is how many writes of each outcome a timeline
-	// counts exactly; beyond it, it says "at least".
-	timelineWriteCount = 100_000
-	// unfencedCount is how many unfenced writes a timeline counts.
-	unfencedCount     = audit.MaxListLimit
-	overviewList      = 10
-	overviewFindings  = 10
-	searchCountCap    = 1000
-	sourcesBlindLimit = 200
+	pageTenures = 100
 	// Live regions poll this often (seconds).
 	refreshOverview = 5
 	refreshLock     = 10
@@ -222,9 +209,8 @@ func leftPct(l audit.Lock, now time.Time) int {
 
 // lockPageQuery is what the lock page's request asks for.
 type lockPageQuery struct {
-	q       url.Values
-	loc     *time.Location
-	verdict query.VerdictScope
+	q   url.Values
+	loc *time.Location
 	query.LockPageQuery
 }
 
