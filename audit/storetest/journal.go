@@ -507,7 +507,7 @@ func testConcurrentReadsDuringWrites(t *testing.T, h Harness) {
 				}
 				locks, err := s.Locks(ctx, audit.LockFilter{Source: "src"})
 				if err != nil {
-					errs <- fmt.Errorf("Locks: %w", err)
+					errs <- fmt.Errorf("list locks: %w", err)
 					return
 				}
 				if len(locks) == 0 {
@@ -515,7 +515,7 @@ func testConcurrentReadsDuringWrites(t *testing.T, h Harness) {
 				}
 				evs, err := s.Events(ctx, locks[0].ID, audit.EventFilter{})
 				if err != nil {
-					errs <- fmt.Errorf("Events: %w", err)
+					errs <- fmt.Errorf("list events: %w", err)
 					return
 				}
 				// Each batch commits a pair: a reader never sees half of one.

@@ -69,7 +69,6 @@ func TestBackendFaults(t *testing.T) {
 		srv.stop()
 		down := time.Now()
 		queued := queueLock(cli, "/locks/f")
-		back := time.Now()
 		srv.start()
 		ready := time.Now()
 		caughtUp(t, sink, cli, ready)
@@ -90,7 +89,7 @@ func TestBackendFaults(t *testing.T) {
 		down = time.Now()
 		queued = queueLock(cli, "/locks/f")
 		time.Sleep(faultFreeze) // the freeze itself is what is under test
-		back = time.Now()
+		back := time.Now()
 		faulttest.Thaw(t, srv.pid())
 		ready = time.Now()
 		d := <-queued

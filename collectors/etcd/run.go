@@ -262,7 +262,6 @@ func (r *run) watch(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-q.ready:
-			heard = time.Now()
 			for _, msg := range q.take() {
 				if msg.closed {
 					return fmt.Errorf("watch %q closed", prefixes[msg.i])

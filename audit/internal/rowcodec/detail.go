@@ -218,7 +218,8 @@ type EventRow struct {
 
 // EventRowOf returns e's EventRow.
 func EventRowOf(e audit.Event) (EventRow, error) {
-	row, detail := EventRow{Holder: e.Holder, Token: NullToken(e.Token)}, e.Detail
+	row := EventRow{Holder: e.Holder, Token: NullToken(e.Token)}
+	var detail map[string]any
 	if e.Kind == audit.EventRenew && e.Seq > 0 {
 		row.Holder, row.Token, row.Seq = "", nil, e.Seq
 		row.Margin, row.RenewedAt, detail = CompactRenewal(e)
