@@ -39,7 +39,7 @@ type Query struct {
 // query says otherwise: enough for an incident, few enough for one page.
 const DefaultMaxLocks = 50
 
-// storeLimit is the most items one audit.Store list call returns.
+// storeLimit is the most items one Store list call returns.
 const storeLimit = 10000
 
 // lockPage is how many locks Load lists per call when it scans a source.
@@ -83,7 +83,7 @@ func (q Query) maxLocks() int {
 
 // ResolveLock finds a lock named by id or SOURCE/NAME. A missing lock is
 // ENOTFOUND; a malformed reference is EINVALID.
-func ResolveLock(ctx context.Context, st audit.Store, ref string) (audit.Lock, error) {
+func ResolveLock(ctx context.Context, st LockResolver, ref string) (audit.Lock, error) {
 	ref = strings.TrimSpace(ref)
 	if id, err := strconv.ParseInt(ref, 10, 64); err == nil {
 		if id <= 0 {
@@ -99,7 +99,7 @@ func ResolveLock(ctx context.Context, st audit.Store, ref string) (audit.Lock, e
 }
 
 // Load reads what the query covers from st and builds its report.
-func Load(ctx context.Context, st audit.Store, q Query) (Report, error) {
+func Load(ctx context.Context, st Store, q Query) (Report, error) {
 	if err := q.Validate(); err != nil {
 		return Report{}, err
 	}
@@ -143,7 +143,7 @@ func Load(ctx context.Context, st audit.Store, q Query) (Report, error) {
 // selectLocks returns the named locks, or else every lock of the sources that
 // changed in the window: a lock whose last change came before the window has
 // no grant in it.
-func selectLocks(ctx context.Context, st audit.Store, q Query) ([]audit.Lock, error) {
+func selectLocks(ctx context.Context, st Store, q Query) ([]audit.Lock, error) {
 	max := q.maxLocks()
 	var out []audit.Lock
 	if len(q.Locks) > 0 {
@@ -202,7 +202,7 @@ const loadParallel = 4
 // with a cache, a tick) at a time and gathered as they come, so that a
 // report's memory is bounded by its caps rather than by how busy the lock's
 // resources were.
-func loadLock(ctx context.Context, st audit.Store, cache *WriteCache, l audit.Lock, w Window, opts Options) (LockReport, []string, error) {
+func loadLock(ctx context.Context, st Store, cache *WriteCache, l audit.Lock, w Window, opts Options) (LockReport, []string, error) {
 	ld := LockData{Lock: l}
 	var err error
 	if ld.Tenures, ld.Omitted, err = loadTenures(ctx, st, l, w, opts); err != nil {
@@ -242,7 +242,7 @@ func loadLock(ctx context.Context, st audit.Store, cache *WriteCache, l audit.Lo
 // there are too many (then omitted says how many earlier grants in the
 // window are left out), and the one before the first: it is the previous
 // side of the first handover.
-func loadTenures(ctx context.Context, st audit.Store, l audit.Lock, w Window, opts Options) (tenures []audit.Tenure, omittedGrants int, err error) {
+func loadTenures(ctx context.Context, st Store, l audit.Lock, w Window, opts Options) (tenures []audit.Tenure, omittedGrants int, err error) {
 	limit := opts.MaxHandovers + 1
 	tenures, err = st.Tenures(ctx, l.ID, audit.TimeFilter{From: w.From, To: w.To, Limit: limit})
 	if err != nil {
@@ -300,7 +300,7 @@ func handoverSpan(w Window, tenures []audit.Tenure, opts Options) (Interval, boo
 // loadHandoverEvents reads the grants, releases and expiries in span, in
 // one read, or past storeLimit of them one read of each kind, up to
 // storeLimit each; and the blind windows that end after its start.
-func loadHandoverEvents(ctx context.Context, st audit.Store, l audit.Lock, span Interval, name string) ([]audit.Event, []string, error) {
+func loadHandoverEvents(ctx context.Context, st Store, l audit.Lock, span Interval, name string) ([]audit.Event, []string, error) {
 	inSpan := audit.TimeFilter{From: span.From, To: span.To, Limit: storeLimit}
 	kinds := []audit.EventKind{audit.EventGrant, audit.EventRelease, audit.EventExpire}
 	evs, err := st.Events(ctx, l.ID, audit.EventFilter{TimeFilter: inSpan, Kinds: kinds})
@@ -334,7 +334,7 @@ func loadHandoverEvents(ctx context.Context, st audit.Store, l audit.Lock, span 
 // say which writes were stale or unfenced (the verdicts it returns), and
 // are read from the index alone (Store.WriteMarks); the others are kept in
 // ld.Findings.
-func loadFindings(ctx context.Context, st audit.Store, l audit.Lock, span Interval, name string, ld *LockData) (writeVerdicts, []string, error) {
+func loadFindings(ctx context.Context, st Store, l audit.Lock, span Interval, name string, ld *LockData) (writeVerdicts, []string, error) {
 	var notes []string
 	marks, err := st.WriteMarks(ctx, l.ID, audit.TimeFilter{From: span.From, To: span.To, Limit: maxWriteItems})
 	if err != nil {
@@ -407,7 +407,7 @@ func eachPage[T any](ctx context.Context, max int, read func(before audit.EventC
 // omitted counts the handovers in w up to and including the grant of first,
 // the oldest tenure read: those a report leaves out when it reads the
 // newest tenures only.
-func omitted(ctx context.Context, st audit.Store, l audit.Lock, w Window, first audit.Tenure) (int, error) {
+func omitted(ctx context.Context, st Store, l audit.Lock, w Window, first audit.Tenure) (int, error) {
 	before, err := st.Tenures(ctx, l.ID, audit.TimeFilter{To: w.From, Limit: 1})
 	if err != nil {
 		return 0, err

@@ -5,11 +5,11 @@
 //
 // Build is pure: it works only on the tenures, events and findings it is
 // given, so the same data always gives the same report. Load gathers that data
-// from an audit.Store and builds the same report with the same steps, except
-// that it reads a lock's writes a page at a time and keeps only what the
-// report lists (writes.go), so its memory does not grow with the writes. The
-// dashboard's review page, its Markdown and JSON exports and `leasewatch
-// report` all use Load, so they agree.
+// from a Store (the audit.Store methods it calls) and builds the same report
+// with the same steps, except that it reads a lock's writes a page at a time
+// and keeps only what the report lists (writes.go), so its memory does not
+// grow with the writes. The dashboard's review page, its Markdown and JSON
+// exports and `leasewatch report` all use Load, so they agree.
 //
 // It imports only the standard library, audit and audit/verdict.
 package review

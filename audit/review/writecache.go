@@ -181,7 +181,7 @@ func (c *WriteCache) remove(e *list.Element) {
 // the ticks whose writes it does not hold, and keeps them. A span that
 // starts before 1970, whose writes are in no tick, is read from the store
 // as without a cache.
-func (c *WriteCache) each(ctx context.Context, st audit.Store, lockID int64, outcome audit.WriteOutcome, span Interval, max int, fn func(audit.WriteEvent)) (more bool, err error) {
+func (c *WriteCache) each(ctx context.Context, st Store, lockID int64, outcome audit.WriteOutcome, span Interval, max int, fn func(audit.WriteEvent)) (more bool, err error) {
 	from := audit.Nanos(span.From)
 	if from < 0 {
 		return readWrites(ctx, st, lockID, outcome, span, max, fn)
@@ -242,7 +242,7 @@ func (t tickWrites) write(i int) audit.WriteEvent {
 // tick returns the writes of the tick tc counts: those kept, if the store
 // still counts as many, else those read now, kept if they are as many as
 // it counted (none stored or pruned in between).
-func (c *WriteCache) tick(ctx context.Context, st audit.Store, lockID int64, outcome audit.WriteOutcome, tc audit.TickCount) (tickWrites, error) {
+func (c *WriteCache) tick(ctx context.Context, st Store, lockID int64, outcome audit.WriteOutcome, tc audit.TickCount) (tickWrites, error) {
 	key := tickKey{lock: lockID, outcome: outcome, start: audit.Nanos(tc.Start)}
 	if t := c.get(key, tc.N); t != nil {
 		return tickWrites{packed: t}, nil
@@ -265,7 +265,7 @@ func (c *WriteCache) tick(ctx context.Context, st audit.Store, lockID int64, out
 // readWrites passes the lock's writes of outcome in span (both ends
 // included) to fn, from the store a page at a time, newest page first, up
 // to max of them; more says there were more.
-func readWrites(ctx context.Context, st audit.Store, lockID int64, outcome audit.WriteOutcome, span Interval, max int, fn func(audit.WriteEvent)) (more bool, err error) {
+func readWrites(ctx context.Context, st Store, lockID int64, outcome audit.WriteOutcome, span Interval, max int, fn func(audit.WriteEvent)) (more bool, err error) {
 	paged := audit.TimeFilter{From: span.From, To: span.To, Limit: pageSize}
 	return eachPage(ctx, max,
 		func(before audit.EventCursor) ([]audit.WriteEvent, error) {
@@ -277,7 +277,7 @@ func readWrites(ctx context.Context, st audit.Store, lockID int64, outcome audit
 
 // eachWrite passes the lock's writes of outcome in span to fn, newest
 // first up to max, through c when there is one.
-func eachWrite(ctx context.Context, st audit.Store, c *WriteCache, lockID int64, outcome audit.WriteOutcome, span Interval, max int, fn func(audit.WriteEvent)) (more bool, err error) {
+func eachWrite(ctx context.Context, st Store, c *WriteCache, lockID int64, outcome audit.WriteOutcome, span Interval, max int, fn func(audit.WriteEvent)) (more bool, err error) {
 	if c == nil {
 		return readWrites(ctx, st, lockID, outcome, span, max, fn)
 	}

@@ -23,7 +23,7 @@ import (
 type Keeper struct {
 	// Store is read for the verdicts' facts, which need no renewals: the
 	// rows as the journal last synced them serve.
-	Store audit.Store
+	Store KeeperStore
 	// Put keeps verdicts: audit.Database's PutVerdicts.
 	Put      func(ctx context.Context, verdicts []audit.LockVerdict) error
 	Purposes Purposes

@@ -23,18 +23,18 @@ import (
 // verdict says of them is how many each resource stopped. Their reasons
 // (ReasonStaleStopped) carry a Count and no finding IDs. LoadListed lists
 // them too.
-func Load(ctx context.Context, st audit.Store, lock audit.Lock, w Window, purpose Purpose, now time.Time) (Verdict, error) {
+func Load(ctx context.Context, st FactReader, lock audit.Lock, w Window, purpose Purpose, now time.Time) (Verdict, error) {
 	return load(ctx, st, lock, w, purpose, now, false)
 }
 
 // LoadListed is Load with every stale write's finding read, so that the
 // reasons about them name each one (the API's verdict), up to
 // audit.MaxListLimit.
-func LoadListed(ctx context.Context, st audit.Store, lock audit.Lock, w Window, purpose Purpose, now time.Time) (Verdict, error) {
+func LoadListed(ctx context.Context, st FactReader, lock audit.Lock, w Window, purpose Purpose, now time.Time) (Verdict, error) {
 	return load(ctx, st, lock, w, purpose, now, true)
 }
 
-func load(ctx context.Context, st audit.Store, lock audit.Lock, w Window, purpose Purpose, now time.Time, listStale bool) (Verdict, error) {
+func load(ctx context.Context, st FactReader, lock audit.Lock, w Window, purpose Purpose, now time.Time, listStale bool) (Verdict, error) {
 	if w.To.IsZero() {
 		w.To = now
 	}
@@ -148,7 +148,7 @@ const maxUnderChecks = 500
 // acceptedUnder counts the writes accepted during each overlap, and under
 // each regressed or reused token's tenure, in the store; skipped says how
 // many earlier ones past maxUnderChecks it left uncounted.
-func acceptedUnder(ctx context.Context, st audit.Store, f Facts) (under map[int64]int, skipped int, err error) {
+func acceptedUnder(ctx context.Context, st FactReader, f Facts) (under map[int64]int, skipped int, err error) {
 	under = make(map[int64]int)
 	for _, fd := range slices.Backward(f.Findings) {
 		from, to, ok := exposedBy(fd, f)

@@ -5,9 +5,10 @@
 // blind windows leasewatch has recorded.
 //
 // Judge is pure: it works only on the Facts it is given, so the same
-// history always gives the same verdict. Load gathers those facts from an
-// audit.Store, its reads side by side (errgroup). It imports only the
-// standard library, errgroup and audit.
+// history always gives the same verdict. Load gathers those facts from a
+// store (FactReader: the few audit.Store methods it calls), its reads side
+// by side (errgroup). It imports only the standard library, errgroup and
+// audit.
 package verdict
 
 import (

@@ -77,7 +77,7 @@ func (s *story) judge(purpose verdict.Purpose) verdict.Verdict {
 }
 
 // judgeWith stores the story and judges the lock over w with load.
-func (s *story) judgeWith(load func(context.Context, audit.Store, audit.Lock, verdict.Window, verdict.Purpose, time.Time) (verdict.Verdict, error), w verdict.Window, purpose verdict.Purpose) verdict.Verdict {
+func (s *story) judgeWith(load func(context.Context, verdict.FactReader, audit.Lock, verdict.Window, verdict.Purpose, time.Time) (verdict.Verdict, error), w verdict.Window, purpose verdict.Purpose) verdict.Verdict {
 	s.t.Helper()
 	ctx := context.Background()
 	st, err := sqlite.Open(ctx, filepath.Join(s.t.TempDir(), "leasewatch.db"))
