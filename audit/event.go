@@ -63,6 +63,22 @@ type Event struct {
 	// Renewal is a renew event's margin and backend renewal time as the
 	// tracker makes them, typed rather than in Detail.
 	Renewal RenewalDetail
+	// Previous is, on a grant or observed event as the tracker makes it,
+	// who held the lock in the tenure before. It travels with the commit
+	// only: the stores do not keep it, and an event read back has none
+	// (the tenures say who held the lock before).
+	Previous PreviousHolder
+}
+
+// PreviousHolder is who held a lock in the tenure before a grant, as the
+// tracker knew it when it made the grant: from its own steps, or after a
+// restart from the tenures it restored. Known is false when the tracker knew
+// of no earlier tenure, as for the lock's first grant. Holder may be the
+// grant's own (a holder that acquired the lock again) or empty (a tenure of
+// unknown holder).
+type PreviousHolder struct {
+	Holder string
+	Known  bool
 }
 
 // RenewalDetail is what the tracker adds to a renew event's detail, kept

@@ -586,6 +586,10 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 
 	t.judgeToken(o, st, ob)
 
+	var previous PreviousHolder
+	if n := len(st.recent); n > 0 {
+		previous = PreviousHolder{Holder: st.recent[n-1].holder, Known: true}
+	}
 	st.nextSeq++
 	renewed := renewedAt(ob)
 	ten := tenure{
@@ -604,7 +608,8 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 	if ob.Kind == EventGrant {
 		t.flapping(o, st)
 	}
-	o.event(st, Event{Kind: ob.Kind, At: ob.At, Holder: ob.Holder, Token: ob.Token, TTL: ob.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail})
+	o.event(st, Event{Kind: ob.Kind, At: ob.At, Holder: ob.Holder, Token: ob.Token, TTL: ob.LeaseDuration, Position: ob.Position, Inferred: ob.Inferred, Detail: detail,
+		Previous: previous})
 }
 
 // judgeToken judges a grant's token against the lock's earlier grants

@@ -2,8 +2,10 @@ package audit_test
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"math"
+	"path/filepath"
 	"reflect"
 	"slices"
 	"testing"
@@ -565,6 +567,86 @@ func TestTrackerRestoreResumes(t *testing.T) {
 	if got := s.out.Tenures[len(s.out.Tenures)-1].Seq; got != 2 {
 		t.Fatalf("B's tenure seq = %d, want 2", got)
 	}
+}
+
+// Every grant carries who held the lock before, so that no consumer of a
+// commit has to work it out from the batch's tenures: the holder of the
+// tenure before, however it ended, and none for a lock's first grant. A
+// tracker restored from the store knows it from the tenures it restored.
+func TestTrackerGrantCarriesThePreviousHolder(t *testing.T) {
+	const lease = 10 * time.Second
+	lastGrant := func(t *testing.T, s *story) audit.Event {
+		t.Helper()
+		for i := len(s.out.Events) - 1; i >= 0; i-- {
+			if e := s.out.Events[i]; e.Kind == audit.EventGrant || e.Kind == audit.EventObserved {
+				return e
+			}
+		}
+		t.Fatalf("no grant; events = %v", s.events())
+		return audit.Event{}
+	}
+	for _, tt := range []struct {
+		name  string
+		story func(s *story)
+		want  audit.PreviousHolder
+	}{
+		{"FirstGrant", func(s *story) { s.grant("A", 5, at(0), lease) }, audit.PreviousHolder{}},
+		{"FirstSight", func(s *story) {
+			s.observe(audit.Observation{Kind: audit.EventObserved, At: at(0), Holder: "A", Token: audit.Int64(5), LeaseDuration: lease})
+		}, audit.PreviousHolder{}},
+		{"AfterRelease", func(s *story) {
+			s.grant("A", 5, at(0), lease)
+			s.release("A", at(time.Second))
+			s.grant("B", 6, at(2*time.Second), lease)
+		}, audit.PreviousHolder{Holder: "A", Known: true}},
+		{"AfterExpiry", func(s *story) {
+			s.grant("A", 5, at(0), lease)
+			s.expire("A", at(lease))
+			s.grant("B", 6, at(11*time.Second), lease)
+		}, audit.PreviousHolder{Holder: "A", Known: true}},
+		{"AfterSupersede", func(s *story) {
+			s.grant("A", 5, at(0), lease)
+			s.grant("B", 6, at(time.Second), lease)
+		}, audit.PreviousHolder{Holder: "A", Known: true}},
+		{"SameHolderAgain", func(s *story) {
+			s.grant("A", 5, at(0), lease)
+			s.release("A", at(time.Second))
+			s.grant("A", 6, at(2*time.Second), lease)
+		}, audit.PreviousHolder{Holder: "A", Known: true}},
+		{"InferredGrant", func(s *story) {
+			s.grant("A", 5, at(0), lease)
+			s.renew("B", 6, at(time.Second)) // B's grant was not seen
+		}, audit.PreviousHolder{Holder: "A", Known: true}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStory(t, audit.KindEtcd)
+			tt.story(s)
+			if got := lastGrant(t, s).Previous; got != tt.want {
+				t.Fatalf("previous holder = %+v, want %+v; events = %v", got, tt.want, s.events())
+			}
+		})
+	}
+	t.Run("AfterRestoreFromTheStore", func(t *testing.T) {
+		ctx := context.Background()
+		store := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
+		s := newStory(t, audit.KindEtcd)
+		s.grant("A", 5, at(0), lease)
+		s.release("A", at(time.Second))
+		if err := store.Apply(ctx, s.out); err != nil {
+			t.Fatal(err)
+		}
+		states, _, err := store.Restore(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.tr = audit.NewTracker(audit.TrackerConfig{RenewMarginRatio: 0.25})
+		s.tr.Restore(states)
+		s.out = audit.Batch{}
+		s.grant("B", 6, at(2*time.Second), lease)
+		if got, want := lastGrant(t, s).Previous, (audit.PreviousHolder{Holder: "A", Known: true}); got != want {
+			t.Fatalf("previous holder after a restore = %+v, want %+v", got, want)
+		}
+	})
 }
 
 func TestTrackerEtcdTenureIsNamedByToken(t *testing.T) {

@@ -52,14 +52,12 @@ type sourceLag struct {
 
 // lockSeries is what the commits say of one lock of class lock.
 type lockSeries struct {
-	holder      string
-	holderKnown bool
-	changes     float64 // grants that changed the holder
-	expiries    float64 // leases that expired while held
-	margin      float64 // margin_ratio of the held tenure's last renewal
-	hasMargin   bool
-	last        lastChange // what changedAt was
-	changedAt   int64      // Unix nanoseconds of the last grant or end, to rank locks no longer held
+	changes   float64 // grants that changed the holder
+	expiries  float64 // leases that expired while held
+	margin    float64 // margin_ratio of the held tenure's last renewal
+	hasMargin bool
+	last      lastChange // what changedAt was
+	changedAt int64      // Unix nanoseconds of the last grant or end, to rank locks no longer held
 }
 
 // lastChange is what a lock's last grant or end was, for the tenure and
@@ -300,16 +298,15 @@ func (m *recorderMetrics) observe(c audit.Commit) {
 			delete(m.heartbeats, st.Lock.Key())
 		}
 	}
-	var before priorHolders
 	for _, e := range c.Batch.Events {
 		m.events.WithLabelValues(e.Lock.Source, string(e.Kind)).Inc()
-		m.lockEvent(c.Batch, &before, e)
+		m.lockEvent(e)
 	}
 }
 
 // lockEvent counts one event into the per-lock and per-class metrics. The
 // caller holds m.mu.
-func (m *recorderMetrics) lockEvent(b *audit.Batch, before *priorHolders, e audit.Event) {
+func (m *recorderMetrics) lockEvent(e audit.Event) {
 	switch e.Kind {
 	case audit.EventWriteAccepted, audit.EventWriteRejected:
 		m.writes.WithLabelValues(e.Lock.Source, m.resources.label(e.Lock.Source, e.Resource), strings.TrimPrefix(string(e.Kind), "write_")).Inc()
@@ -331,8 +328,9 @@ func (m *recorderMetrics) lockEvent(b *audit.Batch, before *priorHolders, e audi
 	}
 	switch e.Kind {
 	case audit.EventGrant:
-		prev, known := previousHolder(b, before, &ls, e)
-		if !known || prev != e.Holder {
+		// The tracker says who held the lock before, since before this
+		// process started too.
+		if !e.Previous.Known || e.Previous.Holder != e.Holder {
 			ls.changes++
 		}
 		ls.hasMargin = false
@@ -352,52 +350,7 @@ func (m *recorderMetrics) lockEvent(b *audit.Batch, before *priorHolders, e audi
 		ls.hasMargin = false
 		ls.last, ls.changedAt = changeEnded, e.At.UnixNano()
 	}
-	ls.holder, ls.holderKnown = e.Holder, true
 	m.locks[e.Lock] = ls
-}
-
-// previousHolder returns the holder of the tenure before grant e, and false
-// when the lock had none (its first grant) or it is unknown.
-func previousHolder(b *audit.Batch, before *priorHolders, ls *lockSeries, e audit.Event) (string, bool) {
-	if h, ok := e.Detail["superseded"].(string); ok {
-		return h, true
-	}
-	if ls.holderKnown {
-		return ls.holder, true
-	}
-	// The lock's earlier events predate this process: the tracker's
-	// recent tenures, written with the grant, say who held it before.
-	st := before.lock(b, e.Lock)
-	if st == nil {
-		return "", false
-	}
-	for j := len(st.Recent) - 1; j > 0; j-- {
-		if ten := st.Recent[j]; ten.Holder == e.Holder && ten.GrantedAt.Equal(e.At) {
-			return st.Recent[j-1].Holder, true
-		}
-	}
-	return "", false
-}
-
-// priorHolders finds a batch's last state of a lock, indexing the batch's
-// locks on first use: a commit after a start can carry thousands of first
-// grants, and a scan of the batch for each was quadratic.
-type priorHolders struct {
-	last map[audit.LockKey]int // index in Batch.Locks of each lock's last state
-}
-
-func (p *priorHolders) lock(b *audit.Batch, key audit.LockKey) *audit.TrackState {
-	if p.last == nil {
-		p.last = make(map[audit.LockKey]int, len(b.Locks))
-		for i := range b.Locks {
-			p.last[b.Locks[i].Lock.Key()] = i
-		}
-	}
-	i, ok := p.last[key]
-	if !ok {
-		return nil
-	}
-	return &b.Locks[i]
 }
 
 // withLag sets each source's Lag and LagAt from the latest commit that

@@ -102,7 +102,7 @@ func TestRecorderMetricsCountCommits(t *testing.T) {
 		Batch: &audit.Batch{
 			Events: []audit.Event{
 				{Lock: orders, Kind: audit.EventExpire, At: t0.Add(3 * time.Second), Holder: "w1"},
-				{Lock: orders, Kind: audit.EventGrant, At: t0.Add(3 * time.Second), Holder: "w2"},
+				{Lock: orders, Kind: audit.EventGrant, At: t0.Add(3 * time.Second), Holder: "w2", Previous: audit.PreviousHolder{Holder: "w1", Known: true}},
 				{Lock: orders, Kind: audit.EventWriteRejected, At: t0.Add(3 * time.Second), Resource: "ledger"},
 				{Lock: orders, Kind: audit.EventWriteAccepted, At: t0.Add(3 * time.Second), Resource: "ledger"},
 				{Lock: node, Kind: audit.EventExpire, At: t0.Add(3 * time.Second), Holder: "node-1"},
@@ -336,9 +336,6 @@ func TestLeaseMetrics(t *testing.T) {
 	})
 }
 
-// After a restart the metrics have not seen a lock's earlier tenures: the
-// grant's own commit carries the tracker's recent tenures, which say whether
-// the holder changed.
 // The leadership health histograms: w1 holds orders for 3 s and lets it
 // expire; w2 takes it 2 s later and is superseded by w3 after 10 s; w3's
 // renewals had 80% and 30% of the lease left. A tenure first seen at start
@@ -392,26 +389,27 @@ func TestHealthHistograms(t *testing.T) {
 	}
 }
 
+// A grant counts as a holder change unless the tracker says the lock's
+// previous tenure was the same holder's: after a restart too, where this
+// process has seen none of the lock's earlier events.
 func TestHolderChangesAfterRestart(t *testing.T) {
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	key := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
-	grant := func(prev, holder string) float64 {
+	grant := func(previous audit.PreviousHolder, holder string) float64 {
 		m := newRecorderMetrics(prometheus.NewRegistry(), config.DefaultMaxResourceSeries)
-		st := audit.TrackState{Lock: audit.Lock{Source: key.Source, Name: key.Name, Class: audit.ClassLock}, Recent: []audit.Tenure{
-			{Lock: key, Seq: 1, Holder: prev, GrantedAt: t0},
-			{Lock: key, Seq: 2, Holder: holder, GrantedAt: t0.Add(time.Minute)},
-		}}
 		m.observe(audit.Commit{At: t0.Add(time.Minute), Batch: &audit.Batch{
-			Locks:  []audit.TrackState{st},
-			Events: []audit.Event{{Lock: key, Kind: audit.EventGrant, At: t0.Add(time.Minute), Holder: holder}},
+			Events: []audit.Event{{Lock: key, Kind: audit.EventGrant, At: t0.Add(time.Minute), Holder: holder, Previous: previous}},
 		}})
 		return m.locks[key].changes
 	}
-	if got := grant("w1", "w1"); got != 0 {
+	if got := grant(audit.PreviousHolder{Holder: "w1", Known: true}, "w1"); got != 0 {
 		t.Errorf("w1 re-acquiring after w1: %v holder changes, want 0", got)
 	}
-	if got := grant("w1", "w2"); got != 1 {
+	if got := grant(audit.PreviousHolder{Holder: "w1", Known: true}, "w2"); got != 1 {
 		t.Errorf("w2 acquiring after w1: %v holder changes, want 1", got)
+	}
+	if got := grant(audit.PreviousHolder{}, "w1"); got != 1 {
+		t.Errorf("w1 taking the lock first: %v holder changes, want 1", got)
 	}
 }
 
