@@ -42,7 +42,8 @@ type Recorder struct {
 	commitEvery time.Duration
 	lastCommit  time.Time
 	lastGroup   int
-	onCommit    func(Commit)
+	// subscribers are WithSubscribers', handed each successful commit.
+	subscribers []CommitSubscriber
 	// onFenceRefused is WithFenceRefused's hook.
 	onFenceRefused func(FenceRefusal)
 
@@ -143,7 +144,8 @@ type RecorderOption func(*Recorder)
 // WithClock injects the clock that drives expiry ticks.
 func WithClock(now func() time.Time) RecorderOption { return func(r *Recorder) { r.now = now } }
 
-// Commit describes one successful group commit, for metrics.
+// Commit describes one successful group commit, for the recorder's
+// subscribers (WithSubscribers).
 type Commit struct {
 	At     time.Time // when it became durable, by the recorder's clock
 	Inputs []*Input  // the collector inputs it covers
@@ -155,9 +157,27 @@ type Commit struct {
 	Renewals []Renewal
 }
 
-// WithCommitHook calls fn after every successful commit, on the recording
-// goroutine: fn must be quick and must not modify the commit.
-func WithCommitHook(fn func(Commit)) RecorderOption { return func(r *Recorder) { r.onCommit = fn } }
+// CommitSubscriber follows what the recorder commits: metrics, alerts, the
+// verdicts to judge again.
+type CommitSubscriber interface {
+	// Committed is called after every successful commit, on the recording
+	// goroutine, which waits for it: it must be quick, and must not modify
+	// the commit, which every subscriber is handed.
+	Committed(Commit)
+}
+
+// CommitFunc is a function as a CommitSubscriber.
+type CommitFunc func(Commit)
+
+// Committed calls f(c).
+func (f CommitFunc) Committed(c Commit) { f(c) }
+
+// WithSubscribers hands every successful commit to subs, one after another
+// in their order, on the recording goroutine. Calls add to the subscribers
+// of earlier ones.
+func WithSubscribers(subs ...CommitSubscriber) RecorderOption {
+	return func(r *Recorder) { r.subscribers = append(r.subscribers, subs...) }
+}
 
 // WithCommitInterval sets the least time from one group commit's start to
 // the next's while requests come from several senders at once (default
@@ -799,7 +819,7 @@ func (r *Recorder) finish(group []*request, b Batch, err error, refused []error,
 	}
 	renewals := r.renewedNow
 	r.renewedNow = nil
-	if err == nil && r.onCommit != nil {
+	if err == nil && len(r.subscribers) > 0 {
 		c := Commit{At: r.now(), Batch: &b, Renewals: renewals}
 		for i, req := range group {
 			if req.input != nil {
@@ -809,7 +829,9 @@ func (r *Recorder) finish(group []*request, b Batch, err error, refused []error,
 				c.Writes += len(req.writes)
 			}
 		}
-		r.onCommit(c)
+		for _, sub := range r.subscribers {
+			sub.Committed(c)
+		}
 	}
 	if err != nil {
 		// A storage error the journal explains (disk full, database locked)

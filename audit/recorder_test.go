@@ -84,14 +84,14 @@ func TestRecorderPacesCommitsOfConcurrentRequests(t *testing.T) {
 	hold := make(chan struct{})
 	var armed, held atomic.Bool
 	commits := make(chan int, 100) // the writes of each commit that has some
-	rec := storetest.StartRecorder(t, st, audit.WithCommitInterval(2*time.Second), audit.WithCommitHook(func(c audit.Commit) {
+	rec := storetest.StartRecorder(t, st, audit.WithCommitInterval(2*time.Second), audit.WithSubscribers(audit.CommitFunc(func(c audit.Commit) {
 		if c.Writes > 0 {
 			commits <- c.Writes
 		}
 		if armed.Load() && held.CompareAndSwap(false, true) {
 			<-hold // one commit holds the recording goroutine up
 		}
-	}))
+	})))
 	release := sync.OnceFunc(func() { close(hold) })
 	defer release()
 
@@ -149,5 +149,59 @@ func TestRecorderPacesCommitsOfConcurrentRequests(t *testing.T) {
 	}
 	if want := []int{1, 1, 1, 2, 10}; !slices.Equal(got, want) {
 		t.Errorf("writes per commit = %v, want %v", got, want)
+	}
+}
+
+// failingJournal is a store whose commits fail while fail is set, as a full
+// disk's would.
+type failingJournal struct {
+	audit.Journal
+	fail atomic.Bool
+}
+
+func (j *failingJournal) Apply(ctx context.Context, b audit.Batch) error {
+	if j.fail.Load() {
+		return fmt.Errorf("disk full")
+	}
+	return j.Journal.Apply(ctx, b)
+}
+
+// Subscribers are handed every successful commit, one after another in the
+// order given, before the requests it covers are answered; a commit that
+// failed reaches none.
+func TestRecorderHandsCommitsToSubscribersInOrder(t *testing.T) {
+	j := &failingJournal{Journal: openStore(t, filepath.Join(t.TempDir(), "lw.db"))}
+	var mu sync.Mutex
+	var got []string // a subscriber's name and the holders its commit granted to
+	subscriber := func(name string) audit.CommitSubscriber {
+		return audit.CommitFunc(func(c audit.Commit) {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, e := range c.Batch.Events {
+				if e.Kind == audit.EventGrant {
+					got = append(got, name+":"+e.Holder)
+				}
+			}
+		})
+	}
+	rec := storetest.StartRecorder(t, j, audit.WithSubscribers(subscriber("metrics"), subscriber("alerts")),
+		audit.WithSubscribers(subscriber("verdicts")))
+	ctx := context.Background()
+	if err := rec.Observe(ctx, storetest.GrantInput("A", 1, at(0), "1")); err != nil {
+		t.Fatal(err)
+	}
+	j.fail.Store(true)
+	if err := rec.Observe(ctx, storetest.GrantInput("B", 2, at(time.Second), "2")); err == nil {
+		t.Fatal("a commit to a failing store succeeded")
+	}
+	j.fail.Store(false)
+	if err := rec.Observe(ctx, storetest.GrantInput("C", 3, at(2*time.Second), "3")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	want := []string{"metrics:A", "alerts:A", "verdicts:A", "metrics:C", "alerts:C", "verdicts:C"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("subscribers saw %v, want %v", got, want)
 	}
 }

@@ -664,11 +664,11 @@ func testRecorderCommitsCarryTheirRenewals(t *testing.T, h Harness) {
 	s := h.Open(t)
 	var mu sync.Mutex
 	var renewals []audit.Renewal
-	rec := StartRecorder(t, s, audit.WithSyncInterval(time.Hour), audit.WithCommitHook(func(c audit.Commit) {
+	rec := StartRecorder(t, s, audit.WithSyncInterval(time.Hour), audit.WithSubscribers(audit.CommitFunc(func(c audit.Commit) {
 		mu.Lock()
 		defer mu.Unlock()
 		renewals = append(renewals, c.Renewals...)
-	}))
+	})))
 	ctx := context.Background()
 	// Recent, so the recorder's own clock expires nothing.
 	t0 := time.Now().Add(-time.Minute)

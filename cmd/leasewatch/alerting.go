@@ -75,8 +75,8 @@ type owned struct {
 // audit.Recorder.Peek.
 type peekFunc func(fn func(lock func(audit.LockKey) (audit.Lock, bool)))
 
-// newAlerting returns an alerting that follows no tracker yet: pass its
-// observe to the recorder as a commit hook, then call follow once the
+// newAlerting returns an alerting that follows no tracker yet: subscribe
+// it to the recorder's commits, then call follow once the
 // recorder has started. kinds are the configured sources: the leases of
 // those whose collectors vouch for being live are judged only as far as they
 // have, and not at all before they first do (the stored rows are as old as
@@ -188,9 +188,9 @@ func (a *alerting) schedule(ctx context.Context, source string) error {
 	}
 }
 
-// observe is the recorder's commit hook: it schedules the locks the commit
-// changed or renewed, and collects the new findings.
-func (a *alerting) observe(c audit.Commit) {
+// Committed schedules the locks commit c changed or renewed, and collects
+// the new findings: alerting is a recorder subscriber.
+func (a *alerting) Committed(c audit.Commit) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, st := range c.Batch.Locks {
@@ -243,7 +243,7 @@ func (a *alerting) evaluate(now time.Time) {
 	a.findings = nil
 	a.mu.Unlock()
 	// The evaluator and buf are this goroutine's alone, so the evaluation
-	// runs unlocked: the recorder's commit hook (observe) takes a.mu, and
+	// runs unlocked: a commit (Committed) takes a.mu, and
 	// a commit must not wait for thousands of firing alerts to be ordered.
 	out := a.eval.Evaluate(now, in)
 	a.mu.Lock()

@@ -38,7 +38,7 @@ func BenchmarkAlertingEvaluate(b *testing.B) {
 	}
 	peek, commit := trackerPeek(states)
 	a.peek = peek
-	a.observe(commit)
+	a.Committed(commit)
 	b.Run("WatchList", func(b *testing.B) {
 		for b.Loop() {
 			a.evaluate(t0)
@@ -78,7 +78,7 @@ func BenchmarkAlertingMemory(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		a := newAlerting(alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25}}, nil, func() []audit.Source { return nil }, nil, time.Minute)
 		a.peek = peek
-		a.observe(commit)
+		a.Committed(commit)
 		runtime.GC()
 		runtime.ReadMemStats(&after)
 		b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/n, "heap-bytes/lock")

@@ -46,7 +46,7 @@ func startAlertingWith(t *testing.T, store *sqlite.Store, now time.Time, kinds m
 		r.a.ownSourcesOnly(slog.New(slog.DiscardHandler))
 	}
 	r.rec = audit.NewRecorder(store, audit.TrackerConfig{RenewMarginRatio: 0.25, SourceKinds: kinds}, nil,
-		audit.WithCommitHook(r.a.observe), audit.WithClock(r.clock), audit.WithSyncInterval(time.Hour))
+		audit.WithSubscribers(r.a), audit.WithClock(r.clock), audit.WithSyncInterval(time.Hour))
 	if err := r.rec.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -254,8 +254,8 @@ func (j timedJournal) Apply(ctx context.Context, b audit.Batch) error {
 	return err
 }
 
-// observe is the recorder's commit hook.
-func (m *recorderMetrics) observe(c audit.Commit) {
+// Committed counts commit c: recorderMetrics is a recorder subscriber.
+func (m *recorderMetrics) Committed(c audit.Commit) {
 	var longest map[string]time.Duration
 	for _, in := range c.Inputs {
 		if b := in.Blind; b != nil && b.To.After(b.From) {
@@ -465,7 +465,7 @@ func (c *leaseCollector) Collect(ch chan<- prometheus.Metric) {
 }
 
 // collect returns the metrics of counts and held. It builds them all before
-// Collect sends any, so the commit hook never waits on a slow scrape.
+// Collect sends any, so a commit never waits on a slow scrape.
 func (c *leaseCollector) collect(sources map[string]bool, counts []audit.LockCount, held []audit.Lock) []prometheus.Metric {
 	out, heldTotal := c.classCounts(nil, sources, counts)
 	sortByExpiry(held)

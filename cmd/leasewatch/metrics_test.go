@@ -22,7 +22,7 @@ func TestRecorderMetricsKeepEachSourcesLatestLag(t *testing.T) {
 	m := newRecorderMetrics(prometheus.NewRegistry(), config.DefaultMaxResourceSeries)
 	t0 := time.Date(2025, 6, 1, 12, 0, 0, 0, time.UTC)
 	commit := func(at time.Time, inputs ...*audit.Input) {
-		m.observe(audit.Commit{At: at, Inputs: inputs, Batch: &audit.Batch{}})
+		m.Committed(audit.Commit{At: at, Inputs: inputs, Batch: &audit.Batch{}})
 	}
 	obs := func(source string, ats ...time.Time) *audit.Input {
 		in := &audit.Input{Source: source}
@@ -89,7 +89,7 @@ func TestRecorderMetricsCountCommits(t *testing.T) {
 	node := audit.LockKey{Source: "cluster-a", Name: "kube-node-lease/node-1"}
 	heartbeat := audit.TrackState{Lock: audit.Lock{Source: node.Source, Name: node.Name, Class: audit.ClassHeartbeat}}
 
-	m.observe(audit.Commit{At: t0, Batch: &audit.Batch{
+	m.Committed(audit.Commit{At: t0, Batch: &audit.Batch{
 		Locks: []audit.TrackState{heartbeat},
 		Events: []audit.Event{
 			{Lock: orders, Kind: audit.EventGrant, At: t0, Holder: "w1"},
@@ -97,7 +97,7 @@ func TestRecorderMetricsCountCommits(t *testing.T) {
 			{Lock: orders, Kind: audit.EventWriteAccepted, At: t0, Resource: "ledger"},
 		},
 	}})
-	m.observe(audit.Commit{At: t0.Add(3 * time.Second),
+	m.Committed(audit.Commit{At: t0.Add(3 * time.Second),
 		Inputs: []*audit.Input{{Source: "prod-etcd", Blind: &audit.Blind{From: t0, To: t0.Add(2500 * time.Millisecond)}}},
 		Batch: &audit.Batch{
 			Events: []audit.Event{
@@ -161,7 +161,7 @@ func leaseFixture(t *testing.T, t0 time.Time) (*recorderMetrics, audit.Reads, *p
 	// read them through the Fresh store.
 	rec := audit.NewRecorder(m.timeCommits(store), audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{
 		"prod-etcd": audit.KindEtcd, "cluster-a": audit.KindKubernetes,
-	}}, nil, audit.WithCommitHook(m.observe), audit.WithSyncInterval(time.Hour))
+	}}, nil, audit.WithSubscribers(m), audit.WithSyncInterval(time.Hour))
 	if err := rec.Start(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -349,7 +349,7 @@ func TestHealthHistograms(t *testing.T) {
 	jobs := audit.LockKey{Source: "prod-etcd", Name: "/locks/jobs"}
 	node := audit.LockKey{Source: "prod-etcd", Name: "node-1"}
 	heartbeat := audit.TrackState{Lock: audit.Lock{Source: node.Source, Name: node.Name, Class: audit.ClassHeartbeat}}
-	m.observe(audit.Commit{At: at(30), Batch: &audit.Batch{
+	m.Committed(audit.Commit{At: at(30), Batch: &audit.Batch{
 		Locks: []audit.TrackState{heartbeat},
 		Events: []audit.Event{
 			{Lock: jobs, Kind: audit.EventObserved, At: at(0), Holder: "j1"},
@@ -397,7 +397,7 @@ func TestHolderChangesAfterRestart(t *testing.T) {
 	key := audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"}
 	grant := func(previous audit.PreviousHolder, holder string) float64 {
 		m := newRecorderMetrics(prometheus.NewRegistry(), config.DefaultMaxResourceSeries)
-		m.observe(audit.Commit{At: t0.Add(time.Minute), Batch: &audit.Batch{
+		m.Committed(audit.Commit{At: t0.Add(time.Minute), Batch: &audit.Batch{
 			Events: []audit.Event{{Lock: key, Kind: audit.EventGrant, At: t0.Add(time.Minute), Holder: holder, Previous: previous}},
 		}})
 		return m.locks[key].changes
@@ -471,7 +471,7 @@ func TestLeaseMetricsLeaveOutANameNotUTF8(t *testing.T) {
 	t.Cleanup(func() { store.Close() })
 	m := newRecorderMetrics(prometheus.NewRegistry(), config.DefaultMaxResourceSeries)
 	rec := audit.NewRecorder(store, audit.TrackerConfig{SourceKinds: map[string]audit.SourceKind{"cache": audit.KindRedis}},
-		nil, audit.WithCommitHook(m.observe))
+		nil, audit.WithSubscribers(m))
 	if err := rec.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

@@ -66,15 +66,12 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	}
 	svc.verdicts = &verdict.Keeper{Store: backgroundReads(store), Put: store.PutVerdicts, Purposes: cfg.VerdictPurposes(), Now: time.Now,
 		Log: logger.With("component", "verdicts")}
-	opts := []audit.RecorderOption{audit.WithCommitInterval(cfg.CommitInterval), audit.WithCommitHook(func(c audit.Commit) {
-		rm.observe(c)
-		svc.alerts.observe(c)
-		svc.verdicts.Committed(c)
-	}), audit.WithFenceRefused(func(f audit.FenceRefusal) {
-		if svc.replicas != nil {
-			svc.replicas.refused(f)
-		}
-	})}
+	opts := []audit.RecorderOption{audit.WithCommitInterval(cfg.CommitInterval), audit.WithSubscribers(rm, svc.alerts, svc.verdicts),
+		audit.WithFenceRefused(func(f audit.FenceRefusal) {
+			if svc.replicas != nil {
+				svc.replicas.refused(f)
+			}
+		})}
 	if cfg.Replication.Enabled() {
 		// Each source is loaded when this replica is granted it, and its
 		// renewals reach the rows that other replicas read soon enough.
