@@ -2,16 +2,13 @@ package web
 
 import (
 	"net/http"
-	"net/url"
-	"strconv"
-	"strings"
-	"time"
 
 	"github.com/labstack/echo/v4"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
 	"github.com/leasewatch/leasewatch/views"
+	"github.com/leasewatch/leasewatch/web/present"
 )
 
 // alertsNearList bounds the near-expiry list of the alerts page.
@@ -26,74 +23,37 @@ func (s *Server) handleAlertsPage(c echo.Context) error {
 		return err
 	}
 	now := s.now()
-	p := views.AlertsPage{
-		Live:    views.Live{ID: "alerts-live", URL: c.Request().URL.RequestURI(), Every: refreshOverview},
-		Now:     stampIn(now, loc),
-		Margin:  s.marginText(),
-		NearURL: nearExpiryURL,
-	}
+	var a present.AlertsPage
 	if s.sources != nil {
-		var elsewhere []string
-		for _, src := range s.sources() {
-			if src.State == audit.SourceStandby {
-				elsewhere = append(elsewhere, printable(src.Name))
-			}
-		}
-		p.Elsewhere = strings.Join(elsewhere, ", ")
+		a.Sources = s.sources()
 	}
 	if s.alerts != nil {
 		firing, resolved := s.alerts()
-		for _, a := range firing {
-			p.Firing = append(p.Firing, s.alertRow(c, a, loc))
-		}
-		for _, a := range resolved {
-			p.Resolved = append(p.Resolved, s.alertRow(c, a, loc))
-		}
+		a.Firing, a.Resolved = s.alertLocks(c, firing), s.alertLocks(c, resolved)
 	}
-	near, err := s.query.Expiring(ctx, now, alertsNearList)
-	if err != nil {
+	if a.NearExpiry, err = s.query.Expiring(ctx, now, alertsNearList); err != nil {
 		return err
 	}
-	for _, l := range near {
-		p.NearExpiry = append(p.NearExpiry, s.lockRow(l, now, loc))
-	}
-	return render(c, http.StatusOK, views.Alerts(p))
+	return render(c, http.StatusOK, views.Alerts(s.pages.Alerts(request(c, now, loc), a)))
 }
 
-// alertRow describes a for the alerts page, linking its lock's timeline
-// around the alert when the lock is known.
-func (s *Server) alertRow(c echo.Context, a alert.Alert, loc *time.Location) views.AlertRow {
-	row := views.AlertRow{
-		Name:     printable(a.Name()),
-		Severity: a.Labels[alert.LabelSeverity],
-		Source:   printable(a.Labels[alert.LabelSource]),
-		Lock:     printable(a.Labels[alert.LabelLock]),
-		Holder:   printable(a.Labels[alert.LabelHolder]),
-		Summary:  printable(a.Annotations[alert.AnnotationSummary]),
-		StartsAt: stampIn(a.StartsAt, loc),
+// alertLocks are alerts, each with the id of its lock when the store knows
+// it, so that the page links its timeline.
+func (s *Server) alertLocks(c echo.Context, alerts []alert.Alert) []present.Alert {
+	out := make([]present.Alert, 0, len(alerts))
+	for _, a := range alerts {
+		pa := present.Alert{Alert: a}
+		key := audit.LockKey{Source: a.Labels[alert.LabelSource], Name: a.Labels[alert.LabelLock]}
+		if key.Name != "" {
+			l, err := s.store.LockByKey(c.Request().Context(), key)
+			switch {
+			case err == nil:
+				pa.LockID = l.ID
+			case audit.ErrorCode(err) != audit.ENOTFOUND:
+				s.logger.Warn("alerts page: look up the alert's lock", "lock", key.String(), "err", err)
+			}
+		}
+		out = append(out, pa)
 	}
-	if !a.Firing() {
-		row.EndsAt = stampIn(a.EndsAt, loc)
-	}
-	key := audit.LockKey{Source: a.Labels[alert.LabelSource], Name: a.Labels[alert.LabelLock]}
-	if key.Name == "" {
-		return row
-	}
-	l, err := s.store.LockByKey(c.Request().Context(), key)
-	if audit.ErrorCode(err) == audit.ENOTFOUND {
-		return row
-	}
-	if err != nil {
-		s.logger.Warn("alerts page: look up the alert's lock", "lock", key.String(), "err", err)
-		return row
-	}
-	end := a.EndsAt
-	if end.IsZero() {
-		end = s.now()
-	}
-	row.LockURL = "/locks/" + strconv.FormatInt(l.ID, 10) + "?" + url.Values{
-		"from": {a.StartsAt.Add(-5 * time.Minute).UTC().Format(time.RFC3339)},
-		"to":   {end.Add(5 * time.Minute).UTC().Format(time.RFC3339)},
-	}.Encode()
-	return row
+	return out
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit/sqlite"
 	"github.com/leasewatch/leasewatch/audit/sqlite/synth"
 	"github.com/leasewatch/leasewatch/audit/verdict"
+	"github.com/leasewatch/leasewatch/web/present"
 )
 
 // BenchmarkPages measures the server time of every dashboard page on the
@@ -93,7 +94,7 @@ func defaultPages(b *testing.B, store audit.Store, sum synth.Summary, spec synth
 		{"LockBusyRenewals", "/locks/" + busyID + "?window=15m&kind=renew"},
 		{"LockBusyVerdictAll", "/locks/" + busyID + "?verdict=all"},
 		{"LockQuiet", fmt.Sprintf("/locks/%d", quiet[0].ID)},
-		{"LockFinding", strings.Split(findingRow(critical[0], time.UTC).TimelineURL, "#")[0]},
+		{"LockFinding", strings.Split(present.FindingTimelineURL(critical[0]), "#")[0]},
 		{"Findings", "/findings"},
 		{"FindingsHeartbeats", "/findings?class=heartbeat"},
 		{"FindingsAllClasses", "/findings?class=all"},

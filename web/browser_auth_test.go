@@ -8,6 +8,7 @@ import (
 	"github.com/chromedp/chromedp"
 
 	"github.com/leasewatch/leasewatch/web/browsertest"
+	"github.com/leasewatch/leasewatch/web/present"
 )
 
 // The dashboard works in a real browser behind basic authentication over
@@ -45,14 +46,14 @@ func TestBrowserBasicAuthOverTLS(t *testing.T) {
 			document.body.addEventListener("htmx:afterRequest", e => window.__lwStatuses.push(e.detail.xhr.status));
 			return true;
 		})()`)
-		deadline := time.Now().Add(3*refreshOverview*time.Second + 5*time.Second)
+		deadline := time.Now().Add(3*present.RefreshOverview*time.Second + 5*time.Second)
 		var statuses []int
 		for len(statuses) == 0 && time.Now().Before(deadline) {
 			time.Sleep(250 * time.Millisecond)
 			statuses = browsertest.Eval[[]int](b, "live statuses", `window.__lwStatuses`)
 		}
 		if len(statuses) == 0 {
-			t.Fatalf("no live region refreshed within %s", 3*refreshOverview*time.Second)
+			t.Fatalf("no live region refreshed within %s", 3*present.RefreshOverview*time.Second)
 		}
 		for _, s := range statuses {
 			if s != 200 {

@@ -1,7 +1,6 @@
 package web
 
 import (
-	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -15,6 +14,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit/history"
 	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/views"
+	"github.com/leasewatch/leasewatch/web/present"
 )
 
 // maxHolder bounds a holder identity asked for, in characters: what a
@@ -126,17 +126,6 @@ func pathHolder(c echo.Context) (string, error) {
 	return h, nil
 }
 
-// holderURL is the holder page of h.
-func holderURL(h string) string { return "/holders/" + url.PathEscape(h) }
-
-// holderURLOf is holderURL, or "" for no holder.
-func holderURLOf(h string) string {
-	if h == "" {
-		return ""
-	}
-	return holderURL(h)
-}
-
 // parseHolderFilter reads the holder's tenures list parameters: from, to
 // (on the grant time), limit and the before cursor.
 func parseHolderFilter(c echo.Context, l listing) (audit.HolderFilter, error) {
@@ -153,7 +142,8 @@ func parseHolderFilter(c echo.Context, l listing) (audit.HolderFilter, error) {
 	return f, err
 }
 
-// parseTenureCursor reads a tenure cursor written by formatTenureCursor.
+// parseTenureCursor reads a tenure cursor written by
+// present.FormatTenureCursor.
 func parseTenureCursor(q url.Values, name string) (audit.TenureCursor, error) {
 	s := q.Get(name)
 	if s == "" {
@@ -173,14 +163,6 @@ func parseTenureCursor(q url.Values, name string) (audit.TenureCursor, error) {
 	return audit.TenureCursor{GrantedAt: time.Unix(0, n[0]).UTC(), LockID: n[1], Seq: n[2]}, nil
 }
 
-// formatTenureCursor writes a tenure cursor; "" for none.
-func formatTenureCursor(c audit.TenureCursor) string {
-	if c.IsZero() {
-		return ""
-	}
-	return fmt.Sprintf("%d-%d-%d", c.GrantedAt.UnixNano(), c.LockID, c.Seq)
-}
-
 func (s *Server) handleAPIHolderTenures(c echo.Context) error {
 	f, err := parseHolderFilter(c, otherAPI)
 	if err != nil {
@@ -196,7 +178,7 @@ func (s *Server) handleAPIHolderTenures(c echo.Context) error {
 			tenureJSON: toTenureJSON(t.Tenure), Findings: t.Findings, FindingsAtLeast: t.FindingsAtLeast})
 	}
 	var next *string
-	if cur := formatTenureCursor(h.Next); cur != "" {
+	if cur := present.FormatTenureCursor(h.Next); cur != "" {
 		next = &cur
 	}
 	return c.JSON(http.StatusOK, map[string]any{"holder": h.Holder, "tenures": out, "next": next})
@@ -207,62 +189,16 @@ func (s *Server) handleHolderPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	q := c.QueryParams()
-	loc, err := parseZone(q)
+	loc, err := parseZone(c.QueryParams())
 	if err != nil {
 		return err
 	}
-	h, err := history.Holder(c.Request().Context(), s.store, f, s.now())
+	now := s.now()
+	h, err := history.Holder(c.Request().Context(), s.store, f, now)
 	if err != nil {
 		return err
 	}
-	base := holderURL(f.Holder)
-	p := views.HolderPage{
-		Holder:   printable(f.Holder),
-		LocksURL: "/locks?" + url.Values{"holder": {f.Holder}, "class": {"all"}}.Encode(),
-		APIURL:   "/api/v1" + base + "/tenures",
-	}
-	for _, t := range h.Tenures {
-		p.Tenures = append(p.Tenures, holderTenureRow(t, loc))
-	}
-	if cur := formatTenureCursor(h.Next); cur != "" {
-		p.Older = withQuery(base, q, "before", cur)
-	}
-	if !f.Before.IsZero() {
-		p.First = withQuery(base, q, "before", "")
-	}
-	return render(c, http.StatusOK, views.Holder(p))
-}
-
-// holderTenureRow shapes one of a holder's tenures for its page.
-func holderTenureRow(t history.HolderTenure, loc *time.Location) views.HolderTenureRow {
-	id := strconv.FormatInt(t.LockID, 10)
-	window := url.Values{"lock": {id}, "from": {t.GrantedAt.UTC().Format(time.RFC3339Nano)}, "to": {t.Until.UTC().Format(time.RFC3339Nano)}}
-	row := views.HolderTenureRow{
-		Lock:        printable(t.Lock.String()),
-		LockURL:     "/locks/" + id + "?" + url.Values{"at": {t.GrantedAt.UTC().Format(time.RFC3339Nano)}}.Encode(),
-		Source:      printable(t.Lock.Source),
-		Seq:         t.Seq,
-		Token:       token(t.Token),
-		Granted:     stampIn(t.GrantedAt, loc),
-		Observed:    t.Observed,
-		Ended:       stampIn(t.EndedAt, loc),
-		End:         endText(t.Tenure),
-		Findings:    strconv.Itoa(t.Findings),
-		FindingsURL: "/findings?" + window.Encode(),
-	}
-	if t.FindingsAtLeast {
-		row.Findings += "+"
-	}
-	return row
-}
-
-// endText is a tenure's end reason, "held" while it is held.
-func endText(t audit.Tenure) string {
-	if t.Held() {
-		return "held"
-	}
-	return string(t.End)
+	return render(c, http.StatusOK, views.Holder(present.Holder(request(c, now, loc), f, h)))
 }
 
 // parseLockWindow reads the lock page's window and its instant at (zero
@@ -277,75 +213,4 @@ func parseLockWindow(q url.Values, now time.Time, loc *time.Location) (query.Win
 	}
 	w, err := parseWindow(q, now, loc)
 	return w, at, err
-}
-
-// atBanner says in words what lock l was at the instant of moment m; the
-// zero banner when m is nil.
-func atBanner(l audit.Lock, m *history.Moment, loc *time.Location) views.AtBanner {
-	if m == nil {
-		return views.AtBanner{}
-	}
-	at := m.At
-	b := views.AtBanner{State: string(m.State), At: stampIn(at, loc),
-		APIURL: fmt.Sprintf("/api/v1/locks/%d/at?", l.ID) + url.Values{"t": {at.UTC().Format(time.RFC3339Nano)}}.Encode()}
-	when := "At " + stampText(at, loc)
-	var held string
-	switch t := m.Tenure; {
-	case t != nil:
-		b.Seq, b.Holder, b.HolderURL = t.Seq, printable(t.Holder), holderURL(t.Holder)
-		held = fmt.Sprintf("held by %s with %s (tenure #%d %s %s, %s)", orDash(b.Holder), tokenWords(t.Token), t.Seq,
-			grantWord(*t), stampText(t.GrantedAt, loc), endedWords(*t, loc))
-	case m.Previous != nil:
-		t := m.Previous
-		b.Holder, b.HolderURL = printable(t.Holder), holderURL(t.Holder)
-		held = "nobody held it (" + freeSince(*t, loc) + ")"
-	default:
-		held = "nobody held it (no tenure of this lock had been recorded by then)"
-	}
-	if bw := m.Blind; bw != nil {
-		b.Text = fmt.Sprintf("%s the collector was blind (blind window from %s to %s", when, stampText(bw.From, loc), stampText(bw.To, loc))
-		if bw.Reason != "" {
-			b.Text += ": " + printable(bw.Reason)
-		}
-		b.Text += "); as recorded, " + held + "."
-		return b
-	}
-	b.Text = when + ": " + held + "."
-	return b
-}
-
-// freeSince says since when, and why, a lock was free after tenure t.
-func freeSince(t audit.Tenure, loc *time.Location) string {
-	since, who := stampText(t.EndedAt, loc), orDash(printable(t.Holder))+" with "+tokenWords(t.Token)
-	switch t.End {
-	case audit.EndExpired:
-		return fmt.Sprintf("expired %s: the lease of %s ran out", since, who)
-	case audit.EndReleased:
-		return fmt.Sprintf("free since %s, when %s released it", since, who)
-	}
-	return fmt.Sprintf("free since %s, when the tenure of %s ended (%s)", since, who, t.End)
-}
-
-// tokenWords is "token N", or "no token".
-func tokenWords(t *int64) string {
-	if t == nil {
-		return "no token"
-	}
-	return "token " + strconv.FormatInt(*t, 10)
-}
-
-// grantWord says how a tenure's start is known.
-func grantWord(t audit.Tenure) string {
-	if t.Observed {
-		return "first seen"
-	}
-	return "granted"
-}
-
-// endedWords says how a tenure ended, or that it is still held.
-func endedWords(t audit.Tenure, loc *time.Location) string {
-	if t.Held() {
-		return "still held"
-	}
-	return fmt.Sprintf("ended %s, %s", stampText(t.EndedAt, loc), t.End)
 }

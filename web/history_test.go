@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/web/present"
 )
 
 // atQuery is the ?t= (or another name's) parameter of an instant.
@@ -92,7 +93,7 @@ func TestAPIHolderTenures(t *testing.T) {
 	}
 	tenures := func(holder, query string) map[string]any {
 		t.Helper()
-		return f.getJSON(t, "/api/v1"+holderURL(holder)+"/tenures"+query, http.StatusOK)
+		return f.getJSON(t, "/api/v1"+present.HolderURL(holder)+"/tenures"+query, http.StatusOK)
 	}
 	t.Run("NewestFirstWithFindings", func(t *testing.T) {
 		m := tenures("worker-2", "")
@@ -148,7 +149,7 @@ func TestAPIHolderTenures(t *testing.T) {
 
 func TestHolderPage(t *testing.T) {
 	f := newFixture(t)
-	doc := htmlDoc(t, "holder page", f.page(t, holderURL("worker-2"), http.StatusOK))
+	doc := htmlDoc(t, "holder page", f.page(t, present.HolderURL("worker-2"), http.StatusOK))
 	if h := text(doc.Find("h1")); h != "Holder worker-2" {
 		t.Errorf("heading = %q", h)
 	}
@@ -176,7 +177,7 @@ func TestHolderPage(t *testing.T) {
 	}
 
 	t.Run("HostileHolder", func(t *testing.T) {
-		body := f.page(t, holderURL(xss), http.StatusOK)
+		body := f.page(t, present.HolderURL(xss), http.StatusOK)
 		noElementsFromData(t, "holder page of "+xss, body)
 		if !strings.Contains(htmlDoc(t, "holder", body).Find("h1").Text(), xss) {
 			t.Errorf("the holder page lacks the holder %q as text", xss)

@@ -2,15 +2,10 @@ package web
 
 import (
 	"bytes"
-	"encoding/json"
+	"context"
 	"fmt"
-	"maps"
-	"math"
 	"net/http"
 	"net/url"
-	"slices"
-	"strconv"
-	"strings"
 	"time"
 
 	"github.com/a-h/templ"
@@ -19,14 +14,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/views"
-)
-
-// How much each page shows at most. Longer lists page by keyset.
-const (
-	pageTenures = 100
-	// Live regions poll this often (seconds).
-	refreshOverview = 5
-	refreshLock     = 10
+	"github.com/leasewatch/leasewatch/web/present"
 )
 
 // render writes a templ component as an HTML response. It renders into a
@@ -40,64 +28,23 @@ func render(c echo.Context, status int, comp templ.Component) error {
 	return c.HTMLBlob(status, buf.Bytes())
 }
 
-// withQuery returns path with q's parameters, changed by set (an empty
-// value removes the parameter).
-func withQuery(path string, q url.Values, set ...string) string {
-	v := url.Values{}
-	for k, vs := range q {
-		v[k] = slices.Clone(vs)
-	}
-	for i := 0; i+1 < len(set); i += 2 {
-		if set[i+1] == "" {
-			v.Del(set[i])
-		} else {
-			v.Set(set[i], set[i+1])
-		}
-	}
-	if len(v) == 0 {
-		return path
-	}
-	return path + "?" + v.Encode()
+// request is what the page builders take of c, asked at now, with times
+// in loc.
+func request(c echo.Context, now time.Time, loc *time.Location) present.Request {
+	return present.Request{Query: c.QueryParams(), URI: c.Request().URL.RequestURI(), Loc: loc, Now: now}
 }
 
 func (s *Server) handleOverview(c echo.Context) error {
-	ctx := c.Request().Context()
 	now := s.now()
 	loc, err := parseZone(c.QueryParams())
 	if err != nil {
 		return err
 	}
-	o, err := s.query.Overview(ctx, now)
+	o, err := s.query.Overview(c.Request().Context(), now)
 	if err != nil {
 		return err
 	}
-	p := views.OverviewPage{
-		Live:        views.Live{ID: "overview", URL: c.Request().URL.RequestURI(), Every: refreshOverview},
-		Now:         stampIn(now, loc),
-		Margin:      s.marginText(),
-		HeldURL:     "/locks?state=held&sort=changed",
-		NearURL:     nearExpiryURL,
-		FindingsURL: "/findings?" + url.Values{"from": {o.Day.From.UTC().Format(time.RFC3339)}}.Encode(),
-		Counts: views.OverviewCounts{Locks: o.Counts.Locks, Held: o.Counts.Held, Free: o.Counts.Free, Expired: o.Counts.Expired,
-			Heartbeats: o.Counts.Heartbeats, NearExpiry: o.Counts.NearExpiry, SourcesDown: o.Sources.Down()},
-		Verdicts: verdictCounts(o.Verdicts),
-		Findings: findingRows(o.Findings, loc, s.groupExposures),
-		Sources:  sourceRows(o.Sources, now, loc),
-	}
-	p.Held, p.StripLabel = s.heldRows(o, loc)
-	for _, l := range o.NearExpiry {
-		p.NearExpiry = append(p.NearExpiry, s.lockRow(l, now, loc))
-	}
-	// The tile counts what needs a look; info findings (exposures of
-	// milliseconds with every handover, rejected stale writes) beside it.
-	sev := o.Severities
-	p.Counts.Findings24h = sev[audit.SeverityCritical] + sev[audit.SeverityWarning]
-	p.Counts.Info24h = sev[audit.SeverityInfo]
-	for _, v := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning, audit.SeverityInfo} {
-		p.Severities = append(p.Severities, views.SeverityCount{Severity: string(v), N: sev[v],
-			URL: "/findings?" + url.Values{"severity": {string(v)}, "from": {o.Day.From.UTC().Format(time.RFC3339)}}.Encode()})
-	}
-	return render(c, http.StatusOK, views.Overview(p))
+	return render(c, http.StatusOK, views.Overview(s.pages.Overview(request(c, now, loc), o)))
 }
 
 func (s *Server) handleLocksPage(c echo.Context) error {
@@ -114,227 +61,63 @@ func (s *Server) handleLocksPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return render(c, http.StatusOK, views.Locks(s.locksView(q, lq, pg, loc)))
+	p := s.pages.Locks(request(c, s.now(), loc), lq.LockFilter, pg, s.kinds, s.query.SourceNames())
+	return render(c, http.StatusOK, views.Locks(p))
 }
 
-// locksView is the locks page of pg, the locks that lq (read from q) asked
-// for, with times in loc.
-func (s *Server) locksView(q url.Values, lq lockQuery, pg query.LockList, loc *time.Location) views.LocksPage {
-	sortName := q.Get("sort")
-	locks, hasPrev, hasNext := pg.Locks, pg.HasPrev, pg.HasNext
-	now := s.now()
-	p := views.LocksPage{
-		Filter: views.LockFilter{
-			Source:  lq.Source,
-			Kind:    string(lq.Kind),
-			Q:       lq.Q,
-			Class:   q.Get("class"),
-			State:   string(lq.State),
-			Holder:  lq.Holder,
-			Verdict: lq.Verdict,
-			Sort:    sortName,
-		},
-		Total:        pg.Total,
-		TotalAtLeast: pg.AtLeast,
-		Truncated:    hasNext,
-		Limit:        lq.Limit,
-		Now:          stampIn(now, loc),
-	}
-	p.Kinds, p.Verdicts, p.Sorts = names(s.kinds), verdictNames, locksSorts(q, sortName)
-	if len(locks) > 0 {
-		if hasNext {
-			p.Next = withQuery("/locks", q, "after", strconv.FormatInt(locks[len(locks)-1].ID, 10), "before", "")
-		}
-		if hasPrev {
-			p.Prev = withQuery("/locks", q, "before", strconv.FormatInt(locks[0].ID, 10), "after", "")
-		}
-	}
-	if lq.After != 0 || lq.Before != 0 {
-		p.First = withQuery("/locks", q, "after", "", "before", "")
-	}
-	p.Sources = s.query.SourceNames()
-	if lq.Source != "" && !slices.Contains(p.Sources, lq.Source) {
-		// Keep a filter from a shared URL visible even if that source is gone.
-		p.Sources = append(p.Sources, lq.Source)
-	}
-	for _, l := range locks {
-		row := s.lockRow(l.Lock, now, loc)
-		row.Verdict = l.Verdict
-		p.Locks = append(p.Locks, row)
-	}
-	return p
-}
-
-// locksSorts are the locks list's column orders, the current one marked.
-func locksSorts(q url.Values, sortName string) []views.Link {
-	var out []views.Link
-	for _, o := range []struct{ key, label string }{{"name", "Name"}, {"changed", "Last change"}, {"margin", "Lease left"}} {
-		cur := sortName == o.key || (sortName == "" && o.key == "name")
-		out = append(out, views.Link{Label: o.label, Current: cur,
-			URL: withQuery("/locks", q, "sort", o.key, "after", "", "before", "")})
-	}
-	return out
-}
-
-func (s *Server) lockRow(l audit.Lock, now time.Time, loc *time.Location) views.LockRow {
-	row := views.LockRow{
-		ID:         l.ID,
-		Source:     printable(l.Source),
-		Name:       printable(l.Name),
-		Class:      string(l.Class),
-		State:      string(l.State),
-		Holder:     printable(l.Holder),
-		Token:      token(l.Token),
-		Acquired:   stampIn(l.AcquiredAt, loc),
-		Renewed:    stampAgo(l.RenewedAt, loc, now),
-		Changed:    stampAgo(l.ChangedAt, loc, now),
-		ExpiresIn:  expiresIn(l, now),
-		LeftPct:    leftPct(l, now),
-		NearExpiry: s.query.NearExpiry(l, now),
-	}
-	if l.Holder != "" {
-		row.HolderURL = holderURL(l.Holder)
-	}
-	return row
-}
-
-// leftPct is the share of a held lock's lease left, 0..100, or -1.
-func leftPct(l audit.Lock, now time.Time) int {
-	if l.State != audit.StateHeld || l.ExpiresAt.IsZero() || l.LeaseDuration <= 0 {
-		return -1
-	}
-	f := float64(l.ExpiresAt.Sub(now)) / float64(l.LeaseDuration)
-	return int(min(1, max(0, f))*100 + 0.5)
-}
-
-// lockPageQuery is what the lock page's request asks for.
-type lockPageQuery struct {
-	q   url.Values
-	loc *time.Location
-	query.LockPageQuery
-}
-
-// parseLockPageQuery reads the lock page's path and parameters at now.
-func parseLockPageQuery(c echo.Context, now time.Time) (lq lockPageQuery, err error) {
+// parseLockPageQuery reads the lock page's path and parameters at now, and
+// the zone its times are shown in.
+func parseLockPageQuery(c echo.Context, now time.Time) (lq query.LockPageQuery, loc *time.Location, err error) {
 	if lq.ID, err = pathID(c); err != nil {
-		return lq, err
+		return lq, nil, err
 	}
-	lq.q = c.QueryParams()
-	if lq.loc, err = parseZone(lq.q); err != nil {
-		return lq, err
+	q := c.QueryParams()
+	if loc, err = parseZone(q); err != nil {
+		return lq, nil, err
 	}
-	if lq.Window, lq.At, err = parseLockWindow(lq.q, now, lq.loc); err != nil {
-		return lq, err
+	if lq.Window, lq.At, err = parseLockWindow(q, now, loc); err != nil {
+		return lq, nil, err
 	}
-	if lq.Events, err = parseEventFilter(url.Values{"kind": lq.q["kind"], "limit": lq.q["limit"]}, eventsPage); err != nil {
-		return lq, err
+	if lq.Events, err = parseEventFilter(url.Values{"kind": q["kind"], "limit": q["limit"]}, eventsPage); err != nil {
+		return lq, nil, err
 	}
-	if lq.Verdict = query.VerdictScope(lq.q.Get("verdict")); !lq.Verdict.Valid() {
-		return lq, audit.Errorf(audit.EINVALID, "verdict: want 24h or all, not %q", lq.Verdict)
+	if lq.Verdict = query.VerdictScope(q.Get("verdict")); !lq.Verdict.Valid() {
+		return lq, nil, audit.Errorf(audit.EINVALID, "verdict: want 24h or all, not %q", lq.Verdict)
 	}
-	lq.Now, lq.PresetAsked = now, lq.q.Get("window") != ""
-	lq.Draw = query.Drawing{WriteBins: tlWriteBins, DrawsRenewals: needRenewalTimes}
-	lq.Events.Before, err = parseCursor(lq.q, "before")
-	return lq, err
+	lq.Now, lq.PresetAsked = now, q.Get("window") != ""
+	lq.WriteBins = present.TimelineWriteBins
+	lq.Events.Before, err = parseCursor(q, "before")
+	return lq, loc, err
 }
 
 func (s *Server) handleLockPage(c echo.Context) error {
 	now := s.now()
-	lq, err := parseLockPageQuery(c, now)
+	lq, loc, err := parseLockPageQuery(c, now)
 	if err != nil {
 		return err
 	}
-	live := liveRefresh(c, lockLiveID)
+	live := liveRefresh(c, present.LockLiveID)
 	lq.LiveOnly = live
-	pg, err := s.query.LockPage(c.Request().Context(), lq.LockPageQuery)
+	pg, err := s.lockPage(c.Request().Context(), lq)
 	if err != nil {
 		return err
 	}
-	p := s.lockPageView(lq, pg, c.Request().URL.RequestURI())
+	p := s.pages.Lock(request(c, now, loc), lq, pg)
 	if live {
 		return render(c, http.StatusOK, views.LockLive(p))
 	}
 	return render(c, http.StatusOK, views.Lock(p))
 }
 
-// lockPageView shapes the lock page from what the query layer read: its
-// live region (the verdict, the state and the timeline) and, unless the
-// request is htmx's refresh of that region, the rest (fillLockDetails).
-// uri is the request's, which the live region refreshes from.
-func (s *Server) lockPageView(lq lockPageQuery, pg query.LockPage, uri string) views.LockPage {
-	q, loc, w, l, now := lq.q, lq.loc, pg.Window, pg.Lock, lq.Now
-	sortFindingsForTimeline(pg.Findings)
-	base := fmt.Sprintf("/locks/%d", l.ID)
-	keep := keepParams(q, lockPageKeep)
-	windowURL := func(from, to time.Time) string {
-		return withQuery(base, keep, "from", from.UTC().Format(time.RFC3339Nano), "to", to.UTC().Format(time.RFC3339Nano))
+// lockPage reads the lock page lq asks for, and its renewal times when its
+// timeline draws any one by one.
+func (s *Server) lockPage(ctx context.Context, lq query.LockPageQuery) (query.LockPage, error) {
+	pg, err := s.query.LockPage(ctx, lq)
+	if err == nil && present.DrawsRenewals(pg, lq.Now) {
+		err = s.query.ReadRenewals(ctx, &pg)
 	}
-	banner := atBanner(l, pg.Moment, loc)
-	p := views.LockPage{
-		At:   banner,
-		Lock: s.lockSummary(l, loc, now),
-		Timeline: buildTimeline(timelineInput{
-			Lock: l.Key().String(), From: w.From, To: w.To, Now: now, Loc: loc,
-			Tenures: pg.Tenures, Renewals: pg.Renewals, RenewalsFrom: pg.RenewalsFrom,
-			Writes: pg.Writes, WriteBins: writeBinsOf(pg.WriteCounts, l.ID), Findings: pg.Findings,
-			At: lq.At, AtSeq: banner.Seq,
-			Zoom: windowURL,
-			FindingHref: func(f audit.Finding) string {
-				return "#finding-" + strconv.FormatInt(f.ID, 10)
-			},
-		}),
-		FindingsTrimmed: pg.FindingsTrimmed,
-		FindingsURL: "/findings?" + url.Values{"lock": {strconv.FormatInt(l.ID, 10)},
-			"from": {w.From.UTC().Format(time.RFC3339Nano)}, "to": {w.To.UTC().Format(time.RFC3339Nano)}}.Encode(),
-		EventFilter: views.EventFilter{Kind: string(lq.Events.Kind)},
-		Window:      windowNav(base, q, keep, w, loc, now, pg.Note),
-		Verdict:     verdictPanel(l, q, base, pg.Verdict, lq.Verdict, loc, now),
-	}
-	if w.Preset != "" {
-		p.Live = views.Live{ID: lockLiveID, URL: uri, Every: refreshLock}
-	}
-	if !lq.LiveOnly {
-		s.fillLockDetails(&p, lq, pg, banner.Seq, windowURL)
-	}
-	return p
+	return pg, err
 }
-
-// lockSummary is the lock page's summary of l's current state.
-func (s *Server) lockSummary(l audit.Lock, loc *time.Location, now time.Time) views.LockSummary {
-	return views.LockSummary{
-		ID:            l.ID,
-		Source:        printable(l.Source),
-		Kind:          string(l.Kind),
-		Name:          printable(l.Name),
-		Class:         string(l.Class),
-		State:         string(l.State),
-		Holder:        printable(l.Holder),
-		HolderURL:     holderURLOf(l.Holder),
-		Token:         token(l.Token),
-		LeaseDuration: duration(l.LeaseDuration),
-		Acquired:      stampIn(l.AcquiredAt, loc),
-		Renewed:       stampAgo(l.RenewedAt, loc, now),
-		Expires:       stampIn(l.ExpiresAt, loc),
-		ExpiresIn:     expiresIn(l, now),
-		LeftPct:       leftPct(l, now),
-		NearExpiry:    s.query.NearExpiry(l, now),
-		Changed:       stampAgo(l.ChangedAt, loc, now),
-	}
-}
-
-// keepParams returns the parameters of q named in names that are set.
-func keepParams(q url.Values, names []string) url.Values {
-	keep := url.Values{}
-	for _, k := range names {
-		if v := q.Get(k); v != "" {
-			keep.Set(k, v)
-		}
-	}
-	return keep
-}
-
-// lockLiveID is the id of the lock page's live region.
-const lockLiveID = "lock-live"
 
 // liveRefresh reports whether the request is htmx refreshing the page's
 // live region id, which is all it swaps in: the region alone is read and
@@ -342,163 +125,6 @@ const lockLiveID = "lock-live"
 func liveRefresh(c echo.Context, id string) bool {
 	h := c.Request().Header
 	return h.Get("HX-Request") == "true" && h.Get("HX-Target") == id
-}
-
-// fillLockDetails shapes the lock page's parts outside its live region:
-// the leadership health, the tenure and finding rows, and a page of events
-// with its links. atSeq is the tenure current at the page's instant, zoom
-// the link to a window.
-func (s *Server) fillLockDetails(p *views.LockPage, lq lockPageQuery, pg query.LockPage, atSeq int64, zoom func(from, to time.Time) string) {
-	w, loc := pg.Window, lq.loc
-	p.Health = healthPanel(pg.Tenures, pg.Margins, pg.MarginsCapped)
-	for _, k := range audit.EventKinds {
-		p.EventKinds = append(p.EventKinds, string(k))
-	}
-	shown := pg.Tenures
-	if len(shown) > pageTenures {
-		shown, p.TenuresTrimmed = shown[len(shown)-pageTenures:], true
-	}
-	p.Tenures = tenureRows(shown, atSeq, lq.Now, w.To, loc, zoom)
-	p.Findings = findingRows(pg.Findings, loc, s.groupExposures)
-	events := pg.Events.Events
-	for _, e := range slices.Backward(events) {
-		p.Events = append(p.Events, eventRow(e, loc))
-	}
-	base := fmt.Sprintf("/locks/%d", pg.Lock.ID)
-	pageQ := url.Values{}
-	maps.Copy(pageQ, lq.q)
-	if w.Preset == "" {
-		// Page through the same fixed window, not one that moves with now.
-		pageQ.Set("from", w.From.UTC().Format(time.RFC3339Nano))
-		pageQ.Set("to", w.To.UTC().Format(time.RFC3339Nano))
-	}
-	if pg.Events.Older && len(events) > 0 {
-		e := events[0]
-		p.EventsOlder = withQuery(base, pageQ, "before", formatCursor(e.At, e.ID)) + "#events"
-	}
-	if !lq.Events.Before.IsZero() {
-		p.EventsNewer = withQuery(base, pageQ, "before", "") + "#events"
-	}
-}
-
-// renewedInTenure is a tenure's last renewal as its row shows it: none
-// until one comes after its grant. A seen grant carries the lease's last
-// renewal, which may be older (an etcd session's keepalive from before its
-// key existed): the lease runs from it, but it is not the tenure's. A tenure
-// already held when the collector started shows what it read.
-func renewedInTenure(t audit.Tenure) time.Time {
-	if t.Observed || t.LastRenewedAt.After(t.GrantedAt) {
-		return t.LastRenewedAt
-	}
-	return time.Time{}
-}
-
-// tenureRows are the lock page's tenure rows, newest first: atSeq is the
-// tenure current at the page's instant (0: none), to the window's end, and
-// zoom the link to a window.
-func tenureRows(tenures []audit.Tenure, atSeq int64, now, to time.Time, loc *time.Location, zoom func(from, to time.Time) string) []views.TenureRow {
-	var rows []views.TenureRow
-	for _, t := range slices.Backward(tenures) {
-		end := string(t.End)
-		if t.Held() {
-			end = "held"
-		}
-		stop, _ := tenureEnd(t, now, audit.MaxTime(now, to))
-		pad := max(stop.Sub(t.GrantedAt)/10, 5*time.Second)
-		rows = append(rows, views.TenureRow{
-			Seq:           t.Seq,
-			Holder:        printable(t.Holder),
-			HolderURL:     holderURLOf(t.Holder),
-			At:            atSeq != 0 && t.Seq == atSeq,
-			Token:         token(t.Token),
-			Granted:       stampIn(t.GrantedAt, loc),
-			Observed:      t.Observed,
-			Renewals:      t.Renewals,
-			Pruned:        prunedText(t.Pruned),
-			LastRenewed:   stampIn(renewedInTenure(t), loc),
-			LeaseDuration: duration(t.LeaseDuration),
-			Expires:       stampIn(t.ExpiresAt, loc),
-			Ended:         stampIn(t.EndedAt, loc),
-			End:           end,
-			ZoomURL:       zoom(t.GrantedAt.Add(-pad), stop.Add(pad)),
-		})
-	}
-	return rows
-}
-
-// lockPageKeep are the lock page's parameters that its window links and
-// form keep.
-var lockPageKeep = []string{"tz", "kind", "verdict", "at"}
-
-// windowNav builds the lock page's window controls.
-func windowNav(base string, q, keep url.Values, w query.Window, loc *time.Location, now time.Time, note query.WindowNote) views.WindowNav {
-	span := w.Span()
-	at := func(from, to time.Time) string {
-		return withQuery(base, keep, "from", from.UTC().Format(time.RFC3339Nano), "to", to.UTC().Format(time.RFC3339Nano))
-	}
-	mid := w.From.Add(span / 2)
-	nav := views.WindowNav{
-		From:       stampIn(w.From, loc),
-		To:         stampIn(w.To, loc),
-		FromInput:  w.From.In(loc).Format("2006-01-02T15:04:05"),
-		ToInput:    w.To.In(loc).Format("2006-01-02T15:04:05"),
-		Zone:       zoneName(loc),
-		Earlier:    at(w.From.Add(-span/2), w.To.Add(-span/2)),
-		ZoomIn:     at(mid.Add(-span/4), mid.Add(span/4)),
-		ZoomOut:    at(mid.Add(-span), mid.Add(span)),
-		Custom:     w.Preset == "",
-		Refreshing: w.Preset != "",
-	}
-	if w.To.Before(now) {
-		nav.Later = at(w.From.Add(span/2), w.To.Add(span/2))
-	}
-	if note.Reason != "" {
-		nav.Note, nav.NoteLink, nav.NoteLabel = noteText(note), at(note.Asked.From, note.Asked.To), "show the last "+note.Asked.Preset
-	}
-	for _, p := range windowPresets {
-		nav.Presets = append(nav.Presets, views.Link{Label: p.name, Current: w.Preset == p.name && note.Reason == "",
-			URL: withQuery(base, keep, "window", p.name)})
-	}
-	zq := url.Values{}
-	maps.Copy(zq, q)
-	zq.Del("before")
-	localName := time.Local.String()
-	if localName == "Local" || localName == "" {
-		localName = "local"
-	}
-	nav.Zones = []views.Link{
-		{Label: "UTC", URL: withQuery(base, zq, "tz", ""), Current: loc == time.UTC},
-		{Label: "local", URL: withQuery(base, zq, "tz", localName), Current: loc != time.UTC},
-	}
-	for _, k := range lockPageKeep {
-		if v := q.Get(k); v != "" {
-			nav.Hidden = append(nav.Hidden, views.Field{Key: k, Value: v})
-		}
-	}
-	return nav
-}
-
-// noteText says why the lock page shows another window than its preset's.
-func noteText(note query.WindowNote) string {
-	if note.Reason == query.NoteFitted {
-		return fmt.Sprintf("The lock's history began %s ago, within the last %s: the window fits it.", duration(note.History), note.Asked.Preset)
-	}
-	return fmt.Sprintf("Nothing changed in the last %s: the window shows the lock's last change instead.", note.Asked.Preset)
-}
-
-func eventRow(e audit.Event, loc *time.Location) views.EventRow {
-	return views.EventRow{
-		ID:       e.ID,
-		Kind:     string(e.Kind),
-		At:       stampIn(e.At, loc),
-		Holder:   printable(e.Holder),
-		Token:    token(e.Token),
-		TTL:      duration(e.TTL),
-		Position: printable(e.Position),
-		Inferred: e.Inferred,
-		Resource: printable(e.Resource),
-		Detail:   detailFields(e),
-	}
 }
 
 func (s *Server) handleFindingsPage(c echo.Context) error {
@@ -515,50 +141,8 @@ func (s *Server) handleFindingsPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return render(c, http.StatusOK, views.Findings(s.findingsView(q, fq, page, loc)))
-}
-
-// findingsView is the findings page of page, the findings that fq (read
-// from q) asked for, with times in loc.
-func (s *Server) findingsView(q url.Values, fq query.FindingsQuery, page query.FindingList, loc *time.Location) views.FindingsPage {
-	f, findings, older := fq.Filter, page.Findings, page.Older
-	p := views.FindingsPage{
-		Filter: views.FindingFilter{
-			Kind:     string(f.Kind),
-			Severity: string(f.Severity),
-			Source:   f.Source,
-			Lock:     q.Get("lock"),
-			Resource: f.Resource,
-			Class:    q.Get("class"),
-			From:     q.Get("from"),
-			To:       q.Get("to"),
-		},
-		Truncated:  older,
-		Limit:      fq.Limit,
-		Severities: []string{string(audit.SeverityCritical), string(audit.SeverityWarning), string(audit.SeverityInfo)},
-		Sources:    s.query.SourceNames(),
-	}
-	if f.Source != "" && !slices.Contains(p.Sources, f.Source) {
-		p.Sources = append(p.Sources, f.Source)
-	}
-	if !fq.ClassGiven && !fq.Lock.IsZero() {
-		p.Filter.Class = "all" // a named lock's findings, whatever its class
-	}
-	for _, k := range audit.FindingKinds {
-		p.Kinds = append(p.Kinds, string(k))
-	}
-	under := s.groupExposures
-	if f.Kind == audit.FindingExposure {
-		under = 0 // asked for exposures: each on its own row
-	}
-	p.Findings = findingRows(findings, loc, under)
-	if older && len(findings) > 0 {
-		p.Older = withQuery("/findings", q, "before", formatCursor(findings[0].At, findings[0].ID))
-	}
-	if !f.Before.IsZero() {
-		p.First = withQuery("/findings", q, "before", "")
-	}
-	return p
+	p := s.pages.Findings(request(c, s.now(), loc), fq, page, s.query.SourceNames())
+	return render(c, http.StatusOK, views.Findings(p))
 }
 
 func (s *Server) handleSourcesPage(c echo.Context) error {
@@ -571,172 +155,5 @@ func (s *Server) handleSourcesPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	p := views.SourcesPage{
-		Live:    views.Live{ID: "sources-live", URL: c.Request().URL.RequestURI(), Every: refreshOverview},
-		Now:     stampIn(now, loc),
-		Sources: sourceRows(v, now, loc),
-		Since:   stampIn(v.Since, loc),
-	}
-	for _, b := range slices.Backward(v.Blinds) {
-		p.Blinds = append(p.Blinds, views.BlindRow{
-			Source:   printable(b.Source),
-			From:     stampIn(b.From, loc),
-			To:       stampIn(b.To, loc),
-			Duration: duration(b.To.Sub(b.From)),
-			Reason:   printable(b.Reason),
-			Locks:    b.Locks,
-			FindingsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {b.Source}, "class": {"all"},
-				"from": {b.From.UTC().Format(time.RFC3339Nano)}, "to": {b.To.UTC().Format(time.RFC3339Nano)}}.Encode(),
-		})
-	}
-	return render(c, http.StatusOK, views.Sources(p))
-}
-
-// sourceRows describes every source of v: its health, cursor, lock count
-// and blind windows since v.Since.
-func sourceRows(v query.Sources, now time.Time, loc *time.Location) []views.SourceRow {
-	var rows []views.SourceRow
-	for _, src := range v.Statuses {
-		row := views.SourceRow{
-			Name:       printable(src.Name),
-			Kind:       string(src.Kind),
-			State:      src.State,
-			LastEvent:  stampAgo(src.LastEventAt, loc, now),
-			BlindSince: stampAgo(src.BlindSince, loc, now),
-			Blinds:     src.Blinds,
-			Degraded:   printable(src.Degraded),
-			Error:      printable(src.Error),
-			Locks:      src.Locks,
-			LocksURL:   "/locks?" + url.Values{"source": {src.Name}, "class": {"all"}}.Encode(),
-			BlindsURL: "/findings?" + url.Values{"kind": {string(audit.FindingBlindWindow)}, "source": {src.Name}, "class": {"all"},
-				"from": {v.Since.UTC().Format(time.RFC3339)}}.Encode(),
-		}
-		if !src.LagAt.IsZero() {
-			if row.Lag = duration(src.Lag); row.Lag == "" {
-				row.Lag = "0s"
-			}
-			row.LagAt = stampAgo(src.LagAt, loc, now)
-		}
-		if src.HasCursor {
-			row.Cursor = printable(src.Cursor.Position)
-			row.CursorAt = stampAgo(src.Cursor.At, loc, now)
-		}
-		rows = append(rows, row)
-	}
-	return rows
-}
-
-func findingRow(f audit.Finding, loc *time.Location) views.FindingRow {
-	lock := f.Lock.String()
-	if f.Lock.Source == "" && f.Lock.Name == "" {
-		lock = "#" + strconv.FormatInt(f.LockID, 10)
-	}
-	holders := make([]string, len(f.Holders))
-	for i, h := range f.Holders {
-		holders[i] = printable(h)
-	}
-	row := views.FindingRow{
-		ID:       f.ID,
-		LockID:   f.LockID,
-		Lock:     printable(lock),
-		Kind:     string(f.Kind),
-		Severity: string(f.Severity),
-		At:       stampIn(f.At, loc),
-		Until:    stampIn(f.Until, loc),
-		Summary:  printable(f.Summary),
-		Holders:  strings.Join(holders, ", "),
-		Resource: printable(f.Resource),
-	}
-	tokens := make([]string, len(f.Tokens))
-	for i, t := range f.Tokens {
-		tokens[i] = strconv.FormatInt(t, 10)
-	}
-	row.Tokens = strings.Join(tokens, ", ")
-	until := f.Until
-	if !until.IsZero() && until.After(f.At) {
-		row.Duration = duration(until.Sub(f.At))
-	} else {
-		until = f.At
-	}
-	// Centre the lock's timeline on the finding, with as much context
-	// either side as the finding lasts (a minute at least).
-	pad := max(until.Sub(f.At), time.Minute)
-	row.TimelineURL = fmt.Sprintf("/locks/%d?", f.LockID) + url.Values{
-		"from": {f.At.Add(-pad).UTC().Format(time.RFC3339Nano)},
-		"to":   {until.Add(pad).UTC().Format(time.RFC3339Nano)},
-	}.Encode() + "#finding-" + strconv.FormatInt(f.ID, 10)
-	return row
-}
-
-// detailFields renders an event's detail as key=value pairs in key order.
-// Strings appear as they are; other values as JSON.
-func detailFields(e audit.Event) []views.Field {
-	fields := make([]views.Field, 0, len(e.Detail))
-	for _, k := range slices.Sorted(maps.Keys(e.Detail)) {
-		var v string
-		switch x := e.Detail[k].(type) {
-		case string:
-			v = x
-		default:
-			b, err := json.Marshal(x)
-			if err != nil {
-				v = fmt.Sprint(x)
-			} else {
-				v = string(b)
-			}
-		}
-		fields = append(fields, views.Field{Key: printable(k), Value: printable(v)})
-	}
-	return fields
-}
-
-// nearExpiryURL lists the held locks by lease left, least first.
-const nearExpiryURL = "/locks?state=held&sort=margin"
-
-// prunedText describes what retention removed of a tenure's renewals.
-func prunedText(p *audit.RenewalSummary) string {
-	if p == nil {
-		return ""
-	}
-	s := strconv.FormatInt(p.Renewals, 10) + " pruned"
-	if p.MinMarginRatio != nil {
-		s += ", least margin " + strconv.Itoa(int(math.Round(*p.MinMarginRatio*100))) + "%"
-	}
-	return s
-}
-
-// marginText is the renew margin as a percentage, e.g. "25%".
-func (s *Server) marginText() string {
-	return strconv.Itoa(int(s.query.RenewMarginRatio()*100+0.5)) + "%"
-}
-
-// expiresIn says how long a held lock's lease has left, or how long ago it ran out.
-func expiresIn(l audit.Lock, now time.Time) string {
-	if l.State != audit.StateHeld || l.ExpiresAt.IsZero() {
-		return ""
-	}
-	left := l.ExpiresAt.Sub(now)
-	if left < 0 {
-		return duration(-left) + " ago"
-	}
-	return duration(left)
-}
-
-func token(t *int64) string {
-	if t == nil {
-		return ""
-	}
-	return strconv.FormatInt(*t, 10)
-}
-
-// duration formats d compactly: milliseconds under a minute, seconds above.
-func duration(d time.Duration) string {
-	switch {
-	case d == 0:
-		return ""
-	case d < time.Minute:
-		return d.Round(time.Millisecond).String()
-	default:
-		return d.Round(time.Second).String()
-	}
+	return render(c, http.StatusOK, views.Sources(present.Sources(request(c, now, loc), v)))
 }

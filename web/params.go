@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/query"
+	"github.com/leasewatch/leasewatch/web/present"
 )
 
 // maxLimit caps limit on every list so one request cannot ask for the whole
@@ -57,7 +58,7 @@ func parseTimeFilter(q url.Values, l listing) (audit.TimeFilter, error) {
 // cursorOf is the before cursor of the page after one whose oldest item
 // is at, id: the API's next.
 func cursorOf(at time.Time, id int64) *string {
-	s := formatCursor(at, id)
+	s := present.FormatCursor(at, id)
 	return &s
 }
 
@@ -388,15 +389,7 @@ func truncate(s string, n int) string {
 	return s[:n] + "…"
 }
 
-// Lock page windows: the presets, and how long a custom one may be.
-var windowPresets = []struct {
-	name string
-	span time.Duration
-}{
-	{"15m", 15 * time.Minute}, {"1h", time.Hour}, {"6h", 6 * time.Hour},
-	{"24h", 24 * time.Hour}, {"7d", 7 * 24 * time.Hour},
-}
-
+// How long a lock page's custom window may be, and its default.
 const (
 	defaultWindow = time.Hour
 	maxWindow     = 92 * 24 * time.Hour
@@ -411,9 +404,9 @@ func parseWindow(q url.Values, now time.Time, loc *time.Location) (query.Window,
 	preset := "1h"
 	if name := q.Get("window"); name != "" {
 		found := false
-		for _, p := range windowPresets {
-			if p.name == name {
-				span, preset, found = p.span, p.name, true
+		for _, p := range present.WindowPresets {
+			if p.Name == name {
+				span, preset, found = p.Span, p.Name, true
 			}
 		}
 		if !found {
@@ -483,7 +476,8 @@ func parseZone(q url.Values) (*time.Location, error) {
 	}
 }
 
-// parseCursor reads an (at, id) keyset cursor written by formatCursor.
+// parseCursor reads an (at, id) keyset cursor written by
+// present.FormatCursor.
 func parseCursor(q url.Values, name string) (audit.EventCursor, error) {
 	s := q.Get(name)
 	if s == "" {
@@ -496,11 +490,6 @@ func parseCursor(q url.Values, name string) (audit.EventCursor, error) {
 		return audit.EventCursor{}, audit.Errorf(audit.EINVALID, "%s: not a page cursor", name)
 	}
 	return audit.EventCursor{At: time.Unix(0, ns).UTC(), ID: n}, nil
-}
-
-// formatCursor writes an (at, id) keyset cursor.
-func formatCursor(at time.Time, id int64) string {
-	return strconv.FormatInt(at.UnixNano(), 10) + "-" + strconv.FormatInt(id, 10)
 }
 
 // parseOptionalID reads an optional positive id parameter.

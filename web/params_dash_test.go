@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/web/present"
 )
 
 func TestParseWindow(t *testing.T) {
@@ -65,7 +66,7 @@ func TestParseZoneAndCursor(t *testing.T) {
 	}
 
 	at := time.Date(2025, 3, 1, 12, 0, 0, 123, time.UTC)
-	v := url.Values{"before": {formatCursor(at, 42)}}
+	v := url.Values{"before": {present.FormatCursor(at, 42)}}
 	c, err := parseCursor(v, "before")
 	if err != nil || !c.At.Equal(at) || c.ID != 42 {
 		t.Errorf("cursor round trip = %+v, %v", c, err)
@@ -74,33 +75,5 @@ func TestParseZoneAndCursor(t *testing.T) {
 		if _, err := parseCursor(url.Values{"before": {bad}}, "before"); audit.ErrorCode(err) != audit.EINVALID {
 			t.Errorf("parseCursor(%q) err = %v, want EINVALID", bad, err)
 		}
-	}
-}
-
-func TestPrintable(t *testing.T) {
-	for in, want := range map[string]string{
-		"worker-1":             "worker-1",
-		"a\x1b[31mb":           "a\uFFFD[31mb",
-		"nul\x00bel\x07":       "nul\uFFFDbel\uFFFD",
-		"rtl\u202egnp.exe":     "rtl\uFFFDgnp.exe",
-		"bad\xffutf8":          "bad\uFFFDutf8",
-		"<script>é日本</script>": "<script>é日本</script>", // markup is templ's to escape
-	} {
-		if got := printable(in); got != want {
-			t.Errorf("printable(%q) = %q, want %q", in, got, want)
-		}
-	}
-}
-
-func TestWithQuery(t *testing.T) {
-	q := url.Values{"a": {"1"}, "b": {"x y"}}
-	if got := withQuery("/p", q, "b", "", "c", "<&>"); got != "/p?a=1&c=%3C%26%3E" {
-		t.Errorf("withQuery = %q", got)
-	}
-	if q.Get("b") != "x y" {
-		t.Errorf("withQuery changed its input")
-	}
-	if got := withQuery("/p", url.Values{}, "a", ""); got != "/p" {
-		t.Errorf("withQuery without parameters = %q", got)
 	}
 }

@@ -36,7 +36,14 @@ import (
 	"github.com/leasewatch/leasewatch/audit/review"
 	"github.com/leasewatch/leasewatch/audit/verdict"
 	"github.com/leasewatch/leasewatch/static"
+	"github.com/leasewatch/leasewatch/web/present"
 )
+
+// DefaultGroupExposuresUnder is how short an exposure must be for the lists
+// to fold it with the lock's other short exposures to the same resource:
+// exposures of a few milliseconds come with every handover a resource
+// learns of promptly, and would bury the findings that matter.
+const DefaultGroupExposuresUnder = time.Second
 
 // WriteReporter records write reports from protected resources and the
 // beliefs of holders. *audit.Recorder implements it.
@@ -167,9 +174,9 @@ type Server struct {
 	// reviewWrites keeps the write reports reviews read, for the next.
 	reviewWrites *review.WriteCache
 	query        *query.Reader
-	// groupExposures folds shorter exposures in the findings lists.
-	groupExposures time.Duration
-	echo           *echo.Echo
+	// pages shapes the pages from what query reads.
+	pages present.Pages
+	echo  *echo.Echo
 }
 
 // New returns a Server for cfg with its routes and metrics registered.
@@ -197,7 +204,8 @@ func New(cfg Config) (*Server, error) {
 
 		reviewWrites: review.NewWriteCache(reviewCacheWrites),
 
-		groupExposures: cmp.Or(cfg.GroupExposuresUnder, DefaultGroupExposuresUnder),
+		pages: present.Pages{RenewMargin: cfg.RenewMarginRatio,
+			GroupExposuresUnder: cmp.Or(cfg.GroupExposuresUnder, DefaultGroupExposuresUnder)},
 	}
 	if s.now == nil {
 		s.now = time.Now

@@ -9,6 +9,7 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/query"
 	"github.com/leasewatch/leasewatch/audit/verdict"
+	"github.com/leasewatch/leasewatch/web/present"
 )
 
 func TestAPIVerdict(t *testing.T) {
@@ -135,7 +136,7 @@ func TestLockPageVerdictJudgedOncePerRound(t *testing.T) {
 	clock = now.Add(query.VerdictFresh)
 	wantContains(t, "next round", f.page(t, base, http.StatusOK), after, judged(clock))
 
-	_, live := f.do(t, http.MethodGet, base+"&window=1h", nil, "HX-Request", "true", "HX-Target", lockLiveID)
+	_, live := f.do(t, http.MethodGet, base+"&window=1h", nil, "HX-Request", "true", "HX-Target", present.LockLiveID)
 	wantContains(t, "live refresh", string(live), `id="lock-live"`, `id="verdict"`, `id="timeline"`)
 	wantNotContains(t, "live refresh", string(live), "<html", "Leadership health", `id="events"`)
 	wantContains(t, "whole page", f.page(t, base+"&window=1h", http.StatusOK), "<html", `id="lock-live"`, `id="events"`)

@@ -13,15 +13,17 @@ import (
 
 // How much the lock page reads at most.
 const (
-	TimelineTenures  = 2000
+	TimelineTenures = 2000
+	// timelineRenewals is how many renewal times ReadRenewals reads, the
+	// newest in the window.
 	timelineRenewals = 3000
-	// TimelineWrites is how many writes a timeline draws one by one; past
-	// it, it draws their counts.
+	// TimelineWrites is how many writes of its window the lock page reads
+	// one by one; past it, it reads their counts (WriteCounts).
 	TimelineWrites = 400
-	// timelineWriteCount is how many writes of each outcome a timeline
-	// counts exactly; beyond it, it says "at least".
+	// timelineWriteCount is how many writes of each outcome the lock page
+	// counts exactly; beyond it, the counts are lower bounds.
 	timelineWriteCount = 100_000
-	// unfencedCount is how many unfenced writes a timeline counts.
+	// unfencedCount is how many unfenced writes the lock page counts.
 	unfencedCount    = audit.MaxListLimit
 	LockPageFindings = 200
 	// HealthMargins caps the renewals whose margins the health panel reads:
@@ -43,16 +45,6 @@ const (
 // Valid reports whether s is a scope.
 func (s VerdictScope) Valid() bool { return s == ScopeWindow || s == Scope24h || s == ScopeAll }
 
-// Drawing is what the lock page's timeline needs to know to read no more
-// than it draws.
-type Drawing struct {
-	// WriteBins is how many stretches of the window counted writes fall in.
-	WriteBins int
-	// DrawsRenewals reports whether a timeline of tenures over from..to
-	// draws any renewal one by one; when not, their times are not read.
-	DrawsRenewals func(from, to, now time.Time, tenures []audit.Tenure) bool
-}
-
 // LockPageQuery asks for the lock page.
 type LockPageQuery struct {
 	ID     int64
@@ -71,7 +63,9 @@ type LockPageQuery struct {
 	// LiveOnly asks for the live region alone: the summary, timeline,
 	// verdict and instant, not the health, tenure and event lists.
 	LiveOnly bool
-	Draw     Drawing
+	// WriteBins is how many equal stretches of the window the writes are
+	// counted in when there are more than TimelineWrites (at least one).
+	WriteBins int
 }
 
 // WriteCounts are a window's writes counted rather than listed: per
@@ -95,8 +89,9 @@ type LockPage struct {
 	// Moment is the lock at the query's At; nil without one.
 	Moment  *history.Moment
 	Tenures []audit.Tenure
-	// Renewals are the renewal times the timeline draws one by one, from
-	// RenewalsFrom (the window's start when it has them all).
+	// Renewals are the window's renewal times, complete from RenewalsFrom
+	// (zero: from the window's start). LockPage leaves them unread,
+	// RenewalsFrom the window's end; ReadRenewals reads them.
 	Renewals     []time.Time
 	RenewalsFrom time.Time
 	// Writes are every write in the window, when there are at most
@@ -120,7 +115,9 @@ type LockPage struct {
 	Events        EventList
 }
 
-// LockPage reads the lock page.
+// LockPage reads the lock page, but for its renewal times: on a lock that
+// changes hands every few seconds they are most of its events, and whether
+// they are worth reading depends on the tenures read here (ReadRenewals).
 func (r *Reader) LockPage(ctx context.Context, q LockPageQuery) (LockPage, error) {
 	l, err := r.store.Lock(ctx, q.ID)
 	if err != nil {
@@ -159,22 +156,28 @@ func (r *Reader) LockPage(ctx context.Context, q LockPageQuery) (LockPage, error
 	return p, nil
 }
 
-// timeline reads what the timeline of p's window draws besides its
-// tenures: renewals, writes and findings.
+// ReadRenewals reads the renewal times of p's window, the newest
+// timelineRenewals of them, into p.
+func (r *Reader) ReadRenewals(ctx context.Context, p *LockPage) error {
+	w := p.Window
+	times, err := r.store.EventTimes(ctx, p.Lock.ID, audit.EventRenew, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineRenewals})
+	if err != nil {
+		return err
+	}
+	p.Renewals, p.RenewalsFrom = times, time.Time{}
+	if len(times) == timelineRenewals {
+		p.RenewalsFrom = times[0]
+	}
+	return nil
+}
+
+// timeline reads the rest of p's window besides its tenures and renewals:
+// writes and findings.
 func (r *Reader) timeline(ctx context.Context, p *LockPage, q LockPageQuery) error {
 	var err error
 	w, id := p.Window, p.Lock.ID
-	p.RenewalsFrom = w.To
-	if q.Draw.DrawsRenewals == nil || q.Draw.DrawsRenewals(w.From, w.To, q.Now, p.Tenures) {
-		if p.Renewals, err = r.store.EventTimes(ctx, id, audit.EventRenew, audit.TimeFilter{From: w.From, To: w.To, Limit: timelineRenewals}); err != nil {
-			return err
-		}
-		p.RenewalsFrom = time.Time{}
-		if len(p.Renewals) == timelineRenewals {
-			p.RenewalsFrom = p.Renewals[0]
-		}
-	}
-	if p.Writes, p.WriteCounts, err = r.timelineWrites(ctx, id, w, q.Draw.WriteBins); err != nil {
+	p.RenewalsFrom = w.To // none read yet
+	if p.Writes, p.WriteCounts, err = r.timelineWrites(ctx, id, w, q.WriteBins); err != nil {
 		return err
 	}
 	findings, err := r.store.Findings(ctx, audit.FindingFilter{LockID: id, Overlapping: true,

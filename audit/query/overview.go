@@ -11,15 +11,15 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 )
 
-// What the overview lists at most.
+// What the overview reads at most.
 const (
 	OverviewList     = 10 // held locks, and locks near their expiry
 	OverviewFindings = 10
-	// StripSpan is how far back each held lock's strip reaches.
+	// StripSpan is how far back each held lock's recent history is read.
 	StripSpan     = time.Hour
-	stripTenures  = 200 // the newest in the span; a busier lock draws those
-	StripFindings = 50  // of each severity drawn
-	stripParallel = 4   // held locks whose strips are read at once
+	stripTenures  = 200 // the newest in the span
+	StripFindings = 50  // of each severity read, critical and warning
+	stripParallel = 4   // held locks whose recent histories are read at once
 )
 
 // Overview is the dashboard's front page at Now.
@@ -28,12 +28,9 @@ type Overview struct {
 	Counts Counts
 	// Verdicts counts the locks of class lock by kept verdict.
 	Verdicts map[string]int
-	// Held are the most recently acquired held locks, each with its strip.
+	// Held are the most recently acquired held locks, each with its
+	// recent history.
 	Held []HeldLock
-	// StripFrom is where the strips begin: StripSpan ago, or later when
-	// every tenure they show began later (with a tenth more before it), so
-	// that a young history is not squeezed into their last pixels.
-	StripFrom time.Time
 	// NearExpiry are the held locks with the least lease left, under the
 	// renew margin; none when no margin is set.
 	NearExpiry []audit.Lock
@@ -54,8 +51,9 @@ type Counts struct {
 	NearExpiry                 int
 }
 
-// HeldLock is a held lock and what its strip draws over the last
-// StripSpan: its tenures, and its critical and warning findings.
+// HeldLock is a held lock and its history over the last StripSpan: its
+// tenures (the newest stripTenures), and its critical and warning findings
+// (the newest StripFindings of each).
 type HeldLock struct {
 	audit.Lock
 	Tenures  []audit.Tenure
@@ -100,7 +98,7 @@ func (r *Reader) readOverview(ctx context.Context, now time.Time) (Overview, err
 	if o.Verdicts, err = r.store.VerdictCounts(ctx, audit.ClassLock); err != nil {
 		return Overview{}, err
 	}
-	if o.Held, o.StripFrom, err = r.heldLocks(ctx, now); err != nil {
+	if o.Held, err = r.heldLocks(ctx, now); err != nil {
 		return Overview{}, err
 	}
 	if o.NearExpiry, o.Counts.NearExpiry, err = r.nearExpiry(ctx, now); err != nil {
@@ -164,15 +162,15 @@ func (r *Reader) Expiring(ctx context.Context, now time.Time, limit int) ([]audi
 }
 
 // heldLocks reads the overview's most recently acquired held locks, each
-// with its strip's tenures and findings, and where the strips begin.
-func (r *Reader) heldLocks(ctx context.Context, now time.Time) ([]HeldLock, time.Time, error) {
+// with its recent tenures and findings.
+func (r *Reader) heldLocks(ctx context.Context, now time.Time) ([]HeldLock, error) {
 	held, err := r.store.Locks(ctx, audit.LockFilter{Class: audit.ClassLock, State: audit.StateHeld, Sort: audit.SortChanged, Limit: OverviewList})
 	if err != nil {
-		return nil, time.Time{}, err
+		return nil, err
 	}
 	span := audit.TimeFilter{From: now.Add(-StripSpan), To: now}
 	out := make([]HeldLock, len(held))
-	// The strips' reads are independent: a few at a time, so that a
+	// The locks' reads are independent: a few at a time, so that a
 	// reading waits for the store's connections a few times, not thirty.
 	g, gctx := errgroup.WithContext(ctx)
 	g.SetLimit(stripParallel)
@@ -189,25 +187,15 @@ func (r *Reader) heldLocks(ctx context.Context, now time.Time) ([]HeldLock, time
 		})
 	}
 	if err := g.Wait(); err != nil {
-		return nil, time.Time{}, err
+		return nil, err
 	}
-	first := now
-	for _, h := range out {
-		if len(h.Tenures) > 0 {
-			first = audit.MinTime(first, h.Tenures[0].GrantedAt)
-		}
-	}
-	from := span.From
-	if fit := first.Add(-max(now.Sub(first)/10, 2*time.Second)); fit.After(from) {
-		from = fit
-	}
-	return out, from, nil
+	return out, nil
 }
 
 // stripFindings returns the newest critical and warning findings of lock id
-// in span, up to StripFindings of each, in time order: the strip draws no
-// info findings, and a lock that resources write to often has thousands of
-// those, which would crowd the others out of a read of the newest.
+// in span, up to StripFindings of each, in time order: not its info
+// findings, of which a lock that resources write to often has thousands,
+// which would crowd the others out of a read of the newest.
 func (r *Reader) stripFindings(ctx context.Context, id int64, span audit.TimeFilter) ([]audit.Finding, error) {
 	var out []audit.Finding
 	for _, sev := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning} {

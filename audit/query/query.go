@@ -89,13 +89,14 @@ func (r *Reader) Purposes() verdict.Purposes { return r.purposes }
 // near its expiry; zero when no lock is.
 func (r *Reader) RenewMarginRatio() float64 { return r.margin }
 
-// NearExpiry reports whether held lock l has less than the renew margin of
-// its lease left at now (or is past its expiry without a release).
-func (r *Reader) NearExpiry(l audit.Lock, now time.Time) bool {
-	if r.margin == 0 || l.State != audit.StateHeld || l.ExpiresAt.IsZero() || l.LeaseDuration <= 0 {
+// NearExpiry reports whether held lock l has less than margin (a share of
+// its lease, as Config.RenewMarginRatio) of its lease left at now, or is
+// past its expiry without a release. No lock is with a zero margin.
+func NearExpiry(l audit.Lock, now time.Time, margin float64) bool {
+	if margin == 0 || l.State != audit.StateHeld || l.ExpiresAt.IsZero() || l.LeaseDuration <= 0 {
 		return false
 	}
-	return float64(l.ExpiresAt.Sub(now)) < r.margin*float64(l.LeaseDuration)
+	return float64(l.ExpiresAt.Sub(now)) < margin*float64(l.LeaseDuration)
 }
 
 // expiringFilter selects the held locks (class lock) with less than the

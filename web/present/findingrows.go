@@ -1,4 +1,4 @@
-package web
+package present
 
 import (
 	"fmt"
@@ -10,12 +10,6 @@ import (
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/views"
 )
-
-// DefaultGroupExposuresUnder is how short an exposure must be for the lists
-// to fold it with the lock's other short exposures to the same resource:
-// exposures of a few milliseconds come with every handover a resource
-// learns of promptly, and would bury the findings that matter.
-const DefaultGroupExposuresUnder = time.Second
 
 // findingRows are the rows of findings (oldest first), newest first. The
 // exposures shorter than under (0: none) of one lock and resource fold into

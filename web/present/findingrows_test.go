@@ -1,4 +1,4 @@
-package web
+package present
 
 import (
 	"slices"
@@ -15,6 +15,7 @@ import (
 // each; longer ones, other resources' and other kinds keep rows of their
 // own, and a fold of one is a plain row.
 func TestFindingRowsFoldShortExposures(t *testing.T) {
+	t0 := time.Date(2025, 3, 1, 10, 0, 0, 123456789, time.UTC)
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	exposure := func(id int64, from, ms int, resource string) audit.Finding {
 		return audit.Finding{ID: id, LockID: 7, Lock: audit.LockKey{Source: "prod-etcd", Name: "/locks/a"}, Kind: audit.FindingExposure,

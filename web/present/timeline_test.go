@@ -1,8 +1,9 @@
-package web
+package present
 
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -414,5 +415,43 @@ func TestTimelineDenseTenuresMerge(t *testing.T) {
 	last := tl.Bars[len(tl.Bars)-1]
 	if last.Dense || last.End != "expired" || last.Label != "900" {
 		t.Errorf("wide tenure after a run = %+v", last)
+	}
+}
+
+// Renewal times are skipped only when the timeline would draw every tenure's
+// renewals as a band anyway: the timeline is the same with and without them.
+func TestTimelineSkipsRenewalsOnlyWhenAllAreBands(t *testing.T) {
+	// A tenure every 5 s, renewed every second: 5 renewals in 5 units.
+	dense := baseInput()
+	dense.Tenures, dense.Renewals = nil, nil
+	for i := range 150 {
+		start := sec(100 + 5*i)
+		tn := audit.Tenure{Seq: int64(i + 1), Holder: fmt.Sprintf("h%d", i%3), Token: audit.Int64(int64(100 + i)),
+			GrantedAt: start, Renewals: 4, LastRenewedAt: start.Add(4 * time.Second), LeaseDuration: 3 * time.Second,
+			ExpiresAt: start.Add(7 * time.Second), EndedAt: start.Add(4500 * time.Millisecond), End: audit.EndReleased}
+		dense.Tenures = append(dense.Tenures, tn)
+		for k := 1; k <= 4; k++ {
+			dense.Renewals = append(dense.Renewals, start.Add(time.Duration(k)*time.Second))
+		}
+	}
+	if needRenewalTimes(dense.From, dense.To, dense.Now, dense.Tenures) {
+		t.Fatal("dense tenures: renewal times wanted, though none can be drawn one by one")
+	}
+	skipped := dense
+	skipped.Renewals, skipped.RenewalsFrom = nil, dense.To
+	with, without := buildTimeline(dense), buildTimeline(skipped)
+	if fmt.Sprintf("%+v", with) != fmt.Sprintf("%+v", without) {
+		t.Errorf("timeline differs without the renewal times:\nwith    %+v\nwithout %+v", with.Bars[:2], without.Bars[:2])
+	}
+
+	// Sparse renewals draw as ticks, so their times are needed; so are a
+	// tenure's whose renewals were partly pruned.
+	if !needRenewalTimes(tlFrom, tlTo, sec(900), baseInput().Tenures) {
+		t.Error("sparse tenures: renewal times not wanted, though they draw as ticks")
+	}
+	pruned := slices.Clone(dense.Tenures)
+	pruned[10].Pruned = &audit.RenewalSummary{Renewals: 3}
+	if !needRenewalTimes(dense.From, dense.To, dense.Now, pruned) {
+		t.Error("a tenure with pruned renewals: renewal times not wanted, though its count is no longer all in the window")
 	}
 }

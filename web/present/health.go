@@ -1,4 +1,4 @@
-package web
+package present
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package web
+package present
 
 import (
 	"cmp"
@@ -355,9 +355,11 @@ func writeMarks(in timelineInput, sc timelineScale, ln *timelineLanes) []views.W
 	return marks
 }
 
-// tlWriteBins is how many stretches of time binned write marks count: each
-// about 12 units wide, so that the marks do not touch.
-const tlWriteBins = 85
+// TimelineWriteBins is how many stretches of its window a timeline counts
+// writes in when there are too many to draw one by one
+// (query.LockPageQuery.WriteBins): each mark about 12 units wide, so that
+// the marks do not touch.
+const TimelineWriteBins = 85
 
 // writeBins are a window's writes counted rather than drawn one by one: the
 // accepted and rejected writes counted per stretch of the window, and the
@@ -457,6 +459,13 @@ func tenureEnd(t audit.Tenure, now, to time.Time) (time.Time, string) {
 		end = t.GrantedAt
 	}
 	return end, ""
+}
+
+// DrawsRenewals reports whether the timeline of pg, read at now, could draw
+// any renewal one by one, and so whether its renewal times are worth
+// reading (query.Reader.ReadRenewals): see needRenewalTimes.
+func DrawsRenewals(pg query.LockPage, now time.Time) bool {
+	return needRenewalTimes(pg.Window.From, pg.Window.To, now, pg.Tenures)
 }
 
 // needRenewalTimes reports whether a timeline of tenures over from..to could

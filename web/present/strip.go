@@ -1,4 +1,4 @@
-package web
+package present
 
 import (
 	"fmt"
@@ -20,20 +20,39 @@ const stripWidth = 120.0
 // heldRows are the overview's held locks, each with its strip, and what the
 // strips span in words. They share one scale: the last hour, or less when
 // every tenure they show began later.
-func (s *Server) heldRows(o query.Overview, loc *time.Location) ([]views.LockRow, string) {
-	now, from := o.Now, o.StripFrom
+func (p Pages) heldRows(o query.Overview, loc *time.Location) ([]views.LockRow, string) {
+	now, from := o.Now, stripFrom(o)
 	label := "Last hour"
 	if from.After(now.Add(-query.StripSpan)) {
 		label = "Last " + duration(now.Sub(from).Round(time.Second))
 	}
 	rows := make([]views.LockRow, 0, len(o.Held))
 	for _, h := range o.Held {
-		row := s.lockRow(h.Lock, now, loc)
+		row := p.lockRow(h.Lock, now, loc)
 		row.Acquired = stampAgo(h.AcquiredAt, loc, now) // short, beside the strip
 		row.Strip = lockStrip(h.Tenures, h.Findings, from, now, loc)
 		rows = append(rows, row)
 	}
 	return rows, label
+}
+
+// stripFrom is where the strips of o's held locks begin: query.StripSpan
+// before o.Now, or later when every tenure they show began later (with a
+// tenth more before it, two seconds at least), so that a young history is
+// not squeezed into their last pixels.
+func stripFrom(o query.Overview) time.Time {
+	now := o.Now
+	first := now
+	for _, h := range o.Held {
+		if len(h.Tenures) > 0 {
+			first = audit.MinTime(first, h.Tenures[0].GrantedAt)
+		}
+	}
+	from := now.Add(-query.StripSpan)
+	if fit := first.Add(-max(now.Sub(first)/10, 2*time.Second)); fit.After(from) {
+		from = fit
+	}
+	return from
 }
 
 // lockStrip draws tenures and findings over [from, to].
