@@ -117,9 +117,3 @@ func classOf(l *coordinationv1.Lease, heartbeatNS map[string]bool) audit.Class {
 	}
 	return audit.ClassLock
 }
-
-// expired reports whether a held Lease's holder let it run out by now, by
-// the same rule the tracker applies: renewal plus lease duration.
-func expired(ob audit.Observation, now time.Time) bool {
-	return ob.LeaseDuration > 0 && !ob.RenewedAt.IsZero() && !now.Before(ob.RenewedAt.Add(ob.LeaseDuration))
-}

@@ -2,6 +2,7 @@ package kubernetes
 
 import (
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -188,21 +189,6 @@ func TestDecodeLeaseHeartbeatNamespacesConfigurable(t *testing.T) {
 	}
 }
 
-func TestExpired(t *testing.T) {
-	ob := audit.Observation{LeaseDuration: 10 * time.Second, RenewedAt: t0}
-	for _, tt := range []struct {
-		now  time.Time
-		want bool
-	}{{t0.Add(9 * time.Second), false}, {t0.Add(10 * time.Second), true}, {t0.Add(time.Hour), true}} {
-		if got := expired(ob, tt.now); got != tt.want {
-			t.Errorf("expired at renewal+%s = %v, want %v", tt.now.Sub(t0), got, tt.want)
-		}
-	}
-	if expired(audit.Observation{RenewedAt: t0}, t0.Add(time.Hour)) {
-		t.Error("a Lease without a duration expired")
-	}
-}
-
 func TestCursor(t *testing.T) {
 	all := []string{""}
 	if got := encodeCursor(map[string]string{"": "123"}); got != "123" {
@@ -270,6 +256,53 @@ func TestRenewalKindDoesNotDependOnDelivery(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestRenewalDecisionAgreesWithTheTracker: the collector calls a write of
+// the same holder and token a renewal only if the tracker, judging the same
+// write by its own clock rule, keeps the tenure; a write made exactly as the
+// lease runs out takes the Lease anew for both.
+func TestRenewalDecisionAgreesWithTheTracker(t *testing.T) {
+	const duration = 15 * time.Second
+	spec := func(renewed time.Time) coordinationv1.LeaseSpec {
+		return coordinationv1.LeaseSpec{HolderIdentity: ptr("a"), LeaseDurationSeconds: ptr(int32(duration / time.Second)),
+			LeaseTransitions: ptr(int32(3)), RenewTime: &metav1.MicroTime{Time: renewed}}
+	}
+	for _, tt := range []struct {
+		name    string
+		written time.Duration // after the previous renewal, on the holder's clock
+		want    audit.EventKind
+	}{
+		{"AMicrosecondBeforeExpiry", duration - time.Microsecond, audit.EventRenew},
+		{"ExactlyAtExpiry", duration, audit.EventGrant},
+		{"AfterExpiry", duration + time.Second, audit.EventGrant},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := &run{c: &Collector{cfg: Config{Name: "k"}}, leases: make(map[string]seen)}
+			tr := audit.NewTracker(audit.TrackerConfig{})
+			step := func(renewed, now time.Time) (audit.Observation, audit.Batch) {
+				ob, _ := r.observe(watch.Modified, lease("ns", "l", spec(renewed)), now)
+				return ob, tr.Observe(r.input(now, []audit.Observation{ob}, nil))
+			}
+			step(t0, t0)
+			ob, b := step(t0.Add(tt.written), t0.Add(tt.written))
+			if ob.Kind != tt.want {
+				t.Fatalf("collector: write at renewal+%s is a %s, want %s", tt.written, ob.Kind, tt.want)
+			}
+			expired := slices.ContainsFunc(b.Events, func(e audit.Event) bool { return e.Kind == audit.EventExpire })
+			if renewed := ob.Kind == audit.EventRenew; expired == renewed {
+				t.Errorf("tracker: write at renewal+%s the collector calls a %s expired the tenure = %v (events %v)", tt.written, ob.Kind, expired, kinds(b.Events))
+			}
+		})
+	}
+}
+
+func kinds(evs []audit.Event) []audit.EventKind {
+	out := make([]audit.EventKind, len(evs))
+	for i, e := range evs {
+		out[i] = e.Kind
+	}
+	return out
 }
 
 // TestRenewalKeepsNoResourceVersion: a renewal's resourceVersion is the

@@ -118,22 +118,19 @@ func seenOf(ob audit.Observation) seen {
 	return seen{name: ob.Lock.Name, holder: ob.Holder, token: ob.Token, renewedAt: audit.Nanos(ob.RenewedAt), duration: ob.LeaseDuration}
 }
 
-// continuedBy reports whether ob, a held Lease, continues the tenure s: the
-// same holder and token, written before s's lease ran out. After that the
-// holder is taking the Lease anew, and client-go keeps leaseTransitions when
-// the holder's identity is unchanged (collectors/backends.md B.2).
+// continuedBy reports whether ob, a held Lease seen at ob.At, continues the
+// tenure s: the same holder and token, written before s's lease ran out, by
+// the rule the tracker expires the tenure by (audit.LeaseRunOut). After that
+// the holder is taking the Lease anew, and client-go keeps leaseTransitions
+// when the holder's identity is unchanged (collectors/backends.md B.2).
 //
 // When the write was made is its renewTime, on the holder's clock like the
 // lease it extends, so a renewal made in time but delivered late (a slow
 // watch, a busy collector) is still a renewal. Only a write without a
-// renewTime is judged by when it arrived (now).
-func (s seen) continuedBy(ob audit.Observation, now time.Time) bool {
-	written := ob.RenewedAt
-	if written.IsZero() {
-		written = now
-	}
+// renewTime is judged by when it arrived (audit.Observation.Renewed).
+func (s seen) continuedBy(ob audit.Observation) bool {
 	return s.holder == ob.Holder && tokenEqual(s.token, ob.Token) &&
-		!expired(audit.Observation{LeaseDuration: s.duration, RenewedAt: audit.TimeOf(s.renewedAt)}, written)
+		!audit.LeaseRunOut(audit.LeaseExpiry(audit.TimeOf(s.renewedAt), s.duration), ob.Renewed())
 }
 
 func newRun(c *Collector, sink collectors.Sink) *run {
@@ -631,7 +628,7 @@ func (r *run) observe(typ watch.EventType, l *coordinationv1.Lease, now time.Tim
 		ob.Detail = withDetail(leaseDetail(l), "deleted", true)
 		return ob, true
 	}
-	renewal := held && known && prev.continuedBy(ob, now)
+	renewal := held && known && prev.continuedBy(ob)
 	if renewal {
 		ob.Holder, ob.Token = prev.holder, prev.token // the same, as kept
 	}

@@ -148,7 +148,7 @@ func (l *listing) restartScope() {
 func (r *run) stamp(obs []audit.Observation, now time.Time, kind audit.EventKind, inferred bool) []audit.Observation {
 	kept := obs[:0]
 	for _, ob := range obs {
-		if expired(ob, now) {
+		if audit.LeaseRunOut(audit.LeaseExpiry(ob.RenewedAt, ob.LeaseDuration), now) {
 			continue
 		}
 		ob.Lock.Source, ob.Kind, ob.Inferred, ob.At = r.c.cfg.Name, kind, inferred, now
