@@ -68,16 +68,11 @@ func (s *Server) handleAPILockAt(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	ctx := c.Request().Context()
-	l, err := s.store.Lock(ctx, id)
+	m, err := s.query.LockAt(c.Request().Context(), id, at)
 	if err != nil {
 		return err
 	}
-	m, err := history.At(ctx, s.store, l, at)
-	if err != nil {
-		return err
-	}
-	j := momentJSON{LockID: l.ID, At: jsonTime(m.At), State: m.State}
+	j := momentJSON{LockID: m.Lock.ID, At: jsonTime(m.At), State: m.State}
 	if t := m.Tenure; t != nil {
 		tj := toTenureJSON(*t)
 		j.Holder, j.Token, j.Tenure = t.Holder, t.Token, &tj
@@ -168,7 +163,7 @@ func (s *Server) handleAPIHolderTenures(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	h, err := history.Holder(c.Request().Context(), s.store, f, s.now())
+	h, err := s.query.Holder(c.Request().Context(), f, s.now())
 	if err != nil {
 		return err
 	}
@@ -194,7 +189,7 @@ func (s *Server) handleHolderPage(c echo.Context) error {
 		return err
 	}
 	now := s.now()
-	h, err := history.Holder(c.Request().Context(), s.store, f, now)
+	h, err := s.query.Holder(c.Request().Context(), f, now)
 	if err != nil {
 		return err
 	}

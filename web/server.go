@@ -2,9 +2,10 @@
 // JSON API (docs/http-api.md), write-report ingest, health probes and
 // Prometheus metrics.
 //
-// Handlers are thin: they parse the request, call the audit.Store or the
-// WriteReporter, and render. Errors travel back to one HTTP error handler,
-// which maps audit error codes to statuses (error.go).
+// Handlers are thin: they parse the request, call the query layer
+// (audit/query), an incident review or the WriteReporter, have web/present
+// shape what was read, and render. Errors travel back to one HTTP error
+// handler, which maps audit error codes to statuses (error.go).
 //
 // JSON conventions: times are RFC 3339 with nanoseconds in UTC and null when
 // unknown; tokens and durations (fields ending in _ms, integer milliseconds) are
@@ -56,10 +57,25 @@ type WriteReporter interface {
 	ReportBeliefs(ctx context.Context, beliefs []audit.Belief) error
 }
 
+// pageStore is what the handlers read of the store themselves, besides what
+// they ask the query layer (query.Reader, over the whole Config.Store): an
+// incident review's reads (review.Store), and an alert's lock by its key.
+// Each method is audit.Store's of the same name, documented there;
+// declaring only these keeps a method added to audit.Store for another
+// reader out of what the handlers depend on.
+type pageStore interface {
+	review.Store
+	LockByKey(ctx context.Context, key audit.LockKey) (audit.Lock, error)
+}
+
+// The store a Server is given serves its handlers' own reads.
+var _ pageStore = audit.Reads(nil)
+
 // Config is what a Server needs. Only Store is required.
 type Config struct {
 	// Store answers every read, with current renewals: the recorder's
-	// Fresh, or audit.Settled for a store nothing records into.
+	// Fresh, or audit.Settled for a store nothing records into. The
+	// query layer reads it whole; the handlers read only pageStore's methods.
 	Store audit.Reads
 	// Writes takes POST /api/v1/writes reports and POST /api/v1/beliefs.
 	// Nil answers 503.
@@ -154,7 +170,7 @@ const (
 
 // Server is leasewatch's HTTP server.
 type Server struct {
-	store   audit.Reads
+	store   pageStore
 	writes  WriteReporter
 	sources func() []audit.Source
 	known   map[string]audit.SourceKind
