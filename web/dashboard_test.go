@@ -723,7 +723,7 @@ func TestHeartbeatFindingsOutOfDefaultViews(t *testing.T) {
 func TestOverviewStripKeepsWarningsBehindInfo(t *testing.T) {
 	f := newFixture(t)
 	var b audit.Batch
-	for i := range query.StripFindings + 10 {
+	for i := range query.HeldFindings + 10 {
 		b.Findings = append(b.Findings, audit.Finding{Lock: audit.LockKey{Source: "prod-etcd", Name: "/locks/orders"},
 			Kind: audit.FindingStaleWrite, Severity: audit.SeverityInfo, At: now.Add(-time.Duration(i+1) * time.Second),
 			Resource: "orders-db", Tokens: []int64{41, 42}, Summary: "rejected"})
@@ -734,6 +734,6 @@ func TestOverviewStripKeepsWarningsBehindInfo(t *testing.T) {
 	doc := htmlDoc(t, "/", f.page(t, "/", http.StatusOK))
 	strip := doc.Find(`section[aria-labelledby="h-held"] tbody tr svg.strip`)
 	if w := strip.Find("circle.strip-finding.warning").Length(); w != 1 {
-		t.Errorf("held lock's strip marks %d warnings behind %d newer info findings, want its one warning", w, query.StripFindings+10)
+		t.Errorf("held lock's strip marks %d warnings behind %d newer info findings, want its one warning", w, query.HeldFindings+10)
 	}
 }

@@ -15,11 +15,11 @@ import (
 const (
 	OverviewList     = 10 // held locks, and locks near their expiry
 	OverviewFindings = 10
-	// StripSpan is how far back each held lock's recent history is read.
-	StripSpan     = time.Hour
-	stripTenures  = 200 // the newest in the span
-	StripFindings = 50  // of each severity read, critical and warning
-	stripParallel = 4   // held locks whose recent histories are read at once
+	// HeldSpan is how far back the history of each held lock is read.
+	HeldSpan     = time.Hour
+	heldTenures  = 200 // the newest in the span
+	HeldFindings = 50  // of each severity read, critical and warning
+	heldParallel = 4   // held locks whose recent histories are read at once
 )
 
 // Overview is the dashboard's front page at Now.
@@ -51,9 +51,9 @@ type Counts struct {
 	NearExpiry                 int
 }
 
-// HeldLock is a held lock and its history over the last StripSpan: its
-// tenures (the newest stripTenures), and its critical and warning findings
-// (the newest StripFindings of each).
+// HeldLock is a held lock and its history over the last HeldSpan: its
+// tenures (the newest heldTenures), and its critical and warning findings
+// (the newest HeldFindings of each).
 type HeldLock struct {
 	audit.Lock
 	Tenures  []audit.Tenure
@@ -168,21 +168,21 @@ func (r *Reader) heldLocks(ctx context.Context, now time.Time) ([]HeldLock, erro
 	if err != nil {
 		return nil, err
 	}
-	span := audit.TimeFilter{From: now.Add(-StripSpan), To: now}
+	span := audit.TimeFilter{From: now.Add(-HeldSpan), To: now}
 	out := make([]HeldLock, len(held))
 	// The locks' reads are independent: a few at a time, so that a
 	// reading waits for the store's connections a few times, not thirty.
 	g, gctx := errgroup.WithContext(ctx)
-	g.SetLimit(stripParallel)
+	g.SetLimit(heldParallel)
 	for i, l := range held {
 		g.Go(func() (err error) {
 			out[i].Lock = l
 			tf := span
-			tf.Limit = stripTenures
+			tf.Limit = heldTenures
 			if out[i].Tenures, err = r.store.Tenures(gctx, l.ID, tf); err != nil {
 				return err
 			}
-			out[i].Findings, err = r.stripFindings(gctx, l.ID, span)
+			out[i].Findings, err = r.seriousFindings(gctx, l.ID, span)
 			return err
 		})
 	}
@@ -192,15 +192,15 @@ func (r *Reader) heldLocks(ctx context.Context, now time.Time) ([]HeldLock, erro
 	return out, nil
 }
 
-// stripFindings returns the newest critical and warning findings of lock id
-// in span, up to StripFindings of each, in time order: not its info
+// seriousFindings returns the newest critical and warning findings of lock id
+// in span, up to HeldFindings of each, in time order: not its info
 // findings, of which a lock that resources write to often has thousands,
 // which would crowd the others out of a read of the newest.
-func (r *Reader) stripFindings(ctx context.Context, id int64, span audit.TimeFilter) ([]audit.Finding, error) {
+func (r *Reader) seriousFindings(ctx context.Context, id int64, span audit.TimeFilter) ([]audit.Finding, error) {
 	var out []audit.Finding
 	for _, sev := range []audit.Severity{audit.SeverityCritical, audit.SeverityWarning} {
 		ff := audit.FindingFilter{TimeFilter: span, LockID: id, Severity: sev}
-		ff.Limit = StripFindings
+		ff.Limit = HeldFindings
 		some, err := r.store.Findings(ctx, ff)
 		if err != nil {
 			return nil, err

@@ -23,7 +23,7 @@ const stripWidth = 120.0
 func (p Pages) heldRows(o query.Overview, loc *time.Location) ([]views.LockRow, string) {
 	now, from := o.Now, stripFrom(o)
 	label := "Last hour"
-	if from.After(now.Add(-query.StripSpan)) {
+	if from.After(now.Add(-query.HeldSpan)) {
 		label = "Last " + duration(now.Sub(from).Round(time.Second))
 	}
 	rows := make([]views.LockRow, 0, len(o.Held))
@@ -36,7 +36,7 @@ func (p Pages) heldRows(o query.Overview, loc *time.Location) ([]views.LockRow, 
 	return rows, label
 }
 
-// stripFrom is where the strips of o's held locks begin: query.StripSpan
+// stripFrom is where the strips of o's held locks begin: query.HeldSpan
 // before o.Now, or later when every tenure they show began later (with a
 // tenth more before it, two seconds at least), so that a young history is
 // not squeezed into their last pixels.
@@ -48,7 +48,7 @@ func stripFrom(o query.Overview) time.Time {
 			first = audit.MinTime(first, h.Tenures[0].GrantedAt)
 		}
 	}
-	from := now.Add(-query.StripSpan)
+	from := now.Add(-query.HeldSpan)
 	if fit := first.Add(-max(now.Sub(first)/10, 2*time.Second)); fit.After(from) {
 		from = fit
 	}
