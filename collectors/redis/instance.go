@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"strconv"
 	"strings"
 	"sync"
@@ -14,6 +15,7 @@ import (
 	goredis "github.com/redis/go-redis/v9"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/collectors"
 )
 
 const (
@@ -149,17 +151,22 @@ func (d *dedup) dup(channel, payload, pattern string) bool {
 
 func (in *instance) now() time.Time { return in.c.now() }
 
-// loop connects and observes until ctx ends, reconnecting with backoff.
+// loop connects and observes until ctx ends, reconnecting with the
+// Runner's backoff (collectors.Backoff, jittered so that instances lost
+// together do not all dial at once): from reconnectMin doubling up to
+// reconnectMax, and from reconnectMin again once a session was up.
 func (in *instance) loop(ctx context.Context) {
-	delay := in.c.reconnectMin
+	attempt := 0
 	for {
 		up, err := in.session(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		if up {
-			delay = in.c.reconnectMin
+			attempt = 0
 		}
+		delay := collectors.Backoff(in.c.reconnectMin, in.c.reconnectMax, attempt, rand.Float64())
+		attempt++
 		from := in.lastSeen
 		if in.blindFrom.IsZero() {
 			// Never seen in this process: blind from now on, until it is.
@@ -177,7 +184,6 @@ func (in *instance) loop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		delay = min(2*delay, in.c.reconnectMax)
 	}
 }
 

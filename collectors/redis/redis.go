@@ -150,7 +150,9 @@ type Option func(*Collector)
 func WithClock(now func() time.Time) Option { return func(c *Collector) { c.now = now } }
 
 // WithReconnectBackoff sets the delay before reconnecting to an instance
-// after its connection is lost: min at first, doubling up to max. Default
+// after its connection is lost: min at first, doubling up to max, each
+// jittered into its upper half as the Runner's restarts are
+// (collectors.Backoff), and min again once a connection was up. Default
 // 100ms to 2s.
 func WithReconnectBackoff(min, max time.Duration) Option {
 	return func(c *Collector) { c.reconnectMin, c.reconnectMax = min, max }
