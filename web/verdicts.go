@@ -10,7 +10,7 @@ import (
 )
 
 // The kept verdicts (audit/verdict Keeper: each lock's verdict over the
-// last 24 hours) in the locks list, the API's lock lists and the overview.
+// last 24 hours) filter the locks list and the API's lock lists.
 
 // parseVerdict reads verdict=, a kept verdict to filter locks by.
 func parseVerdict(q url.Values) (string, error) {
