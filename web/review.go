@@ -105,7 +105,7 @@ func (s *Server) handleReviewPage(c echo.Context) error {
 	if err != nil {
 		return err
 	}
-	return render(c, http.StatusOK, views.Review(present.ReviewPage(rq, r, s.now(), reviewExports, message)))
+	return render(c, http.StatusOK, views.Review(present.Review(rq, r, s.now(), reviewExports, message)))
 }
 
 func (s *Server) handleReviewMarkdown(c echo.Context) error {

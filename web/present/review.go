@@ -46,9 +46,9 @@ func timelineURL(id int64, from, to time.Time) templ.SafeURL {
 	return reviewURL("/locks/"+strconv.FormatInt(id, 10), v)
 }
 
-// ReviewPage is the review page of r, the review rq asked for, at now;
+// Review is the review page of r, the review rq asked for, at now;
 // message, when not "", says why the review is not shown (too many locks).
-func ReviewPage(rq review.Query, r review.Report, now time.Time, exports ReviewExports, message string) views.ReviewPage {
+func Review(rq review.Query, r review.Report, now time.Time, exports ReviewExports, message string) views.ReviewPage {
 	v := reviewValues(rq)
 	p := views.ReviewPage{
 		Filter: views.ReviewFilter{
