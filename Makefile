@@ -137,7 +137,7 @@ bench-pages:
 bench-memory:
 	$(GO) test -run '^$$' -bench TrackerMemory -benchtime 1x ./audit/
 	$(GO) test -run '^$$' -bench TrackerTick ./audit/
-	$(GO) test -run '^$$' -bench AlertingEvaluate ./cmd/leasewatch/
+	$(GO) test -run '^$$' -bench AlertingEvaluate ./audit/alert/
 
 ## bench-retention: ingest into PostgreSQL and SQLite, alternating, while retention prunes each (p99 and worst input, sizes).
 bench-retention:

@@ -1,11 +1,12 @@
 // Package alert evaluates leasewatch's live alerts: leases near expiry, leases
 // lost while held, fencing violations, blind collectors, and leadership that
-// flaps or is missing. It is pure: the
-// caller passes the time and what the tracker and the collectors know now, and
-// gets back the alerts that fire and those that just resolved, ready for a
-// sender (Alertmanager) or a page.
+// flaps or is missing. The Evaluator is pure: the caller passes the time and
+// what the tracker and the collectors know now, and gets back the alerts that
+// fire and those that just resolved, ready for a sender (Alertmanager) or a
+// page. The Keeper feeds it from the recorder's commits (a subscriber) and the
+// tracker, and hands a source's alerts over between replicas.
 //
-// Like the rest of audit, it imports only the standard library.
+// Besides audit, it imports only the standard library.
 package alert
 
 import (

@@ -10,6 +10,7 @@ import (
 	k8s "k8s.io/client-go/kubernetes"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/alert"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd"
@@ -26,7 +27,7 @@ type replicas struct {
 	manager *ownership.Manager
 	rec     *audit.Recorder
 	runner  *collectors.Runner
-	alerts  *alerting // evaluates the sources this replica owns
+	alerts  *alert.Keeper // evaluates the sources this replica owns
 	log     *slog.Logger
 
 	mu      sync.Mutex
@@ -87,7 +88,7 @@ func newReplicas(ctx context.Context, cfg config.ReplicationConfig, sources []st
 		OnAcquired: func(source string, token int64) { r.queue(grant{source: source, token: token}) },
 		OnLost: func(source string) {
 			runner.Disown(source) // at once, before anything else
-			r.alerts.lose(source) // before DropFence forgets the locks
+			r.alerts.Lose(source) // before DropFence forgets the locks
 			// The manager resigns once this returns: the source's last
 			// write (Recorder.DropFence) goes first, so that a clean
 			// handover is not refused by the next owner's fence.
@@ -140,7 +141,7 @@ func (r *replicas) act(ctx context.Context) {
 				}
 				continue
 			}
-			r.alerts.gain(g.source)
+			r.alerts.Gain(g.source)
 			r.runner.Own(g.source)
 			r.setOwned(g.source, true)
 			r.log.Info("source acquired: collector starting", "source", g.source, "token", g.token)
@@ -156,7 +157,7 @@ func (r *replicas) act(ctx context.Context) {
 // refused stops a source whose commit the store refused: a newer owner
 // holds it, whatever this replica's lease says.
 func (r *replicas) refused(f audit.FenceRefusal) {
-	r.alerts.lose(f.Source)
+	r.alerts.Lose(f.Source)
 	r.runner.Disown(f.Source)
 	r.setOwned(f.Source, false)
 	r.log.Error("commit refused by the store's fence: a newer owner holds the source; its collector is stopped",

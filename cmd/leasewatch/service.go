@@ -30,7 +30,7 @@ type service struct {
 	recorder *audit.Recorder
 	runner   *collectors.Runner
 	replicas *replicas // nil without replication
-	alerts   *alerting
+	alerts   *alert.Keeper
 	sender   *alert.Sender // nil without alerts.alertmanager.urls
 	retainer *audit.Retainer
 	verdicts *verdict.Keeper
@@ -60,9 +60,10 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	if svc.sender != nil {
 		notify = svc.sender.Send
 	}
-	svc.alerts = newAlerting(cfg.Alerts.Alert(), cfg.SourceKinds(), sources, notify, cfg.Alerts.Alertmanager.ResendEvery)
+	svc.alerts = alert.NewKeeper(cfg.Alerts.Alert(), alert.KeeperConfig{Sources: sources, ByClock: expiringByClock(cfg.SourceKinds()),
+		Notify: notify, ResendEvery: cfg.Alerts.Alertmanager.ResendEvery})
 	if cfg.Replication.Enabled() {
-		svc.alerts.ownSourcesOnly(logger.With("component", "alerting"))
+		svc.alerts.OwnSourcesOnly(logger.With("component", "alerting"))
 	}
 	svc.verdicts = &verdict.Keeper{Store: backgroundReads(store), Put: store.PutVerdicts, Purposes: cfg.VerdictPurposes(), Now: time.Now,
 		Log: logger.With("component", "verdicts")}
@@ -90,7 +91,7 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		return nil, err
 	}
 	svc.recorder = rec
-	if err := svc.alerts.follow(ctx, rec.Peek, rec.Fresh(store)); err != nil {
+	if err := svc.alerts.Follow(ctx, rec.Peek, rec.Fresh(store)); err != nil {
 		svc.close()
 		return nil, fmt.Errorf("load locks for alerting: %w", err)
 	}
@@ -116,6 +117,18 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		return nil, err
 	}
 	return svc, nil
+}
+
+// expiringByClock returns the sources of kinds whose backends never report
+// an expiry themselves, so that the tracker's clock expires their leases.
+func expiringByClock(kinds map[string]audit.SourceKind) []string {
+	var out []string
+	for name, kind := range kinds {
+		if b, ok := backends.Of(kind); ok && b.ExpiresByClock {
+			out = append(out, name)
+		}
+	}
+	return out
 }
 
 // newAlertSender builds the Alertmanager sender of am, its metrics in reg;
@@ -182,7 +195,7 @@ func (s *service) startWeb(sources func() []audit.Source, reg *prometheus.Regist
 		Store:            s.recorder.Fresh(s.store),
 		Writes:           s.recorder,
 		Sources:          sources,
-		Alerts:           s.alerts.alerts,
+		Alerts:           s.alerts.Alerts,
 		KnownSources:     cfg.SourceKinds(),
 		Kinds:            backends.Kinds(),
 		IngestTokens:     cfg.IngestTokens,
@@ -252,7 +265,7 @@ func (s *service) serve(ctx context.Context) error {
 	}()
 	go func() {
 		defer wg.Done()
-		s.alerts.run(collectCtx)
+		s.alerts.Run(collectCtx)
 	}()
 	if s.sender != nil {
 		wg.Go(func() { _ = s.sender.Run(collectCtx) })

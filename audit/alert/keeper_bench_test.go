@@ -1,4 +1,4 @@
-package main
+package alert
 
 import (
 	"fmt"
@@ -7,13 +7,12 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
-	"github.com/leasewatch/leasewatch/audit/alert"
 )
 
-// trackerPeek returns a peekFunc over a tracker restored to states, as
+// trackerPeek returns a Peek over a tracker restored to states, as
 // audit.Recorder.Peek reads the recorder's, and the states as a commit's
 // changed locks.
-func trackerPeek(states []audit.TrackState) (peekFunc, audit.Commit) {
+func trackerPeek(states []audit.TrackState) (Peek, audit.Commit) {
 	tr := audit.NewTracker(audit.TrackerConfig{})
 	tr.Restore(states)
 	return func(fn func(lock func(audit.LockKey) (audit.Lock, bool))) { fn(tr.Lock) }, audit.Commit{Batch: &audit.Batch{Locks: states}}
@@ -25,8 +24,8 @@ func trackerPeek(states []audit.TrackState) (peekFunc, audit.Commit) {
 func BenchmarkAlertingEvaluate(b *testing.B) {
 	const n = 100_000
 	t0 := time.Date(2026, 3, 1, 12, 0, 0, 0, time.UTC)
-	cfg := alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25}}
-	a := newAlerting(cfg, nil, func() []audit.Source { return nil }, nil, time.Minute)
+	cfg := Config{Defaults: Thresholds{RenewMarginRatio: 0.25}}
+	a := NewKeeper(cfg, KeeperConfig{ResendEvery: time.Minute})
 	states := make([]audit.TrackState, 0, n)
 	for i := range n {
 		renewed := t0
@@ -45,7 +44,7 @@ func BenchmarkAlertingEvaluate(b *testing.B) {
 		}
 	})
 	b.Run("EveryLock", func(b *testing.B) {
-		eval := alert.New(cfg)
+		eval := New(cfg)
 		all := make([]audit.Lock, 0, n)
 		for b.Loop() {
 			all = all[:0]
@@ -55,12 +54,12 @@ func BenchmarkAlertingEvaluate(b *testing.B) {
 					all = append(all, l)
 				}
 			})
-			eval.Evaluate(t0, alert.Input{Locks: all})
+			eval.Evaluate(t0, Input{Locks: all})
 		}
 	})
 }
 
-// BenchmarkAlertingMemory reports the heap alerting keeps per held lock: its
+// BenchmarkAlertingMemory reports the heap a Keeper keeps per held lock: its
 // watch-list entry, as it looks the locks themselves up in the tracker.
 func BenchmarkAlertingMemory(b *testing.B) {
 	const n = 100_000
@@ -76,7 +75,7 @@ func BenchmarkAlertingMemory(b *testing.B) {
 		var before, after runtime.MemStats
 		runtime.GC()
 		runtime.ReadMemStats(&before)
-		a := newAlerting(alert.Config{Defaults: alert.Thresholds{RenewMarginRatio: 0.25}}, nil, func() []audit.Source { return nil }, nil, time.Minute)
+		a := NewKeeper(Config{Defaults: Thresholds{RenewMarginRatio: 0.25}}, KeeperConfig{ResendEvery: time.Minute})
 		a.peek = peek
 		a.Committed(commit)
 		runtime.GC()
