@@ -15,6 +15,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/alert"
+	"github.com/leasewatch/leasewatch/audit/prom"
 	"github.com/leasewatch/leasewatch/audit/verdict"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors"
@@ -48,10 +49,10 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(promcollectors.NewGoCollector(), promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}))
-	rm := newRecorderMetrics(reg, cfg.Metrics.ResourceSeries())
-	rm.startSources(cfg.SourceKinds())
+	rm := prom.NewRecorderMetrics(reg, cfg.Metrics.ResourceSeries())
+	rm.StartSources(cfg.SourceKinds())
 	svc := &service{cfg: cfg, store: store, log: logger}
-	sources := func() []audit.Source { return rm.withLag(svc.runner.Sources()) }
+	sources := func() []audit.Source { return rm.WithLag(svc.runner.Sources()) }
 	if svc.sender, err = newAlertSender(cfg.Alerts.Alertmanager, logger.With("component", "alertmanager"), reg); err != nil {
 		store.Close()
 		return nil, err
@@ -81,7 +82,7 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		opts = append(opts, audit.WithOwnership(), audit.WithSyncInterval(replicaSyncEvery), audit.WithHeartbeatSyncInterval(replicaSyncEvery),
 			audit.WithOwnLocks(audit.OwnLocks{Source: r.Source, Lock: r.OwnLock, Replica: r.Identity}))
 	}
-	rec := audit.NewRecorder(rm.timeCommits(store), audit.TrackerConfig{
+	rec := audit.NewRecorder(rm.TimeCommits(store), audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		SourceKinds:      cfg.SourceKinds(),
 		Health:           cfg.Health.Tracker(),
@@ -100,9 +101,9 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		svc.close()
 		return nil, err
 	}
-	reg.MustRegister(rm.newLeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")),
-		verdictCollector{store: backgroundReads(store), log: logger.With("component", "metrics")})
-	pruned, sealed := newRetentionMetrics(reg, store)
+	reg.MustRegister(rm.LeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")),
+		prom.NewVerdictCollector(backgroundReads(store), logger.With("component", "metrics")))
+	pruned, sealed := prom.RegisterRetention(reg, store)
 	svc.retainer = &audit.Retainer{Store: store, Sealer: store, Retention: cfg.Retention.Policy(), Now: time.Now,
 		Log: logger.With("component", "retention"), Pruned: pruned, Sealed: sealed}
 	if svc.replicas != nil {
@@ -146,7 +147,7 @@ func newAlertSender(am config.AlertmanagerConfig, log *slog.Logger, reg promethe
 	if err != nil {
 		return nil, fmt.Errorf("alerts.alertmanager: %w", err)
 	}
-	registerSenderMetrics(reg, sender)
+	prom.RegisterSender(reg, sender)
 	return sender, nil
 }
 
