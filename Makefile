@@ -172,6 +172,7 @@ check:
 	@test -z "$$(gofmt -l $$(git ls-files '*.go'))" || { echo "gofmt needed:"; gofmt -l $$(git ls-files '*.go'); exit 1; }
 	$(GO) mod tidy -diff
 	$(GO) tool staticcheck -checks U1000 ./...
+	$(GO) test -count=1 -run 'TestImportRules' ./docs/
 	$(GO) tool templ generate
 	$(GO) generate ./deploy/prometheus/operator
 	@git diff --exit-code -- '*_templ.go' deploy/prometheus/operator/prometheusrule.yaml deploy/helm/leasewatch/files/ || { echo "generated files are stale: run make generate and commit" >&2; exit 1; }
