@@ -53,18 +53,9 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	rm.StartSources(cfg.SourceKinds())
 	svc := &service{cfg: cfg, store: store, log: logger}
 	sources := func() []audit.Source { return rm.WithLag(svc.runner.Sources()) }
-	if svc.sender, err = newAlertSender(cfg.Alerts.Alertmanager, logger.With("component", "alertmanager"), reg); err != nil {
+	if svc.alerts, svc.sender, err = newAlerts(cfg, sources, reg, logger); err != nil {
 		store.Close()
 		return nil, err
-	}
-	var notify func([]alert.Alert)
-	if svc.sender != nil {
-		notify = svc.sender.Send
-	}
-	svc.alerts = alert.NewKeeper(cfg.Alerts.Alert(), alert.KeeperConfig{Sources: sources, ByClock: expiringByClock(cfg.SourceKinds()),
-		Notify: notify, ResendEvery: cfg.Alerts.Alertmanager.ResendEvery})
-	if cfg.Replication.Enabled() {
-		svc.alerts.OwnSourcesOnly(logger.With("component", "alerting"))
 	}
 	svc.verdicts = &verdict.Keeper{Store: backgroundReads(store), Put: store.PutVerdicts, Purposes: cfg.VerdictPurposes(), Now: time.Now,
 		Log: logger.With("component", "verdicts")}
@@ -118,6 +109,26 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		return nil, err
 	}
 	return svc, nil
+}
+
+// newAlerts builds the alerts' keeper over the collectors' states from
+// sources, and the Alertmanager sender it notifies if one is configured,
+// its metrics in reg.
+func newAlerts(cfg *config.Config, sources func() []audit.Source, reg prometheus.Registerer, logger *slog.Logger) (*alert.Keeper, *alert.Sender, error) {
+	sender, err := newAlertSender(cfg.Alerts.Alertmanager, logger.With("component", "alertmanager"), reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	var notify func([]alert.Alert)
+	if sender != nil {
+		notify = sender.Send
+	}
+	keeper := alert.NewKeeper(cfg.Alerts.Alert(), alert.KeeperConfig{Sources: sources, ByClock: expiringByClock(cfg.SourceKinds()),
+		Notify: notify, ResendEvery: cfg.Alerts.Alertmanager.ResendEvery})
+	if cfg.Replication.Enabled() {
+		keeper.OwnSourcesOnly(logger.With("component", "alerting"))
+	}
+	return keeper, sender, nil
 }
 
 // expiringByClock returns the sources of kinds whose backends never report
