@@ -63,7 +63,7 @@ func (k *Keeper) Touch(keys ...audit.LockKey) {
 	}
 }
 
-// Committed is a recorder commit hook: it touches the locks c changed
+// Committed is a recorder subscriber: it touches the locks c changed
 // (Touched).
 func (k *Keeper) Committed(c audit.Commit) {
 	if c.Batch != nil {
