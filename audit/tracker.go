@@ -322,7 +322,7 @@ func (t *Tracker) Tick(now time.Time) Batch {
 // run out by by (Unix nanoseconds).
 func (st *lockState) runOut(by int64) bool {
 	cur := st.current()
-	return st.expireByClock && cur != nil && cur.expires != NoNanos && by >= cur.expires
+	return st.expireByClock && cur != nil && LeaseRunOut(cur.expiresAt(), timeOf(by))
 }
 
 // expireRunOut ends the held tenure of st at its expiry if it had run out by
@@ -367,7 +367,7 @@ func seenUpTo(st *lockState, ob Observation, snapshot bool) int64 {
 			return nanos(ob.At)
 		}
 	}
-	return nanos(renewedAt(ob))
+	return nanos(ob.Renewed())
 }
 
 // maxTime is later than any lease's expiry.
@@ -591,14 +591,12 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 		previous = PreviousHolder{Holder: st.recent[n-1].holder, Known: true}
 	}
 	st.nextSeq++
-	renewed := renewedAt(ob)
+	renewed := ob.Renewed()
 	ten := tenure{
 		seq: st.nextSeq, holder: ob.Holder, token: ob.Token, position: ob.Position,
 		granted: nanos(ob.At), renewed: nanos(renewed), expires: NoNanos, ended: NoNanos, lease: ob.LeaseDuration, observed: ob.Kind == EventObserved,
 	}
-	if ob.LeaseDuration > 0 {
-		ten.expires = nanos(renewed.Add(ob.LeaseDuration))
-	}
+	ten.expires = nanos(LeaseExpiry(renewed, ob.LeaseDuration))
 	st.recent = append(st.recent, ten)
 	if n := len(st.recent); n > t.cfg.RecentTenures {
 		st.recent = append(st.recent[:0], st.recent[n-t.cfg.RecentTenures:]...)
@@ -733,7 +731,7 @@ func (t *Tracker) overtaken(o *output, st *lockState, ten *tenure, ob Observatio
 }
 
 func (t *Tracker) renew(o *output, st *lockState, cur *tenure, ob Observation) {
-	at := renewedAt(ob)
+	at := ob.Renewed()
 	if !at.After(cur.renewedAt()) {
 		return // nothing new: a snapshot seeing the same tenure, or a replayed renewal
 	}
@@ -782,8 +780,8 @@ func (e *Event) setMargin(ratio float64) {
 func (tn *tenure) renew(at time.Time, duration time.Duration) {
 	tn.renewals++
 	tn.renewed, tn.lease = nanos(at), duration
-	if duration > 0 {
-		tn.expires = nanos(at.Add(duration))
+	if expires := LeaseExpiry(at, duration); !expires.IsZero() {
+		tn.expires = nanos(expires)
 	}
 }
 
@@ -894,7 +892,7 @@ func (t *Tracker) end(o *output, st *lockState, cur *tenure, reason EndReason, a
 // the backend's own expiry may have come any time up to at.
 func (t *Tracker) endInferred(o *output, st *lockState, cur *tenure, at time.Time, detail map[string]any) {
 	reason := EndReleased
-	if expires := cur.expiresAt(); !expires.IsZero() && !at.Before(expires) {
+	if expires := cur.expiresAt(); LeaseRunOut(expires, at) {
 		reason = EndExpired
 		if st.expireByClock {
 			at = expires
@@ -1172,13 +1170,6 @@ func (o *output) batch() Batch {
 		}
 	}
 	return o.b
-}
-
-func renewedAt(ob Observation) time.Time {
-	if !ob.RenewedAt.IsZero() {
-		return ob.RenewedAt
-	}
-	return ob.At
 }
 
 func tokenEqual(a, b *int64) bool {
