@@ -17,7 +17,7 @@ import (
 // for a check where they are not, such as a chart's rendering.
 func cmdCheck(_ context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 || args[0] != "config" {
-		return usageError{fmt.Errorf("want: check config [--syntax-only] FILE...")}
+		return usageError{errors.New("want: check config [--syntax-only] FILE")}
 	}
 	fs := flag.NewFlagSet("check config", flag.ContinueOnError)
 	fs.SetOutput(stderr)

@@ -68,16 +68,16 @@ func fillDisk(t *testing.T, dir string) string {
 	return path
 }
 
-// waitExit waits for the process to exit and returns its error and stderr.
-func (p *serveProcess) waitExit(t *testing.T, timeout time.Duration) (error, string) {
+// waitExit waits for the process to exit and returns its stderr and error.
+func (p *serveProcess) waitExit(t *testing.T, timeout time.Duration) (string, error) {
 	t.Helper()
 	select {
 	case <-p.done:
-		return p.err, p.stderr.String()
+		return p.stderr.String(), p.err
 	case <-time.After(timeout):
 		p.kill()
 		t.Fatalf("leasewatch serve still runs after %s:\n%s", timeout, p.stderr.String())
-		return nil, ""
+		return "", nil
 	}
 }
 
@@ -228,7 +228,7 @@ func TestServeRefusesReadOnlyDatabase(t *testing.T) {
 		t.Fatalf("remount %s read-only: %v", mnt, err)
 	}
 	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", dbPath, "ro", "127.0.0.1:1"))
-	err, stderr := p.waitExit(t, 30*time.Second)
+	stderr, err := p.waitExit(t, 30*time.Second)
 	if err == nil || !strings.Contains(stderr, "open database "+dbPath) || !strings.Contains(stderr, "read-only file system") {
 		t.Fatalf("leasewatch serve on a read-only database exited with %v:\n%s\nwant an error naming %s and the read-only file system", err, stderr, dbPath)
 	}
@@ -277,7 +277,7 @@ func TestDatabaseLockedByAnotherProcess(t *testing.T) {
 		release := holdWriteLock(t, dbPath)
 		defer release()
 		p := startServeProcess(t, config)
-		err, stderr := p.waitExit(t, time.Minute)
+		stderr, err := p.waitExit(t, time.Minute)
 		if err == nil || !strings.Contains(stderr, "open database "+dbPath) || !strings.Contains(stderr, "locked by another process") {
 			t.Fatalf("leasewatch serve on a locked database exited with %v:\n%s\nwant an error naming %s and the lock", err, stderr, dbPath)
 		}

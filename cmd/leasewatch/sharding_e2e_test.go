@@ -27,7 +27,7 @@ var shardSources = []string{"alpha", "beta", "gamma", "delta", "epsilon", "zeta"
 func TestShardingSpreadsTakesOverAndRebalances(t *testing.T) {
 	database := pg.Get(t).Database(t)
 	etcdSrv, cli := startEtcd(t)
-	configs, procs, bases, up := startShards(t, database, etcdSrv.Endpoint, 3, shardSources)
+	configs, procs, bases, _ := startShards(t, database, etcdSrv.Endpoint, 3, shardSources)
 	shared := append(slices.Clone(shardSources), "leasewatch")
 	watch := watchOwners(t, bases)
 	// The first replica took them all, and gave some up to each that
@@ -35,7 +35,7 @@ func TestShardingSpreadsTakesOverAndRebalances(t *testing.T) {
 	held := waitSpread(t, bases, []int{0, 1, 2}, shared, 2, 10*time.Second, "each replica to hold 2 or 3 of the sources")
 	t.Logf("steady state: replicas hold %v of %d sources", held, len(shared))
 
-	up, _ = owners(t, bases)
+	up, _ := owners(t, bases)
 	victim := up["alpha"][0]
 	var survivors []int
 	for i := range bases {

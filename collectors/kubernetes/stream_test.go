@@ -52,9 +52,9 @@ func managedLease() *coordinationv1.Lease {
 			OwnerReferences:   []metav1.OwnerReference{{APIVersion: "v1", Kind: "Node", Name: "node-1", UID: "77aa"}},
 			ManagedFields: []metav1.ManagedFieldsEntry{
 				{Manager: "kubelet", Operation: metav1.ManagedFieldsOperationUpdate, APIVersion: "coordination.k8s.io/v1",
-					FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:spec":{"f:renewTime":{}}}`)}},
+					FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:spec":{"f:renewTime":{}}}`)},
 				{Manager: "kubectl", Operation: metav1.ManagedFieldsOperationApply, APIVersion: "coordination.k8s.io/v1",
-					FieldsType: "FieldsV1", FieldsV1: &metav1.FieldsV1{Raw: []byte(`{"f:metadata":{"f:labels":{}}}`)}},
+					FieldsType: "FieldsV1", FieldsV1: metav1.NewFieldsV1(`{"f:metadata":{"f:labels":{}}}`)},
 			},
 		},
 		Spec: coordinationv1.LeaseSpec{
