@@ -232,7 +232,7 @@ func TestRecorderBeliefs(t *testing.T) {
 	j := &countingJournal{Journal: st}
 	rec := storetest.StartRecorder(t, j, audit.WithTickInterval(time.Hour))
 	ctx := context.Background()
-	if err := rec.Observe(ctx, storetest.GrantInput("A", 41, at(0), "")); err != nil {
+	if err := rec.Record(ctx, storetest.GrantInput("A", 41, at(0), "")); err != nil {
 		t.Fatal(err)
 	}
 	before := j.applies.Load()
@@ -244,7 +244,7 @@ func TestRecorderBeliefs(t *testing.T) {
 	if n := j.applies.Load() - before; n != 0 {
 		t.Fatalf("heartbeats of the held tenure wrote %d batches, want none", n)
 	}
-	if err := rec.Observe(ctx, storetest.GrantInput("B", 42, at(20*time.Second), "")); err != nil {
+	if err := rec.Record(ctx, storetest.GrantInput("B", 42, at(20*time.Second), "")); err != nil {
 		t.Fatal(err)
 	}
 	if err := rec.ReportBeliefs(ctx, []audit.Belief{{Source: "src", Lock: "orders", Holder: "A", Token: 41, At: at(21 * time.Second)}}); err != nil {

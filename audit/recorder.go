@@ -369,8 +369,8 @@ func (r *Recorder) Ready(context.Context) error {
 	return nil
 }
 
-// Observe records one collector input and returns once it is durable.
-func (r *Recorder) Observe(ctx context.Context, in Input) error {
+// Record records one collector input and returns once it is durable.
+func (r *Recorder) Record(ctx context.Context, in Input) error {
 	return r.do(ctx, &request{input: &in})
 }
 
@@ -393,7 +393,7 @@ func (r *Recorder) ReportBeliefs(ctx context.Context, beliefs []Belief) error {
 }
 
 // Submit queues one collector input without waiting for it: wait blocks
-// until the input is durable and returns what Observe would have. Inputs are
+// until the input is durable and returns what Record would have. Inputs are
 // applied in the order they are submitted, so a collector may go on reading
 // its backend while earlier inputs commit.
 func (r *Recorder) Submit(ctx context.Context, in Input) (wait func() error) {
@@ -588,7 +588,7 @@ func (r *Recorder) apply(req *request, known map[RequestKey]WriteReport, b *Batc
 		b.Append(r.hold(step))
 	}
 	if req.input != nil {
-		take(r.tracker.Observe(*req.input))
+		take(r.tracker.Step(*req.input))
 	}
 	for _, bl := range req.beliefs {
 		take(r.tracker.ReportBelief(bl))

@@ -23,7 +23,7 @@ func BenchmarkRecorderReportWrite(b *testing.B) {
 			ctx := context.Background()
 			rec := benchRecorder(b)
 			lock := audit.LockKey{Source: "src", Name: "orders"}
-			if err := rec.Observe(ctx, audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: []audit.Observation{{
+			if err := rec.Record(ctx, audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: []audit.Observation{{
 				Lock: lock, Kind: audit.EventGrant, At: at(0), Holder: "a", Token: audit.Int64(1), LeaseDuration: time.Hour,
 			}}}); err != nil {
 				b.Fatal(err)

@@ -36,12 +36,12 @@ func TestRecorderExpiresByClock(t *testing.T) {
 	rec := storetest.StartRecorder(t, st, audit.WithClock(func() time.Time { return time.Unix(0, now.Load()) }), audit.WithTickInterval(5*time.Millisecond))
 	in := storetest.GrantInput("A", 1, at(0), "")
 	in.ExpireByClock = true
-	if err := rec.Observe(context.Background(), in); err != nil {
+	if err := rec.Record(context.Background(), in); err != nil {
 		t.Fatal(err)
 	}
 	now.Store(at(11 * time.Second).UnixNano())
 	// The collector vouches that it has seen everything up to 11 s.
-	if err := rec.Observe(context.Background(), audit.Input{Source: "src", Kind: audit.KindEtcd, At: at(11 * time.Second), Live: true}); err != nil {
+	if err := rec.Record(context.Background(), audit.Input{Source: "src", Kind: audit.KindEtcd, At: at(11 * time.Second), Live: true}); err != nil {
 		t.Fatal(err)
 	}
 	deadline := time.Now().Add(5 * time.Second)
@@ -187,15 +187,15 @@ func TestRecorderHandsCommitsToSubscribersInOrder(t *testing.T) {
 	rec := storetest.StartRecorder(t, j, audit.WithSubscribers(subscriber("metrics"), subscriber("alerts")),
 		audit.WithSubscribers(subscriber("verdicts")))
 	ctx := context.Background()
-	if err := rec.Observe(ctx, storetest.GrantInput("A", 1, at(0), "1")); err != nil {
+	if err := rec.Record(ctx, storetest.GrantInput("A", 1, at(0), "1")); err != nil {
 		t.Fatal(err)
 	}
 	j.fail.Store(true)
-	if err := rec.Observe(ctx, storetest.GrantInput("B", 2, at(time.Second), "2")); err == nil {
+	if err := rec.Record(ctx, storetest.GrantInput("B", 2, at(time.Second), "2")); err == nil {
 		t.Fatal("a commit to a failing store succeeded")
 	}
 	j.fail.Store(false)
-	if err := rec.Observe(ctx, storetest.GrantInput("C", 3, at(2*time.Second), "3")); err != nil {
+	if err := rec.Record(ctx, storetest.GrantInput("C", 3, at(2*time.Second), "3")); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()

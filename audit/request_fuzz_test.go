@@ -33,7 +33,7 @@ func FuzzRequestScope(f *testing.F) {
 		st := openStore(t, filepath.Join(t.TempDir(), "lw.db"))
 		rec := storetest.StartRecorder(t, st)
 		ctx := context.Background()
-		if err := rec.Observe(ctx, storetest.GrantInput("A", 41, at(0), "")); err != nil {
+		if err := rec.Record(ctx, storetest.GrantInput("A", 41, at(0), "")); err != nil {
 			t.Fatal(err)
 		}
 

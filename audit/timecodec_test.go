@@ -65,7 +65,7 @@ func TestTrackerKeepsTheEpoch(t *testing.T) {
 	tr := NewTracker(TrackerConfig{})
 	key := LockKey{Source: "k8s", Name: "default/epoch"}
 	epoch := time.Unix(0, 0).UTC()
-	tr.Observe(Input{Source: "k8s", Kind: KindKubernetes, ExpireByClock: true, Live: true, At: epoch, Observations: []Observation{
+	tr.Step(Input{Source: "k8s", Kind: KindKubernetes, ExpireByClock: true, Live: true, At: epoch, Observations: []Observation{
 		{Lock: key, Kind: EventGrant, At: epoch, RenewedAt: epoch, Holder: "node-1", LeaseDuration: time.Minute},
 	}})
 	l, _ := tr.Lock(key)
@@ -74,7 +74,7 @@ func TestTrackerKeepsTheEpoch(t *testing.T) {
 		t.Fatalf("lock = %+v, want held, acquired and renewed at %v, expiring a minute later", l, epoch)
 	}
 	// A held tenure without a lease has no expiry, and does not expire.
-	tr.Observe(Input{Source: "k8s", Kind: KindKubernetes, ExpireByClock: true, Live: true, At: epoch.Add(time.Hour), Observations: []Observation{
+	tr.Step(Input{Source: "k8s", Kind: KindKubernetes, ExpireByClock: true, Live: true, At: epoch.Add(time.Hour), Observations: []Observation{
 		{Lock: LockKey{Source: "k8s", Name: "default/nolease"}, Kind: EventGrant, At: epoch.Add(time.Hour), Holder: "node-2"},
 	}})
 	if b := tr.Tick(epoch.Add(time.Hour)); len(b.Events) != 1 {

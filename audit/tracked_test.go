@@ -12,7 +12,7 @@ func TestTrackerKeepsFarFutureLease(t *testing.T) {
 	key := LockKey{Source: "k8s", Name: "default/far"}
 	now := time.Date(2026, 12, 1, 14, 0, 0, 0, time.UTC)
 	far := time.Date(9999, 1, 1, 0, 0, 0, 0, time.UTC)
-	tr.Observe(Input{Source: "k8s", Kind: KindKubernetes, ExpireByClock: true, Live: true, At: now, Observations: []Observation{
+	tr.Step(Input{Source: "k8s", Kind: KindKubernetes, ExpireByClock: true, Live: true, At: now, Observations: []Observation{
 		{Lock: key, Kind: EventGrant, At: now, RenewedAt: far, Holder: "node-1", LeaseDuration: time.Hour},
 	}})
 	if b := tr.Tick(now.Add(24 * time.Hour)); len(b.Events) != 0 {

@@ -173,8 +173,8 @@ func (t *Tracker) Class(key LockKey) Class {
 	return ""
 }
 
-// Observe applies one collector input.
-func (t *Tracker) Observe(in Input) Batch {
+// Step applies one collector input.
+func (t *Tracker) Step(in Input) Batch {
 	at := in.At
 	for _, ob := range in.Observations {
 		if ob.At.After(at) {
@@ -215,7 +215,7 @@ func (t *Tracker) Observe(in Input) Batch {
 			st.setClass(ob.Class)
 		}
 		t.expireRunOut(o, st, max(vouched, seenUpTo(st, ob, in.Snapshot)))
-		t.observe(o, st, ob)
+		t.follow(o, st, ob)
 		if in.HolderClock {
 			t.clockSkew(o, st, ob)
 		}
@@ -502,8 +502,8 @@ func judgeRejected(o *output, st *lockState, w WriteReport, token int64, ten *te
 	}
 }
 
-// observe applies one observation to one lock.
-func (t *Tracker) observe(o *output, st *lockState, ob Observation) {
+// follow applies one observation to one lock.
+func (t *Tracker) follow(o *output, st *lockState, ob Observation) {
 	cur := st.current()
 	same := cur != nil && st.sameTenure(cur, ob.Holder, ob.Token)
 	switch ob.Kind {

@@ -26,7 +26,7 @@ func BenchmarkTrackerMemory(b *testing.B) {
 						Token: audit.Int64(int64(round + 1)), LeaseDuration: 10 * time.Second,
 					})
 				}
-				tr.Observe(audit.Input{Source: "redis-jobs", Kind: audit.KindRedis, Observations: obs, SequentialTokens: true})
+				tr.Step(audit.Input{Source: "redis-jobs", Kind: audit.KindRedis, Observations: obs, SequentialTokens: true})
 			}
 		}
 		for i := range locks {
@@ -54,7 +54,7 @@ func BenchmarkTrackerMemoryHeartbeats(b *testing.B) {
 						At: at(time.Duration(round) * 10 * time.Second), Holder: node, Position: fmt.Sprint(1000 + i), LeaseDuration: 40 * time.Second,
 					})
 				}
-				tr.Observe(audit.Input{Source: "k8s", Kind: audit.KindKubernetes, Observations: obs, ExpireByClock: true, SequentialTokens: true, HolderClock: true})
+				tr.Step(audit.Input{Source: "k8s", Kind: audit.KindKubernetes, Observations: obs, ExpireByClock: true, SequentialTokens: true, HolderClock: true})
 			}
 		}
 	})
@@ -90,7 +90,7 @@ func BenchmarkTrackerTick(b *testing.B) {
 			At: at(0), Holder: fmt.Sprintf("worker-%03d", i%500), Token: audit.Int64(1), LeaseDuration: time.Minute,
 		})
 	}
-	tr.Observe(audit.Input{Source: "redis-jobs", Kind: audit.KindRedis, Observations: obs, ExpireByClock: true, Live: true, At: at(time.Second)})
+	tr.Step(audit.Input{Source: "redis-jobs", Kind: audit.KindRedis, Observations: obs, ExpireByClock: true, Live: true, At: at(time.Second)})
 	states := make([]audit.TrackState, 0, locks)
 	for _, ob := range obs {
 		st, _ := tr.State(ob.Lock)
@@ -125,7 +125,7 @@ func BenchmarkTrackerReportWrite(b *testing.B) {
 		b.Run(fmt.Sprintf("Resources=%d", others), func(b *testing.B) {
 			tr := audit.NewTracker(audit.TrackerConfig{})
 			lock := audit.LockKey{Source: "src", Name: "orders"}
-			tr.Observe(audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: []audit.Observation{{
+			tr.Step(audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: []audit.Observation{{
 				Lock: lock, Kind: audit.EventGrant, At: at(0), Holder: "a", Token: audit.Int64(1), LeaseDuration: time.Hour,
 			}}})
 			write := func(resource string, token int64) audit.WriteReport {

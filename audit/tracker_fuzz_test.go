@@ -141,7 +141,7 @@ func (s trackerScript) run(ticks int) (*audit.Tracker, audit.Batch) {
 		case step.write != nil:
 			all.Append(tr.ReportWrite(*step.write))
 		default:
-			all.Append(tr.Observe(step.input))
+			all.Append(tr.Step(step.input))
 		}
 	}
 	return tr, all
@@ -190,7 +190,7 @@ func checkTicksChangeNothing(t *testing.T, script trackerScript) {
 	vouch.At, vouch.Live, vouch.Blind, vouch.Snapshot, vouch.Observations = late, true, nil, false, nil
 	outcomeOf := func(ticks int) outcome {
 		tr, b := script.run(ticks)
-		b.Append(tr.Observe(vouch))
+		b.Append(tr.Step(vouch))
 		b.Append(tr.Tick(late))
 		o := outcome{ends: make(map[audit.LockKey][]end)}
 		for key, list := range tenuresOf(b) {

@@ -55,7 +55,7 @@ func (s *story) observe(obs ...audit.Observation) {
 	for i := range obs {
 		obs[i].Lock = s.key()
 	}
-	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Observations: obs, ExpireByClock: s.clock, SequentialTokens: s.seq, HolderClock: s.holderClock, TokenPerTenure: s.perTenure}))
+	s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, Observations: obs, ExpireByClock: s.clock, SequentialTokens: s.seq, HolderClock: s.holderClock, TokenPerTenure: s.perTenure}))
 }
 
 func (s *story) grant(holder string, token int64, when time.Time, lease time.Duration) {
@@ -86,7 +86,7 @@ func (s *story) tick(when time.Time) {
 }
 
 func (s *story) live(when time.Time) {
-	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: when, Live: true, ExpireByClock: s.clock, SequentialTokens: s.seq, TokenPerTenure: s.perTenure}))
+	s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, At: when, Live: true, ExpireByClock: s.clock, SequentialTokens: s.seq, TokenPerTenure: s.perTenure}))
 }
 
 func (s *story) write(resource string, token int64, outcome audit.WriteOutcome, when time.Time) {
@@ -94,7 +94,7 @@ func (s *story) write(resource string, token int64, outcome audit.WriteOutcome, 
 }
 
 func (s *story) blind(from, to time.Time) {
-	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, Blind: &audit.Blind{From: from, To: to, Reason: "compaction"}}))
+	s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, Blind: &audit.Blind{From: from, To: to, Reason: "compaction"}}))
 }
 
 func (s *story) findings() []audit.FindingKind {
@@ -471,7 +471,7 @@ func TestTrackerEvents(t *testing.T) {
 		s := newStory(t, audit.KindEtcd)
 		s.grant("A", 5, at(0), lease)
 		before := len(s.out.Events)
-		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, Observations: []audit.Observation{
+		s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, Observations: []audit.Observation{
 			{Lock: s.key(), Kind: audit.EventGrant, At: at(time.Second), Holder: "A", Token: audit.Int64(5), LeaseDuration: lease, Inferred: true},
 		}}))
 		if len(s.out.Events) != before {
@@ -481,7 +481,7 @@ func TestTrackerEvents(t *testing.T) {
 	t.Run("SnapshotEndsLocksThatVanishedWhileBlind", func(t *testing.T) {
 		s := newStory(t, audit.KindEtcd)
 		s.grant("A", 5, at(0), lease)
-		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, At: at(time.Minute),
+		s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, At: at(time.Minute),
 			Blind: &audit.Blind{From: at(time.Second), To: at(time.Minute)}}))
 		last := s.out.Events[len(s.out.Events)-1]
 		if last.Kind != audit.EventExpire || !last.Inferred {
@@ -491,7 +491,7 @@ func TestTrackerEvents(t *testing.T) {
 	t.Run("InferredGrantAfterBlindDoesNotClaimOverlap", func(t *testing.T) {
 		s := newStory(t, audit.KindEtcd)
 		s.grant("A", 5, at(0), lease)
-		s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, Blind: &audit.Blind{From: at(time.Second), To: at(2 * time.Second)},
+		s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, Blind: &audit.Blind{From: at(time.Second), To: at(2 * time.Second)},
 			Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(2 * time.Second), Holder: "B", Token: audit.Int64(9), LeaseDuration: lease, Inferred: true}}}))
 		if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingBlindWindow}) {
 			t.Fatalf("findings = %v, want only the blind window", got)
@@ -655,7 +655,7 @@ func TestTrackerEtcdTenureIsNamedByToken(t *testing.T) {
 	// same key (same CreateRevision), so the same tenure, not a new grant.
 	s := newStory(t, audit.KindEtcd)
 	s.grant("694d leader-a", 7, at(0), lease)
-	s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, Blind: &audit.Blind{From: at(time.Second), To: at(2 * time.Second)},
+	s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, TokenPerTenure: s.perTenure, Snapshot: true, Blind: &audit.Blind{From: at(time.Second), To: at(2 * time.Second)},
 		Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(2 * time.Second), Holder: "694d leader-a (draining)", Token: audit.Int64(7), LeaseDuration: lease, Inferred: true}}}))
 	s.release("694d leader-a", at(3*time.Second))
 	if got := s.findings(); !slices.Equal(got, []audit.FindingKind{audit.FindingBlindWindow}) {
@@ -774,7 +774,7 @@ func TestTrackerRenewalsTravelApart(t *testing.T) {
 	key := audit.LockKey{Source: "src", Name: "orders"}
 	observe := func(ob audit.Observation) audit.Batch {
 		ob.Lock = key
-		return tr.Observe(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{ob}, ExpireByClock: true})
+		return tr.Step(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{ob}, ExpireByClock: true})
 	}
 	write := func(token int64, when time.Time) audit.Batch {
 		return tr.ReportWrite(audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(token), Outcome: audit.WriteAccepted, At: when})
@@ -848,15 +848,15 @@ func TestReplayRenewalRebuildsState(t *testing.T) {
 		}
 	}
 	renew := func(holder string, token int64, when time.Time) {
-		step(tr.Observe(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
+		step(tr.Step(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
 			{Lock: key, Kind: audit.EventRenew, At: when.Add(time.Millisecond), RenewedAt: when, Holder: holder, Token: audit.Int64(token)}}}))
 	}
 	overtaken := func(holder string, token int64, when time.Time) {
-		step(tr.Observe(audit.Input{Source: "src", Kind: audit.KindRedis, Observations: []audit.Observation{
+		step(tr.Step(audit.Input{Source: "src", Kind: audit.KindRedis, Observations: []audit.Observation{
 			{Lock: key, Kind: audit.EventRenew, At: when, Holder: holder, Token: audit.Int64(token), Overtaken: true}}}))
 	}
 	grant := func(holder string, token int64, when time.Time) {
-		step(tr.Observe(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
+		step(tr.Step(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
 			{Lock: key, Kind: audit.EventGrant, At: when, Holder: holder, Token: audit.Int64(token), LeaseDuration: 10 * time.Second}}}))
 	}
 	grant("a", 1, at(0))
@@ -869,7 +869,7 @@ func TestReplayRenewalRebuildsState(t *testing.T) {
 	renew("b", 2, at(9*time.Second))
 	// The same holder and token again, as a Kubernetes re-acquire after an
 	// expiry: b's earlier renewal must not land on the new tenure.
-	step(tr.Observe(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
+	step(tr.Step(audit.Input{Source: "src", Kind: audit.KindKubernetes, Observations: []audit.Observation{
 		{Lock: key, Kind: audit.EventExpire, At: at(20 * time.Second), Holder: "b"}}}))
 	grant("b", 2, at(21*time.Second))
 	renew("b", 2, at(23*time.Second))
@@ -1013,12 +1013,12 @@ func TestTrackerTickExpiresLeasesThatCameAfterItLooked(t *testing.T) {
 	tr := audit.NewTracker(audit.TrackerConfig{})
 	observe := func(name string, kind audit.EventKind, when time.Time, lease time.Duration) {
 		t.Helper()
-		tr.Observe(audit.Input{Source: "src", Kind: audit.KindRedis, ExpireByClock: true, Live: true, At: when,
+		tr.Step(audit.Input{Source: "src", Kind: audit.KindRedis, ExpireByClock: true, Live: true, At: when,
 			Observations: []audit.Observation{{Lock: audit.LockKey{Source: "src", Name: name}, Kind: kind, At: when,
 				Holder: "h-" + name, Token: audit.Int64(1), LeaseDuration: lease}}})
 	}
 	expired := func(now time.Time) []string {
-		tr.Observe(audit.Input{Source: "src", Kind: audit.KindRedis, ExpireByClock: true, Live: true, At: now})
+		tr.Step(audit.Input{Source: "src", Kind: audit.KindRedis, ExpireByClock: true, Live: true, At: now})
 		var names []string
 		for _, e := range tr.Tick(now).Events {
 			if e.Kind == audit.EventExpire {
@@ -1240,7 +1240,7 @@ func TestTrackerEndsDoNotDependOnTicks(t *testing.T) {
 			},
 			tick: ms(11000),
 			then: func(s *story) {
-				s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true,
+				s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true,
 					Blind:        &audit.Blind{From: ms(11000), To: at(time.Minute)},
 					Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(time.Minute), RenewedAt: at(58 * time.Second), Holder: "B", Token: audit.Int64(2), LeaseDuration: lease, Inferred: true}}}))
 			},
@@ -1260,7 +1260,7 @@ func TestTrackerEndsDoNotDependOnTicks(t *testing.T) {
 			},
 			tick: ms(11000),
 			then: func(s *story) {
-				s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true,
+				s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true,
 					Blind:        &audit.Blind{From: ms(11000), To: at(time.Minute)},
 					Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(time.Minute), RenewedAt: at(58 * time.Second), Holder: "A", Token: audit.Int64(1), LeaseDuration: lease, Inferred: true}}}))
 			},
@@ -1280,7 +1280,7 @@ func TestTrackerEndsDoNotDependOnTicks(t *testing.T) {
 			tick:    ms(30000),
 			stalled: true,
 			then: func(s *story) {
-				s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true,
+				s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true,
 					Blind:        &audit.Blind{From: ms(5000), To: at(time.Minute)},
 					Observations: []audit.Observation{{Lock: s.key(), Kind: audit.EventGrant, At: at(time.Minute), RenewedAt: at(58 * time.Second), Holder: "A", Token: audit.Int64(1), LeaseDuration: lease, Inferred: true}}}))
 			},
@@ -1298,7 +1298,7 @@ func TestTrackerEndsDoNotDependOnTicks(t *testing.T) {
 			},
 			tick: ms(10500),
 			then: func(s *story) {
-				s.out.Append(s.tr.Observe(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true}))
+				s.out.Append(s.tr.Step(audit.Input{Source: s.source, Kind: s.kind, At: at(time.Minute), Snapshot: true, Live: true, ExpireByClock: true, SequentialTokens: true}))
 			},
 			after:    at(61 * time.Second),
 			want:     []tenureEnd{{"A", audit.EndExpired, ms(10000)}},

@@ -12,9 +12,9 @@ import (
 
 // Sink receives a collector's inputs. *audit.Recorder implements it.
 type Sink interface {
-	// Observe records one input and returns once it is durable. An input's
+	// Record records one input and returns once it is durable. An input's
 	// cursor is stored in the same transaction as the events it covers.
-	Observe(ctx context.Context, in audit.Input) error
+	Record(ctx context.Context, in audit.Input) error
 	// Cursor returns the source's stored resume cursor ("" if none) and the
 	// collector-clock time it was reached.
 	Cursor(source string) (position string, at time.Time)
@@ -22,21 +22,21 @@ type Sink interface {
 
 // Submitter is implemented by sinks that take an input without waiting for
 // it to be durable (*audit.Recorder): wait blocks until it is, and returns
-// what Observe would have. Inputs are applied in submission order, so a busy
+// what Record would have. Inputs are applied in submission order, so a busy
 // collector can read its backend while earlier inputs commit.
 type Submitter interface {
 	Submit(ctx context.Context, in audit.Input) (wait func() error)
 }
 
 // Submit hands in to sink without waiting for it to be durable: through
-// the sink's own Submit when it is a Submitter, and otherwise by an Observe
+// the sink's own Submit when it is a Submitter, and otherwise by a Record
 // that wait runs, so a collector calling wait on a goroutine of its own
 // goes on reading its backend either way.
 func Submit(ctx context.Context, sink Sink, in audit.Input) (wait func() error) {
 	if sub, ok := sink.(Submitter); ok {
 		return sub.Submit(ctx, in)
 	}
-	return func() error { return sink.Observe(ctx, in) }
+	return func() error { return sink.Record(ctx, in) }
 }
 
 // Collector watches one source and feeds its observations to a Sink.

@@ -18,8 +18,8 @@ import (
 // nopSink accepts everything; the runner only passes it through.
 type nopSink struct{}
 
-func (nopSink) Observe(context.Context, audit.Input) error { return nil }
-func (nopSink) Cursor(string) (string, time.Time)          { return "", time.Time{} }
+func (nopSink) Record(context.Context, audit.Input) error { return nil }
+func (nopSink) Cursor(string) (string, time.Time)         { return "", time.Time{} }
 
 // scripted is a real Collector whose behaviour per run is chosen by the test:
 // run i executes steps[i], and runs past the end repeat the last step.

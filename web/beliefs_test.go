@@ -23,7 +23,7 @@ func (f *fixture) handOverJobs(t *testing.T) {
 		{Kind: audit.EventGrant, At: now.Add(-8 * time.Minute), Holder: "worker-2", Token: audit.Int64(42)},
 	} {
 		ob.Lock, ob.LeaseDuration = jobs, 10*time.Second
-		if err := f.rec.Observe(context.Background(), audit.Input{Source: jobs.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}); err != nil {
+		if err := f.rec.Record(context.Background(), audit.Input{Source: jobs.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}); err != nil {
 			t.Fatalf("observe %s: %v", ob.Kind, err)
 		}
 	}

@@ -343,7 +343,7 @@ func TestLockPageTimeline(t *testing.T) {
 		key := audit.LockKey{Source: "prod-etcd", Name: "/locks/young"}
 		for i, holder := range []string{"w-1", "w-2"} {
 			at := now.Add(time.Duration(i-2) * time.Minute)
-			if err := f.rec.Observe(context.Background(), audit.Input{Source: key.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{{
+			if err := f.rec.Record(context.Background(), audit.Input{Source: key.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{{
 				Lock: key, Kind: audit.EventGrant, At: at, Holder: holder, Token: audit.Int64(int64(10 + i)), LeaseDuration: time.Minute,
 			}}}); err != nil {
 				t.Fatal(err)

@@ -185,7 +185,7 @@ func TestHostileStringsFromIngestToPages(t *testing.T) {
 
 	grant := func(holder string, token int64, at time.Time) {
 		t.Helper()
-		if err := f.rec.Observe(ctx, audit.Input{Source: key.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{{
+		if err := f.rec.Record(ctx, audit.Input{Source: key.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{{
 			Lock: key, Kind: audit.EventGrant, At: at, Holder: holder, Token: audit.Int64(token), LeaseDuration: 10 * time.Second,
 		}}}); err != nil {
 			t.Fatalf("observe grant to %q: %v", holder, err)

@@ -86,7 +86,7 @@ func recordIncident(t *testing.T, base time.Time) *incident {
 	observe := func(key audit.LockKey, kind audit.EventKind, d time.Duration, holder string, token int64, lease time.Duration) {
 		t.Helper()
 		ob := audit.Observation{Lock: key, Kind: kind, At: in.at(d), Holder: holder, Token: audit.Int64(token), LeaseDuration: lease}
-		if err := rec.Observe(ctx, audit.Input{Source: key.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}); err != nil {
+		if err := rec.Record(ctx, audit.Input{Source: key.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}); err != nil {
 			t.Fatalf("observe %s %s: %v", key, kind, err)
 		}
 	}
@@ -120,7 +120,7 @@ func recordIncident(t *testing.T, base time.Time) *incident {
 
 	hb := audit.Observation{Lock: audit.LockKey{Source: "cluster-a", Name: "kube-node-lease/node-1"}, Kind: audit.EventGrant,
 		At: in.at(time.Second), Holder: "node-1", LeaseDuration: 40 * time.Second, Class: audit.ClassHeartbeat}
-	if err := rec.Observe(ctx, audit.Input{Source: "cluster-a", Kind: audit.KindKubernetes, Observations: []audit.Observation{hb}}); err != nil {
+	if err := rec.Record(ctx, audit.Input{Source: "cluster-a", Kind: audit.KindKubernetes, Observations: []audit.Observation{hb}}); err != nil {
 		t.Fatal(err)
 	}
 	return in
@@ -415,7 +415,7 @@ func TestReviewCapsLocks(t *testing.T) {
 	for i := range reviewMaxLocks {
 		key := audit.LockKey{Source: incidentSource, Name: fmt.Sprintf("/locks/shard-%03d", i)}
 		obs := []audit.Observation{{Lock: key, Kind: audit.EventGrant, At: reviewBase.Add(time.Duration(i) * time.Millisecond), Holder: "a", Token: audit.Int64(int64(1000 + 2*i))}}
-		if err := in.rec.Observe(ctx, audit.Input{Source: incidentSource, Kind: audit.KindEtcd, Observations: obs}); err != nil {
+		if err := in.rec.Record(ctx, audit.Input{Source: incidentSource, Kind: audit.KindEtcd, Observations: obs}); err != nil {
 			t.Fatal(err)
 		}
 	}

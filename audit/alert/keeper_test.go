@@ -90,11 +90,11 @@ func (r *keeperRig) firing() []string {
 	return out
 }
 
-// observe records in through the recorder, at in's time.
-func (r *keeperRig) observe(t *testing.T, in audit.Input) {
+// record records in through the recorder, at in's time.
+func (r *keeperRig) record(t *testing.T, in audit.Input) {
 	t.Helper()
 	r.set(in.At)
-	if err := r.rec.Observe(context.Background(), in); err != nil {
+	if err := r.rec.Record(context.Background(), in); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -118,7 +118,7 @@ func TestKeeperFollowsTheTracker(t *testing.T) {
 	grant := audit.Input{Source: orders.Source, Kind: audit.KindEtcd, At: t0, Observations: []audit.Observation{{Lock: orders,
 		Kind: audit.EventGrant, At: t0, Holder: "worker-1", Token: audit.Int64(7), LeaseDuration: 10 * time.Second}}}
 	first := startKeeper(t, store, t0, kinds, nil)
-	first.observe(t, grant)
+	first.record(t, grant)
 	first.rec.Close()
 
 	var notified [][]Alert
@@ -133,7 +133,7 @@ func TestKeeperFollowsTheTracker(t *testing.T) {
 	}
 	// The renewal reaches the Keeper with its commit, before any sync.
 	renewedAt := t0.Add(8500 * time.Millisecond)
-	r.observe(t, audit.Input{Source: orders.Source, Kind: audit.KindEtcd, At: renewedAt, Observations: []audit.Observation{{Lock: orders,
+	r.record(t, audit.Input{Source: orders.Source, Kind: audit.KindEtcd, At: renewedAt, Observations: []audit.Observation{{Lock: orders,
 		Kind: audit.EventRenew, At: renewedAt, Holder: "worker-1", Token: audit.Int64(7), LeaseDuration: 10 * time.Second}}})
 	if l, err := store.LockByKey(ctx, orders); err != nil || !l.RenewedAt.Equal(t0) {
 		t.Fatalf("the lock row was renewed at %v (%v); the test needs it unsynced, renewed at %v", l.RenewedAt, err, t0)
@@ -192,7 +192,7 @@ func TestKeeperJudgesLeasesAsOfTheirCollector(t *testing.T) {
 	key := audit.LockKey{Source: "cache", Name: "lock:orders"}
 	kinds := map[string]audit.SourceKind{key.Source: audit.KindRedis}
 	live := func(r *keeperRig, at time.Time, obs ...audit.Observation) {
-		r.observe(t, audit.Input{Source: key.Source, Kind: audit.KindRedis, At: at, Observations: obs, ExpireByClock: true, Live: true})
+		r.record(t, audit.Input{Source: key.Source, Kind: audit.KindRedis, At: at, Observations: obs, ExpireByClock: true, Live: true})
 	}
 	first := startKeeper(t, store, t0, kinds, nil)
 	live(first, t0, audit.Observation{Lock: key, Kind: audit.EventGrant, At: t0, Holder: "worker-1", LeaseDuration: 10 * time.Second})
@@ -251,14 +251,14 @@ func TestKeeperHandsSourcesOver(t *testing.T) {
 
 	owner := start()
 	owner.a.Gain(orders.Source)
-	owner.observe(t, audit.Input{Source: orders.Source, Kind: audit.KindEtcd, At: t0,
+	owner.record(t, audit.Input{Source: orders.Source, Kind: audit.KindEtcd, At: t0,
 		Observations: []audit.Observation{grant(orders, "worker-1", 7, 0), grant(billing, "worker-2", 3, 0)}})
 	// billing's lease expires while held: LeaseLost. orders is renewed
 	// until 3s, so at 11s it is near expiry.
 	renew := grant(orders, "worker-1", 7, 3)
 	renew.Kind = audit.EventRenew
 	expire := audit.Observation{Lock: billing, Kind: audit.EventExpire, At: t0.Add(10 * time.Second), Holder: "worker-2", Token: audit.Int64(3)}
-	owner.observe(t, audit.Input{Source: orders.Source, Kind: audit.KindEtcd, At: t0.Add(10 * time.Second), Observations: []audit.Observation{renew, expire}})
+	owner.record(t, audit.Input{Source: orders.Source, Kind: audit.KindEtcd, At: t0.Add(10 * time.Second), Observations: []audit.Observation{renew, expire}})
 	// The standby starts now: its tracker has orders as the store has it,
 	// and, as it runs no collector of the source, it will never see it
 	// renewed.
@@ -357,7 +357,7 @@ func TestKeeperSyntheticCommits(t *testing.T) {
 		for _, source := range []string{"a", "b"} {
 			ob := audit.Observation{Lock: audit.LockKey{Source: source, Name: "orders"}, Kind: kind, At: t0.Add(time.Duration(s) * time.Second),
 				Holder: "worker-1", Token: audit.Int64(7), LeaseDuration: 10 * time.Second}
-			b.Append(tr.Observe(audit.Input{Source: source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}))
+			b.Append(tr.Step(audit.Input{Source: source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}))
 		}
 		if err := store.Apply(ctx, b); err != nil {
 			t.Fatal(err)

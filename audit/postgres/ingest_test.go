@@ -40,7 +40,7 @@ func BenchmarkIngest(b *testing.B) {
 	liteRec := startRecorder(b, liteStore, audit.WithClock(clock.Now))
 	for _, in := range storetest.IngestGrants() {
 		for _, rec := range []*audit.Recorder{pgRec, liteRec} {
-			if err := rec.Observe(ctx, in); err != nil {
+			if err := rec.Record(ctx, in); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -60,14 +60,14 @@ func BenchmarkIngest(b *testing.B) {
 		clock.Next()
 
 		start := time.Now()
-		if err := liteRec.Observe(ctx, in); err != nil {
+		if err := liteRec.Record(ctx, in); err != nil {
 			b.Fatal(err)
 		}
 		liteTime += time.Since(start)
 
 		runtime.ReadMemStats(&before)
 		start = time.Now()
-		if err := pgRec.Observe(ctx, in); err != nil {
+		if err := pgRec.Record(ctx, in); err != nil {
 			b.Fatal(err)
 		}
 		pgTime += time.Since(start)

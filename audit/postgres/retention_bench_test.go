@@ -61,7 +61,7 @@ func BenchmarkRetention(b *testing.B) {
 	for _, r := range runs {
 		r.rec = startRecorder(b, r.store)
 		for _, in := range storetest.IngestGrants() {
-			if err := r.rec.Observe(ctx, in); err != nil {
+			if err := r.rec.Record(ctx, in); err != nil {
 				b.Fatal(err)
 			}
 		}
@@ -90,7 +90,7 @@ func BenchmarkRetention(b *testing.B) {
 		clock.Store(in.At.UnixNano())
 		for _, r := range runs {
 			start := time.Now()
-			if err := r.rec.Observe(ctx, in); err != nil {
+			if err := r.rec.Record(ctx, in); err != nil {
 				b.Fatal(err)
 			}
 			r.times = append(r.times, time.Since(start))

@@ -47,7 +47,7 @@ func leaseFixture(t *testing.T, t0 time.Time) (*RecorderMetrics, audit.Reads, *p
 		if source == "cluster-a" {
 			ob.Class = audit.ClassHeartbeat
 		}
-		if err := rec.Observe(ctx, audit.Input{Source: source, Kind: audit.SourceKind(map[string]string{"prod-etcd": "etcd", "cluster-a": "kubernetes"}[source]), Observations: []audit.Observation{ob}}); err != nil {
+		if err := rec.Record(ctx, audit.Input{Source: source, Kind: audit.SourceKind(map[string]string{"prod-etcd": "etcd", "cluster-a": "kubernetes"}[source]), Observations: []audit.Observation{ob}}); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -227,7 +227,7 @@ func TestLeaseMetricsLeaveOutANameNotUTF8(t *testing.T) {
 	}
 	t.Cleanup(rec.Close)
 	for _, name := range []string{"lock:ok", "lock:\xff"} {
-		if err := rec.Observe(ctx, audit.Input{Source: "cache", Kind: audit.KindRedis, Observations: []audit.Observation{{
+		if err := rec.Record(ctx, audit.Input{Source: "cache", Kind: audit.KindRedis, Observations: []audit.Observation{{
 			Lock: audit.LockKey{Source: "cache", Name: name}, Kind: audit.EventGrant, At: t0, Holder: "w1", LeaseDuration: 10 * time.Second,
 		}}}); err != nil {
 			t.Fatal(err)

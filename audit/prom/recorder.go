@@ -135,9 +135,9 @@ func (h healthMetrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{h.tenure, h.takeover, h.margin}
 }
 
-// observe adds grant or end e, of a lock whose previous change ls has, to
+// count adds grant or end e, of a lock whose previous change ls has, to
 // the tenure and takeover histograms.
-func (h healthMetrics) observe(ls lockSeries, e audit.Event) {
+func (h healthMetrics) count(ls lockSeries, e audit.Event) {
 	since := time.Duration(e.At.UnixNano() - ls.changedAt).Seconds()
 	if ls.last == changeGranted && (e.Kind != audit.EventGrant || e.Detail["superseded"] != nil) {
 		h.tenure.WithLabelValues(e.Lock.Source).Observe(since)
@@ -297,7 +297,7 @@ func (m *RecorderMetrics) lockEvent(e audit.Event) {
 	// Kept by value, in a map of 100,000 locks at scale.
 	ls := m.locks[e.Lock]
 	if e.Kind != audit.EventRenew {
-		m.health.observe(ls, e)
+		m.health.count(ls, e)
 	}
 	switch e.Kind {
 	case audit.EventGrant:

@@ -65,7 +65,7 @@ func incident(t *testing.T) *sqlite.Store {
 			Lock: ordersKey, Kind: kind, At: at(when), Holder: holder, Token: audit.Int64(token),
 			LeaseDuration: lease, Inferred: inferred,
 		}}}
-		if err := rec.Observe(ctx, in); err != nil {
+		if err := rec.Record(ctx, in); err != nil {
 			t.Fatalf("observe %s %s: %v", kind, when, err)
 		}
 	}
@@ -97,7 +97,7 @@ func incident(t *testing.T) *sqlite.Store {
 
 	blind := audit.Input{Source: source, Kind: audit.KindEtcd, Snapshot: true, Blind: &audit.Blind{From: at("2m30s"), To: at("2m40s"), Reason: "etcd compaction"},
 		Observations: []audit.Observation{{Lock: ordersKey, Kind: audit.EventGrant, At: at("2m40s"), Holder: "worker-2", Token: audit.Int64(46), LeaseDuration: 5 * time.Second, Inferred: true}}}
-	if err := rec.Observe(ctx, blind); err != nil {
+	if err := rec.Record(ctx, blind); err != nil {
 		t.Fatalf("observe blind window: %v", err)
 	}
 	// Outside the window: a grant after it.
@@ -349,7 +349,7 @@ func TestTooManyLocksIsInvalid(t *testing.T) {
 		in := audit.Input{Source: "s", Kind: audit.KindEtcd, Observations: []audit.Observation{{
 			Lock: audit.LockKey{Source: "s", Name: string(rune('a' + i))}, Kind: audit.EventGrant, At: at("1m"), Holder: "h", Token: audit.Int64(int64(i + 1)),
 		}}}
-		if err := rec.Observe(ctx, in); err != nil {
+		if err := rec.Record(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -30,7 +30,7 @@ func observer(t *testing.T, rec *audit.Recorder) func(kind audit.EventKind, when
 		in := audit.Input{Source: source, Kind: audit.KindEtcd, Observations: []audit.Observation{{
 			Lock: ordersKey, Kind: kind, At: at(when), Holder: holder, Token: audit.Int64(token), LeaseDuration: 20 * time.Second,
 		}}}
-		if err := rec.Observe(context.Background(), in); err != nil {
+		if err := rec.Record(context.Background(), in); err != nil {
 			t.Fatalf("observe %s %s: %v", kind, when, err)
 		}
 	}

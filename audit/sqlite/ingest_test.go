@@ -28,7 +28,7 @@ func BenchmarkIngest(b *testing.B) {
 	rec, store := openRecorder(b, filepath.Join(dir, "leasewatch.db"), audit.WithClock(clock.Now))
 
 	for _, in := range storetest.IngestGrants() {
-		if err := rec.Observe(ctx, in); err != nil {
+		if err := rec.Record(ctx, in); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -55,7 +55,7 @@ func BenchmarkIngest(b *testing.B) {
 
 		runtime.ReadMemStats(&before)
 		start = time.Now()
-		if err := rec.Observe(ctx, in); err != nil {
+		if err := rec.Record(ctx, in); err != nil {
 			b.Fatal(err)
 		}
 		recTime += time.Since(start)

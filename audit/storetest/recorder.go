@@ -208,7 +208,7 @@ func manyLocks(t *testing.T, rec *audit.Recorder, n int) []audit.LockKey {
 		renewals.Observations = append(renewals.Observations, ob)
 	}
 	for _, in := range []audit.Input{grants, renewals} {
-		if err := rec.Observe(ctx, in); err != nil {
+		if err := rec.Record(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -237,11 +237,11 @@ func testRecorderObserveIsDurableAndResumes(t *testing.T, h Harness) {
 	ctx := context.Background()
 	s := h.Open(t)
 	rec := StartRecorder(t, s)
-	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "100")); err != nil {
+	if err := rec.Record(ctx, GrantInput("A", 41, At(0), "100")); err != nil {
 		t.Fatalf("observe: %v", err)
 	}
 	if got := EventKinds(t, s); len(got) != 1 || got[0] != audit.EventGrant {
-		t.Fatalf("events right after Observe = %v, want [grant]", got)
+		t.Fatalf("events right after Record = %v, want [grant]", got)
 	}
 	rec.Close()
 
@@ -252,7 +252,7 @@ func testRecorderObserveIsDurableAndResumes(t *testing.T, h Harness) {
 	if pos, _ := rec.Cursor("src"); pos != "100" {
 		t.Fatalf("cursor after restart = %q, want 100", pos)
 	}
-	if err := rec.Observe(ctx, GrantInput("B", 42, At(20), "101")); err != nil {
+	if err := rec.Record(ctx, GrantInput("B", 42, At(20), "101")); err != nil {
 		t.Fatal(err)
 	}
 	tenures, err := s.Tenures(ctx, LockByKey(t, s, orders).ID, audit.TimeFilter{})
@@ -268,7 +268,7 @@ func testRecorderWriteReportsAreIdempotent(t *testing.T, h Harness) {
 	s := h.Open(t)
 	rec := StartRecorder(t, s)
 	ctx := context.Background()
-	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "")); err != nil {
+	if err := rec.Record(ctx, GrantInput("A", 41, At(0), "")); err != nil {
 		t.Fatal(err)
 	}
 	w := audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(41), Outcome: audit.WriteAccepted, At: At(1), RequestID: "r-1"}
@@ -312,7 +312,7 @@ func testRecorderRequestIDsAreScopedToLockAndResource(t *testing.T, h Harness) {
 	s := h.Open(t)
 	rec := StartRecorder(t, s)
 	ctx := context.Background()
-	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "")); err != nil {
+	if err := rec.Record(ctx, GrantInput("A", 41, At(0), "")); err != nil {
 		t.Fatal(err)
 	}
 	w := audit.WriteReport{Source: "src", Lock: "orders", Resource: "db-1", Token: audit.Int64(41),
@@ -424,7 +424,7 @@ func testRecorderConflictRefusesOnlyItsRequest(t *testing.T, h Harness) {
 	s := h.Open(t)
 	rec := StartRecorder(t, s)
 	ctx := context.Background()
-	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "")); err != nil {
+	if err := rec.Record(ctx, GrantInput("A", 41, At(0), "")); err != nil {
 		t.Fatal(err)
 	}
 	w := audit.WriteReport{Source: "src", Lock: "orders", Resource: "db", Token: audit.Int64(41),
@@ -483,7 +483,7 @@ func testRecorderBoundsWriteOnlyLocksAcrossRestarts(t *testing.T, h Harness) {
 	s := h.Open(t)
 	rec := StartRecorder(t, s, audit.WithWriteOnlyLocks(3))
 	ctx := context.Background()
-	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "")); err != nil {
+	if err := rec.Record(ctx, GrantInput("A", 41, At(0), "")); err != nil {
 		t.Fatal(err)
 	}
 	write := func(source, lock string) audit.WriteReport {
@@ -518,7 +518,7 @@ func testRecorderBoundsWriteOnlyLocksAcrossRestarts(t *testing.T, h Harness) {
 	// A grant makes x1 the collector's: room for one more.
 	in := GrantInput("B", 7, At(2), "")
 	in.Observations[0].Lock.Name = "x1"
-	if err := rec.Observe(ctx, in); err != nil {
+	if err := rec.Record(ctx, in); err != nil {
 		t.Fatal(err)
 	}
 	if err := report(rec, write("src", "x4")); err != nil {
@@ -545,12 +545,12 @@ func testRecorderFailedCommitLosesNothingAcknowledged(t *testing.T, h Harness) {
 	var clock atomic.Int64 // seconds past At(0)
 	rec := StartRecorder(t, j, audit.WithClock(func() time.Time { return At(int(clock.Load())) }))
 	ctx := context.Background()
-	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "10")); err != nil {
+	if err := rec.Record(ctx, GrantInput("A", 41, At(0), "10")); err != nil {
 		t.Fatal(err)
 	}
 
 	j.fail.Store(true)
-	err := rec.Observe(ctx, GrantInput("B", 42, At(1), "11"))
+	err := rec.Record(ctx, GrantInput("B", 42, At(1), "11"))
 	if audit.ErrorCode(err) != audit.EUNAVAILABLE {
 		t.Fatalf("observe during failure: %v, want an unavailable error", err)
 	}
@@ -564,7 +564,7 @@ func testRecorderFailedCommitLosesNothingAcknowledged(t *testing.T, h Harness) {
 	// The collector retries from its cursor: B's grant is recorded once, and
 	// supersedes A's tenure as the second.
 	j.fail.Store(false)
-	if err := rec.Observe(ctx, GrantInput("B", 42, At(1), "11")); err != nil {
+	if err := rec.Record(ctx, GrantInput("B", 42, At(1), "11")); err != nil {
 		t.Fatal(err)
 	}
 	if got := EventKinds(t, j); len(got) != 2 || got[1] != audit.EventGrant {
@@ -598,11 +598,11 @@ func testRecorderRenewalsSurviveACrashBetweenSyncs(t *testing.T, h Harness) {
 		t.Helper()
 		in := audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: []audit.Observation{
 			{Lock: orders, Kind: audit.EventRenew, At: At(sec), Holder: "A", Token: audit.Int64(41), LeaseDuration: 10 * time.Second}}}
-		if err := rec.Observe(ctx, in); err != nil {
+		if err := rec.Record(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "")); err != nil {
+	if err := rec.Record(ctx, GrantInput("A", 41, At(0), "")); err != nil {
 		t.Fatal(err)
 	}
 	for sec := 1; sec <= 3; sec++ {
@@ -672,14 +672,14 @@ func testRecorderCommitsCarryTheirRenewals(t *testing.T, h Harness) {
 	ctx := context.Background()
 	// Recent, so the recorder's own clock expires nothing.
 	t0 := time.Now().Add(-time.Minute)
-	if err := rec.Observe(ctx, GrantInput("a", 7, t0, "1")); err != nil {
+	if err := rec.Record(ctx, GrantInput("a", 7, t0, "1")); err != nil {
 		t.Fatal(err)
 	}
 	renew := audit.Input{Source: "src", Kind: audit.KindEtcd, Cursor: "2", Observations: []audit.Observation{{
 		Lock: orders, Kind: audit.EventRenew, At: t0.Add(3 * time.Second),
 		Holder: "a", Token: audit.Int64(7), LeaseDuration: 10 * time.Second,
 	}}}
-	if err := rec.Observe(ctx, renew); err != nil {
+	if err := rec.Record(ctx, renew); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -777,7 +777,7 @@ func testRecorderSyncsHeartbeatsLessOften(t *testing.T, h Harness) {
 			}
 			in.Observations = append(in.Observations, ob)
 		}
-		if err := rec.Observe(ctx, in); err != nil {
+		if err := rec.Record(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -860,14 +860,14 @@ func testRecorderReloadsAfterTheStoreReturns(t *testing.T, h Harness) {
 	j := &downJournal{Store: st}
 	rec := StartRecorder(t, j)
 	ctx := context.Background()
-	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "10")); err != nil {
+	if err := rec.Record(ctx, GrantInput("A", 41, At(0), "10")); err != nil {
 		t.Fatal(err)
 	}
 	release := GrantInput("A", 41, At(1), "11")
 	release.Observations[0].Kind = audit.EventRelease
 
 	j.down.Store(true)
-	if err := rec.Observe(ctx, release); audit.ErrorCode(err) != audit.EUNAVAILABLE {
+	if err := rec.Record(ctx, release); audit.ErrorCode(err) != audit.EUNAVAILABLE {
 		t.Fatalf("observe while the database is down: %v, want an unavailable error", err)
 	}
 	if err := rec.ReportWrites(ctx, []audit.WriteReport{{Source: "src", Lock: "orders", Resource: "r",
@@ -880,9 +880,9 @@ func testRecorderReloadsAfterTheStoreReturns(t *testing.T, h Harness) {
 	}
 	// The first input after the return may be refused while the recorder
 	// reloads; the collector retries it from the stored cursor.
-	err := rec.Observe(ctx, release)
+	err := rec.Record(ctx, release)
 	if audit.ErrorCode(err) == audit.EUNAVAILABLE {
-		err = rec.Observe(ctx, release)
+		err = rec.Record(ctx, release)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -901,11 +901,11 @@ func testRecorderCommitWhoseAnswerIsLost(t *testing.T, h Harness) {
 	j := &lostReplyJournal{Store: h.Open(t)}
 	rec := StartRecorder(t, j)
 	ctx := context.Background()
-	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "10")); err != nil {
+	if err := rec.Record(ctx, GrantInput("A", 41, At(0), "10")); err != nil {
 		t.Fatal(err)
 	}
 	j.lose.Store(true)
-	if err := rec.Observe(ctx, GrantInput("B", 42, At(1), "11")); audit.ErrorCode(err) != audit.EUNAVAILABLE {
+	if err := rec.Record(ctx, GrantInput("B", 42, At(1), "11")); audit.ErrorCode(err) != audit.EUNAVAILABLE {
 		t.Fatalf("observe whose answer was lost: %v, want an unavailable error", err)
 	}
 	j.lose.Store(false)
@@ -913,9 +913,9 @@ func testRecorderCommitWhoseAnswerIsLost(t *testing.T, h Harness) {
 		t.Errorf("cursor after the lost answer = %q, want 11, what the store committed", pos)
 	}
 	// At-least-once delivery: the same step again.
-	err := rec.Observe(ctx, GrantInput("B", 42, At(1), "11"))
+	err := rec.Record(ctx, GrantInput("B", 42, At(1), "11"))
 	if audit.ErrorCode(err) == audit.EUNAVAILABLE {
-		err = rec.Observe(ctx, GrantInput("B", 42, At(1), "11"))
+		err = rec.Record(ctx, GrantInput("B", 42, At(1), "11"))
 	}
 	if err != nil {
 		t.Fatal(err)

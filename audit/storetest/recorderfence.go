@@ -93,7 +93,7 @@ func testRecorderFenceRefusalKeepsOtherSources(t *testing.T, h Harness) {
 		if err := rec.SetFence(ctx, src, 1); err != nil {
 			t.Fatalf("SetFence(%s, 1): %v", src, err)
 		}
-		if err := rec.Observe(ctx, sourceGrant(src, "A", 41, 0, "100")); err != nil {
+		if err := rec.Record(ctx, sourceGrant(src, "A", 41, 0, "100")); err != nil {
 			t.Fatalf("observe %s: %v", src, err)
 		}
 	}
@@ -141,7 +141,7 @@ func testRecorderFenceRefusalKeepsOtherSources(t *testing.T, h Harness) {
 
 	// Later requests of src are refused without reaching the store; a
 	// write report that names src refuses the whole report.
-	err := rec.Observe(ctx, sourceRenewal("src", "A", 41, 4, "104"))
+	err := rec.Record(ctx, sourceRenewal("src", "A", 41, 4, "104"))
 	if audit.ErrorCode(err) != audit.EFENCED {
 		t.Errorf("observe src after the refusal: %v, want %s", err, audit.EFENCED)
 	}
@@ -176,7 +176,7 @@ func testRecorderSetFenceCutsOffTheOldOwner(t *testing.T, h Harness) {
 	if err := old.SetFence(ctx, "src", 7); err != nil {
 		t.Fatalf("SetFence(src, 7): %v", err)
 	}
-	if err := old.Observe(ctx, GrantInput("A", 41, At(0), "100")); err != nil {
+	if err := old.Record(ctx, GrantInput("A", 41, At(0), "100")); err != nil {
 		t.Fatalf("observe: %v", err)
 	}
 	owner := StartRecorder(t, h.Second(t, s))
@@ -184,14 +184,14 @@ func testRecorderSetFenceCutsOffTheOldOwner(t *testing.T, h Harness) {
 		t.Fatalf("SetFence(src, 8): %v", err)
 	}
 	// The old owner, paused past its lease, wakes up and writes.
-	CheckFenced(t, old.Observe(ctx, sourceRenewal("src", "A", 41, 1, "101")), "src", 7, 8)
+	CheckFenced(t, old.Record(ctx, sourceRenewal("src", "A", 41, 1, "101")), "src", 7, 8)
 	if got := oldRefused.all(); len(got) != 1 || got[0].Source != "src" || got[0].Token != 7 || got[0].Highest != 8 {
 		t.Errorf("refusals = %+v, want one of src under 7, fence at 8", got)
 	}
 	if err := old.SetFence(ctx, "src", 7); audit.ErrorCode(err) != audit.EFENCED {
 		t.Errorf("SetFence(src, 7) after the takeover: %v, want %s", err, audit.EFENCED)
 	}
-	if err := owner.Observe(ctx, GrantInput("B", 42, At(2), "102")); err != nil {
+	if err := owner.Record(ctx, GrantInput("B", 42, At(2), "102")); err != nil {
 		t.Fatalf("the new owner's grant: %v", err)
 	}
 	Equal(t, "events", EventKinds(t, s), []audit.EventKind{audit.EventGrant, audit.EventGrant})
@@ -206,13 +206,13 @@ func testRecorderDropFenceGivesTheSourceUp(t *testing.T, h Harness) {
 	if err := rec.SetFence(ctx, "src", 3); err != nil {
 		t.Fatalf("SetFence: %v", err)
 	}
-	if err := rec.Observe(ctx, GrantInput("A", 41, At(0), "100")); err != nil {
+	if err := rec.Record(ctx, GrantInput("A", 41, At(0), "100")); err != nil {
 		t.Fatalf("observe: %v", err)
 	}
 	if err := rec.DropFence(ctx, "src"); err != nil {
 		t.Fatalf("DropFence: %v", err)
 	}
-	if err := rec.Observe(ctx, sourceRenewal("src", "A", 41, 1, "101")); audit.ErrorCode(err) != audit.EFENCED {
+	if err := rec.Record(ctx, sourceRenewal("src", "A", 41, 1, "101")); audit.ErrorCode(err) != audit.EFENCED {
 		t.Errorf("observe after DropFence: %v, want %s", err, audit.EFENCED)
 	}
 	if pos, _ := rec.Cursor("src"); pos != "" {
@@ -226,7 +226,7 @@ func testRecorderDropFenceGivesTheSourceUp(t *testing.T, h Harness) {
 	if err := rec.SetFence(ctx, "src", 4); err != nil {
 		t.Fatalf("SetFence again: %v", err)
 	}
-	if err := rec.Observe(ctx, GrantInput("B", 42, At(2), "102")); err != nil {
+	if err := rec.Record(ctx, GrantInput("B", 42, At(2), "102")); err != nil {
 		t.Fatalf("observe after SetFence again: %v", err)
 	}
 	Equal(t, "events", EventKinds(t, s), []audit.EventKind{audit.EventGrant, audit.EventGrant})
@@ -258,7 +258,7 @@ func testRecorderTakeoverResumesTheSource(t *testing.T, h Harness) {
 	}
 	for i, in := range []audit.Input{GrantInput("A", 41, At(0), "100"), sourceRenewal("src", "A", 41, 1, "101"),
 		sourceRenewal("src", "A", 41, 2, "102")} {
-		if err := old.Observe(ctx, in); err != nil {
+		if err := old.Record(ctx, in); err != nil {
 			t.Fatalf("old owner's input %d: %v", i, err)
 		}
 	}
@@ -267,11 +267,11 @@ func testRecorderTakeoverResumesTheSource(t *testing.T, h Harness) {
 		t.Fatalf("SetFence(other, 1): %v", err)
 	}
 	for i, in := range []audit.Input{sourceGrant("other", "B", 7, 3, "200"), sourceRenewal("other", "B", 7, 4, "201")} {
-		if err := next.Observe(ctx, in); err != nil {
+		if err := next.Record(ctx, in); err != nil {
 			t.Fatalf("other's input %d: %v", i, err)
 		}
 	}
-	if err := next.Observe(ctx, sourceRenewal("src", "A", 41, 3, "103")); audit.ErrorCode(err) != audit.EFENCED {
+	if err := next.Record(ctx, sourceRenewal("src", "A", 41, 3, "103")); audit.ErrorCode(err) != audit.EFENCED {
 		t.Errorf("an input of a source another replica records: %v, want %s", err, audit.EFENCED)
 	}
 	// A millisecond after the renewal at 3: events of one instant are in
@@ -295,7 +295,7 @@ func testRecorderTakeoverResumesTheSource(t *testing.T, h Harness) {
 	if pos, _ := next.Cursor("src"); pos != "102" {
 		t.Errorf("the taken-over cursor = %q, want 102", pos)
 	}
-	if err := next.Observe(ctx, sourceRenewal("src", "A", 41, 3, "103")); err != nil {
+	if err := next.Record(ctx, sourceRenewal("src", "A", 41, 3, "103")); err != nil {
 		t.Fatalf("the next owner's renewal: %v", err)
 	}
 	if err := next.ReportWrites(ctx, []audit.WriteReport{write}); err != nil {

@@ -65,7 +65,7 @@ func testRecorderRecordsRefusalsOnItsOwnLock(t *testing.T, h Harness) {
 	if err := old.SetFence(ctx, "src", 7); err != nil {
 		t.Fatalf("SetFence(src, 7): %v", err)
 	}
-	if err := old.Observe(ctx, sourceGrant("src", "A", 41, 0, "100")); err != nil {
+	if err := old.Record(ctx, sourceGrant("src", "A", 41, 0, "100")); err != nil {
 		t.Fatal(err)
 	}
 	// leasewatch's own source: the ownership lease of src, granted to the
@@ -74,7 +74,7 @@ func testRecorderRecordsRefusalsOnItsOwnLock(t *testing.T, h Harness) {
 		t.Fatalf("SetFence(lw, 1): %v", err)
 	}
 	for i, in := range []audit.Input{sourceGrant("lw", "r-old", 7, 0, "1"), sourceGrant("lw", "r-next", 8, 2, "2")} {
-		if err := next.Observe(ctx, in); err != nil {
+		if err := next.Record(ctx, in); err != nil {
 			t.Fatalf("own source's input %d: %v", i, err)
 		}
 	}
@@ -82,7 +82,7 @@ func testRecorderRecordsRefusalsOnItsOwnLock(t *testing.T, h Harness) {
 		t.Fatalf("SetFence(src, 8): %v", err)
 	}
 	// The old owner wakes up and writes.
-	CheckFenced(t, old.Observe(ctx, sourceRenewal("src", "A", 41, 3, "101")), "src", 7, 8)
+	CheckFenced(t, old.Record(ctx, sourceRenewal("src", "A", 41, 3, "101")), "src", 7, 8)
 
 	ownLock := audit.LockKey{Source: "lw", Name: "orders"}
 	var rejected []audit.Event

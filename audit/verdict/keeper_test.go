@@ -38,7 +38,7 @@ func TestKeeper(t *testing.T) {
 	observe := func(source, name string, class audit.Class, holder string, token int64, when time.Duration) {
 		ob := audit.Observation{Lock: audit.LockKey{Source: source, Name: name}, Kind: audit.EventGrant, At: at(when),
 			Holder: holder, Token: audit.Int64(token), LeaseDuration: lease, Class: class}
-		apply(tr.Observe(audit.Input{Source: source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}))
+		apply(tr.Step(audit.Input{Source: source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}))
 	}
 	write := func(name string, token int64, outcome audit.WriteOutcome, when time.Duration) {
 		apply(tr.ReportWrite(audit.WriteReport{Source: "src", Lock: name, Resource: "db", Token: audit.Int64(token), Outcome: outcome, At: at(when)}))
@@ -119,7 +119,7 @@ func grantPagesOfLocks(t *testing.T, ctx context.Context) (*sqlite.Store, audit.
 			At: at(0), Holder: "a", Token: audit.Int64(1), LeaseDuration: lease}
 	}
 	tr := audit.NewTracker(audit.TrackerConfig{})
-	b := tr.Observe(audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: obs})
+	b := tr.Step(audit.Input{Source: "src", Kind: audit.KindEtcd, Observations: obs})
 	if err := st.Apply(ctx, b); err != nil {
 		t.Fatal(err)
 	}

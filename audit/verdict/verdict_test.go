@@ -36,7 +36,7 @@ func newStory(t *testing.T) *story {
 
 func (s *story) observe(ob audit.Observation) {
 	ob.Lock = key
-	s.out.Append(s.tr.Observe(audit.Input{Source: key.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}))
+	s.out.Append(s.tr.Step(audit.Input{Source: key.Source, Kind: audit.KindEtcd, Observations: []audit.Observation{ob}}))
 }
 
 func (s *story) grant(holder string, token int64, when time.Duration) {
@@ -57,7 +57,7 @@ func (s *story) believe(holder string, token int64, when time.Duration) {
 }
 
 func (s *story) blind(from, to time.Duration) {
-	s.out.Append(s.tr.Observe(audit.Input{Source: key.Source, Kind: audit.KindEtcd, Blind: &audit.Blind{From: at(from), To: at(to), Reason: "compaction"}}))
+	s.out.Append(s.tr.Step(audit.Input{Source: key.Source, Kind: audit.KindEtcd, Blind: &audit.Blind{From: at(from), To: at(to), Reason: "compaction"}}))
 }
 
 // write reports a write of resource with token (0: none).

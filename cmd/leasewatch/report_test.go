@@ -51,7 +51,7 @@ func recordReportStory(t *testing.T, store audit.Journal) {
 		t.Helper()
 		in := audit.Input{Source: "prod-etcd", Kind: audit.KindEtcd, Observations: []audit.Observation{{
 			Lock: key, Kind: kind, At: at(ms), Holder: holder, Token: audit.Int64(token), LeaseDuration: 2 * time.Second}}}
-		if err := rec.Observe(ctx, in); err != nil {
+		if err := rec.Record(ctx, in); err != nil {
 			t.Fatal(err)
 		}
 	}

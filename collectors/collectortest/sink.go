@@ -88,15 +88,15 @@ func (s *Sink) Close() {
 // Recorder is the sink's recorder.
 func (s *Sink) Recorder() *audit.Recorder { return s.rec }
 
-// Observe notes in, then stores it: an input whose events a test has seen
+// Record notes in, then stores it: an input whose events a test has seen
 // in the store is already among Inputs.
-func (s *Sink) Observe(ctx context.Context, in audit.Input) error {
+func (s *Sink) Record(ctx context.Context, in audit.Input) error {
 	s.note(in)
-	return s.rec.Observe(ctx, in)
+	return s.rec.Record(ctx, in)
 }
 
 // Submit is the recorder's, so a collector pipelines as it does in
-// leasewatch; in is noted first, as by Observe.
+// leasewatch; in is noted first, as by Record.
 func (s *Sink) Submit(ctx context.Context, in audit.Input) func() error {
 	s.note(in)
 	return s.rec.Submit(ctx, in)

@@ -70,11 +70,11 @@ func newRecorder() *recorder {
 	return &recorder{tracker: audit.NewTracker(audit.TrackerConfig{RenewMarginRatio: 0.25}), tenures: make(map[string]audit.Tenure)}
 }
 
-func (r *recorder) Observe(_ context.Context, in audit.Input) error {
+func (r *recorder) Record(_ context.Context, in audit.Input) error {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.inputs = append(r.inputs, in)
-	b := r.tracker.Observe(in)
+	b := r.tracker.Step(in)
 	r.events = append(r.events, b.Events...)
 	r.findings = append(r.findings, b.Findings...)
 	for _, ten := range b.Tenures {

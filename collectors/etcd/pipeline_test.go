@@ -41,7 +41,7 @@ func (g *gatedSink) Submit(ctx context.Context, in audit.Input) func() error {
 		select {
 		case ok := <-g.gate:
 			if ok {
-				err = g.recorder.Observe(ctx, in)
+				err = g.recorder.Record(ctx, in)
 			} else {
 				err = errors.New("disk full")
 			}

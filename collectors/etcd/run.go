@@ -179,7 +179,7 @@ func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 	}
 	in := r.input()
 	in.At, in.Blind, in.Observations, in.Cursor, in.Snapshot = now, blind, obs, pos, true
-	if err := r.sink.Observe(ctx, in); err != nil {
+	if err := r.sink.Record(ctx, in); err != nil {
 		return fmt.Errorf("record snapshot at revision %d: %w", rev, err)
 	}
 	r.rev, r.revAt, r.applied = rev, now, rev

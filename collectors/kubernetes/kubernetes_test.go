@@ -688,11 +688,11 @@ type pagedSink struct {
 	pagesAt []int32 // per input, in order
 }
 
-func (s *pagedSink) Observe(ctx context.Context, in audit.Input) error {
+func (s *pagedSink) Record(ctx context.Context, in audit.Input) error {
 	s.mu.Lock()
 	s.pagesAt = append(s.pagesAt, s.pages.Load())
 	s.mu.Unlock()
-	return s.Sink.Observe(ctx, in)
+	return s.Sink.Record(ctx, in)
 }
 
 // config is the apiserver's client configuration, counting the pages of

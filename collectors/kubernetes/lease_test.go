@@ -282,7 +282,7 @@ func TestRenewalDecisionAgreesWithTheTracker(t *testing.T) {
 			tr := audit.NewTracker(audit.TrackerConfig{})
 			step := func(renewed, now time.Time) (audit.Observation, audit.Batch) {
 				ob, _ := r.observe(watch.Modified, lease("ns", "l", spec(renewed)), now)
-				return ob, tr.Observe(r.input(now, []audit.Observation{ob}, nil))
+				return ob, tr.Step(r.input(now, []audit.Observation{ob}, nil))
 			}
 			step(t0, t0)
 			ob, b := step(t0.Add(tt.written), t0.Add(tt.written))

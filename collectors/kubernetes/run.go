@@ -403,7 +403,7 @@ func (r *run) live(ctx context.Context, ws *watches) error {
 	r.lastLive = at
 	in := r.input(at, nil, nil)
 	in.Cursor, in.Live = "", true
-	return r.sink.Observe(ctx, in)
+	return r.sink.Record(ctx, in)
 }
 
 // prober asks the apiserver for /version, one request at a time, to tell a
@@ -555,7 +555,7 @@ func (r *run) apply(ctx context.Context, ws *watches, batch []message) error {
 			return nil
 		}
 		in := r.input(now, obs, next)
-		if err := r.sink.Observe(ctx, in); err != nil {
+		if err := r.sink.Record(ctx, in); err != nil {
 			return fmt.Errorf("record resourceVersion %s: %w", in.Cursor, err)
 		}
 		r.rv, r.rvAt = next, now

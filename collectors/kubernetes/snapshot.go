@@ -54,7 +54,7 @@ func (r *run) snapshot(ctx context.Context, blind *audit.Blind) error {
 	// A list is current as of now. After chunks recorded ahead the input
 	// is no Snapshot: it lists only the last of the held Leases.
 	in.Blind, in.Snapshot, in.Live = blind, l.recorded == 0, true
-	if err := r.sink.Observe(ctx, in); err != nil {
+	if err := r.sink.Record(ctx, in); err != nil {
 		return fmt.Errorf("record snapshot at resourceVersion %s: %w", in.Cursor, err)
 	}
 	r.leases = l.leases
@@ -123,7 +123,7 @@ func (l *listing) recordAhead(ctx context.Context) error {
 		if len(chunk) > 0 {
 			in := r.input(now, chunk, nil)
 			in.Cursor = ""
-			if err := r.sink.Observe(ctx, in); err != nil {
+			if err := r.sink.Record(ctx, in); err != nil {
 				return fmt.Errorf("record snapshot's Leases up to %s: %w", chunk[len(chunk)-1].Lock.Name, err)
 			}
 		}

@@ -987,9 +987,9 @@ func (s *stallingSink) wait() {
 	}
 }
 
-func (s *stallingSink) Observe(ctx context.Context, in audit.Input) error {
+func (s *stallingSink) Record(ctx context.Context, in audit.Input) error {
 	s.wait()
-	return s.Sink.Observe(ctx, in)
+	return s.Sink.Record(ctx, in)
 }
 
 func (s *stallingSink) Submit(ctx context.Context, in audit.Input) func() error {

@@ -400,7 +400,7 @@ func (r *run) record(ctx context.Context, in audit.Input) error {
 	}
 	sub, ok := r.sink.(collectors.Submitter)
 	if !ok {
-		sent.wait = func() error { return r.sink.Observe(ctx, in) }
+		sent.wait = func() error { return r.sink.Record(ctx, in) }
 		r.inflight = append(r.inflight, sent)
 		return r.settle(0)
 	}

@@ -151,12 +151,12 @@ func TestParseCons(t *testing.T) {
 func TestServerClockNeverOverstatesIdle(t *testing.T) {
 	t0 := time.UnixMilli(1_000_000)
 	var k serverClock
-	k.observe(t0, 500)                   // newest answer 0..? before: offset <= 999500
-	k.observe(t0.Add(time.Second), 1490) // an answer 10 ms before this probe
+	k.sample(t0, 500)                   // newest answer 0..? before: offset <= 999500
+	k.sample(t0.Add(time.Second), 1490) // an answer 10 ms before this probe
 	if got := k.idle(t0.Add(time.Second), 990); got != 510*time.Millisecond {
 		t.Errorf("idle = %v, want 510ms (the answer 500 ms before the newest, which was 10 ms old)", got)
 	}
-	k.observe(t0.Add(2*time.Second), 100) // the server restarted: a new clock
+	k.sample(t0.Add(2*time.Second), 100) // the server restarted: a new clock
 	if got := k.idle(t0.Add(2*time.Second), 100); got != 0 {
 		t.Errorf("idle after a restart = %v, want 0", got)
 	}

@@ -34,7 +34,7 @@ func (r *run) snapshot(ctx context.Context, t *tree, blind *audit.Blind) error {
 	}
 	in := r.input(now, obs, max(r.cursor, t.zxid))
 	in.Blind, in.Snapshot = blind, true
-	if err := r.sink.Observe(ctx, in); err != nil {
+	if err := r.sink.Record(ctx, in); err != nil {
 		return fmt.Errorf("record snapshot at zxid 0x%x: %w", t.zxid, err)
 	}
 	r.tree, r.cursor, r.seenAt = t, max(r.cursor, t.zxid), now

@@ -180,7 +180,7 @@ func (h *heldSink) Submit(ctx context.Context, in audit.Input) func() error {
 			if !ok {
 				return errors.New("disk full")
 			}
-			return h.Sink.Observe(ctx, in)
+			return h.Sink.Record(ctx, in)
 		case <-ctx.Done():
 			return ctx.Err()
 		}

@@ -60,10 +60,10 @@ type serverClock struct {
 	known  bool
 }
 
-// observe folds in a probe answered at collector time at whose newest
+// sample folds in a probe answered at collector time at whose newest
 // lresp was newest. An lresp going back means the server restarted, with
 // a new monotonic clock: the estimate starts again.
-func (k *serverClock) observe(at time.Time, newest int64) {
+func (k *serverClock) sample(at time.Time, newest int64) {
 	off := at.UnixMilli() - newest
 	if !k.known || newest < k.newest {
 		k.offset, k.known = off, true
@@ -109,7 +109,7 @@ func (c *Collector) probe(clocks map[string]*serverClock) sessions {
 			k = &serverClock{}
 			clocks[addr] = k
 		}
-		k.observe(answered, newest)
+		k.sample(answered, newest)
 		for sid, cs := range got {
 			cs.idle = k.idle(answered, cs.lresp)
 			if prev, ok := s.listed[sid]; !ok || cs.idle < prev.idle {
