@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"fmt"
+	"maps"
 	"strconv"
 	"strings"
 	"time"
@@ -52,9 +53,9 @@ type Rows struct {
 // lease is what Rows keeps of one row: its last image and, decoded from
 // it, its tenure.
 type lease struct {
-	row     Row
-	held    bool
-	holder  string
+	row       Row
+	held      bool
+	holder    string
 	granted   string    // the Granted column's value: a new one is a new tenure
 	grantedAt time.Time // the Granted column's time; zero if none
 	token     *int64    // the tenure's token: its column's, or its grant's commit LSN
@@ -68,6 +69,11 @@ func NewRows(m TableMapping) (*Rows, error) {
 		return nil, err
 	}
 	return &Rows{m: m, rows: make(map[string]lease)}, nil
+}
+
+// clone returns a copy of r that Apply can change without changing r.
+func (r *Rows) clone() *Rows {
+	return &Rows{m: r.m, rows: maps.Clone(r.rows)}
 }
 
 // Mapping returns the mapping r decodes by.
@@ -90,12 +96,17 @@ func (r *Rows) Apply(c Change) ([]audit.Observation, error) {
 			if _, ok := r.rows[newKey]; ok {
 				return nil, fmt.Errorf("%s: update of key %s onto %s, a row already seen", r.m.Table, oldKey, newKey)
 			}
-			del, err := r.Apply(Change{Old: c.Old, At: c.At, LSN: c.LSN})
+			trial := r.clone()
+			del, err := trial.Apply(Change{Old: c.Old, At: c.At, LSN: c.LSN})
 			if err != nil {
 				return nil, err
 			}
-			ins, err := r.Apply(Change{New: c.New, At: c.At, LSN: c.LSN, Snapshot: c.Snapshot})
-			return append(del, ins...), err
+			ins, err := trial.Apply(Change{New: c.New, At: c.At, LSN: c.LSN, Snapshot: c.Snapshot})
+			if err != nil {
+				return nil, err
+			}
+			r.rows = trial.rows
+			return append(del, ins...), nil
 		}
 	}
 	image := c.New
@@ -146,13 +157,34 @@ func (r *Rows) step(prev lease, next *lease, c Change) []audit.Observation {
 		return []audit.Observation{ob}
 	}
 	var obs []audit.Observation
-	if next.holder == prev.holder {
+	switch {
+	case next.holder == prev.holder:
 		// Without a token the tracker would take this for the same
 		// tenure: end it here.
 		obs = append(obs, r.end(prev, c, false))
+	case r.endedUnseen(prev, *next, c):
+		ob := r.end(prev, c, false)
+		ob.Kind, ob.Inferred = audit.EventRelease, true
+		obs = append(obs, ob)
 	}
 	r.grant(next, c)
 	return append(obs, r.observe(*next, c, audit.EventGrant))
+}
+
+// endedUnseen reports whether prev's tenure must have ended between two
+// reads of a polled table before next's holder took the row: on the
+// database's clock the application's SQL only lets a new holder in once
+// the row is free or its lease has run out (River deletes its row when it
+// resigns, and the next leader inserts its own within milliseconds), so a
+// new holder granted before prev's lease ran out follows a release the
+// reads did not see. Where the times are the holders' own, such a grant
+// can be a real overlap, and a stream sees every change: neither infers.
+func (r *Rows) endedUnseen(prev, next lease, c Change) bool {
+	granted := next.grantedAt
+	if granted.IsZero() {
+		granted = c.At
+	}
+	return c.LSN == 0 && !c.Snapshot && r.m.Clock != HolderClock && !audit.LeaseRunOut(prev.expires, granted)
 }
 
 // grant gives a newly granted tenure its token: its column's value, else

@@ -44,6 +44,9 @@ func describe(ob audit.Observation) string {
 	if ob.Class != "" {
 		s += " class=" + string(ob.Class)
 	}
+	if ob.Inferred {
+		s += " inferred"
+	}
 	keys := make([]string, 0, len(ob.Detail))
 	for k := range ob.Detail {
 		keys = append(keys, k)
@@ -125,27 +128,31 @@ func TestRowsShedLock(t *testing.T) {
 	})
 }
 
-// river is a river_leader row.
-func river(leader string, elected, expires time.Duration) Row {
+// riverRow is a river_leader row.
+func riverRow(leader string, elected, expires time.Duration) Row {
 	return Row{"name": "default", "leader_id": leader, "elected_at": at(elected), "expires_at": at(expires)}
 }
 
 func TestRowsRiverPolled(t *testing.T) {
 	key := Row{"name": "default"}
 	runStory(t, "river_leader", []step{
-		{"first read: a leader", Change{New: river("a", 0, 15*time.Second), At: at(time.Second), Snapshot: true},
+		{"first read: a leader", Change{New: riverRow("a", 0, 15*time.Second), At: at(time.Second), Snapshot: true},
 			[]string{"observed river_leader/default a lease=15s renewed=+0s"}},
-		{"re-elected", Change{Old: river("a", 0, 15*time.Second), New: river("a", 0, 20*time.Second), At: at(6 * time.Second)},
+		{"re-elected", Change{Old: riverRow("a", 0, 15*time.Second), New: riverRow("a", 0, 20*time.Second), At: at(6 * time.Second)},
 			[]string{"renew river_leader/default a lease=14s"}},
-		{"unchanged", Change{Old: river("a", 0, 20*time.Second), New: river("a", 0, 20*time.Second), At: at(7 * time.Second)},
+		{"unchanged", Change{Old: riverRow("a", 0, 20*time.Second), New: riverRow("a", 0, 20*time.Second), At: at(7 * time.Second)},
 			nil},
 		{"resigned: the row deleted before it ran out", Change{Old: key, At: at(8 * time.Second)},
 			[]string{"release river_leader/default a row_deleted=true"}},
-		{"b elected", Change{New: river("b", 9*time.Second, 24*time.Second), At: at(9 * time.Second)},
+		{"b elected", Change{New: riverRow("b", 9*time.Second, 24*time.Second), At: at(9 * time.Second)},
 			[]string{"grant river_leader/default b lease=15s renewed=+9s"}},
-		{"b elected anew after its lease ran out: no token tells, so its tenure ends here", Change{Old: key, New: river("b", 30*time.Second, 45*time.Second), At: at(31 * time.Second)},
-			[]string{"expire river_leader/default b", "grant river_leader/default b lease=15s renewed=+30s"}},
-		{"b's expired row deleted by the next election", Change{Old: key, At: at(50 * time.Second)},
+		{"b resigned and c was elected between two reads", Change{Old: key, New: riverRow("c", 12*time.Second, 27*time.Second), At: at(12 * time.Second)},
+			[]string{"release river_leader/default b inferred", "grant river_leader/default c lease=15s renewed=+12s"}},
+		{"c's lease ran out and b was elected between two reads", Change{Old: key, New: riverRow("b", 28*time.Second, 43*time.Second), At: at(29 * time.Second)},
+			[]string{"grant river_leader/default b lease=15s renewed=+28s"}},
+		{"b elected anew after its lease ran out: no token tells, so its tenure ends here", Change{Old: key, New: riverRow("b", 45*time.Second, 60*time.Second), At: at(46 * time.Second)},
+			[]string{"expire river_leader/default b", "grant river_leader/default b lease=15s renewed=+45s"}},
+		{"b's expired row deleted by the next election", Change{Old: key, At: at(70 * time.Second)},
 			[]string{"expire river_leader/default b row_deleted=true"}},
 	})
 }
