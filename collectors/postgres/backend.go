@@ -1,0 +1,48 @@
+package postgres
+
+import (
+	"log/slog"
+	"time"
+
+	"github.com/leasewatch/leasewatch/collectors"
+)
+
+// Backend is PostgreSQL as the rest of leasewatch knows it: the collector
+// sees an advisory lock's end as it happens (its row leaves pg_locks) and
+// tells a release from a holder that died by whether the holder's backend
+// lives on, so no lease expires by the clock. A password needs no username
+// here: the user can come from the url.
+var Backend = collectors.Backend{
+	Kind:    "postgres",
+	Section: func() collectors.Section { return new(Section) },
+}
+
+// Section is a PostgreSQL source's own keys in the configuration file; see
+// Config for what each means.
+type Section struct {
+	URL       string        `yaml:"url"`
+	Databases []string      `yaml:"databases"`
+	PollEvery time.Duration `yaml:"poll_every"`
+}
+
+// config is the collector's configuration for src.
+func (s *Section) config(src collectors.Source) Config {
+	return Config{
+		Name: src.Name, URL: s.URL, Databases: s.Databases, PollEvery: s.PollEvery,
+		Username: src.Username, Password: src.Password, TLS: src.TLS,
+	}
+}
+
+// Check validates the url, databases and poll_every as New does.
+func (s *Section) Check(tls bool) error {
+	cfg := s.config(collectors.Source{Name: "source"})
+	if tls {
+		cfg.TLS = collectors.StaticTLS(nil)
+	}
+	return Validate(cfg)
+}
+
+// Collector returns the collector of src.
+func (s *Section) Collector(src collectors.Source, logger *slog.Logger) (collectors.Collector, error) {
+	return New(s.config(src), logger)
+}
