@@ -34,7 +34,7 @@ const (
 var roles sync.Map // *pgtest.Server -> struct{}: the watcher role exists there
 
 // shared returns the shared server, with the watcher role.
-func shared(t *testing.T) *pgtest.Server {
+func shared(t testing.TB) *pgtest.Server {
 	t.Helper()
 	srv := pg.Get(t)
 	withWatcher(t, srv)
@@ -42,7 +42,7 @@ func shared(t *testing.T) *pgtest.Server {
 }
 
 // withWatcher creates the watcher role on srv once.
-func withWatcher(t *testing.T, srv *pgtest.Server) {
+func withWatcher(t testing.TB, srv *pgtest.Server) {
 	t.Helper()
 	if _, done := roles.Load(srv); done {
 		return
@@ -88,8 +88,14 @@ func watchURL(srv *pgtest.Server, db string) string {
 // often as it may; polled, if not nil, is handed each good poll.
 func newCollector(t testing.TB, srv *pgtest.Server, source string, dbs []string, polled func(*state)) *Collector {
 	t.Helper()
+	return newCollectorEvery(t, srv, source, dbs, MinPollEvery, polled)
+}
+
+// newCollectorEvery is newCollector polling every every.
+func newCollectorEvery(t testing.TB, srv *pgtest.Server, source string, dbs []string, every time.Duration, polled func(*state)) *Collector {
+	t.Helper()
 	c, err := New(Config{
-		Name: source, URL: watchURL(srv, dbs[0]), Databases: dbs, PollEvery: MinPollEvery,
+		Name: source, URL: watchURL(srv, dbs[0]), Databases: dbs, PollEvery: every,
 		Password: collectors.Password(watcherPassword),
 	}, collectortest.Logger(t, source))
 	if err != nil {

@@ -83,8 +83,8 @@ func (c *Collector) databases(conn *pgx.Conn) []string {
 	return []string{conn.Config().Database}
 }
 
-// read polls pg_locks once.
-func read(ctx context.Context, conn *pgx.Conn, dbs []string) (reading, error) {
+// readLocks polls pg_locks once.
+func readLocks(ctx context.Context, conn *pgx.Conn, dbs []string) (reading, error) {
 	var rd reading
 	rows, err := conn.Query(ctx, pollQuery, dbs)
 	if err != nil {

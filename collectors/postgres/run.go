@@ -83,8 +83,8 @@ func (r *run) start(ctx context.Context) error {
 	pos, at := r.sink.Cursor(r.c.cfg.Name)
 	if pos != "" {
 		why := "the collector was stopped; PostgreSQL keeps no history of its locks"
-		if pos != cursor(rd.postmaster) {
-			why += fmt.Sprintf("; the server restarted meanwhile (started %s, was %s), which ends every session", cursor(rd.postmaster), pos)
+		if pos != startCursor(rd.postmaster) {
+			why += fmt.Sprintf("; the server restarted meanwhile (started %s, was %s), which ends every session", startCursor(rd.postmaster), pos)
 		}
 		r.blind = &audit.Blind{From: at, Reason: why}
 	}
@@ -115,13 +115,15 @@ func (r *run) loop(ctx context.Context) error {
 			continue
 		case <-timer.C:
 		}
+		began := time.Now()
 		if err := r.poll(ctx); err != nil {
 			if ctx.Err() != nil {
 				return nil
 			}
 			r.lost(err)
 		}
-		next := r.c.cfg.PollEvery
+		// Polls begin PollEvery apart, however long each takes.
+		next := max(r.c.cfg.PollEvery-time.Since(began), 0)
 		if r.fails > 0 {
 			next = collectors.Backoff(r.c.cfg.PollEvery, maxReconnect, r.fails-1, rand.Float64())
 		}
@@ -179,7 +181,7 @@ func (r *run) dial(ctx context.Context) error {
 func (r *run) read(ctx context.Context) (reading, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.deadline())
 	defer cancel()
-	rd, err := read(ctx, r.conn, r.dbs)
+	rd, err := readLocks(ctx, r.conn, r.dbs)
 	if err != nil {
 		return rd, fmt.Errorf("poll: %w", err)
 	}
@@ -206,7 +208,7 @@ func (r *run) observe(ctx context.Context, rd reading) (audit.Input, bool, error
 	}
 	if restarted {
 		blind.Reason = fmt.Sprintf("the server restarted (started %s, was %s), which ends every session",
-			cursor(rd.postmaster), cursor(prev.postmaster))
+			startCursor(rd.postmaster), startCursor(prev.postmaster))
 	}
 	ended, granted := handovers(prev, cur)
 	var obs []audit.Observation
@@ -231,7 +233,7 @@ func (r *run) observe(ctx context.Context, rd reading) (audit.Input, bool, error
 		obs = append(obs, r.obs.grant(h, prev, cur, now, blind != nil))
 	}
 	in := audit.Input{Source: r.c.cfg.Name, Kind: Backend.Kind, At: now, Observations: obs,
-		Cursor: cursor(rd.postmaster), Live: true}
+		Cursor: startCursor(rd.postmaster), Live: true}
 	if blind != nil {
 		blind.To = now
 		in.Blind = blind
@@ -254,9 +256,9 @@ func (r *run) fates(ctx context.Context, ended []*hold) (map[sessionID]fate, err
 	return fs, nil
 }
 
-// cursor is the input's cursor: when the server started, so that a
+// startCursor is the input's cursor: when the server started, so that a
 // restarted collector can tell whether the server restarted meanwhile.
-func cursor(postmaster time.Time) string { return postmaster.UTC().Format(time.RFC3339Nano) }
+func startCursor(postmaster time.Time) string { return postmaster.UTC().Format(time.RFC3339Nano) }
 
 func sortedHolds(st *state) []*hold {
 	_, all := handovers(nil, st)
