@@ -150,26 +150,37 @@ func (p *Poller) read(ctx context.Context, db DB) (map[string]Row, time.Time, er
 	if err := tx.QueryRow(ctx, "SELECT statement_timestamp()").Scan(&at); err != nil {
 		return nil, time.Time{}, fmt.Errorf("read %s: %w", p.rows.m.Table, err)
 	}
-	rs, err := tx.Query(ctx, p.query)
+	out, err := readRows(ctx, tx, p.rows, p.query, p.columns)
 	if err != nil {
-		return nil, time.Time{}, fmt.Errorf("read %s: %w", p.rows.m.Table, err)
+		return nil, time.Time{}, err
 	}
+	return out, at.UTC(), nil
+}
+
+// readRows reads every row of the table rows decodes with query, which
+// selects columns, by key.
+func readRows(ctx context.Context, tx pgx.Tx, rows *Rows, query string, columns []string) (map[string]Row, error) {
+	rs, err := tx.Query(ctx, query)
+	if err != nil {
+		return nil, fmt.Errorf("read %s: %w", rows.m.Table, err)
+	}
+	defer rs.Close()
 	out := make(map[string]Row)
 	for rs.Next() {
 		vals, err := rs.Values()
 		if err != nil {
-			return nil, time.Time{}, fmt.Errorf("read %s: %w", p.rows.m.Table, err)
+			return nil, fmt.Errorf("read %s: %w", rows.m.Table, err)
 		}
 		row := make(Row, len(vals))
-		for i, c := range p.columns {
+		for i, c := range columns {
 			row[c] = vals[i]
 		}
-		out[p.rows.key(row)] = row
+		out[rows.key(row)] = row
 	}
 	if err := rs.Err(); err != nil {
-		return nil, time.Time{}, fmt.Errorf("read %s: %w", p.rows.m.Table, err)
+		return nil, fmt.Errorf("read %s: %w", rows.m.Table, err)
 	}
-	return out, at.UTC(), nil
+	return out, nil
 }
 
 // diff returns the changes from the read prev to the read next, made at

@@ -3,6 +3,7 @@ package postgres
 import (
 	"fmt"
 	"maps"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -54,6 +55,7 @@ type Rows struct {
 // it, its tenure.
 type lease struct {
 	row       Row
+	name      string // the lock's
 	held      bool
 	holder    string
 	granted   string    // the Granted column's value: a new one is a new tenure
@@ -247,7 +249,7 @@ func (r *Rows) end(prev lease, c Change, deleted bool) audit.Observation {
 // base is what every observation of l at c has.
 func (r *Rows) base(l lease, c Change) audit.Observation {
 	ob := audit.Observation{
-		Lock:   audit.LockKey{Name: r.name(l.row)},
+		Lock:   audit.LockKey{Name: l.name},
 		At:     c.At,
 		Class:  r.m.Class,
 		Holder: l.holder,
@@ -263,7 +265,7 @@ func (r *Rows) base(l lease, c Change) audit.Observation {
 // every HeldIf condition, and its lease has not run out by at.
 func (r *Rows) decode(row Row, at time.Time) (lease, error) {
 	m := &r.m
-	l := lease{row: row}
+	l := lease{row: row, name: r.name(row)}
 	var err error
 	if l.holder, err = text(row, m.Holder); err != nil {
 		return lease{}, err
@@ -330,6 +332,44 @@ func (r *Rows) key(row Row) string {
 		parts = append(parts, strconv.Quote(format(row[c])))
 	}
 	return strings.Join(parts, ",")
+}
+
+// heldLease is a held tenure as a stream's cursor keeps it (stream.go):
+// the token of a tenure granted before a restart is the commit LSN of its
+// grant, in no row.
+type heldLease struct {
+	Key       string    `json:"key"`
+	Name      string    `json:"name"`
+	Holder    string    `json:"holder"`
+	Granted   string    `json:"granted,omitempty"`
+	GrantedAt time.Time `json:"granted_at,omitzero"`
+	Token     *int64    `json:"token,omitempty"`
+	Renewed   time.Time `json:"renewed,omitzero"`
+	Expires   time.Time `json:"expires,omitzero"`
+}
+
+// held lists the held rows' tenures, in key order.
+func (r *Rows) held() []heldLease {
+	var out []heldLease
+	for _, k := range slices.Sorted(maps.Keys(r.rows)) {
+		l := r.rows[k]
+		if l.held {
+			out = append(out, heldLease{Key: k, Name: l.name, Holder: l.holder, Granted: l.granted, GrantedAt: l.grantedAt,
+				Token: l.token, Renewed: l.renewed, Expires: l.expires})
+		}
+	}
+	return out
+}
+
+// restore replaces what r knows of the rows by the held tenures hs (held
+// of an earlier Rows of the same table). A row's other columns are not
+// kept: its next change brings them.
+func (r *Rows) restore(hs []heldLease) {
+	r.rows = make(map[string]lease, len(hs))
+	for _, h := range hs {
+		r.rows[h.Key] = lease{name: h.Name, held: true, holder: h.Holder, granted: h.Granted, grantedAt: h.GrantedAt,
+			token: h.Token, renewed: h.Renewed, expires: h.Expires}
+	}
 }
 
 // name is the lock's name: the table, then each name column's value.

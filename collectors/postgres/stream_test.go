@@ -1,0 +1,234 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
+)
+
+// ShedLock is a Java library, not packaged where these tests run: its
+// table and the statements its documentation gives for PostgreSQL
+// (lukas-krecan/ShedLock README "Postgres", and
+// PostgresSqlStatementsSource, with the client's time) are run from Go.
+const (
+	shedlockDDL = `CREATE TABLE shedlock(name VARCHAR(64) NOT NULL, lock_until TIMESTAMP NOT NULL,
+		locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))`
+	shedlockAcquire = `INSERT INTO shedlock(name, lock_until, locked_at, locked_by) VALUES($1, $2, $3, $4)
+		ON CONFLICT (name) DO UPDATE SET lock_until = $2, locked_at = $3, locked_by = $4 WHERE shedlock.lock_until <= $3`
+	shedlockExtend = `UPDATE shedlock SET lock_until = $3 WHERE name = $1 AND locked_by = $2 AND lock_until > $4`
+	shedlockUnlock = `UPDATE shedlock SET lock_until = $3 WHERE name = $1 AND locked_by = $2`
+	// riverLeaderDDL is River's, from riverpgxv5's migrations 002 and 004.
+	riverLeaderDDL = `CREATE UNLOGGED TABLE river_leader(elected_at timestamptz NOT NULL, expires_at timestamptz NOT NULL,
+		leader_id text NOT NULL, name text PRIMARY KEY DEFAULT 'default' CHECK (name = 'default'))`
+)
+
+// TestStream follows lease tables through a slot on a server with
+// wal_level = logical.
+func TestStream(t *testing.T) {
+	srv := pgtest.New(t, pgtest.Options{NoFsync: true, Settings: map[string]string{"wal_level": "logical"}})
+	url := srv.Database(t)
+	ctx := t.Context()
+	db, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close(context.Background())
+	exec := func(t *testing.T, sql string, args ...any) int64 {
+		t.Helper()
+		tag, err := db.Exec(ctx, sql, args...)
+		if err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+		return tag.RowsAffected()
+	}
+	exec(t, shedlockDDL)
+	exec(t, riverLeaderDDL)
+
+	t.Run("ShedLockRestartFromStoredCursor", func(t *testing.T) { testStreamShedLock(t, url, exec) })
+	t.Run("UnloggedTableRefused", func(t *testing.T) {
+		river, _ := LookupPreset("river_leader")
+		s, err := NewStream(StreamConfig{URL: url, Source: "jobs", Tables: []TableMapping{river.Mapping}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, err = s.Start(ctx, "")
+		if err == nil {
+			s.Close(ctx)
+			t.Fatal("Start on an UNLOGGED table succeeded")
+		}
+		for _, want := range []string{`cannot add relation "river_leader" to publication`, "This operation is not supported for unlogged tables."} {
+			if !strings.Contains(err.Error(), want) {
+				t.Errorf("Start: %v; want the server's %q", err, want)
+			}
+		}
+	})
+}
+
+// testStreamShedLock: a lock held before the start is observed in the
+// slot's snapshot; a grant, an extension, then a crash after the extension
+// was stored but before it was confirmed; an unlock while down; a restart
+// from the stored cursor gets the unlock once, with the grant's token, and
+// not the extension again.
+func testStreamShedLock(t *testing.T, url string, exec func(*testing.T, string, ...any) int64) {
+	ctx := t.Context()
+	shedlock, _ := LookupPreset("shedlock")
+	cfg := StreamConfig{URL: url, Source: "Orders DB", Tables: []TableMapping{shedlock.Mapping}}
+	now := time.Now().UTC().Truncate(time.Millisecond)
+	exec(t, shedlockAcquire, "nightly", now.Add(10*time.Minute), now, "node-0")
+
+	s1 := startStream(t, cfg, "")
+	first := s1.first
+	if first == nil || !first.Snapshot || len(first.Observations) != 1 {
+		t.Fatalf("initial read: %+v; want a snapshot of one held lock", first)
+	}
+	if ob := first.Observations[0]; ob.Kind != audit.EventObserved || ob.Lock.Name != "shedlock/nightly" || ob.Holder != "node-0" ||
+		ob.Token == nil || *ob.Token != int64(first.Position) {
+		t.Fatalf("initial read: %s; want nightly observed, held by node-0, token the slot's consistent point %d", describe(ob), first.Position)
+	}
+
+	acquired := time.Now().UTC().Truncate(time.Millisecond)
+	if exec(t, shedlockAcquire, "report", acquired.Add(time.Minute), acquired, "node-a") != 1 {
+		t.Fatal("node-a could not acquire report")
+	}
+	grant := s1.next(t, first.Position)
+	g := only(t, grant, audit.EventGrant, "node-a")
+	if *g.Token <= int64(first.Position) || *g.Token >= int64(grant.Position) {
+		t.Fatalf("grant token %d, want the commit LSN: after the slot's start %d, before the transaction's end %d", *g.Token, first.Position, grant.Position)
+	}
+	if err := s1.Confirm(ctx, grant.Position); err != nil {
+		t.Fatal(err)
+	}
+	extended := time.Now().UTC()
+	if exec(t, shedlockExtend, "report", "node-a", extended.Add(2*time.Minute), extended) != 1 {
+		t.Fatal("node-a could not extend report")
+	}
+	renew := s1.next(t, grant.Position)
+	if r := only(t, renew, audit.EventRenew, "node-a"); *r.Token != *g.Token {
+		t.Fatalf("renewal token %d, want the grant's %d", *r.Token, *g.Token)
+	}
+	// Stored with the renewal, but the process dies before confirming it:
+	// the slot holds the WAL from the grant on.
+	s1.Close(ctx)
+
+	exec(t, shedlockUnlock, "report", "node-a", time.Now().UTC())
+	s2 := startStream(t, cfg, renew.Cursor)
+	if s2.first != nil {
+		t.Fatalf("a start from a cursor gave an initial read: %+v", s2.first)
+	}
+	release := s2.next(t, renew.Position)
+	if r := only(t, release, audit.EventRelease, "node-a"); *r.Token != *g.Token {
+		t.Fatalf("release token %d, want the grant's %d (restored from the cursor)", *r.Token, *g.Token)
+	}
+	if exec(t, shedlockAcquire, "report", time.Now().UTC().Add(time.Minute), time.Now().UTC(), "node-b") != 1 {
+		t.Fatal("node-b could not acquire report")
+	}
+	if b := only(t, s2.next(t, release.Position), audit.EventGrant, "node-b"); *b.Token <= *g.Token {
+		t.Fatalf("node-b's token %d, want more than node-a's %d", *b.Token, *g.Token)
+	}
+	s2.Close(ctx)
+
+	// A start from the grant's cursor, confirmed, gets every change since,
+	// once each.
+	s3 := startStream(t, cfg, grant.Cursor)
+	from := grant.Position
+	for _, want := range []struct {
+		kind   audit.EventKind
+		holder string
+	}{{audit.EventRenew, "node-a"}, {audit.EventRelease, "node-a"}, {audit.EventGrant, "node-b"}} {
+		b := s3.next(t, from)
+		only(t, b, want.kind, want.holder)
+		from = b.Position
+	}
+	s3.Close(ctx)
+
+	// The slot dropped behind the stream's back: a start from the cursor
+	// says the changes since are lost.
+	if err := Drop(ctx, url, cfg.Source); err != nil {
+		t.Fatal(err)
+	}
+	lost, err := NewStream(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lost.Start(ctx, grant.Cursor); !errors.Is(err, ErrSlotLost) {
+		lost.Close(ctx)
+		t.Fatalf("start from a cursor of a dropped slot: %v, want ErrSlotLost", err)
+	}
+
+	// The source removed: no slot or publication left behind.
+	if err := Drop(ctx, url, cfg.Source); err != nil {
+		t.Fatal(err)
+	}
+	if n := exec(t, "SELECT FROM pg_replication_slots UNION ALL SELECT FROM pg_publication"); n != 0 {
+		t.Fatalf("%d slots and publications left after Drop", n)
+	}
+}
+
+// testStream is a started stream and its initial read.
+type testStream struct {
+	*Stream
+	first *StreamBatch
+}
+
+// startStream starts a stream from stored, and closes it when the test
+// ends.
+func startStream(t *testing.T, cfg StreamConfig, stored string) testStream {
+	t.Helper()
+	s, err := NewStream(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first, err := s.Start(t.Context(), stored)
+	if err != nil {
+		t.Fatalf("start: %v", err)
+	}
+	t.Cleanup(func() { s.Close(context.Background()) })
+	return testStream{s, first}
+}
+
+// next returns the next batch with observations, within 10 s. Every batch
+// on the way must be past after, the position of the batch before: a
+// batch at or before it is a change delivered twice.
+func (s testStream) next(t *testing.T, after LSN) StreamBatch {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
+	defer cancel()
+	for {
+		b, err := s.Next(ctx)
+		if err != nil {
+			t.Fatalf("next: %v", err)
+		}
+		if b.Position <= after {
+			t.Fatalf("a batch at %s, not past %s: delivered again", b.Position, after)
+		}
+		if len(b.Observations) > 0 {
+			return b
+		}
+		after = b.Position
+	}
+}
+
+// only returns b's one observation, which must be of kind by holder on
+// shedlock/report, with a token.
+func only(t *testing.T, b StreamBatch, kind audit.EventKind, holder string) audit.Observation {
+	t.Helper()
+	if len(b.Observations) != 1 {
+		var got []string
+		for _, ob := range b.Observations {
+			got = append(got, describe(ob))
+		}
+		t.Fatalf("batch of %d observations, want one %s by %s:\n%s", len(b.Observations), kind, holder, strings.Join(got, "\n"))
+	}
+	ob := b.Observations[0]
+	if ob.Kind != kind || ob.Holder != holder || ob.Lock.Name != "shedlock/report" || ob.Token == nil || ob.Position == "" {
+		t.Fatalf("%s, want a %s of shedlock/report by %s with a token and a position", describe(ob), kind, holder)
+	}
+	return ob
+}
