@@ -599,5 +599,25 @@ func Drop(ctx context.Context, url, source string) error {
 	return nil
 }
 
+// RetainedWAL returns how many bytes of WAL source's slot keeps the server
+// from recycling (from its restart_lsn to the current position), and false
+// when the slot does not exist. It grows while the stream is down or its
+// positions are not confirmed; past max_slot_wal_keep_size the server
+// invalidates the slot (ErrSlotLost).
+func RetainedWAL(ctx context.Context, conn *pgx.Conn, source string) (int64, bool, error) {
+	var n *int64
+	err := conn.QueryRow(ctx, `SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint
+		FROM pg_replication_slots WHERE slot_name = $1`, SlotName(source)).Scan(&n)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return 0, false, nil
+	case err != nil:
+		return 0, false, fmt.Errorf("slot %s: retained WAL: %w", SlotName(source), err)
+	case n == nil:
+		return 0, true, nil // invalidated: restart_lsn is NULL
+	}
+	return *n, true, nil
+}
+
 // sortedOIDs lists the tables' OIDs in order, for a stable initial read.
 func sortedOIDs(tables map[uint32]*Rows) []uint32 { return slices.Sorted(maps.Keys(tables)) }

@@ -116,6 +116,9 @@ func testStreamShedLock(t *testing.T, url string, exec func(*testing.T, string, 
 	// Stored with the renewal, but the process dies before confirming it:
 	// the slot holds the WAL from the grant on.
 	s1.Close(ctx)
+	if n := retained(t, url, cfg.Source); n <= 0 {
+		t.Fatalf("retained WAL = %d bytes, want some: the renewal is not confirmed", n)
+	}
 
 	exec(t, shedlockUnlock, "report", "node-a", time.Now().UTC())
 	s2 := startStream(t, cfg, renew.Cursor)
@@ -169,6 +172,27 @@ func testStreamShedLock(t *testing.T, url string, exec func(*testing.T, string, 
 	if n := exec(t, "SELECT FROM pg_replication_slots UNION ALL SELECT FROM pg_publication"); n != 0 {
 		t.Fatalf("%d slots and publications left after Drop", n)
 	}
+	if n := retained(t, url, cfg.Source); n != -1 {
+		t.Fatalf("retained WAL of a dropped slot = %d, want none", n)
+	}
+}
+
+// retained is RetainedWAL of source's slot, -1 when it has none.
+func retained(t *testing.T, url, source string) int64 {
+	t.Helper()
+	conn, err := pgx.Connect(t.Context(), url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(context.Background())
+	n, ok, err := RetainedWAL(t.Context(), conn, source)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !ok {
+		return -1
+	}
+	return n
 }
 
 // testStream is a started stream and its initial read.

@@ -203,6 +203,14 @@ func (m TableMapping) MarkInput(in *audit.Input) {
 // their own DDL and SQL create and write them. Publishable says whether
 // logical replication can stream the table; a table it cannot (UNLOGGED)
 // is polled.
+//
+//	preset                lock (after the table)         holder         lease runs out at                             token       clock     watched
+//	shedlock              name                           locked_by      lock_until                                    commit LSN  holder    streamed
+//	river_leader          name ('default')               leader_id      expires_at                                    none        database  polled: UNLOGGED
+//	qrtz_scheduler_state  sched_name/instance_name       instance_name  last_checkin_time + checkin_interval + 7.5 s  commit LSN  holder    streamed; heartbeats
+//	qrtz_fired_triggers   sched_name/job_group/job_name  instance_name  never: ends with its row                      commit LSN  holder    streamed
+//	scheduled_tasks       task_name/task_instance        picked_by      last_heartbeat + 30 min                       version     holder    streamed
+//	goose_lock            lock_id                        locked_by      lease_expires_at                              commit LSN  database  streamed
 var presets = map[string]Preset{
 	// ShedLock (lukas-krecan/ShedLock, README "Postgres"): one row per
 	// lock, never deleted. Acquire upserts lock_until, locked_at and
