@@ -204,11 +204,50 @@ func (s *Stream) resolve(ctx context.Context, conn *pgx.Conn) error {
 		if oid == nil {
 			return fmt.Errorf("table %s: no such table", m.Table)
 		}
+		if err := checkIdentity(ctx, conn, *oid, m); err != nil {
+			return err
+		}
 		rows, err := NewRows(m)
 		if err != nil {
 			return err
 		}
 		s.tables[*oid] = rows
+	}
+	return nil
+}
+
+// identityQuery reads a table's replica identity and the columns of the
+// index it uses: the primary key by default, or the index set with ALTER
+// TABLE ... REPLICA IDENTITY USING INDEX.
+const identityQuery = `SELECT c.relreplident::text,
+	coalesce(array_agg(a.attname::text ORDER BY a.attname) FILTER (WHERE a.attname IS NOT NULL), '{}')
+FROM pg_class c
+LEFT JOIN pg_index i ON i.indrelid = c.oid AND (c.relreplident = 'd' AND i.indisprimary OR c.relreplident = 'i' AND i.indisreplident)
+LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum = ANY (i.indkey)
+WHERE c.oid = $1
+GROUP BY c.relreplident`
+
+// checkIdentity refuses a table whose changes would not say which row
+// they are of. A DELETE carries only the replica identity's columns, so
+// the mapping's key must be them, unless the identity is FULL. And a table
+// with none must not be published at all: the server would then refuse the
+// application's own UPDATEs and DELETEs of it ("cannot update table ...
+// because it does not have a replica identity and publishes updates").
+func checkIdentity(ctx context.Context, conn *pgx.Conn, oid uint32, m TableMapping) error {
+	var ident string
+	var cols []string
+	if err := conn.QueryRow(ctx, identityQuery, oid).Scan(&ident, &cols); err != nil {
+		return fmt.Errorf("table %s: replica identity: %w", m.Table, err)
+	}
+	switch {
+	case ident == "f":
+		return nil
+	case len(cols) == 0:
+		return fmt.Errorf("table %s: has no primary key or replica identity; publishing it would make the application's UPDATE and DELETE fail: add a primary key, or set REPLICA IDENTITY", m.Table)
+	}
+	key := slices.Sorted(slices.Values(m.key()))
+	if !slices.Equal(key, cols) {
+		return fmt.Errorf("key: %s's replica identity is (%s), not (%s): a deleted row would not say which it was", m.Table, strings.Join(cols, ", "), strings.Join(key, ", "))
 	}
 	return nil
 }

@@ -52,6 +52,27 @@ func TestStream(t *testing.T) {
 	exec(t, riverLeaderDDL)
 
 	t.Run("ShedLockRestartFromStoredCursor", func(t *testing.T) { testStreamShedLock(t, url, exec) })
+	t.Run("TableWithoutIdentityRefused", func(t *testing.T) {
+		exec(t, "CREATE TABLE locks (name text NOT NULL, owner text, until timestamptz)")
+		m := TableMapping{Table: "locks", Names: []string{"name"}, Holder: "owner", Expires: "until"}
+		s, err := NewStream(StreamConfig{URL: url, Source: "bare", Tables: []TableMapping{m}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.Start(ctx, ""); err == nil || !strings.Contains(err.Error(), "no primary key or replica identity") {
+			s.Close(ctx)
+			t.Fatalf("Start on a table without a key: %v; want it refused", err)
+		}
+		// Nothing published: the application can still update its table.
+		exec(t, "INSERT INTO locks VALUES ('a', 'x', now())")
+		exec(t, "UPDATE locks SET owner = 'y'")
+		exec(t, "ALTER TABLE locks ADD PRIMARY KEY (name, owner)")
+		_, err = s.Start(ctx, "")
+		if err == nil || !strings.Contains(err.Error(), "key: locks's replica identity is (name, owner), not (name)") {
+			s.Close(ctx)
+			t.Fatalf("Start with a key other than the primary key: %v; want it refused", err)
+		}
+	})
 	t.Run("UnloggedTableRefused", func(t *testing.T) {
 		river, _ := LookupPreset("river_leader")
 		s, err := NewStream(StreamConfig{URL: url, Source: "jobs", Tables: []TableMapping{river.Mapping}})
