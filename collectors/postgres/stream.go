@@ -562,6 +562,11 @@ func (s *Stream) commit(m *pglogrepl.CommitMessage) (StreamBatch, bool, error) {
 	if tx == nil || tx.lsn < s.from {
 		return StreamBatch{}, false, nil
 	}
+	if LSN(m.CommitLSN) != tx.lsn {
+		// pgoutput sends the commit LSN as Begin's final LSN
+		// (logicalrep_write_begin): the grants' tokens rest on it.
+		return StreamBatch{}, false, fmt.Errorf("slot %s: begin said the commit would be at %s, the commit is at %s", s.name, tx.lsn, LSN(m.CommitLSN))
+	}
 	s.tables, s.from = tx.tables, LSN(m.TransactionEndLSN)
 	cur, err := s.cursor(s.tables, s.from)
 	return StreamBatch{Observations: tx.obs, At: tx.at, Position: s.from, Cursor: cur}, true, err
