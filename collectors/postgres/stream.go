@@ -481,6 +481,8 @@ func (s *Stream) decode(data []byte) (StreamBatch, bool, error) {
 		return StreamBatch{}, false, s.change(m.RelationID, m.OldTuple, m.NewTuple)
 	case *pglogrepl.DeleteMessage:
 		return StreamBatch{}, false, s.change(m.RelationID, m.OldTuple, nil)
+	case *pglogrepl.TruncateMessage:
+		return StreamBatch{}, false, s.truncate(m.RelationIDs)
 	case *pglogrepl.CommitMessage:
 		return s.commit(m)
 	}
@@ -516,6 +518,22 @@ func (s *Stream) change(rel uint32, old, new *pglogrepl.TupleData) error {
 		return fmt.Errorf("slot %s: %w", s.name, err)
 	}
 	s.tx.obs = append(s.tx.obs, obs...)
+	return nil
+}
+
+// truncate ends the held tenures of the tables of ours among rels.
+func (s *Stream) truncate(rels []uint32) error {
+	if s.tx == nil {
+		return fmt.Errorf("slot %s: a truncate outside a transaction", s.name)
+	}
+	if s.tx.lsn < s.from {
+		return nil
+	}
+	for _, rel := range rels {
+		if rows, ok := s.tx.tables[rel]; ok {
+			s.tx.obs = append(s.tx.obs, rows.Truncate(Change{At: s.tx.at, LSN: s.tx.lsn})...)
+		}
+	}
 	return nil
 }
 

@@ -170,6 +170,15 @@ func testStreamShedLock(t *testing.T, url string, exec func(*testing.T, string, 
 		only(t, b, want.kind, want.holder)
 		from = b.Position
 	}
+	// The table emptied: every held lock ends.
+	exec(t, "TRUNCATE shedlock")
+	var ended []string
+	for _, ob := range s3.next(t, from).Observations {
+		ended = append(ended, describe(ob))
+	}
+	if len(ended) != 2 || !strings.HasPrefix(ended[0], "release shedlock/nightly node-0 ") || !strings.HasPrefix(ended[1], "release shedlock/report node-b ") {
+		t.Fatalf("after TRUNCATE:\n%s\nwant the releases of nightly and report", strings.Join(ended, "\n"))
+	}
 	s3.Close(ctx)
 
 	// The slot dropped behind the stream's back: a start from the cursor

@@ -134,6 +134,19 @@ func (r *Rows) Apply(c Change) ([]audit.Observation, error) {
 	return obs, nil
 }
 
+// Truncate ends every held row's tenure at c (its At and LSN): the table
+// was emptied (TRUNCATE), which names no row.
+func (r *Rows) Truncate(c Change) []audit.Observation {
+	var obs []audit.Observation
+	for _, k := range slices.Sorted(maps.Keys(r.rows)) {
+		if l := r.rows[k]; l.held {
+			obs = append(obs, r.end(l, c, true))
+		}
+	}
+	clear(r.rows)
+	return obs
+}
+
 // step returns the observations of a row going from prev to next, and
 // gives next its tenure's token.
 func (r *Rows) step(prev lease, next *lease, c Change) []audit.Observation {
