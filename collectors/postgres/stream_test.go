@@ -92,15 +92,25 @@ func TestStream(t *testing.T) {
 	})
 }
 
-// testStreamShedLock: a lock held before the start is observed in the
-// slot's snapshot; a grant, an extension, then a crash after the extension
-// was stored but before it was confirmed; an unlock while down; a restart
-// from the stored cursor gets the unlock once, with the grant's token, and
-// not the extension again.
-func testStreamShedLock(t *testing.T, url string, exec func(*testing.T, string, ...any) int64) {
-	ctx := t.Context()
+// testStreamShedLock follows ShedLock's table through a crash, two
+// restarts, a TRUNCATE and the slot's loss.
+func testStreamShedLock(t *testing.T, url string, exec execFunc) {
 	shedlock, _ := LookupPreset("shedlock")
 	cfg := StreamConfig{URL: url, Source: "Orders DB", Tables: []TableMapping{shedlock.Mapping}}
+	grant, renew, token := streamUntilCrash(t, url, cfg, exec)
+	restartAfterCrash(t, cfg, exec, renew, token)
+	replayFromGrant(t, cfg, exec, grant)
+	dropSource(t, url, cfg, exec, grant)
+}
+
+// execFunc runs a statement and returns the rows it affected.
+type execFunc func(t *testing.T, sql string, args ...any) int64
+
+// streamUntilCrash: a lock held before the start is observed in the
+// slot's snapshot; a grant, confirmed, and an extension, stored but not
+// confirmed when the stream stops.
+func streamUntilCrash(t *testing.T, url string, cfg StreamConfig, exec execFunc) (grant, renew StreamBatch, token int64) {
+	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	exec(t, shedlockAcquire, "nightly", now.Add(10*time.Minute), now, "node-0")
 
@@ -118,10 +128,10 @@ func testStreamShedLock(t *testing.T, url string, exec func(*testing.T, string, 
 	if exec(t, shedlockAcquire, "report", acquired.Add(time.Minute), acquired, "node-a") != 1 {
 		t.Fatal("node-a could not acquire report")
 	}
-	grant := s1.next(t, first.Position)
-	g := only(t, grant, audit.EventGrant, "node-a")
-	if *g.Token <= int64(first.Position) || *g.Token >= int64(grant.Position) {
-		t.Fatalf("grant token %d, want the commit LSN: after the slot's start %d, before the transaction's end %d", *g.Token, first.Position, grant.Position)
+	grant = s1.next(t, first.Position)
+	token = *only(t, grant, audit.EventGrant, "node-a").Token
+	if token <= int64(first.Position) || token >= int64(grant.Position) {
+		t.Fatalf("grant token %d, want the commit LSN: after the slot's start %d, before the transaction's end %d", token, first.Position, grant.Position)
 	}
 	if err := s1.Confirm(ctx, grant.Position); err != nil {
 		t.Fatal(err)
@@ -130,9 +140,9 @@ func testStreamShedLock(t *testing.T, url string, exec func(*testing.T, string, 
 	if exec(t, shedlockExtend, "report", "node-a", extended.Add(2*time.Minute), extended) != 1 {
 		t.Fatal("node-a could not extend report")
 	}
-	renew := s1.next(t, grant.Position)
-	if r := only(t, renew, audit.EventRenew, "node-a"); *r.Token != *g.Token {
-		t.Fatalf("renewal token %d, want the grant's %d", *r.Token, *g.Token)
+	renew = s1.next(t, grant.Position)
+	if r := only(t, renew, audit.EventRenew, "node-a"); *r.Token != token {
+		t.Fatalf("renewal token %d, want the grant's %d", *r.Token, token)
 	}
 	// Stored with the renewal, but the process dies before confirming it:
 	// the slot holds the WAL from the grant on.
@@ -140,24 +150,36 @@ func testStreamShedLock(t *testing.T, url string, exec func(*testing.T, string, 
 	if n := retained(t, url, cfg.Source); n <= 0 {
 		t.Fatalf("retained WAL = %d bytes, want some: the renewal is not confirmed", n)
 	}
+	return grant, renew, token
+}
 
+// restartAfterCrash: an unlock while down; a start from the cursor stored
+// with the extension gets the unlock once, with the grant's token, and not
+// the extension again.
+func restartAfterCrash(t *testing.T, cfg StreamConfig, exec execFunc, renew StreamBatch, token int64) {
+	ctx := t.Context()
 	exec(t, shedlockUnlock, "report", "node-a", time.Now().UTC())
 	s2 := startStream(t, cfg, renew.Cursor)
 	if s2.first != nil {
 		t.Fatalf("a start from a cursor gave an initial read: %+v", s2.first)
 	}
 	release := s2.next(t, renew.Position)
-	if r := only(t, release, audit.EventRelease, "node-a"); *r.Token != *g.Token {
-		t.Fatalf("release token %d, want the grant's %d (restored from the cursor)", *r.Token, *g.Token)
+	if r := only(t, release, audit.EventRelease, "node-a"); *r.Token != token {
+		t.Fatalf("release token %d, want the grant's %d (restored from the cursor)", *r.Token, token)
 	}
 	if exec(t, shedlockAcquire, "report", time.Now().UTC().Add(time.Minute), time.Now().UTC(), "node-b") != 1 {
 		t.Fatal("node-b could not acquire report")
 	}
-	if b := only(t, s2.next(t, release.Position), audit.EventGrant, "node-b"); *b.Token <= *g.Token {
-		t.Fatalf("node-b's token %d, want more than node-a's %d", *b.Token, *g.Token)
+	if b := only(t, s2.next(t, release.Position), audit.EventGrant, "node-b"); *b.Token <= token {
+		t.Fatalf("node-b's token %d, want more than node-a's %d", *b.Token, token)
 	}
 	s2.Close(ctx)
+}
 
+// replayFromGrant: a start from the grant's cursor, the last confirmed,
+// gets every change since, once each; then a TRUNCATE.
+func replayFromGrant(t *testing.T, cfg StreamConfig, exec execFunc, grant StreamBatch) {
+	ctx := t.Context()
 	// A start from the grant's cursor, confirmed, gets every change since,
 	// once each.
 	s3 := startStream(t, cfg, grant.Cursor)
@@ -180,7 +202,12 @@ func testStreamShedLock(t *testing.T, url string, exec func(*testing.T, string, 
 		t.Fatalf("after TRUNCATE:\n%s\nwant the releases of nightly and report", strings.Join(ended, "\n"))
 	}
 	s3.Close(ctx)
+}
 
+// dropSource: a slot dropped behind the stream's back, then the source
+// removed.
+func dropSource(t *testing.T, url string, cfg StreamConfig, exec execFunc, grant StreamBatch) {
+	ctx := t.Context()
 	// The slot dropped behind the stream's back: a start from the cursor
 	// says the changes since are lost.
 	if err := Drop(ctx, url, cfg.Source); err != nil {

@@ -143,26 +143,8 @@ func (o *observations) story() string {
 // ran out. The new leader then stops cleanly and resigns: a release, and
 // the last client takes over at once.
 func TestPollRiverLeaderElection(t *testing.T) {
-	srv := pgtest.New(t, pgtest.Options{NoFsync: true})
-	url := srv.Database(t)
+	srv, url, pool := riverDatabase(t)
 	ctx := t.Context()
-	pool, err := pgxpool.New(ctx, url)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(pool.Close) // after the poller's
-	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
-		t.Fatalf("River's migrations: %v", err)
-	}
-	var persistence string
-	if err := pool.QueryRow(ctx, "SELECT relpersistence FROM pg_class WHERE relname = 'river_leader'").Scan(&persistence); err != nil || persistence != "u" {
-		t.Fatalf("river_leader relpersistence = %q, %v; want u (UNLOGGED), why it is polled", persistence, err)
-	}
-
 	preset, _ := LookupPreset("river_leader")
 	p, err := NewPoller(preset.Mapping, 100*time.Millisecond)
 	if err != nil {
@@ -228,6 +210,33 @@ func TestPollRiverLeaderElection(t *testing.T) {
 		t.Fatalf("grant to %s after the resignation, want the third client", last.Holder)
 	}
 	t.Logf("observed:\n%s", obs.story())
+}
+
+// riverDatabase starts a server with a database migrated by River's own
+// migrations, and returns a pool on it, closed after the test's other
+// cleanups.
+func riverDatabase(t *testing.T) (*pgtest.Server, string, *pgxpool.Pool) {
+	t.Helper()
+	srv := pgtest.New(t, pgtest.Options{NoFsync: true})
+	url := srv.Database(t)
+	ctx := t.Context()
+	pool, err := pgxpool.New(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		t.Fatalf("River's migrations: %v", err)
+	}
+	var persistence string
+	if err := pool.QueryRow(ctx, "SELECT relpersistence FROM pg_class WHERE relname = 'river_leader'").Scan(&persistence); err != nil || persistence != "u" {
+		t.Fatalf("river_leader relpersistence = %q, %v; want u (UNLOGGED), why it is polled", persistence, err)
+	}
+	return srv, url, pool
 }
 
 // TestXminIsNoToken shows why a polled row's xmin cannot stand in for the
