@@ -104,6 +104,7 @@ func idle(vxid string) bool { return strings.HasSuffix(vxid, "/0") }
 
 // hold is a lock's exclusive holder as polls saw it.
 type hold struct {
+	db        string
 	lock      string
 	s         session
 	vxid      string // the transaction it was last seen held in
@@ -124,14 +125,15 @@ type state struct {
 	postmaster time.Time // pg_postmaster_start_time
 	holds      map[string]*hold
 	waiters    map[string][]waiter
-	shared     map[string]int // shared holds by lock, left out of the lock model
+	shared     map[string]int   // shared holds by lock, left out of the lock model
+	abnormal   map[string]int64 // abnormal session ends by database (pg_stat_database)
 }
 
 // newState folds a poll's rows into who holds and who waits for each lock.
 // What prev saw of a hold still held by the same session carries over.
 func newState(at, postmaster time.Time, rows []row, prev *state) *state {
 	st := &state{at: at, postmaster: postmaster, holds: map[string]*hold{},
-		waiters: map[string][]waiter{}, shared: map[string]int{}}
+		waiters: map[string][]waiter{}, shared: map[string]int{}, abnormal: map[string]int64{}}
 	for _, r := range rows {
 		name := r.lock()
 		switch {
@@ -140,7 +142,7 @@ func newState(at, postmaster time.Time, rows []row, prev *state) *state {
 		case r.mode == modeShared:
 			st.shared[name]++
 		case r.mode == modeExclusive:
-			h := &hold{lock: name, s: r.s, vxid: r.vxid, firstSeen: at}
+			h := &hold{db: r.db, lock: name, s: r.s, vxid: r.vxid, firstSeen: at}
 			if was := prev.holdOf(name); was != nil && stillHeld(was.s, r.s) {
 				// The holder as granted, though it may have set another
 				// application name since.
@@ -199,6 +201,11 @@ func (st *state) holdsOrNil() map[string]*hold {
 type fate struct {
 	alive bool   // the same session (pid and backend start) is still there
 	vxid  string // its transaction now; "" in none
+	// For a session gone: whether its database's abnormal session ends
+	// were counted at the poll before (counted), and how many more there
+	// are now (abnormal). None more: it was closed by its client.
+	counted  bool
+	abnormal int64
 }
 
 // ending judges how h ended from its session's fate: released if the
@@ -218,6 +225,12 @@ func ending(h *hold, f fate) (audit.EventKind, string, string) {
 		return audit.EventRelease, level, "a prepared transaction's lock is gone: committed or rolled back"
 	case f.alive:
 		return audit.EventRelease, level, "the row left pg_locks while its session lives on: released"
+	case f.counted && f.abnormal == 0:
+		return audit.EventRelease, level, "the row left pg_locks with its session, which its client closed " +
+			"(no session of the database ended abnormally since the poll before, pg_stat_database): released"
+	case f.counted:
+		return audit.EventExpire, level, fmt.Sprintf("the row left pg_locks with its session, which ended abnormally "+
+			"(%d of the database's sessions were terminated, lost their client or failed since the poll before, pg_stat_database)", f.abnormal)
 	}
 	return audit.EventExpire, level, "the row left pg_locks with its session, which exited or was terminated"
 }

@@ -20,10 +20,21 @@ const wait = 20 * time.Second
 // database, the sink and the collector's latest poll.
 func watched(t *testing.T, srv *pgtest.Server) (string, *collectortest.Sink, *atomic.Pointer[state]) {
 	t.Helper()
+	return watchedWith(t, srv, nil)
+}
+
+// watchedWith is watched, handing each good poll to polled too.
+func watchedWith(t *testing.T, srv *pgtest.Server, polled func(*state)) (string, *collectortest.Sink, *atomic.Pointer[state]) {
+	t.Helper()
 	db := database(t, srv)
 	var last atomic.Pointer[state]
 	sk := collectortest.NewSink(t, "pg", Backend.Kind)
-	collectortest.Run(t, newCollector(t, srv, "pg", []string{db}, func(st *state) { last.Store(st) }), sk)
+	collectortest.Run(t, newCollector(t, srv, "pg", []string{db}, func(st *state) {
+		if polled != nil {
+			polled(st)
+		}
+		last.Store(st)
+	}), sk)
 	return db, sk, &last
 }
 
@@ -197,5 +208,35 @@ func TestServerRestart(t *testing.T) {
 	}
 	if ts := sk.Tenures(t, lock); len(ts) != 1 || ts[0].End != audit.EndExpired {
 		t.Errorf("tenures of %s = %+v, want one expired", lock, ts)
+	}
+}
+
+// TestSessionEnds: a session its client closes releases its locks; one
+// whose client vanished without closing it (a crash: the socket closed
+// with no Terminate message) ends them expired, as the database's
+// statistics tell the two apart.
+func TestSessionEnds(t *testing.T) {
+	srv := shared(t)
+	db, sk, _ := watched(t, srv)
+	closed := connectHolder(t, srv, db, "closes")
+	closed.exec(t, `SELECT pg_advisory_lock(50)`)
+	crashed := connectHolder(t, srv, db, "crashes")
+	crashed.exec(t, `SELECT pg_advisory_lock(51)`)
+	obsOf(t, sk, db+"/50", audit.EventGrant, 1)
+	obsOf(t, sk, db+"/51", audit.EventGrant, 1)
+
+	if err := closed.conn.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r := obsOf(t, sk, db+"/50", audit.EventRelease, 1)
+	if !strings.Contains(r.Detail["reason"].(string), "its client closed") {
+		t.Errorf("end of a closed session: %v", r.Detail)
+	}
+	if err := crashed.conn.PgConn().Conn().Close(); err != nil {
+		t.Fatal(err)
+	}
+	e := obsOf(t, sk, db+"/51", audit.EventExpire, 1)
+	if !strings.Contains(e.Detail["reason"].(string), "ended abnormally") {
+		t.Errorf("end of a crashed client's session: %v", e.Detail)
 	}
 }

@@ -61,7 +61,9 @@ func TestEnding(t *testing.T) {
 		{"released within the transaction it was seen in", hold{s: session{pid: 1}, vxid: "3/9"}, fate{alive: true, vxid: "3/9"}, audit.EventRelease, levelSession, "released"},
 		{"gone with its transaction", hold{s: session{pid: 1}, vxid: "3/9"}, fate{alive: true, vxid: "3/10"}, audit.EventRelease, levelTransaction, "released"},
 		{"gone with its transaction, session idle now", hold{s: session{pid: 1}, vxid: "3/9"}, fate{alive: true}, audit.EventRelease, levelTransaction, "released"},
-		{"session gone", hold{s: session{pid: 1}, vxid: "3/9"}, fate{}, audit.EventExpire, levelUnknown, "terminated"},
+		{"session gone, uncounted", hold{s: session{pid: 1}, vxid: "3/9"}, fate{}, audit.EventExpire, levelUnknown, "terminated"},
+		{"session closed by its client", hold{s: session{pid: 1}, vxid: "3/0", outside: true}, fate{counted: true}, audit.EventRelease, levelSession, "its client closed"},
+		{"session ended abnormally", hold{s: session{pid: 1}, vxid: "3/9"}, fate{counted: true, abnormal: 1}, audit.EventExpire, levelUnknown, "ended abnormally"},
 		{"session lock, session gone", hold{s: session{pid: 1}, vxid: "3/0", outside: true}, fate{}, audit.EventExpire, levelSession, "terminated"},
 		{"prepared transaction", hold{vxid: "-1/5"}, fate{}, audit.EventRelease, levelUnknown, "prepared"},
 	} {

@@ -23,6 +23,15 @@ JOIN pg_database d ON d.oid = l.database
 LEFT JOIN pg_stat_activity a ON a.pid = l.pid
 WHERE l.locktype = 'advisory' AND ($1::text[] IS NULL OR d.datname = ANY($1::text[]))`
 
+// endsQuery reads the server's clock and start, and per watched database
+// ($1, NULL for all) how many sessions have ended abnormally: their client
+// lost (abandoned), a fatal error, or terminated (killed). A client that
+// closes its session counts in none (PostgreSQL 14 and later).
+const endsQuery = `
+SELECT clock_timestamp(), pg_postmaster_start_time(), datname,
+       sessions_abandoned + sessions_fatal + sessions_killed
+FROM pg_stat_database WHERE datname IS NOT NULL AND ($1::text[] IS NULL OR datname = ANY($1::text[]))`
+
 // fateQuery reads the sessions of $1 (pids) that still exist, with the
 // transaction each is in now ("" in none): its own virtualxid lock.
 const fateQuery = `
@@ -34,6 +43,7 @@ FROM pg_stat_activity a WHERE a.pid = ANY($1::int4[])`
 type reading struct {
 	at, postmaster time.Time
 	rows           []row
+	abnormal       map[string]int64 // abnormal session ends by database, as endsQuery reads them
 }
 
 // connect opens the collector's connection with the source's user,
@@ -86,6 +96,10 @@ func (c *Collector) databases(conn *pgx.Conn) []string {
 // readLocks polls pg_locks once.
 func readLocks(ctx context.Context, conn *pgx.Conn, dbs []string) (reading, error) {
 	var rd reading
+	var err error
+	if rd.at, rd.postmaster, rd.abnormal, err = readEnds(ctx, conn, dbs); err != nil {
+		return rd, err
+	}
 	rows, err := conn.Query(ctx, pollQuery, dbs)
 	if err != nil {
 		return rd, err
@@ -99,7 +113,7 @@ func readLocks(ctx context.Context, conn *pgx.Conn, dbs []string) (reading, erro
 			addr           pgtype.Text
 			port           pgtype.Int4
 		)
-		if err := rows.Scan(&rd.at, &rd.postmaster, &r.db, &classid, &objid, &r.objsubid, &r.mode, &r.granted, &wait,
+		if err := rows.Scan(&rd.at, nil, &r.db, &classid, &objid, &r.objsubid, &r.mode, &r.granted, &wait,
 			&r.vxid, &r.s.pid, &started, &r.s.app, &addr, &port); err != nil {
 			return rd, err
 		}
@@ -107,17 +121,51 @@ func readLocks(ctx context.Context, conn *pgx.Conn, dbs []string) (reading, erro
 		r.waitStart, r.s.started, r.s.addr, r.s.port = wait.Time, started.Time, addr.String, port.Int32
 		rd.rows = append(rd.rows, r)
 	}
-	if err := rows.Err(); err != nil {
-		return rd, err
-	}
-	if rd.at.IsZero() { // no advisory row: the times alone
-		err = conn.QueryRow(ctx, `SELECT clock_timestamp(), pg_postmaster_start_time()`).Scan(&rd.at, &rd.postmaster)
-	}
-	return rd, err
+	return rd, rows.Err()
 }
 
-// fates reads what became of the sessions of ended holds.
-func fates(ctx context.Context, conn *pgx.Conn, ended []*hold) (map[sessionID]fate, error) {
+// readEnds runs endsQuery.
+func readEnds(ctx context.Context, conn *pgx.Conn, dbs []string) (at, postmaster time.Time, abnormal map[string]int64, err error) {
+	rows, err := conn.Query(ctx, endsQuery, dbs)
+	if err != nil {
+		return at, postmaster, nil, err
+	}
+	defer rows.Close()
+	abnormal = make(map[string]int64)
+	for rows.Next() {
+		var (
+			db string
+			n  int64
+		)
+		if err := rows.Scan(&at, &postmaster, &db, &n); err != nil {
+			return at, postmaster, nil, err
+		}
+		abnormal[db] = n
+	}
+	if err := rows.Err(); err != nil {
+		return at, postmaster, nil, err
+	}
+	if at.IsZero() { // none of the databases exists (yet)
+		err = conn.QueryRow(ctx, `SELECT clock_timestamp(), pg_postmaster_start_time()`).Scan(&at, &postmaster)
+	}
+	return at, postmaster, abnormal, err
+}
+
+// fates reads what became of the sessions of ended holds: which live on,
+// and, for the others, how many sessions of each watched database have
+// ended abnormally by now (read after the sessions, so that it counts
+// theirs: a backend counts its end before it leaves pg_stat_activity).
+func fates(ctx context.Context, conn *pgx.Conn, ended []*hold, dbs []string) (map[sessionID]fate, map[string]int64, error) {
+	out, err := liveSessions(ctx, conn, ended)
+	if err != nil {
+		return nil, nil, err
+	}
+	_, _, abnormal, err := readEnds(ctx, conn, dbs)
+	return out, abnormal, err
+}
+
+// liveSessions reads which sessions of ended holds are still there.
+func liveSessions(ctx context.Context, conn *pgx.Conn, ended []*hold) (map[sessionID]fate, error) {
 	var pids []int32
 	for _, h := range ended {
 		if h.s.pid != 0 {

@@ -199,6 +199,7 @@ func (r *run) observe(ctx context.Context, rd reading) (audit.Input, bool, error
 	now := r.c.now()
 	prev := r.last
 	cur := newState(rd.at, rd.postmaster, rd.rows, prev)
+	cur.abnormal = rd.abnormal
 	blind := r.blind
 	restarted := prev != nil && !prev.postmaster.Equal(rd.postmaster)
 	if restarted && blind == nil {
@@ -217,13 +218,19 @@ func (r *run) observe(ctx context.Context, rd reading) (audit.Input, bool, error
 			obs = append(obs, r.obs.restarted(h, now))
 		}
 	} else if len(ended) > 0 {
-		fs, err := r.fates(ctx, ended)
+		fs, abnormal, err := r.fates(ctx, ended)
 		if err != nil {
 			return audit.Input{}, false, err
 		}
 		for _, h := range ended {
-			obs = append(obs, r.obs.end(h, prev, fs[h.s.id()], now, blind != nil))
+			f := fs[h.s.id()]
+			if !f.alive {
+				before, ok := prev.abnormal[h.db]
+				f.counted, f.abnormal = ok, abnormal[h.db]-before
+			}
+			obs = append(obs, r.obs.end(h, prev, f, now, blind != nil))
 		}
+		cur.abnormal = abnormal // the next poll counts from here
 	}
 	first := prev == nil
 	if first || blind != nil {
@@ -246,14 +253,14 @@ func (r *run) observe(ctx context.Context, rd reading) (audit.Input, bool, error
 	return in, len(obs) > 0 || in.Snapshot, nil
 }
 
-func (r *run) fates(ctx context.Context, ended []*hold) (map[sessionID]fate, error) {
+func (r *run) fates(ctx context.Context, ended []*hold) (map[sessionID]fate, map[string]int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, r.deadline())
 	defer cancel()
-	fs, err := fates(ctx, r.conn, ended)
+	fs, abnormal, err := fates(ctx, r.conn, ended, r.dbs)
 	if err != nil {
-		return nil, fmt.Errorf("read the sessions of ended holds: %w", err)
+		return nil, nil, fmt.Errorf("read the sessions of ended holds: %w", err)
 	}
-	return fs, nil
+	return fs, abnormal, nil
 }
 
 // startCursor is the input's cursor: when the server started, so that a
