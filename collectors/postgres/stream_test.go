@@ -52,6 +52,7 @@ func TestStream(t *testing.T) {
 	exec(t, riverLeaderDDL)
 
 	t.Run("ShedLockRestartFromStoredCursor", func(t *testing.T) { testStreamShedLock(t, url, exec) })
+	t.Run("DbSchedulerVersionToken", func(t *testing.T) { testStreamDbScheduler(t, url, exec) })
 	t.Run("TableWithoutIdentityRefused", func(t *testing.T) {
 		exec(t, "CREATE TABLE locks (name text NOT NULL, owner text, until timestamptz)")
 		m := TableMapping{Table: "locks", Names: []string{"name"}, Holder: "owner", Expires: "until"}
@@ -250,6 +251,61 @@ func retained(t *testing.T, url, source string) int64 {
 		return -1
 	}
 	return n
+}
+
+// db-scheduler's table (kagkarlsson/db-scheduler postgresql_tables.sql)
+// and its statements (JdbcTaskRepository: pick, heartbeat, reschedule),
+// run from Go with the scheduler's time.
+const (
+	dbSchedulerDDL = `CREATE TABLE scheduled_tasks (task_name text NOT NULL, task_instance text NOT NULL, task_data bytea,
+		execution_time timestamptz NOT NULL, picked BOOLEAN NOT NULL, picked_by text, last_success timestamptz,
+		last_failure timestamptz, consecutive_failures INT, last_heartbeat timestamptz, version BIGINT NOT NULL,
+		priority SMALLINT, PRIMARY KEY (task_name, task_instance))`
+	dbSchedulerPick = `UPDATE scheduled_tasks SET picked = true, picked_by = $1, last_heartbeat = $2, version = version + 1
+		WHERE picked = false AND task_name = $3 AND task_instance = $4 AND version = $5`
+	dbSchedulerHeartbeat  = `UPDATE scheduled_tasks SET last_heartbeat = $1 WHERE task_name = $2 AND task_instance = $3 AND version = $4`
+	dbSchedulerReschedule = `UPDATE scheduled_tasks SET picked = false, picked_by = NULL, last_heartbeat = NULL, last_success = $1,
+		execution_time = $2, version = version + 1 WHERE task_name = $3 AND task_instance = $4 AND version = $5`
+)
+
+// testStreamDbScheduler: a pick, a heartbeat and a reschedule, read from
+// the stream with the version as the token, and a bool as HeldIf.
+func testStreamDbScheduler(t *testing.T, url string, exec execFunc) {
+	exec(t, dbSchedulerDDL)
+	now := time.Now().UTC()
+	exec(t, "INSERT INTO scheduled_tasks (task_name, task_instance, execution_time, picked, version) VALUES ('mail', '1', $1, false, 1)", now)
+	preset, _ := LookupPreset("scheduled_tasks")
+	s := startStream(t, StreamConfig{URL: url, Source: "tasks", Tables: []TableMapping{preset.Mapping}}, "")
+	if len(s.first.Observations) != 0 {
+		t.Fatalf("initial read of a task not picked: %v", s.first.Observations)
+	}
+	var got []string
+	pos := s.first.Position
+	for _, step := range []struct {
+		sql  string
+		args []any
+	}{
+		{dbSchedulerPick, []any{"node-a", now, "mail", "1", 1}},
+		{dbSchedulerHeartbeat, []any{now.Add(5 * time.Minute), "mail", "1", 2}},
+		{dbSchedulerReschedule, []any{now.Add(6 * time.Minute), now.Add(time.Hour), "mail", "1", 2}},
+	} {
+		if exec(t, step.sql, step.args...) != 1 {
+			t.Fatalf("%s %v changed no row", step.sql, step.args)
+		}
+		b := s.next(t, pos)
+		pos = b.Position
+		for _, ob := range b.Observations {
+			got = append(got, strings.Join(strings.Fields(describe(ob))[:4], " "))
+		}
+	}
+	want := []string{"grant scheduled_tasks/mail/1 node-a token=2", "renew scheduled_tasks/mail/1 node-a token=2", "release scheduled_tasks/mail/1 node-a token=2"}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") {
+		t.Fatalf("observed:\n%s\nwant:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	s.Close(t.Context())
+	if err := Drop(t.Context(), url, "tasks"); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // testStream is a started stream and its initial read.
