@@ -11,6 +11,7 @@ import (
 	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/etcd"
 	"github.com/leasewatch/leasewatch/collectors/kubernetes"
+	"github.com/leasewatch/leasewatch/collectors/postgres"
 	"github.com/leasewatch/leasewatch/collectors/redis"
 	"github.com/leasewatch/leasewatch/collectors/zookeeper"
 )
@@ -18,6 +19,7 @@ import (
 var all = []collectors.Backend{
 	etcd.Backend,
 	kubernetes.Backend,
+	postgres.Backend,
 	redis.Backend,
 	zookeeper.Backend,
 }

@@ -11,7 +11,7 @@ import (
 // Each backend is declared once, under its own kind, with a section of
 // its own keys; Of finds it and nothing else.
 func TestEveryBackendDeclaredOnce(t *testing.T) {
-	want := []audit.SourceKind{audit.KindEtcd, audit.KindKubernetes, audit.KindRedis, "zookeeper"}
+	want := []audit.SourceKind{audit.KindEtcd, audit.KindKubernetes, "postgres", audit.KindRedis, "zookeeper"}
 	if got := Kinds(); !slices.Equal(got, want) {
 		t.Fatalf("Kinds() = %q, want %q", got, want)
 	}

@@ -9,8 +9,8 @@ import (
 
 // Backend is PostgreSQL as the rest of leasewatch knows it: the collector
 // sees an advisory lock's end as it happens (its row leaves pg_locks) and
-// tells a release from a holder that died by whether the holder's backend
-// lives on, so no lease expires by the clock. A password needs no username
+// tells a release from a holder that died by what became of the holder's
+// session, so no lease expires by the clock. A password needs no username
 // here: the user can come from the url.
 var Backend = collectors.Backend{
 	Kind:    "postgres",

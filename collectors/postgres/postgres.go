@@ -1,7 +1,8 @@
 // Package postgres collects lock history from PostgreSQL: the advisory
 // locks of pg_advisory_lock and its kin, which migration tools (golang-
 // migrate, goose), job runners and applications take around work that must
-// not run twice.
+// not run twice; and the lease tables of job schedulers, in table*.go and
+// stream*.go.
 //
 // PostgreSQL keeps no history of its locks and sends no notification of
 // them: the collector polls pg_locks (locktype 'advisory') joined with
@@ -21,9 +22,11 @@
 // An advisory lock carries no fencing token: every grant is unfenced, and
 // the tracker says so (unfenced_lock). Nothing renews it and it has no
 // lease: it ends when its row leaves pg_locks. The collector calls that a
-// release when the holder's session lives on, and an expiry when the
-// session is gone (its client disconnected or died, or it was terminated):
-// an expiry observed, not judged by the clock. A session lock is told from
+// release when the holder's session lives on, or is gone because its
+// client closed it; and an expiry when the session ended abnormally (its
+// client died or lost its connection, or it was terminated), which
+// pg_stat_database's session counts tell: an expiry observed, not judged by
+// the clock. A session lock is told from
 // a transaction lock where the server shows it (collectors/backends.md,
 // "PostgreSQL"): a holder seen idle, outside a transaction, holds a session
 // lock; a lock released while the transaction it was seen in goes on was a

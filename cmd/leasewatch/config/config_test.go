@@ -448,8 +448,8 @@ func TestParseConfigSourceCredentialsErrors(t *testing.T) {
 			"sources[0].addr: /run/redis.sock is a Unix socket"},
 		{"RedlockTLSToSocket", "sources:\n  - name: r\n    kind: redis\n    addrs: [\"r-0:6380\", \"unix:/run/redis.sock\", \"r-2:6380\"]\n    patterns: [\"l:*\"]\n    tls: {}\n",
 			"sources[0].addrs[1]: unix:/run/redis.sock is a Unix socket"},
-		{"KubernetesTLS", kube + "    tls: {ca_file: ca.crt}\n", "sources[0].tls: applies only to etcd and redis and zookeeper sources"},
-		{"KubernetesUser", kube + "    username: admin\n    password: " + secret + "\n", "sources[0].username: applies only to etcd and redis and zookeeper sources"},
+		{"KubernetesTLS", kube + "    tls: {ca_file: ca.crt}\n", "sources[0].tls: applies only to etcd and postgres and redis and zookeeper sources"},
+		{"KubernetesUser", kube + "    username: admin\n    password: " + secret + "\n", "sources[0].username: applies only to etcd and postgres and redis and zookeeper sources"},
 		{"KubernetesPasswordEnv", kube + "    password_env: PW\n", "sources[0].password_env: applies only"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

@@ -14,13 +14,13 @@ func TestParseConfigRefusesKeysOfAnotherKind(t *testing.T) {
 		kinds []string // the kinds the key applies to
 		value string
 	}{
-		"name":                 {[]string{"etcd", "kubernetes", "redis", "zookeeper"}, "s"},
-		"kind":                 {[]string{"etcd", "kubernetes", "redis", "zookeeper"}, "etcd"},
-		"username":             {[]string{"etcd", "redis", "zookeeper"}, "u"},
-		"password":             {[]string{"etcd", "redis", "zookeeper"}, "p"},
-		"password_file":        {[]string{"etcd", "redis", "zookeeper"}, "/run/pw"},
-		"password_env":         {[]string{"etcd", "redis", "zookeeper"}, "PW"},
-		"tls":                  {[]string{"etcd", "redis", "zookeeper"}, "{}"},
+		"name":                 {[]string{"etcd", "kubernetes", "postgres", "redis", "zookeeper"}, "s"},
+		"kind":                 {[]string{"etcd", "kubernetes", "postgres", "redis", "zookeeper"}, "etcd"},
+		"username":             {[]string{"etcd", "postgres", "redis", "zookeeper"}, "u"},
+		"password":             {[]string{"etcd", "postgres", "redis", "zookeeper"}, "p"},
+		"password_file":        {[]string{"etcd", "postgres", "redis", "zookeeper"}, "/run/pw"},
+		"password_env":         {[]string{"etcd", "postgres", "redis", "zookeeper"}, "PW"},
+		"tls":                  {[]string{"etcd", "postgres", "redis", "zookeeper"}, "{}"},
 		"endpoints":            {[]string{"etcd"}, `["h:2379"]`},
 		"prefixes":             {[]string{"etcd"}, `["/locks/"]`},
 		"kubeconfig":           {[]string{"kubernetes"}, "/etc/kubeconfig"},
@@ -37,6 +37,9 @@ func TestParseConfigRefusesKeysOfAnotherKind(t *testing.T) {
 		"chroot":               {[]string{"zookeeper"}, "/app"},
 		"paths":                {[]string{"zookeeper"}, `["/locks"]`},
 		"probe_sessions":       {[]string{"zookeeper"}, "true"},
+		"url":                  {[]string{"postgres"}, "postgres://h/app"},
+		"databases":            {[]string{"postgres"}, "[app]"},
+		"poll_every":           {[]string{"postgres"}, "1s"},
 	}
 	if got, want := slices.Sorted(func(yield func(string) bool) {
 		for k := range keys {
@@ -50,6 +53,7 @@ func TestParseConfigRefusesKeysOfAnotherKind(t *testing.T) {
 	base := map[string]string{
 		"etcd":       "sources:\n  - name: s\n    kind: etcd\n    endpoints: [\"h:2379\"]\n    prefixes: [\"/locks/\"]\n",
 		"kubernetes": "sources:\n  - name: s\n    kind: kubernetes\n",
+		"postgres":   "sources:\n  - name: s\n    kind: postgres\n    url: postgres://h/app\n",
 		"redis":      "sources:\n  - name: s\n    kind: redis\n    addr: h:6379\n    patterns: [\"lock:*\"]\n",
 		"zookeeper":  "sources:\n  - name: s\n    kind: zookeeper\n    servers: [\"h:2181\"]\n    paths: [\"/locks\"]\n",
 	}
