@@ -92,12 +92,12 @@ func newCollector(t testing.TB, srv *pgtest.Server, source string, dbs []string,
 }
 
 // newCollectorEvery is newCollector polling every every.
-func newCollectorEvery(t testing.TB, srv *pgtest.Server, source string, dbs []string, every time.Duration, polled func(*state)) *Collector {
+func newCollectorEvery(t testing.TB, srv *pgtest.Server, source string, dbs []string, every time.Duration, polled func(*state), opts ...Option) *Collector {
 	t.Helper()
 	c, err := New(Config{
 		Name: source, URL: watchURL(srv, dbs[0]), Databases: dbs, PollEvery: every,
 		Password: collectors.Password(watcherPassword),
-	}, collectortest.Logger(t, source))
+	}, collectortest.Logger(t, source), opts...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -95,12 +95,22 @@ type Option func(*Collector)
 // WithClock replaces time.Now as the collector's clock.
 func WithClock(now func() time.Time) Option { return func(c *Collector) { c.now = now } }
 
+// DefaultPollDeadline is the least time a poll's queries may take before
+// the poll fails: a server that stopped answering is a blind window, not a
+// hung collector.
+const DefaultPollDeadline = 5 * time.Second
+
+// WithPollDeadline bounds a poll's queries by d instead of the larger of
+// DefaultPollDeadline and ten polls.
+func WithPollDeadline(d time.Duration) Option { return func(c *Collector) { c.deadline = d } }
+
 // Collector watches one PostgreSQL source's advisory locks. It implements
 // collectors.Collector.
 type Collector struct {
-	cfg Config
-	now func() time.Time
-	log *slog.Logger
+	cfg      Config
+	now      func() time.Time
+	log      *slog.Logger
+	deadline time.Duration // a poll's queries' bound
 	// polled, when set (by tests), is handed each good poll's state.
 	polled func(*state)
 }
@@ -119,7 +129,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Collector{cfg: cfg, now: time.Now, log: logger}
+	c := &Collector{cfg: cfg, now: time.Now, log: logger, deadline: max(DefaultPollDeadline, 10*cfg.PollEvery)}
 	for _, opt := range opts {
 		opt(c)
 	}

@@ -63,10 +63,20 @@ func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func())
 
 func (r *run) close() {
 	r.flight.Wait()
-	if r.conn != nil {
-		r.conn.Close(context.Background())
-		r.conn = nil
+	r.hangUp()
+}
+
+// hangUp closes the connection, if any. pgx's Close waits for the server
+// to close its end, which a server that stopped answering never does: it
+// waits a second at most.
+func (r *run) hangUp() {
+	if r.conn == nil {
+		return
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	r.conn.Close(ctx)
+	r.conn = nil
 }
 
 // start connects and records the first poll as a snapshot: as observed on a
@@ -161,10 +171,7 @@ func (r *run) lost(err error) {
 		r.blind = &audit.Blind{From: r.seenAt, Reason: "polling pg_locks failed: " + err.Error()}
 		r.c.log.Warn("poll failed; blind until the next good poll", "err", err)
 	}
-	if r.conn != nil {
-		r.conn.Close(context.Background())
-		r.conn = nil
-	}
+	r.hangUp()
 }
 
 func (r *run) dial(ctx context.Context) error {
@@ -188,8 +195,8 @@ func (r *run) read(ctx context.Context) (reading, error) {
 	return rd, nil
 }
 
-// deadline bounds one poll's queries: ten polls, at least 5 s.
-func (r *run) deadline() time.Duration { return max(5*time.Second, 10*r.c.cfg.PollEvery) }
+// deadline bounds one poll's queries (WithPollDeadline).
+func (r *run) deadline() time.Duration { return r.c.deadline }
 
 // observe compares rd with the last good poll and returns the input that
 // records the difference, and whether there is any: the handovers, and
