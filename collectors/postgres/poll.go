@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"time"
 
@@ -62,11 +63,15 @@ func (c *Collector) connect(ctx context.Context) (*pgx.Conn, error) {
 		}
 	}
 	if c.cfg.TLS != nil {
-		if cc.TLSConfig, err = c.cfg.TLS.Get(); err != nil {
+		tc, err := c.cfg.TLS.Get()
+		if err != nil {
 			return nil, err
 		}
+		// Every host of the url, the fallbacks' included, over TLS: never
+		// plain text, as sslmode=prefer would fall back to.
+		cc.TLSConfig = forHost(tc, cc.Host)
 		for _, fb := range cc.Fallbacks {
-			fb.TLSConfig = cc.TLSConfig // never fall back to plain text; other hosts keep theirs
+			fb.TLSConfig = forHost(tc, fb.Host)
 		}
 	}
 	if _, ok := cc.RuntimeParams["application_name"]; !ok {
@@ -79,6 +84,17 @@ func (c *Collector) connect(ctx context.Context) (*pgx.Conn, error) {
 	// transaction mode between leasewatch and the server does no harm.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
 	return pgx.ConnectConfig(ctx, cc)
+}
+
+// forHost returns tc naming host as the server to verify, unless it names
+// one already.
+func forHost(tc *tls.Config, host string) *tls.Config {
+	if tc == nil || tc.ServerName != "" {
+		return tc
+	}
+	tc = tc.Clone()
+	tc.ServerName = host
+	return tc
 }
 
 // databases is the poll's $1: the configured databases, the URL's when
