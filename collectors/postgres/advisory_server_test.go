@@ -9,6 +9,7 @@ import (
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
+	"github.com/leasewatch/leasewatch/collectors"
 	"github.com/leasewatch/leasewatch/collectors/collectortest"
 )
 
@@ -238,5 +239,39 @@ func TestSessionEnds(t *testing.T) {
 	e := obsOf(t, sk, db+"/51", audit.EventExpire, 1)
 	if !strings.Contains(e.Detail["reason"].(string), "ended abnormally") {
 		t.Errorf("end of a crashed client's session: %v", e.Detail)
+	}
+}
+
+// TestDatabases: one connection reads the locks of every database listed,
+// and of no other.
+func TestDatabases(t *testing.T) {
+	srv := shared(t)
+	a, b, other := database(t, srv), database(t, srv), database(t, srv)
+	sk := collectortest.NewSink(t, "pg", Backend.Kind)
+	collectortest.Run(t, newCollector(t, srv, "pg", []string{a, b}, nil), sk)
+	connectHolder(t, srv, other, "elsewhere").exec(t, `SELECT pg_advisory_lock(70)`)
+	for _, db := range []string{a, b} {
+		connectHolder(t, srv, db, "here").exec(t, `SELECT pg_advisory_lock(70)`)
+		sk.WaitEvents(t, wait, db+"/70", 1, audit.EventGrant)
+	}
+	if evs := sk.Events(t, other+"/70"); len(evs) != 0 {
+		t.Errorf("a database not listed recorded: %v", collectortest.Kinds(evs))
+	}
+}
+
+// TestWrongPassword: a refused login stops the collector before it is
+// ready, with the server's reason and without the password.
+func TestWrongPassword(t *testing.T) {
+	srv := shared(t)
+	db := database(t, srv)
+	c, err := New(Config{Name: "pg", URL: watchURL(srv, db), Password: collectors.Password("not-the-password")}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), wait)
+	defer cancel()
+	err = c.Run(ctx, collectortest.NewSink(t, "pg", Backend.Kind), func() { t.Error("ready without a login") })
+	if err == nil || !strings.Contains(err.Error(), "password authentication failed") || strings.Contains(err.Error(), "not-the-password") {
+		t.Errorf("Run = %v, want the server's refusal, without the password", err)
 	}
 }

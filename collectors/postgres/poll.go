@@ -83,7 +83,30 @@ func (c *Collector) connect(ctx context.Context) (*pgx.Conn, error) {
 	// The simple protocol: no statement is prepared, so a pooler in
 	// transaction mode between leasewatch and the server does no harm.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
-	return pgx.ConnectConfig(ctx, cc)
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkVersion(ctx, conn); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// minVersion is the oldest server the polls read: pg_locks.waitstart and
+// pg_stat_database's session counts came in PostgreSQL 14.
+const minVersion = 140000
+
+func checkVersion(ctx context.Context, conn *pgx.Conn) error {
+	var v int
+	if err := conn.QueryRow(ctx, `SELECT current_setting('server_version_num')::int`).Scan(&v); err != nil {
+		return err
+	}
+	if v < minVersion {
+		return fmt.Errorf("PostgreSQL %d.%d is older than 14, whose pg_locks and pg_stat_database the collector reads", v/10000, v%10000/100)
+	}
+	return nil
 }
 
 // forHost returns tc naming host as the server to verify, unless it names
