@@ -130,6 +130,13 @@ func NewRunner(sink Sink, cs []Collector, cfg RunnerConfig) (*Runner, error) {
 	r.metrics = m
 	for _, c := range r.collectors {
 		m.init(c.Name(), string(c.Kind()))
+		// A collector with metrics of its own (a PostgreSQL slot's
+		// retained WAL) is a prometheus.Collector.
+		if pc, ok := c.(prometheus.Collector); ok && cfg.Registerer != nil {
+			if err := cfg.Registerer.Register(pc); err != nil {
+				return nil, fmt.Errorf("register the metrics of source %s: %w", c.Name(), err)
+			}
+		}
 	}
 	return r, nil
 }

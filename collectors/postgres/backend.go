@@ -23,19 +23,32 @@ type Section struct {
 	URL       string        `yaml:"url"`
 	Databases []string      `yaml:"databases"`
 	PollEvery time.Duration `yaml:"poll_every"`
+	// Advisory false leaves advisory locks unwatched, for a source of
+	// lease tables only; unset: watched.
+	Advisory *bool `yaml:"advisory"`
+	// Tables are the lease tables watched.
+	Tables []TableEntry `yaml:"tables"`
 }
 
 // config is the collector's configuration for src.
-func (s *Section) config(src collectors.Source) Config {
+func (s *Section) config(src collectors.Source) (Config, error) {
+	ts, err := tables(s.Tables)
+	if err != nil {
+		return Config{}, err
+	}
 	return Config{
 		Name: src.Name, URL: s.URL, Databases: s.Databases, PollEvery: s.PollEvery,
+		NoAdvisory: s.Advisory != nil && !*s.Advisory, Tables: ts,
 		Username: src.Username, Password: src.Password, TLS: src.TLS,
-	}
+	}, nil
 }
 
-// Check validates the url, databases and poll_every as New does.
+// Check validates the keys as New does.
 func (s *Section) Check(tls bool) error {
-	cfg := s.config(collectors.Source{Name: "source"})
+	cfg, err := s.config(collectors.Source{Name: "source"})
+	if err != nil {
+		return err
+	}
 	if tls {
 		cfg.TLS = collectors.StaticTLS(nil)
 	}
@@ -44,5 +57,9 @@ func (s *Section) Check(tls bool) error {
 
 // Collector returns the collector of src.
 func (s *Section) Collector(src collectors.Source, logger *slog.Logger) (collectors.Collector, error) {
-	return New(s.config(src), logger)
+	cfg, err := s.config(src)
+	if err != nil {
+		return nil, err
+	}
+	return New(cfg, logger)
 }

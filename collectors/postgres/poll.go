@@ -50,6 +50,24 @@ type reading struct {
 // connect opens the collector's connection with the source's user,
 // password and TLS.
 func (c *Collector) connect(ctx context.Context) (*pgx.Conn, error) {
+	cc, err := c.connConfig()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkVersion(ctx, conn); err != nil {
+		conn.Close(ctx)
+		return nil, err
+	}
+	return conn, nil
+}
+
+// connConfig is the url with the source's user, password and TLS: how the
+// polls and the lease tables' stream connect.
+func (c *Collector) connConfig() (*pgx.ConnConfig, error) {
 	cc, err := pgx.ParseConfig(c.cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("url: %w", err)
@@ -83,15 +101,7 @@ func (c *Collector) connect(ctx context.Context) (*pgx.Conn, error) {
 	// The simple protocol: no statement is prepared, so a pooler in
 	// transaction mode between leasewatch and the server does no harm.
 	cc.DefaultQueryExecMode = pgx.QueryExecModeExec
-	conn, err := pgx.ConnectConfig(ctx, cc)
-	if err != nil {
-		return nil, err
-	}
-	if err := checkVersion(ctx, conn); err != nil {
-		conn.Close(ctx)
-		return nil, err
-	}
-	return conn, nil
+	return cc, nil
 }
 
 // minVersion is the oldest server the polls read: pg_locks.waitstart and

@@ -87,6 +87,13 @@ type Config struct {
 	// TLS, when set, is used on every connection, and the URL's sslmode
 	// must not be disable; unset, the URL's sslmode decides, as in libpq.
 	TLS collectors.TLS
+	// NoAdvisory leaves the advisory locks unwatched; Tables must then
+	// list a table.
+	NoAdvisory bool
+	// Tables are the lease tables of the URL's database: streamed through
+	// the source's slot and publication (SlotName), or polled every
+	// PollEvery.
+	Tables []Table
 }
 
 // Option adjusts a Collector.
@@ -113,6 +120,7 @@ type Collector struct {
 	deadline time.Duration // a poll's queries' bound
 	// polled, when set (by tests), is handed each good poll's state.
 	polled func(*state)
+	slot   slotMetrics
 }
 
 var _ collectors.Collector = (*Collector)(nil)
@@ -130,6 +138,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Collector{cfg: cfg, now: time.Now, log: logger, deadline: max(DefaultPollDeadline, 10*cfg.PollEvery)}
+	c.slot.retained.Store(-1)
 	for _, opt := range opts {
 		opt(c)
 	}
@@ -168,7 +177,10 @@ func Validate(cfg Config) error {
 	case p > MaxPollEvery:
 		return audit.Errorf(audit.EINVALID, "poll_every: %s is above the maximum %s", p, MaxPollEvery)
 	}
-	return nil
+	if cfg.NoAdvisory && len(cfg.Tables) == 0 {
+		return audit.Errorf(audit.EINVALID, "advisory: false leaves nothing to watch: list tables")
+	}
+	return checkTables(cfg.Tables)
 }
 
 // checkURL checks the url as the collector will use it: parsable by pgx,

@@ -40,27 +40,6 @@ type run struct {
 	flight  collectors.Flight
 }
 
-// Run polls the source until ctx ends (returning nil). It calls ready once
-// its first poll is durable. A failed first connection is returned, for the
-// Runner to restart it; later failures are blind windows it rides out,
-// connecting again with backoff.
-func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func()) error {
-	r := &run{c: c, sink: sink, obs: observer{source: c.cfg.Name}}
-	defer r.close()
-	if err := r.start(ctx); err != nil {
-		if ctx.Err() != nil {
-			return nil
-		}
-		return err
-	}
-	ready()
-	err := r.loop(ctx)
-	if ctx.Err() != nil {
-		return nil
-	}
-	return err
-}
-
 func (r *run) close() {
 	r.flight.Wait()
 	r.hangUp()

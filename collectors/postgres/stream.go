@@ -51,6 +51,14 @@ type StreamConfig struct {
 	Source string
 	// Tables are the tables to follow; none may be UNLOGGED.
 	Tables []TableMapping
+	// ConnConfig, when set, is used instead of URL (the collector's, with
+	// the source's password and TLS).
+	ConnConfig *pgx.ConnConfig
+	// Heartbeats asks the server for a keepalive with every status update,
+	// and makes Next return each one that finds the stream caught up as an
+	// empty batch at the same Position: the server's word that nothing
+	// changed up to its time, which lets the caller vouch for it.
+	Heartbeats bool
 	// StatusInterval is how often the stream tells the server where it is;
 	// zero: 10 s, under the server's wal_sender_timeout of 60 s.
 	StatusInterval time.Duration
@@ -142,9 +150,9 @@ type cursor struct {
 // error of Start or Next, Close the stream and Start a new one from the
 // stored cursor.
 func (s *Stream) Start(ctx context.Context, stored string) (*StreamBatch, error) {
-	conn, err := pgx.Connect(ctx, s.cfg.URL)
+	conn, err := s.connect(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("connect: %w", err)
+		return nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if err := s.resolve(ctx, conn); err != nil {
@@ -264,9 +272,19 @@ func (s *Stream) publish(ctx context.Context, conn *pgx.Conn) error {
 		}
 		names = append(names, id.Sanitize())
 	}
-	var exists bool
-	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1)", s.name).Scan(&exists); err != nil {
+	var exists, same bool
+	// A publication of exactly these tables is left as it is: an operator
+	// may have created it, so that the source's role need not own them.
+	err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1),
+		coalesce((SELECT array_agg(pt.oid ORDER BY pt.oid) FROM pg_publication_tables p
+			JOIN pg_class pt ON pt.relname = p.tablename JOIN pg_namespace n ON n.oid = pt.relnamespace AND n.nspname = p.schemaname
+			WHERE p.pubname = $1) = (SELECT array_agg(o ORDER BY o) FROM unnest($2::oid[]) o), false)`,
+		s.name, sortedOIDs(s.tables)).Scan(&exists, &same)
+	if err != nil {
 		return fmt.Errorf("publication %s: %w", s.name, err)
+	}
+	if same {
+		return nil
 	}
 	sql := fmt.Sprintf("CREATE PUBLICATION %s FOR TABLE %s", s.name, strings.Join(names, ", "))
 	if exists {
@@ -288,13 +306,39 @@ func serverError(err error) error {
 	return err
 }
 
-// connectReplication opens the replication connection, with the text
-// forms of times fixed.
-func (s *Stream) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
-	cfg, err := pgconn.ParseConfig(s.cfg.URL)
+// connConfig is ConnConfig, or the URL's.
+func (s *Stream) connConfig() (*pgx.ConnConfig, error) {
+	if s.cfg.ConnConfig != nil {
+		return s.cfg.ConnConfig.Copy(), nil
+	}
+	cc, err := pgx.ParseConfig(s.cfg.URL)
 	if err != nil {
 		return nil, fmt.Errorf("url: %w", err)
 	}
+	return cc, nil
+}
+
+// connect opens a plain connection.
+func (s *Stream) connect(ctx context.Context) (*pgx.Conn, error) {
+	cc, err := s.connConfig()
+	if err != nil {
+		return nil, err
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
+	if err != nil {
+		return nil, fmt.Errorf("connect: %w", err)
+	}
+	return conn, nil
+}
+
+// connectReplication opens the replication connection, with the text
+// forms of times fixed.
+func (s *Stream) connectReplication(ctx context.Context) (*pgconn.PgConn, error) {
+	cc, err := s.connConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg := &cc.Config
 	cfg.RuntimeParams["replication"] = "database"
 	cfg.RuntimeParams["DateStyle"] = "ISO"
 	cfg.RuntimeParams["TimeZone"] = "UTC"
@@ -444,8 +488,11 @@ func (s *Stream) receive(ctx context.Context, msg pgproto3.BackendMessage) (Stre
 			if ka.ReplyRequested {
 				s.statusDue = time.Time{}
 			}
-			if s.tx != nil || LSN(ka.ServerWALEnd) <= s.from {
+			if s.tx != nil {
 				return StreamBatch{}, false, nil
+			}
+			if LSN(ka.ServerWALEnd) <= s.from {
+				return StreamBatch{At: ka.ServerTime.UTC(), Position: s.from}, s.cfg.Heartbeats, nil
 			}
 			s.from = LSN(ka.ServerWALEnd)
 			cur, err := s.cursor(s.tables, s.from)
@@ -596,8 +643,7 @@ func (s *Stream) Confirm(ctx context.Context, position LSN) error {
 	if position > s.confirmed {
 		s.confirmed = position
 	}
-	s.statusDue = time.Time{}
-	return s.sendStatusIfDue(ctx)
+	return s.sendStatus(ctx, false)
 }
 
 // sendStatusIfDue reports the confirmed position when it is time to, or
@@ -606,9 +652,16 @@ func (s *Stream) sendStatusIfDue(ctx context.Context) error {
 	if time.Now().Before(s.statusDue) {
 		return nil
 	}
+	return s.sendStatus(ctx, s.cfg.Heartbeats)
+}
+
+// sendStatus reports the confirmed position, asking for a keepalive back
+// if ask.
+func (s *Stream) sendStatus(ctx context.Context, ask bool) error {
 	pos := pglogrepl.LSN(s.confirmed)
 	err := pglogrepl.SendStandbyStatusUpdate(ctx, s.repl, pglogrepl.StandbyStatusUpdate{
 		WALWritePosition: pos, WALFlushPosition: pos, WALApplyPosition: pos, ClientTime: time.Now(),
+		ReplyRequested: ask,
 	})
 	if err != nil {
 		return fmt.Errorf("slot %s: status update: %w", s.name, err)
@@ -632,9 +685,14 @@ func (s *Stream) Close(ctx context.Context) error {
 // configured: a slot nobody reads would hold WAL forever. The stream must
 // be closed.
 func Drop(ctx context.Context, url, source string) error {
-	conn, err := pgx.Connect(ctx, url)
+	return dropStream(ctx, &Stream{cfg: StreamConfig{URL: url}}, source)
+}
+
+// dropStream is Drop, connecting as s would.
+func dropStream(ctx context.Context, s *Stream, source string) error {
+	conn, err := s.connect(ctx)
 	if err != nil {
-		return fmt.Errorf("connect: %w", err)
+		return err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	name := SlotName(source)
@@ -645,7 +703,6 @@ func Drop(ctx context.Context, url, source string) error {
 	if exists {
 		// DROP_REPLICATION_SLOT ... WAIT waits for the walsender of a
 		// stream just closed to let go of the slot.
-		s := &Stream{cfg: StreamConfig{URL: url}}
 		repl, err := s.connectReplication(ctx)
 		if err != nil {
 			return err
@@ -654,6 +711,13 @@ func Drop(ctx context.Context, url, source string) error {
 		if err := pglogrepl.DropReplicationSlot(ctx, repl, name, pglogrepl.DropReplicationSlotOptions{Wait: true}); err != nil {
 			return fmt.Errorf("drop slot %s: %w", name, err)
 		}
+	}
+	// A publication of another role's (an operator created it) is its
+	// owner's to drop: it holds no WAL.
+	var own bool
+	if err := conn.QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_publication WHERE pubname = $1
+		AND pubowner = (SELECT oid FROM pg_roles WHERE rolname = current_user))`, name).Scan(&own); err != nil || !own {
+		return err
 	}
 	if _, err := conn.Exec(ctx, "DROP PUBLICATION IF EXISTS "+name); err != nil {
 		return fmt.Errorf("drop publication %s: %w", name, err)

@@ -1,0 +1,156 @@
+package postgres
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/leasewatch/leasewatch/audit"
+)
+
+// TableEntry is one entry of a source's tables in the configuration file:
+// a preset, with the overrides it allows, or a mapping of any table, its
+// keys TableMapping's fields in snake case.
+type TableEntry struct {
+	// Preset names a known lease table (PresetNames); Table then
+	// overrides its table name (jobs.shedlock), Duration its lease where
+	// it has one after a renewal, and Clock its clock (ShedLock's
+	// usingDbTime() writes the database's).
+	Preset string `yaml:"preset"`
+
+	Table          string         `yaml:"table"`
+	Key            []string       `yaml:"key"`
+	Names          []string       `yaml:"names"`
+	Holder         string         `yaml:"holder"`
+	Expires        string         `yaml:"expires"`
+	Renewed        string         `yaml:"renewed"`
+	Duration       time.Duration  `yaml:"duration"`
+	DurationColumn string         `yaml:"duration_column"`
+	Granted        string         `yaml:"granted"`
+	Token          string         `yaml:"token"`
+	HeldIf         map[string]any `yaml:"held_if"`
+	Clock          Clock          `yaml:"clock"`
+	Class          audit.Class    `yaml:"class"`
+	// Poll says to poll the mapped table rather than stream it (a table
+	// the server cannot publish, UNLOGGED); a preset knows its own way.
+	Poll bool `yaml:"poll"`
+}
+
+// Table is a lease table as the collector watches it.
+type Table struct {
+	Mapping TableMapping
+	// Polled: read every PollEvery, since the server cannot publish it;
+	// otherwise streamed.
+	Polled bool
+}
+
+// table returns the entry's table, or the first problem, naming its key.
+func (e TableEntry) table() (Table, error) {
+	if e.Preset == "" {
+		return e.mapping()
+	}
+	p, ok := LookupPreset(e.Preset)
+	if !ok {
+		return Table{}, fmt.Errorf("preset: %q is none of %s", e.Preset, strings.Join(PresetNames(), ", "))
+	}
+	if k := e.mappingKey(); k != "" {
+		return Table{}, fmt.Errorf("%s: a preset takes only table, duration and clock; give a full mapping instead", k)
+	}
+	m := p.Mapping
+	if e.Table != "" {
+		m.Table = e.Table
+	}
+	if e.Duration != 0 {
+		if m.Duration == 0 {
+			return Table{}, fmt.Errorf("duration: preset %s's lease runs out at its %s column, not after a duration", e.Preset, m.Expires)
+		}
+		m.Duration = e.Duration
+	}
+	if e.Clock != "" {
+		m.Clock = e.Clock
+	}
+	if err := m.Check(); err != nil {
+		return Table{}, err
+	}
+	return Table{Mapping: m, Polled: !p.Publishable}, nil
+}
+
+// mappingKey names the first key set that only a full mapping takes.
+func (e TableEntry) mappingKey() string {
+	switch {
+	case len(e.Key) > 0:
+		return "key"
+	case len(e.Names) > 0:
+		return "names"
+	case e.Holder != "":
+		return "holder"
+	case e.Expires != "":
+		return "expires"
+	case e.Renewed != "":
+		return "renewed"
+	case e.DurationColumn != "":
+		return "duration_column"
+	case e.Granted != "":
+		return "granted"
+	case e.Token != "":
+		return "token"
+	case len(e.HeldIf) > 0:
+		return "held_if"
+	case e.Class != "":
+		return "class"
+	case e.Poll:
+		return "poll"
+	}
+	return ""
+}
+
+// mapping is the entry's full mapping.
+func (e TableEntry) mapping() (Table, error) {
+	m := TableMapping{
+		Table: e.Table, Key: e.Key, Names: e.Names, Holder: e.Holder, Expires: e.Expires, Renewed: e.Renewed,
+		Duration: e.Duration, DurationColumn: e.DurationColumn, Granted: e.Granted, Token: e.Token,
+		Clock: e.Clock, Class: e.Class,
+	}
+	for _, col := range slices.Sorted(maps.Keys(e.HeldIf)) {
+		v := e.HeldIf[col]
+		if i, ok := v.(int); ok {
+			v = int64(i) // YAML's integers decode as int
+		}
+		m.HeldIf = append(m.HeldIf, Match{Column: col, Value: v})
+	}
+	if err := m.Check(); err != nil {
+		return Table{}, err
+	}
+	return Table{Mapping: m, Polled: e.Poll}, nil
+}
+
+// checkTables checks each table and that no table is given twice.
+func checkTables(ts []Table) error {
+	for i, t := range ts {
+		if err := t.Mapping.Check(); err != nil {
+			return audit.Errorf(audit.EINVALID, "tables[%d].%v", i, err)
+		}
+		for j, u := range ts[:i] {
+			if u.Mapping.Table == t.Mapping.Table {
+				return audit.Errorf(audit.EINVALID, "tables[%d].table: %s is tables[%d] already", i, t.Mapping.Table, j)
+			}
+		}
+	}
+	return nil
+}
+
+// tables returns the entries' tables; an error names the entry and its key
+// (tables[1].holder: ...).
+func tables(es []TableEntry) ([]Table, error) {
+	ts := make([]Table, 0, len(es))
+	for i, e := range es {
+		t, err := e.table()
+		if err != nil {
+			return nil, audit.Errorf(audit.EINVALID, "tables[%d].%v", i, err)
+		}
+		ts = append(ts, t)
+	}
+	return ts, nil
+}
