@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,6 +211,11 @@ func TestTablesCollector(t *testing.T) {
 		return testutil.CollectAndCount(reg, "leasewatch_postgres_slot_retained_wal_bytes") == 1
 	})
 
+	// A lock held across the restarts below: no part's snapshot ends it.
+	now = time.Now().UTC()
+	src.exec(t, shedlockAcquire, "weekly", now.Add(time.Hour), now, "node-w")
+	events(t, sink, "shedlock/weekly", "grant node-w")
+
 	// Stopped, and changes meanwhile: the restart from the stored cursor
 	// streams each once, and the polled table's gap is a blind window.
 	run.Stop(t)
@@ -226,6 +232,18 @@ func TestTablesCollector(t *testing.T) {
 	events(t, sink2, "shedlock/nightly", "grant node-c", "release node-c", "grant node-d", "release node-d", "grant node-e", "release node-e")
 	events(t, sink2, "shedlock/report", "grant node-a", "renew node-a", "release node-a", "grant node-b", "expire node-b")
 	events(t, sink2, held, "grant "+holder) // taken while the collector was stopped
+	events(t, sink2, "shedlock/weekly", "grant node-w")
+	run.Stop(t)
+
+	// The slot dropped while the collector was stopped: the changes since
+	// are lost, a blind window, and a new slot's snapshot.
+	admin(t, src.srv, src.db, "SELECT pg_drop_replication_slot($1)", SlotName(src.cfg.Name))
+	src.exec(t, shedlockUnlock, "weekly", "node-w", time.Now().UTC())
+	run = collectortest.Run(t, src.collector(t, src.cfg), sink2)
+	events(t, sink2, "shedlock/weekly", "grant node-w", "release node-w")
+	if !slices.ContainsFunc(sink2.Blinds(), func(b audit.Blind) bool { return strings.Contains(b.Reason, "replication slot was lost") }) {
+		t.Fatalf("blind windows %+v; want one for the lost slot", sink2.Blinds())
+	}
 	run.Stop(t)
 
 	// The tables gone from the source: its slot goes at its next start, the
