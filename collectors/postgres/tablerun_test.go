@@ -267,3 +267,17 @@ func holdAdvisory(t *testing.T, src *tablesSource) (lock, holder string) {
 	h.exec(t, "SELECT pg_advisory_lock(42)")
 	return src.db + "/42", h.name()
 }
+
+// TestTablesStreamOnly: a source of one streamed table and no advisory
+// locks, idle after a grant: the stream's heartbeats alone vouch for the
+// time, so the lease runs out by the clock.
+func TestTablesStreamOnly(t *testing.T) {
+	src := newTablesSource(t, "shedlock only")
+	cfg := src.cfg
+	cfg.NoAdvisory, cfg.Tables = true, cfg.Tables[:1]
+	sink := collectortest.NewSink(t, cfg.Name, Backend.Kind)
+	collectortest.Run(t, src.collector(t, cfg), sink)
+	now := time.Now().UTC()
+	src.exec(t, shedlockAcquire, "report", now.Add(time.Second), now, "node-a")
+	events(t, sink, "shedlock/report", "grant node-a", "expire node-a")
+}

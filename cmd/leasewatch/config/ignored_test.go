@@ -40,6 +40,8 @@ func TestParseConfigRefusesKeysOfAnotherKind(t *testing.T) {
 		"url":                  {[]string{"postgres"}, "postgres://h/app"},
 		"databases":            {[]string{"postgres"}, "[app]"},
 		"poll_every":           {[]string{"postgres"}, "1s"},
+		"advisory":             {[]string{"postgres"}, "false"},
+		"tables":               {[]string{"postgres"}, "[{preset: shedlock}]"},
 	}
 	if got, want := slices.Sorted(func(yield func(string) bool) {
 		for k := range keys {
