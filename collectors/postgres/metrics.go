@@ -9,14 +9,21 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 )
 
-// retainedDesc is the family of a source's slot's retained WAL.
-var retainedDesc = prometheus.NewDesc("leasewatch_postgres_slot_retained_wal_bytes",
-	"Bytes of WAL the source's replication slot keeps the server from recycling, read every 10 s while the stream runs.",
-	[]string{"source"}, nil)
+// retainedDesc is the family of a source's slot's retained WAL, the source
+// a constant label: each source's collector registers its own series, and
+// a registry refuses two collectors of one descriptor.
+func retainedDesc(source string) *prometheus.Desc {
+	return prometheus.NewDesc("leasewatch_postgres_slot_retained_wal_bytes",
+		"Bytes of WAL the source's replication slot keeps the server from recycling, read every 10 s while the stream runs.",
+		nil, prometheus.Labels{"source": source})
+}
 
 // slotMetrics is what the collector last read of its slot: the retained
 // WAL in bytes, or -1 when it has no slot (never read, or dropped).
-type slotMetrics struct{ retained atomic.Int64 }
+type slotMetrics struct {
+	desc     *prometheus.Desc
+	retained atomic.Int64
+}
 
 // retainedEvery is how often a streaming source reads its slot's retained
 // WAL.
@@ -26,13 +33,13 @@ var _ prometheus.Collector = (*Collector)(nil)
 
 // Describe is prometheus.Collector's: the Runner registers a collector
 // that is one.
-func (c *Collector) Describe(ch chan<- *prometheus.Desc) { ch <- retainedDesc }
+func (c *Collector) Describe(ch chan<- *prometheus.Desc) { ch <- c.slot.desc }
 
 // Collect reports the slot's retained WAL as last read, and nothing for a
 // source with no slot.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	if n := c.slot.retained.Load(); n >= 0 {
-		ch <- prometheus.MustNewConstMetric(retainedDesc, prometheus.GaugeValue, float64(n), c.cfg.Name)
+		ch <- prometheus.MustNewConstMetric(c.slot.desc, prometheus.GaugeValue, float64(n))
 	}
 }
 

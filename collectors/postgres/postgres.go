@@ -138,6 +138,7 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	c := &Collector{cfg: cfg, now: time.Now, log: logger, deadline: max(DefaultPollDeadline, 10*cfg.PollEvery)}
+	c.slot.desc = retainedDesc(cfg.Name)
 	c.slot.retained.Store(-1)
 	for _, opt := range opts {
 		opt(c)

@@ -189,7 +189,12 @@ func TestTablesCollector(t *testing.T) {
 	sink := collectortest.NewSink(t, src.cfg.Name, Backend.Kind)
 	c := src.collector(t, src.cfg)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(c)
+	// As the Runner registers them: every source's collector, two here.
+	other, err := New(Config{Name: "other", URL: src.cfg.URL}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reg.MustRegister(c, other)
 	run := collectortest.Run(t, c, sink)
 
 	// ShedLock, streamed: a grant, a renewal and a release; then a grant
@@ -207,9 +212,19 @@ func TestTablesCollector(t *testing.T) {
 	events(t, sink, "river_leader/default", "grant river-1")
 	src.exec(t, `DELETE FROM river_leader`)
 	events(t, sink, "river_leader/default", "grant river-1", "release river-1")
-	collectortest.Eventually(t, 15*time.Second, "the slot's retained WAL reported", func() bool {
+	collectortest.Eventually(t, 15*time.Second, "the slot's retained WAL reported, of this source alone", func() bool {
 		return testutil.CollectAndCount(reg, "leasewatch_postgres_slot_retained_wal_bytes") == 1
 	})
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, mf := range mfs {
+		if ms := mf.GetMetric(); mf.GetName() == "leasewatch_postgres_slot_retained_wal_bytes" &&
+			(len(ms[0].GetLabel()) != 1 || ms[0].GetLabel()[0].GetValue() != "jobs db" || ms[0].GetGauge().GetValue() < 0) {
+			t.Fatalf("the retained WAL's series: %v; want one of source \"jobs db\", not negative", ms)
+		}
+	}
 
 	// A lock held across the restarts below: no part's snapshot ends it.
 	now = time.Now().UTC()
