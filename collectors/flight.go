@@ -18,7 +18,8 @@ import (
 // A Flight belongs to the collector's loop; only its waits run elsewhere.
 type Flight struct {
 	in   audit.Input
-	done chan error // nil while nothing is in flight
+	next *audit.Input // what waits for the input in flight to land; nil if nothing
+	done chan error   // nil while nothing is in flight
 	wg   sync.WaitGroup
 }
 
@@ -36,6 +37,29 @@ func (f *Flight) Start(ctx context.Context, sink Sink, in audit.Input) {
 		defer f.wg.Done()
 		done <- wait()
 	}()
+}
+
+// Held returns the input waiting for the one in flight to land, for the
+// collector to add what it saw since; nil if none waits.
+func (f *Flight) Held() *audit.Input { return f.next }
+
+// Hold makes in the next input, in place of any held before (a collector
+// merges that one into in first: Held), and starts it at once unless an
+// input is in flight.
+func (f *Flight) Hold(ctx context.Context, sink Sink, in audit.Input) {
+	f.next = &in
+	f.Next(ctx, sink)
+}
+
+// Next starts the held input unless none is held or one is in flight: after
+// Land, and whenever the collector has nothing new to hold.
+func (f *Flight) Next(ctx context.Context, sink Sink) {
+	if f.Busy() || f.next == nil {
+		return
+	}
+	in := *f.next
+	f.next = nil
+	f.Start(ctx, sink, in)
 }
 
 // Landing is where the input in flight reports its outcome: nil while

@@ -106,7 +106,7 @@ func NewRunner(sink Sink, cs []Collector, cfg RunnerConfig) (*Runner, error) {
 	if cfg.Jitter == nil {
 		cfg.Jitter = rand.Float64
 	}
-	r := &Runner{sink: sink, cfg: cfg, log: cfg.Logger, wait: sleep, states: make(map[string]*audit.Source, len(cs)),
+	r := &Runner{sink: sink, cfg: cfg, log: cfg.Logger, wait: Sleep, states: make(map[string]*audit.Source, len(cs)),
 		gates: make(map[string]*gate, len(cs))}
 	for i, c := range cs {
 		if c == nil {
@@ -288,7 +288,9 @@ func (r *Runner) supervise(ctx context.Context, c Collector) {
 	}
 }
 
-func sleep(ctx context.Context, d time.Duration) bool {
+// Sleep waits for d unless ctx ends first, and reports whether it waited
+// the whole time.
+func Sleep(ctx context.Context, d time.Duration) bool {
 	t := time.NewTimer(d)
 	defer t.Stop()
 	select {

@@ -7,6 +7,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/leasewatch/leasewatch/collectors"
 )
 
 // retainedDesc is the family of a source's slot's retained WAL, the source
@@ -70,7 +72,7 @@ func (c *Collector) watchSlot(ctx context.Context, cc *pgx.ConnConfig) (stop fun
 					c.slot.retained.Store(-1)
 				}
 			}
-			if !sleep(ctx, retainedEvery) {
+			if !collectors.Sleep(ctx, retainedEvery) {
 				return
 			}
 		}

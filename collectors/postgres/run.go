@@ -36,8 +36,7 @@ type run struct {
 	blind  *audit.Blind
 	fails  int // failed attempts since the last good poll
 
-	pending *audit.Input
-	flight  collectors.Flight
+	flight collectors.Flight
 }
 
 func (r *run) close() {
@@ -259,13 +258,13 @@ func sortedHolds(st *state) []*hold {
 }
 
 // The loop never waits for a commit: what it observes while an input is
-// in flight (collectors.Flight) gathers into the pending input, handed to
+// in flight (collectors.Flight) gathers into the held input, handed to
 // the sink once the one before it is durable.
 
-// queue adds in to the pending input and hands it to the sink unless one
-// is in flight.
+// queue adds in to the input held for the sink and hands it over unless
+// one is in flight.
 func (r *run) queue(ctx context.Context, in audit.Input) {
-	if p := r.pending; p != nil {
+	if p := r.flight.Held(); p != nil {
 		// Still a snapshot: what the earlier input lists of every held lock,
 		// and what changed since.
 		in.Observations = append(p.Observations, in.Observations...)
@@ -277,17 +276,7 @@ func (r *run) queue(ctx context.Context, in audit.Input) {
 			in.Blind.From = p.Blind.From
 		}
 	}
-	r.pending = &in
-	r.submit(ctx)
-}
-
-func (r *run) submit(ctx context.Context) {
-	if r.flight.Busy() || r.pending == nil {
-		return
-	}
-	in := *r.pending
-	r.pending = nil
-	r.flight.Start(ctx, r.sink, in)
+	r.flight.Hold(ctx, r.sink, in)
 }
 
 // land takes the outcome of the input in flight and hands over the pending
@@ -301,6 +290,6 @@ func (r *run) land(ctx context.Context, err error) error {
 		}
 		return fmt.Errorf("record: %w", err)
 	}
-	r.submit(ctx)
+	r.flight.Next(ctx, r.sink)
 	return nil
 }

@@ -376,20 +376,9 @@ func (r *streamRun) run(ctx context.Context, ready func()) error {
 		r.fails++
 		r.sink.setDown(true)
 		r.c.log.Warn("the lease tables' stream failed; starting again from the stored cursor", "err", err)
-		if !sleep(ctx, collectors.Backoff(time.Second, maxReconnect, r.fails-1, rand.Float64())) {
+		if !collectors.Sleep(ctx, collectors.Backoff(time.Second, maxReconnect, r.fails-1, rand.Float64())) {
 			return nil
 		}
-	}
-}
-
-func sleep(ctx context.Context, d time.Duration) bool {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return false
-	case <-t.C:
-		return true
 	}
 }
 

@@ -31,9 +31,8 @@ type run struct {
 	wake   chan string
 	seenAt time.Time // when the collector last knew it saw everything
 	cursor int64     // the zxid of the last read recorded: stored, or in an input on its way
-	// pending gathers what the loop records while flight commits
-	// (submit.go).
-	pending *audit.Input
+	// flight commits one input while the next gathers what the loop
+	// records meanwhile (submit.go).
 	flight  collectors.Flight
 	probed  sessions // the last probe of the servers' sessions (ProbeSessions)
 	vouched sessions // the last probe known to precede every change since (poll)

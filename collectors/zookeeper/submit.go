@@ -10,7 +10,7 @@ import (
 )
 
 // The loop never waits for a commit: what it records while an input is in
-// flight (collectors.Flight) gathers into a pending input, handed to the
+// flight (collectors.Flight) gathers into a held input, handed to the
 // sink once the one before it is durable. Under several busy sources the
 // recorder paces its commits (audit's commit interval, 400 ms by default),
 // and a loop that waited for each one read nothing meanwhile, so a grant
@@ -19,23 +19,10 @@ import (
 // queue adds obs to the pending input, whose cursor becomes cursor, and
 // hands it to the sink unless an input is in flight.
 func (r *run) queue(ctx context.Context, now time.Time, obs []audit.Observation, cursor int64) {
-	if r.pending != nil {
-		obs = append(r.pending.Observations, obs...)
+	if p := r.flight.Held(); p != nil {
+		obs = append(p.Observations, obs...)
 	}
-	in := r.input(now, obs, cursor)
-	r.pending = &in
-	r.submit(ctx)
-}
-
-// submit hands the pending input to the sink unless one is in flight;
-// land learns its outcome.
-func (r *run) submit(ctx context.Context) {
-	if r.flight.Busy() || r.pending == nil {
-		return
-	}
-	in := *r.pending
-	r.pending = nil
-	r.flight.Start(ctx, r.sink, in)
+	r.flight.Hold(ctx, r.sink, r.input(now, obs, cursor))
 }
 
 // land takes the outcome of the input in flight and hands over the
@@ -47,13 +34,13 @@ func (r *run) land(ctx context.Context, err error) error {
 		zxid, _ := strconv.ParseInt(in.Cursor, 10, 64)
 		return fmt.Errorf("record zxid 0x%x: %w", zxid, err)
 	}
-	r.submit(ctx)
+	r.flight.Next(ctx, r.sink)
 	return nil
 }
 
 // settle waits until every input recorded so far is durable.
 func (r *run) settle(ctx context.Context) error {
-	r.submit(ctx)
+	r.flight.Next(ctx, r.sink)
 	for r.flight.Busy() {
 		if err := r.land(ctx, <-r.flight.Landing()); err != nil {
 			return err
