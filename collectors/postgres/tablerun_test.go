@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -164,22 +165,20 @@ func (s *tablesSource) slots(t *testing.T) int {
 func events(t *testing.T, sink *collectortest.Sink, lock string, want ...string) {
 	t.Helper()
 	var got []string
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	defer func() {
+		if t.Failed() {
+			t.Logf("%s's events: %s", lock, strings.Join(got, ", "))
+		}
+	}()
+	collectortest.Eventually(t, 10*time.Second, fmt.Sprintf("%s's events to be %s", lock, strings.Join(want, ", ")), func() bool {
 		got = got[:0]
 		for _, e := range sink.Events(t, lock) {
 			if e.Kind != audit.EventBlind {
 				got = append(got, string(e.Kind)+" "+e.Holder)
 			}
 		}
-		if strings.Join(got, ", ") == strings.Join(want, ", ") {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s's events: %s\nwant %s", lock, strings.Join(got, ", "), strings.Join(want, ", "))
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return slices.Equal(got, want)
+	})
 }
 
 // TestTablesCollector: a source's lease tables end to end, through the
