@@ -48,8 +48,11 @@ type reading struct {
 }
 
 // connect opens the collector's connection with the source's user,
-// password and TLS.
+// password and TLS, within the poll deadline: a server that accepts and
+// then stops answering is a failed attempt, not a hung collector.
 func (c *Collector) connect(ctx context.Context) (*pgx.Conn, error) {
+	ctx, cancel := context.WithTimeout(ctx, c.deadline)
+	defer cancel()
 	cc, err := c.connConfig()
 	if err != nil {
 		return nil, err

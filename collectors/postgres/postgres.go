@@ -111,13 +111,24 @@ const DefaultPollDeadline = 5 * time.Second
 // DefaultPollDeadline and ten polls.
 func WithPollDeadline(d time.Duration) Option { return func(c *Collector) { c.deadline = d } }
 
+// DefaultMaxReconnect caps the delay between attempts to connect again.
+const DefaultMaxReconnect = 30 * time.Second
+
+// WithMaxReconnect caps the delay between attempts to connect again, which
+// doubles from the poll interval (a second for the lease tables' stream),
+// jittered as the Runner's restarts are (collectors.Backoff), instead of
+// DefaultMaxReconnect.
+func WithMaxReconnect(d time.Duration) Option { return func(c *Collector) { c.maxReconnect = d } }
+
 // Collector watches one PostgreSQL source's advisory locks. It implements
 // collectors.Collector.
 type Collector struct {
 	cfg      Config
 	now      func() time.Time
 	log      *slog.Logger
-	deadline time.Duration // a poll's queries' bound
+	deadline time.Duration // a poll's queries' bound, and a connection's
+	// maxReconnect caps the backoff between attempts to connect again.
+	maxReconnect time.Duration
 	// polled, when set (by tests), is handed each good poll's state.
 	polled func(*state)
 	slot   slotMetrics
@@ -137,7 +148,8 @@ func New(cfg Config, logger *slog.Logger, opts ...Option) (*Collector, error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	c := &Collector{cfg: cfg, now: time.Now, log: logger, deadline: max(DefaultPollDeadline, 10*cfg.PollEvery)}
+	c := &Collector{cfg: cfg, now: time.Now, log: logger, deadline: max(DefaultPollDeadline, 10*cfg.PollEvery),
+		maxReconnect: DefaultMaxReconnect}
 	c.slot.desc = retainedDesc(cfg.Name)
 	c.slot.retained.Store(-1)
 	for _, opt := range opts {

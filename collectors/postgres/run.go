@@ -13,9 +13,6 @@ import (
 	"github.com/leasewatch/leasewatch/collectors"
 )
 
-// maxReconnect caps the delay between attempts to connect again.
-const maxReconnect = 30 * time.Second
-
 // Name is the source's configured name.
 func (c *Collector) Name() string { return c.cfg.Name }
 
@@ -113,7 +110,7 @@ func (r *run) loop(ctx context.Context) error {
 		// Polls begin PollEvery apart, however long each takes.
 		next := max(r.c.cfg.PollEvery-time.Since(began), 0)
 		if r.fails > 0 {
-			next = collectors.Backoff(r.c.cfg.PollEvery, maxReconnect, r.fails-1, rand.Float64())
+			next = collectors.Backoff(r.c.cfg.PollEvery, r.c.maxReconnect, r.fails-1, rand.Float64())
 		}
 		timer.Reset(next)
 	}

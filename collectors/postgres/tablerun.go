@@ -296,7 +296,7 @@ func (c *Collector) runPoll(ctx context.Context, sink *partSink, m TableMapping,
 			sink.setDown(true)
 			hangUp(conn)
 			conn = nil
-			timer.Reset(collectors.Backoff(every, maxReconnect, fails-1, rand.Float64()))
+			timer.Reset(collectors.Backoff(every, c.maxReconnect, fails-1, rand.Float64()))
 			continue
 		}
 		now := c.now()
@@ -376,7 +376,7 @@ func (r *streamRun) run(ctx context.Context, ready func()) error {
 		r.fails++
 		r.sink.setDown(true)
 		r.c.log.Warn("the lease tables' stream failed; starting again from the stored cursor", "err", err)
-		if !collectors.Sleep(ctx, collectors.Backoff(time.Second, maxReconnect, r.fails-1, rand.Float64())) {
+		if !collectors.Sleep(ctx, collectors.Backoff(time.Second, r.c.maxReconnect, r.fails-1, rand.Float64())) {
 			return nil
 		}
 	}
