@@ -14,7 +14,7 @@ IMAGE_CONTEXT ?= $(CURDIR)/bin/image-context
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-kubernetes-130k load-redis load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-chromium install-systemd install-buildah image image-context
+.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-kubernetes-130k load-redis load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-quartz install-chromium install-systemd install-buildah image image-context
 
 all: build
 
@@ -22,7 +22,7 @@ build:
 	$(GO) build -o bin/leasewatch ./cmd/leasewatch
 
 ## deps: install or build what the tests need on a fresh Debian machine:
-## Go modules (etcd runs in-process), redis-server, zookeeper, postgresql and chromium from Debian, and a real kube-apiserver, built from the
+## Go modules (etcd runs in-process), redis-server, zookeeper, postgresql, Quartz with a JDK and chromium from Debian, and a real kube-apiserver, built from the
 ## Kubernetes Go module into .cache/ (several minutes the first time, then
 ## reused until its wrapper module changes), and a real Alertmanager, built
 ## from its Go module into .cache/alertmanager-<version>/ (a few minutes once).
@@ -31,6 +31,7 @@ deps:
 	@command -v redis-server >/dev/null || $(MAKE) install-redis
 	@test -f /usr/share/java/zookeeper.jar -a -d /usr/lib/python3/dist-packages/kazoo || $(MAKE) install-zookeeper
 	@ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1 || $(MAKE) install-postgresql
+	@test -f /usr/share/java/quartz2.jar -a -f /usr/share/java/postgresql.jar -a -x /usr/bin/javac || $(MAKE) install-quartz
 	@test -x /usr/bin/chromium || $(MAKE) install-chromium
 	@command -v systemd-analyze >/dev/null || $(MAKE) install-systemd
 	@command -v buildah >/dev/null || $(MAKE) install-buildah
@@ -59,6 +60,12 @@ install-zookeeper:
 install-postgresql:
 	$(SUDO) apt-get update -qq
 	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends postgresql
+
+## install-quartz: Debian's Quartz 2.3 (with HikariCP and SLF4J), its PostgreSQL JDBC driver and a JDK:
+## the PostgreSQL collector's tests compile a small clustered scheduler with javac and run two of it.
+install-quartz:
+	$(SUDO) apt-get update -qq
+	$(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends default-jdk-headless libquartz2-java libpostgresql-jdbc-java
 
 ## install-systemd: Debian's systemd, whose systemd-analyze checks deploy/systemd's unit.
 install-systemd:
