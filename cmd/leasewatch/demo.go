@@ -90,6 +90,7 @@ leasewatch demo is running: open %s
   etcd (in-process):  %s, locks under /locks/ and /election/
   redis-server:       %s
   zookeeper:          %s
+  postgresql:         %s
   workload:           7 real etcd lock clients; worker-1 pauses past its lease
                       and its late write is rejected by the fenced "ledger"
                       resource (and now and then accepted by the unfenced "cache")
@@ -97,9 +98,9 @@ leasewatch demo is running: open %s
   data:               %s
 
 Press Ctrl-C to stop.
-`, svc.URL(), server.Endpoint, extras.redisNote, extras.zkNote, token, dir)
+`, svc.URL(), server.Endpoint, extras.redisNote, extras.zkNote, extras.pgNote, token, dir)
 
-	stop, err := startDemoWorkloads(ctx, svc.URL(), token, cli, dir, extras.redisAddr, extras.zkAddr, logger)
+	stop, err := startDemoWorkloads(ctx, svc.URL(), token, cli, dir, extras, logger)
 	if err != nil {
 		return err
 	}
@@ -136,15 +137,17 @@ func demoConfig(listen, dir, endpoint, token, alertmanager string) *config.Confi
 type demoExtras struct {
 	redisAddr, redisNote string // redisAddr "": not installed
 	zkAddr, zkNote       string // zkAddr "": not installed
+	pgURL, pgNote        string // pgURL "": not installed
 	closers              []func()
 }
 
-// startDemoExtras starts a redis-server and a ZooKeeper server where they
-// are installed, adding them to cfg's sources.
+// startDemoExtras starts a redis-server, a ZooKeeper server and a
+// PostgreSQL server where they are installed, adding them to cfg's sources.
 func startDemoExtras(ctx context.Context, dir string, cfg *config.Config) (*demoExtras, error) {
 	x := &demoExtras{
 		redisNote: "not on PATH: install Debian's redis-server to see Redis locks too",
 		zkNote:    "not installed: install Debian's zookeeper to see ZooKeeper locks too",
+		pgNote:    "not installed: install Debian's postgresql to see PostgreSQL locks too",
 	}
 	redisSrv, err := startDemoRedis(ctx, dir, cfg)
 	if err != nil {
@@ -164,6 +167,17 @@ func startDemoExtras(ctx context.Context, dir string, cfg *config.Config) (*demo
 		x.closers = append(x.closers, zkSrv.Close)
 		x.zkAddr = zkSrv.Addr
 		x.zkNote = zkSrv.Addr + ": the lock recipe on /locks/reports, a LeaderLatch on /election/leader"
+	}
+	pgSrv, err := startDemoPostgres(ctx, cfg)
+	if err != nil {
+		x.close()
+		return nil, err
+	}
+	if pgSrv != nil {
+		x.closers = append(x.closers, func() { _ = pgSrv.Stop() })
+		x.pgURL = pgSrv.URL(demoPGDatabase)
+		x.pgNote = fmt.Sprintf("%s: an advisory lock (%s/%d) two workers take turns on, ShedLock's table streamed",
+			pgSrv.Addr, demoPGDatabase, demoPGAdvisoryKey)
 	}
 	return x, nil
 }
@@ -197,10 +211,9 @@ func startDemoRedis(ctx context.Context, dir string, cfg *config.Config) (*redis
 
 // startDemoWorkloads starts the demo's traffic against the service at base:
 // the etcd workload, with its resources reporting their writes and its
-// paused worker its beliefs, the Redis one when redisAddr is set and the
-// ZooKeeper one when zkAddr is. stop
-// waits for them to end with ctx and closes their reporters.
-func startDemoWorkloads(ctx context.Context, base, token string, cli *clientv3.Client, dir, redisAddr, zkAddr string, logger *slog.Logger) (stop func(), err error) {
+// paused worker its beliefs, and one on each of x's servers. stop waits
+// for them to end with ctx and closes their reporters.
+func startDemoWorkloads(ctx context.Context, base, token string, cli *clientv3.Client, dir string, x *demoExtras, logger *slog.Logger) (stop func(), err error) {
 	var reporters []*fence.Reporter
 	newReporter := func(source, resource string) *fence.Reporter {
 		r, err := fence.NewReporter(fence.Config{URL: base, Token: token, Source: source, Resource: resource, FlushInterval: 100 * time.Millisecond, Logger: logger})
@@ -216,26 +229,22 @@ func startDemoWorkloads(ctx context.Context, base, token string, cli *clientv3.C
 		return nil, err
 	}
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		w.run(ctx)
-	}()
-	if redisAddr != "" {
-		rw := newRedisWorkload(redisAddr, newReporter(demoRedisSource, "payments"), logger)
+	start := func(run func(context.Context)) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			rw.run(ctx)
+			run(ctx)
 		}()
 	}
-	if zkAddr != "" {
-		zw := &zkWorkload{addr: zkAddr, log: logger}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			zw.run(ctx)
-		}()
+	start(w.run)
+	if x.redisAddr != "" {
+		start(newRedisWorkload(x.redisAddr, newReporter(demoRedisSource, "payments"), logger).run)
+	}
+	if x.zkAddr != "" {
+		start((&zkWorkload{addr: x.zkAddr, log: logger}).run)
+	}
+	if x.pgURL != "" {
+		start((&pgWorkload{url: x.pgURL, log: logger}).run)
 	}
 	return func() {
 		wg.Wait()

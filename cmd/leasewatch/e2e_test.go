@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
 	"net/url"
 	"os"
@@ -22,6 +23,7 @@ import (
 	"go.uber.org/zap"
 
 	"github.com/leasewatch/leasewatch/audit/fence"
+	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 	"github.com/leasewatch/leasewatch/cmd/leasewatch/config"
 	"github.com/leasewatch/leasewatch/collectors/etcd"
 	"github.com/leasewatch/leasewatch/collectors/etcd/embedded"
@@ -490,6 +492,52 @@ func demoVerdicts(t *testing.T, base string) {
 	})
 }
 
+// demoPostgres checks, where PostgreSQL is installed (always in CI), that
+// the demo shows its advisory lock held in turn by both workers, without a
+// token, and ShedLock's lock granted to both nodes, each grant with its
+// commit LSN as the token (the table is streamed), and renewed.
+func demoPostgres(t *testing.T, base string) {
+	t.Helper()
+	var sources struct{ Sources []struct{ Name string } }
+	getJSON(t, base, "/api/v1/sources", &sources)
+	if !slices.ContainsFunc(sources.Sources, func(s struct{ Name string }) bool { return s.Name == demoPostgresSource }) {
+		if os.Getenv("CI") == "true" {
+			t.Fatalf("no %s source under CI=true: %v", demoPostgresSource, pgtest.ErrNotInstalled)
+		}
+		t.Logf("no %s source: PostgreSQL is not installed", demoPostgresSource)
+		return
+	}
+	advisory := fmt.Sprintf("%s/%d", demoPGDatabase, demoPGAdvisoryKey)
+	shedLock := "shedlock/" + demoShedLockName
+	var seen string
+	defer func() {
+		if t.Failed() {
+			t.Logf("the PostgreSQL locks' holders (application name: with a token) and renewals: %s", seen)
+		}
+	}()
+	eventually(t, 30*time.Second, "the advisory lock held by both workers, ShedLock's granted to both nodes with tokens and renewed", func() bool {
+		var locks struct{ Locks []apiLock }
+		getJSON(t, base, "/api/v1/locks?source="+demoPostgresSource, &locks)
+		holders := map[string]map[string]bool{}
+		renewals := map[string]int{}
+		for _, l := range locks.Locks {
+			var tenures struct{ Tenures []apiTenure }
+			getJSON(t, base, fmt.Sprintf("/api/v1/locks/%d/tenures", l.ID), &tenures)
+			holders[l.Name] = map[string]bool{}
+			for _, tn := range tenures.Tenures {
+				app, _, _ := strings.Cut(tn.Holder, " ") // an advisory holder is its session: "pg-worker-1 pid=..."
+				holders[l.Name][app] = tn.Token != nil
+			}
+			var events struct{ Events []apiEvent }
+			getJSON(t, base, fmt.Sprintf("/api/v1/locks/%d/events?kind=renew", l.ID), &events)
+			renewals[l.Name] = len(events.Events)
+		}
+		seen = fmt.Sprint(holders, renewals)
+		return maps.Equal(holders[advisory], map[string]bool{"pg-worker-1": false, "pg-worker-2": false}) &&
+			maps.Equal(holders[shedLock], map[string]bool{"report-node-1": true, "report-node-2": true}) && renewals[shedLock] > 0
+	})
+}
+
 // startDemo runs leasewatch demo until the test ends and returns its URL,
 // once its banner is out.
 func startDemo(t *testing.T, flags ...string) string {
@@ -544,6 +592,7 @@ func TestDemoShowsTheStoryWithinTwentySeconds(t *testing.T) {
 	t.Logf("demo story complete %s after the banner", time.Since(start).Round(time.Millisecond))
 
 	demoVerdicts(t, base)
+	demoPostgres(t, base)
 
 	// With redis-server installed (always in CI), the demo shows Redis locks too.
 	if _, err := exec.LookPath("redis-server"); err != nil {
