@@ -40,6 +40,7 @@ var landed = map[string]map[string]string{
 		"0024_lock_resources.sql":           "975ec07dc074f665d8a7c4737e1303a17f1ff193d1ee5d4c4a084df2fcf19ceb",
 		"0025_renewal_runs.sql":             "84eb086eafae940b29b80e07a2dffebfc3f2c2ab8b0bc3bc4d1a086038ab5aa1",
 		"0026_renewal_log.sql":              "303bc6a4bb8f2d0f73a00c27b2d3c8280b07757d17da2ff74e2d5eab1c3de3ab",
+		"0027_lock_renewal_columns.sql":     "60a2e3394fd19c86c127bc42391cbc4a182f6e6beafe4cfa44c3849eb5a08681",
 	},
 	"postgres": {
 		"0001_init.sql":                     "e171e52fca31731e3df93bd3f03887adcab10d4b0f5e567de67db7e862fa47fe",
@@ -58,6 +59,7 @@ var landed = map[string]map[string]string{
 		"0014_lock_resources.sql":           "84fb1d677c827e0c0ee4827e3dbc8204bb1e29d5684eff313af5bd317274fa7f",
 		"0015_renewal_runs.sql":             "1feffd9154402ce83599c430e6105df0d9e00e2cfbd0e719b512fa757effd812",
 		"0016_renewal_log.sql":              "933a98f35e694e8c0988dc376c286cc9d7c9de96ee0062c531ae12b615221d17",
+		"0017_lock_renewal_columns.sql":     "923298c66c30f069808caa12495d4936032c18079904c4130d2e229318d094ab",
 	},
 }
 

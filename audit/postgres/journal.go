@@ -263,13 +263,14 @@ func (w *batchWriter) putFences(ctx context.Context, fences []audit.Fence) error
 }
 
 const lockUpsert = `INSERT INTO locks (source, name, kind, class, state, holder, token,
-		acquired_at, renewed_at, expires_at, lease_duration_ms, changed_at)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12)
+		acquired_at, renewed_at, expires_at, lease_duration_ms, changed_at, renewed_seq, renewals)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14)
 	ON CONFLICT (source, name) DO UPDATE SET
 		kind = excluded.kind, class = excluded.class, state = excluded.state,
 		holder = excluded.holder, token = excluded.token, acquired_at = excluded.acquired_at,
 		renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
-		lease_duration_ms = excluded.lease_duration_ms, changed_at = excluded.changed_at
+		lease_duration_ms = excluded.lease_duration_ms, changed_at = excluded.changed_at,
+		renewed_seq = excluded.renewed_seq, renewals = excluded.renewals
 	RETURNING id`
 
 const trackUpsert = `INSERT INTO lock_tracks (lock_id, recent_from, state) VALUES ($1, $2, $3)
@@ -285,19 +286,11 @@ func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) e
 	ids := make([]int64, len(states))
 	encoded := make([]string, len(states))
 	for i, st := range states {
-		l := st.Lock
 		var err error
 		if encoded[i], err = rowcodec.EncodeTrackState(st); err != nil {
 			return err
 		}
-		class := l.Class
-		if class == "" {
-			class = audit.ClassLock
-		}
-		pipe.Queue(lockUpsert, l.Source, l.Name, string(l.Kind), string(class), string(l.State),
-			l.Holder, rowcodec.NullToken(l.Token), audit.Nanos(l.AcquiredAt), audit.Nanos(l.RenewedAt),
-			audit.Nanos(l.ExpiresAt), rowcodec.Ms(l.LeaseDuration), audit.Nanos(l.ChangedAt)).
-			QueryRow(func(row pgx.Row) error { return row.Scan(&ids[i]) })
+		pipe.Queue(lockUpsert, rowcodec.LockRow(st)...).QueryRow(func(row pgx.Row) error { return row.Scan(&ids[i]) })
 	}
 	tx, err := w.begin(ctx)
 	if err != nil {
@@ -587,9 +580,10 @@ func (w *batchWriter) putFindings(findings []audit.Finding) error {
 	return nil
 }
 
-// putRenewed queues the renewal columns of locks and their held tenures,
-// touching no other column: two statements over arrays, however many locks a
-// sync writes.
+// putRenewed queues the renewal columns of locks, touching no other
+// column: one statement over arrays, however many locks a sync writes. The
+// held tenures' rows are left as they were granted: readers take their
+// renewals from the lock row (migration 0017).
 func (w *batchWriter) putRenewed(renewals []audit.Renewal) {
 	if len(renewals) == 0 {
 		return
@@ -602,14 +596,10 @@ func (w *batchWriter) putRenewed(renewals []audit.Renewal) {
 		renewed[i], expires[i], durations[i] = audit.Nanos(r.RenewedAt), audit.Nanos(r.ExpiresAt), rowcodec.Ms(r.LeaseDuration)
 	}
 	w.queue(fmt.Sprintf("renewals of %d locks from %s", n, renewals[0].Lock), `UPDATE locks l
-		SET renewed_at = v.renewed_at, expires_at = v.expires_at, lease_duration_ms = v.ms
-		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[]) AS v (id, renewed_at, expires_at, ms)
-		WHERE l.id = v.id`, ids, renewed, expires, durations)
-	w.queue(fmt.Sprintf("renewals of the tenures of %d locks from %s", n, renewals[0].Lock), `UPDATE tenures t
-		SET renewals = v.renewals, last_renewed_at = v.renewed_at, lease_duration_ms = v.ms, expires_at = v.expires_at
+		SET renewed_at = v.renewed_at, expires_at = v.expires_at, lease_duration_ms = v.ms, renewed_seq = v.seq, renewals = v.renewals
 		FROM unnest($1::bigint[], $2::bigint[], $3::bigint[], $4::bigint[], $5::bigint[], $6::bigint[])
-			AS v (lock_id, seq, renewals, renewed_at, ms, expires_at)
-		WHERE t.lock_id = v.lock_id AND t.seq = v.seq`, ids, seqs, counts, renewed, durations, expires)
+			AS v (id, renewed_at, expires_at, ms, seq, renewals)
+		WHERE l.id = v.id`, ids, renewed, expires, durations, seqs, counts)
 }
 
 // StoredWrites returns the write events stored with any of the request ids,

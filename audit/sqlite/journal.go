@@ -90,7 +90,7 @@ type syncMark struct{ event, log int64 }
 
 // writerQueries are the statements Apply runs. They are compiled once, on
 // the writer's one connection, before the first batch's transaction takes it.
-var writerQueries = []string{lockUpsert, trackUpsert, resourceUpsert, lockRenewal, tenureRenewal, tenureUpsert,
+var writerQueries = []string{lockUpsert, trackUpsert, resourceUpsert, lockRenewal, tenureUpsert,
 	eventInsert + eventRow, eventInsertMany, findingInsert,
 	cursorUpsert, sourceEventUpsert, journalSyncedTo, fencesSyncedTo, sourcesSyncedTo, fenceUpsert,
 	logInsert, logInsertMany, logMarksSyncedTo, logSourcesSyncedTo, logFenceMark}
@@ -288,13 +288,14 @@ func (w *batchWriter) putFences(ctx context.Context, fences []audit.Fence) error
 }
 
 const lockUpsert = `INSERT INTO locks (source, name, kind, class, state, holder, token,
-		acquired_at, renewed_at, expires_at, lease_duration_ms, changed_at)
-	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		acquired_at, renewed_at, expires_at, lease_duration_ms, changed_at, renewed_seq, renewals)
+	VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 	ON CONFLICT (source, name) DO UPDATE SET
 		kind = excluded.kind, class = excluded.class, state = excluded.state,
 		holder = excluded.holder, token = excluded.token, acquired_at = excluded.acquired_at,
 		renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
-		lease_duration_ms = excluded.lease_duration_ms, changed_at = excluded.changed_at
+		lease_duration_ms = excluded.lease_duration_ms, changed_at = excluded.changed_at,
+		renewed_seq = excluded.renewed_seq, renewals = excluded.renewals
 	RETURNING id`
 
 const trackUpsert = `INSERT INTO lock_tracks (lock_id, recent_from, state) VALUES (?, ?, ?)
@@ -318,14 +319,8 @@ func (w *batchWriter) putLocks(ctx context.Context, states []audit.TrackState) e
 		if err != nil {
 			return err
 		}
-		class := l.Class
-		if class == "" {
-			class = audit.ClassLock
-		}
 		var id int64
-		if err := locks.QueryRowContext(ctx, l.Source, l.Name, string(l.Kind), string(class), string(l.State),
-			l.Holder, rowcodec.NullToken(l.Token), nanos(l.AcquiredAt), nanos(l.RenewedAt), nanos(l.ExpiresAt),
-			rowcodec.Ms(l.LeaseDuration), nanos(l.ChangedAt)).Scan(&id); err != nil {
+		if err := locks.QueryRowContext(ctx, rowcodec.LockRow(st)...).Scan(&id); err != nil {
 			return fmt.Errorf("lock %s: %w", l.Key(), err)
 		}
 		w.added[l.Key()] = id
@@ -368,21 +363,20 @@ func (w *batchWriter) putResources(ctx context.Context, rows []audit.ResourceRow
 // writes every lock renewed since the last, often thousands.
 const renewalsPerUpdate = 64
 
-var (
-	lockRenewal   = renewalUpdate(`locks`, `renewed_at = v.column2, expires_at = v.column3, lease_duration_ms = v.column4`, `locks.id = v.column1`, 4)
-	tenureRenewal = renewalUpdate(`tenures`, `renewals = v.column3, last_renewed_at = v.column4, lease_duration_ms = v.column5, expires_at = v.column6`,
-		`tenures.lock_id = v.column1 AND tenures.seq = v.column2`, 6)
-)
+// renewalColumns are the columns of lockRenewal's VALUES rows.
+const renewalColumns = 6
 
-// renewalUpdate updates renewalsPerUpdate rows of table from a VALUES list
-// of cols columns.
-func renewalUpdate(table, set, match string, cols int) string {
-	row := "(?" + strings.Repeat(", ?", cols-1) + ")"
-	return `UPDATE ` + table + ` SET ` + set + ` FROM (VALUES ` + row + strings.Repeat(", "+row, renewalsPerUpdate-1) + `) AS v WHERE ` + match
-}
+// lockRenewal updates renewalsPerUpdate lock rows from a VALUES list.
+var lockRenewal = func() string {
+	row := "(?" + strings.Repeat(", ?", renewalColumns-1) + ")"
+	return `UPDATE locks SET renewed_at = v.column2, expires_at = v.column3, lease_duration_ms = v.column4,
+		renewed_seq = v.column5, renewals = v.column6
+		FROM (VALUES ` + row + strings.Repeat(", "+row, renewalsPerUpdate-1) + `) AS v WHERE locks.id = v.column1`
+}()
 
-// putRenewed brings the renewal columns of locks and their held tenures up
-// to date, touching no other column.
+// putRenewed brings the renewal columns of locks up to date, touching no
+// other column. The held tenures' rows are left as they were granted:
+// readers take their renewals from the lock row (migration 0027).
 func (w *batchWriter) putRenewed(ctx context.Context, renewals []audit.Renewal) error {
 	if len(renewals) == 0 {
 		return nil
@@ -391,34 +385,24 @@ func (w *batchWriter) putRenewed(ctx context.Context, renewals []audit.Renewal) 
 	if err != nil {
 		return fmt.Errorf("prepare lock renewal: %w", err)
 	}
-	tenures, err := w.stmt(ctx, tenureRenewal)
-	if err != nil {
-		return fmt.Errorf("prepare tenure renewal: %w", err)
-	}
-	lockArgs := make([]any, 0, 4*renewalsPerUpdate)
-	tenureArgs := make([]any, 0, 6*renewalsPerUpdate)
+	args := make([]any, 0, renewalColumns*renewalsPerUpdate)
 	for start := 0; start < len(renewals); start += renewalsPerUpdate {
 		chunk := renewals[start:min(start+renewalsPerUpdate, len(renewals))]
-		lockArgs, tenureArgs = lockArgs[:0], tenureArgs[:0]
+		args = args[:0]
 		for _, r := range chunk {
 			id, err := w.lockID(ctx, r.Lock)
 			if err != nil {
 				return err
 			}
-			lockArgs = append(lockArgs, id, nanos(r.RenewedAt), nanos(r.ExpiresAt), rowcodec.Ms(r.LeaseDuration))
-			tenureArgs = append(tenureArgs, id, r.Seq, r.Renewals, nanos(r.RenewedAt), rowcodec.Ms(r.LeaseDuration), nanos(r.ExpiresAt))
+			args = append(args, id, nanos(r.RenewedAt), nanos(r.ExpiresAt), rowcodec.Ms(r.LeaseDuration), r.Seq, r.Renewals)
 		}
 		// A short last chunk repeats its first row: updating a row twice to
 		// the same values changes nothing.
 		for n := len(chunk); n < renewalsPerUpdate; n++ {
-			lockArgs = append(lockArgs, lockArgs[:4]...)
-			tenureArgs = append(tenureArgs, tenureArgs[:6]...)
+			args = append(args, args[:renewalColumns]...)
 		}
-		if _, err := locks.ExecContext(ctx, lockArgs...); err != nil {
+		if _, err := locks.ExecContext(ctx, args...); err != nil {
 			return fmt.Errorf("renewals of %d locks from %s: %w", len(chunk), chunk[0].Lock, err)
-		}
-		if _, err := tenures.ExecContext(ctx, tenureArgs...); err != nil {
-			return fmt.Errorf("renewals of the tenures of %d locks from %s: %w", len(chunk), chunk[0].Lock, err)
 		}
 	}
 	return nil

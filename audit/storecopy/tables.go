@@ -65,6 +65,7 @@ var Tables = []Table{
 		col("class", Text, false), col("state", Text, false), col("holder", Text, false), col("token", Int, true),
 		col("acquired_at", Int, false), col("renewed_at", Int, false), col("expires_at", Int, false),
 		col("lease_duration_ms", Int, false), col("changed_at", Int, false),
+		col("renewed_seq", Int, true), col("renewals", Int, false),
 	}},
 	{Name: "lock_tracks", Key: 1, Columns: []Column{
 		col("lock_id", Int, false), col("recent_from", Int, false), col("state", Text, false),

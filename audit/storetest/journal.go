@@ -630,6 +630,48 @@ func testRenewedTouchesOnlyRenewalColumnsAndSyncedEndsUnsynced(t *testing.T, h H
 	if evs, err := s.Unsynced(ctx); err != nil || len(evs) != 0 {
 		t.Errorf("Unsynced after the sync = %s, %v; want none", Show(evs), err)
 	}
+	heldTenureReadsTheSync(t, s, key, wantTenure)
+}
+
+// heldTenureReadsTheSync checks that every read of tenures shows the
+// renewals a sync wrote of the held tenure want (on its lock's row alone),
+// and, once the tenure has ended and its lock been granted again, each
+// tenure as its own row has it.
+func heldTenureReadsTheSync(t *testing.T, s Store, key audit.LockKey, want audit.Tenure) {
+	t.Helper()
+	ctx := context.Background()
+	byHolder, err := s.TenuresByHolder(ctx, audit.HolderFilter{Holder: want.Holder})
+	if err != nil {
+		t.Fatal(err)
+	}
+	Equal(t, "the holder's tenures after the sync", byHolder, []audit.Tenure{want})
+	states, _, err := s.Restore(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(states) != 1 || len(states[0].Recent) != 1 {
+		t.Fatalf("Restore = %+v, want the lock with its tenure", states)
+	}
+	Equal(t, "the restored tenure after the sync", states[0].Recent[0], want)
+
+	// The tenure ends with one renewal more than the sync wrote, and the
+	// lock is granted to b: each tenure's row is written in full.
+	ended := want
+	ended.Renewals, ended.LastRenewedAt, ended.ExpiresAt = want.Renewals+1, At(6), At(16)
+	ended.EndedAt, ended.End = At(8), audit.EndReleased
+	next := audit.Tenure{Lock: key, Seq: 2, Holder: "b", Token: audit.Int64(2), GrantedAt: At(9), LastRenewedAt: At(9),
+		LeaseDuration: 10 * time.Second, ExpiresAt: At(19)}
+	st := states[0]
+	st.Lock.Holder, st.Lock.Token, st.Lock.AcquiredAt, st.Lock.RenewedAt, st.Lock.ExpiresAt, st.Lock.ChangedAt =
+		"b", audit.Int64(2), At(9), At(9), At(19), At(9)
+	st.Recent, st.NextSeq = []audit.Tenure{ended, next}, 2
+	Apply(t, s, audit.Batch{Locks: []audit.TrackState{st}, Tenures: st.Recent, Synced: true})
+	tenures, err := s.Tenures(ctx, want.LockID, audit.TimeFilter{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	next.LockID = want.LockID
+	Equal(t, "tenures after the end and the next grant", tenures, []audit.Tenure{ended, next})
 }
 
 func testSizeGrowsWithEvents(t *testing.T, h Harness) {

@@ -38,6 +38,29 @@ func NullToken(t *int64) any {
 	return *t
 }
 
+// LockRow is the row of st's lock that the stores' lock upserts write, in
+// the order of their columns: source, name, kind, class, state, holder,
+// token, acquired_at, renewed_at, expires_at, lease_duration_ms,
+// changed_at, renewed_seq and renewals. The last two (SQLite migration
+// 0027, PostgreSQL 0017) are the seq and renewal count of st's held
+// tenure, whose renewals the lock row's renewal columns describe, or NULL
+// and 0 when none is held.
+func LockRow(st audit.TrackState) []any {
+	l := st.Lock
+	class := l.Class
+	if class == "" {
+		class = audit.ClassLock
+	}
+	var seq any
+	var renewals int64
+	if n := len(st.Recent); n > 0 && st.Recent[n-1].Held() {
+		seq, renewals = st.Recent[n-1].Seq, st.Recent[n-1].Renewals
+	}
+	return []any{l.Source, l.Name, string(l.Kind), string(class), string(l.State), l.Holder, NullToken(l.Token),
+		audit.Nanos(l.AcquiredAt), audit.Nanos(l.RenewedAt), audit.Nanos(l.ExpiresAt), Ms(l.LeaseDuration),
+		audit.Nanos(l.ChangedAt), seq, renewals}
+}
+
 // NullString stores "" as NULL, for columns where NULL means "none" (a
 // write's request id, a held tenure's end reason).
 func NullString(s string) any {

@@ -9,9 +9,14 @@ import (
 // The column lists of the stores' reads, in the order of rowcodec's scan
 // destinations. Both stores' journals read through them too.
 
-// TenureTables are the tenures (aliased t) with what retention pruned of
-// their renewals (Engine.SummaryColumns).
-const TenureTables = `tenures t` + summaryJoin
+// TenureTables are the tenures (aliased t) with their locks' rows (lr,
+// for TenureColumns) and what retention pruned of their renewals
+// (Engine.SummaryColumns).
+const TenureTables = `tenures t` + heldJoin + summaryJoin
+
+// heldJoin joins the tenures aliased t to their locks' rows, aliased lr,
+// where TenureColumns reads a held tenure's renewals.
+const heldJoin = ` JOIN locks lr ON lr.id = t.lock_id`
 
 // summaryJoin joins the tenures aliased t to what retention pruned of their
 // renewals, aliased rs.
@@ -66,9 +71,20 @@ func (e Engine) eventTablesOf(rare bool, hint string) string {
 }
 
 // TenureColumns are the columns rowcodec.TenureDest scans, from tenures
-// aliased t.
+// aliased t joined to their locks' rows aliased lr (heldJoin). A sync round
+// writes a held tenure's renewals to its lock's row alone (SQLite migration
+// 0027, PostgreSQL 0017), so where the lock row counts more renewals of the
+// tenure than the tenure's row, its renewal columns are the tenure's.
 const TenureColumns = `t.lock_id, t.seq, t.holder, t.token, t.granted_at, t.observed, t.position,
-	t.renewals, t.last_renewed_at, t.lease_duration_ms, t.expires_at, t.ended_at, t.end_reason`
+	CASE WHEN ` + renewedOnLock + ` THEN lr.renewals ELSE t.renewals END,
+	CASE WHEN ` + renewedOnLock + ` THEN lr.renewed_at ELSE t.last_renewed_at END,
+	CASE WHEN ` + renewedOnLock + ` THEN lr.lease_duration_ms ELSE t.lease_duration_ms END,
+	CASE WHEN ` + renewedOnLock + ` THEN lr.expires_at ELSE t.expires_at END,
+	t.ended_at, t.end_reason`
+
+// renewedOnLock holds where a tenure's lock row has renewals of it that its
+// own row has not.
+const renewedOnLock = `lr.renewed_seq = t.seq AND lr.renewals > t.renewals`
 
 // findingFields are the columns rowcodec.FindingDest scans after the
 // finding's id, lock id and lock key, from findings aliased f.

@@ -32,8 +32,8 @@ func (r *Reader) TenuresByHolder(ctx context.Context, f audit.HolderFilter) ([]a
 	lim := w.Arg(rowcodec.Limit(f.Limit, audit.DefaultListLimit, audit.MaxListLimit))
 	tenures, err := query(ctx, r, r.Pool, "list tenures of a holder", func(t *audit.Tenure) []any {
 		return append(tenureSummaryDest(t), &t.Lock.Source, &t.Lock.Name)
-	}, `SELECT `+TenureColumns+`, `+r.SummaryColumns+`, l.source, l.name FROM tenures t`+r.hint(HolderIndex)+summaryJoin+
-		` JOIN locks l ON l.id = t.lock_id`+w.String()+` ORDER BY t.granted_at DESC, t.lock_id DESC, t.seq DESC LIMIT `+lim, w.Args...)
+	}, `SELECT `+TenureColumns+`, `+r.SummaryColumns+`, lr.source, lr.name FROM tenures t`+r.hint(HolderIndex)+summaryJoin+
+		heldJoin+w.String()+` ORDER BY t.granted_at DESC, t.lock_id DESC, t.seq DESC LIMIT `+lim, w.Args...)
 	if err != nil {
 		return nil, err
 	}

@@ -93,7 +93,7 @@ func (r *Reader) restore(ctx context.Context, tx DB, source string) ([]audit.Tra
 
 	// One index range of tenures per lock: the ones its Recent holds.
 	tenures, err := query(ctx, r, tx, "restore tenures", rowcodec.TenureDest, `SELECT `+TenureColumns+`
-		FROM lock_tracks k JOIN tenures t ON t.lock_id = k.lock_id AND t.seq >= k.recent_from`+trackWhere+`
+		FROM lock_tracks k JOIN tenures t ON t.lock_id = k.lock_id AND t.seq >= k.recent_from`+heldJoin+trackWhere+`
 		ORDER BY t.lock_id, t.seq`, args...)
 	if err != nil {
 		return nil, nil, err
