@@ -53,7 +53,7 @@ func needQuartz(t *testing.T) string {
 	if len(missing) == 0 {
 		return strings.Join(cp, string(os.PathListSeparator))
 	}
-	msg := fmt.Sprintf("Quartz's test needs %s: install Debian's libquartz2-java and libpostgresql-jdbc-java (make install-quartz)", strings.Join(missing, ", "))
+	msg := fmt.Sprintf("Quartz's test needs %s: install Debian's libquartz2-java, libpostgresql-jdbc-java and default-jdk-headless (make install-quartz)", strings.Join(missing, ", "))
 	if os.Getenv("CI") == "true" {
 		t.Fatal(msg)
 	}
@@ -143,12 +143,10 @@ type quartzCluster struct {
 	password string
 }
 
-// newQuartzCluster compiles QuartzNode and creates Quartz's tables in db
-// of the server whose URL (as the superuser) is dbURL.
-func newQuartzCluster(t *testing.T, dbURL string) *quartzCluster {
+// newQuartzCluster returns what starts QuartzNodes on the database at
+// dbURL (the superuser's), with the classes compiled will give and jars.
+func newQuartzCluster(t *testing.T, dbURL, jars string, compiled func() string) *quartzCluster {
 	t.Helper()
-	jars := needQuartz(t)
-	compiled := compileQuartzNode(t, jars)
 	u, err := url.Parse(dbURL)
 	if err != nil {
 		t.Fatal(err)
@@ -316,14 +314,17 @@ func TestQuartzClusterRecovery(t *testing.T) {
 	checkRecoveredJob(t, sink, expired, rerun)
 }
 
-// watchQuartz creates Quartz's tables in a database of the test's own,
-// the operator's publication of both Quartz presets' tables, and runs a
-// collector named source of them, streamed, on a sink it returns.
+// watchQuartz compiles QuartzNode, creates Quartz's tables in a database
+// of the test's own and the operator's publication of both Quartz
+// presets' tables, and runs a collector named source of them, streamed, on
+// a sink it returns.
 func watchQuartz(t *testing.T, source string) (*quartzCluster, *collectortest.Sink) {
 	t.Helper()
+	jars := needQuartz(t)
+	compiled := compileQuartzNode(t, jars) // while the rest is set up
 	srv := shared(t)
 	db := database(t, srv)
-	qc := newQuartzCluster(t, srv.URL(db))
+	qc := newQuartzCluster(t, srv.URL(db), jars, compiled)
 	admin(t, srv, db, quartzDDL(t))
 	admin(t, srv, "postgres", "ALTER ROLE "+watcher+" REPLICATION")
 	admin(t, srv, db, "GRANT SELECT ON qrtz_scheduler_state, qrtz_fired_triggers TO "+watcher)
