@@ -200,6 +200,12 @@ type Input struct {
 	// clock (a Kubernetes renewTime), not an estimate on the collector's:
 	// a holder whose clock runs ahead shows as clock_skew.
 	HolderClock bool
+	// Writes are writes a resource accepted or rejected as the collector
+	// saw them in its backend (a fenced table's rows), not reported by the
+	// resource: judged as write reports are, after the observations, and
+	// stored in the same transaction as the cursor, so that a restart
+	// neither loses nor repeats one.
+	Writes []WriteReport
 }
 
 // WriteOutcome is what a protected resource did with a fenced write.

@@ -369,9 +369,11 @@ func (r *Recorder) Ready(context.Context) error {
 	return nil
 }
 
-// Record records one collector input and returns once it is durable.
+// Record records one collector input and returns once it is durable. Its
+// Writes are taken as ReportWrites takes reports: one that cannot be
+// taken fails the call, and nothing of in is recorded.
 func (r *Recorder) Record(ctx context.Context, in Input) error {
-	return r.do(ctx, &request{input: &in})
+	return r.do(ctx, &request{input: &in, writes: in.Writes})
 }
 
 // ReportWrites records write reports and returns once they are durable. A
@@ -397,7 +399,7 @@ func (r *Recorder) ReportBeliefs(ctx context.Context, beliefs []Belief) error {
 // applied in the order they are submitted, so a collector may go on reading
 // its backend while earlier inputs commit.
 func (r *Recorder) Submit(ctx context.Context, in Input) (wait func() error) {
-	req := &request{input: &in}
+	req := &request{input: &in, writes: in.Writes}
 	if err := r.enqueue(ctx, req); err != nil {
 		return func() error { return err }
 	}
@@ -583,6 +585,12 @@ func (r *Recorder) apply(req *request, known map[RequestKey]WriteReport, b *Batc
 	if err := r.disownedBy(req); err != nil {
 		return err
 	}
+	// Taken or refused before the input is stepped: an input whose writes
+	// (Input.Writes) are refused is refused whole.
+	fresh, err := r.admitWrites(req.writes, known)
+	if err != nil {
+		return err
+	}
 	take := func(step Batch) {
 		r.writeOnly.update(step)
 		b.Append(r.hold(step))
@@ -593,24 +601,26 @@ func (r *Recorder) apply(req *request, known map[RequestKey]WriteReport, b *Batc
 	for _, bl := range req.beliefs {
 		take(r.tracker.ReportBelief(bl))
 	}
-	if len(req.writes) == 0 {
-		return nil
-	}
-	err := r.writeOnly.admit(req.writes, r.tracks)
-	if err == nil {
-		err = r.tracker.AdmitResources(req.writes)
-	}
-	var fresh []WriteReport
-	if err == nil {
-		fresh, err = claimRequests(known, req.writes)
-	}
-	if err != nil {
-		return err
-	}
 	for _, w := range fresh {
 		take(r.tracker.ReportWrite(w))
 	}
 	return nil
+}
+
+// admitWrites returns the writes of a request to record, retries left
+// out, or why they cannot be taken; trackMu must be held.
+func (r *Recorder) admitWrites(writes []WriteReport, known map[RequestKey]WriteReport) ([]WriteReport, error) {
+	if len(writes) == 0 {
+		return nil, nil
+	}
+	err := r.writeOnly.admit(writes, r.tracks)
+	if err == nil {
+		err = r.tracker.AdmitResources(writes)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return claimRequests(known, writes)
 }
 
 // reload restores the tracker from the journal after a failed commit. If
