@@ -49,8 +49,11 @@ type StreamConfig struct {
 	// Source is the source's name; the slot and the publication are named
 	// for it (SlotName).
 	Source string
-	// Tables are the tables to follow; none may be UNLOGGED.
+	// Tables are the lease tables to follow; none may be UNLOGGED.
 	Tables []TableMapping
+	// Fences are the fenced tables to follow (fence.go): each row written
+	// is a write its resource accepted. None may be UNLOGGED.
+	Fences []FenceMapping
 	// ConnConfig, when set, is used instead of URL (the collector's, with
 	// the source's password and TLS).
 	ConnConfig *pgx.ConnConfig
@@ -68,6 +71,9 @@ type StreamConfig struct {
 // the server's word that nothing changed up to Position.
 type StreamBatch struct {
 	Observations []audit.Observation
+	// Writes are the rows the transaction wrote to fenced tables, each a
+	// write its resource accepted, with no Source: the caller's to set.
+	Writes []audit.WriteReport
 	// At is the commit time (or the server's time, idle) on the database's
 	// clock: every change committed before it has been delivered.
 	At time.Time
@@ -87,6 +93,7 @@ type Stream struct {
 	cfg       StreamConfig
 	name      string
 	tables    map[uint32]*Rows // by relation OID
+	fences    map[uint32]FenceMapping
 	relations map[uint32]*pglogrepl.RelationMessage
 	types     *pgtype.Map
 	repl      *pgconn.PgConn
@@ -103,6 +110,7 @@ type streamTx struct {
 	at     time.Time
 	tables map[uint32]*Rows
 	obs    []audit.Observation
+	writes []audit.WriteReport
 }
 
 // SlotName is the name of the slot and the publication of source:
@@ -124,12 +132,17 @@ var nonSlot = regexp.MustCompile(`[^a-z0-9_]`)
 
 // NewStream returns a stream of cfg's tables, not yet started.
 func NewStream(cfg StreamConfig) (*Stream, error) {
-	if len(cfg.Tables) == 0 {
+	if len(cfg.Tables) == 0 && len(cfg.Fences) == 0 {
 		return nil, errors.New("tables: at least one table is required")
 	}
 	for i, m := range cfg.Tables {
 		if err := m.Check(); err != nil {
 			return nil, fmt.Errorf("tables[%d]: %w", i, err)
+		}
+	}
+	for i, m := range cfg.Fences {
+		if err := m.Check(); err != nil {
+			return nil, fmt.Errorf("fences[%d]: %w", i, err)
 		}
 	}
 	if cfg.StatusInterval <= 0 {
@@ -156,6 +169,9 @@ func (s *Stream) Start(ctx context.Context, stored string) (*StreamBatch, error)
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
 	if err := s.resolve(ctx, conn); err != nil {
+		return nil, err
+	}
+	if err := s.resolveFences(ctx, conn); err != nil {
 		return nil, err
 	}
 	if err := s.publish(ctx, conn); err != nil {
@@ -205,23 +221,32 @@ func slotLost(err error) bool {
 func (s *Stream) resolve(ctx context.Context, conn *pgx.Conn) error {
 	s.tables = make(map[uint32]*Rows, len(s.cfg.Tables))
 	for _, m := range s.cfg.Tables {
-		var oid *uint32
-		if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::oid", m.Table).Scan(&oid); err != nil {
-			return fmt.Errorf("table %s: %w", m.Table, err)
+		oid, err := relation(ctx, conn, m.Table)
+		if err != nil {
+			return err
 		}
-		if oid == nil {
-			return fmt.Errorf("table %s: no such table", m.Table)
-		}
-		if err := checkIdentity(ctx, conn, *oid, m); err != nil {
+		if err := checkIdentity(ctx, conn, oid, m); err != nil {
 			return err
 		}
 		rows, err := NewRows(m)
 		if err != nil {
 			return err
 		}
-		s.tables[*oid] = rows
+		s.tables[oid] = rows
 	}
 	return nil
+}
+
+// relation returns the OID of the table named table.
+func relation(ctx context.Context, conn *pgx.Conn, table string) (uint32, error) {
+	var oid *uint32
+	if err := conn.QueryRow(ctx, "SELECT to_regclass($1)::oid", table).Scan(&oid); err != nil {
+		return 0, fmt.Errorf("table %s: %w", table, err)
+	}
+	if oid == nil {
+		return 0, fmt.Errorf("table %s: no such table", table)
+	}
+	return *oid, nil
 }
 
 // identityQuery reads a table's replica identity and the columns of the
@@ -242,16 +267,9 @@ GROUP BY c.relreplident`
 // application's own UPDATEs and DELETEs of it ("cannot update table ...
 // because it does not have a replica identity and publishes updates").
 func checkIdentity(ctx context.Context, conn *pgx.Conn, oid uint32, m TableMapping) error {
-	var ident string
-	var cols []string
-	if err := conn.QueryRow(ctx, identityQuery, oid).Scan(&ident, &cols); err != nil {
-		return fmt.Errorf("table %s: replica identity: %w", m.Table, err)
-	}
-	switch {
-	case ident == "f":
-		return nil
-	case len(cols) == 0:
-		return fmt.Errorf("table %s: has no primary key or replica identity; publishing it would make the application's UPDATE and DELETE fail: add a primary key, or set REPLICA IDENTITY", m.Table)
+	full, cols, err := replicaIdentity(ctx, conn, oid, m.Table)
+	if err != nil || full {
+		return err
 	}
 	key := slices.Sorted(slices.Values(m.key()))
 	if !slices.Equal(key, cols) {
@@ -260,12 +278,28 @@ func checkIdentity(ctx context.Context, conn *pgx.Conn, oid uint32, m TableMappi
 	return nil
 }
 
+// replicaIdentity returns whether the table's replica identity is FULL,
+// and otherwise its columns; an error for a table with none.
+func replicaIdentity(ctx context.Context, conn *pgx.Conn, oid uint32, table string) (full bool, cols []string, err error) {
+	var ident string
+	if err := conn.QueryRow(ctx, identityQuery, oid).Scan(&ident, &cols); err != nil {
+		return false, nil, fmt.Errorf("table %s: replica identity: %w", table, err)
+	}
+	switch {
+	case ident == "f":
+		return true, nil, nil
+	case len(cols) == 0:
+		return false, nil, fmt.Errorf("table %s: has no primary key or replica identity; publishing it would make the application's UPDATE and DELETE fail: add a primary key, or set REPLICA IDENTITY", table)
+	}
+	return false, cols, nil
+}
+
 // publish creates the publication of the tables, or sets its tables. The
 // server refuses an UNLOGGED table here, with its own words.
 func (s *Stream) publish(ctx context.Context, conn *pgx.Conn) error {
-	names := make([]string, 0, len(s.cfg.Tables))
-	for _, m := range s.cfg.Tables {
-		schema, table := m.schemaTable()
+	names := make([]string, 0, len(s.cfg.Tables)+len(s.cfg.Fences))
+	for _, name := range s.published() {
+		schema, table := schemaTable(name)
 		id := pgx.Identifier{table}
 		if schema != "" {
 			id = pgx.Identifier{schema, table}
@@ -279,7 +313,7 @@ func (s *Stream) publish(ctx context.Context, conn *pgx.Conn) error {
 		coalesce((SELECT array_agg(pt.oid ORDER BY pt.oid) FROM pg_publication_tables p
 			JOIN pg_class pt ON pt.relname = p.tablename JOIN pg_namespace n ON n.oid = pt.relnamespace AND n.nspname = p.schemaname
 			WHERE p.pubname = $1) = (SELECT array_agg(o ORDER BY o) FROM unnest($2::oid[]) o), false)`,
-		s.name, sortedOIDs(s.tables)).Scan(&exists, &same)
+		s.name, s.publishedOIDs()).Scan(&exists, &same)
 	if err != nil {
 		return fmt.Errorf("publication %s: %w", s.name, err)
 	}
@@ -294,6 +328,31 @@ func (s *Stream) publish(ctx context.Context, conn *pgx.Conn) error {
 		return fmt.Errorf("publication %s: %w", s.name, serverError(err))
 	}
 	return nil
+}
+
+// published lists the names of the tables the publication holds: the
+// lease tables', then the fenced tables'.
+func (s *Stream) published() []string {
+	var names []string
+	for _, m := range s.cfg.Tables {
+		names = append(names, m.Table)
+	}
+	for _, m := range s.cfg.Fences {
+		names = append(names, m.Table)
+	}
+	return names
+}
+
+// publishedOIDs lists the OIDs of the tables the publication holds.
+func (s *Stream) publishedOIDs() []uint32 {
+	return slices.Sorted(func(yield func(uint32) bool) {
+		for oid := range s.tables {
+			yield(oid)
+		}
+		for oid := range s.fences {
+			yield(oid)
+		}
+	})
 }
 
 // serverError adds the server's detail to its error, where it says why
@@ -541,8 +600,9 @@ func (s *Stream) change(rel uint32, old, new *pglogrepl.TupleData) error {
 	if s.tx == nil {
 		return fmt.Errorf("slot %s: a change outside a transaction", s.name)
 	}
-	rows, ok := s.tx.tables[rel]
-	if !ok || s.tx.lsn < s.from {
+	rows, lease := s.tx.tables[rel]
+	fence, fenced := s.fences[rel]
+	if !lease && !fenced || s.tx.lsn < s.from {
 		return nil // not a table of ours, or delivered before the restart
 	}
 	r, ok := s.relations[rel]
@@ -559,6 +619,9 @@ func (s *Stream) change(rel uint32, old, new *pglogrepl.TupleData) error {
 	}
 	if c.Old == nil && c.New == nil {
 		return nil
+	}
+	if fenced {
+		return s.written(fence, c)
 	}
 	obs, err := rows.Apply(c)
 	if err != nil {
@@ -634,7 +697,7 @@ func (s *Stream) commit(m *pglogrepl.CommitMessage) (StreamBatch, bool, error) {
 	}
 	s.tables, s.from = tx.tables, LSN(m.TransactionEndLSN)
 	cur, err := s.cursor(s.tables, s.from)
-	return StreamBatch{Observations: tx.obs, At: tx.at, Position: s.from, Cursor: cur}, true, err
+	return StreamBatch{Observations: tx.obs, Writes: tx.writes, At: tx.at, Position: s.from, Cursor: cur}, true, err
 }
 
 // Confirm tells the server that everything up to position (a batch's

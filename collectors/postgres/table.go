@@ -94,12 +94,10 @@ var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 
 // Check returns the first problem of the mapping, naming its field.
 func (m TableMapping) Check() error {
-	schema, table := m.schemaTable()
+	if err := checkTableName(m.Table); err != nil {
+		return err
+	}
 	switch {
-	case m.Table == "":
-		return errors.New("table: a table name is required")
-	case !identifier.MatchString(table) || schema != "" && !identifier.MatchString(schema):
-		return fmt.Errorf("table: %q is not a lower-case PostgreSQL name, optionally schema-qualified", m.Table)
 	case len(m.Names) == 0:
 		return errors.New("names: at least one column naming the lock is required")
 	case m.Holder == "":
@@ -130,13 +128,29 @@ func (m TableMapping) Check() error {
 	return nil
 }
 
+// checkTableName checks a table's name as a mapping gives it.
+func checkTableName(name string) error {
+	schema, table := schemaTable(name)
+	switch {
+	case name == "":
+		return errors.New("table: a table name is required")
+	case !identifier.MatchString(table) || schema != "" && !identifier.MatchString(schema):
+		return fmt.Errorf("table: %q is not a lower-case PostgreSQL name, optionally schema-qualified", name)
+	}
+	return nil
+}
+
 // schemaTable splits Table into its schema, "" when unqualified, and its
 // table.
-func (m TableMapping) schemaTable() (schema, table string) {
-	if s, t, ok := strings.Cut(m.Table, "."); ok {
+func (m TableMapping) schemaTable() (schema, table string) { return schemaTable(m.Table) }
+
+// schemaTable splits a table's name into its schema, "" when unqualified,
+// and its table.
+func schemaTable(name string) (schema, table string) {
+	if s, t, ok := strings.Cut(name, "."); ok {
 		return s, t
 	}
-	return "", m.Table
+	return "", name
 }
 
 // field is a column of the mapping and the field that names it.

@@ -12,7 +12,8 @@ import (
 
 // TableEntry is one entry of a source's tables in the configuration file:
 // a preset, with the overrides it allows, or a mapping of any table, its
-// keys TableMapping's fields in snake case.
+// keys TableMapping's fields in snake case; or, with fence, a fenced table
+// (FenceMapping: table, key, fence, lock or lock_column, and holder).
 type TableEntry struct {
 	// Preset names a known lease table (PresetNames); Table then
 	// overrides its table name (jobs.shedlock), Duration its lease where
@@ -36,19 +37,47 @@ type TableEntry struct {
 	// Poll says to poll the mapped table rather than stream it (a table
 	// the server cannot publish, UNLOGGED); a preset knows its own way.
 	Poll bool `yaml:"poll"`
+
+	// Fence makes the entry a fenced table: the column of each row's
+	// fencing token. Lock or LockColumn names the lock it is fenced by.
+	Fence      string `yaml:"fence"`
+	Lock       string `yaml:"lock"`
+	LockColumn string `yaml:"lock_column"`
 }
 
-// Table is a lease table as the collector watches it.
+// Table is a lease table as the collector watches it, or a fenced table.
 type Table struct {
 	Mapping TableMapping
 	// Polled: read every PollEvery, since the server cannot publish it;
 	// otherwise streamed.
 	Polled bool
+	// Fence, when set, makes the table a fenced table, always streamed,
+	// and Mapping and Polled unused.
+	Fence *FenceMapping
+}
+
+// name is the table's name.
+func (t Table) name() string {
+	if t.Fence != nil {
+		return t.Fence.Table
+	}
+	return t.Mapping.Table
+}
+
+// check returns the table's first problem, naming its field.
+func (t Table) check() error {
+	if t.Fence != nil {
+		return t.Fence.Check()
+	}
+	return t.Mapping.Check()
 }
 
 // table returns the entry's table, or the first problem, naming its key.
 func (e TableEntry) table() (Table, error) {
-	if e.Preset == "" {
+	switch {
+	case e.Preset == "" && (e.Fence != "" || e.Lock != "" || e.LockColumn != ""):
+		return e.fence()
+	case e.Preset == "":
 		return e.mapping()
 	}
 	p, ok := LookupPreset(e.Preset)
@@ -102,6 +131,12 @@ func (e TableEntry) mappingKey() string {
 		return "class"
 	case e.Poll:
 		return "poll"
+	case e.Fence != "":
+		return "fence"
+	case e.Lock != "":
+		return "lock"
+	case e.LockColumn != "":
+		return "lock_column"
 	}
 	return ""
 }
@@ -129,12 +164,12 @@ func (e TableEntry) mapping() (Table, error) {
 // checkTables checks each table and that no table is given twice.
 func checkTables(ts []Table) error {
 	for i, t := range ts {
-		if err := t.Mapping.Check(); err != nil {
+		if err := t.check(); err != nil {
 			return audit.Errorf(audit.EINVALID, "tables[%d].%v", i, err)
 		}
 		for j, u := range ts[:i] {
-			if u.Mapping.Table == t.Mapping.Table {
-				return audit.Errorf(audit.EINVALID, "tables[%d].table: %s is tables[%d] already", i, t.Mapping.Table, j)
+			if u.name() == t.name() {
+				return audit.Errorf(audit.EINVALID, "tables[%d].table: %s is tables[%d] already", i, t.name(), j)
 			}
 		}
 	}

@@ -31,9 +31,11 @@ func (e recordError) Unwrap() error { return e.err }
 // server are ridden out, each part connecting again with backoff.
 func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func()) error {
 	streamed, polled := c.tables()
-	names := c.partNames(polled, len(streamed) > 0)
+	fences := c.fenced()
+	streams := len(streamed) > 0 || len(fences) > 0
+	names := c.partNames(polled, streams)
 	ps := newParts(sink, c.cfg.Name, names, len(c.cfg.Tables) > 0)
-	if len(streamed) == 0 {
+	if !streams {
 		if err := c.dropSlot(ctx); err != nil && ctx.Err() == nil {
 			c.log.Warn("the source streams no table, and its slot could not be dropped", "slot", SlotName(c.cfg.Name), "err", err)
 		}
@@ -70,9 +72,9 @@ func (c *Collector) Run(ctx context.Context, sink collectors.Sink, ready func())
 	if !c.cfg.NoAdvisory {
 		start(advisoryPart, c.runAdvisory)
 	}
-	if len(streamed) > 0 {
+	if streams {
 		start(streamPart, func(ctx context.Context, s *partSink, ready func()) error {
-			return (&streamRun{c: c, sink: s, tables: streamed}).run(ctx, ready)
+			return (&streamRun{c: c, sink: s, tables: streamed, fences: fences}).run(ctx, ready)
 		})
 	}
 	for _, m := range polled {
@@ -91,12 +93,15 @@ func cmpOr(a, b error) error {
 	return b
 }
 
-// tables splits the source's tables into those streamed and those polled.
+// tables splits the source's lease tables into those streamed and those
+// polled.
 func (c *Collector) tables() (streamed, polled []TableMapping) {
 	for _, t := range c.cfg.Tables {
-		if t.Polled {
+		switch {
+		case t.Fence != nil:
+		case t.Polled:
 			polled = append(polled, t.Mapping)
-		} else {
+		default:
 			streamed = append(streamed, t.Mapping)
 		}
 	}
@@ -354,6 +359,7 @@ type streamRun struct {
 	c      *Collector
 	sink   *partSink
 	tables []TableMapping
+	fences []FenceMapping
 	blind  *audit.Blind
 	fails  int
 	ready  bool
@@ -392,7 +398,7 @@ func (r *streamRun) follow(ctx context.Context, ready func()) error {
 	// A keepalive every poll_every, at least a second apart, vouches that
 	// nothing changed: the tables' leases run out by the clock only up to
 	// what the stream vouched for.
-	cfg := StreamConfig{Source: r.c.cfg.Name, Tables: r.tables, ConnConfig: cc, Heartbeats: true,
+	cfg := StreamConfig{Source: r.c.cfg.Name, Tables: r.tables, Fences: r.fences, ConnConfig: cc, Heartbeats: true,
 		StatusInterval: max(cmpDuration(r.c.cfg.PollEvery, DefaultPollEvery), time.Second)}
 	s, err := NewStream(cfg)
 	if err != nil {
@@ -446,7 +452,9 @@ func (r *streamRun) batch(ctx context.Context, s *Stream, b StreamBatch) error {
 	if r.blind != nil {
 		r.blind.To = now
 	}
-	if err := record(ctx, r.sink, r.c.tableInputs(r.tables, b.Observations, now, b.Cursor, b.Snapshot, r.blind)); err != nil {
+	ins := r.c.tableInputs(r.tables, b.Observations, now, b.Cursor, b.Snapshot, r.blind)
+	withWrites(ins, r.c.cfg.Name, b.Writes)
+	if err := record(ctx, r.sink, ins); err != nil {
 		return err
 	}
 	r.blind = nil
