@@ -2,12 +2,14 @@ package postgres
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pglogrepl"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/leasewatch/leasewatch/audit"
@@ -317,4 +319,58 @@ func nextWrite(t *testing.T, s testStream, after LSN, token int64) StreamBatch {
 		}
 		return b
 	}
+}
+
+// TestFencedTableResourceBound: one transaction writing more resources
+// than a lock keeps is refused whole, and the source fails naming the
+// bound, rather than dropping writes or storing the batch's cursor past
+// them.
+func TestFencedTableResourceBound(t *testing.T) {
+	src := newFencedSource(t, "fenced bound")
+	admin(t, src.srv, src.db, "INSERT INTO invoices SELECT i, 0, 0 FROM generate_series(2, $1) i", audit.DefaultMaxResources+1)
+	sink := collectortest.NewSink(t, src.cfg.Name, Backend.Kind)
+	run := collectortest.Run(t, src.collector(t, src.cfg), sink)
+	var before LSN
+	if err := src.conn.QueryRow(t.Context(), "SELECT pg_current_wal_lsn()::text").Scan((*lsnText)(&before)); err != nil {
+		t.Fatal(err)
+	}
+	src.exec(t, "UPDATE invoices SET fence = 1")
+	err := run.Failed(t, 10*time.Second)
+	if audit.ErrorCode(err) != audit.EINVALID || !strings.Contains(err.Error(), "resource") || !strings.Contains(err.Error(), "1024 resources") {
+		t.Fatalf("Run: %v; want the write past the lock's 1024 resources refused, naming resource", err)
+	}
+	if n := len(sink.Events(t, fencedLock, audit.EventWriteAccepted)); n != 0 {
+		t.Fatalf("%d writes stored of a refused batch", n)
+	}
+	if at := storedLSN(t, sink, src.cfg.Name); at > before {
+		t.Fatalf("the stored cursor is at %s, past the refused batch's start %s", at, before)
+	}
+}
+
+// lsnText scans an LSN from its text.
+type lsnText LSN
+
+func (l *lsnText) Scan(v any) error {
+	s, ok := v.(string)
+	if !ok {
+		return fmt.Errorf("lsn: %T", v)
+	}
+	n, err := pglogrepl.ParseLSN(s)
+	*l = lsnText(n)
+	return err
+}
+
+// storedLSN is the stream's position in the source's stored cursor.
+func storedLSN(t *testing.T, sink *collectortest.Sink, source string) LSN {
+	t.Helper()
+	stored, _ := sink.Cursor(source)
+	var c cursor
+	if err := json.Unmarshal([]byte(parseCursor(stored).Parts[streamPart]), &c); err != nil {
+		t.Fatalf("stored cursor %s: %v", stored, err)
+	}
+	var l lsnText
+	if err := l.Scan(c.LSN); err != nil {
+		t.Fatal(err)
+	}
+	return LSN(l)
 }
