@@ -14,7 +14,7 @@ IMAGE_CONTEXT ?= $(CURDIR)/bin/image-context
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-kubernetes-130k load-redis load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-quartz install-chromium install-systemd install-buildah image image-context
+.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-kubernetes-130k load-redis load-postgres load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-quartz install-chromium install-systemd install-buildah image image-context
 
 all: build
 
@@ -104,6 +104,11 @@ load-kubernetes-130k:
 ## load-redis: the Redis scale run (10,000 locks with 2 s TTLs extended every 500 ms).
 load-redis:
 	$(GO) run ./cmd/leasewatch-load redis
+
+## load-postgres: PostgreSQL lease-table changes (2,500 ShedLock rows, 5,000 row changes/s) streamed by logical replication, checked change by change; then 1,000 sessions taking and releasing advisory locks.
+load-postgres:
+	$(GO) run ./cmd/leasewatch-load postgres
+	$(GO) run ./cmd/leasewatch-load postgres --advisory-sessions 1000
 
 ## load-failover: two replicas on PostgreSQL share etcd, Kubernetes and Redis sources under load; the owner of a source is killed (kill -9) 20 times.
 load-failover:

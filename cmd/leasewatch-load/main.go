@@ -9,6 +9,8 @@
 //	leasewatch-load redis [--locks 10000] [--ttl 2s] [--every 500ms] [--duration 30s]
 //	leasewatch-load etcd [--locks 5000] [--contenders 2] [--sessions 32] [--ttl 5s] [--hold 20s] [--duration 30s]
 //	leasewatch-load zookeeper [--locks 2000] [--contenders 2] [--sessions 32] [--hold 4s] [--duration 30s]
+//	leasewatch-load postgres [--locks 2500] [--rate 5000] [--renewals 3] [--writers 16] [--duration 30s]
+//	leasewatch-load postgres --advisory-sessions 1000 [--hold-min 1s] [--hold-max 3s] [--poll-every 1s] [--duration 30s]
 //	leasewatch-load soak [--locks 1000] [--every 500ms] [--duration 30m] [--renewals 2m] [--events 5m] [--postgres]
 //	leasewatch-load ingest [--writers 200] [--browsers 50] [--duration 5m] [--write-every 500ms] [--think 1s]
 //	leasewatch-load failover [--kills 20] [--every 5s] [--lease 2s] [--leases 200] [--etcd-locks 50] [--redis-locks 200] [--writers 20]
@@ -27,7 +29,12 @@
 // embedded etcd in-process and contends for concurrency.Mutex locks on it,
 // comparing every grant and release its clients saw with what leasewatch
 // stored; the zookeeper scenario does the same with Debian's ZooKeeper
-// server and go-zookeeper's Lock, the documented lock recipe. The soak
+// server and go-zookeeper's Lock, the documented lock recipe. The postgres scenario runs ShedLock's
+// statements on a shedlock table that leasewatch streams by logical
+// replication, logs each change in the transaction that makes it, and
+// compares every change with what leasewatch stored; with
+// --advisory-sessions, sessions take and release advisory locks instead,
+// which leasewatch polls. The soak
 // runs the redis load for a long time with short retention and samples the
 // database's size, which must level off; with --postgres, leasewatch's
 // database is on a PostgreSQL server of the run's own. The ingest scenario
@@ -64,7 +71,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis|etcd|zookeeper|soak|ingest|failover|rolling [flags]  (-h for flags)")
+		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis|etcd|zookeeper|postgres|soak|ingest|failover|rolling [flags]  (-h for flags)")
 		os.Exit(2)
 	}
 	var scenario interface {
@@ -121,12 +128,16 @@ func main() {
 		var z zkLoad
 		z.flags(fs)
 		scenario = &z
+	case "postgres":
+		var p pgLoad
+		p.flags(fs)
+		scenario = &p
 	case "failover", "rolling":
 		var f failoverLoad
 		f.flags(fs, os.Args[1] == "rolling")
 		scenario = &f
 	default:
-		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis, etcd, zookeeper, soak, ingest, failover or rolling\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis, etcd, zookeeper, postgres, soak, ingest, failover or rolling\n", os.Args[1])
 		os.Exit(2)
 	}
 	fs.StringVar(&serveCPUProfile, "cpuprofile", "", "have leasewatch write a CPU profile of its whole run to this file (leasewatch serve --cpuprofile; the binary must have the flag)")
