@@ -136,6 +136,11 @@ type Observation struct {
 	// its lease ran out (a Redis maxmemory eviction): the tenure ends with a
 	// lock_evicted finding.
 	Evicted bool
+	// StillHeld marks a grant while the backend still shows an earlier
+	// holder holding the lock: another row of a lease table that names the
+	// same lock (Quartz's fired triggers of one job). The tracker raises an
+	// overlap even where the earlier tenure has no lease to run out.
+	StillHeld bool
 	// Unjudged marks an end the collector found without being able to
 	// tell how it came about: an etcd key whose lease was gone before the
 	// collector could read it, revoked or run out while nobody watched (a

@@ -555,6 +555,25 @@ func (t *Tracker) follow(o *output, st *lockState, ob Observation) {
 	}
 }
 
+// overlap raises an overlap where ob grants the lock while prev's lease
+// was still valid, or while the backend still showed prev holding it
+// (Observation.StillHeld).
+func (t *Tracker) overlap(o *output, st *lockState, prev *tenure, ob Observation) {
+	f := Finding{Kind: FindingOverlap, At: ob.At, Tokens: tokens(prev.token, ob.Token), Holders: holders(prev.holder, ob.Holder)}
+	switch expires := prev.expiresAt(); {
+	case !expires.IsZero() && ob.At.Before(expires):
+		f.Until = expires
+		f.Summary = fmt.Sprintf("%s was granted the lock while %s's lease was valid for %s more: both may believe they hold it",
+			orUnknown(ob.Holder), orUnknown(prev.holder), expires.Sub(ob.At).Round(time.Millisecond))
+	case ob.StillHeld:
+		f.Summary = fmt.Sprintf("%s was granted the lock while the backend still showed %s holding it: both hold it at once",
+			orUnknown(ob.Holder), orUnknown(prev.holder))
+	default:
+		return
+	}
+	o.finding(st, f)
+}
+
 func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) {
 	detail := copyDetail(ob.Detail)
 	if prev != nil {
@@ -569,10 +588,7 @@ func (t *Tracker) grant(o *output, st *lockState, prev *tenure, ob Observation) 
 			// leases itself (etcd deletes the key; the tracker's expiry
 			// is only the collector's last reading), or while the lease
 			// still ran.
-			if expires := prev.expiresAt(); !expires.IsZero() && ob.At.Before(expires) {
-				o.finding(st, Finding{Kind: FindingOverlap, At: ob.At, Until: expires, Tokens: tokens(prev.token, ob.Token), Holders: holders(prev.holder, ob.Holder),
-					Summary: fmt.Sprintf("%s was granted the lock while %s's lease was valid for %s more: both may believe they hold it", orUnknown(ob.Holder), orUnknown(prev.holder), expires.Sub(ob.At).Round(time.Millisecond))})
-			}
+			t.overlap(o, st, prev, ob)
 			detail = withDetail(detail, "superseded", prev.holder)
 			t.end(o, st, prev, EndSuperseded, ob.At, false, nil)
 		}

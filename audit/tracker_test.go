@@ -227,6 +227,25 @@ func TestTrackerFindings(t *testing.T) {
 			},
 		},
 		{
+			// A lock with no lease (a lease table's row held until deleted):
+			// B granted while the backend still shows A's row held is an
+			// overlap, open-ended; granted without that word, a handover.
+			name: "OverlapWhileBackendStillShowsPreviousHolder",
+			kind: audit.SourceKind("postgres"),
+			story: func(s *story) {
+				s.grant("A", 1, at(0), 0)
+				s.observe(audit.Observation{Kind: audit.EventGrant, At: at(time.Second), Holder: "B", Token: audit.Int64(2), StillHeld: true})
+				s.grant("C", 3, at(2*time.Second), 0)
+			},
+			want: []audit.FindingKind{audit.FindingOverlap},
+			check: func(t *testing.T, s *story) {
+				f := s.finding(audit.FindingOverlap)
+				if !f.At.Equal(at(time.Second)) || !f.Until.IsZero() || !reflect.DeepEqual(f.Holders, []string{"A", "B"}) {
+					t.Fatalf("overlap = %+v, want at %s, open, of A and B", f, at(time.Second))
+				}
+			},
+		},
+		{
 			// A's lease ran out at 10 s, as B was granted: A expired, even
 			// though no tick came in between.
 			name: "NoOverlapAfterPreviousLeaseRanOut",

@@ -49,6 +49,10 @@ func (l LSN) String() string { return fmt.Sprintf("%X/%X", uint64(l)>>32, uint32
 type Rows struct {
 	m    TableMapping
 	rows map[string]lease
+	// names counts the rows of each lock: where a lock has more than one
+	// (Quartz's fired triggers of one job), a grant looks for another
+	// still held (stillHeld).
+	names map[string]int
 }
 
 // lease is what Rows keeps of one row: its last image and, decoded from
@@ -70,12 +74,12 @@ func NewRows(m TableMapping) (*Rows, error) {
 	if err := m.Check(); err != nil {
 		return nil, err
 	}
-	return &Rows{m: m, rows: make(map[string]lease)}, nil
+	return &Rows{m: m, rows: make(map[string]lease), names: make(map[string]int)}, nil
 }
 
 // clone returns a copy of r that Apply can change without changing r.
 func (r *Rows) clone() *Rows {
-	return &Rows{m: r.m, rows: maps.Clone(r.rows)}
+	return &Rows{m: r.m, rows: maps.Clone(r.rows), names: maps.Clone(r.names)}
 }
 
 // Mapping returns the mapping r decodes by.
@@ -107,7 +111,7 @@ func (r *Rows) Apply(c Change) ([]audit.Observation, error) {
 			if err != nil {
 				return nil, err
 			}
-			r.rows = trial.rows
+			r.rows, r.names = trial.rows, trial.names
 			return append(del, ins...), nil
 		}
 	}
@@ -118,7 +122,7 @@ func (r *Rows) Apply(c Change) ([]audit.Observation, error) {
 	key := r.key(image)
 	prev, had := r.rows[key]
 	if c.New == nil {
-		delete(r.rows, key)
+		r.remove(key)
 		if !had || !prev.held {
 			return nil, nil
 		}
@@ -129,9 +133,47 @@ func (r *Rows) Apply(c Change) ([]audit.Observation, error) {
 	if err != nil {
 		return nil, err
 	}
-	obs := r.step(prev, &next, c)
-	r.rows[key] = next
+	obs := r.step(key, prev, &next, c)
+	r.put(key, next)
 	return obs, nil
+}
+
+// put keeps l as the row key.
+func (r *Rows) put(key string, l lease) {
+	r.remove(key)
+	r.rows[key] = l
+	r.names[l.name]++
+}
+
+// remove forgets the row key, if r has it.
+func (r *Rows) remove(key string) {
+	l, ok := r.rows[key]
+	if !ok {
+		return
+	}
+	delete(r.rows, key)
+	if r.names[l.name]--; r.names[l.name] <= 0 {
+		delete(r.names, l.name)
+	}
+}
+
+// stillHeld reports whether a row of the lock name other than key is held
+// at at, by a lease that has not run out: a grant then is one holder more,
+// not a handover (audit.Observation.StillHeld).
+func (r *Rows) stillHeld(name, key string, at time.Time) bool {
+	others := r.names[name]
+	if l, ok := r.rows[key]; ok && l.name == name {
+		others--
+	}
+	if others == 0 {
+		return false
+	}
+	for k, l := range r.rows {
+		if k != key && l.name == name && l.held && !audit.LeaseRunOut(l.expires, at) {
+			return true
+		}
+	}
+	return false
 }
 
 // Truncate ends every held row's tenure at c (its At and LSN): the table
@@ -144,20 +186,20 @@ func (r *Rows) Truncate(c Change) []audit.Observation {
 		}
 	}
 	clear(r.rows)
+	clear(r.names)
 	return obs
 }
 
-// step returns the observations of a row going from prev to next, and
-// gives next its tenure's token.
-func (r *Rows) step(prev lease, next *lease, c Change) []audit.Observation {
+// step returns the observations of the row key going from prev to next,
+// and gives next its tenure's token.
+func (r *Rows) step(key string, prev lease, next *lease, c Change) []audit.Observation {
 	switch {
 	case !next.held && !prev.held:
 		return nil
 	case !next.held:
 		return []audit.Observation{r.end(prev, c, false)}
 	case !prev.held:
-		r.grant(next, c)
-		return []audit.Observation{r.observe(*next, c, audit.EventGrant)}
+		return []audit.Observation{r.grant(key, next, c)}
 	case r.sameTenure(prev, *next):
 		next.token = prev.token
 		if next.expires.Equal(prev.expires) && next.renewed.Equal(prev.renewed) {
@@ -182,8 +224,7 @@ func (r *Rows) step(prev lease, next *lease, c Change) []audit.Observation {
 		ob.Kind, ob.Inferred = audit.EventRelease, true
 		obs = append(obs, ob)
 	}
-	r.grant(next, c)
-	return append(obs, r.observe(*next, c, audit.EventGrant))
+	return append(obs, r.grant(key, next, c))
 }
 
 // endedUnseen reports whether prev's tenure must have ended between two
@@ -202,12 +243,17 @@ func (r *Rows) endedUnseen(prev, next lease, c Change) bool {
 	return c.LSN == 0 && !c.Snapshot && r.m.Clock != HolderClock && !audit.LeaseRunOut(prev.expires, granted)
 }
 
-// grant gives a newly granted tenure its token: its column's value, else
-// the commit LSN of the granting transaction, else none.
-func (r *Rows) grant(l *lease, c Change) {
+// grant gives the tenure newly granted in the row key its token (its
+// column's value, else the commit LSN of the granting transaction, else
+// none) and returns its observation, StillHeld where another row of its
+// lock is held.
+func (r *Rows) grant(key string, l *lease, c Change) audit.Observation {
 	if r.m.Token == "" && c.LSN != 0 {
 		l.token = audit.Int64(int64(c.LSN))
 	}
+	ob := r.observe(*l, c, audit.EventGrant)
+	ob.StillHeld = ob.Kind == audit.EventGrant && r.stillHeld(l.name, key, c.At)
+	return ob
 }
 
 // sameTenure reports whether two held images of one row are one tenure.
@@ -378,10 +424,10 @@ func (r *Rows) held() []heldLease {
 // of an earlier Rows of the same table). A row's other columns are not
 // kept: its next change brings them.
 func (r *Rows) restore(hs []heldLease) {
-	r.rows = make(map[string]lease, len(hs))
+	r.rows, r.names = make(map[string]lease, len(hs)), make(map[string]int)
 	for _, h := range hs {
-		r.rows[h.Key] = lease{name: h.Name, held: true, holder: h.Holder, granted: h.Granted, grantedAt: h.GrantedAt,
-			token: h.Token, renewed: h.Renewed, expires: h.Expires}
+		r.put(h.Key, lease{name: h.Name, held: true, holder: h.Holder, granted: h.Granted, grantedAt: h.GrantedAt,
+			token: h.Token, renewed: h.Renewed, expires: h.Expires})
 	}
 }
 

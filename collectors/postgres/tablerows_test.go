@@ -47,6 +47,9 @@ func describe(ob audit.Observation) string {
 	if ob.Inferred {
 		s += " inferred"
 	}
+	if ob.StillHeld {
+		s += " still_held"
+	}
 	keys := make([]string, 0, len(ob.Detail))
 	for k := range ob.Detail {
 		keys = append(keys, k)
@@ -186,6 +189,8 @@ func TestRowsQuartzFiredTriggers(t *testing.T) {
 		{"executing", Change{Old: Row{"sched_name": "s", "entry_id": "e1"}, New: fired("e1", "n1", "EXECUTING", true), At: at(time.Second), LSN: 0x20},
 			[]string{"grant qrtz_fired_triggers/s/g/j n1 token=32 renewed=+0s at=0/20"}},
 		{"a concurrent job's firing is no lock", Change{New: fired("e2", "n2", "EXECUTING", false), At: at(2 * time.Second), LSN: 0x30}, nil},
+		{"another instance runs it while n1 still does", Change{New: fired("e3", "n2", "EXECUTING", true), At: at(3 * time.Second), LSN: 0x38},
+			[]string{"grant qrtz_fired_triggers/s/g/j n2 token=56 renewed=+0s at=0/38 still_held"}},
 		{"done: the delete carries the key only", Change{Old: Row{"sched_name": "s", "entry_id": "e1"}, At: at(time.Hour), LSN: 0x40},
 			[]string{"release qrtz_fired_triggers/s/g/j n1 token=32 at=0/40 row_deleted=true"}},
 	})
