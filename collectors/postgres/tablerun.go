@@ -183,8 +183,9 @@ func (c *Collector) runAdvisory(ctx context.Context, sink *partSink, ready func(
 	return err
 }
 
-// tableInputs makes the inputs of observations of tables at the collector's
-// time now: one per clock, since HolderClock is the input's, with the
+// tableInputs makes the inputs of observations of tables at time now (a
+// poll's on the collector's clock, a stream batch's on the database's): one
+// per clock, since HolderClock is the input's, with the
 // cursor and blind window on the last. A snapshot stays one input, so as
 // to list every held lock; its clock is the database's if the tables'
 // differ, so that no clock_skew is judged from it.
@@ -435,26 +436,32 @@ func (r *streamRun) follow(ctx context.Context, ready func()) error {
 	}
 	stop := r.c.watchSlot(ctx, cc)
 	defer stop()
+	return r.read(ctx, s)
+}
+
+// read records the stream's batches as they come, one record in flight
+// while it reads on (streamFlight), until the stream or a record fails.
+func (r *streamRun) read(ctx context.Context, s *Stream) error {
+	f := &streamFlight{r: r}
+	defer f.stop()
 	for {
-		b, err := s.Next(ctx)
-		if err != nil {
+		if err := f.land(ctx, s, f.full()); err != nil {
 			return err
 		}
-		if err := r.batch(ctx, s, b); err != nil {
+		b, err := s.Next(f.context(ctx))
+		switch {
+		case err != nil && ctx.Err() == nil && f.context(ctx).Err() != nil:
+			continue // the record in flight landed
+		case err != nil:
 			return err
 		}
+		f.add(ctx, b)
 	}
 }
 
 // batch records b, and only then confirms its position to the server.
 func (r *streamRun) batch(ctx context.Context, s *Stream, b StreamBatch) error {
-	now := r.c.now()
-	if r.blind != nil {
-		r.blind.To = now
-	}
-	ins := r.c.tableInputs(r.tables, b.Observations, now, b.Cursor, b.Snapshot, r.blind)
-	withWrites(ins, r.c.cfg.Name, b.Writes)
-	if err := record(ctx, r.sink, ins); err != nil {
+	if err := record(ctx, r.sink, r.inputs(b)); err != nil {
 		return err
 	}
 	r.blind = nil
