@@ -299,7 +299,7 @@ func TestFenceStreamRestart(t *testing.T) {
 // nextWrite returns the stream's next batch with writes, within 10 s,
 // which must be one write of invoices/1 under token; every batch on the
 // way must be past after.
-func nextWrite(t *testing.T, s testStream, after LSN, token int64) StreamBatch {
+func nextWrite(t *testing.T, s testStream, after LSN, token int64) streamed {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -317,7 +317,7 @@ func nextWrite(t *testing.T, s testStream, after LSN, token int64) StreamBatch {
 		if w := b.Writes[0]; len(b.Writes) != 1 || w.Resource != "invoices/1" || w.Lock != "jobs/report" || show(w.Token) != fmt.Sprint(token) {
 			t.Fatalf("writes %+v; want one of invoices/1 under %d", b.Writes, token)
 		}
-		return b
+		return s.cursorOf(t, b)
 	}
 }
 

@@ -80,9 +80,11 @@ type StreamBatch struct {
 	// Position is where the stream is after the batch: Confirm it once the
 	// batch is durable.
 	Position LSN
-	// Cursor is the position and the held tenures' tokens, to store with
-	// the observations and give Start after a restart.
-	Cursor string
+	// Moved says the batch moves the stream to Position: store the
+	// stream's Cursor with it (read before the next call of Next), and
+	// Confirm Position once it is durable. A heartbeat at the position the
+	// stream was at does not move it.
+	Moved bool
 	// Snapshot says this is the initial read: every row held then.
 	Snapshot bool
 }
@@ -104,11 +106,10 @@ type Stream struct {
 }
 
 // streamTx is a transaction being received: its commit LSN and time, and
-// the tables' decoding as its changes leave it, kept until its commit.
+// what its changes showed.
 type streamTx struct {
 	lsn    LSN
 	at     time.Time
-	tables map[uint32]*Rows
 	obs    []audit.Observation
 	writes []audit.WriteReport
 }
@@ -151,7 +152,7 @@ func NewStream(cfg StreamConfig) (*Stream, error) {
 	return &Stream{cfg: cfg, name: SlotName(cfg.Source), types: pgtype.NewMap(), relations: make(map[uint32]*pglogrepl.RelationMessage)}, nil
 }
 
-// cursor is what StreamBatch.Cursor holds.
+// cursor is what Stream.Cursor returns.
 type cursor struct {
 	LSN  string                 `json:"lsn"`
 	Held map[string][]heldLease `json:"held,omitempty"` // by table
@@ -434,9 +435,8 @@ func (s *Stream) createSlot(ctx context.Context, conn *pgx.Conn) (*StreamBatch, 
 	if err != nil {
 		return nil, err
 	}
-	b.Position, b.Snapshot = s.from, true
-	b.Cursor, err = s.cursor(s.tables, s.from)
-	return b, err
+	b.Position, b.Snapshot, b.Moved = s.from, true, true
+	return b, nil
 }
 
 // readSnapshot reads every table in the exported snapshot, which lives
@@ -494,6 +494,12 @@ func (s *Stream) restore(stored string) error {
 }
 
 // cursor encodes the position and the held tenures of tables.
+// Cursor is the position and the held tenures' tokens as of the last
+// batch Start or Next returned, to store with it and give Start after a
+// restart. It encodes every held row: a caller that merges batches reads
+// it once, for the last.
+func (s *Stream) Cursor() (string, error) { return s.cursor(s.tables, s.from) }
+
 func (s *Stream) cursor(tables map[uint32]*Rows, at LSN) (string, error) {
 	c := cursor{LSN: at.String(), Held: map[string][]heldLease{}}
 	for _, rows := range tables {
@@ -554,8 +560,7 @@ func (s *Stream) receive(ctx context.Context, msg pgproto3.BackendMessage) (Stre
 				return StreamBatch{At: ka.ServerTime.UTC(), Position: s.from}, s.cfg.Heartbeats, nil
 			}
 			s.from = LSN(ka.ServerWALEnd)
-			cur, err := s.cursor(s.tables, s.from)
-			return StreamBatch{At: ka.ServerTime.UTC(), Position: s.from, Cursor: cur}, true, err
+			return StreamBatch{At: ka.ServerTime.UTC(), Position: s.from, Moved: true}, true, nil
 		case pglogrepl.XLogDataByteID:
 			xld, err := pglogrepl.ParseXLogData(msg.Data[1:])
 			if err != nil {
@@ -577,10 +582,10 @@ func (s *Stream) decode(data []byte) (StreamBatch, bool, error) {
 	case *pglogrepl.RelationMessage:
 		s.relations[m.RelationID] = m
 	case *pglogrepl.BeginMessage:
-		s.tx = &streamTx{lsn: LSN(m.FinalLSN), at: m.CommitTime.UTC(), tables: make(map[uint32]*Rows, len(s.tables))}
-		for oid, rows := range s.tables {
-			s.tx.tables[oid] = rows.clone()
-		}
+		// The transaction's changes apply to the tables' rows as they
+		// come: pgoutput sends committed transactions only, and after an
+		// error the stream is given up (Start).
+		s.tx = &streamTx{lsn: LSN(m.FinalLSN), at: m.CommitTime.UTC()}
 	case *pglogrepl.InsertMessage:
 		return StreamBatch{}, false, s.change(m.RelationID, nil, m.Tuple)
 	case *pglogrepl.UpdateMessage:
@@ -600,7 +605,7 @@ func (s *Stream) change(rel uint32, old, new *pglogrepl.TupleData) error {
 	if s.tx == nil {
 		return fmt.Errorf("slot %s: a change outside a transaction", s.name)
 	}
-	rows, lease := s.tx.tables[rel]
+	rows, lease := s.tables[rel]
 	fence, fenced := s.fences[rel]
 	if !lease && !fenced || s.tx.lsn < s.from {
 		return nil // not a table of ours, or delivered before the restart
@@ -640,7 +645,7 @@ func (s *Stream) truncate(rels []uint32) error {
 		return nil
 	}
 	for _, rel := range rels {
-		if rows, ok := s.tx.tables[rel]; ok {
+		if rows, ok := s.tables[rel]; ok {
 			s.tx.obs = append(s.tx.obs, rows.Truncate(Change{At: s.tx.at, LSN: s.tx.lsn})...)
 		}
 	}
@@ -695,9 +700,8 @@ func (s *Stream) commit(m *pglogrepl.CommitMessage) (StreamBatch, bool, error) {
 		// (logicalrep_write_begin): the grants' tokens rest on it.
 		return StreamBatch{}, false, fmt.Errorf("slot %s: begin said the commit would be at %s, the commit is at %s", s.name, tx.lsn, LSN(m.CommitLSN))
 	}
-	s.tables, s.from = tx.tables, LSN(m.TransactionEndLSN)
-	cur, err := s.cursor(s.tables, s.from)
-	return StreamBatch{Observations: tx.obs, Writes: tx.writes, At: tx.at, Position: s.from, Cursor: cur}, true, err
+	s.from = LSN(m.TransactionEndLSN)
+	return StreamBatch{Observations: tx.obs, Writes: tx.writes, At: tx.at, Position: s.from, Moved: true}, true, nil
 }
 
 // Confirm tells the server that everything up to position (a batch's

@@ -110,7 +110,7 @@ type execFunc func(t *testing.T, sql string, args ...any) int64
 // streamUntilCrash: a lock held before the start is observed in the
 // slot's snapshot; a grant, confirmed, and an extension, stored but not
 // confirmed when the stream stops.
-func streamUntilCrash(t *testing.T, url string, cfg StreamConfig, exec execFunc) (grant, renew StreamBatch, token int64) {
+func streamUntilCrash(t *testing.T, url string, cfg StreamConfig, exec execFunc) (grant, renew streamed, token int64) {
 	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Millisecond)
 	exec(t, shedlockAcquire, "nightly", now.Add(10*time.Minute), now, "node-0")
@@ -157,7 +157,7 @@ func streamUntilCrash(t *testing.T, url string, cfg StreamConfig, exec execFunc)
 // restartAfterCrash: an unlock while down; a start from the cursor stored
 // with the extension gets the unlock once, with the grant's token, and not
 // the extension again.
-func restartAfterCrash(t *testing.T, cfg StreamConfig, exec execFunc, renew StreamBatch, token int64) {
+func restartAfterCrash(t *testing.T, cfg StreamConfig, exec execFunc, renew streamed, token int64) {
 	ctx := t.Context()
 	exec(t, shedlockUnlock, "report", "node-a", time.Now().UTC())
 	s2 := startStream(t, cfg, renew.Cursor)
@@ -179,7 +179,7 @@ func restartAfterCrash(t *testing.T, cfg StreamConfig, exec execFunc, renew Stre
 
 // replayFromGrant: a start from the grant's cursor, the last confirmed,
 // gets every change since, once each; then a TRUNCATE.
-func replayFromGrant(t *testing.T, cfg StreamConfig, exec execFunc, grant StreamBatch) {
+func replayFromGrant(t *testing.T, cfg StreamConfig, exec execFunc, grant streamed) {
 	ctx := t.Context()
 	// A start from the grant's cursor, confirmed, gets every change since,
 	// once each.
@@ -207,7 +207,7 @@ func replayFromGrant(t *testing.T, cfg StreamConfig, exec execFunc, grant Stream
 
 // dropSource: a slot dropped behind the stream's back, then the source
 // removed.
-func dropSource(t *testing.T, url string, cfg StreamConfig, exec execFunc, grant StreamBatch) {
+func dropSource(t *testing.T, url string, cfg StreamConfig, exec execFunc, grant streamed) {
 	ctx := t.Context()
 	// The slot dropped behind the stream's back: a start from the cursor
 	// says the changes since are lost.
@@ -330,10 +330,26 @@ func startStream(t *testing.T, cfg StreamConfig, stored string) testStream {
 	return testStream{s, first}
 }
 
+// streamed is a batch with the stream's cursor as of it.
+type streamed struct {
+	StreamBatch
+	Cursor string
+}
+
+// cursorOf is b, which s returned last, with s's cursor.
+func (s testStream) cursorOf(t *testing.T, b StreamBatch) streamed {
+	t.Helper()
+	cur, err := s.Cursor()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return streamed{b, cur}
+}
+
 // next returns the next batch with observations, within 10 s. Every batch
 // on the way must be past after, the position of the batch before: a
 // batch at or before it is a change delivered twice.
-func (s testStream) next(t *testing.T, after LSN) StreamBatch {
+func (s testStream) next(t *testing.T, after LSN) streamed {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(t.Context(), 10*time.Second)
 	defer cancel()
@@ -346,7 +362,7 @@ func (s testStream) next(t *testing.T, after LSN) StreamBatch {
 			t.Fatalf("a batch at %s, not past %s: delivered again", b.Position, after)
 		}
 		if len(b.Observations) > 0 {
-			return b
+			return s.cursorOf(t, b)
 		}
 		after = b.Position
 	}
@@ -354,7 +370,7 @@ func (s testStream) next(t *testing.T, after LSN) StreamBatch {
 
 // only returns b's one observation, which must be of kind by holder on
 // shedlock/report, with a token.
-func only(t *testing.T, b StreamBatch, kind audit.EventKind, holder string) audit.Observation {
+func only(t *testing.T, b streamed, kind audit.EventKind, holder string) audit.Observation {
 	t.Helper()
 	if len(b.Observations) != 1 {
 		var got []string

@@ -42,44 +42,49 @@ func (f *streamFlight) context(ctx context.Context) context.Context {
 // land before it reads on.
 func (f *streamFlight) full() bool { return f.done != nil && f.queued >= maxQueued }
 
-// add merges b into the batches waiting, and records them unless a record
-// is in flight.
-func (f *streamFlight) add(ctx context.Context, b StreamBatch) {
+// add merges b, the batch s returned last, into the batches waiting, and
+// records them unless a record is in flight.
+func (f *streamFlight) add(ctx context.Context, s *Stream, b StreamBatch) error {
 	f.queued += len(b.Observations) + len(b.Writes)
 	if f.next == nil {
 		f.next = &b
 	} else {
 		mergeBatch(f.next, b)
 	}
-	f.start(ctx)
+	return f.start(ctx, s)
 }
 
 // mergeBatch adds b, read after dst, to dst: its changes after dst's, and
-// its time, and its position and cursor where it has one.
+// its time, and its position where it moved the stream.
 func mergeBatch(dst *StreamBatch, b StreamBatch) {
 	dst.Observations = append(dst.Observations, b.Observations...)
 	dst.Writes = append(dst.Writes, b.Writes...)
 	if !b.At.IsZero() {
 		dst.At = b.At
 	}
-	if b.Cursor != "" {
-		dst.Cursor, dst.Position = b.Cursor, b.Position
+	if b.Moved {
+		dst.Moved, dst.Position = true, b.Position
 	}
 }
 
-// start records the batches waiting, unless none waits or a record is in
-// flight.
-func (f *streamFlight) start(ctx context.Context) {
-	if f.done != nil || f.next == nil {
-		return
+// start records the batches waiting, unless none waits, a record is in
+// flight, or s is amid a transaction (a Next that a landing woke), whose
+// changes its Cursor would hold. The stream s must not have moved past the
+// last of them: their cursor is its Cursor.
+func (f *streamFlight) start(ctx context.Context, s *Stream) error {
+	if f.done != nil || f.next == nil || s.tx != nil {
+		return nil
 	}
 	b := *f.next
+	ins, err := f.r.inputs(s, b)
+	if err != nil {
+		return err
+	}
 	f.next, f.queued = nil, 0
-	ins := f.r.inputs(b)
 	done := make(chan error, 1)
 	wake, cancel := context.WithCancel(ctx)
 	f.done, f.wake, f.confirm = done, wake, 0
-	if b.Cursor != "" {
+	if b.Moved {
 		f.confirm = b.Position
 	}
 	f.wg.Add(1)
@@ -88,6 +93,7 @@ func (f *streamFlight) start(ctx context.Context) {
 		done <- record(ctx, f.r.sink, ins)
 		cancel()
 	}()
+	return nil
 }
 
 // land takes the outcome of the record in flight, waiting for it if wait,
@@ -118,19 +124,26 @@ func (f *streamFlight) land(ctx context.Context, s *Stream, wait bool) error {
 			return err
 		}
 	}
-	f.start(ctx)
-	return nil
+	return f.start(ctx, s)
 }
 
 // stop waits for the record in flight, if any, to land, for a stream that
 // ends: no record of its may follow a restart's.
 func (f *streamFlight) stop() { f.wg.Wait() }
 
-// inputs makes the inputs of b: at b's time on the database's clock, up
-// to which the stream has delivered every change (audit.Input.Live), with
-// the blind window that ends there, if any, which the caller forgets once
-// they are recorded.
-func (r *streamRun) inputs(b StreamBatch) []audit.Input {
+// inputs makes the inputs of b, the batches s returned last: at b's time
+// on the database's clock, up to which the stream has delivered every
+// change (audit.Input.Live), with s's cursor where b moved it, and the
+// blind window that ends there, if any, which the caller forgets once they
+// are recorded.
+func (r *streamRun) inputs(s *Stream, b StreamBatch) ([]audit.Input, error) {
+	var cursor string
+	if b.Moved {
+		var err error
+		if cursor, err = s.Cursor(); err != nil {
+			return nil, err
+		}
+	}
 	at := b.At
 	if at.IsZero() {
 		at = r.c.now()
@@ -138,7 +151,7 @@ func (r *streamRun) inputs(b StreamBatch) []audit.Input {
 	if r.blind != nil {
 		r.blind.To = at
 	}
-	ins := r.c.tableInputs(r.tables, b.Observations, at, b.Cursor, b.Snapshot, r.blind)
+	ins := r.c.tableInputs(r.tables, b.Observations, at, cursor, b.Snapshot, r.blind)
 	withWrites(ins, r.c.cfg.Name, b.Writes)
-	return ins
+	return ins, nil
 }

@@ -455,17 +455,23 @@ func (r *streamRun) read(ctx context.Context, s *Stream) error {
 		case err != nil:
 			return err
 		}
-		f.add(ctx, b)
+		if err := f.add(ctx, s, b); err != nil {
+			return err
+		}
 	}
 }
 
 // batch records b, and only then confirms its position to the server.
 func (r *streamRun) batch(ctx context.Context, s *Stream, b StreamBatch) error {
-	if err := record(ctx, r.sink, r.inputs(b)); err != nil {
+	ins, err := r.inputs(s, b)
+	if err != nil {
+		return err
+	}
+	if err := record(ctx, r.sink, ins); err != nil {
 		return err
 	}
 	r.blind = nil
-	if b.Cursor == "" {
+	if !b.Moved {
 		return nil // a heartbeat: nothing to confirm
 	}
 	return s.Confirm(ctx, b.Position)
