@@ -536,6 +536,16 @@ func demoPostgres(t *testing.T, base string) {
 		return maps.Equal(holders[advisory], map[string]bool{"pg-worker-1": false, "pg-worker-2": false}) &&
 			maps.Equal(holders[shedLock], map[string]bool{"report-node-1": true, "report-node-2": true}) && renewals[shedLock] > 0
 	})
+	// ShedLock's nodes extend and unlock in time: a lease run out, or a
+	// renewal taken for a grant (token_reuse), is the stream falling behind
+	// and vouching for changes it has not read.
+	var findings struct{ Findings []apiFinding }
+	getJSON(t, base, "/api/v1/findings?lock="+url.QueryEscape(demoPostgresSource+"/"+shedLock), &findings)
+	for _, f := range findings.Findings {
+		if f.Kind == "token_reuse" || f.Kind == "lease_expired" {
+			t.Errorf("%s: a %s finding: %s", shedLock, f.Kind, f.Summary)
+		}
+	}
 }
 
 // startDemo runs leasewatch demo until the test ends and returns its URL,
