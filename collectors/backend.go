@@ -45,6 +45,24 @@ type Credentials struct {
 
 // Section is a backend's own keys of a source in the configuration file,
 // decoded from the source's entry.
+// ClockExpirer is a Section whose source's leases can run out by the clock
+// where its backend's do not as a rule (Backend.ExpiresByClock false): a
+// PostgreSQL source with lease tables, whose rows' expiries pass unseen.
+type ClockExpirer interface {
+	ExpiresByClock() bool
+}
+
+// ExpiresByClockFor says whether a source of b with section s has leases
+// that run out by the clock: its collector vouches with Input.Live, and its
+// leases are judged only up to then.
+func (b Backend) ExpiresByClockFor(s Section) bool {
+	if b.ExpiresByClock {
+		return true
+	}
+	c, ok := s.(ClockExpirer)
+	return ok && c.ExpiresByClock()
+}
+
 type Section interface {
 	// Check validates the keys as the collector would, for a source with
 	// tls set or not, and returns the first problem. The error starts with

@@ -123,7 +123,7 @@ func newAlerts(cfg *config.Config, sources func() []audit.Source, reg prometheus
 	if sender != nil {
 		notify = sender.Send
 	}
-	keeper := alert.NewKeeper(cfg.Alerts.Alert(), alert.KeeperConfig{Sources: sources, ByClock: expiringByClock(cfg.SourceKinds()),
+	keeper := alert.NewKeeper(cfg.Alerts.Alert(), alert.KeeperConfig{Sources: sources, ByClock: expiringByClock(cfg.Sources),
 		Notify: notify, ResendEvery: cfg.Alerts.Alertmanager.ResendEvery})
 	if cfg.Replication.Enabled() {
 		keeper.OwnSourcesOnly(logger.With("component", "alerting"))
@@ -131,13 +131,14 @@ func newAlerts(cfg *config.Config, sources func() []audit.Source, reg prometheus
 	return keeper, sender, nil
 }
 
-// expiringByClock returns the sources of kinds whose backends never report
-// an expiry themselves, so that the tracker's clock expires their leases.
-func expiringByClock(kinds map[string]audit.SourceKind) []string {
+// expiringByClock returns the sources whose leases run out by the clock
+// (collectors.Backend.ExpiresByClockFor): their backends never report an
+// expiry themselves, or, as a PostgreSQL source's lease tables, not all.
+func expiringByClock(sources []config.SourceConfig) []string {
 	var out []string
-	for name, kind := range kinds {
-		if b, ok := backends.Of(kind); ok && b.ExpiresByClock {
-			out = append(out, name)
+	for _, src := range sources {
+		if b, ok := backends.Of(audit.SourceKind(src.Kind)); ok && b.ExpiresByClockFor(src.Backend) {
+			out = append(out, src.Name)
 		}
 	}
 	return out

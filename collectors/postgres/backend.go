@@ -30,6 +30,18 @@ type Section struct {
 	Tables []TableEntry `yaml:"tables"`
 }
 
+// ExpiresByClock says whether the source watches a lease table, whose
+// leases run out by the clock (collectors.ClockExpirer); its advisory locks
+// and fenced tables do not.
+func (s *Section) ExpiresByClock() bool {
+	for _, t := range s.Tables {
+		if t.Fence == "" {
+			return true
+		}
+	}
+	return false
+}
+
 // config is the collector's configuration for src.
 func (s *Section) config(src collectors.Source) (Config, error) {
 	ts, err := tables(s.Tables)

@@ -93,6 +93,22 @@ func section(t *testing.T, doc string) *Section {
 	return s
 }
 
+// TestSectionExpiresByClock: a source with a lease table has leases that
+// run out by the clock, for alerting to judge only up to what it vouched
+// for; one of advisory locks and fenced tables alone has none.
+func TestSectionExpiresByClock(t *testing.T) {
+	for doc, want := range map[string]bool{
+		"":                             false,
+		"tables: [{preset: shedlock}]": true,
+		"tables: [{table: invoices, fence: fence, lock: jobs/report}]":                         false,
+		"tables: [{table: invoices, fence: fence, lock: jobs/report}, {preset: river_leader}]": true,
+	} {
+		if got := Backend.ExpiresByClockFor(section(t, doc)); got != want {
+			t.Errorf("%q: expires by the clock %v, want %v", doc, got, want)
+		}
+	}
+}
+
 // TestOldCursor: a cursor stored before lease tables, the server's start
 // time, is still the advisory part's.
 func TestOldCursor(t *testing.T) {
