@@ -31,18 +31,6 @@ const (
 	demoShedLockLease = 10 * time.Second
 )
 
-// ShedLock's table and its statements on PostgreSQL, as ShedLock's
-// JdbcTemplateLockProvider documents and runs them; its times are the
-// holder's clock, in UTC.
-const (
-	shedLockTable = `CREATE TABLE shedlock(name VARCHAR(64) NOT NULL, lock_until TIMESTAMP NOT NULL,
-		locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))`
-	shedLockAcquire = `INSERT INTO shedlock(name, lock_until, locked_at, locked_by) VALUES($1, $2, $3, $4)
-		ON CONFLICT (name) DO UPDATE SET lock_until = $2, locked_at = $3, locked_by = $4 WHERE shedlock.lock_until <= $3`
-	shedLockExtend = `UPDATE shedlock SET lock_until = $3 WHERE name = $1 AND locked_by = $2 AND lock_until > $4`
-	shedLockUnlock = `UPDATE shedlock SET lock_until = $2 WHERE name = $1`
-)
-
 // startDemoPostgres starts a PostgreSQL server, when one is installed, with
 // wal_level = logical so that ShedLock's table is streamed, creates the
 // demo's database and table, and adds it to cfg's sources: the demo then
@@ -81,7 +69,7 @@ func startDemoPostgres(ctx context.Context, cfg *config.Config) (*pgtest.Server,
 func createDemoPGDatabase(ctx context.Context, srv *pgtest.Server) error {
 	for _, step := range []struct{ database, sql string }{
 		{"postgres", "CREATE DATABASE " + demoPGDatabase},
-		{demoPGDatabase, shedLockTable},
+		{demoPGDatabase, postgres.ShedLockTable},
 	} {
 		conn, err := pgx.Connect(ctx, srv.URL(step.database))
 		if err != nil {
@@ -166,7 +154,7 @@ func (w *pgWorkload) advisory(ctx context.Context, conn *pgx.Conn, _ string) err
 // that finds it held tries again shortly.
 func (w *pgWorkload) shedLock(ctx context.Context, conn *pgx.Conn, node string) error {
 	now := time.Now().UTC()
-	tag, err := conn.Exec(ctx, shedLockAcquire, demoShedLockName, now.Add(demoShedLockLease), now, node)
+	tag, err := conn.Exec(ctx, postgres.ShedLockAcquire, demoShedLockName, now.Add(demoShedLockLease), now, node)
 	if err != nil {
 		return err
 	}
@@ -179,12 +167,12 @@ func (w *pgWorkload) shedLock(ctx context.Context, conn *pgx.Conn, node string) 
 			return nil
 		}
 		now = time.Now().UTC()
-		if _, err := conn.Exec(ctx, shedLockExtend, demoShedLockName, node, now.Add(demoShedLockLease), now); err != nil {
+		if _, err := conn.Exec(ctx, postgres.ShedLockExtend, demoShedLockName, node, now.Add(demoShedLockLease), now); err != nil {
 			return err
 		}
 	}
 	sleepCtx(ctx, 500*time.Millisecond)
-	if _, err := conn.Exec(ctx, shedLockUnlock, demoShedLockName, time.Now().UTC()); err != nil {
+	if _, err := conn.Exec(ctx, postgres.ShedLockUnlock, demoShedLockName, time.Now().UTC()); err != nil {
 		return err
 	}
 	sleepCtx(ctx, time.Duration(300+mathrand.IntN(700))*time.Millisecond)

@@ -181,29 +181,8 @@ func (e TableEntry) fence() (Table, error) {
 // leaseKey names the first key set that only a lease table's mapping
 // takes.
 func (e TableEntry) leaseKey() string {
-	switch {
-	case len(e.Names) > 0:
-		return "names"
-	case e.Expires != "":
-		return "expires"
-	case e.Renewed != "":
-		return "renewed"
-	case e.Duration != 0:
-		return "duration"
-	case e.DurationColumn != "":
-		return "duration_column"
-	case e.Granted != "":
-		return "granted"
-	case e.Token != "":
-		return "token"
-	case len(e.HeldIf) > 0:
-		return "held_if"
-	case e.Clock != "":
-		return "clock"
-	case e.Class != "":
-		return "class"
-	}
-	return ""
+	return e.firstSet("names", "expires", "renewed", "duration", "duration_column", "granted", "token", "held_if",
+		"clock", "class")
 }
 
 // fenced returns the fenced tables among the source's.

@@ -13,21 +13,10 @@ import (
 	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 )
 
-// ShedLock is a Java library, not packaged where these tests run: its
-// table and the statements its documentation gives for PostgreSQL
-// (lukas-krecan/ShedLock README "Postgres", and
-// PostgresSqlStatementsSource, with the client's time) are run from Go.
-const (
-	shedlockDDL = `CREATE TABLE shedlock(name VARCHAR(64) NOT NULL, lock_until TIMESTAMP NOT NULL,
-		locked_at TIMESTAMP NOT NULL, locked_by VARCHAR(255) NOT NULL, PRIMARY KEY (name))`
-	shedlockAcquire = `INSERT INTO shedlock(name, lock_until, locked_at, locked_by) VALUES($1, $2, $3, $4)
-		ON CONFLICT (name) DO UPDATE SET lock_until = $2, locked_at = $3, locked_by = $4 WHERE shedlock.lock_until <= $3`
-	shedlockExtend = `UPDATE shedlock SET lock_until = $3 WHERE name = $1 AND locked_by = $2 AND lock_until > $4`
-	shedlockUnlock = `UPDATE shedlock SET lock_until = $3 WHERE name = $1 AND locked_by = $2`
-	// riverLeaderDDL is River's, from riverpgxv5's migrations 002 and 004.
-	riverLeaderDDL = `CREATE UNLOGGED TABLE river_leader(elected_at timestamptz NOT NULL, expires_at timestamptz NOT NULL,
-		leader_id text NOT NULL, name text PRIMARY KEY DEFAULT 'default' CHECK (name = 'default'))`
-)
+// riverLeaderDDL is River's leader table, from riverpgxv5's migrations 002
+// and 004.
+const riverLeaderDDL = `CREATE UNLOGGED TABLE river_leader(elected_at timestamptz NOT NULL, expires_at timestamptz NOT NULL,
+	leader_id text NOT NULL, name text PRIMARY KEY DEFAULT 'default' CHECK (name = 'default'))`
 
 // TestStream follows lease tables through a slot on a server with
 // wal_level = logical.
@@ -48,7 +37,7 @@ func TestStream(t *testing.T) {
 		}
 		return tag.RowsAffected()
 	}
-	exec(t, shedlockDDL)
+	exec(t, ShedLockTable)
 	exec(t, riverLeaderDDL)
 
 	t.Run("ShedLockRestartFromStoredCursor", func(t *testing.T) { testStreamShedLock(t, url, exec) })
@@ -113,7 +102,7 @@ type execFunc func(t *testing.T, sql string, args ...any) int64
 func streamUntilCrash(t *testing.T, url string, cfg StreamConfig, exec execFunc) (grant, renew streamed, token int64) {
 	ctx := t.Context()
 	now := time.Now().UTC().Truncate(time.Millisecond)
-	exec(t, shedlockAcquire, "nightly", now.Add(10*time.Minute), now, "node-0")
+	exec(t, ShedLockAcquire, "nightly", now.Add(10*time.Minute), now, "node-0")
 
 	s1 := startStream(t, cfg, "")
 	first := s1.first
@@ -126,7 +115,7 @@ func streamUntilCrash(t *testing.T, url string, cfg StreamConfig, exec execFunc)
 	}
 
 	acquired := time.Now().UTC().Truncate(time.Millisecond)
-	if exec(t, shedlockAcquire, "report", acquired.Add(time.Minute), acquired, "node-a") != 1 {
+	if exec(t, ShedLockAcquire, "report", acquired.Add(time.Minute), acquired, "node-a") != 1 {
 		t.Fatal("node-a could not acquire report")
 	}
 	grant = s1.next(t, first.Position)
@@ -138,7 +127,7 @@ func streamUntilCrash(t *testing.T, url string, cfg StreamConfig, exec execFunc)
 		t.Fatal(err)
 	}
 	extended := time.Now().UTC()
-	if exec(t, shedlockExtend, "report", "node-a", extended.Add(2*time.Minute), extended) != 1 {
+	if exec(t, ShedLockExtend, "report", "node-a", extended.Add(2*time.Minute), extended) != 1 {
 		t.Fatal("node-a could not extend report")
 	}
 	renew = s1.next(t, grant.Position)
@@ -159,7 +148,7 @@ func streamUntilCrash(t *testing.T, url string, cfg StreamConfig, exec execFunc)
 // the extension again.
 func restartAfterCrash(t *testing.T, cfg StreamConfig, exec execFunc, renew streamed, token int64) {
 	ctx := t.Context()
-	exec(t, shedlockUnlock, "report", "node-a", time.Now().UTC())
+	exec(t, ShedLockUnlock, "report", time.Now().UTC())
 	s2 := startStream(t, cfg, renew.Cursor)
 	if s2.first != nil {
 		t.Fatalf("a start from a cursor gave an initial read: %+v", s2.first)
@@ -168,7 +157,7 @@ func restartAfterCrash(t *testing.T, cfg StreamConfig, exec execFunc, renew stre
 	if r := only(t, release, audit.EventRelease, "node-a"); *r.Token != token {
 		t.Fatalf("release token %d, want the grant's %d (restored from the cursor)", *r.Token, token)
 	}
-	if exec(t, shedlockAcquire, "report", time.Now().UTC().Add(time.Minute), time.Now().UTC(), "node-b") != 1 {
+	if exec(t, ShedLockAcquire, "report", time.Now().UTC().Add(time.Minute), time.Now().UTC(), "node-b") != 1 {
 		t.Fatal("node-b could not acquire report")
 	}
 	if b := only(t, s2.next(t, release.Position), audit.EventGrant, "node-b"); *b.Token <= token {

@@ -30,8 +30,8 @@ func TestStreamKeepsUp(t *testing.T) {
 	for i := range 20 {
 		holder := fmt.Sprintf("node-%02d", i)
 		now := time.Now().UTC()
-		src.exec(t, shedlockAcquire, "busy", now.Add(time.Hour), now, holder)
-		src.exec(t, shedlockUnlock, "busy", holder, now)
+		src.exec(t, ShedLockAcquire, "busy", now.Add(time.Hour), now, holder)
+		src.exec(t, ShedLockUnlock, "busy", now)
 		want = append(want, "grant "+holder, "release "+holder)
 	}
 	events(t, sink, "shedlock/busy", want...)

@@ -108,35 +108,27 @@ func (e TableEntry) table() (Table, error) {
 
 // mappingKey names the first key set that only a full mapping takes.
 func (e TableEntry) mappingKey() string {
-	switch {
-	case len(e.Key) > 0:
-		return "key"
-	case len(e.Names) > 0:
-		return "names"
-	case e.Holder != "":
-		return "holder"
-	case e.Expires != "":
-		return "expires"
-	case e.Renewed != "":
-		return "renewed"
-	case e.DurationColumn != "":
-		return "duration_column"
-	case e.Granted != "":
-		return "granted"
-	case e.Token != "":
-		return "token"
-	case len(e.HeldIf) > 0:
-		return "held_if"
-	case e.Class != "":
-		return "class"
-	case e.Poll:
-		return "poll"
-	case e.Fence != "":
-		return "fence"
-	case e.Lock != "":
-		return "lock"
-	case e.LockColumn != "":
-		return "lock_column"
+	return e.firstSet("key", "names", "holder", "expires", "renewed", "duration_column", "granted", "token", "held_if",
+		"class", "poll", "fence", "lock", "lock_column")
+}
+
+// firstSet returns the first of keys that e sets, in the order of the
+// configuration page; "" if it sets none of them.
+func (e TableEntry) firstSet(keys ...string) string {
+	set := []struct {
+		key string
+		set bool
+	}{
+		{"key", len(e.Key) > 0}, {"names", len(e.Names) > 0}, {"holder", e.Holder != ""}, {"expires", e.Expires != ""},
+		{"renewed", e.Renewed != ""}, {"duration", e.Duration != 0}, {"duration_column", e.DurationColumn != ""},
+		{"granted", e.Granted != ""}, {"token", e.Token != ""}, {"held_if", len(e.HeldIf) > 0}, {"clock", e.Clock != ""},
+		{"class", e.Class != ""}, {"poll", e.Poll}, {"fence", e.Fence != ""}, {"lock", e.Lock != ""},
+		{"lock_column", e.LockColumn != ""},
+	}
+	for _, k := range set {
+		if k.set && slices.Contains(keys, k.key) {
+			return k.key
+		}
 	}
 	return ""
 }

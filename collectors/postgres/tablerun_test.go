@@ -134,7 +134,7 @@ func newTablesSource(t *testing.T, name string) *tablesSource {
 	t.Helper()
 	srv := shared(t)
 	db := database(t, srv)
-	admin(t, srv, db, shedlockDDL)
+	admin(t, srv, db, ShedLockTable)
 	admin(t, srv, db, riverLeaderDDL)
 	admin(t, srv, "postgres", "ALTER ROLE "+watcher+" REPLICATION")
 	admin(t, srv, db, "GRANT SELECT ON shedlock, river_leader TO "+watcher)
@@ -215,12 +215,12 @@ func TestTablesCollector(t *testing.T) {
 	// ShedLock, streamed: a grant, a renewal and a release; then a grant
 	// left to run out by the clock (ShedLock's times are the holder's).
 	now := time.Now().UTC()
-	src.exec(t, shedlockAcquire, "report", now.Add(time.Minute), now, "node-a")
-	src.exec(t, shedlockExtend, "report", "node-a", now.Add(2*time.Minute), now)
-	src.exec(t, shedlockUnlock, "report", "node-a", time.Now().UTC())
+	src.exec(t, ShedLockAcquire, "report", now.Add(time.Minute), now, "node-a")
+	src.exec(t, ShedLockExtend, "report", "node-a", now.Add(2*time.Minute), now)
+	src.exec(t, ShedLockUnlock, "report", time.Now().UTC())
 	events(t, sink, "shedlock/report", "grant node-a", "renew node-a", "release node-a")
 	now = time.Now().UTC()
-	src.exec(t, shedlockAcquire, "report", now.Add(time.Second), now, "node-b")
+	src.exec(t, ShedLockAcquire, "report", now.Add(time.Second), now, "node-b")
 	events(t, sink, "shedlock/report", "grant node-a", "renew node-a", "release node-a", "grant node-b", "expire node-b")
 	// River's leader, polled.
 	src.exec(t, `INSERT INTO river_leader (leader_id, elected_at, expires_at) VALUES ('river-1', now(), now() + interval '1 minute')`)
@@ -243,7 +243,7 @@ func TestTablesCollector(t *testing.T) {
 
 	// A lock held across the restarts below: no part's snapshot ends it.
 	now = time.Now().UTC()
-	src.exec(t, shedlockAcquire, "weekly", now.Add(time.Hour), now, "node-w")
+	src.exec(t, ShedLockAcquire, "weekly", now.Add(time.Hour), now, "node-w")
 	events(t, sink, "shedlock/weekly", "grant node-w")
 
 	// Stopped, and changes meanwhile: the restart from the stored cursor
@@ -253,8 +253,8 @@ func TestTablesCollector(t *testing.T) {
 	for i := range 3 {
 		now := time.Now().UTC()
 		holder := []string{"node-c", "node-d", "node-e"}[i]
-		src.exec(t, shedlockAcquire, "nightly", now.Add(time.Hour), now, holder)
-		src.exec(t, shedlockUnlock, "nightly", holder, now)
+		src.exec(t, ShedLockAcquire, "nightly", now.Add(time.Hour), now, holder)
+		src.exec(t, ShedLockUnlock, "nightly", now)
 	}
 	sink2 := collectortest.NewSink(t, src.cfg.Name, Backend.Kind, collectortest.AtPath(sink.Path))
 	sink.Close()
@@ -268,7 +268,7 @@ func TestTablesCollector(t *testing.T) {
 	// The slot dropped while the collector was stopped: the changes since
 	// are lost, a blind window, and a new slot's snapshot.
 	admin(t, src.srv, src.db, "SELECT pg_drop_replication_slot($1)", SlotName(src.cfg.Name))
-	src.exec(t, shedlockUnlock, "weekly", "node-w", time.Now().UTC())
+	src.exec(t, ShedLockUnlock, "weekly", time.Now().UTC())
 	run = collectortest.Run(t, src.collector(t, src.cfg), sink2)
 	events(t, sink2, "shedlock/weekly", "grant node-w", "release node-w")
 	if !slices.ContainsFunc(sink2.Blinds(), func(b audit.Blind) bool { return strings.Contains(b.Reason, "replication slot was lost") }) {
@@ -308,6 +308,6 @@ func TestTablesStreamOnly(t *testing.T) {
 	sink := collectortest.NewSink(t, cfg.Name, Backend.Kind)
 	collectortest.Run(t, src.collector(t, cfg), sink)
 	now := time.Now().UTC()
-	src.exec(t, shedlockAcquire, "report", now.Add(time.Second), now, "node-a")
+	src.exec(t, ShedLockAcquire, "report", now.Add(time.Second), now, "node-a")
 	events(t, sink, "shedlock/report", "grant node-a", "expire node-a")
 }
