@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"maps"
@@ -534,3 +535,18 @@ func seconds(s float64) string {
 }
 
 func mib(b int64) float64 { return float64(b) / (1 << 20) }
+
+// flags declares the kubernetes load's flags on fs.
+func (k *kubeLoad) flags(fs *flag.FlagSet) {
+	fs.IntVar(&k.heartbeats, "heartbeats", 2000, "heartbeat Leases in kube-node-lease")
+	fs.DurationVar(&k.heartbeatEvery, "heartbeat-every", 10*time.Second, "renewal period of each heartbeat Lease")
+	fs.IntVar(&k.elections, "elections", 50, "leader-election Leases")
+	fs.DurationVar(&k.electionEvery, "election-every", 2*time.Second, "renewal period of each election Lease")
+	fs.DurationVar(&k.warmup, "warmup", 15*time.Second, "load before measuring")
+	fs.DurationVar(&k.duration, "duration", 60*time.Second, "measured load")
+	fs.StringVar(&k.kubeconfig, "kubeconfig", "", "use this cluster instead of starting a test apiserver")
+	fs.StringVar(&k.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
+	fs.BoolVar(&k.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
+	fs.BoolVar(&k.replay, "replay", false, "replay the heartbeats from a recorded kube-apiserver watch at the rate asked, past what a real apiserver here can write (no election Leases)")
+	fs.StringVar(&k.frames, "frames", "", "with --replay: the recorded watch to replay (a file --replay --keep saved; default: record one from a test apiserver)")
+}

@@ -81,27 +81,11 @@ func main() {
 	switch os.Args[1] {
 	case "kubernetes":
 		var k kubeLoad
-		fs.IntVar(&k.heartbeats, "heartbeats", 2000, "heartbeat Leases in kube-node-lease")
-		fs.DurationVar(&k.heartbeatEvery, "heartbeat-every", 10*time.Second, "renewal period of each heartbeat Lease")
-		fs.IntVar(&k.elections, "elections", 50, "leader-election Leases")
-		fs.DurationVar(&k.electionEvery, "election-every", 2*time.Second, "renewal period of each election Lease")
-		fs.DurationVar(&k.warmup, "warmup", 15*time.Second, "load before measuring")
-		fs.DurationVar(&k.duration, "duration", 60*time.Second, "measured load")
-		fs.StringVar(&k.kubeconfig, "kubeconfig", "", "use this cluster instead of starting a test apiserver")
-		fs.StringVar(&k.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
-		fs.BoolVar(&k.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
-		fs.BoolVar(&k.replay, "replay", false, "replay the heartbeats from a recorded kube-apiserver watch at the rate asked, past what a real apiserver here can write (no election Leases)")
-		fs.StringVar(&k.frames, "frames", "", "with --replay: the recorded watch to replay (a file --replay --keep saved; default: record one from a test apiserver)")
+		k.flags(fs)
 		scenario = &k
 	case "redis":
 		var r redisLoad
-		fs.IntVar(&r.locks, "locks", 10000, "string locks")
-		fs.DurationVar(&r.ttl, "ttl", 2*time.Second, "lock TTL")
-		fs.DurationVar(&r.every, "every", 500*time.Millisecond, "extension period of each lock")
-		fs.DurationVar(&r.warmup, "warmup", 10*time.Second, "load before measuring")
-		fs.DurationVar(&r.duration, "duration", 30*time.Second, "measured load")
-		fs.StringVar(&r.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
-		fs.BoolVar(&r.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
+		r.flags(fs)
 		scenario = &r
 	case "etcd":
 		var e etcdLoad
@@ -109,16 +93,7 @@ func main() {
 		scenario = &e
 	case "soak":
 		s := soak{pruneCadence: time.Minute} // leasewatch's retention pass interval
-		fs.IntVar(&s.load.locks, "locks", 1000, "string locks")
-		fs.DurationVar(&s.load.ttl, "ttl", 2*time.Second, "lock TTL")
-		fs.DurationVar(&s.load.every, "every", 500*time.Millisecond, "extension period of each lock")
-		fs.DurationVar(&s.load.duration, "duration", 30*time.Minute, "how long the load runs")
-		fs.DurationVar(&s.renewals, "renewals", 2*time.Minute, "retention of renew events")
-		fs.DurationVar(&s.events, "events", 5*time.Minute, "retention of every other event")
-		fs.DurationVar(&s.sampleEvery, "sample", 10*time.Second, "time between size samples")
-		fs.StringVar(&s.load.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
-		fs.BoolVar(&s.load.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
-		fs.BoolVar(&s.postgres, "postgres", false, "leasewatch's database on a PostgreSQL server of the run's own instead of a SQLite file")
+		s.flags(fs)
 		scenario = &s
 	case "ingest":
 		var i ingestLoad

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -267,4 +268,15 @@ func (k *redisLoad) run(ctx context.Context, out, log io.Writer) error {
 		return fmt.Errorf("leasewatch recorded %.0f grants of %d and %.0f extensions of %d; %d locks differ", gotGrants, t.grants.Load(), gotRenewals, t.renewals.Load(), differ)
 	}
 	return nil
+}
+
+// flags declares the redis load's flags on fs.
+func (r *redisLoad) flags(fs *flag.FlagSet) {
+	fs.IntVar(&r.locks, "locks", 10000, "string locks")
+	fs.DurationVar(&r.ttl, "ttl", 2*time.Second, "lock TTL")
+	fs.DurationVar(&r.every, "every", 500*time.Millisecond, "extension period of each lock")
+	fs.DurationVar(&r.warmup, "warmup", 10*time.Second, "load before measuring")
+	fs.DurationVar(&r.duration, "duration", 30*time.Second, "measured load")
+	fs.StringVar(&r.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
+	fs.BoolVar(&r.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
 }

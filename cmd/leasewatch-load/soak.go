@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"flag"
 	"fmt"
 	"io"
 	"io/fs"
@@ -190,4 +191,18 @@ func getJSON(ctx context.Context, u string, into any) error {
 		return fmt.Errorf("GET %s: %s", u, resp.Status)
 	}
 	return json.NewDecoder(resp.Body).Decode(into)
+}
+
+// flags declares the soak's flags on fs.
+func (s *soak) flags(fs *flag.FlagSet) {
+	fs.IntVar(&s.load.locks, "locks", 1000, "string locks")
+	fs.DurationVar(&s.load.ttl, "ttl", 2*time.Second, "lock TTL")
+	fs.DurationVar(&s.load.every, "every", 500*time.Millisecond, "extension period of each lock")
+	fs.DurationVar(&s.load.duration, "duration", 30*time.Minute, "how long the load runs")
+	fs.DurationVar(&s.renewals, "renewals", 2*time.Minute, "retention of renew events")
+	fs.DurationVar(&s.events, "events", 5*time.Minute, "retention of every other event")
+	fs.DurationVar(&s.sampleEvery, "sample", 10*time.Second, "time between size samples")
+	fs.StringVar(&s.load.leasewatch, "leasewatch", "", "leasewatch binary (default: go build ./cmd/leasewatch)")
+	fs.BoolVar(&s.load.keep, "keep", false, "keep the run's folder (leasewatch's database and config) and say where")
+	fs.BoolVar(&s.postgres, "postgres", false, "leasewatch's database on a PostgreSQL server of the run's own instead of a SQLite file")
 }
