@@ -74,46 +74,57 @@ func testApplyRoundTripsEveryField(t *testing.T, h Harness) {
 	ended.LockID, held.LockID = got.ID, got.ID
 	Equal(t, "Tenures", gotTenures, []audit.Tenure{ended, held})
 
-	gotEvents, err := s.Events(ctx, got.ID, audit.EventFilter{})
-	if err != nil {
-		t.Fatalf("Events: %v", err)
-	}
-	if len(gotEvents) != len(events) {
-		t.Fatalf("got %d events, want %d", len(gotEvents), len(events))
-	}
 	// Time order puts the zero-time blind event first.
 	wantEvents := []audit.Event{events[2], events[0], events[1]}
 	// Detail comes back as decoded JSON: numbers as json.Number, exact.
 	wantEvents[1].Detail = map[string]any{"note": "ünïcode <i>markup</i> \"quoted\"", "revision": json.Number("9007199254740993"), "nested": map[string]any{"ok": true}}
-	for i := range wantEvents {
-		if gotEvents[i].ID == 0 {
-			t.Errorf("event %d: ID = 0, want the row id", i)
-		}
-		wantEvents[i].ID = gotEvents[i].ID
-		wantEvents[i].LockID = got.ID
-	}
-	Equal(t, "Events", gotEvents, wantEvents)
-
-	gotFindings, err := s.Findings(ctx, audit.FindingFilter{})
-	if err != nil {
-		t.Fatalf("Findings: %v", err)
-	}
-	if len(gotFindings) != len(findings) {
-		t.Fatalf("got %d findings, want %d", len(gotFindings), len(findings))
-	}
+	eventsAre(t, s, got.ID, wantEvents)
 	wantFindings := append([]audit.Finding(nil), findings...)
 	wantFindings[1].Severity = audit.SeverityWarning
-	for i := range wantFindings {
-		wantFindings[i].ID = gotFindings[i].ID
-		wantFindings[i].LockID = got.ID
-	}
-	Equal(t, "Findings", gotFindings, wantFindings)
+	findingsAre(t, s, got.ID, wantFindings)
 
 	_, cursors, err := s.Restore(ctx)
 	if err != nil {
 		t.Fatalf("Restore: %v", err)
 	}
 	Equal(t, "cursors", cursors, []audit.Cursor{{Source: "prod-etcd", Position: "1234", At: At(12)}})
+}
+
+// eventsAre checks that lock lockID's events are want, each with its row
+// id.
+func eventsAre(t *testing.T, s Store, lockID int64, want []audit.Event) {
+	t.Helper()
+	got, err := s.Events(context.Background(), lockID, audit.EventFilter{})
+	if err != nil {
+		t.Fatalf("Events: %v", err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d events, want %d", len(got), len(want))
+	}
+	for i := range want {
+		if got[i].ID == 0 {
+			t.Errorf("event %d: ID = 0, want the row id", i)
+		}
+		want[i].ID, want[i].LockID = got[i].ID, lockID
+	}
+	Equal(t, "Events", got, want)
+}
+
+// findingsAre checks that the store's findings are want, all of lock
+// lockID.
+func findingsAre(t *testing.T, s Store, lockID int64, want []audit.Finding) {
+	t.Helper()
+	got, err := s.Findings(context.Background(), audit.FindingFilter{})
+	if err != nil {
+		t.Fatalf("Findings: %v", err)
+	}
+	if len(got) != len(want) {
+		t.Fatalf("got %d findings, want %d", len(got), len(want))
+	}
+	for i := range want {
+		want[i].ID, want[i].LockID = got[i].ID, lockID
+	}
+	Equal(t, "Findings", got, want)
 }
 
 // typed gives a renew event its margin (thousandths) and renewal time as the
@@ -283,30 +294,7 @@ func testApplyFailureRollsBackEverything(t *testing.T, h Harness) {
 			if err := s.Apply(tc.ctx, tc.b); err == nil {
 				t.Fatal("Apply succeeded, want an error")
 			}
-			for _, key := range []audit.LockKey{newKey, {Source: "src", Name: "bare"}} {
-				if _, err := s.LockByKey(ctx, key); audit.ErrorCode(err) != audit.ENOTFOUND {
-					t.Errorf("LockByKey(%s) error = %v, want ENOTFOUND after rollback", key, err)
-				}
-			}
-			_, cursors, err := s.Restore(ctx)
-			if err != nil {
-				t.Fatalf("Restore: %v", err)
-			}
-			Equal(t, "cursors after rollback", cursors, good.Cursors)
-			known, err := s.StoredWrites(ctx, []string{"dup"})
-			if err != nil {
-				t.Fatalf("StoredWrites: %v", err)
-			}
-			if len(known) != 0 {
-				t.Errorf("request dup is stored after rollback: %+v", known)
-			}
-			findings, err := s.Findings(ctx, audit.FindingFilter{})
-			if err != nil {
-				t.Fatalf("Findings: %v", err)
-			}
-			if len(findings) != 0 {
-				t.Errorf("got %d findings after rollback, want 0", len(findings))
-			}
+			rolledBack(t, s, good.Cursors, newKey, audit.LockKey{Source: "src", Name: "bare"})
 
 			// Ids of rolled-back lock rows must not linger in any memory of
 			// the store: the same keys resolve to fresh rows in the next batch.
@@ -329,6 +317,38 @@ func testApplyFailureRollsBackEverything(t *testing.T, h Harness) {
 				t.Errorf("bare lock class, state = %s, %s; want lock, free", bare.Class, bare.State)
 			}
 		})
+	}
+}
+
+// rolledBack checks that a failed batch left nothing: not the locks of
+// keys, nor a write of request dup, nor a finding, nor a cursor but the
+// ones before.
+func rolledBack(t *testing.T, s Store, cursorsBefore []audit.Cursor, keys ...audit.LockKey) {
+	t.Helper()
+	ctx := context.Background()
+	for _, key := range keys {
+		if _, err := s.LockByKey(ctx, key); audit.ErrorCode(err) != audit.ENOTFOUND {
+			t.Errorf("LockByKey(%s) error = %v, want ENOTFOUND after rollback", key, err)
+		}
+	}
+	_, cursors, err := s.Restore(ctx)
+	if err != nil {
+		t.Fatalf("Restore: %v", err)
+	}
+	Equal(t, "cursors after rollback", cursors, cursorsBefore)
+	known, err := s.StoredWrites(ctx, []string{"dup"})
+	if err != nil {
+		t.Fatalf("StoredWrites: %v", err)
+	}
+	if len(known) != 0 {
+		t.Errorf("request dup is stored after rollback: %+v", known)
+	}
+	findings, err := s.Findings(ctx, audit.FindingFilter{})
+	if err != nil {
+		t.Fatalf("Findings: %v", err)
+	}
+	if len(findings) != 0 {
+		t.Errorf("got %d findings after rollback, want 0", len(findings))
 	}
 }
 
@@ -461,6 +481,37 @@ func testStoredWrites(t *testing.T, h Harness) {
 	}
 }
 
+// readWholeBatches reads the events of source src's lock until done, and
+// sends errs what goes wrong: each batch commits a pair of events, so a
+// reader that sees an odd number saw half of one.
+func readWholeBatches(s Store, done <-chan struct{}, errs chan<- error) {
+	ctx := context.Background()
+	for {
+		select {
+		case <-done:
+			return
+		default:
+		}
+		locks, err := s.Locks(ctx, audit.LockFilter{Source: "src"})
+		if err != nil {
+			errs <- fmt.Errorf("list locks: %w", err)
+			return
+		}
+		if len(locks) == 0 {
+			continue
+		}
+		evs, err := s.Events(ctx, locks[0].ID, audit.EventFilter{})
+		if err != nil {
+			errs <- fmt.Errorf("list events: %w", err)
+			return
+		}
+		if len(evs)%2 != 0 {
+			errs <- fmt.Errorf("read %d events, want an even number (whole batches)", len(evs))
+			return
+		}
+	}
+}
+
 func testConcurrentReadsDuringWrites(t *testing.T, h Harness) {
 	s := h.Open(t)
 	ctx := context.Background()
@@ -498,33 +549,7 @@ func testConcurrentReadsDuringWrites(t *testing.T, h Harness) {
 		})
 	}
 	for range 4 {
-		wg.Go(func() {
-			for {
-				select {
-				case <-done:
-					return
-				default:
-				}
-				locks, err := s.Locks(ctx, audit.LockFilter{Source: "src"})
-				if err != nil {
-					errs <- fmt.Errorf("list locks: %w", err)
-					return
-				}
-				if len(locks) == 0 {
-					continue
-				}
-				evs, err := s.Events(ctx, locks[0].ID, audit.EventFilter{})
-				if err != nil {
-					errs <- fmt.Errorf("list events: %w", err)
-					return
-				}
-				// Each batch commits a pair: a reader never sees half of one.
-				if len(evs)%2 != 0 {
-					errs <- fmt.Errorf("read %d events, want an even number (whole batches)", len(evs))
-					return
-				}
-			}
-		})
+		wg.Go(func() { readWholeBatches(s, done, errs) })
 	}
 	wg.Wait()
 	close(errs)
