@@ -22,7 +22,7 @@ import (
 // TestTablesConfig: each bad key of a source's tables is refused with its
 // path, and a good entry becomes the table the collector watches.
 func TestTablesConfig(t *testing.T) {
-	for _, c := range []struct{ name, yaml, want string }{
+	refused(t, []refusal{
 		{"UnknownPreset", `tables: [{preset: quartz}]`, `tables[0].preset: "quartz" is none of goose_lock, qrtz_fired_triggers`},
 		{"PresetWithMappingKey", `tables: [{preset: shedlock, holder: owner}]`, "tables[0].holder: a preset takes only table, duration and clock"},
 		{"PresetPolled", `tables: [{preset: shedlock, poll: true}]`, "tables[0].poll: a preset takes only"},
@@ -44,14 +44,7 @@ func TestTablesConfig(t *testing.T) {
 		{"SecondEntry", `tables: [{preset: shedlock}, {table: locks, names: [name]}]`, "tables[1].holder:"},
 		{"TableTwice", `tables: [{preset: shedlock}, {preset: goose_lock, table: shedlock}]`, "tables[1].table: shedlock is tables[0] already"},
 		{"NothingToWatch", `advisory: false`, "advisory: false leaves nothing to watch"},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			err := section(t, c.yaml).Check(false)
-			if err == nil || !strings.HasPrefix(err.Error(), c.want) || audit.ErrorCode(err) != audit.EINVALID {
-				t.Fatalf("Check: %v\nwant an invalid-input error starting %q", err, c.want)
-			}
-		})
-	}
+	})
 	t.Run("Good", func(t *testing.T) {
 		s := section(t, `advisory: false
 tables:
@@ -82,6 +75,23 @@ tables:
 			t.Fatalf("held_if = %v, want %v (sorted, integers as int64)", got, want)
 		}
 	})
+}
+
+// refusal is a section's YAML and the start of the error Check must give.
+type refusal struct{ name, yaml, want string }
+
+// refused checks, a subtest each, that each section is refused with an
+// invalid-input error starting with its want.
+func refused(t *testing.T, cases []refusal) {
+	t.Helper()
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			err := section(t, c.yaml).Check(false)
+			if err == nil || !strings.HasPrefix(err.Error(), c.want) || audit.ErrorCode(err) != audit.EINVALID {
+				t.Fatalf("Check: %v\nwant an invalid-input error starting %q", err, c.want)
+			}
+		})
+	}
 }
 
 func section(t *testing.T, doc string) *Section {
