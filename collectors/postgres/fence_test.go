@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/jackc/pglogrepl"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/collectors"
@@ -119,27 +118,16 @@ const (
 // tables, streamed through the operator's publication.
 func newFencedSource(t *testing.T, name string) *tablesSource {
 	t.Helper()
-	srv := shared(t)
-	db := database(t, srv)
-	admin(t, srv, db, dbSchedulerDDL)
-	admin(t, srv, db, fencedDDL)
-	admin(t, srv, db, `INSERT INTO scheduled_tasks (task_name, task_instance, execution_time, picked, version) VALUES ('report', '1', now(), false, 1)`)
-	admin(t, srv, "postgres", "ALTER ROLE "+watcher+" REPLICATION")
-	admin(t, srv, db, "GRANT SELECT ON scheduled_tasks, invoices, ledger TO "+watcher)
-	admin(t, srv, db, "CREATE PUBLICATION "+SlotName(name)+" FOR TABLE scheduled_tasks, invoices, ledger")
-	conn, err := pgx.Connect(t.Context(), srv.URL(db))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.Close(context.Background()) })
 	tasks, _ := LookupPreset("scheduled_tasks")
-	cfg := Config{Name: name, URL: watchURL(srv, db), PollEvery: 100 * time.Millisecond, Password: collectors.Password(watcherPassword),
-		NoAdvisory: true, Tables: []Table{
-			{Mapping: tasks.Mapping},
-			{Fence: &FenceMapping{Table: "invoices", Key: []string{"id"}, Fence: "fence", Lock: fencedLock, Holder: "written_by"}},
-			{Fence: &FenceMapping{Table: "ledger", Key: []string{"id"}, Fence: "fence", Lock: fencedLock, Holder: "written_by"}},
-		}}
-	return &tablesSource{srv: srv, db: db, url: srv.URL(db), conn: conn, cfg: cfg}
+	const tables = "scheduled_tasks, invoices, ledger"
+	src := openTablesSource(t, name, tables, tables, []Table{
+		{Mapping: tasks.Mapping},
+		{Fence: &FenceMapping{Table: "invoices", Key: []string{"id"}, Fence: "fence", Lock: fencedLock, Holder: "written_by"}},
+		{Fence: &FenceMapping{Table: "ledger", Key: []string{"id"}, Fence: "fence", Lock: fencedLock, Holder: "written_by"}},
+	}, dbSchedulerDDL, fencedDDL,
+		`INSERT INTO scheduled_tasks (task_name, task_instance, execution_time, picked, version) VALUES ('report', '1', now(), false, 1)`)
+	src.cfg.NoAdvisory = true
+	return src
 }
 
 // rows runs sql and returns how many rows it changed.

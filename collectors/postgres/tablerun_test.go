@@ -142,22 +142,33 @@ type tablesSource struct {
 
 func newTablesSource(t *testing.T, name string) *tablesSource {
 	t.Helper()
+	shed, _ := LookupPreset("shedlock")
+	river, _ := LookupPreset("river_leader")
+	return openTablesSource(t, name, "shedlock, river_leader", "shedlock", []Table{{Mapping: shed.Mapping}, {Mapping: river.Mapping, Polled: true}},
+		ShedLockTable, riverLeaderDDL)
+}
+
+// openTablesSource makes a database with ddl, lets the watcher role read
+// the tables granted and stream through the source's slot the ones
+// published (as the operator would), and returns the source of tables on
+// it, polling every 100 ms.
+func openTablesSource(t *testing.T, name, granted, published string, tables []Table, ddl ...string) *tablesSource {
+	t.Helper()
 	srv := shared(t)
 	db := database(t, srv)
-	admin(t, srv, db, ShedLockTable)
-	admin(t, srv, db, riverLeaderDDL)
+	for _, sql := range ddl {
+		admin(t, srv, db, sql)
+	}
 	admin(t, srv, "postgres", "ALTER ROLE "+watcher+" REPLICATION")
-	admin(t, srv, db, "GRANT SELECT ON shedlock, river_leader TO "+watcher)
-	admin(t, srv, db, "CREATE PUBLICATION "+SlotName(name)+" FOR TABLE shedlock")
+	admin(t, srv, db, "GRANT SELECT ON "+granted+" TO "+watcher)
+	admin(t, srv, db, "CREATE PUBLICATION "+SlotName(name)+" FOR TABLE "+published)
 	conn, err := pgx.Connect(t.Context(), srv.URL(db))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close(context.Background()) })
-	shed, _ := LookupPreset("shedlock")
-	river, _ := LookupPreset("river_leader")
 	cfg := Config{Name: name, URL: watchURL(srv, db), PollEvery: 100 * time.Millisecond, Password: collectors.Password(watcherPassword),
-		Tables: []Table{{Mapping: shed.Mapping}, {Mapping: river.Mapping, Polled: true}}}
+		Tables: tables}
 	return &tablesSource{srv: srv, db: db, url: srv.URL(db), conn: conn, cfg: cfg}
 }
 
