@@ -17,7 +17,9 @@ const maxQueued = 50_000
 // record. A record waits for a commit to make it durable (up to the
 // recorder's commit interval, 400 ms by default): a stream that waited for
 // each of its batches, a transaction or a keepalive, fell behind its
-// server, 25 s after 45 s of one transaction and a keepalive a second.
+// server, 25 s after 45 s of one transaction and a keepalive a second. One
+// record, not more: a record handed on after one the recorder refused
+// would still commit, and store a cursor past the refused changes.
 type streamFlight struct {
 	r    *streamRun
 	done chan error // the outcome of the record in flight; nil when none is
