@@ -30,6 +30,10 @@ type HealthConfig struct {
 	// ClockSkewRatio: a holder whose clock runs ahead of the collector's by
 	// more than this fraction of its lease is skewed.
 	ClockSkewRatio float64
+	// Clocks keeps each holder's clock estimate, which clock_skew is
+	// judged by (clocks.go), for readers to share. Nil: one of the
+	// tracker's own.
+	Clocks *HolderClocks
 }
 
 // Health defaults.
@@ -73,6 +77,9 @@ func (c HealthConfig) withDefaults() HealthConfig {
 	}
 	if c.ClockSkewRatio <= 0 {
 		c.ClockSkewRatio = DefaultClockSkewRatio
+	}
+	if c.Clocks == nil {
+		c.Clocks = NewHolderClocks(0)
 	}
 	return c
 }
@@ -196,23 +203,27 @@ func (t *Tracker) timeRenewal(o *output, st *lockState, cur *tenure, previous, a
 			orUnknown(cur.holder), typical, cur.lease, 100*max(margin, 0), 100*t.cfg.Health.TightMarginRatio)})
 }
 
-// clockSkew raises clock_skew once per tenure when ob, from a backend that
-// records the holder's own clock (Input.HolderClock), says the holder
-// renewed later than the collector saw it by more than ClockSkewRatio of the
-// lease. Only a clock ahead is told apart: one behind looks the same as a
-// change delivered late.
+// clockSkew adds ob, from a backend that records the holder's own clock
+// (Input.HolderClock), to its holder's clock estimate (HolderClocks), and
+// raises clock_skew once per tenure when the estimate shows the holder's
+// clock ahead of the collector's by more than ClockSkewRatio of the lease
+// and by more than its bound (ClockEstimate.Beyond). Only a clock ahead is
+// told apart: one behind looks the same as a change delivered late.
 func (t *Tracker) clockSkew(o *output, st *lockState, ob Observation) {
-	cur := st.current()
-	if cur == nil || ob.RenewedAt.IsZero() || cur.lease <= 0 || st.reportedOf().skewSeq == cur.seq || cur.holder != ob.Holder {
+	if ob.RenewedAt.IsZero() || ob.Holder == "" {
 		return
 	}
-	ahead := ob.RenewedAt.Sub(ob.At)
-	if float64(ahead) <= t.cfg.Health.ClockSkewRatio*float64(cur.lease) {
+	est := t.cfg.Health.Clocks.Observe(HolderKey{Source: st.key.Source, Holder: ob.Holder}, st.class(), ob.At, ob.RenewedAt)
+	cur := st.current()
+	if cur == nil || cur.lease <= 0 || st.reportedOf().skewSeq == cur.seq || cur.holder != ob.Holder {
+		return
+	}
+	if !est.Beyond(time.Duration(t.cfg.Health.ClockSkewRatio * float64(cur.lease))) {
 		return
 	}
 	st.health().skewSeq = cur.seq
 	o.changed(st)
 	o.finding(st, Finding{Kind: FindingClockSkew, At: ob.At, Tokens: tokens(cur.token), Holders: holders(cur.holder),
-		Summary: fmt.Sprintf("%s's clock runs at least %s ahead of the collector's (it wrote a renewal time of %s, seen at %s), %.0f%% of its %s lease: whatever judges the lease by that time thinks it runs longer than it does",
-			orUnknown(cur.holder), ahead.Round(time.Millisecond), ob.RenewedAt.UTC().Format(time.RFC3339Nano), ob.At.UTC().Format(time.RFC3339Nano), 100*float64(ahead)/float64(cur.lease), cur.lease)})
+		Summary: fmt.Sprintf("%s's clock runs at least %s ahead of the collector's (%s; this renewal written at %s, seen at %s), %.0f%% of its %s lease: whatever judges the lease by that time thinks it runs longer than it does",
+			orUnknown(cur.holder), est.Offset.Round(time.Millisecond), est, ob.RenewedAt.UTC().Format(time.RFC3339Nano), ob.At.UTC().Format(time.RFC3339Nano), 100*float64(est.Offset)/float64(cur.lease), cur.lease)})
 }

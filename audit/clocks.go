@@ -1,0 +1,327 @@
+package audit
+
+import (
+	"cmp"
+	"container/heap"
+	"fmt"
+	"math"
+	"sync"
+	"time"
+)
+
+// Holder clocks: how far each holder's clock runs from the collector's,
+// estimated from the renewals of backends that record the holder's own time
+// (Input.HolderClock: a Kubernetes renewTime, a PostgreSQL lease table's
+// holder-clock column), as NTP estimates an offset from its least delayed
+// samples.
+//
+// A renewal written at renewed by the holder's clock and seen at observed by
+// the collector's took a delay d ≥ 0 to arrive, so
+//
+//	observed − renewed = d − offset, with offset = holder's clock − collector's
+//
+// and the least lag (observed − renewed) over a window, that of the renewal
+// delivered fastest, gives offset ≥ −least: the estimate is exact when that
+// renewal arrived at once, and low by the least delay otherwise (a few
+// milliseconds from a nearby apiserver), which timestamps taken on one side
+// of a one-way path cannot measure. Its bound is how far the least lag of
+// each minute of the window spreads: a clock that steps or drifts, or a path
+// whose delays change, widens it. A holder's renewals of every lock count
+// together: one process, one clock.
+
+// ClockWindow is how far back a holder's clock estimate reads its renewals,
+// in ClockWindow/clockSlots slots of their own.
+const ClockWindow = 10 * time.Minute
+
+// DefaultMaxHolderClocks bounds the holders whose clocks a HolderClocks
+// estimates at once: twice the Leases of the largest cluster leasewatch
+// watches. A holder past it is counted (Dropped), not estimated, until
+// holders silent for a window make room.
+const DefaultMaxHolderClocks = 1 << 18
+
+const (
+	clockSlots = 10
+	clockSlot  = ClockWindow / clockSlots
+)
+
+// HolderKey names one holder's clock: holders of different sources are
+// different processes, even under one name.
+type HolderKey struct {
+	Source, Holder string
+}
+
+// ClockEstimate is what the renewals of one holder within ClockWindow say
+// of its clock.
+type ClockEstimate struct {
+	HolderKey
+	// Heartbeat says the holder's latest renewal was of a heartbeat lease
+	// (a node's), not of a lock.
+	Heartbeat bool
+	// Offset is the holder's clock less the collector's, at least: the
+	// holder's clock runs ahead by Offset or more (behind by -Offset or
+	// less), the least delivery delay of its renewals more.
+	Offset time.Duration
+	// Bound is how far the least lags of the Minutes minutes that had
+	// renewals spread (the greatest less the least); meaningful only when
+	// Minutes is 2 or more (Bounded).
+	Bound time.Duration
+	// Samples are the renewals within the window, Minutes the minutes of
+	// it that had one, Last when the newest was observed.
+	Samples, Minutes int
+	Last             time.Time
+}
+
+// Bounded says the estimate has a bound: renewals in two minutes at least.
+func (e ClockEstimate) Bounded() bool { return e.Minutes >= 2 }
+
+// Beyond reports whether the estimate shows the holder's clock ahead by
+// more than threshold and by more than its bound: a clock ahead is proven
+// by a single renewal written after it was seen, but one whose least lag
+// moved more than that within the window cannot be told from a clock that
+// stepped (the holder's or the collector's) or a path that slowed.
+func (e ClockEstimate) Beyond(threshold time.Duration) bool {
+	return e.Samples > 0 && e.Offset > threshold && (!e.Bounded() || e.Offset > e.Bound)
+}
+
+// String says what the estimate rests on, for a finding's summary.
+func (e ClockEstimate) String() string {
+	s := fmt.Sprintf("from %d renewals in %d of the last %d minutes", e.Samples, e.Minutes, clockSlots)
+	if e.Bounded() {
+		s += fmt.Sprintf(", each minute's within %s", e.Bound.Round(time.Millisecond))
+	}
+	return s
+}
+
+// ClockFilter selects estimates (HolderClocks.Largest).
+type ClockFilter struct {
+	Source string // "" every source
+	Holder string // "" every holder
+	Class  Class  // "" every class; ClassHeartbeat the holders of heartbeat leases
+	Limit  int    // at most this many; 0 every one
+}
+
+func (f ClockFilter) matches(k HolderKey, h *holderClock) bool {
+	return (f.Source == "" || k.Source == f.Source) && (f.Holder == "" || k.Holder == f.Holder) &&
+		(f.Class == "" || (f.Class == ClassHeartbeat) == h.heartbeat)
+}
+
+// HolderClocks keeps each holder's clock estimate. The tracker feeds it
+// (HealthConfig.Clocks) and judges clock_skew by it; readers (the clocks
+// page, the API, metrics) read it at any time. Its memory is about 250
+// bytes a holder, holders silent for a window dropped. Safe for concurrent
+// use; one tracker feeds one HolderClocks.
+type HolderClocks struct {
+	mu      sync.Mutex
+	max     int
+	holders map[HolderKey]*holderClock
+	// swept is the slot up to which holders silent for a window were
+	// dropped; dropped counts the holders refused since the start.
+	swept   int32
+	dropped int
+}
+
+// holderClock is one holder's renewals in slots of clockSlot, each the
+// least lag (observed − renewed, ns) of the renewals observed within it.
+type holderClock struct {
+	slots     [clockSlots]lagSlot
+	last      int64 // Unix ns of the newest observation
+	heartbeat bool
+}
+
+type lagSlot struct {
+	least int64
+	slot  int32  // Unix time in clockSlots: ±4,000 years
+	count uint32 // 0: empty
+}
+
+// NewHolderClocks returns an empty HolderClocks keeping at most
+// maxHolders holders (DefaultMaxHolderClocks when 0 or less).
+func NewHolderClocks(maxHolders int) *HolderClocks {
+	if maxHolders <= 0 {
+		maxHolders = DefaultMaxHolderClocks
+	}
+	return &HolderClocks{max: maxHolders, holders: make(map[HolderKey]*holderClock)}
+}
+
+// slotOf is the slot t falls in.
+func slotOf(t time.Time) int32 {
+	return int32(Nanos(t) / int64(clockSlot)) // Nanos spans ±292 years
+}
+
+// Observe adds a renewal of holder's written at renewed by its clock and
+// observed at observed by the collector's, of a lock of class, and returns
+// the holder's estimate at observed, renewals until then included. A holder
+// past the cap is counted, and its estimate is empty.
+func (c *HolderClocks) Observe(key HolderKey, class Class, observed, renewed time.Time) ClockEstimate {
+	lag := observed.Sub(renewed) // saturates far out: still a bound on the right side
+	now := slotOf(observed)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sweep(now)
+	h := c.holders[key]
+	if h == nil {
+		if len(c.holders) >= c.max {
+			c.dropped++
+			return ClockEstimate{HolderKey: key}
+		}
+		h = &holderClock{}
+		c.holders[key] = h
+	}
+	h.add(now, int64(lag))
+	h.last = max(h.last, Nanos(observed))
+	h.heartbeat = class == ClassHeartbeat
+	return h.estimate(key, now)
+}
+
+// sweep drops, once a slot, the holders with no renewal within the window
+// before now: a node removed, a process gone.
+func (c *HolderClocks) sweep(now int32) {
+	if now <= c.swept {
+		return
+	}
+	c.swept = now
+	for k, h := range c.holders {
+		if !h.live(now) {
+			delete(c.holders, k)
+		}
+	}
+}
+
+func (h *holderClock) add(slot int32, lag int64) {
+	s := &h.slots[mod(slot, clockSlots)]
+	switch {
+	case s.count > 0 && s.slot == slot:
+		s.least = min(s.least, lag)
+		s.count = min(s.count+1, math.MaxUint32-1)
+	case s.count == 0 || s.slot < slot:
+		*s = lagSlot{slot: slot, least: lag, count: 1}
+	default:
+		// A window older than the slot's renewals: out of this
+		// holder's window already.
+	}
+}
+
+// live says a slot of h is within the window that ends at slot now.
+func (h *holderClock) live(now int32) bool {
+	for _, s := range h.slots {
+		if s.count > 0 && s.slot > now-clockSlots {
+			return true
+		}
+	}
+	return false
+}
+
+// estimate is h's estimate over the window that ends at slot now. Renewals
+// observed after now count: a reader's clock may be behind the inputs'.
+func (h *holderClock) estimate(key HolderKey, now int32) ClockEstimate {
+	e := ClockEstimate{HolderKey: key, Heartbeat: h.heartbeat, Last: TimeOf(h.last)}
+	least, greatest := int64(math.MaxInt64), int64(math.MinInt64)
+	for _, s := range h.slots {
+		if s.count == 0 || s.slot <= now-clockSlots {
+			continue
+		}
+		least, greatest = min(least, s.least), max(greatest, s.least)
+		e.Samples += int(s.count)
+		e.Minutes++
+	}
+	if e.Samples == 0 {
+		return ClockEstimate{HolderKey: key, Heartbeat: h.heartbeat, Last: e.Last}
+	}
+	e.Offset = -time.Duration(max(least, -math.MaxInt64))
+	e.Bound = time.Duration(greatest) - time.Duration(least)
+	if greatest > 0 && least < 0 && e.Bound < 0 {
+		e.Bound = math.MaxInt64 // overflowed
+	}
+	return e
+}
+
+func mod(a, n int32) int32 {
+	return ((a % n) + n) % n
+}
+
+// Estimate returns holder's estimate over the window that ends at now, and
+// false when it has no renewal within it.
+func (c *HolderClocks) Estimate(key HolderKey, now time.Time) (ClockEstimate, bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	h := c.holders[key]
+	if h == nil {
+		return ClockEstimate{}, false
+	}
+	e := h.estimate(key, slotOf(now))
+	return e, e.Samples > 0
+}
+
+// Largest returns the estimates f selects over the window that ends at now,
+// those whose offset is largest either way first (then by source and
+// holder), at most f.Limit of them, and how many f selects in all. It keeps
+// only f.Limit at a time: a page of the largest is cheap at 100,000 holders.
+func (c *HolderClocks) Largest(now time.Time, f ClockFilter) (top []ClockEstimate, total int) {
+	slot := slotOf(now)
+	var h clockHeap
+	c.mu.Lock()
+	for k, hc := range c.holders {
+		if !f.matches(k, hc) {
+			continue
+		}
+		e := hc.estimate(k, slot)
+		if e.Samples == 0 {
+			continue
+		}
+		total++
+		if f.Limit <= 0 || len(h) < f.Limit {
+			heap.Push(&h, e)
+		} else if ClockOrder(e, h[0]) < 0 {
+			h[0] = e
+			heap.Fix(&h, 0)
+		}
+	}
+	c.mu.Unlock()
+	top = make([]ClockEstimate, len(h))
+	for i := len(top) - 1; i >= 0; i-- {
+		top[i] = heap.Pop(&h).(ClockEstimate)
+	}
+	return top, total
+}
+
+// Stats returns how many holders are kept and how many were refused, past
+// the cap, since the start.
+func (c *HolderClocks) Stats() (holders, dropped int) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return len(c.holders), c.dropped
+}
+
+// ClockOrder orders estimates as Largest lists them: the largest offset
+// either way first, then by source and holder.
+func ClockOrder(a, b ClockEstimate) int {
+	if c := cmp.Compare(absDuration(b.Offset), absDuration(a.Offset)); c != 0 {
+		return c
+	}
+	if c := cmp.Compare(a.Source, b.Source); c != 0 {
+		return c
+	}
+	return cmp.Compare(a.Holder, b.Holder)
+}
+
+func absDuration(d time.Duration) time.Duration {
+	if d < 0 {
+		return -d // -MinInt64 cannot be: offsets are negated lags, clamped
+	}
+	return d
+}
+
+// clockHeap keeps the estimates listed last by ClockOrder on top, so that
+// the first f.Limit stay.
+type clockHeap []ClockEstimate
+
+func (h clockHeap) Len() int           { return len(h) }
+func (h clockHeap) Less(i, j int) bool { return ClockOrder(h[i], h[j]) > 0 }
+func (h clockHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *clockHeap) Push(x any)        { *h = append(*h, x.(ClockEstimate)) }
+func (h *clockHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}
