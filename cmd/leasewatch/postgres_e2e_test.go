@@ -8,6 +8,7 @@ import (
 	"net/http"
 	neturl "net/url"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -41,7 +42,41 @@ func retryAfter503(t *testing.T, client *http.Client, base string, reports []wri
 // made meanwhile, still in etcd's history, is recorded exactly once.
 func TestPostgresRestartPausesAndRecovers(t *testing.T) {
 	pgSrv := pgtest.New(t, pgtest.Options{})
-	database := pgSrv.Database(t)
+	postgresOutage(t, pgSrv.Database(t), pgSrv.Kill, func(ctx context.Context) error { return pgSrv.Restart(ctx) })
+}
+
+// A PostgreSQL failover: the primary, with a synchronous standby, is killed
+// while locks change hands and reports arrive, and the standby is promoted,
+// as an operator's (or Patroni's) failover does. serve, given both hosts
+// with target_session_attrs=primary (docs/postgresql.md), pauses as for
+// an outage and resumes on the new primary by itself, and every report it
+// answered 202, before the failover or after, is there, once: a commit
+// acknowledged on the primary was flushed by the standby first.
+func TestPostgresFailover(t *testing.T) {
+	primary := pgtest.New(t, pgtest.Options{})
+	database := primary.Database(t)
+	standby := pgtest.NewStandby(t, primary, pgtest.Options{})
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if err := primary.RequireSynchronousStandby(ctx); err != nil {
+		t.Fatal(err)
+	}
+	failover, err := pgtest.FailoverURL(database, standby)
+	if err != nil {
+		t.Fatal(err)
+	}
+	postgresOutage(t, failover, primary.Kill, standby.Promote)
+}
+
+// postgresOutage runs serve on database with an etcd source while locks
+// change hands and reports arrive, takes the database away with down and
+// gives it back with up, and checks what an outage must leave: no 202 while
+// it is down, 503 with Retry-After, /readyz, the sources API and the log
+// saying so; after it, the refused batch taken on retry, the collector
+// resumed, every report answered 202 and every grant and release stored
+// once.
+func postgresOutage(t *testing.T, database string, down func(), up func(context.Context) error) {
+	t.Helper()
 	srv, cli := startEtcd(t)
 	const source = "pgdown"
 	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", database, source, srv.Endpoint))
@@ -79,8 +114,10 @@ func TestPostgresRestartPausesAndRecovers(t *testing.T) {
 			t.Fatalf("POST before the outage: %d, want 202", status)
 		}
 	}
+	busy := startBusyReporter(client, base, report)
+	eventually(t, 30*time.Second, "the busy client's first report to be taken", busy.taken)
 
-	pgSrv.Kill()
+	down()
 	// Nothing can be durable now: not one 202 until the server is back.
 	var refused []writeReport
 	for i := range 20 {
@@ -111,7 +148,7 @@ func TestPostgresRestartPausesAndRecovers(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	if err := pgSrv.Restart(ctx); err != nil {
+	if err := up(ctx); err != nil {
 		t.Fatal(err)
 	}
 	eventually(t, 60*time.Second, "the refused batch to be taken on retry", func() bool {
@@ -125,6 +162,9 @@ func TestPostgresRestartPausesAndRecovers(t *testing.T) {
 		state, _ := sourceState(t, base)
 		return state == "up"
 	})
+	busyAcked, refusals := busy.finish(t)
+	acked = append(acked, busyAcked...)
+	t.Logf("the busy client's %d reports were each taken, after %d answers of 503 across the outage", len(busyAcked), refusals)
 	for i := range 5 {
 		post(report(fmt.Sprintf("after-%d", i), 20))
 	}
@@ -262,4 +302,90 @@ func TestPostgresOutagePastTheHistoryIsABlindWindow(t *testing.T) {
 	if err := p.interrupt(t); err != nil {
 		t.Fatalf("serve exited with %v:\n%s", err, p.stderr.String())
 	}
+}
+
+// busyReporter posts batches of reports one after another, as a resource's
+// client does, retrying a batch answered 503 until it is taken: the reports
+// in flight when the database goes away. A report answered 503 may have been
+// stored (its commit's outcome unknown to serve); its retry, with the same
+// request id, is then found already stored, and it is stored once.
+type busyReporter struct {
+	stop chan struct{}
+	done chan struct{}
+
+	mu       sync.Mutex
+	acked    []string
+	refusals int
+	err      error
+}
+
+func startBusyReporter(client *http.Client, base string, report func(string, int) []writeReport) *busyReporter {
+	b := &busyReporter{stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(b.done)
+		for i := 0; ; i++ {
+			select {
+			case <-b.stop:
+				return
+			default:
+			}
+			if err := b.post(client, base, report(fmt.Sprintf("busy-%d", i), 5)); err != nil {
+				b.mu.Lock()
+				b.err = err
+				b.mu.Unlock()
+				return
+			}
+		}
+	}()
+	return b
+}
+
+// post posts batch until it is taken, pausing between tries as a client
+// does after a 503; a stop waits for the batch in hand.
+func (b *busyReporter) post(client *http.Client, base string, batch []writeReport) error {
+	for {
+		status, body, err := postWrites(client, base, batch)
+		switch {
+		case err != nil:
+			return fmt.Errorf("POST /api/v1/writes: %w", err)
+		case status == http.StatusAccepted:
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			for _, r := range batch {
+				b.acked = append(b.acked, r.RequestID)
+			}
+			return nil
+		case status != http.StatusServiceUnavailable:
+			return fmt.Errorf("POST /api/v1/writes: %d %s, want 202 or 503", status, body)
+		}
+		b.mu.Lock()
+		b.refusals++
+		b.mu.Unlock()
+		time.Sleep(50 * time.Millisecond) // a client's pause before its retry
+	}
+}
+
+// taken reports whether a batch has been taken.
+func (b *busyReporter) taken() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.acked) > 0
+}
+
+// finish stops the client once its batch in hand is taken and returns the
+// request ids of every report taken, and how many answers were 503.
+func (b *busyReporter) finish(t *testing.T) ([]string, int) {
+	t.Helper()
+	close(b.stop)
+	select {
+	case <-b.done:
+	case <-time.After(time.Minute):
+		t.Fatal("the busy client's last batch was not taken within a minute")
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.acked, b.refusals
 }

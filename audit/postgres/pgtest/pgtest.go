@@ -160,6 +160,11 @@ func (s *Server) setUp(ctx context.Context, opts Options) error {
 			}
 		}
 	}
+	return s.listen(ctx, opts)
+}
+
+// listen starts the server with opts' settings on a free port of 127.0.0.1.
+func (s *Server) listen(ctx context.Context, opts Options) error {
 	// The socket goes into the server's own directory, so it never meets a
 	// system cluster's in /var/run/postgresql.
 	s.args = []string{"-D", s.DataDir, "-c", "listen_addresses=127.0.0.1", "-c", "unix_socket_directories=" + s.dir}
