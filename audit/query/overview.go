@@ -42,6 +42,9 @@ type Overview struct {
 	// Findings are the newest of the Day, in time order.
 	Findings []audit.Finding
 	Sources  Sources
+	// TopWriters are the locks with the most writes over the last hour;
+	// nil for a store that cannot count them.
+	TopWriters *Costs
 }
 
 // Counts are the overview's tiles.
@@ -114,6 +117,9 @@ func (r *Reader) readOverview(ctx context.Context, now time.Time) (Overview, err
 		return Overview{}, err
 	}
 	if o.Sources, err = r.sourcesSince(ctx, o.Day.From, counts); err != nil {
+		return Overview{}, err
+	}
+	if o.TopWriters, err = r.topWriters(ctx, now); err != nil {
 		return Overview{}, err
 	}
 	return o, nil

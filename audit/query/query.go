@@ -55,6 +55,7 @@ type Reader struct {
 	purposes verdict.Purposes
 	logger   *slog.Logger
 	verdicts *verdictCache // the lock page's
+	costs    *costCache    // each window's writes (Costs)
 	// overviews shares an overview's reading among the requests that ask
 	// while it is under way; overviewWaiting counts those waiting for one.
 	overviews       singleflight.Group
@@ -71,6 +72,7 @@ func New(cfg Config) *Reader {
 		purposes: cfg.Purposes,
 		logger:   cfg.Logger,
 		verdicts: newVerdictCache(),
+		costs:    newCostCache(),
 	}
 	if r.logger == nil {
 		r.logger = slog.New(slog.DiscardHandler)

@@ -131,6 +131,7 @@ var contract = []struct {
 	{"WriteEventsReadWhatEventsRead", testWriteEventsReadWhatEventsRead},
 	{"TenuresOverlappingWindow", testTenuresOverlappingWindow},
 	{"TenuresByHolder", testTenuresByHolder},
+	{"WriteLoad", testWriteLoad},
 	{"FindingsFilters", testFindingsFilters},
 	{"FindingsBySourceOverlapAndCursor", testFindingsBySourceOverlapAndCursor},
 	{"FindingsByLockClass", testFindingsByLockClass},
