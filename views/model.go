@@ -177,6 +177,7 @@ type LockPage struct {
 	At              AtBanner // empty without ?at=
 	Verdict         VerdictPanel
 	Health          HealthPanel
+	Advice          AdvicePanel
 	Live            Live // empty for a fixed (custom) window
 	Window          WindowNav
 	Timeline        Timeline
@@ -535,6 +536,32 @@ func verdictIcon(kind string) string {
 type HealthPanel struct {
 	Charts []HealthChart
 	Note   string // what a cap left out; empty when nothing
+}
+
+// AdvicePanel is the lease settings that fit the stalls of the lock page's
+// window (audit/advise): the gaps of the lock and of each holder, the
+// current and the suggested settings, and what is flagged. Empty says why
+// there is nothing to size, when there is not.
+type AdvicePanel struct {
+	Empty    string
+	Gaps     []AdviceGaps // the lock's, then each holder's
+	Settings []AdviceSettings
+	Flags    []string
+	Note     string
+	APIURL   string
+}
+
+// AdviceGaps is one row of gaps: whose, how many, their percentiles, the
+// longest stall, the least lease that tolerates it, and whether the current
+// lease is shorter than that stall.
+type AdviceGaps struct {
+	Holder, Count, P50, P90, P99, Longest, Needed string
+	Short                                         bool
+}
+
+// AdviceSettings is one row of settings, current or suggested.
+type AdviceSettings struct {
+	Name, Lease, RenewDeadline, RetryPeriod, Writes string
 }
 
 // HealthChart is one distribution: Count samples, their Median (empty

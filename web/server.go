@@ -301,6 +301,7 @@ func (s *Server) routes(e *echo.Echo, reg *prometheus.Registry) {
 	api.Match(getHead, "/locks/:id/events", s.handleAPIEvents)
 	api.Match(getHead, "/locks/:id/tenures", s.handleAPITenures)
 	api.Match(getHead, "/locks/:id/verdict", s.handleAPIVerdict)
+	api.Match(getHead, "/locks/:id/advice", s.handleAPIAdvice)
 	api.Match(getHead, "/locks/:id/recheck", s.handleAPIRecheck)
 	api.Match(getHead, "/locks/:id/at", s.handleAPILockAt)
 	api.Match(getHead, "/holders/:holder/tenures", s.handleAPIHolderTenures)

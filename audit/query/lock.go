@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/leasewatch/leasewatch/audit"
+	"github.com/leasewatch/leasewatch/audit/advise"
 	"github.com/leasewatch/leasewatch/audit/history"
 	"github.com/leasewatch/leasewatch/audit/verdict"
 )
@@ -112,7 +113,10 @@ type LockPage struct {
 	Margins []float64
 	// MarginsCapped says the window has more renewals than HealthMargins.
 	MarginsCapped bool
-	Events        EventList
+	// Advice is the lease settings that fit the stalls of the same
+	// renewals and the tenures.
+	Advice advise.Advice
+	Events EventList
 }
 
 // LockPage reads the lock page, but for its renewal times: on a lock that
@@ -145,7 +149,7 @@ func (r *Reader) LockPage(ctx context.Context, q LockPageQuery) (LockPage, error
 	if q.LiveOnly {
 		return p, nil
 	}
-	if p.Margins, p.MarginsCapped, err = r.margins(ctx, l.ID, p.Window); err != nil {
+	if err := r.healthRenewals(ctx, &p); err != nil {
 		return LockPage{}, err
 	}
 	ef := q.Events
@@ -272,21 +276,26 @@ func (r *Reader) Verdict(ctx context.Context, id int64, w verdict.Window, now ti
 	return verdict.LoadListed(ctx, r.store, l, w, r.purposes.For(l.Source, l.Name), now)
 }
 
-// margins returns the renewal margins of the newest HealthMargins renewals
-// of lock id in w, for its leadership health.
-func (r *Reader) margins(ctx context.Context, id int64, w Window) ([]float64, bool, error) {
-	renewals, err := r.store.Events(ctx, id, audit.EventFilter{Kind: audit.EventRenew,
+// healthRenewals reads the newest HealthMargins renewals of p's window,
+// for its leadership health (their margins) and its lease advice (their
+// gaps, with p's tenures): one read for both.
+func (r *Reader) healthRenewals(ctx context.Context, p *LockPage) error {
+	w := p.Window
+	renewals, err := r.store.Events(ctx, p.Lock.ID, audit.EventFilter{Kind: audit.EventRenew,
 		TimeFilter: audit.TimeFilter{From: w.From, To: w.To, Limit: HealthMargins}})
 	if err != nil {
-		return nil, false, err
+		return err
 	}
-	margins := make([]float64, 0, len(renewals))
+	p.Margins = make([]float64, 0, len(renewals))
 	for _, e := range renewals {
 		if m, ok := detailNumber(e.Detail, "margin_ratio"); ok {
-			margins = append(margins, m)
+			p.Margins = append(p.Margins, m)
 		}
 	}
-	return margins, len(renewals) == HealthMargins, nil
+	p.MarginsCapped = len(renewals) == HealthMargins
+	sample := advise.NewSample(p.Lock, advise.Window{From: w.From, To: w.To}, p.Tenures, renewals, p.MarginsCapped)
+	p.Advice = advise.Of(sample, advise.DefaultOptions())
+	return nil
 }
 
 // detailNumber returns a number of an event's detail: a float64 as the

@@ -4,6 +4,7 @@
 //	leasewatch serve [--config leasewatch.yaml] [--cpuprofile FILE] [--memprofile FILE]
 //	leasewatch demo [--listen 127.0.0.1:8080]
 //	leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
+//	leasewatch advise --lock SOURCE/NAME [--window 24h] [--json]
 //	leasewatch copy --from DATABASE (--to DATABASE | --config FILE)
 //	leasewatch check config [--syntax-only] FILE...
 //	leasewatch version
@@ -45,6 +46,9 @@ Usage:
   leasewatch report --lock SOURCE/NAME --from T [--to T] [--format md|json]
                     [--config leasewatch.yaml | --database FILE|URL]
                                                 the incident review of locks' handovers in a window
+  leasewatch advise --lock SOURCE/NAME [--window 24h] [--margin 0.5] [--retries 5] [--json]
+                    [--config leasewatch.yaml | --database FILE|URL]
+                                                lease settings that fit the stalls a lock's holders had
   leasewatch copy --from DATABASE (--to DATABASE | --config FILE) [--chunk N]
                                                 copy the whole history into a new database (a SQLite
                                                 file or a postgres:// URL); rerun to resume
@@ -68,6 +72,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		err = cmdServe(ctx, args[1:], logger, stderr)
 	case "report":
 		err = cmdReport(ctx, args[1:], stdout, stderr)
+	case "advise":
+		err = cmdAdvise(ctx, args[1:], stdout, stderr)
 	case "copy":
 		err = cmdCopy(ctx, args[1:], stdout, stderr)
 	case "check":

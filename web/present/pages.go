@@ -262,6 +262,7 @@ func keepParams(q url.Values, names []string) url.Values {
 func (p Pages) fillLockDetails(v *views.LockPage, r Request, lq query.LockPageQuery, pg query.LockPage, atSeq int64, zoom func(from, to time.Time) string) {
 	w, loc := pg.Window, r.Loc
 	v.Health = healthPanel(pg.Tenures, pg.Margins, pg.MarginsCapped)
+	v.Advice = advicePanel(pg.Advice)
 	for _, k := range audit.EventKinds {
 		v.EventKinds = append(v.EventKinds, string(k))
 	}
