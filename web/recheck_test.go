@@ -130,3 +130,16 @@ func TestRecheckAPI(t *testing.T) {
 	}
 	get(t, "/api/v1/locks/999999/recheck", 404)
 }
+
+// The lock page links to its history to re-check, which answers.
+func TestRecheckLinkOnTheLockPage(t *testing.T) {
+	f := newFixture(t)
+	href := "/api/v1/locks/" + itoa(f.orders.ID) + "/recheck"
+	res, body := f.do(t, http.MethodGet, "/locks/"+itoa(f.orders.ID), nil)
+	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), `href="`+href+`"`) {
+		t.Fatalf("lock page: %d, links to %s: %v", res.StatusCode, href, strings.Contains(string(body), href))
+	}
+	if res, body := f.do(t, http.MethodGet, href, nil); res.StatusCode != http.StatusOK {
+		t.Errorf("GET %s: %d %s", href, res.StatusCode, body)
+	}
+}
