@@ -2,6 +2,7 @@ package audit_test
 
 import (
 	"fmt"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -195,6 +196,60 @@ func TestTrackerClockSkewFromEstimate(t *testing.T) {
 		s.observe(audit.Observation{Kind: audit.EventRenew, At: at(62 * time.Second), RenewedAt: at(63500 * time.Millisecond), Holder: "A", Token: audit.Int64(1)})
 		if got := s.findings(); len(got) != 0 {
 			t.Fatalf("findings = %v, want none: 1.5 s ahead within a bound of 4.5 s", got)
+		}
+	})
+}
+
+const benchHolders = 100_000
+
+// fillClocks is 100,000 node heartbeats renewed every 10 s for a window.
+func fillClocks() (*audit.HolderClocks, []audit.HolderKey) {
+	keys := make([]audit.HolderKey, benchHolders)
+	for i := range keys {
+		keys[i] = audit.HolderKey{Source: "k8s", Holder: fmt.Sprintf("node-%06d", i)}
+	}
+	c := audit.NewHolderClocks(0)
+	for round := range 60 {
+		for i, k := range keys {
+			made := time.Duration(round)*10*time.Second + time.Duration(i)*100*time.Microsecond
+			renewal(c, k, audit.ClassHeartbeat, ms(float64(i%400-200)), made, ms(float64(1+i%7)))
+		}
+	}
+	return c, keys
+}
+
+// BenchmarkHolderClocksMemory reports the heap kept per holder of
+// fillClocks', holder names aside.
+func BenchmarkHolderClocksMemory(b *testing.B) {
+	for b.Loop() {
+		var before, after runtime.MemStats
+		runtime.GC()
+		runtime.ReadMemStats(&before)
+		c, keys := fillClocks()
+		runtime.GC()
+		runtime.ReadMemStats(&after)
+		names := benchHolders * (16 + 16) // each key's strings, which the tracker keeps anyway
+		b.ReportMetric(float64(int(after.HeapAlloc-before.HeapAlloc)-names)/benchHolders, "B/holder")
+		runtime.KeepAlive(c)
+		runtime.KeepAlive(keys)
+	}
+}
+
+// BenchmarkHolderClocks: an Observe, and a page of the 100 largest, of
+// fillClocks' holders.
+func BenchmarkHolderClocks(b *testing.B) {
+	c, keys := fillClocks()
+	now := at(10 * time.Minute)
+	b.Run("Observe", func(b *testing.B) {
+		i := 0
+		for b.Loop() {
+			c.Observe(keys[i%benchHolders], audit.ClassHeartbeat, now, now.Add(-time.Millisecond))
+			i++
+		}
+	})
+	b.Run("Largest100", func(b *testing.B) {
+		for b.Loop() {
+			c.Largest(now, audit.ClockFilter{Limit: 100})
 		}
 	})
 }

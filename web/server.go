@@ -125,6 +125,9 @@ type Config struct {
 	// dashboard.group_exposures_under). Zero: DefaultGroupExposuresUnder;
 	// negative: every exposure on its own row.
 	GroupExposuresUnder time.Duration
+	// Clocks are the holders' clock estimates the tracker keeps, for
+	// /clocks and /api/v1/clocks. Nil lists none.
+	Clocks *audit.HolderClocks
 }
 
 // Timeouts bound how long the HTTP server waits on a client, so that slow or
@@ -190,6 +193,7 @@ type Server struct {
 	// reviewWrites keeps the write reports reviews read, for the next.
 	reviewWrites *review.WriteCache
 	query        *query.Reader
+	clocks       *audit.HolderClocks
 	// pages shapes the pages from what query reads.
 	pages present.Pages
 	echo  *echo.Echo
@@ -219,6 +223,7 @@ func New(cfg Config) (*Server, error) {
 		reviews: semaphore.NewWeighted(reviewTurns),
 
 		reviewWrites: review.NewWriteCache(reviewCacheWrites),
+		clocks:       cfg.Clocks,
 
 		pages: present.Pages{RenewMargin: cfg.RenewMarginRatio,
 			GroupExposuresUnder: cmp.Or(cfg.GroupExposuresUnder, DefaultGroupExposuresUnder)},
@@ -278,6 +283,7 @@ func (s *Server) routes(e *echo.Echo, reg *prometheus.Registry) {
 	e.Match(getHead, "/holders/:holder", s.handleHolderPage)
 	e.Match(getHead, "/findings", s.handleFindingsPage)
 	e.Match(getHead, "/sources", s.handleSourcesPage)
+	e.Match(getHead, "/clocks", s.handleClocksPage)
 	e.Match(getHead, "/alerts", s.handleAlertsPage)
 	e.Match(getHead, "/review", s.handleReviewPage)
 	e.Match(getHead, "/review.md", s.handleReviewMarkdown)
@@ -306,6 +312,7 @@ func (s *Server) routes(e *echo.Echo, reg *prometheus.Registry) {
 	api.Match(getHead, "/locks/:id/at", s.handleAPILockAt)
 	api.Match(getHead, "/holders/:holder/tenures", s.handleAPIHolderTenures)
 	api.Match(getHead, "/findings", s.handleAPIFindings)
+	api.Match(getHead, "/clocks", s.handleAPIClocks)
 	api.POST("/writes", s.handleIngest)
 	api.POST("/beliefs", s.handleBeliefs)
 }
