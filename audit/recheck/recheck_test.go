@@ -8,6 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/anishathalye/porcupine"
+
 	"github.com/leasewatch/leasewatch/audit"
 	"github.com/leasewatch/leasewatch/audit/recheck"
 	"github.com/leasewatch/leasewatch/audit/verdict"
@@ -194,6 +196,19 @@ func TestRecheckTruncatesAndRoundTrips(t *testing.T) {
 	if len(back.Operations) != len(full.Operations) || recheck.Check(back, recheck.Lease) != recheck.Check(full, recheck.Lease) {
 		t.Fatalf("decoded %d operations, Lease %v; want %d, %v", len(back.Operations), recheck.Check(back, recheck.Lease), len(full.Operations), recheck.Check(full, recheck.Lease))
 	}
+	// Porcupine draws it: the models describe each operation and state
+	// (Register sees only the writes).
+	for p, shows := range map[recheck.Property]string{recheck.Lease: "grant #2", recheck.Register: "write at db"} {
+		m := recheck.Model(p)
+		res, info := porcupine.CheckOperationsVerbose(m, back.Porcupine(), 0)
+		if res != porcupine.Ok {
+			t.Errorf("%s: %s, want Ok", p, res)
+		}
+		var page bytes.Buffer
+		if err := porcupine.Visualize(m, info, &page); err != nil || !strings.Contains(page.String(), shows) {
+			t.Errorf("%s: the visualization (%d bytes, %v) does not show %q", p, page.Len(), err, shows)
+		}
+	}
 	for _, bad := range []string{
 		`{"operations":[{"input":{"kind":"renew","at":1},"call":1,"return":1}]}`,
 		`{"operations":[{"input":{"kind":"write","at":1},"output":"maybe","call":1,"return":1}]}`,
@@ -202,5 +217,40 @@ func TestRecheckTruncatesAndRoundTrips(t *testing.T) {
 		if _, err := recheck.Decode(strings.NewReader(bad)); err == nil {
 			t.Errorf("Decode(%s): no error", bad)
 		}
+	}
+}
+
+// BenchmarkCheck checks a history as large as the export serves (10,000
+// operations: tenures of a grant, 48 writes and a release, with a stale
+// write rejected after each handover) against each property.
+func BenchmarkCheck(b *testing.B) {
+	var h recheck.History
+	at := t0.UnixNano()
+	add := func(in recheck.Input, out audit.WriteOutcome) {
+		at += int64(time.Millisecond)
+		in.At = at
+		op := recheck.Operation{Input: in, Call: at, Return: at}
+		if out != "" {
+			op.Output = &out
+		}
+		h.Operations = append(h.Operations, op)
+	}
+	for seq := int64(1); len(h.Operations) < recheck.MaxOperations-50; seq++ {
+		token := audit.Int64(100 + seq)
+		add(recheck.Input{Kind: recheck.OpGrant, Seq: seq, Holder: "a", Token: token, Expires: at + int64(time.Minute)}, "")
+		add(recheck.Input{Kind: recheck.OpWrite, Holder: "b", Token: audit.Int64(*token - 1), Resource: "db"}, audit.WriteRejected)
+		for range 47 {
+			add(recheck.Input{Kind: recheck.OpWrite, Holder: "a", Token: token, Resource: "db"}, audit.WriteAccepted)
+		}
+		add(recheck.Input{Kind: recheck.OpEnd, Seq: seq, Holder: "a", Token: token, Reason: audit.EndReleased}, "")
+	}
+	for _, p := range recheck.Properties {
+		b.Run(string(p), func(b *testing.B) {
+			for b.Loop() {
+				if !recheck.Check(h, p) {
+					b.Fatal("a fenced history breaks " + string(p))
+				}
+			}
+		})
 	}
 }
