@@ -68,6 +68,7 @@ type OverviewPage struct {
 	HeldURL     string
 	NearURL     string
 	FindingsURL string
+	TopWriters  TopWriters
 }
 
 // OverviewCounts are the headline numbers.

@@ -312,6 +312,7 @@ func (s *Server) routes(e *echo.Echo, reg *prometheus.Registry) {
 	api.Match(getHead, "/locks/:id/at", s.handleAPILockAt)
 	api.Match(getHead, "/holders/:holder/tenures", s.handleAPIHolderTenures)
 	api.Match(getHead, "/findings", s.handleAPIFindings)
+	api.Match(getHead, "/costs", s.handleAPICosts)
 	api.Match(getHead, "/clocks", s.handleAPIClocks)
 	api.POST("/writes", s.handleIngest)
 	api.POST("/beliefs", s.handleBeliefs)

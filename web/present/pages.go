@@ -65,6 +65,7 @@ func (p Pages) Overview(r Request, o query.Overview) views.OverviewPage {
 		Sources:  sourceRows(o.Sources, now, loc),
 	}
 	v.Held, v.StripLabel = p.heldRows(o, loc)
+	v.TopWriters = topWriters(o.TopWriters)
 	for _, l := range o.NearExpiry {
 		v.NearExpiry = append(v.NearExpiry, p.lockRow(l, now, loc))
 	}
