@@ -206,10 +206,11 @@ func stalled(stall time.Duration, o Options) float64 {
 }
 
 // needed is the least lease that tolerates stall: S × (1+m) × (N+1)/N,
-// rounded up to a millisecond.
+// rounded up to a millisecond, and at least N+1 ms, so that a retry period
+// of a millisecond leaves a renew deadline of N.
 func needed(stall time.Duration, o Options) time.Duration {
 	n := float64(o.Retries)
-	return ceilMS(stalled(stall, o) * (n + 1) / n)
+	return max(ceilMS(stalled(stall, o)*(n+1)/n), time.Duration(o.Retries+1)*time.Millisecond)
 }
 
 // suggest returns the settings the rule gives for the longest stall and the
@@ -249,7 +250,7 @@ func gapsStats(gs []gap) Gaps {
 	if len(gs) == 0 {
 		return Gaps{}
 	}
-	slices.SortStableFunc(gs, func(a, b gap) int {
+	slices.SortFunc(gs, func(a, b gap) int {
 		return cmp.Or(cmp.Compare(a.d, b.d), a.end.Compare(b.end))
 	})
 	rank := func(q float64) time.Duration {

@@ -163,6 +163,18 @@ func TestWhatIsNotAGap(t *testing.T) {
 	}
 }
 
+// Two renewals in the same millisecond under a lease the backend did not
+// tell still get settings client-go takes.
+func TestInstantGapUnknownLease(t *testing.T) {
+	tenures := []audit.Tenure{{Seq: 1, Holder: "a", Observed: true, GrantedAt: at(0)}}
+	a := advise.Of(sample(0, tenures, renewals(1, 1000, 1000)), advise.DefaultOptions())
+	want := advise.Settings{LeaseDuration: 6 * time.Millisecond, RenewDeadline: 5 * time.Millisecond, RetryPeriod: time.Millisecond, WritesPerSecond: 1000}
+	if a.Suggested != want || a.Short {
+		t.Errorf("suggested = %+v, short %v; want %+v, not short", a.Suggested, a.Short, want)
+	}
+	fitsClientGo(t, a)
+}
+
 func TestNewSampleCapped(t *testing.T) {
 	events := []audit.Event{{Kind: audit.EventRenew, At: at(4000), Seq: 2}, {Kind: audit.EventRenew, At: at(5000), Seq: 2}}
 	w := advise.Window{From: t0, To: at(10_000)}

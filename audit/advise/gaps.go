@@ -24,8 +24,11 @@ import (
 // gapsOf returns s's gaps, all of them and by holder.
 func gapsOf(s Sample) ([]gap, map[string][]gap) {
 	byHolder := map[string][]gap{}
-	var all []gap
+	all := make([]gap, 0, len(s.Renewals)+len(s.Tenures))
 	add := func(holder string, from, to time.Time) {
+		if to.Before(from) {
+			return // clocks that disagree: no gap to measure
+		}
 		g := gap{d: to.Sub(from), end: to}
 		all = append(all, g)
 		byHolder[holder] = append(byHolder[holder], g)
