@@ -3,6 +3,7 @@ package query
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"slices"
 	"strings"
 	"sync"
@@ -60,7 +61,7 @@ func (r *Reader) costsOf(ctx context.Context, now time.Time, window time.Duratio
 	if !ok {
 		return Costs{}, false, audit.Errorf(audit.EUNAVAILABLE, "this store cannot count writes per lease")
 	}
-	t, ok, err := r.costs.tally(ctx, s, now, window, wait)
+	t, ok, err := r.costs.tally(ctx, s, now, window, wait, r.logger)
 	if !ok || err != nil {
 		return Costs{}, false, err
 	}
@@ -99,8 +100,10 @@ func CostWindowNames() string {
 
 // tally returns the window's kept reading if fresh enough, else a new one;
 // unless wait, only a kept one, and false when there is none recent enough.
-// The reading outlives the request that started it, as the overview's does.
-func (c *costCache) tally(ctx context.Context, s audit.WriteLoadStore, now time.Time, window time.Duration, wait bool) (writeTally, bool, error) {
+// The reading outlives the request that started it, as the overview's does;
+// one that fails is logged, since a request that did not wait for it
+// cannot say so.
+func (c *costCache) tally(ctx context.Context, s audit.WriteLoadStore, now time.Time, window time.Duration, wait bool, logger *slog.Logger) (writeTally, bool, error) {
 	c.mu.Lock()
 	kept, ok := c.kept[window]
 	c.mu.Unlock()
@@ -110,7 +113,9 @@ func (c *costCache) tally(ctx context.Context, s audit.WriteLoadStore, now time.
 	}
 	read := c.flight.DoChan(CostWindowName(window), func() (any, error) {
 		t, err := readTally(context.WithoutCancel(ctx), s, audit.TimeFilter{From: now.Add(-window), To: now})
-		if err == nil {
+		if err != nil {
+			logger.Warn("count writes per lease", "window", CostWindowName(window), "err", err)
+		} else {
 			c.mu.Lock()
 			if cur, ok := c.kept[window]; !ok || cur.window.To.Before(t.window.To) {
 				c.kept[window] = t
