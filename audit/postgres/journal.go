@@ -40,6 +40,7 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.unreplicated.Store(false)
 	w := &batchWriter{s: s, added: make(map[audit.LockKey]int64), parts: s.parts, highest: s.highest,
 		highestLog: s.highestLog, logIDs: s.logIDs}
 	err := w.write(ctx, b)
@@ -70,6 +71,12 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 	s.parts, s.highest, s.highestLog, s.logIDs = w.parts, w.highest, w.highestLog, w.logIDs
 	s.commitRows += w.commitRows - w.folded
 	s.marked = (s.marked && !w.looked) || b.Synced || b.SyncedToMark
+	if s.unreplicated.Load() {
+		// Committed, and kept in the state above, but not acknowledged: the
+		// recorder answers as for a commit whose outcome it cannot know,
+		// and a retry finds what is stored.
+		return fmt.Errorf("apply batch: %w", errUnreplicated)
+	}
 	return nil
 }
 

@@ -19,7 +19,9 @@ import (
 	"io"
 	"net"
 	"slices"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -69,6 +71,12 @@ type Store struct {
 	writer *pgxpool.Pool // one connection
 	reader *pgxpool.Pool
 
+	// unreplicated is set when the server says it stopped waiting for a
+	// synchronous standby to take a commit of the writer's (a cancel: an
+	// operator's, or the server shutting down). The commit then holds on the
+	// primary alone: see Apply.
+	unreplicated atomic.Bool
+
 	mu  sync.Mutex              // serializes writes and guards ids and syncMark
 	ids map[audit.LockKey]int64 // lock key → locks.id, for committed rows only
 	// syncMark is the newest event id as of the last committed
@@ -105,12 +113,13 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		wcfg.BeforeConnect = func(_ context.Context, cc *pgx.ConnConfig) error { return opts.configure(&cc.Config) }
 	}
 	rcfg := wcfg.Copy()
+	s := &Store{ids: make(map[audit.LockKey]int64)}
 	wcfg.MinConns, wcfg.MaxConns = 1, 1
+	wcfg.ConnConfig.OnNotice = s.notice
 	rcfg.MaxConns = int32(opts.ReadConns)
 	if rcfg.MaxConns <= 0 {
 		rcfg.MaxConns = 4
 	}
-	s := &Store{ids: make(map[audit.LockKey]int64)}
 	if s.writer, err = pgxpool.NewWithConfig(ctx, wcfg); err != nil {
 		return nil, fmt.Errorf("open write pool: %w", err)
 	}
@@ -143,6 +152,22 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	s.reads = reads{Engine: engine(s.reader)}
 	return s, nil
 }
+
+// notice takes the writer's notices: PostgreSQL warns, and reports the
+// commit done, when it stops waiting for a synchronous standby because the
+// wait was cancelled (SyncRepWaitForLSN: "The transaction has already
+// committed locally, but might not have been replicated to the standby").
+func (s *Store) notice(_ *pgconn.PgConn, n *pgconn.Notice) {
+	if strings.HasPrefix(n.Message, "canceling wait for synchronous replication") {
+		s.unreplicated.Store(true)
+	}
+}
+
+// errUnreplicated is Apply's answer for a commit that the server reported
+// done without the synchronous standby's flush it was configured to wait
+// for.
+var errUnreplicated = audit.Errorf(audit.EUNAVAILABLE,
+	"the database server stopped waiting for its synchronous standby: the batch is committed on the primary only, and a failover may lose it")
 
 // configure sets the password and TLS configuration of one new connection.
 func (o Options) configure(cc *pgconn.Config) error {

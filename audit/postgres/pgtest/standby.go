@@ -50,6 +50,13 @@ func NewStandby(t TB, primary *Server, opts Options) *Server {
 		return nil
 	}
 	t.Cleanup(func() {
+		// Either may be the primary by now: with the standby gone, its
+		// commits (a database dropped after the test) would wait forever.
+		for _, s := range []*Server{primary, srv} {
+			if s.Pid() != 0 {
+				_ = s.exec(context.Background(), `ALTER SYSTEM RESET synchronous_standby_names`, `SELECT pg_reload_conf()`)
+			}
+		}
 		if err := srv.Stop(); err != nil {
 			t.Errorf("stop the PostgreSQL standby: %v", err)
 		}
