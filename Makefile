@@ -14,7 +14,7 @@ IMAGE_CONTEXT ?= $(CURDIR)/bin/image-context
 # The browser tests save their screenshots here (git-ignored) for CI to keep.
 ARTIFACTS := $(CURDIR)/artifacts
 
-.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-kubernetes-130k load-redis load-postgres load-etcd load-zookeeper load-ingest load-failover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-quartz install-chromium install-systemd install-buildah image image-context
+.PHONY: all build test check generate deps demo demo-screenshots clean load-kubernetes load-kubernetes-130k load-redis load-postgres load-etcd load-zookeeper load-ingest load-failover load-dbfailover load-rolling crash bench-ingest bench-pages bench-retention bench-memory soak soak-postgres install-redis install-zookeeper install-postgresql install-quartz install-chromium install-systemd install-buildah image image-context
 
 all: build
 
@@ -113,6 +113,10 @@ load-postgres:
 ## load-failover: two replicas on PostgreSQL share etcd, Kubernetes and Redis sources under load; the owner of a source is killed (kill -9) 20 times.
 load-failover:
 	$(GO) run ./cmd/leasewatch-load failover --kills 20
+
+## load-dbfailover: the same replicated load on a PostgreSQL primary with a synchronous standby; the primary is killed and the standby promoted 20 times (the old primary rebuilt as the new one's standby each time).
+load-dbfailover:
+	$(GO) run ./cmd/leasewatch-load dbfailover --failovers 20
 
 ## load-rolling: both replicas restarted in turn while 200 Kubernetes Leases renew every 2 s.
 load-rolling:

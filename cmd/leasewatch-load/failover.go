@@ -30,7 +30,8 @@ import (
 type failoverLoad struct {
 	replicaOptions
 	rolling    bool          // restart each replica in turn instead of killing owners
-	kills      int           // kill -9s of an owner
+	database   bool          // fail PostgreSQL over to its standby instead of killing owners
+	kills      int           // kill -9s of an owner, or database failovers
 	every      time.Duration // mean time between disruptions, once the replicas have settled
 	etcdLocks  int
 	hold       time.Duration // how long each etcd lock is held before it changes hands
@@ -43,12 +44,17 @@ type failoverLoad struct {
 	seed       uint64
 }
 
-// flags registers the scenario's flags on fs; rolling picks the rolling
-// restart's defaults.
-func (k *failoverLoad) flags(fs *flag.FlagSet, rolling bool) {
-	k.rolling, k.replicas = rolling, 2
-	if !rolling {
+// flags registers the scenario's flags on fs; scenario picks the
+// disruption: failover (kill -9 of owners), rolling or dbfailover.
+func (k *failoverLoad) flags(fs *flag.FlagSet, scenario string) {
+	k.rolling, k.database, k.replicas = scenario == "rolling", scenario == "dbfailover", 2
+	switch scenario {
+	case "failover":
 		fs.IntVar(&k.kills, "kills", 20, "kill -9s of the owner of a source, each at a random moment")
+	case "dbfailover":
+		k.standby = true
+		fs.IntVar(&k.kills, "failovers", 20, "PostgreSQL failovers: the primary killed, its standby promoted, the old primary rebuilt as the new one's standby")
+		fs.BoolVar(&k.asyncStandby, "async", false, "an asynchronous standby (synchronous_standby_names empty): measures what a failover can lose")
 	}
 	fs.DurationVar(&k.every, "every", 5*time.Second, "mean time between disruptions (±50%), once every source is up again")
 	fs.DurationVar(&k.lease, "lease", 2*time.Second, "the ownership lease's duration")
@@ -73,6 +79,7 @@ type disruption struct {
 	victim    string                   // the process killed or stopped, by id
 	owned     []string                 // the sources it had up
 	takeovers map[string]time.Duration // per source it had: until up on another process
+	outage    time.Duration            // a database failover: until every source is up and every replica ready
 }
 
 // failoverResult is what a run did and found.
@@ -126,7 +133,11 @@ func (k *failoverLoad) execute(ctx context.Context, log io.Writer) (*failoverRes
 	defer func() { stopWatching(); watching.Wait() }()
 
 	res := &failoverResult{}
-	if res.disruptions, err = k.disrupt(ctx, rig); err != nil {
+	disrupt := k.disrupt
+	if k.database {
+		disrupt = k.failOverDatabase
+	}
+	if res.disruptions, err = disrupt(ctx, rig); err != nil {
 		return nil, err
 	}
 	if err := clients.stop(ctx); err != nil {
@@ -152,6 +163,11 @@ func (k *failoverLoad) execute(ctx context.Context, log io.Writer) (*failoverRes
 		return nil, err
 	}
 	res.handovers = owners.handovers(redisSource)
+	for _, d := range res.disruptions {
+		if d.outage > 0 { // the Redis collector could not record through it either
+			res.handovers = append(res.handovers, [2]time.Time{d.at, d.at.Add(d.outage)})
+		}
+	}
 	res.cursors = cursors
 	res.wall = time.Since(start)
 	return res, nil

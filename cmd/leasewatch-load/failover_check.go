@@ -147,11 +147,14 @@ func (k *failoverLoad) write(out io.Writer, res *failoverResult) {
 	all, _ := takeovers(res.disruptions)
 	q := quantiles(slices.Clone(all), 0.5, 0.99, 1)
 	what := fmt.Sprintf("%d kill -9s of the owner of a source", len(res.disruptions))
-	if k.rolling {
+	switch {
+	case k.rolling:
 		what = fmt.Sprintf("a rolling restart of the %d replicas", len(res.disruptions))
+	case k.database:
+		what = fmt.Sprintf("%d PostgreSQL failovers to its %s standby", len(res.disruptions), map[bool]string{true: "asynchronous", false: "synchronous"}[k.asyncStandby])
 	}
 	fmt.Fprintf(out, "\nleasewatch-load %s: %d replicas on PostgreSQL, %s, one every %s or so; %d etcd locks handed over every %s, %d Kubernetes Leases renewed every %s, %d Redis locks extended every %s, %d writers reporting every %s; ownership lease %s; %d CPUs, %s\n\n| measure | value |\n|---|---|\n",
-		map[bool]string{true: "rolling", false: "failover"}[k.rolling], k.replicas, what, k.every, k.etcdLocks, k.hold, k.leases, k.renewEvery, k.redisLocks, k.extend, k.writers, k.writeEvery, k.lease, runtime.NumCPU(), runtime.Version())
+		k.scenario(), k.replicas, what, k.every, k.etcdLocks, k.hold, k.leases, k.renewEvery, k.redisLocks, k.extend, k.writers, k.writeEvery, k.lease, runtime.NumCPU(), runtime.Version())
 	redisBlind := time.Duration(0)
 	for _, w := range res.blinds[redisSource] {
 		redisBlind += w.to.Sub(w.from)
@@ -167,10 +170,29 @@ func (k *failoverLoad) write(out io.Writer, res *failoverResult) {
 		{"Redis: handovers / blind windows", fmt.Sprintf("%d / %d, %s blind in all", len(res.handovers), len(res.blinds[redisSource]), ms(redisBlind))},
 		{"drained after the load", res.drained.Round(time.Millisecond).String()},
 	}
+	if k.database {
+		var outages []time.Duration
+		for _, d := range res.disruptions {
+			outages = append(outages, d.outage)
+		}
+		o := quantiles(outages, 0.5, 0.99, 1)
+		rows = append(rows, [2]string{"database failover: recording resumed p50 / p99 / max", fmt.Sprintf("%s / %s / %s (from the primary's kill to every source up and every replica ready)", ms(o[0]), ms(o[1]), ms(o[2]))})
+	}
 	for _, kind := range slices.Sorted(maps.Keys(res.writes.findingsByKind)) {
 		rows = append(rows, [2]string{"findings: " + kind, fmt.Sprint(res.writes.findingsByKind[kind])})
 	}
 	for _, r := range rows {
 		fmt.Fprintf(out, "| %s | %s |\n", r[0], r[1])
 	}
+}
+
+// scenario is the scenario's name on the command line.
+func (k *failoverLoad) scenario() string {
+	switch {
+	case k.rolling:
+		return "rolling"
+	case k.database:
+		return "dbfailover"
+	}
+	return "failover"
 }

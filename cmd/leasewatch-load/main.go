@@ -15,6 +15,7 @@
 //	leasewatch-load ingest [--writers 200] [--browsers 50] [--duration 5m] [--write-every 500ms] [--think 1s]
 //	leasewatch-load failover [--kills 20] [--every 5s] [--lease 2s] [--leases 200] [--etcd-locks 50] [--redis-locks 200] [--writers 20]
 //	leasewatch-load rolling [--every 5s] [--lease 2s] [--leases 200] [--renew-every 2s]
+//	leasewatch-load dbfailover [--failovers 20] [--async] [--every 5s] (and failover's load flags)
 //
 // The kubernetes scenario starts a real kube-apiserver on an embedded etcd
 // (built from the Kubernetes Go module on first use; see
@@ -45,7 +46,8 @@
 // Kubernetes and a Redis source while their clients change locks and
 // resources report fenced writes to either replica, and kills the owner of
 // a source (kill -9) at random moments; the rolling scenario restarts each
-// replica in turn instead. Both check that every transition the clients
+// replica in turn instead, and the dbfailover scenario fails their
+// PostgreSQL over to its streaming standby (synchronous, or --async). Each checks that every transition the clients
 // logged and every report answered 202 was stored once, that no cursor
 // moved back, the takeover times, and that only Redis, which cannot
 // resume, has blind windows: one per handover, covering it. Each
@@ -71,7 +73,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis|etcd|zookeeper|postgres|soak|ingest|failover|rolling [flags]  (-h for flags)")
+		fmt.Fprintln(os.Stderr, "usage: leasewatch-load kubernetes|redis|etcd|zookeeper|postgres|soak|ingest|failover|rolling|dbfailover [flags]  (-h for flags)")
 		os.Exit(2)
 	}
 	var scenario interface {
@@ -107,12 +109,12 @@ func main() {
 		var p pgLoad
 		p.flags(fs)
 		scenario = &p
-	case "failover", "rolling":
+	case "failover", "rolling", "dbfailover":
 		var f failoverLoad
-		f.flags(fs, os.Args[1] == "rolling")
+		f.flags(fs, os.Args[1])
 		scenario = &f
 	default:
-		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis, etcd, zookeeper, postgres, soak, ingest, failover or rolling\n", os.Args[1])
+		fmt.Fprintf(os.Stderr, "leasewatch-load: unknown scenario %q: want kubernetes, redis, etcd, zookeeper, postgres, soak, ingest, failover, rolling or dbfailover\n", os.Args[1])
 		os.Exit(2)
 	}
 	fs.StringVar(&serveCPUProfile, "cpuprofile", "", "have leasewatch write a CPU profile of its whole run to this file (leasewatch serve --cpuprofile; the binary must have the flag)")

@@ -44,7 +44,9 @@ type replicaRig struct {
 	// namespace holds the Kubernetes source's Leases.
 	namespace string
 	config    string // what every replica's configuration holds after its listen and database lines
-	pg        *pgtest.Server
+	pg        *pgtest.Server // the primary
+	standby   *pgtest.Server // with replicaOptions.standby: the primary's streaming standby
+	async     bool           // the standby is asynchronous
 	etcd      *embedded.Server
 	redis     *redisserver.Server
 	cs        kubernetes.Interface
@@ -68,6 +70,9 @@ type replicaOptions struct {
 	namespace  string        // of the Kubernetes source's Leases; default replicaNS
 	leasewatch string        // the binary; empty: go build
 	keep       bool
+	// standby gives PostgreSQL a streaming standby, synchronous unless
+	// asyncStandby, and the replicas both hosts (pgtest.FailoverURL).
+	standby, asyncStandby bool
 }
 
 // startReplicaRig starts the backends, PostgreSQL and opt.replicas
@@ -111,6 +116,11 @@ func startReplicaRig(ctx context.Context, opt replicaOptions, log io.Writer) (ri
 		return nil, err
 	}
 	r.database = r.pg.URL(name)
+	if opt.standby {
+		if r.database, err = r.addStandby(ctx, opt.asyncStandby); err != nil {
+			return nil, err
+		}
+	}
 	if r.bin = opt.leasewatch; r.bin == "" {
 		if r.bin, err = buildLeasewatch(ctx, r.dir, log); err != nil {
 			return nil, err
@@ -285,8 +295,10 @@ func (r *replicaRig) close(keep bool) {
 	if r.etcd != nil {
 		r.etcd.Close()
 	}
-	if r.pg != nil {
-		_ = r.pg.Stop()
+	for _, pg := range []*pgtest.Server{r.pg, r.standby} {
+		if pg != nil {
+			_ = pg.Stop()
+		}
 	}
 	if r.dir != "" && !keep {
 		os.RemoveAll(r.dir)
