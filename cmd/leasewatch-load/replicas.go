@@ -43,7 +43,7 @@ type replicaRig struct {
 	database string
 	// namespace holds the Kubernetes source's Leases.
 	namespace string
-	config    string // what every replica's configuration holds after its listen and database lines
+	config    string         // what every replica's configuration holds after its listen and database lines
 	pg        *pgtest.Server // the primary
 	standby   *pgtest.Server // with replicaOptions.standby: the primary's streaming standby
 	async     bool           // the standby is asynchronous
