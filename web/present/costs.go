@@ -33,8 +33,12 @@ func grouped(n int64) string {
 	return s
 }
 
-// writeRate writes a rate of writes: two decimals below 10 a second.
+// writeRate writes a rate of writes: two decimals below 10 a second, and
+// a rate that would round to none as under 0.01.
 func writeRate(r float64) string {
+	if r > 0 && r < 0.005 {
+		return "<0.01/s"
+	}
 	if r >= 10 {
 		return strconv.FormatFloat(r, 'f', 0, 64) + "/s"
 	}

@@ -26,6 +26,11 @@ func TestTopWriters(t *testing.T) {
 	if got := topWriters(c); !reflect.DeepEqual(got, want) {
 		t.Errorf("top writers =\n%+v, want\n%+v", got, want)
 	}
+	for r, want := range map[float64]string{0: "0.00/s", 2.0 / 3600: "<0.01/s", 0.5: "0.50/s", 12.4: "12/s"} {
+		if got := writeRate(r); got != want {
+			t.Errorf("writeRate(%v) = %q, want %q", r, got, want)
+		}
+	}
 	for n, want := range map[int64]string{0: "0", 999: "999", 1000: "1,000", 123456: "123,456", -1234: "-1,234"} {
 		if got := grouped(n); got != want {
 			t.Errorf("grouped(%d) = %q, want %q", n, got, want)
