@@ -58,15 +58,20 @@ func kubeconfigWithContexts(t *testing.T, api *kubetest.Apiserver) string {
 }
 
 // runElector runs a client-go leader elector for Lease ns/name with short
-// timings until the test ends, releasing the Lease on stop.
-func runElector(t *testing.T, cs clientset.Interface, ns, name, identity string) (stop func()) {
+// timings until the test ends, releasing the Lease on stop. Each wrap, if
+// any, wraps the elector's Lease lock.
+func runElector(t *testing.T, cs clientset.Interface, ns, name, identity string, wrap ...func(resourcelock.Interface) resourcelock.Interface) (stop func()) {
 	t.Helper()
+	var lock resourcelock.Interface = &resourcelock.LeaseLock{
+		LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
+		Client:     cs.CoordinationV1(),
+		LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
+	}
+	for _, w := range wrap {
+		lock = w(lock)
+	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
-		Lock: &resourcelock.LeaseLock{
-			LeaseMeta:  metav1.ObjectMeta{Namespace: ns, Name: name},
-			Client:     cs.CoordinationV1(),
-			LockConfig: resourcelock.ResourceLockConfig{Identity: identity},
-		},
+		Lock:            lock,
 		LeaseDuration:   2 * time.Second,
 		RenewDeadline:   1500 * time.Millisecond,
 		RetryPeriod:     300 * time.Millisecond,

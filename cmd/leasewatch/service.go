@@ -35,6 +35,7 @@ type service struct {
 	sender   *alert.Sender // nil without alerts.alertmanager.urls
 	retainer *audit.Retainer
 	verdicts *verdict.Keeper
+	clocks   *audit.HolderClocks // the holders' clocks, kept by the tracker
 	web      *web.Server
 	ln       net.Listener
 	log      *slog.Logger
@@ -51,7 +52,7 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 	reg.MustRegister(promcollectors.NewGoCollector(), promcollectors.NewProcessCollector(promcollectors.ProcessCollectorOpts{}))
 	rm := prom.NewRecorderMetrics(reg, cfg.Metrics.ResourceSeries())
 	rm.StartSources(cfg.SourceKinds())
-	svc := &service{cfg: cfg, store: store, log: logger}
+	svc := &service{cfg: cfg, store: store, log: logger, clocks: audit.NewHolderClocks(0)}
 	sources := func() []audit.Source { return rm.WithLag(svc.runner.Sources()) }
 	if svc.alerts, svc.sender, err = newAlerts(cfg, sources, reg, logger); err != nil {
 		store.Close()
@@ -73,10 +74,12 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		opts = append(opts, audit.WithOwnership(), audit.WithSyncInterval(replicaSyncEvery), audit.WithHeartbeatSyncInterval(replicaSyncEvery),
 			audit.WithOwnLocks(audit.OwnLocks{Source: r.Source, Lock: r.OwnLock, Replica: r.Identity}))
 	}
+	health := cfg.Health.Tracker()
+	health.Clocks = svc.clocks
 	rec := audit.NewRecorder(rm.TimeCommits(store), audit.TrackerConfig{
 		RenewMarginRatio: cfg.Alerts.RenewMarginRatio,
 		SourceKinds:      cfg.SourceKinds(),
-		Health:           cfg.Health.Tracker(),
+		Health:           health,
 	}, logger.With("component", "recorder"), opts...)
 	if err := rec.Start(ctx); err != nil {
 		store.Close()
@@ -93,7 +96,8 @@ func startService(ctx context.Context, cfg *config.Config, logger *slog.Logger) 
 		return nil, err
 	}
 	reg.MustRegister(rm.LeaseCollector(rec.Fresh(store), svc.runner.Sources, cfg.Metrics.LockSeries(), logger.With("component", "metrics")),
-		prom.NewVerdictCollector(backgroundReads(store), logger.With("component", "metrics")))
+		prom.NewVerdictCollector(backgroundReads(store), logger.With("component", "metrics")),
+		prom.NewClockCollector(svc.clocks, prom.DefaultClockSeries, logger.With("component", "metrics")))
 	pruned, sealed := prom.RegisterRetention(reg, store)
 	svc.retainer = &audit.Retainer{Store: store, Sealer: store, Retention: cfg.Retention.Policy(), Now: time.Now,
 		Log: logger.With("component", "retention"), Pruned: pruned, Sealed: sealed}
@@ -219,6 +223,7 @@ func (s *service) startWeb(sources func() []audit.Source, reg *prometheus.Regist
 		Auth:             webAuth(cfg.Auth, cfg.DashboardHosts()),
 		TLS:              tlsConfig,
 		Purposes:         cfg.VerdictPurposes(),
+		Clocks:           s.clocks,
 
 		GroupExposuresUnder: cfg.Dashboard.GroupExposuresUnder,
 	})
