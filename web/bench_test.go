@@ -119,6 +119,7 @@ func defaultPages(b *testing.B, store audit.Store, sum synth.Summary, spec synth
 		{"APIBusyGrants", "/api/v1/locks/" + busyID + "/events?kind=grant"},
 		{"APIBusyTenures", "/api/v1/locks/" + busyID + "/tenures"},
 		{"APIBusyVerdict", "/api/v1/locks/" + busyID + "/verdict"},
+		{"APIBusyAdvice", "/api/v1/locks/" + busyID + "/advice"},
 		{"APIFindings", "/api/v1/findings"},
 		{"APIFindingsCritical24h", "/api/v1/findings?severity=critical&from=" + day},
 		{"APIFindingsLock", "/api/v1/findings?lock=" + url.QueryEscape(busy.Source+"/"+busy.Name)},
