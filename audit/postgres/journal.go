@@ -58,6 +58,10 @@ func (s *Store) Apply(ctx context.Context, b audit.Batch) error {
 		if parts, perr := loadPartitions(ctx, s.writer, s.parts.span); perr == nil {
 			s.parts = parts
 		}
+		// A commit whose connection ended may have been made (kept by a
+		// synchronous standby, say) with ids of the reserved block: the
+		// next batch reserves a new one.
+		s.logIDs = idBlock{}
 		return fmt.Errorf("apply batch: %w", storageError(err))
 	}
 	// Only now are the new rows' ids real; had the transaction rolled
@@ -498,8 +502,8 @@ type idBlock struct{ next, end int64 }
 // newLogIDs gives out n renewal_log ids, in order, from the block the
 // store has reserved, reserving another when it runs out: a commit's log
 // rows mostly need no round trip for their ids. An id reserved and never
-// given out (the store closed, or the batch rolled back and the store
-// reopened) is a gap, which neither the marks nor the reads mind.
+// given out (the store closed, or a batch failed, which drops the block)
+// is a gap, which neither the marks nor the reads mind.
 func (w *batchWriter) newLogIDs(ctx context.Context, n int) ([]int64, error) {
 	if n == 0 {
 		return nil, nil

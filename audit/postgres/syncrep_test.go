@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"strconv"
 	"testing"
 	"time"
 
@@ -39,7 +40,7 @@ func TestCancelledSynchronousCommitIsNotTaken(t *testing.T) {
 	b := grant("etcd", "orders", 8, 0)
 	applied := make(chan error, 1)
 	go func() { applied <- s.Apply(ctx, b) }()
-	cancelSyncWait(t, ctx, url)
+	endSyncWait(t, ctx, url, "pg_cancel_backend")
 	if err := <-applied; audit.ErrorCode(err) != audit.EUNAVAILABLE {
 		t.Fatalf("Apply whose wait for the standby was cancelled = %v, want EUNAVAILABLE", err)
 	}
@@ -65,9 +66,65 @@ func TestCancelledSynchronousCommitIsNotTaken(t *testing.T) {
 	}
 }
 
-// cancelSyncWait waits until a backend of the database at url waits for its
-// synchronous standby and cancels that wait, as pg_cancel_backend does.
-func cancelSyncWait(t *testing.T, ctx context.Context, url string) {
+// A commit whose outcome serve cannot know (its connection ended while
+// PostgreSQL waited for the synchronous standby, which kept the commit) used
+// renewal log ids the store had reserved: the next batch takes new ones,
+// not those.
+func TestUnknownCommitOutcomeReusesNoLogIDs(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	primary := pgtest.New(t, pgtest.Options{NoFsync: true})
+	url := primary.Database(t)
+	standby := pgtest.NewStandby(t, primary, pgtest.Options{NoFsync: true})
+	if err := primary.RequireSynchronousStandby(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	key := audit.LockKey{Source: "kube", Name: "kube-node-lease/node-1"}
+	ten := audit.Tenure{Lock: key, Seq: 1, Holder: "node-1", Token: audit.Int64(1), GrantedAt: at(0), LeaseDuration: 40 * time.Second}
+	renewal := func(sec int) audit.Batch {
+		return audit.Batch{Events: []audit.Event{{Lock: key, Kind: audit.EventRenew, At: at(sec), Holder: ten.Holder,
+			Token: ten.Token, TTL: ten.LeaseDuration, Seq: 1, Position: strconv.Itoa(sec),
+			Detail: map[string]any{"margin_ratio": 0.75, "renewed_at": at(sec).Add(-time.Millisecond).Format(time.RFC3339Nano)}}}}
+	}
+	if err := s.Apply(ctx, audit.Batch{Tenures: []audit.Tenure{ten}, Synced: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(ctx, renewal(10)); err != nil {
+		t.Fatal(err)
+	}
+
+	standby.Kill()
+	applied := make(chan error, 1)
+	go func() { applied <- s.Apply(ctx, renewal(20)) }()
+	endSyncWait(t, ctx, url, "pg_terminate_backend")
+	if err := <-applied; audit.ErrorCode(err) != audit.EUNAVAILABLE {
+		t.Fatalf("Apply whose connection ended in the wait for the standby = %v, want EUNAVAILABLE", err)
+	}
+	if err := standby.Restart(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(ctx, renewal(30)); err != nil {
+		t.Fatalf("Apply after a commit of unknown outcome: %v", err)
+	}
+	l, err := s.LockByKey(ctx, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	events, err := s.Events(ctx, l.ID, audit.EventFilter{})
+	if err != nil || len(events) != 3 {
+		t.Errorf("renewals stored: %d, %v; want the 3, the one of unknown outcome included", len(events), err)
+	}
+}
+
+// endSyncWait waits until a backend of the database at url waits for its
+// synchronous standby and ends that wait with how: pg_cancel_backend or
+// pg_terminate_backend, as an operator does when commits hang.
+func endSyncWait(t *testing.T, ctx context.Context, url, how string) {
 	t.Helper()
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
@@ -75,13 +132,13 @@ func cancelSyncWait(t *testing.T, ctx context.Context, url string) {
 	}
 	defer conn.Close(context.Background())
 	for {
-		var cancelled bool
-		err := conn.QueryRow(ctx, `SELECT coalesce(bool_or(pg_cancel_backend(pid)), false)
-			FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND datname = current_database()`).Scan(&cancelled)
+		var ended bool
+		err := conn.QueryRow(ctx, `SELECT coalesce(bool_or(`+how+`(pid)), false)
+			FROM pg_stat_activity WHERE wait_event = 'SyncRep' AND datname = current_database()`).Scan(&ended)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if cancelled {
+		if ended {
 			return
 		}
 		select {
