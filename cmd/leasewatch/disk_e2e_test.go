@@ -14,16 +14,23 @@ import (
 	"testing"
 	"time"
 
+	"github.com/leasewatch/leasewatch/audit/postgres/pgtest"
 	"github.com/leasewatch/leasewatch/audit/sqlite"
 )
 
-// mountTmpfs mounts a tmpfs of size bytes on a new directory, unmounted when
-// the test ends. Mounting needs root (or CAP_SYS_ADMIN): without it the test
-// is skipped, except under CI=true, where it fails.
+// mountTmpfs mounts a tmpfs of size bytes on a new directory, unmounted and
+// removed when the test ends. Mounting needs root (or CAP_SYS_ADMIN):
+// without it the test is skipped, except under CI=true, where it fails. The
+// directory is one other users can reach (PostgreSQL runs as its own), where
+// a test's own temporary directory is not.
 func mountTmpfs(t *testing.T, size int64) string {
 	t.Helper()
-	dir := filepath.Join(t.TempDir(), "mnt")
-	if err := os.Mkdir(dir, 0o755); err != nil {
+	dir, err := os.MkdirTemp("", "leasewatch-tmpfs-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.Remove(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := syscall.Mount("tmpfs", dir, "tmpfs", 0, fmt.Sprintf("size=%d", size)); err != nil {
@@ -105,6 +112,36 @@ func bigReports(source, lock, prefix string, n int) []writeReport {
 	return out
 }
 
+// postUntilRefused posts batches of big reports until one is answered 503
+// with an error containing cause, and returns the request IDs answered 202
+// before it and the refused batch: what the disk took before it filled.
+func postUntilRefused(t *testing.T, client *http.Client, base, source, lock, cause string) (acked []string, refused []writeReport) {
+	t.Helper()
+	for i := 0; refused == nil; i++ {
+		if i == 500 {
+			t.Fatalf("%d batches answered 202 on a full disk", i)
+		}
+		batch := bigReports(source, lock, fmt.Sprintf("full-%d", i), 50)
+		status, body, err := postWrites(client, base, batch)
+		switch {
+		case err != nil:
+			t.Fatalf("POST /api/v1/writes on a full disk: %v", err)
+		case status == http.StatusAccepted:
+			for _, r := range batch {
+				acked = append(acked, r.RequestID)
+			}
+		case status == http.StatusServiceUnavailable:
+			if !strings.Contains(body, cause) {
+				t.Fatalf("POST /api/v1/writes on a full disk: 503 %s, want an error saying %q", body, cause)
+			}
+			refused = batch
+		default:
+			t.Fatalf("POST /api/v1/writes on a full disk: %d %s, want 202 or 503", status, body)
+		}
+	}
+	return acked, refused
+}
+
 // The database's file system fills up while locks change hands and reports
 // arrive. Ingest answers 503 naming the cause, /readyz and the sources API
 // report it, the collector pauses without moving its cursor past what was
@@ -125,32 +162,7 @@ func TestDiskFullPausesAndRecovers(t *testing.T) {
 	db := openReadOnly(t, dbPath)
 
 	ballast := fillDisk(t, mnt)
-	var (
-		acked   []string // request IDs answered 202
-		refused []writeReport
-	)
-	for i := 0; refused == nil; i++ {
-		if i == 500 {
-			t.Fatalf("%d batches answered 202 on a full disk", i)
-		}
-		batch := bigReports(source, locks[0], fmt.Sprintf("full-%d", i), 50)
-		status, body, err := postWrites(client, base, batch)
-		switch {
-		case err != nil:
-			t.Fatalf("POST /api/v1/writes on a full disk: %v", err)
-		case status == http.StatusAccepted:
-			for _, r := range batch {
-				acked = append(acked, r.RequestID)
-			}
-		case status == http.StatusServiceUnavailable:
-			if !strings.Contains(body, "disk is full") {
-				t.Fatalf("POST /api/v1/writes on a full disk: 503 %s, want an error saying the disk is full", body)
-			}
-			refused = batch
-		default:
-			t.Fatalf("POST /api/v1/writes on a full disk: %d %s, want 202 or 503", status, body)
-		}
-	}
+	acked, refused := postUntilRefused(t, client, base, source, locks[0], "disk is full")
 	stored := requestIDs(t, db)
 	for _, r := range refused {
 		if stored[r.RequestID] != 0 {
@@ -204,6 +216,72 @@ func TestDiskFullPausesAndRecovers(t *testing.T) {
 	db.Close()
 	n := finalCheck(t, p, dbPath, source, locks, acquired, released, acked)
 	t.Logf("%d reports answered 202 before the disk filled; %d grants and releases recorded once across the pause", len(acked)-len(refused), n)
+}
+
+// PostgreSQL's data directory, on a file system of its own, fills up while
+// locks change hands and reports arrive. Ingest answers 503 naming the
+// database server (its disk is full; or, once PostgreSQL stops because it
+// cannot write its log, that it cannot be reached), /readyz says so, and
+// what it stored is all it answered 202. Once space returns, and the
+// server is started again if it stopped, everything resumes by itself: the
+// refused batch is taken on retry, every index checks out (amcheck), and
+// every report answered 202 and every grant and release is stored once.
+func TestPostgresDiskFullPausesAndRecovers(t *testing.T) {
+	mnt := mountTmpfs(t, 160<<20)
+	pgSrv := pgtest.New(t, pgtest.Options{Dir: filepath.Join(mnt, "postgres")})
+	database := pgSrv.Database(t)
+	srv, cli := startEtcd(t)
+	const source = "pgdisk"
+	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", database, source, srv.Endpoint))
+	base := p.waitListening(t, time.Minute)
+	waitSourceUp(t, base)
+	locks := []string{"/locks/pgdisk-0", "/locks/pgdisk-1"}
+	lc := startLockClients(cli, locks, 2)
+	client := &http.Client{Timeout: time.Minute}
+
+	ballast := fillDisk(t, mnt)
+	acked, refused := postUntilRefused(t, client, base, source, locks[0], "database server")
+	eventually(t, 30*time.Second, "/readyz to report the database server", func() bool {
+		code, body := get(t, base, "/readyz")
+		return code == http.StatusServiceUnavailable && strings.Contains(body, "database server")
+	})
+	eventually(t, 30*time.Second, "the log to say recording paused", func() bool {
+		return strings.Contains(p.stderr.String(), `msg="recording paused: the store cannot take the collector's input`)
+	})
+
+	if err := os.Remove(ballast); err != nil {
+		t.Fatal(err)
+	}
+	stopped := pgSrv.Exited()
+	if stopped {
+		// As systemd would: PostgreSQL does not start again by itself.
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if err := pgSrv.Restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	eventually(t, 60*time.Second, "the refused batch to be taken on retry", func() bool {
+		status, body, err := postWrites(client, base, refused)
+		if err != nil || (status != http.StatusAccepted && status != http.StatusServiceUnavailable) {
+			t.Fatalf("POST /api/v1/writes after space returned: %d %s %v", status, body, err)
+		}
+		return status == http.StatusAccepted
+	})
+	for _, r := range refused {
+		acked = append(acked, r.RequestID)
+	}
+	eventually(t, 30*time.Second, "/readyz to recover", func() bool {
+		code, _ := get(t, base, "/readyz")
+		return code == http.StatusOK
+	})
+	eventually(t, 30*time.Second, "the collector to resume", func() bool {
+		state, _ := sourceState(t, base)
+		return state == "up"
+	})
+	acquired, released := lc.finish(t)
+	n := finalCheck(t, p, database, source, locks, acquired, released, acked)
+	t.Logf("%d reports answered 202 before the disk filled (PostgreSQL stopped: %v); %d grants and releases recorded once across the pause", len(acked)-len(refused), stopped, n)
 }
 
 // createDatabase creates a migrated leasewatch database at path.

@@ -366,6 +366,22 @@ func (s *Server) Pid() int {
 	return s.proc.pid
 }
 
+// Exited reports whether the server's postmaster, once started, has exited
+// by itself (PostgreSQL stops when it cannot write its log, for one).
+func (s *Server) Exited() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.proc == nil {
+		return false
+	}
+	select {
+	case <-s.proc.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // Kill sends SIGKILL to every process of the server at once, as a crash
 // would, and returns once they are gone. The data directory stays for
 // Restart, which then runs PostgreSQL's crash recovery.
