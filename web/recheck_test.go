@@ -136,8 +136,8 @@ func TestRecheckLinkOnTheLockPage(t *testing.T) {
 	f := newFixture(t)
 	href := "/api/v1/locks/" + itoa(f.orders.ID) + "/recheck"
 	res, body := f.do(t, http.MethodGet, "/locks/"+itoa(f.orders.ID), nil)
-	if res.StatusCode != http.StatusOK || !strings.Contains(string(body), `href="`+href+`"`) {
-		t.Fatalf("lock page: %d, links to %s: %v", res.StatusCode, href, strings.Contains(string(body), href))
+	if link := `href="` + href + `"`; res.StatusCode != http.StatusOK || !strings.Contains(string(body), link) {
+		t.Fatalf("lock page: %d, has %s: %v", res.StatusCode, link, strings.Contains(string(body), link))
 	}
 	if res, body := f.do(t, http.MethodGet, href, nil); res.StatusCode != http.StatusOK {
 		t.Errorf("GET %s: %d %s", href, res.StatusCode, body)
