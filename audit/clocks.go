@@ -85,7 +85,11 @@ func (e ClockEstimate) Beyond(threshold time.Duration) bool {
 
 // String says what the estimate rests on, for a finding's summary.
 func (e ClockEstimate) String() string {
-	s := fmt.Sprintf("from %d renewals in %d of the last %d minutes", e.Samples, e.Minutes, clockSlots)
+	renewals := "renewals"
+	if e.Samples == 1 {
+		renewals = "renewal"
+	}
+	s := fmt.Sprintf("from %d %s in %d of the last %d minutes", e.Samples, renewals, e.Minutes, clockSlots)
 	if e.Bounded() {
 		s += fmt.Sprintf(", each minute's within %s", e.Bound.Round(time.Millisecond))
 	}

@@ -53,8 +53,8 @@ func TestHolderClocksEstimate(t *testing.T) {
 
 	b := renewal(c, behind, audit.ClassLock, ms(-200), 30*time.Second, ms(2))
 	wantEstimate(t, b, ms(-202), 0, 1, 1)
-	if b.Bounded() {
-		t.Fatalf("one minute of renewals is bounded: %+v", b)
+	if b.Bounded() || b.String() != "from 1 renewal in 1 of the last 10 minutes" {
+		t.Fatalf("one minute of renewals: %+v, %q; want unbounded", b, b.String())
 	}
 
 	// Ten minutes on, minute 0 has left the window.
@@ -99,6 +99,27 @@ func TestHolderClocksOutOfOrder(t *testing.T) {
 	wantEstimate(t, got, ms(292), 0, 1, 1)
 	got = renewal(c, ahead, audit.ClassLock, ms(300), 9*time.Minute+30*time.Second, ms(2)) // earlier, in the window
 	wantEstimate(t, got, ms(298), ms(6), 2, 2)
+}
+
+// The tracker's renewals and the readers' pages meet under one lock: run
+// with -race.
+func TestHolderClocksConcurrent(t *testing.T) {
+	c := audit.NewHolderClocks(0)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 2000 {
+			renewal(c, audit.HolderKey{Source: "k8s", Holder: fmt.Sprint("node-", i%50)}, audit.ClassHeartbeat, ms(5), time.Duration(i)*time.Second, ms(1))
+		}
+	}()
+	for range 200 {
+		c.Largest(at(time.Hour), audit.ClockFilter{Limit: 10})
+		c.Estimate(ahead, at(time.Hour))
+	}
+	<-done
+	if top, total := c.Largest(at(2000*time.Second), audit.ClockFilter{}); total != 50 || top[0].Offset != ms(4) {
+		t.Fatalf("after the renewals: %d holders, the first %+v; want 50 at 4ms", total, top[0])
+	}
 }
 
 // Largest lists the largest offsets either way first, filtered, and counts
