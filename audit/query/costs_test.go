@@ -163,7 +163,8 @@ func TestCostsOfAKnownWorkload(t *testing.T) {
 	})
 }
 
-// TestCostsPerSecond: a group's rate is its writes over the window's length.
+// TestCostsPerSecond: a group's rate is its writes over the window's length;
+// it carries its source's kind, read from the lock rows.
 func TestCostsPerSecond(t *testing.T) {
 	st, rec := costsWorkload(t)
 	defer rec.Close()
@@ -171,8 +172,8 @@ func TestCostsPerSecond(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if want := 21.0 / 3600; len(c.Rows) != 1 || c.Rows[0].PerSecond != want {
-		t.Fatalf("rows = %+v, want prod-etcd at %v/s", c.Rows, want)
+	if want := 21.0 / 3600; len(c.Rows) != 1 || c.Rows[0].PerSecond != want || c.Rows[0].Kind != audit.KindEtcd {
+		t.Fatalf("rows = %+v, want prod-etcd (etcd) at %v/s", c.Rows, want)
 	}
 }
 
