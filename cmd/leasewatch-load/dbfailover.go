@@ -54,7 +54,8 @@ func (r *replicaRig) rebuildStandby(ctx context.Context) error {
 
 // failOverDatabase runs k.kills database failovers, each at a random moment
 // once every source is up again and the standby streams, and measures each:
-// from the kill until every source is up again and both replicas are ready.
+// from the kill until every source is up again and has stored an event
+// observed after the kill, and both replicas are ready.
 func (k *failoverLoad) failOverDatabase(ctx context.Context, rig *replicaRig) ([]disruption, error) {
 	rng := rand.New(rand.NewPCG(k.seed, 4))
 	var out []disruption
@@ -69,7 +70,9 @@ func (k *failoverLoad) failOverDatabase(ctx context.Context, rig *replicaRig) ([
 		if err := rig.settle(ctx, time.Minute); err != nil {
 			return nil, fmt.Errorf("after database failover %d: %w", i+1, err)
 		}
-		if err := waitFor(ctx, time.Minute, "every replica ready", func() bool { return rig.ready(ctx) }); err != nil {
+		if err := waitFor(ctx, time.Minute, "every replica ready and every source recording", func() bool {
+			return rig.ready(ctx) && rig.recordedSince(ctx, d.at)
+		}); err != nil {
 			return nil, fmt.Errorf("after database failover %d: %w", i+1, err)
 		}
 		d.outage = time.Since(d.at)
@@ -93,4 +96,18 @@ func (r *replicaRig) ready(ctx context.Context) bool {
 		}
 	}
 	return true
+}
+
+// recordedSince reports whether every source of the rig has stored an
+// event observed at since or later: its recording has resumed.
+func (r *replicaRig) recordedSince(ctx context.Context, since time.Time) bool {
+	db, err := openDatabase(r.database)
+	if err != nil {
+		return false
+	}
+	defer db.Close()
+	var n int
+	err = db.QueryRowContext(ctx, `SELECT count(*) FROM source_events WHERE source = ANY($1) AND last_event_at >= $2`,
+		replicaSources, since.UnixNano()).Scan(&n)
+	return err == nil && n == len(replicaSources)
 }

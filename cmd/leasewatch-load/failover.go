@@ -168,6 +168,7 @@ func (k *failoverLoad) execute(ctx context.Context, log io.Writer) (*failoverRes
 			res.handovers = append(res.handovers, [2]time.Time{d.at, d.at.Add(d.outage)})
 		}
 	}
+	res.handovers = mergeGaps(res.handovers)
 	res.cursors = cursors
 	res.wall = time.Since(start)
 	return res, nil

@@ -86,6 +86,25 @@ func matchBlinds(handovers [][2]time.Time, windows []blindWindow) (uncovered [][
 	return uncovered, stray
 }
 
+// mergeGaps returns gaps sorted, each run of overlapping ones merged into
+// one: a database failover's outage and the handovers of a source within
+// it are one gap for a collector that cannot replay it.
+func mergeGaps(gaps [][2]time.Time) [][2]time.Time {
+	gaps = slices.Clone(gaps)
+	slices.SortFunc(gaps, func(a, b [2]time.Time) int { return a[0].Compare(b[0]) })
+	var out [][2]time.Time
+	for _, g := range gaps {
+		if n := len(out); n > 0 && !g[0].After(out[n-1][1]) {
+			if g[1].After(out[n-1][1]) {
+				out[n-1][1] = g[1]
+			}
+			continue
+		}
+		out = append(out, g)
+	}
+	return out
+}
+
 // check returns an error naming every way the run fell short.
 func (k *failoverLoad) check(res *failoverResult) error {
 	problems := res.etcd.problems("etcd")

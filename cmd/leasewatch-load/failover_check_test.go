@@ -38,3 +38,19 @@ func TestMatchBlinds(t *testing.T) {
 		})
 	}
 }
+
+// mergeGaps merges overlapping gaps, in order, and keeps the others apart.
+func TestMergeGaps(t *testing.T) {
+	at := func(ms int) time.Time { return time.Unix(1000, 0).Add(time.Duration(ms) * time.Millisecond) }
+	gap := func(from, to int) [2]time.Time { return [2]time.Time{at(from), at(to)} }
+	got := mergeGaps([][2]time.Time{gap(5000, 6000), gap(0, 1000), gap(500, 800), gap(900, 2000), gap(2500, 3000)})
+	want := [][2]time.Time{gap(0, 2000), gap(2500, 3000), gap(5000, 6000)}
+	if len(got) != len(want) {
+		t.Fatalf("mergeGaps = %v, want %v", got, want)
+	}
+	for i := range want {
+		if !got[i][0].Equal(want[i][0]) || !got[i][1].Equal(want[i][1]) {
+			t.Errorf("gap %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+}
