@@ -86,9 +86,11 @@ func TestAdviseCommand(t *testing.T) {
 			t.Fatalf("exit %d: %s", code, stderr)
 		}
 		var doc struct {
-			Lock      string
-			Renewals  int
-			Gaps      struct{ MaxMS int64 `json:"max_ms"` }
+			Lock     string
+			Renewals int
+			Gaps     struct {
+				MaxMS int64 `json:"max_ms"`
+			}
 			Suggested struct {
 				Lease    int64 `json:"lease_duration_ms"`
 				Deadline int64 `json:"renew_deadline_ms"`
@@ -109,7 +111,12 @@ func TestAdviseCommand(t *testing.T) {
 			t.Errorf("advice = %+v, want a 3 s stall needing 4.5 s, 60 s / 40 s / 20 s suggested, 20 times the writes", doc)
 		}
 	})
+}
 
+// Each bad flag is named, exit 2 for a bad command line, 1 for a lock that
+// is not there, and nothing on stdout.
+func TestAdviseCommandErrors(t *testing.T) {
+	db := adviseDB(t)
 	tests := []struct {
 		name   string
 		args   []string
