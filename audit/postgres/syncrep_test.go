@@ -21,17 +21,7 @@ import (
 func TestCancelledSynchronousCommitIsNotTaken(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	primary := pgtest.New(t, pgtest.Options{NoFsync: true})
-	url := primary.Database(t)
-	standby := pgtest.NewStandby(t, primary, pgtest.Options{NoFsync: true})
-	if err := primary.RequireSynchronousStandby(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(ctx, url, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, url, standby := openSynchronous(t, ctx)
 	if err := s.Apply(ctx, grant("etcd", "before", 7, 0)); err != nil {
 		t.Fatalf("Apply with the standby streaming: %v", err)
 	}
@@ -73,17 +63,7 @@ func TestCancelledSynchronousCommitIsNotTaken(t *testing.T) {
 func TestUnknownCommitOutcomeReusesNoLogIDs(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	primary := pgtest.New(t, pgtest.Options{NoFsync: true})
-	url := primary.Database(t)
-	standby := pgtest.NewStandby(t, primary, pgtest.Options{NoFsync: true})
-	if err := primary.RequireSynchronousStandby(ctx); err != nil {
-		t.Fatal(err)
-	}
-	s, err := Open(ctx, url, Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, url, standby := openSynchronous(t, ctx)
 	key := audit.LockKey{Source: "kube", Name: "kube-node-lease/node-1"}
 	ten := audit.Tenure{Lock: key, Seq: 1, Holder: "node-1", Token: audit.Int64(1), GrantedAt: at(0), LeaseDuration: 40 * time.Second}
 	renewal := func(sec int) audit.Batch {
@@ -119,6 +99,25 @@ func TestUnknownCommitOutcomeReusesNoLogIDs(t *testing.T) {
 	if err != nil || len(events) != 3 {
 		t.Errorf("renewals stored: %d, %v; want the 3, the one of unknown outcome included", len(events), err)
 	}
+}
+
+// openSynchronous opens a store on a server of the test's own whose
+// commits wait for its synchronous standby, and returns it with its URL and
+// the standby.
+func openSynchronous(t *testing.T, ctx context.Context) (*Store, string, *pgtest.Server) {
+	t.Helper()
+	primary := pgtest.New(t, pgtest.Options{NoFsync: true})
+	url := primary.Database(t)
+	standby := pgtest.NewStandby(t, primary, pgtest.Options{NoFsync: true})
+	if err := primary.RequireSynchronousStandby(ctx); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(ctx, url, Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, url, standby
 }
 
 // endSyncWait waits until a backend of the database at url waits for its

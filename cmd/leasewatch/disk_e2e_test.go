@@ -142,6 +142,39 @@ func postUntilRefused(t *testing.T, client *http.Client, base, source, lock, cau
 	return acked, refused
 }
 
+// takenOnRetry posts the refused batch until it is answered 202, as its
+// resource would, and returns its request IDs; an answer other than 202 or
+// 503 fails the test.
+func takenOnRetry(t *testing.T, client *http.Client, base string, refused []writeReport, within time.Duration) []string {
+	t.Helper()
+	eventually(t, within, "the refused batch to be taken on retry", func() bool {
+		status, body, err := postWrites(client, base, refused)
+		if err != nil || (status != http.StatusAccepted && status != http.StatusServiceUnavailable) {
+			t.Fatalf("POST /api/v1/writes once the store is back: %d %s %v", status, body, err)
+		}
+		return status == http.StatusAccepted
+	})
+	ids := make([]string, len(refused))
+	for i, r := range refused {
+		ids[i] = r.RequestID
+	}
+	return ids
+}
+
+// waitResumed waits until /readyz answers 200 and the collector is up
+// again.
+func waitResumed(t *testing.T, base string) {
+	t.Helper()
+	eventually(t, 30*time.Second, "/readyz to recover", func() bool {
+		code, _ := get(t, base, "/readyz")
+		return code == http.StatusOK
+	})
+	eventually(t, 30*time.Second, "the collector to resume", func() bool {
+		state, _ := sourceState(t, base)
+		return state == "up"
+	})
+}
+
 // The database's file system fills up while locks change hands and reports
 // arrive. Ingest answers 503 naming the cause, /readyz and the sources API
 // report it, the collector pauses without moving its cursor past what was
@@ -193,24 +226,8 @@ func TestDiskFullPausesAndRecovers(t *testing.T) {
 	if err := os.Remove(ballast); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "the refused batch to be taken on retry", func() bool {
-		status, body, err := postWrites(client, base, refused)
-		if err != nil || (status != http.StatusAccepted && status != http.StatusServiceUnavailable) {
-			t.Fatalf("POST /api/v1/writes after space returned: %d %s %v", status, body, err)
-		}
-		return status == http.StatusAccepted
-	})
-	for _, r := range refused {
-		acked = append(acked, r.RequestID)
-	}
-	eventually(t, 30*time.Second, "/readyz to recover", func() bool {
-		code, _ := get(t, base, "/readyz")
-		return code == http.StatusOK
-	})
-	eventually(t, 30*time.Second, "the collector to resume", func() bool {
-		state, _ := sourceState(t, base)
-		return state == "up"
-	})
+	acked = append(acked, takenOnRetry(t, client, base, refused, 30*time.Second)...)
+	waitResumed(t, base)
 
 	acquired, released := lc.finish(t)
 	db.Close()
@@ -261,24 +278,8 @@ func TestPostgresDiskFullPausesAndRecovers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, 60*time.Second, "the refused batch to be taken on retry", func() bool {
-		status, body, err := postWrites(client, base, refused)
-		if err != nil || (status != http.StatusAccepted && status != http.StatusServiceUnavailable) {
-			t.Fatalf("POST /api/v1/writes after space returned: %d %s %v", status, body, err)
-		}
-		return status == http.StatusAccepted
-	})
-	for _, r := range refused {
-		acked = append(acked, r.RequestID)
-	}
-	eventually(t, 30*time.Second, "/readyz to recover", func() bool {
-		code, _ := get(t, base, "/readyz")
-		return code == http.StatusOK
-	})
-	eventually(t, 30*time.Second, "the collector to resume", func() bool {
-		state, _ := sourceState(t, base)
-		return state == "up"
-	})
+	acked = append(acked, takenOnRetry(t, client, base, refused, 60*time.Second)...)
+	waitResumed(t, base)
 	acquired, released := lc.finish(t)
 	n := finalCheck(t, p, database, source, locks, acquired, released, acked)
 	t.Logf("%d reports answered 202 before the disk filled (PostgreSQL stopped: %v); %d grants and releases recorded once across the pause", len(acked)-len(refused), stopped, n)

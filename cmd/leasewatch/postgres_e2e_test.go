@@ -151,17 +151,8 @@ func postgresOutage(t *testing.T, database string, down func(), up func(context.
 	if err := up(ctx); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 60*time.Second, "the refused batch to be taken on retry", func() bool {
-		return post(refused) == http.StatusAccepted
-	})
-	eventually(t, 30*time.Second, "/readyz to recover", func() bool {
-		code, _ := get(t, base, "/readyz")
-		return code == http.StatusOK
-	})
-	eventually(t, 30*time.Second, "the collector to resume", func() bool {
-		state, _ := sourceState(t, base)
-		return state == "up"
-	})
+	acked = append(acked, takenOnRetry(t, client, base, refused, 60*time.Second)...)
+	waitResumed(t, base)
 	busyAcked, refusals := busy.finish(t)
 	acked = append(acked, busyAcked...)
 	t.Logf("the busy client's %d reports were each taken, after %d answers of 503 across the outage", len(busyAcked), refusals)
