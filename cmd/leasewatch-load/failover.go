@@ -92,9 +92,13 @@ type failoverResult struct {
 	sent, acked int // write reports made, and answered 202
 	retried     int // sends not answered 202, made again
 	blinds      map[string][]blindWindow
-	handovers   [][2]time.Time // of the Redis source's collector, as sampled
-	cursors     cursorLog
-	drained     time.Duration
+	handovers   [][2]time.Time // of the Redis source's collector, as sampled, and the outages
+	// outages are the database failovers', from the kill until every
+	// source recorded again: a Redis collector whose input failed in one
+	// has a blind window over it, one whose inputs all went in has none.
+	outages [][2]time.Time
+	cursors cursorLog
+	drained time.Duration
 }
 
 func (k *failoverLoad) run(ctx context.Context, out, log io.Writer) error {
@@ -164,11 +168,12 @@ func (k *failoverLoad) execute(ctx context.Context, log io.Writer) (*failoverRes
 	}
 	res.handovers = owners.handovers(redisSource)
 	for _, d := range res.disruptions {
-		if d.outage > 0 { // the Redis collector could not record through it either
-			res.handovers = append(res.handovers, [2]time.Time{d.at, d.at.Add(d.outage)})
+		if d.outage > 0 {
+			res.outages = append(res.outages, [2]time.Time{d.at, d.at.Add(d.outage)})
 		}
 	}
-	res.handovers = mergeGaps(res.handovers)
+	// The handovers within an outage are one gap with it.
+	res.handovers = mergeGaps(append(res.handovers, res.outages...))
 	res.cursors = cursors
 	res.wall = time.Since(start)
 	return res, nil

@@ -126,7 +126,11 @@ func (k *failoverLoad) check(res *failoverResult) error {
 			problems = append(problems, fmt.Sprintf("%s: %d blind windows, want none: it resumes from its cursor (first: %s)", name, n, res.blinds[name][0].reason))
 		}
 	}
-	if uncovered, stray := matchBlinds(res.handovers, res.blinds[redisSource]); len(uncovered) > 0 || len(stray) > 0 {
+	uncovered, stray := matchBlinds(res.handovers, res.blinds[redisSource])
+	uncovered = slices.DeleteFunc(uncovered, func(g [2]time.Time) bool {
+		return slices.ContainsFunc(res.outages, func(o [2]time.Time) bool { return !o[0].After(g[1]) && !o[1].Before(g[0]) })
+	})
+	if len(uncovered) > 0 || len(stray) > 0 {
 		problems = append(problems, fmt.Sprintf("redis: %d handovers without the blind window that covers them (%s), %d blind windows at no handover (%s)",
 			len(uncovered), describeGaps(uncovered), len(stray), describeBlinds(stray)))
 	}
