@@ -111,7 +111,7 @@ func (f ClockFilter) matches(k HolderKey, heartbeat bool) bool {
 
 // HolderClocks keeps each holder's clock estimate. The tracker feeds it
 // (HealthConfig.Clocks) and judges clock_skew by it; readers (the clocks
-// page, the API, metrics) read it at any time. It keeps about 330 bytes a
+// page, the API, metrics) read it at any time. It keeps about 210 bytes a
 // holder, in one array that a reader walks in a few milliseconds at 100,000
 // holders; holders silent for a window are dropped. Safe for concurrent use;
 // one tracker feeds one HolderClocks.
@@ -126,20 +126,27 @@ type HolderClocks struct {
 	dropped int
 }
 
-// clockEntry is one holder's renewals in slots of clockSlot, each the
-// least lag (observed − renewed, ns) of the renewals observed within it.
+// clockEntry is one holder's renewals in the window's slots of clockSlot
+// that end with its newest observation's, a ring by slot modulo
+// clockSlots: each slot the least lag of the renewals observed within it.
 type clockEntry struct {
 	key       HolderKey
 	slots     [clockSlots]lagSlot
-	last      int64 // Unix ns of the newest observation
+	last      int64 // Unix ns of the newest observation; NoNanos before the first
+	lastSlot  int32 // its slot, kept for the readers' walk
 	heartbeat bool
 }
 
+// lagSlot is one slot's renewals: 8 bytes, where nanoseconds, the slot's
+// time and a wider count took 16, a tenth of a holder's memory.
 type lagSlot struct {
-	least int64
-	slot  int32  // Unix time in clockSlots: ±4,000 years
-	count uint32 // 0: empty
+	least int32  // µs (observed − renewed), clamped to ±maxLag
+	count uint16 // 0: empty; stays at its most
 }
+
+// maxLag bounds a lag kept: ±35 minutes in µs, beyond any lease. A holder
+// further ahead shows as 35 minutes ahead, still true as an "at least".
+const maxLag = math.MaxInt32 * time.Microsecond
 
 // NewHolderClocks returns an empty HolderClocks keeping at most
 // maxHolders holders (DefaultMaxHolderClocks when 0 or less).
@@ -151,16 +158,17 @@ func NewHolderClocks(maxHolders int) *HolderClocks {
 }
 
 // slotOf is the slot t falls in.
-func slotOf(t time.Time) int32 {
-	return int32(Nanos(t) / int64(clockSlot)) // Nanos spans ±292 years
-}
+func slotOf(t time.Time) int32 { return slotOfNanos(Nanos(t)) }
+
+// slotOfNanos is the slot of Unix ns n: Nanos spans ±292 years.
+func slotOfNanos(n int64) int32 { return int32(n / int64(clockSlot)) }
 
 // Observe adds a renewal of holder's written at renewed by its clock and
 // observed at observed by the collector's, of a lock of class, and returns
 // the holder's estimate at observed, renewals until then included. A holder
 // past the cap is counted, and its estimate is empty.
 func (c *HolderClocks) Observe(key HolderKey, class Class, observed, renewed time.Time) ClockEstimate {
-	lag := observed.Sub(renewed) // saturates far out: still a bound on the right side
+	lag := min(max(observed.Sub(renewed), -maxLag), maxLag)
 	now := slotOf(observed)
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -172,12 +180,11 @@ func (c *HolderClocks) Observe(key HolderKey, class Class, observed, renewed tim
 			return ClockEstimate{HolderKey: key}
 		}
 		i = len(c.entries)
-		c.entries = append(c.entries, clockEntry{key: key})
+		c.entries = append(c.entries, clockEntry{key: key, last: NoNanos, lastSlot: slotOfNanos(NoNanos)})
 		c.index[key] = i
 	}
 	e := &c.entries[i]
-	e.add(now, int64(lag))
-	e.last = max(e.last, Nanos(observed))
+	e.add(Nanos(observed), int32(lag/time.Microsecond))
 	e.heartbeat = class == ClassHeartbeat
 	return e.estimate(now)
 }
@@ -204,18 +211,27 @@ func (c *HolderClocks) sweep(now int32) {
 	}
 }
 
-func (e *clockEntry) add(slot int32, lag int64) {
-	s := &e.slots[mod(slot, clockSlots)]
+// add adds a renewal observed at Unix ns at with lag µs: a slot newer
+// than the newest empties the slots the ring moves past; one older than
+// the window that ends at the newest is out of it already.
+func (e *clockEntry) add(at int64, lag int32) {
+	slot, last := slotOfNanos(at), e.lastSlot
 	switch {
-	case s.count > 0 && s.slot == slot:
-		s.least = min(s.least, lag)
-		s.count = min(s.count+1, math.MaxUint32-1)
-	case s.count == 0 || s.slot < slot:
-		*s = lagSlot{slot: slot, least: lag, count: 1}
+	case slot > last:
+		for s := max(last+1, slot-clockSlots+1); s <= slot; s++ {
+			e.slots[mod(s, clockSlots)] = lagSlot{}
+		}
+		e.last, e.lastSlot = at, slot
+	case slot <= last-clockSlots:
+		return
 	default:
-		// A window older than the slot's renewals: out of this
-		// holder's window already.
+		e.last = max(e.last, at)
 	}
+	s := &e.slots[mod(slot, clockSlots)]
+	if s.count == 0 || lag < s.least {
+		s.least = lag
+	}
+	s.count = min(s.count+1, math.MaxUint16)
 }
 
 // lags is what the slots of a window hold: the least and greatest of
@@ -229,11 +245,24 @@ type lags struct {
 // observed after now count: a reader's clock may be behind the inputs'.
 func (e *clockEntry) window(now int32) lags {
 	w := lags{least: math.MaxInt64, greatest: math.MinInt64}
-	for _, s := range e.slots {
-		if s.count == 0 || s.slot <= now-clockSlots {
+	last := e.lastSlot
+	// The ring's i holds the slot age slots before the newest; those
+	// younger than keep are in the window.
+	keep := last - (now - clockSlots)
+	if keep <= 0 {
+		return w
+	}
+	head := mod(last, clockSlots)
+	for i, s := range e.slots {
+		age := head - int32(i)
+		if age < 0 {
+			age += clockSlots
+		}
+		if s.count == 0 || age >= keep {
 			continue
 		}
-		w.least, w.greatest = min(w.least, s.least), max(w.greatest, s.least)
+		least := int64(s.least) * int64(time.Microsecond)
+		w.least, w.greatest = min(w.least, least), max(w.greatest, least)
 		w.samples += int(s.count)
 		w.minutes++
 	}
@@ -241,9 +270,7 @@ func (e *clockEntry) window(now int32) lags {
 }
 
 // offset is the estimate's offset: the least lag negated.
-func (w lags) offset() time.Duration {
-	return -time.Duration(max(w.least, -math.MaxInt64))
-}
+func (w lags) offset() time.Duration { return -time.Duration(w.least) }
 
 // estimate is e's estimate over the window that ends at slot now.
 func (e *clockEntry) estimate(now int32) ClockEstimate {
@@ -253,10 +280,7 @@ func (e *clockEntry) estimate(now int32) ClockEstimate {
 		return est
 	}
 	est.Offset, est.Samples, est.Minutes = w.offset(), w.samples, w.minutes
-	est.Bound = time.Duration(w.greatest) - time.Duration(w.least)
-	if w.greatest > 0 && w.least < 0 && est.Bound < 0 {
-		est.Bound = math.MaxInt64 // overflowed
-	}
+	est.Bound = time.Duration(w.greatest - w.least) // at most 2 maxLag
 	return est
 }
 
