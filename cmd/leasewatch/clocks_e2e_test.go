@@ -9,9 +9,7 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	clientset "k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 )
 
@@ -73,15 +71,7 @@ type apiClock struct {
 // and raises clock_skew for the one 300 ms ahead of its 2 s lease (more
 // than the default tenth), not for the one behind.
 func TestEndToEndClocksOfShiftedElectors(t *testing.T) {
-	api := cluster.Get(t)
-	cs, err := clientset.NewForConfig(api.Config)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ns := fmt.Sprintf("e2e-clocks-%d", time.Now().UnixNano()%100000)
-	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create namespace %s: %v", ns, err)
-	}
+	api, cs, ns := clusterNamespace(t, "e2e-clocks")
 	base, _ := startServe(t, fmt.Sprintf(`
 listen: 127.0.0.1:0
 database: %s

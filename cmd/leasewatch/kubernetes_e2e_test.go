@@ -96,20 +96,28 @@ func runElector(t *testing.T, cs clientset.Interface, ns, name, identity string,
 	return stop
 }
 
-// leasewatch serve, configured by a file alone, records a client-go leader
-// election on the cluster a kubeconfig points to: the source's kubeconfig
-// and context keys select the cluster, and grants, renewals and the release
-// reach the API.
-func TestEndToEndServeKubernetesSource(t *testing.T) {
+// clusterNamespace returns the package's kube-apiserver, a client of it
+// and a new namespace named from prefix, for a test's Leases.
+func clusterNamespace(t *testing.T, prefix string) (*kubetest.Apiserver, *clientset.Clientset, string) {
+	t.Helper()
 	api := cluster.Get(t)
 	cs, err := clientset.NewForConfig(api.Config)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ns := fmt.Sprintf("e2e-serve-%d", time.Now().UnixNano()%100000)
+	ns := fmt.Sprintf("%s-%d", prefix, time.Now().UnixNano()%100000)
 	if _, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatalf("create namespace %s: %v", ns, err)
 	}
+	return api, cs, ns
+}
+
+// leasewatch serve, configured by a file alone, records a client-go leader
+// election on the cluster a kubeconfig points to: the source's kubeconfig
+// and context keys select the cluster, and grants, renewals and the release
+// reach the API.
+func TestEndToEndServeKubernetesSource(t *testing.T) {
+	api, cs, ns := clusterNamespace(t, "e2e-serve")
 
 	base, _ := startServe(t, fmt.Sprintf(`
 listen: 127.0.0.1:0
