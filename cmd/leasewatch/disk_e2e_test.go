@@ -112,6 +112,19 @@ func bigReports(source, lock, prefix string, n int) []writeReport {
 	return out
 }
 
+// serveHandingOver starts serve recording an etcd source into database
+// while two clients a lock hand two locks of the source back and forth, and
+// returns serve, its URL, the locks and their clients.
+func serveHandingOver(t *testing.T, database, source string) (*serveProcess, string, []string, *lockClients) {
+	t.Helper()
+	srv, cli := startEtcd(t)
+	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", database, source, srv.Endpoint))
+	base := p.waitListening(t, time.Minute)
+	waitSourceUp(t, base)
+	locks := []string{"/locks/" + source + "-0", "/locks/" + source + "-1"}
+	return p, base, locks, startLockClients(cli, locks, 2)
+}
+
 // postUntilRefused posts batches of big reports until one is answered 503
 // with an error containing cause, and returns the request IDs answered 202
 // before it and the refused batch: what the disk took before it filled.
@@ -183,14 +196,9 @@ func waitResumed(t *testing.T, base string) {
 // every grant and release made meanwhile is recorded exactly once.
 func TestDiskFullPausesAndRecovers(t *testing.T) {
 	mnt := mountTmpfs(t, 16<<20)
-	srv, cli := startEtcd(t)
 	dbPath := filepath.Join(mnt, "lw.db")
 	const source = "disk"
-	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", dbPath, source, srv.Endpoint))
-	base := p.waitListening(t, time.Minute)
-	waitSourceUp(t, base)
-	locks := []string{"/locks/disk-0", "/locks/disk-1"}
-	lc := startLockClients(cli, locks, 2)
+	p, base, locks, lc := serveHandingOver(t, dbPath, source)
 	client := &http.Client{Timeout: time.Minute}
 	db := openReadOnly(t, dbPath)
 
@@ -247,13 +255,8 @@ func TestPostgresDiskFullPausesAndRecovers(t *testing.T) {
 	mnt := mountTmpfs(t, 160<<20)
 	pgSrv := pgtest.New(t, pgtest.Options{Dir: filepath.Join(mnt, "postgres")})
 	database := pgSrv.Database(t)
-	srv, cli := startEtcd(t)
 	const source = "pgdisk"
-	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", database, source, srv.Endpoint))
-	base := p.waitListening(t, time.Minute)
-	waitSourceUp(t, base)
-	locks := []string{"/locks/pgdisk-0", "/locks/pgdisk-1"}
-	lc := startLockClients(cli, locks, 2)
+	p, base, locks, lc := serveHandingOver(t, database, source)
 	client := &http.Client{Timeout: time.Minute}
 
 	ballast := fillDisk(t, mnt)

@@ -77,13 +77,8 @@ func TestPostgresFailover(t *testing.T) {
 // once.
 func postgresOutage(t *testing.T, database string, down func(), up func(context.Context) error) {
 	t.Helper()
-	srv, cli := startEtcd(t)
 	const source = "pgdown"
-	p := startServeProcess(t, writeServeConfig(t, t.TempDir(), "127.0.0.1:0", database, source, srv.Endpoint))
-	base := p.waitListening(t, time.Minute)
-	waitSourceUp(t, base)
-	locks := []string{"/locks/pg-0", "/locks/pg-1"}
-	lc := startLockClients(cli, locks, 2)
+	p, base, locks, lc := serveHandingOver(t, database, source)
 	client := &http.Client{Timeout: time.Minute}
 	report := func(prefix string, n int) []writeReport {
 		out := make([]writeReport, n)
